@@ -1,0 +1,163 @@
+//! The SQL of the SQLite backend, built once per store for its (validated) table name.
+//!
+//! Times are Unix milliseconds (INTEGER); `now` is bound as a parameter read after the
+//! write lock is taken.
+
+/// The task columns, in the order `RawTask::from_row` reads them.
+pub(crate) const COLUMNS: &str = "id, event_type, biz_key, payload, status, attempts, \
+    max_attempts, retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at, \
+    owner, lease, last_error, created_at, updated_at";
+
+pub(crate) struct Sql {
+    table: String,
+    pub schema: String,
+    pub insert: String,
+    pub find_by_key: String,
+    pub grab_by_id: String,
+    pub recycle_dead: String,
+    pub heartbeat: String,
+    pub mark_success: String,
+    pub mark_retry: String,
+    pub mark_fail: String,
+    pub release: String,
+    pub manual_reset: String,
+    pub status_of: String,
+    pub get: String,
+    pub list: String,
+    pub stats_counts: String,
+    pub stats_oldest_due: String,
+    pub purge_succeeded: String,
+}
+
+impl Sql {
+    /// `table` must have passed `limits::check_identifier`.
+    pub fn new(table: &str) -> Sql {
+        let t = format!("\"{table}\"");
+        // Every change to a running task is fenced by id, status and lease.
+        let fenced = "WHERE id = ?2 AND status = 3 AND lease = ?3";
+        Sql {
+            table: t.clone(),
+            schema: format!(
+                "CREATE TABLE IF NOT EXISTS {t} (
+                    id                    INTEGER PRIMARY KEY AUTOINCREMENT,
+                    event_type            TEXT    NOT NULL,
+                    biz_key               TEXT    NOT NULL,
+                    payload               TEXT    NOT NULL,
+                    status                INTEGER NOT NULL DEFAULT 0,
+                    attempts              INTEGER NOT NULL DEFAULT 0,
+                    max_attempts          INTEGER NOT NULL,
+                    retry_strategy        TEXT    NOT NULL,
+                    retry_interval_ms     INTEGER NOT NULL,
+                    retry_max_interval_ms INTEGER NOT NULL,
+                    next_run_at           INTEGER NOT NULL,
+                    owner                 TEXT,
+                    lease                 INTEGER NOT NULL DEFAULT 0,
+                    last_error            TEXT,
+                    created_at            INTEGER NOT NULL,
+                    updated_at            INTEGER NOT NULL
+                 );
+                 CREATE UNIQUE INDEX IF NOT EXISTS \"{table}_uk_event_biz\" ON {t} (event_type, biz_key);
+                 CREATE INDEX IF NOT EXISTS \"{table}_ix_claim\" ON {t} (status, next_run_at, id);
+                 CREATE INDEX IF NOT EXISTS \"{table}_ix_claim_type\" ON {t} (status, event_type, next_run_at, id);
+                 CREATE INDEX IF NOT EXISTS \"{table}_ix_updated\" ON {t} (status, updated_at);"
+            ),
+            // ?8 = now, ?9 = delay ms
+            insert: format!(
+                "INSERT INTO {t} (event_type, biz_key, payload, status, attempts, max_attempts,
+                    retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at,
+                    lease, created_at, updated_at)
+                 VALUES (?1, ?2, ?3, 0, 0, ?4, ?5, ?6, ?7, ?8 + ?9, 0, ?8, ?8)
+                 ON CONFLICT (event_type, biz_key) DO NOTHING
+                 RETURNING id"
+            ),
+            find_by_key: format!("SELECT id FROM {t} WHERE event_type = ?1 AND biz_key = ?2"),
+            grab_by_id: format!(
+                "UPDATE {t} SET status = 3, owner = ?1, attempts = attempts + 1,
+                    lease = lease + 1, updated_at = ?2
+                 WHERE id = ?3 AND status = 0 AND next_run_at <= ?2
+                 RETURNING {COLUMNS}"
+            ),
+            // ?1 now, ?2 cutoff, ?3 limit. Status and age re-checked on the row itself.
+            recycle_dead: format!(
+                "UPDATE {t} SET
+                    status = CASE WHEN attempts < max_attempts THEN 0 ELSE 2 END,
+                    last_error = 'attempt ' || attempts || ' of ' || max_attempts
+                        || ' died: owner ' || COALESCE(owner, '?')
+                        || ' stopped heartbeating'
+                        || CASE WHEN attempts < max_attempts THEN '' ELSE '; no attempts left' END,
+                    owner = NULL,
+                    updated_at = ?1
+                 WHERE id IN (SELECT id FROM {t} WHERE status = 3 AND updated_at < ?2
+                              ORDER BY updated_at, id LIMIT ?3)
+                   AND status = 3 AND updated_at < ?2
+                 RETURNING status"
+            ),
+            heartbeat: format!("UPDATE {t} SET updated_at = ?1 {fenced}"),
+            mark_success: format!(
+                "UPDATE {t} SET status = 1, last_error = NULL, updated_at = ?1 {fenced}"
+            ),
+            // ?4 = next_run_at, ?5 = error
+            mark_retry: format!(
+                "UPDATE {t} SET
+                    status = CASE WHEN attempts < max_attempts THEN 0 ELSE 2 END,
+                    next_run_at = CASE WHEN attempts < max_attempts THEN ?4 ELSE next_run_at END,
+                    owner = NULL, last_error = ?5, updated_at = ?1
+                 {fenced}"
+            ),
+            mark_fail: format!(
+                "UPDATE {t} SET status = 2, owner = NULL, last_error = ?4, updated_at = ?1 {fenced}"
+            ),
+            release: format!(
+                "UPDATE {t} SET status = 0, owner = NULL, attempts = MAX(attempts - 1, 0),
+                    updated_at = ?1
+                 {fenced}"
+            ),
+            // ?1 now, ?2 id, ?3 stuck cutoff
+            manual_reset: format!(
+                "UPDATE {t} SET status = 0, attempts = 0, next_run_at = ?1, owner = NULL,
+                    updated_at = ?1
+                 WHERE id = ?2 AND (status = 2 OR (status = 3 AND updated_at < ?3))
+                 RETURNING {COLUMNS}"
+            ),
+            status_of: format!("SELECT status FROM {t} WHERE id = ?1"),
+            get: format!("SELECT {COLUMNS} FROM {t} WHERE id = ?1"),
+            list: format!(
+                "SELECT {COLUMNS} FROM {t}
+                 WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR event_type = ?2)
+                   AND id > ?3
+                 ORDER BY id LIMIT ?4"
+            ),
+            stats_counts: format!(
+                "SELECT event_type, status, COUNT(*) FROM {t}
+                 GROUP BY event_type, status ORDER BY event_type, status"
+            ),
+            stats_oldest_due: format!(
+                "SELECT MIN(next_run_at) FROM {t} WHERE status = 0 AND next_run_at <= ?1"
+            ),
+            purge_succeeded: format!(
+                "DELETE FROM {t} WHERE id IN (
+                    SELECT id FROM {t} WHERE status = 1 AND updated_at < ?1
+                    ORDER BY updated_at, id LIMIT ?2)"
+            ),
+        }
+    }
+
+    /// The batch claim for `n_types` event types: ?1 owner, ?2 now, ?3 limit, ?4.. types.
+    /// The subquery picks the oldest due rows; the whole statement runs under
+    /// `BEGIN IMMEDIATE`, so no other writer can claim them in between.
+    pub fn grab_batch(&self, n_types: usize) -> String {
+        let t = &self.table;
+        let types = (0..n_types)
+            .map(|i| format!("?{}", i + 4))
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!(
+            "UPDATE {t} SET status = 3, owner = ?1, attempts = attempts + 1,
+                lease = lease + 1, updated_at = ?2
+             WHERE id IN (SELECT id FROM {t}
+                          WHERE status = 0 AND next_run_at <= ?2 AND event_type IN ({types})
+                          ORDER BY next_run_at, id LIMIT ?3)
+             RETURNING {COLUMNS}"
+        )
+    }
+}

@@ -1,0 +1,156 @@
+//! The one error type of backstop.
+
+use std::fmt;
+
+/// A boxed error source.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// What kind of failure an [`Error`] is.
+///
+/// Non-exhaustive: match the kinds you handle and treat the rest as unexpected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The caller passed something invalid (an empty event type, an over-size payload…).
+    /// Nothing was written.
+    InvalidInput,
+    /// The task (or other object) does not exist.
+    NotFound,
+    /// The object exists but is not in a state that allows the operation
+    /// (for example resetting a task that is still pending).
+    Conflict,
+    /// The database is unreachable, busy, or reported a transient failure
+    /// (lost connection, lock timeout, deadlock, serialization failure). Retrying may succeed.
+    Unavailable,
+    /// The store is misconfigured (bad table name, unsupported server version…).
+    Config,
+    /// Anything else: a bug, a corrupt row, an unexpected database answer.
+    Unexpected,
+}
+
+impl ErrorKind {
+    /// Whether errors of this kind are temporary by default.
+    pub fn is_temporary(self) -> bool {
+        matches!(self, ErrorKind::Unavailable)
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ErrorKind::InvalidInput => "invalid input",
+            ErrorKind::NotFound => "not found",
+            ErrorKind::Conflict => "conflict",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::Config => "configuration error",
+            ErrorKind::Unexpected => "unexpected error",
+        })
+    }
+}
+
+/// The error of every backstop operation.
+///
+/// It carries a [`kind`](Error::kind), the [`operation`](Error::operation) that failed
+/// (`"enqueue"`, `"grab_batch"`, …), a message, whether retrying may help
+/// ([`is_temporary`](Error::is_temporary)) and, when there is one, the underlying error
+/// as its [`source`](std::error::Error::source).
+///
+/// ```
+/// use backstop_core::{Error, ErrorKind};
+///
+/// let err = Error::new(ErrorKind::InvalidInput, "enqueue", "event_type must not be empty");
+/// assert_eq!(err.kind(), ErrorKind::InvalidInput);
+/// assert!(!err.is_temporary());
+/// assert_eq!(err.to_string(), "enqueue: invalid input: event_type must not be empty");
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[error("{operation}: {kind}: {message}")]
+pub struct Error {
+    kind: ErrorKind,
+    operation: &'static str,
+    message: String,
+    temporary: bool,
+    #[source]
+    source: Option<BoxError>,
+}
+
+impl Error {
+    /// A new error; temporary when its kind is ([`ErrorKind::is_temporary`]).
+    pub fn new(kind: ErrorKind, operation: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            operation,
+            message: message.into(),
+            temporary: kind.is_temporary(),
+            source: None,
+        }
+    }
+
+    /// Shorthand for an [`ErrorKind::InvalidInput`] error.
+    pub fn invalid_input(operation: &'static str, message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::InvalidInput, operation, message)
+    }
+
+    /// Shorthand for an [`ErrorKind::Config`] error.
+    pub fn config(operation: &'static str, message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Config, operation, message)
+    }
+
+    /// Attach the underlying error.
+    pub fn with_source(mut self, source: impl Into<BoxError>) -> Self {
+        self.source = Some(source.into());
+        self
+    }
+
+    /// Override whether the error is temporary (a backend knows better than the kind,
+    /// for example a deadlock reported as a generic database error).
+    pub fn with_temporary(mut self, temporary: bool) -> Self {
+        self.temporary = temporary;
+        self
+    }
+
+    /// The kind of failure.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The operation that failed, such as `"enqueue"` or `"grab_batch"`.
+    pub fn operation(&self) -> &'static str {
+        self.operation
+    }
+
+    /// The human-readable message (without the operation and kind prefix).
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// Whether retrying the same operation later may succeed.
+    pub fn is_temporary(&self) -> bool {
+        self.temporary
+    }
+}
+
+/// `Result<T, backstop_core::Error>`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temporary_follows_kind_and_can_be_overridden() {
+        let e = Error::new(ErrorKind::Unavailable, "grab_batch", "database is locked");
+        assert!(e.is_temporary());
+        let e = Error::new(ErrorKind::Unexpected, "grab_batch", "deadlock").with_temporary(true);
+        assert!(e.is_temporary());
+        assert!(!Error::invalid_input("enqueue", "x").is_temporary());
+    }
+
+    #[test]
+    fn source_is_kept() {
+        let io = std::io::Error::other("boom");
+        let e = Error::new(ErrorKind::Unavailable, "migrate", "cannot open").with_source(io);
+        let src = std::error::Error::source(&e).map(|s| s.to_string());
+        assert_eq!(src.as_deref(), Some("boom"));
+    }
+}

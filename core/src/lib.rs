@@ -1,0 +1,28 @@
+//! # backstop-core
+//!
+//! The model, the [`TaskStore`] contract and the error type of
+//! [backstop](https://docs.rs/backstop), a library for the *local message table* pattern:
+//! a service writes its business rows and a task row in one local transaction; after
+//! commit the task runs at once in-process, and a poller is the safety net for everything
+//! the fast path missed. Delivery is at-least-once; handlers must be idempotent.
+//!
+//! Most users depend on the `backstop` crate, which re-exports this one together with the
+//! backend of their choice.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod error;
+pub mod limits;
+mod model;
+mod store;
+
+pub use error::{BoxError, Error, ErrorKind, Result};
+pub use limits::StoreConfig;
+pub use model::{
+    Backoff, Enqueued, Lease, Mark, MarkAction, NewTask, Owner, Recycled, RetryPolicy, Stats,
+    Status, StatusCount, Task, TaskFilter, TaskId,
+};
+pub use store::{TaskStore, TaskStoreExt};
+
+/// Re-exported so implementors use the same `#[async_trait]` as the trait.
+pub use async_trait::async_trait;

@@ -1,0 +1,276 @@
+//! Input limits and the checks every store runs at its boundary, so that bad input is
+//! refused with a clear error before anything is written — the same way on every backend.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::model::{Lease, Mark, MarkAction};
+
+/// Longest event type, in bytes.
+pub const MAX_EVENT_TYPE_BYTES: usize = 64;
+/// Longest business key, in bytes.
+pub const MAX_BIZ_KEY_BYTES: usize = 128;
+/// Longest owner name, in bytes.
+pub const MAX_OWNER_BYTES: usize = 64;
+/// Default payload limit, in bytes (64 KiB, MySQL's `TEXT`).
+pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 64 * 1024;
+/// The largest payload limit a store may be configured with (16 MiB − 1, MySQL's `MEDIUMTEXT`).
+pub const MAX_PAYLOAD_LIMIT: usize = 16 * 1024 * 1024 - 1;
+/// `last_error` is cut to this many bytes (at a character boundary).
+pub const MAX_ERROR_BYTES: usize = 2000;
+/// Largest `max_attempts`.
+pub const MAX_ATTEMPTS: u32 = 10_000;
+/// Longest delay, retry interval or age argument: 365 days.
+pub const MAX_INTERVAL: Duration = Duration::from_secs(365 * 24 * 3600);
+/// Largest `limit` of a batch operation (grab, recycle, purge, list).
+pub const MAX_BATCH: usize = 1000;
+/// Most event types one `grab_batch` may name.
+pub const MAX_EVENT_TYPES: usize = 256;
+/// Most leases one `mark` or `heartbeat` call may carry.
+pub const MAX_LEASES: usize = 10_000;
+/// Longest table (or schema) name, in bytes: leaves room for index-name suffixes within
+/// PostgreSQL's 63-byte identifiers.
+pub const MAX_IDENTIFIER_BYTES: usize = 48;
+
+/// Check an event type: 1–64 bytes of ASCII letters, digits, `_`, `.`, `:` or `-`.
+pub fn check_event_type(operation: &'static str, event_type: &str) -> Result<()> {
+    if event_type.is_empty() || event_type.len() > MAX_EVENT_TYPE_BYTES {
+        return Err(Error::invalid_input(
+            operation,
+            format!(
+                "event_type must be 1 to {MAX_EVENT_TYPE_BYTES} bytes, got {}",
+                event_type.len()
+            ),
+        ));
+    }
+    if let Some(c) = event_type
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-')))
+    {
+        return Err(Error::invalid_input(
+            operation,
+            format!(
+                "event_type {event_type:?} contains {c:?}; use ASCII letters, digits, '_', '.', ':' or '-'"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Check a business key: 1–128 bytes, no control characters.
+pub fn check_biz_key(operation: &'static str, biz_key: &str) -> Result<()> {
+    if biz_key.is_empty() || biz_key.len() > MAX_BIZ_KEY_BYTES {
+        return Err(Error::invalid_input(
+            operation,
+            format!(
+                "biz_key must be 1 to {MAX_BIZ_KEY_BYTES} bytes, got {}",
+                biz_key.len()
+            ),
+        ));
+    }
+    if biz_key.chars().any(char::is_control) {
+        return Err(Error::invalid_input(
+            operation,
+            "biz_key must not contain control characters",
+        ));
+    }
+    Ok(())
+}
+
+/// Check a delay or age argument is at most [`MAX_INTERVAL`].
+pub fn check_duration(operation: &'static str, what: &str, d: Duration) -> Result<()> {
+    if d > MAX_INTERVAL {
+        return Err(Error::invalid_input(
+            operation,
+            format!("{what} must be at most {MAX_INTERVAL:?}, got {d:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Check a batch `limit` is at most [`MAX_BATCH`] (0 is allowed and means "nothing").
+pub fn check_limit(operation: &'static str, limit: usize) -> Result<()> {
+    if limit > MAX_BATCH {
+        return Err(Error::invalid_input(
+            operation,
+            format!("limit must be at most {MAX_BATCH}, got {limit}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Check the event types of a `grab_batch`: at most [`MAX_EVENT_TYPES`], each valid.
+pub fn check_event_types(operation: &'static str, event_types: &[String]) -> Result<()> {
+    if event_types.len() > MAX_EVENT_TYPES {
+        return Err(Error::invalid_input(
+            operation,
+            format!(
+                "at most {MAX_EVENT_TYPES} event types per call, got {}",
+                event_types.len()
+            ),
+        ));
+    }
+    event_types
+        .iter()
+        .try_for_each(|t| check_event_type(operation, t))
+}
+
+/// Check a list of leases (heartbeat) is not over [`MAX_LEASES`].
+pub fn check_leases(operation: &'static str, leases: &[Lease]) -> Result<()> {
+    if leases.len() > MAX_LEASES {
+        return Err(Error::invalid_input(
+            operation,
+            format!("at most {MAX_LEASES} leases per call, got {}", leases.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// Check a batch of marks: at most [`MAX_LEASES`], retry delays at most [`MAX_INTERVAL`].
+pub fn check_marks(operation: &'static str, marks: &[Mark]) -> Result<()> {
+    if marks.len() > MAX_LEASES {
+        return Err(Error::invalid_input(
+            operation,
+            format!("at most {MAX_LEASES} marks per call, got {}", marks.len()),
+        ));
+    }
+    for m in marks {
+        if let MarkAction::Retry { delay, .. } = &m.action {
+            check_duration(operation, "retry delay", *delay)?;
+        }
+    }
+    Ok(())
+}
+
+/// `error` cut to at most [`MAX_ERROR_BYTES`] at a character boundary.
+///
+/// ```
+/// use backstop_core::limits::{bounded_error, MAX_ERROR_BYTES};
+/// assert_eq!(bounded_error("short"), "short");
+/// assert_eq!(bounded_error(&"é".repeat(MAX_ERROR_BYTES)).len(), MAX_ERROR_BYTES);
+/// ```
+pub fn bounded_error(error: &str) -> &str {
+    if error.len() <= MAX_ERROR_BYTES {
+        return error;
+    }
+    let mut end = MAX_ERROR_BYTES;
+    while !error.is_char_boundary(end) {
+        end -= 1;
+    }
+    &error[..end]
+}
+
+/// Check an SQL identifier (table or schema name) that a backend will interpolate:
+/// 1–48 bytes, an ASCII letter or `_` first, then letters, digits or `_`.
+pub fn check_identifier(operation: &'static str, what: &str, name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_IDENTIFIER_BYTES
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::config(
+            operation,
+            format!(
+                "{what} {name:?} is not a valid identifier: use 1 to {MAX_IDENTIFIER_BYTES} ASCII letters, digits or '_', not starting with a digit"
+            ),
+        ))
+    }
+}
+
+/// Milliseconds of `d`, saturating at `i64::MAX`.
+pub fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Settings every store shares: the table name and the payload limit.
+///
+/// ```
+/// use backstop_core::StoreConfig;
+/// let cfg = StoreConfig::default().table("orders_outbox");
+/// assert!(cfg.validate().is_ok());
+/// assert!(StoreConfig::default().table("x; DROP TABLE y").validate().is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// The task table's name (default `backstop_task`).
+    pub table: String,
+    /// The largest payload accepted, in bytes (default 64 KiB).
+    pub max_payload_bytes: usize,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            table: "backstop_task".to_owned(),
+            max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
+        }
+    }
+}
+
+impl StoreConfig {
+    /// Use another table name.
+    pub fn table(mut self, table: impl Into<String>) -> Self {
+        self.table = table.into();
+        self
+    }
+
+    /// Use another payload limit.
+    pub fn max_payload_bytes(mut self, bytes: usize) -> Self {
+        self.max_payload_bytes = bytes;
+        self
+    }
+
+    /// Check the table name is a valid identifier and the payload limit is 1 byte to
+    /// [`MAX_PAYLOAD_LIMIT`]; a store refuses to open with a bad config.
+    pub fn validate(&self) -> Result<()> {
+        check_identifier("open_store", "table name", &self.table)?;
+        if self.max_payload_bytes == 0 || self.max_payload_bytes > MAX_PAYLOAD_LIMIT {
+            return Err(Error::config(
+                "open_store",
+                format!(
+                    "max_payload_bytes must be 1 to {MAX_PAYLOAD_LIMIT}, got {}",
+                    self.max_payload_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers() {
+        for good in ["backstop_task", "_t", "T1", &"a".repeat(48)] {
+            assert!(check_identifier("t", "table", good).is_ok(), "{good}");
+        }
+        for bad in ["", "1t", "a-b", "a b", "a;b", "\"x\"", "tä", &"a".repeat(49)] {
+            let e = check_identifier("t", "table", bad).unwrap_err();
+            assert_eq!(e.kind(), crate::ErrorKind::Config, "{bad}");
+        }
+    }
+
+    #[test]
+    fn bounded_error_cuts_at_char_boundary() {
+        let s = format!("a{}", "€".repeat(1000)); // 1 + 3000 bytes
+        let b = bounded_error(&s);
+        assert!(b.len() <= MAX_ERROR_BYTES && b.len() > MAX_ERROR_BYTES - 3);
+        assert!(s.starts_with(b));
+    }
+
+    #[test]
+    fn config_limits() {
+        assert!(StoreConfig::default().max_payload_bytes(0).validate().is_err());
+        assert!(StoreConfig::default()
+            .max_payload_bytes(MAX_PAYLOAD_LIMIT + 1)
+            .validate()
+            .is_err());
+    }
+}

@@ -1,0 +1,794 @@
+//! The task model: what a task row holds and what goes in and out of a [`TaskStore`].
+//!
+//! [`TaskStore`]: crate::TaskStore
+
+use std::fmt;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::error::{Error, Result};
+use crate::limits;
+
+/// A task's id: the 64-bit auto id of its row.
+pub type TaskId = i64;
+
+/// Where a task is in its life. The codes are the seed's and are what the database stores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Status {
+    /// `0`: waiting to run (first time, or a retry whose `next_run_at` is in the future).
+    Pending,
+    /// `1`: done; never scheduled again. Purged after the retention period.
+    Succeeded,
+    /// `2`: terminal failure (attempts exhausted or failed permanently); waits for an
+    /// operator's [`manual_reset`](crate::TaskStore::manual_reset).
+    Failed,
+    /// `3`: claimed by an engine instance (`owner`) and running under a `lease`.
+    Running,
+}
+
+impl Status {
+    /// All statuses, in code order.
+    pub const ALL: [Status; 4] = [
+        Status::Pending,
+        Status::Succeeded,
+        Status::Failed,
+        Status::Running,
+    ];
+
+    /// The code stored in the database (0 pending, 1 succeeded, 2 failed, 3 running).
+    pub fn code(self) -> i16 {
+        match self {
+            Status::Pending => 0,
+            Status::Succeeded => 1,
+            Status::Failed => 2,
+            Status::Running => 3,
+        }
+    }
+
+    /// The status of a stored code.
+    ///
+    /// ```
+    /// use backstop_core::Status;
+    /// assert_eq!(Status::from_code(3).unwrap(), Status::Running);
+    /// assert!(Status::from_code(7).is_err());
+    /// ```
+    pub fn from_code(code: i64) -> Result<Status> {
+        match code {
+            0 => Ok(Status::Pending),
+            1 => Ok(Status::Succeeded),
+            2 => Ok(Status::Failed),
+            3 => Ok(Status::Running),
+            other => Err(Error::new(
+                crate::ErrorKind::Unexpected,
+                "decode_task",
+                format!("unknown status code {other} in the task table"),
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Status::Pending => "pending",
+            Status::Succeeded => "succeeded",
+            Status::Failed => "failed",
+            Status::Running => "running",
+        })
+    }
+}
+
+/// How long to wait before the next attempt after a failed one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Backoff {
+    /// Every retry waits `interval`.
+    Fixed {
+        /// The wait before every retry.
+        interval: Duration,
+    },
+    /// The retry after the n-th attempt waits `initial · 2^(n−1)`, never more than `max`.
+    Exponential {
+        /// The wait after the first attempt.
+        initial: Duration,
+        /// The cap on any wait (default 24 h).
+        max: Duration,
+    },
+}
+
+impl Backoff {
+    /// The strategy name stored in the database: `FIXED` or `EXPONENTIAL` (the seed's).
+    pub fn strategy(&self) -> &'static str {
+        match self {
+            Backoff::Fixed { .. } => "FIXED",
+            Backoff::Exponential { .. } => "EXPONENTIAL",
+        }
+    }
+
+    /// The base interval (`interval` or `initial`).
+    pub fn interval(&self) -> Duration {
+        match *self {
+            Backoff::Fixed { interval } => interval,
+            Backoff::Exponential { initial, .. } => initial,
+        }
+    }
+
+    /// The largest wait this backoff ever yields.
+    pub fn max_interval(&self) -> Duration {
+        match *self {
+            Backoff::Fixed { interval } => interval,
+            Backoff::Exponential { max, .. } => max,
+        }
+    }
+
+    /// Rebuild a backoff from its stored columns.
+    pub fn from_parts(strategy: &str, interval: Duration, max: Duration) -> Result<Backoff> {
+        match strategy {
+            "FIXED" => Ok(Backoff::Fixed { interval }),
+            "EXPONENTIAL" => Ok(Backoff::Exponential {
+                initial: interval,
+                max,
+            }),
+            other => Err(Error::new(
+                crate::ErrorKind::Unexpected,
+                "decode_task",
+                format!("unknown retry_strategy {other:?} in the task table"),
+            )),
+        }
+    }
+
+    /// The wait before the next attempt after `attempt` attempts have been made
+    /// (`attempt` ≥ 1; 0 is treated as 1).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use backstop_core::Backoff;
+    ///
+    /// let b = Backoff::Exponential { initial: Duration::from_secs(10), max: Duration::from_secs(60) };
+    /// assert_eq!(b.delay_after(1), Duration::from_secs(10));
+    /// assert_eq!(b.delay_after(3), Duration::from_secs(40));
+    /// assert_eq!(b.delay_after(4), Duration::from_secs(60)); // capped
+    /// ```
+    pub fn delay_after(&self, attempt: u32) -> Duration {
+        match *self {
+            Backoff::Fixed { interval } => interval,
+            Backoff::Exponential { initial, max } => {
+                let exp = attempt.saturating_sub(1).min(62);
+                let factor = 1u32.checked_shl(exp).unwrap_or(u32::MAX);
+                initial.checked_mul(factor).unwrap_or(max).min(max)
+            }
+        }
+    }
+}
+
+/// How often and how patiently a task is retried.
+///
+/// `max_attempts` counts every start, the first included (the seed's `max_retry_count`):
+/// a task with `max_attempts = 3` runs at most three times, then parks as failed.
+///
+/// ```
+/// use std::time::Duration;
+/// use backstop_core::RetryPolicy;
+///
+/// let p = RetryPolicy::exponential(5, Duration::from_secs(1)).with_max_interval(Duration::from_secs(8));
+/// assert_eq!(p.delay_after(1), Duration::from_secs(1));
+/// assert_eq!(p.delay_after(5), Duration::from_secs(8));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RetryPolicy {
+    /// Total starts allowed, the first included (≥ 1).
+    pub max_attempts: u32,
+    /// The wait between attempts.
+    pub backoff: Backoff,
+}
+
+impl RetryPolicy {
+    /// The default cap on exponential backoff: 24 hours (the seed's).
+    pub const DEFAULT_MAX_INTERVAL: Duration = Duration::from_secs(24 * 3600);
+
+    /// Retry every `interval`, at most `max_attempts` starts in all.
+    pub fn fixed(max_attempts: u32, interval: Duration) -> Self {
+        Self {
+            max_attempts,
+            backoff: Backoff::Fixed { interval },
+        }
+    }
+
+    /// Retry after `initial`, `2·initial`, `4·initial`… capped at 24 h; at most
+    /// `max_attempts` starts in all.
+    pub fn exponential(max_attempts: u32, initial: Duration) -> Self {
+        Self {
+            max_attempts,
+            backoff: Backoff::Exponential {
+                initial,
+                max: Self::DEFAULT_MAX_INTERVAL,
+            },
+        }
+    }
+
+    /// Change the cap of an exponential backoff (no effect on a fixed one).
+    pub fn with_max_interval(mut self, max: Duration) -> Self {
+        if let Backoff::Exponential { initial, .. } = self.backoff {
+            self.backoff = Backoff::Exponential { initial, max };
+        }
+        self
+    }
+
+    /// See [`Backoff::delay_after`].
+    pub fn delay_after(&self, attempt: u32) -> Duration {
+        self.backoff.delay_after(attempt)
+    }
+
+    /// Check the policy is usable: 1 ≤ `max_attempts` ≤ [`limits::MAX_ATTEMPTS`], intervals
+    /// at most [`limits::MAX_INTERVAL`], and an exponential cap not below its initial wait.
+    pub fn validate(&self, operation: &'static str) -> Result<()> {
+        if self.max_attempts == 0 || self.max_attempts > limits::MAX_ATTEMPTS {
+            return Err(Error::invalid_input(
+                operation,
+                format!(
+                    "max_attempts must be between 1 and {}, got {}",
+                    limits::MAX_ATTEMPTS,
+                    self.max_attempts
+                ),
+            ));
+        }
+        let (interval, max) = (self.backoff.interval(), self.backoff.max_interval());
+        if interval > limits::MAX_INTERVAL || max > limits::MAX_INTERVAL {
+            return Err(Error::invalid_input(
+                operation,
+                format!(
+                    "retry intervals must be at most {:?}, got {:?} (cap {:?})",
+                    limits::MAX_INTERVAL,
+                    interval,
+                    max
+                ),
+            ));
+        }
+        if max < interval {
+            return Err(Error::invalid_input(
+                operation,
+                format!("retry cap {max:?} is below the initial interval {interval:?}"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Default for RetryPolicy {
+    /// 5 attempts, exponential backoff from 10 s, capped at 24 h.
+    fn default() -> Self {
+        Self::exponential(5, Duration::from_secs(10))
+    }
+}
+
+/// A task row as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Task {
+    /// The row id.
+    pub id: TaskId,
+    /// The handler key (1–64 bytes).
+    pub event_type: String,
+    /// The business key (1–128 bytes); unique together with `event_type`.
+    pub biz_key: String,
+    /// The JSON context the handler runs with (the seed's `biz_context`).
+    pub payload: String,
+    /// Where the task is in its life.
+    pub status: Status,
+    /// How many times the task was started (every grab adds one; a release gives it back).
+    pub attempts: u32,
+    /// The retry policy stored with the task at enqueue.
+    pub retry: RetryPolicy,
+    /// When the task is due (database time).
+    pub next_run_at: DateTime<Utc>,
+    /// The engine instance holding the task while it runs; `None` otherwise.
+    pub owner: Option<String>,
+    /// The fencing token: every grab increments it.
+    pub lease: i64,
+    /// The last failure's message (bounded to [`limits::MAX_ERROR_BYTES`]).
+    pub last_error: Option<String>,
+    /// When the row was inserted (database time).
+    pub created_at: DateTime<Utc>,
+    /// When the row last changed, or the last heartbeat (database time).
+    pub updated_at: DateTime<Utc>,
+}
+
+impl Task {
+    /// The lease that proves this copy of the task is the current claim.
+    pub fn lease(&self) -> Lease {
+        Lease {
+            task_id: self.id,
+            token: self.lease,
+        }
+    }
+
+    /// Whether another start is allowed after this one.
+    pub fn has_attempts_left(&self) -> bool {
+        self.attempts < self.retry.max_attempts
+    }
+
+    /// The policy's wait before the next attempt, given the attempts made so far.
+    pub fn retry_delay(&self) -> Duration {
+        self.retry.delay_after(self.attempts)
+    }
+
+    /// Decode the JSON payload into `T`.
+    pub fn payload_as<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
+        serde_json::from_str(&self.payload).map_err(|e| {
+            Error::invalid_input(
+                "decode_payload",
+                format!(
+                    "payload of task {} ({}) does not decode: {e}",
+                    self.id, self.event_type
+                ),
+            )
+            .with_source(e)
+        })
+    }
+}
+
+/// A claim on a running task: its id and the lease token the grab returned.
+///
+/// Every state change of a running task names its lease; a lease that is no longer
+/// current (the task was recycled and grabbed again) changes nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Lease {
+    /// The task's id.
+    pub task_id: TaskId,
+    /// The lease token at the time of the grab.
+    pub token: i64,
+}
+
+/// The identity of an engine instance, unique per process start (not the IP: two
+/// processes on one host, or a restart, must never share an owner).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Owner(String);
+
+impl Owner {
+    /// An owner with a chosen name (1–64 bytes, no control characters).
+    pub fn new(name: impl Into<String>) -> Result<Owner> {
+        let name = name.into();
+        if name.is_empty() || name.len() > limits::MAX_OWNER_BYTES {
+            return Err(Error::invalid_input(
+                "owner",
+                format!(
+                    "owner must be 1 to {} bytes, got {}",
+                    limits::MAX_OWNER_BYTES,
+                    name.len()
+                ),
+            ));
+        }
+        if name.chars().any(char::is_control) {
+            return Err(Error::invalid_input(
+                "owner",
+                "owner must not contain control characters",
+            ));
+        }
+        Ok(Owner(name))
+    }
+
+    /// A fresh owner for this process start: `host-pid-random`.
+    pub fn generate() -> Owner {
+        use std::collections::hash_map::RandomState;
+        use std::hash::{BuildHasher, Hasher};
+        let host = std::env::var("HOSTNAME")
+            .ok()
+            .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+            .map(|h| {
+                h.trim()
+                    .chars()
+                    .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '.')
+                    .take(32)
+                    .collect::<String>()
+            })
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "backstop".to_owned());
+        let mut hasher = RandomState::new().build_hasher();
+        hasher.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or_default(),
+        );
+        Owner(format!(
+            "{host}-{}-{:08x}",
+            std::process::id(),
+            hasher.finish() as u32
+        ))
+    }
+
+    /// The owner's name as stored in the `owner` column.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A task to enqueue. Build it, then hand it to [`TaskStore::enqueue`] or a backend's
+/// transactional enqueue; the store validates it before writing anything.
+///
+/// ```
+/// use std::time::Duration;
+/// use backstop_core::{NewTask, RetryPolicy};
+///
+/// #[derive(serde::Serialize)]
+/// struct Pay { order_id: u64, amount_cents: u64 }
+///
+/// let task = NewTask::new("PAY_ORDER", "order-42")
+///     .json(&Pay { order_id: 42, amount_cents: 1999 })
+///     .retry(RetryPolicy::fixed(3, Duration::from_secs(30)));
+/// assert!(task.validate(64 * 1024).is_ok());
+/// assert!(NewTask::new("", "order-42").validate(64 * 1024).is_err());
+/// ```
+///
+/// [`TaskStore::enqueue`]: crate::TaskStore::enqueue
+#[derive(Debug, Clone)]
+pub struct NewTask {
+    event_type: String,
+    biz_key: String,
+    payload: std::result::Result<String, String>,
+    retry: RetryPolicy,
+    delay: Duration,
+}
+
+impl NewTask {
+    /// A task for handler `event_type` about business object `biz_key`, with an empty
+    /// JSON object as payload, the default [`RetryPolicy`] and no delay.
+    pub fn new(event_type: impl Into<String>, biz_key: impl Into<String>) -> Self {
+        Self {
+            event_type: event_type.into(),
+            biz_key: biz_key.into(),
+            payload: Ok("{}".to_owned()),
+            retry: RetryPolicy::default(),
+            delay: Duration::ZERO,
+        }
+    }
+
+    /// Serialize `value` as the JSON payload. A value that fails to serialize is
+    /// reported by [`validate`](Self::validate) (and so by the store) as invalid input.
+    pub fn json<T: serde::Serialize + ?Sized>(mut self, value: &T) -> Self {
+        self.payload = serde_json::to_string(value).map_err(|e| e.to_string());
+        self
+    }
+
+    /// Use `json` (a JSON document as text) as the payload; it is checked to parse.
+    pub fn payload_raw(mut self, json: impl Into<String>) -> Self {
+        let json = json.into();
+        self.payload = match serde_json::from_str::<serde::de::IgnoredAny>(&json) {
+            Ok(_) => Ok(json),
+            Err(e) => Err(e.to_string()),
+        };
+        self
+    }
+
+    /// The retry policy stored with the task.
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
+        self
+    }
+
+    /// Make the task due `delay` after enqueue (database time) instead of at once.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// The handler key.
+    pub fn event_type(&self) -> &str {
+        &self.event_type
+    }
+
+    /// The business key.
+    pub fn biz_key(&self) -> &str {
+        &self.biz_key
+    }
+
+    /// The JSON payload text (empty when it failed to serialize; `validate` says why).
+    pub fn payload(&self) -> &str {
+        self.payload.as_deref().unwrap_or("")
+    }
+
+    /// The retry policy.
+    pub fn retry_policy(&self) -> &RetryPolicy {
+        &self.retry
+    }
+
+    /// The delay before the task is due.
+    pub fn due_delay(&self) -> Duration {
+        self.delay
+    }
+
+    /// Check everything a store checks before writing: event type (1–64 bytes of
+    /// `A–Z a–z 0–9 _ . : -`), business key (1–128 bytes, no control characters), a
+    /// payload that serialized and fits `max_payload_bytes`, the retry policy, and a delay
+    /// of at most [`limits::MAX_INTERVAL`].
+    pub fn validate(&self, max_payload_bytes: usize) -> Result<()> {
+        const OP: &str = "enqueue";
+        limits::check_event_type(OP, &self.event_type)?;
+        limits::check_biz_key(OP, &self.biz_key)?;
+        match &self.payload {
+            Err(e) => {
+                return Err(Error::invalid_input(
+                    OP,
+                    format!("payload is not valid JSON: {e}"),
+                ))
+            }
+            Ok(p) if p.len() > max_payload_bytes => {
+                return Err(Error::invalid_input(
+                    OP,
+                    format!(
+                        "payload is {} bytes, over the limit of {max_payload_bytes} bytes",
+                        p.len()
+                    ),
+                ))
+            }
+            Ok(_) => {}
+        }
+        self.retry.validate(OP)?;
+        limits::check_duration(OP, "delay", self.delay)?;
+        Ok(())
+    }
+}
+
+/// The answer of an enqueue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Enqueued {
+    /// The task's id (the existing one for a duplicate).
+    pub id: TaskId,
+    /// `true` when this call inserted the row; `false` when a task with the same
+    /// `(event_type, biz_key)` already existed (it is left unchanged).
+    pub created: bool,
+}
+
+/// What to do with a running task, named by its lease. See [`TaskStore::mark`].
+///
+/// [`TaskStore::mark`]: crate::TaskStore::mark
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MarkAction {
+    /// running → succeeded.
+    Success,
+    /// running → pending, due `delay` from now (database time), with `error` as
+    /// `last_error`; running → failed instead when no attempts are left.
+    Retry {
+        /// The wait before the next attempt.
+        delay: Duration,
+        /// Why the attempt failed.
+        error: String,
+    },
+    /// running → failed (terminal) with `error` as `last_error`.
+    Fail {
+        /// Why the task failed.
+        error: String,
+    },
+    /// running → pending without spending the attempt (the grab's increment is undone);
+    /// for a task that never started (executor full, shutdown).
+    Release,
+}
+
+/// One state change of a running task. Built with [`Mark::success`], [`Mark::retry`],
+/// [`Mark::fail`] or [`Mark::release`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mark {
+    /// The claim the change is fenced by.
+    pub lease: Lease,
+    /// The change.
+    pub action: MarkAction,
+}
+
+impl Mark {
+    /// Mark the task succeeded.
+    pub fn success(lease: Lease) -> Self {
+        Self {
+            lease,
+            action: MarkAction::Success,
+        }
+    }
+
+    /// Schedule a retry after `delay` (or fail the task when no attempts are left).
+    pub fn retry(lease: Lease, delay: Duration, error: impl Into<String>) -> Self {
+        Self {
+            lease,
+            action: MarkAction::Retry {
+                delay,
+                error: error.into(),
+            },
+        }
+    }
+
+    /// Fail the task for good.
+    pub fn fail(lease: Lease, error: impl Into<String>) -> Self {
+        Self {
+            lease,
+            action: MarkAction::Fail {
+                error: error.into(),
+            },
+        }
+    }
+
+    /// Give the task back without spending an attempt.
+    pub fn release(lease: Lease) -> Self {
+        Self {
+            lease,
+            action: MarkAction::Release,
+        }
+    }
+}
+
+/// Which tasks [`TaskStore::list`] returns: filters are ANDed, rows come in id order,
+/// starting after `after_id`, at most `limit` (1–1000) of them.
+///
+/// [`TaskStore::list`]: crate::TaskStore::list
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskFilter {
+    /// Only this status.
+    pub status: Option<Status>,
+    /// Only this event type.
+    pub event_type: Option<String>,
+    /// Only ids greater than this (for paging).
+    pub after_id: Option<TaskId>,
+    /// At most this many rows.
+    pub limit: usize,
+}
+
+impl Default for TaskFilter {
+    fn default() -> Self {
+        Self {
+            status: None,
+            event_type: None,
+            after_id: None,
+            limit: 100,
+        }
+    }
+}
+
+/// The answer of [`TaskStore::recycle_dead`].
+///
+/// [`TaskStore::recycle_dead`]: crate::TaskStore::recycle_dead
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recycled {
+    /// Dead tasks put back to pending (attempts remained).
+    pub to_pending: u64,
+    /// Dead tasks parked as failed (their last attempt died).
+    pub to_failed: u64,
+}
+
+impl Recycled {
+    /// All tasks recycled.
+    pub fn total(&self) -> u64 {
+        self.to_pending + self.to_failed
+    }
+}
+
+/// How many tasks of one event type are in one status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusCount {
+    /// The event type.
+    pub event_type: String,
+    /// The status.
+    pub status: Status,
+    /// How many tasks.
+    pub count: u64,
+}
+
+/// The answer of [`TaskStore::stats`].
+///
+/// [`TaskStore::stats`]: crate::TaskStore::stats
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Counts per event type and status (only non-zero ones).
+    pub counts: Vec<StatusCount>,
+    /// How long the oldest due pending task has been due; `None` when none is due.
+    pub oldest_due_pending: Option<Duration>,
+}
+
+impl Stats {
+    /// Tasks in `status` over all event types.
+    pub fn count(&self, status: Status) -> u64 {
+        self.counts
+            .iter()
+            .filter(|c| c.status == status)
+            .map(|c| c.count)
+            .sum()
+    }
+
+    /// Tasks of `event_type` in `status`.
+    pub fn count_for(&self, event_type: &str, status: Status) -> u64 {
+        self.counts
+            .iter()
+            .filter(|c| c.status == status && c.event_type == event_type)
+            .map(|c| c.count)
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exponential_doubles_and_caps_without_overflow() {
+        let b = Backoff::Exponential {
+            initial: Duration::from_millis(1500),
+            max: Duration::from_secs(3600),
+        };
+        assert_eq!(b.delay_after(0), Duration::from_millis(1500));
+        assert_eq!(b.delay_after(1), Duration::from_millis(1500));
+        assert_eq!(b.delay_after(2), Duration::from_millis(3000));
+        assert_eq!(b.delay_after(5), Duration::from_millis(24000));
+        assert_eq!(b.delay_after(40), Duration::from_secs(3600));
+        assert_eq!(b.delay_after(u32::MAX), Duration::from_secs(3600));
+    }
+
+    #[test]
+    fn fixed_is_constant() {
+        let p = RetryPolicy::fixed(3, Duration::from_secs(7));
+        for n in 1..10 {
+            assert_eq!(p.delay_after(n), Duration::from_secs(7));
+        }
+        // with_max_interval leaves a fixed backoff alone
+        assert_eq!(p.with_max_interval(Duration::from_secs(1)), p);
+    }
+
+    #[test]
+    fn policy_validation() {
+        assert!(RetryPolicy::default().validate("t").is_ok());
+        assert!(RetryPolicy::fixed(0, Duration::ZERO).validate("t").is_err());
+        assert!(RetryPolicy::fixed(limits::MAX_ATTEMPTS + 1, Duration::ZERO)
+            .validate("t")
+            .is_err());
+        let p = RetryPolicy::exponential(3, Duration::from_secs(10))
+            .with_max_interval(Duration::from_secs(5));
+        let e = p.validate("enqueue").unwrap_err();
+        assert!(e.to_string().contains("below the initial interval"), "{e}");
+        assert!(
+            RetryPolicy::fixed(3, limits::MAX_INTERVAL + Duration::from_secs(1))
+                .validate("t")
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn new_task_validation_messages() {
+        let lim = 100;
+        let ok = NewTask::new("PAY_ORDER", "o-1");
+        assert!(ok.validate(lim).is_ok());
+        let msg = |t: NewTask| t.validate(lim).unwrap_err().to_string();
+        assert!(msg(NewTask::new("", "k")).contains("event_type must be 1 to 64 bytes"));
+        assert!(msg(NewTask::new("a".repeat(65), "k")).contains("event_type"));
+        assert!(msg(NewTask::new("has space", "k")).contains("event_type"));
+        assert!(msg(NewTask::new("E", "")).contains("biz_key must be 1 to 128 bytes"));
+        assert!(msg(NewTask::new("E", "k".repeat(129))).contains("biz_key"));
+        assert!(msg(NewTask::new("E", "a\0b")).contains("control"));
+        assert!(msg(NewTask::new("E", "k").payload_raw("{nope")).contains("not valid JSON"));
+        assert!(msg(NewTask::new("E", "k").json(&"x".repeat(200))).contains("over the limit"));
+        assert!(
+            msg(NewTask::new("E", "k").delay(limits::MAX_INTERVAL * 2)).contains("delay must be")
+        );
+        // exactly at the limits is fine
+        assert!(NewTask::new("a".repeat(64), "k".repeat(128))
+            .payload_raw("x".repeat(98).replace('x', " ") + "{}")
+            .validate(lim)
+            .is_ok());
+    }
+
+    #[test]
+    fn owner_generate_is_unique_and_valid() {
+        let a = Owner::generate();
+        let b = Owner::generate();
+        assert_ne!(a, b);
+        assert!(Owner::new(a.as_str()).is_ok());
+        assert!(Owner::new("").is_err());
+        assert!(Owner::new("x".repeat(65)).is_err());
+    }
+
+    #[test]
+    fn status_codes_round_trip() {
+        for s in Status::ALL {
+            assert_eq!(Status::from_code(s.code().into()).unwrap(), s);
+        }
+    }
+}

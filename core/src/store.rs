@@ -1,0 +1,236 @@
+//! The [`TaskStore`] trait: the contract every backend honours and the conformance suite
+//! (`backstop-testkit`) checks line by line.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::error::Result;
+use crate::model::{
+    Enqueued, Lease, Mark, NewTask, Owner, Recycled, Stats, Task, TaskFilter, TaskId,
+};
+
+/// Storage of tasks: the local message table.
+///
+/// # Contract
+///
+/// Every implementation, whatever its database, behaves as follows; each line is a case
+/// in `backstop_testkit`.
+///
+/// - **Validation first.** Bad input (see [`NewTask::validate`], the checks in
+///   [`limits`](crate::limits)) is refused with [`ErrorKind::InvalidInput`] before anything
+///   is written. A bad table name is refused with [`ErrorKind::Config`] when the store is
+///   opened.
+/// - **Database time.** Every timestamp written and every "is it due / is it old" test uses
+///   the database's clock, never the caller's.
+/// - **Statuses.** `0` pending, `1` succeeded, `2` failed (terminal), `3` running. Only a
+///   grab moves a task to running; only a mark with the current lease moves it out.
+/// - **Fencing.** Every grab increments `attempts` and `lease`. Every change to a running
+///   task ([`mark`](Self::mark), [`heartbeat`](Self::heartbeat)) names a [`Lease`] and
+///   applies only when the task is still running under that lease; otherwise it changes
+///   nothing and reports `false`. A recycled worker can never overwrite its successor.
+/// - **Atomic claims.** A task is claimed by at most one caller per grab, however many
+///   connections, processes or hosts race for it.
+/// - **Errors** carry the operation, a kind, and `is_temporary()` for transient database
+///   failures (busy, lost connection, deadlock), which callers may retry.
+///
+/// The trait is object safe: `Arc<dyn TaskStore>` works. Conveniences built on these
+/// methods ([`mark_success`](TaskStoreExt::mark_success) and friends) live in
+/// [`TaskStoreExt`], so wrappers need implement only this trait.
+///
+/// [`ErrorKind::InvalidInput`]: crate::ErrorKind::InvalidInput
+/// [`ErrorKind::Config`]: crate::ErrorKind::Config
+#[async_trait]
+pub trait TaskStore: Send + Sync + 'static {
+    /// Create the task table and its indexes if they are missing.
+    ///
+    /// - Idempotent: running it again (or from several instances) changes nothing.
+    /// - Indexes: the claim order `(status, next_run_at, id)`, recycling and purging
+    ///   `(status, updated_at)`, and the unique `(event_type, biz_key)`.
+    async fn migrate(&self) -> Result<()>;
+
+    /// Insert a task in its own transaction.
+    ///
+    /// - The new task is pending, `attempts = 0`, `lease = 0`, no owner, due at
+    ///   database-now plus the task's delay.
+    /// - Idempotent on `(event_type, biz_key)`: when a task with that key exists, nothing
+    ///   is changed and its id is returned with `created = false`.
+    /// - Invalid input is refused with `InvalidInput` and nothing is written.
+    ///
+    /// Backends also offer a *transactional* enqueue on their native transaction, so the
+    /// task commits or rolls back with the caller's business rows.
+    async fn enqueue(&self, task: NewTask) -> Result<Enqueued>;
+
+    /// Claim one task by id: pending → running, only if it is due.
+    ///
+    /// - Applies only when the task is pending and `next_run_at <= now`; returns `None`
+    ///   otherwise (missing, not due, or in any other status).
+    /// - On success: status running, `owner` set, `attempts + 1`, `lease + 1`,
+    ///   `updated_at = now`; the returned task shows the new values.
+    /// - Of any number of concurrent callers, exactly one wins.
+    async fn grab_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<Task>>;
+
+    /// Claim up to `limit` due pending tasks of the given event types.
+    ///
+    /// - Due pending tasks only (`next_run_at <= now`), of `event_types` only; an empty
+    ///   list or `limit = 0` claims nothing.
+    /// - Oldest first: ordered by `(next_run_at, id)`; the result is in that order.
+    /// - Each claimed task is changed as by [`grab_by_id`](Self::grab_by_id).
+    /// - Concurrent callers never claim the same task; none claims more than `limit`.
+    /// - `limit` is at most [`limits::MAX_BATCH`](crate::limits::MAX_BATCH).
+    async fn grab_batch(
+        &self,
+        owner: &Owner,
+        event_types: &[String],
+        limit: usize,
+    ) -> Result<Vec<Task>>;
+
+    /// Recover up to `limit` running tasks whose `updated_at` is older than `older_than`
+    /// (their owner stopped heartbeating): the dead-worker sweep.
+    ///
+    /// - Back to pending (owner cleared, due at once) when `attempts < max_attempts`;
+    ///   otherwise failed, with a `last_error` that says the last attempt died.
+    /// - Re-checks `status = running` and the age in the same statement: a task that
+    ///   completed or was heartbeated meanwhile is never touched.
+    /// - Oldest `updated_at` first.
+    async fn recycle_dead(&self, older_than: Duration, limit: usize) -> Result<Recycled>;
+
+    /// Refresh `updated_at` of running tasks still held under these leases, so a long
+    /// task is never recycled while its owner lives.
+    ///
+    /// - Returns one flag per lease, in order: `true` when refreshed, `false` when the
+    ///   lease is no longer current (the task was recycled, reset or completed).
+    async fn heartbeat(&self, leases: &[Lease]) -> Result<Vec<bool>>;
+
+    /// Apply state changes to running tasks, each fenced by its lease.
+    ///
+    /// - Each mark applies only when its task is running with that exact lease; otherwise
+    ///   it changes nothing. Returns one flag per mark, in order: `true` when applied.
+    /// - [`Success`](crate::MarkAction::Success): status succeeded, owner kept (who did
+    ///   it), `last_error` cleared.
+    /// - [`Retry`](crate::MarkAction::Retry): status pending, owner cleared,
+    ///   `next_run_at = now + delay` exactly, `last_error` set (cut to
+    ///   [`MAX_ERROR_BYTES`](crate::limits::MAX_ERROR_BYTES)); when the task has no
+    ///   attempts left (`attempts >= max_attempts`) it becomes failed instead.
+    /// - [`Fail`](crate::MarkAction::Fail): status failed, owner cleared, `last_error` set.
+    /// - [`Release`](crate::MarkAction::Release): status pending, owner cleared,
+    ///   `attempts − 1` (the grab's increment is given back), `next_run_at` unchanged.
+    /// - Every applied mark sets `updated_at = now`. Marks of one call apply in order, in
+    ///   one transaction where the backend allows.
+    async fn mark(&self, marks: &[Mark]) -> Result<Vec<bool>>;
+
+    /// An operator's retry (the seed's MIS reset): failed → pending with `attempts = 0`,
+    /// due now, `last_error` kept for the record.
+    ///
+    /// - Also resets a *stuck* running task: one whose `updated_at` is older than
+    ///   `stuck_after` (its owner is gone). A running task with a live owner is never reset.
+    /// - Returns the task as reset. `NotFound` when there is no such task; `Conflict` when
+    ///   it is pending, succeeded, or running with a live owner (nothing changes).
+    async fn manual_reset(&self, id: TaskId, stuck_after: Duration) -> Result<Task>;
+
+    /// One task by id, or `None`.
+    async fn get(&self, id: TaskId) -> Result<Option<Task>>;
+
+    /// Tasks matching `filter`, in id order (see [`TaskFilter`]).
+    async fn list(&self, filter: &TaskFilter) -> Result<Vec<Task>>;
+
+    /// Counts per status and event type, and the age of the oldest due pending task.
+    async fn stats(&self) -> Result<Stats>;
+
+    /// Delete up to `limit` succeeded tasks whose `updated_at` is older than
+    /// `older_than` (retention); returns how many were deleted. Never touches a task in
+    /// any other status.
+    async fn purge_succeeded(&self, older_than: Duration, limit: usize) -> Result<u64>;
+}
+
+/// Conveniences over [`TaskStore`], for every store (including `dyn TaskStore`).
+///
+/// ```
+/// # async fn demo(store: &dyn backstop_core::TaskStore, task: backstop_core::Task) -> backstop_core::Result<()> {
+/// use backstop_core::TaskStoreExt;
+/// if !store.mark_success(task.lease()).await? {
+///     // our lease was lost: the task was recycled and someone else owns it now
+/// }
+/// # Ok(()) }
+/// ```
+#[async_trait]
+pub trait TaskStoreExt: TaskStore {
+    /// Mark one task succeeded; `false` when the lease is stale.
+    async fn mark_success(&self, lease: Lease) -> Result<bool> {
+        first(self.mark(&[Mark::success(lease)]).await?)
+    }
+
+    /// Schedule a retry of one task after `delay` (failed when no attempts are left);
+    /// `false` when the lease is stale.
+    async fn mark_retry(&self, lease: Lease, delay: Duration, error: &str) -> Result<bool> {
+        first(self.mark(&[Mark::retry(lease, delay, error)]).await?)
+    }
+
+    /// Fail one task for good; `false` when the lease is stale.
+    async fn mark_fail(&self, lease: Lease, error: &str) -> Result<bool> {
+        first(self.mark(&[Mark::fail(lease, error)]).await?)
+    }
+
+    /// Give one task back without spending an attempt; `false` when the lease is stale.
+    async fn release(&self, lease: Lease) -> Result<bool> {
+        first(self.mark(&[Mark::release(lease)]).await?)
+    }
+}
+
+impl<S: TaskStore + ?Sized> TaskStoreExt for S {}
+
+fn first(flags: Vec<bool>) -> Result<bool> {
+    match flags.as_slice() {
+        [flag] => Ok(*flag),
+        other => Err(crate::Error::new(
+            crate::ErrorKind::Unexpected,
+            "mark",
+            format!("store answered {} flags for one mark", other.len()),
+        )),
+    }
+}
+
+#[async_trait]
+impl<S: TaskStore + ?Sized> TaskStore for std::sync::Arc<S> {
+    async fn migrate(&self) -> Result<()> {
+        (**self).migrate().await
+    }
+    async fn enqueue(&self, task: NewTask) -> Result<Enqueued> {
+        (**self).enqueue(task).await
+    }
+    async fn grab_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<Task>> {
+        (**self).grab_by_id(id, owner).await
+    }
+    async fn grab_batch(
+        &self,
+        owner: &Owner,
+        event_types: &[String],
+        limit: usize,
+    ) -> Result<Vec<Task>> {
+        (**self).grab_batch(owner, event_types, limit).await
+    }
+    async fn recycle_dead(&self, older_than: Duration, limit: usize) -> Result<Recycled> {
+        (**self).recycle_dead(older_than, limit).await
+    }
+    async fn heartbeat(&self, leases: &[Lease]) -> Result<Vec<bool>> {
+        (**self).heartbeat(leases).await
+    }
+    async fn mark(&self, marks: &[Mark]) -> Result<Vec<bool>> {
+        (**self).mark(marks).await
+    }
+    async fn manual_reset(&self, id: TaskId, stuck_after: Duration) -> Result<Task> {
+        (**self).manual_reset(id, stuck_after).await
+    }
+    async fn get(&self, id: TaskId) -> Result<Option<Task>> {
+        (**self).get(id).await
+    }
+    async fn list(&self, filter: &TaskFilter) -> Result<Vec<Task>> {
+        (**self).list(filter).await
+    }
+    async fn stats(&self) -> Result<Stats> {
+        (**self).stats().await
+    }
+    async fn purge_succeeded(&self, older_than: Duration, limit: usize) -> Result<u64> {
+        (**self).purge_succeeded(older_than, limit).await
+    }
+}

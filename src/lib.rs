@@ -1,0 +1,42 @@
+//! # backstop
+//!
+//! The *local message table* pattern (transactional outbox / retry-task table) for Rust.
+//!
+//! A service writes its business rows **and** a task row in one local transaction. After
+//! commit the task runs at once in-process; a periodic poller is the safety net that
+//! picks up whatever the fast path missed (crashes, restarts, retries). Delivery is
+//! at-least-once, every state change is fenced by a lease, and failed tasks park for an
+//! operator to inspect and reset.
+//!
+//! This crate is the facade: it re-exports [`backstop_core`] (the model and the
+//! [`TaskStore`] contract) and each backend behind a cargo feature:
+//!
+//! | feature | backend | module |
+//! |---|---|---|
+//! | `sqlite` (default) | embedded SQLite (bundled) | [`sqlite`] |
+//!
+//! ```no_run
+//! # #[cfg(feature = "sqlite")]
+//! # async fn demo() -> backstop::Result<()> {
+//! use backstop::{NewTask, Owner, TaskStore, TaskStoreExt};
+//! use backstop::sqlite::SqliteStore;
+//!
+//! let store = SqliteStore::open("app.db").await?;
+//! store.migrate().await?;
+//! let enq = store.enqueue(NewTask::new("SEND_EMAIL", "order-42")).await?;
+//! if let Some(task) = store.grab_by_id(enq.id, &Owner::generate()).await? {
+//!     // ... do the work, idempotently ...
+//!     store.mark_success(task.lease()).await?;
+//! }
+//! # Ok(()) }
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub use backstop_core::*;
+
+/// The embedded SQLite backend (feature `sqlite`, on by default).
+#[cfg(feature = "sqlite")]
+pub mod sqlite {
+    pub use backstop_sqlite::*;
+}
