@@ -40,3 +40,8 @@ pub use backstop_core::*;
 pub mod sqlite {
     pub use backstop_sqlite::*;
 }
+
+/// The README's examples, compiled as doctests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

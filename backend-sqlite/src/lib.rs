@@ -24,9 +24,10 @@
 //! store.migrate().await?;
 //! let enq = store
 //!     .transaction(|tx| {
+//!         // business rows and the task: one local transaction
 //!         tx.execute("INSERT INTO orders (id) VALUES (42)", [])?;
 //!         Ok::<_, Box<dyn std::error::Error + Send + Sync>>(
-//!             store.enqueue_tx(tx, &NewTask::new("PAY_ORDER", "42"))?,
+//!             tx.enqueue(&NewTask::new("PAY_ORDER", "42"))?,
 //!         )
 //!     })
 //!     .await?;
@@ -46,9 +47,8 @@ use std::time::Duration;
 use backstop_core::async_trait;
 use backstop_core::limits::{self, bounded_error, millis};
 use backstop_core::{
-    Backoff, Enqueued, Error, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner, Recycled,
-    Result, RetryPolicy, Stats, Status, StatusCount, StoreConfig, Task, TaskFilter, TaskId,
-    TaskStore,
+    Backoff, Enqueued, Error, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner, Recycled, Result,
+    RetryPolicy, Stats, Status, StatusCount, StoreConfig, Task, TaskFilter, TaskId, TaskStore,
 };
 use chrono::{DateTime, Utc};
 use rusqlite::{params, Connection, OptionalExtension, Row, Transaction};
@@ -195,8 +195,8 @@ impl SqliteStore {
 
     /// Run `f` in a `BEGIN IMMEDIATE` transaction on one of the store's connections (on
     /// tokio's blocking pool); commit when it returns `Ok`, roll back when it returns
-    /// `Err` or panics. Use it to write business rows and [`enqueue_tx`](Self::enqueue_tx)
-    /// in one transaction.
+    /// `Err` or panics. `f` gets a [`SqliteTx`]: the [`rusqlite::Transaction`] (by
+    /// `Deref`) for the business rows, plus [`SqliteTx::enqueue`] for the task.
     ///
     /// The error type is the caller's, as long as a backstop [`Error`] converts into it
     /// (a failed commit or an unavailable database is reported that way).
@@ -204,8 +204,9 @@ impl SqliteStore {
     where
         T: Send + 'static,
         E: From<Error> + Send + 'static,
-        F: FnOnce(&Transaction<'_>) -> std::result::Result<T, E> + Send + 'static,
+        F: FnOnce(&SqliteTx<'_>) -> std::result::Result<T, E> + Send + 'static,
     {
+        let store = self.clone();
         let out = self
             .inner
             .pool
@@ -216,7 +217,10 @@ impl SqliteStore {
                     Ok(tx) => tx,
                     Err(e) => return Ok(Err(E::from(db_err("transaction", e)))),
                 };
-                let r = f(&tx);
+                let r = f(&SqliteTx {
+                    tx: &tx,
+                    store: &store,
+                });
                 Ok(match r {
                     Ok(v) => tx
                         .commit()
@@ -265,7 +269,33 @@ impl SqliteStore {
     }
 }
 
-fn enqueue_on(sql: &Sql, conn: &Connection, task: &NewTask, now: i64) -> rusqlite::Result<Enqueued> {
+/// A transaction opened by [`SqliteStore::transaction`]: derefs to the
+/// [`rusqlite::Transaction`] for the caller's own statements, and enqueues tasks in it.
+pub struct SqliteTx<'a> {
+    tx: &'a Transaction<'a>,
+    store: &'a SqliteStore,
+}
+
+impl SqliteTx<'_> {
+    /// Enqueue `task` in this transaction (see [`SqliteStore::enqueue_tx`]).
+    pub fn enqueue(&self, task: &NewTask) -> Result<Enqueued> {
+        self.store.enqueue_tx(self.tx, task)
+    }
+}
+
+impl<'a> std::ops::Deref for SqliteTx<'a> {
+    type Target = Transaction<'a>;
+    fn deref(&self) -> &Transaction<'a> {
+        self.tx
+    }
+}
+
+fn enqueue_on(
+    sql: &Sql,
+    conn: &Connection,
+    task: &NewTask,
+    now: i64,
+) -> rusqlite::Result<Enqueued> {
     let retry = task.retry_policy();
     let inserted: Option<i64> = conn
         .prepare_cached(&sql.insert)?
@@ -302,8 +332,10 @@ impl TaskStore for SqliteStore {
 
     async fn enqueue(&self, task: NewTask) -> Result<Enqueued> {
         task.validate(self.inner.config.max_payload_bytes)?;
-        self.write("enqueue", move |sql, tx, now| enqueue_on(sql, tx, &task, now))
-            .await
+        self.write("enqueue", move |sql, tx, now| {
+            enqueue_on(sql, tx, &task, now)
+        })
+        .await
     }
 
     async fn grab_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<Task>> {
@@ -412,15 +444,15 @@ impl TaskStore for SqliteStore {
                         MarkAction::Success => tx
                             .prepare_cached(&sql.mark_success)?
                             .execute(params![now, task_id, token])?,
-                        MarkAction::Retry { delay, error } => tx
-                            .prepare_cached(&sql.mark_retry)?
-                            .execute(params![
+                        MarkAction::Retry { delay, error } => {
+                            tx.prepare_cached(&sql.mark_retry)?.execute(params![
                                 now,
                                 task_id,
                                 token,
                                 now.saturating_add(millis(*delay)),
                                 bounded_error(error)
-                            ])?,
+                            ])?
+                        }
                         MarkAction::Fail { error } => tx
                             .prepare_cached(&sql.mark_fail)?
                             .execute(params![now, task_id, token, bounded_error(error)])?,
@@ -513,7 +545,11 @@ impl TaskStore for SqliteStore {
                 .prepare_cached(&sql.stats_counts)
                 .and_then(|mut s| {
                     s.query_map([], |r| {
-                        Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+                        Ok((
+                            r.get::<_, String>(0)?,
+                            r.get::<_, i64>(1)?,
+                            r.get::<_, i64>(2)?,
+                        ))
                     })?
                     .collect::<rusqlite::Result<Vec<_>>>()
                 })
@@ -570,7 +606,9 @@ fn reset_conflict(op: &'static str, id: TaskId, status: Status) -> Error {
     Error::new(
         ErrorKind::Conflict,
         op,
-        format!("task {id} cannot be reset: {why}; only failed or stuck running tasks can be reset"),
+        format!(
+            "task {id} cannot be reset: {why}; only failed or stuck running tasks can be reset"
+        ),
     )
 }
 
@@ -583,9 +621,10 @@ fn now_ms() -> i64 {
 fn db_err(op: &'static str, e: rusqlite::Error) -> Error {
     use rusqlite::ErrorCode;
     let (kind, msg) = match e.sqlite_error_code() {
-        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
-            (ErrorKind::Unavailable, "the database is busy (locked by another writer)")
-        }
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => (
+            ErrorKind::Unavailable,
+            "the database is busy (locked by another writer)",
+        ),
         Some(ErrorCode::CannotOpen | ErrorCode::SystemIoFailure | ErrorCode::DiskFull) => {
             (ErrorKind::Unavailable, "the database file is not usable")
         }

@@ -51,9 +51,10 @@ impl Pool {
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,
     {
-        let _permit = self.permits.acquire().await.map_err(|_| {
-            Error::new(ErrorKind::Unavailable, op, "the connection pool is closed")
-        })?;
+        let _permit =
+            self.permits.acquire().await.map_err(|_| {
+                Error::new(ErrorKind::Unavailable, op, "the connection pool is closed")
+            })?;
         let shared = Arc::clone(&self.shared);
         tokio::task::spawn_blocking(move || {
             let idle = shared

@@ -251,7 +251,16 @@ mod tests {
         for good in ["backstop_task", "_t", "T1", &"a".repeat(48)] {
             assert!(check_identifier("t", "table", good).is_ok(), "{good}");
         }
-        for bad in ["", "1t", "a-b", "a b", "a;b", "\"x\"", "tä", &"a".repeat(49)] {
+        for bad in [
+            "",
+            "1t",
+            "a-b",
+            "a b",
+            "a;b",
+            "\"x\"",
+            "tä",
+            &"a".repeat(49),
+        ] {
             let e = check_identifier("t", "table", bad).unwrap_err();
             assert_eq!(e.kind(), crate::ErrorKind::Config, "{bad}");
         }
@@ -267,7 +276,10 @@ mod tests {
 
     #[test]
     fn config_limits() {
-        assert!(StoreConfig::default().max_payload_bytes(0).validate().is_err());
+        assert!(StoreConfig::default()
+            .max_payload_bytes(0)
+            .validate()
+            .is_err());
         assert!(StoreConfig::default()
             .max_payload_bytes(MAX_PAYLOAD_LIMIT + 1)
             .validate()

@@ -1,1 +1,303 @@
-//! stub
+//! # backstop-testkit
+//!
+//! The conformance suite of backstop: every [`TaskStore`] backend runs the same cases, so
+//! a user can swap databases and keep the same behaviour.
+//!
+//! A backend implements [`Harness`] (how to make a fresh isolated database, open a store
+//! on it, backdate a task's timestamps, and run its native transactional enqueue), then
+//! stamps one `#[tokio::test]` per case with [`store_conformance!`]:
+//!
+//! ```ignore
+//! // backend-foo/tests/conformance.rs
+//! struct FooHarness;
+//! #[backstop_testkit::async_trait]
+//! impl backstop_testkit::Harness for FooHarness { /* … */ }
+//! backstop_testkit::store_conformance!(FooHarness);
+//! ```
+//!
+//! ## Skipping
+//! A harness whose server is not configured returns [`Unavailable`] from
+//! [`Harness::create_db`]. The case then prints why and passes — unless the backend is
+//! named in `BACKSTOP_TEST_REQUIRE` (comma separated, e.g. `postgres,mysql`), in which case
+//! it fails. CI names every backend, so nothing is skipped silently there.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+// Test code: a failed expectation is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+pub mod cases;
+
+use std::time::Duration;
+
+pub use backstop_core::async_trait;
+use backstop_core::{Enqueued, NewTask, Owner, StoreConfig, Task, TaskId, TaskStore};
+use chrono::{DateTime, Utc};
+
+/// Why a harness cannot give a database (for example: its server URL is not set).
+#[derive(Debug, Clone)]
+pub struct Unavailable(pub String);
+
+/// A timestamp column a test may move into the past.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeColumn {
+    /// `created_at`.
+    CreatedAt,
+    /// `updated_at` (the liveness of a running task; the age of a succeeded one).
+    UpdatedAt,
+    /// `next_run_at` (when the task is due).
+    NextRunAt,
+}
+
+impl TimeColumn {
+    /// The column's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            TimeColumn::CreatedAt => "created_at",
+            TimeColumn::UpdatedAt => "updated_at",
+            TimeColumn::NextRunAt => "next_run_at",
+        }
+    }
+}
+
+/// What a backend supplies to run the conformance suite.
+#[async_trait]
+pub trait Harness: Send + Sync + 'static {
+    /// The store under test.
+    type Store: TaskStore + Clone;
+    /// One isolated database (a temp file, a schema, a database); cleans up on drop.
+    type Db: Send + Sync + 'static;
+
+    /// The backend's name as written in `BACKSTOP_TEST_REQUIRE` (`sqlite`, `postgres`…).
+    fn backend(&self) -> &'static str;
+
+    /// A fresh, empty, isolated database, so cases run in parallel.
+    /// `Err` when the backend's server is not available (see the crate docs on skipping).
+    async fn create_db(&self) -> Result<Self::Db, Unavailable>;
+
+    /// Open a new store instance on `db` with its own connections (not migrated).
+    async fn open(&self, db: &Self::Db, config: StoreConfig) -> backstop_core::Result<Self::Store>;
+
+    /// Move `column` of task `id` in `table` back by `by`, with direct SQL.
+    async fn backdate(
+        &self,
+        db: &Self::Db,
+        table: &str,
+        id: TaskId,
+        column: TimeColumn,
+        by: Duration,
+    );
+
+    /// In one native transaction: insert a business row keyed `biz_row` (into a table the
+    /// harness owns), then enqueue `task` with the backend's transactional enqueue; commit
+    /// when `commit`, else roll back. Returns what the enqueue answered.
+    async fn enqueue_with_business_row(
+        &self,
+        db: &Self::Db,
+        store: &Self::Store,
+        biz_row: &str,
+        task: NewTask,
+        commit: bool,
+    ) -> backstop_core::Result<Enqueued>;
+
+    /// Whether the business row keyed `biz_row` exists.
+    async fn business_row_exists(&self, db: &Self::Db, biz_row: &str) -> bool;
+}
+
+/// What a case gets: a fresh migrated store on its own database, and helpers.
+pub struct Ctx<H: Harness> {
+    /// The harness.
+    pub harness: H,
+    /// The case's database.
+    pub db: H::Db,
+    /// A migrated store with the default config.
+    pub store: H::Store,
+    /// An owner for grabs.
+    pub owner: Owner,
+    /// The default config (the table the store uses).
+    pub config: StoreConfig,
+}
+
+impl<H: Harness> Ctx<H> {
+    /// Make the case's database and store, or say why the case is skipped (`None`).
+    /// Panics when the backend is required (`BACKSTOP_TEST_REQUIRE`) but unavailable.
+    pub async fn setup(harness: H, case: &str) -> Option<Ctx<H>> {
+        let db = match harness.create_db().await {
+            Ok(db) => db,
+            Err(Unavailable(why)) => {
+                let backend = harness.backend();
+                if required(backend) {
+                    panic!(
+                        "{backend} is named in BACKSTOP_TEST_REQUIRE but unavailable for {case}: {why}"
+                    );
+                }
+                eprintln!("SKIPPED {case} on {backend}: {why}");
+                return None;
+            }
+        };
+        let config = StoreConfig::default();
+        let store = harness
+            .open(&db, config.clone())
+            .await
+            .expect("open the store");
+        store.migrate().await.expect("migrate");
+        Some(Ctx {
+            harness,
+            db,
+            store,
+            owner: Owner::new("testkit-owner").expect("owner"),
+            config,
+        })
+    }
+
+    /// Another store instance on the same database, with its own connections (as another
+    /// process would have), migrated.
+    pub async fn new_store(&self) -> H::Store {
+        let s = self
+            .harness
+            .open(&self.db, self.config.clone())
+            .await
+            .expect("open another store");
+        s.migrate().await.expect("migrate");
+        s
+    }
+
+    /// Move a timestamp of task `id` (in the default table) back by `by`.
+    pub async fn backdate(&self, id: TaskId, column: TimeColumn, by: Duration) {
+        self.harness
+            .backdate(&self.db, &self.config.table, id, column, by)
+            .await;
+    }
+
+    /// The task as stored now; panics when missing.
+    pub async fn task(&self, id: TaskId) -> Task {
+        self.store
+            .get(id)
+            .await
+            .expect("get")
+            .unwrap_or_else(|| panic!("task {id} is missing"))
+    }
+
+    /// Enqueue a due task with the default policy; returns its id.
+    pub async fn enqueue(&self, event_type: &str, biz_key: &str) -> TaskId {
+        let e = self
+            .store
+            .enqueue(NewTask::new(event_type, biz_key))
+            .await
+            .expect("enqueue");
+        assert!(e.created, "{event_type}/{biz_key} should be new");
+        e.id
+    }
+
+    /// Grab task `id` with the case's owner; panics when the grab does not win.
+    pub async fn grab(&self, id: TaskId) -> Task {
+        self.store
+            .grab_by_id(id, &self.owner)
+            .await
+            .expect("grab_by_id")
+            .unwrap_or_else(|| panic!("task {id} should be grabbable"))
+    }
+
+    /// How many tasks the store holds (any status), via `stats`.
+    pub async fn count_all(&self) -> u64 {
+        let s = self.store.stats().await.expect("stats");
+        s.counts.iter().map(|c| c.count).sum()
+    }
+}
+
+/// Whether `backend` is named in `BACKSTOP_TEST_REQUIRE`.
+pub fn required(backend: &str) -> bool {
+    std::env::var("BACKSTOP_TEST_REQUIRE")
+        .map(|v| v.split(',').any(|b| b.trim().eq_ignore_ascii_case(backend)))
+        .unwrap_or(false)
+}
+
+/// How far database time may be from this process's clock in the suite's time windows
+/// (same machine; covers storage rounding to milliseconds).
+pub const CLOCK_SLACK: Duration = Duration::from_millis(250);
+
+/// Assert `t` lies in `[from − slack, to + slack]`.
+#[track_caller]
+pub fn assert_between(what: &str, t: DateTime<Utc>, from: DateTime<Utc>, to: DateTime<Utc>) {
+    let slack = chrono::Duration::from_std(CLOCK_SLACK).expect("slack");
+    assert!(
+        t >= from - slack && t <= to + slack,
+        "{what} = {t} is outside [{from}, {to}] (± {CLOCK_SLACK:?})"
+    );
+}
+
+/// `d` as a chrono duration.
+pub fn chrono_dur(d: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(d).expect("duration in range")
+}
+
+/// Stamp one `#[tokio::test]` per conformance case for a harness.
+///
+/// The argument is an expression that makes the harness; it is evaluated once per case.
+/// The calling crate needs `tokio` (features `macros`, `rt-multi-thread`) as a
+/// dev-dependency.
+#[macro_export]
+macro_rules! store_conformance {
+    ($make:expr) => {
+        $crate::__stamp_cases!($make;
+            migrate_is_idempotent,
+            enqueue_inserts_a_pending_task,
+            enqueue_is_idempotent_on_event_type_and_biz_key,
+            enqueue_same_biz_key_under_another_event_type_is_a_new_task,
+            enqueue_with_delay_is_not_due_until_then,
+            enqueue_rejects_bad_event_type_and_writes_nothing,
+            enqueue_rejects_bad_biz_key_and_writes_nothing,
+            enqueue_rejects_bad_payload_and_writes_nothing,
+            enqueue_rejects_bad_retry_policy_and_writes_nothing,
+            open_rejects_bad_table_name_and_config,
+            custom_table_name_is_used_and_isolated,
+            transactional_enqueue_commits_with_business_rows,
+            transactional_enqueue_rolls_back_with_business_rows,
+            grab_by_id_claims_a_due_task_once,
+            grab_by_id_waits_until_due,
+            grab_by_id_ignores_tasks_not_pending,
+            grab_batch_claims_oldest_first,
+            grab_batch_respects_limit,
+            grab_batch_claims_only_due_tasks,
+            grab_batch_claims_only_given_event_types,
+            every_grab_bumps_attempts_and_lease,
+            mark_success_with_current_lease,
+            stale_lease_changes_nothing,
+            mark_on_a_task_not_running_changes_nothing,
+            mark_retry_fixed_schedules_exact_delay,
+            mark_retry_exponential_doubles_and_caps,
+            mark_retry_on_last_attempt_fails_the_task,
+            mark_fail_parks_the_task_as_failed,
+            mark_batch_applies_in_order_and_reports_each,
+            release_gives_the_attempt_back,
+            recycle_dead_returns_task_to_pending_when_attempts_remain,
+            recycle_dead_fails_task_on_its_last_attempt,
+            recycle_dead_never_touches_live_or_finished_tasks,
+            recycle_dead_respects_limit_oldest_first,
+            heartbeat_keeps_a_long_task_alive,
+            manual_reset_restarts_a_failed_task,
+            manual_reset_recovers_a_stuck_running_task,
+            manual_reset_refuses_other_states,
+            purge_succeeded_deletes_only_old_succeeded_tasks,
+            stats_counts_per_status_and_event_type,
+            list_filters_and_pages,
+            last_error_is_bounded,
+            store_works_as_dyn_task_store,
+            concurrent_grab_batch_claims_each_task_once,
+            concurrent_grab_by_id_has_one_winner,
+            concurrent_enqueue_of_one_key_creates_one_task,
+        );
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __stamp_cases {
+    ($make:expr; $($case:ident),+ $(,)?) => {$(
+        #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $case() {
+            if let Some(ctx) = $crate::Ctx::setup($make, stringify!($case)).await {
+                $crate::cases::$case(&ctx).await;
+            }
+        }
+    )+};
+}

@@ -1,0 +1,127 @@
+//! The conformance suite on SQLite: every case on a fresh database file of its own.
+#![allow(clippy::expect_used)] // test harness: a failed setup is a failed test
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use backstop_core::limits::millis;
+use backstop_core::{Enqueued, NewTask, StoreConfig, TaskId};
+use backstop_sqlite::{SqliteOptions, SqliteStore, Synchronous};
+use backstop_testkit::{Harness, TimeColumn, Unavailable};
+
+struct SqliteHarness;
+
+struct Db {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+}
+
+impl Db {
+    fn conn(&self) -> rusqlite::Connection {
+        let c = rusqlite::Connection::open(&self.path).expect("open test connection");
+        c.busy_timeout(Duration::from_secs(10))
+            .expect("busy_timeout");
+        c
+    }
+}
+
+#[backstop_testkit::async_trait]
+impl Harness for SqliteHarness {
+    type Store = SqliteStore;
+    type Db = Db;
+
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
+    async fn create_db(&self) -> Result<Db, Unavailable> {
+        let dir = tempfile::tempdir().map_err(|e| Unavailable(format!("no temp dir: {e}")))?;
+        let path = dir.path().join("backstop.db");
+        Ok(Db { _dir: dir, path })
+    }
+
+    async fn open(&self, db: &Db, config: StoreConfig) -> backstop_core::Result<SqliteStore> {
+        SqliteStore::open_with(
+            &db.path,
+            SqliteOptions {
+                config,
+                // the suite does not test power loss; keep it fast
+                synchronous: Synchronous::Normal,
+                busy_timeout: Duration::from_secs(30),
+                ..SqliteOptions::default()
+            },
+        )
+        .await
+    }
+
+    async fn backdate(&self, db: &Db, table: &str, id: TaskId, column: TimeColumn, by: Duration) {
+        let col = column.name();
+        let n = db
+            .conn()
+            .execute(
+                &format!("UPDATE \"{table}\" SET {col} = {col} - ?1 WHERE id = ?2"),
+                rusqlite::params![millis(by), id],
+            )
+            .expect("backdate");
+        assert_eq!(n, 1, "backdate: task {id} not found in {table}");
+    }
+
+    async fn enqueue_with_business_row(
+        &self,
+        db: &Db,
+        store: &SqliteStore,
+        biz_row: &str,
+        task: NewTask,
+        commit: bool,
+    ) -> backstop_core::Result<Enqueued> {
+        db.conn()
+            .execute(
+                "CREATE TABLE IF NOT EXISTS biz_order (key TEXT PRIMARY KEY)",
+                [],
+            )
+            .expect("create biz_order");
+        let key = biz_row.to_owned();
+        // The closure's error carries either the enqueue's error or the deliberate rollback.
+        let r: Result<Enqueued, Outcome> = store
+            .transaction(move |tx| {
+                tx.execute("INSERT INTO biz_order (key) VALUES (?1)", [&key])
+                    .expect("insert business row");
+                let e = tx.enqueue(&task).map_err(Outcome::Failed)?;
+                if commit {
+                    Ok(e)
+                } else {
+                    Err(Outcome::RolledBack(e))
+                }
+            })
+            .await;
+        match r {
+            Ok(e) | Err(Outcome::RolledBack(e)) => Ok(e),
+            Err(Outcome::Failed(e)) => Err(e),
+        }
+    }
+
+    async fn business_row_exists(&self, db: &Db, biz_row: &str) -> bool {
+        let n: i64 = db
+            .conn()
+            .query_row(
+                "SELECT COUNT(*) FROM biz_order WHERE key = ?1",
+                [biz_row],
+                |r| r.get(0),
+            )
+            .expect("count business rows");
+        n == 1
+    }
+}
+
+enum Outcome {
+    RolledBack(Enqueued),
+    Failed(backstop_core::Error),
+}
+
+impl From<backstop_core::Error> for Outcome {
+    fn from(e: backstop_core::Error) -> Self {
+        Outcome::Failed(e)
+    }
+}
+
+backstop_testkit::store_conformance!(SqliteHarness);
