@@ -314,13 +314,19 @@ fn enqueue_on(
             |r| r.get(0),
         )
         .optional()?;
-    if let Some(id) = inserted {
-        return Ok(Enqueued { id, created: true });
-    }
-    let id = conn
-        .prepare_cached(&sql.find_by_key)?
-        .query_row(params![task.event_type(), task.biz_key()], |r| r.get(0))?;
-    Ok(Enqueued { id, created: false })
+    let (id, created) = match inserted {
+        Some(id) => (id, true),
+        None => (
+            conn.prepare_cached(&sql.find_by_key)?
+                .query_row(params![task.event_type(), task.biz_key()], |r| r.get(0))?,
+            false,
+        ),
+    };
+    Ok(Enqueued {
+        id,
+        created,
+        event_type: task.event_type().to_owned(),
+    })
 }
 
 #[async_trait]
@@ -515,9 +521,13 @@ impl TaskStore for SqliteStore {
         if let Some(t) = &filter.event_type {
             limits::check_event_type(OP, t)?;
         }
+        if let Some(d) = filter.older_than {
+            limits::check_duration(OP, "older_than", d)?;
+        }
         let filter = filter.clone();
-        self.read(OP, move |sql, conn, _| {
+        self.read(OP, move |sql, conn, now| {
             let status = filter.status.map(|s| i64::from(s.code()));
+            let cutoff = filter.older_than.map(|d| now.saturating_sub(millis(d)));
             let rows = conn
                 .prepare_cached(&sql.list)
                 .and_then(|mut s| {
@@ -526,7 +536,8 @@ impl TaskStore for SqliteStore {
                             status,
                             filter.event_type,
                             filter.after_id.unwrap_or(i64::MIN),
-                            filter.limit as i64
+                            filter.limit as i64,
+                            cutoff
                         ],
                         RawTask::from_row,
                     )?
@@ -590,6 +601,24 @@ impl TaskStore for SqliteStore {
                 .prepare_cached(&sql.purge_succeeded)?
                 .execute(params![cutoff, limit as i64])?;
             Ok(n as u64)
+        })
+        .await
+    }
+
+    async fn delete_succeeded(&self, ids: &[TaskId]) -> Result<u64> {
+        const OP: &str = "delete_succeeded";
+        limits::check_ids(OP, ids)?;
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let ids = ids.to_vec();
+        self.write(OP, move |sql, tx, _| {
+            let mut stmt = tx.prepare_cached(&sql.delete_succeeded)?;
+            let mut n = 0u64;
+            for id in &ids {
+                n += stmt.execute(params![id])? as u64;
+            }
+            Ok(n)
         })
         .await
     }

@@ -27,6 +27,7 @@ pub(crate) struct Sql {
     pub stats_counts: String,
     pub stats_oldest_due: String,
     pub purge_succeeded: String,
+    pub delete_succeeded: String,
 }
 
 impl Sql {
@@ -124,7 +125,7 @@ impl Sql {
             list: format!(
                 "SELECT {COLUMNS} FROM {t}
                  WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR event_type = ?2)
-                   AND id > ?3
+                   AND id > ?3 AND (?5 IS NULL OR updated_at < ?5)
                  ORDER BY id LIMIT ?4"
             ),
             stats_counts: format!(
@@ -139,6 +140,7 @@ impl Sql {
                     SELECT id FROM {t} WHERE status = 1 AND updated_at < ?1
                     ORDER BY updated_at, id LIMIT ?2)"
             ),
+            delete_succeeded: format!("DELETE FROM {t} WHERE id = ?1 AND status = 1"),
         }
     }
 

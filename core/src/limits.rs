@@ -115,6 +115,17 @@ pub fn check_event_types(operation: &'static str, event_types: &[String]) -> Res
         .try_for_each(|t| check_event_type(operation, t))
 }
 
+/// Check a list of ids is not over [`MAX_BATCH`].
+pub fn check_ids(operation: &'static str, ids: &[crate::TaskId]) -> Result<()> {
+    if ids.len() > MAX_BATCH {
+        return Err(Error::invalid_input(
+            operation,
+            format!("at most {MAX_BATCH} ids per call, got {}", ids.len()),
+        ));
+    }
+    Ok(())
+}
+
 /// Check a list of leases (heartbeat) is not over [`MAX_LEASES`].
 pub fn check_leases(operation: &'static str, leases: &[Lease]) -> Result<()> {
     if leases.len() > MAX_LEASES {

@@ -534,14 +534,16 @@ impl NewTask {
     }
 }
 
-/// The answer of an enqueue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The answer of an enqueue: hand it to the engine's `run_now` after commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Enqueued {
     /// The task's id (the existing one for a duplicate).
     pub id: TaskId,
     /// `true` when this call inserted the row; `false` when a task with the same
     /// `(event_type, biz_key)` already existed (it is left unchanged).
     pub created: bool,
+    /// The task's event type (so a run-ahead knows its executor before claiming).
+    pub event_type: String,
 }
 
 /// What to do with a running task, named by its lease. See [`TaskStore::mark`].
@@ -630,6 +632,8 @@ pub struct TaskFilter {
     pub event_type: Option<String>,
     /// Only ids greater than this (for paging).
     pub after_id: Option<TaskId>,
+    /// Only tasks whose `updated_at` is older than this (database time).
+    pub older_than: Option<Duration>,
     /// At most this many rows.
     pub limit: usize,
 }
@@ -640,6 +644,7 @@ impl Default for TaskFilter {
             status: None,
             event_type: None,
             after_id: None,
+            older_than: None,
             limit: 100,
         }
     }

@@ -141,6 +141,11 @@ pub trait TaskStore: Send + Sync + 'static {
     /// `older_than` (retention); returns how many were deleted. Never touches a task in
     /// any other status.
     async fn purge_succeeded(&self, older_than: Duration, limit: usize) -> Result<u64>;
+
+    /// Delete the tasks with these ids that are succeeded; returns how many were deleted.
+    /// A listed task in any other status (reset, say, since it was read) is kept. Used by
+    /// retention with an archive callback: list, archive, then delete exactly those.
+    async fn delete_succeeded(&self, ids: &[TaskId]) -> Result<u64>;
 }
 
 /// Conveniences over [`TaskStore`], for every store (including `dyn TaskStore`).
@@ -232,5 +237,8 @@ impl<S: TaskStore + ?Sized> TaskStore for std::sync::Arc<S> {
     }
     async fn purge_succeeded(&self, older_than: Duration, limit: usize) -> Result<u64> {
         (**self).purge_succeeded(older_than, limit).await
+    }
+    async fn delete_succeeded(&self, ids: &[TaskId]) -> Result<u64> {
+        (**self).delete_succeeded(ids).await
     }
 }

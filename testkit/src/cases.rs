@@ -1234,6 +1234,39 @@ pub async fn purge_succeeded_deletes_only_old_succeeded_tasks<H: Harness>(ctx: &
     assert!(newer > old_pending);
 }
 
+/// delete_succeeded: deletes exactly the listed tasks that are succeeded.
+pub async fn delete_succeeded_deletes_only_succeeded_tasks<H: Harness>(ctx: &Ctx<H>) {
+    let mut done = Vec::new();
+    for i in 0..3 {
+        let id = ctx.enqueue("E", &format!("done{i}")).await;
+        let l = ctx.grab(id).await.lease();
+        ctx.store.mark_success(l).await.unwrap();
+        done.push(id);
+    }
+    let failed = ctx.enqueue("E", "failed").await;
+    let l = ctx.grab(failed).await.lease();
+    ctx.store.mark_fail(l, "x").await.unwrap();
+    let pending = ctx.enqueue("E", "pending").await;
+    let n = ctx
+        .store
+        .delete_succeeded(&[done[0], done[2], failed, pending, 987_654_321])
+        .await
+        .unwrap();
+    assert_eq!(n, 2);
+    assert!(ctx.store.get(done[0]).await.unwrap().is_none());
+    assert!(ctx.store.get(done[2]).await.unwrap().is_none());
+    for id in [done[1], failed, pending] {
+        assert!(ctx.store.get(id).await.unwrap().is_some());
+    }
+    assert_eq!(ctx.store.delete_succeeded(&[]).await.unwrap(), 0);
+    let too_many: Vec<TaskId> = (0..=MAX_BATCH as i64).collect();
+    assert_kind(
+        ctx.store.delete_succeeded(&too_many).await,
+        ErrorKind::InvalidInput,
+        "ids",
+    );
+}
+
 /// stats: counts per status and event type; age of the oldest due pending task.
 pub async fn stats_counts_per_status_and_event_type<H: Harness>(ctx: &Ctx<H>) {
     let s = ctx.store.stats().await.unwrap();
@@ -1297,6 +1330,19 @@ pub async fn list_filters_and_pages<H: Harness>(ctx: &Ctx<H>) {
         ..f.clone()
     };
     assert_eq!(ids(ctx.store.list(&f2).await.unwrap()), vec![a[3], a[4]]);
+    // by age of updated_at
+    ctx.backdate(a[3], TimeColumn::UpdatedAt, HOUR).await;
+    ctx.backdate(b, TimeColumn::UpdatedAt, 2 * HOUR).await;
+    let f_age = TaskFilter {
+        older_than: Some(MINUTE),
+        ..TaskFilter::default()
+    };
+    assert_eq!(ids(ctx.store.list(&f_age).await.unwrap()), vec![a[3], b]);
+    let f_age = TaskFilter {
+        older_than: Some(HOUR + MINUTE),
+        ..TaskFilter::default()
+    };
+    assert_eq!(ids(ctx.store.list(&f_age).await.unwrap()), vec![b]);
     let f3 = TaskFilter {
         limit: MAX_BATCH + 1,
         ..TaskFilter::default()

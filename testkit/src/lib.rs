@@ -278,6 +278,7 @@ macro_rules! store_conformance {
             manual_reset_recovers_a_stuck_running_task,
             manual_reset_refuses_other_states,
             purge_succeeded_deletes_only_old_succeeded_tasks,
+            delete_succeeded_deletes_only_succeeded_tasks,
             stats_counts_per_status_and_event_type,
             list_filters_and_pages,
             last_error_is_bounded,
