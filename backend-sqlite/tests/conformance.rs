@@ -124,4 +124,4 @@ impl From<backstop_core::Error> for Outcome {
     }
 }
 
-backstop_testkit::store_conformance!(SqliteHarness);
+backstop_testkit::conformance!(SqliteHarness);

@@ -11,11 +11,16 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod engine;
 mod error;
 pub mod limits;
 mod model;
 mod store;
 
+pub use engine::{
+    handler_fn, Archive, Engine, EngineBuilder, EngineConfig, EngineCounters, ErrorAction,
+    FnHandler, Handler, HandlerError, HandlerOptions, Json, JsonHandler, RunAhead,
+};
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use limits::StoreConfig;
 pub use model::{

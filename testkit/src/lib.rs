@@ -26,6 +26,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod cases;
+pub mod engine_cases;
 
 use std::time::Duration;
 
@@ -238,7 +239,7 @@ pub fn chrono_dur(d: Duration) -> chrono::Duration {
 #[macro_export]
 macro_rules! store_conformance {
     ($make:expr) => {
-        $crate::__stamp_cases!($make;
+        $crate::__stamp_cases!(cases; $make;
             migrate_is_idempotent,
             enqueue_inserts_a_pending_task,
             enqueue_is_idempotent_on_event_type_and_biz_key,
@@ -290,14 +291,53 @@ macro_rules! store_conformance {
     };
 }
 
+/// Stamp one `#[tokio::test]` per engine conformance case for a harness (see
+/// [`store_conformance!`]).
+#[macro_export]
+macro_rules! engine_conformance {
+    ($make:expr) => {
+        $crate::__stamp_cases!(engine_cases; $make;
+            engine_runs_a_task_ahead_right_after_commit,
+            engine_retries_with_backoff_then_succeeds,
+            engine_fails_after_max_attempts_then_reset_runs_again,
+            engine_pre_check_skip_marks_success_without_running,
+            engine_catches_a_panicking_handler_and_retries,
+            engine_times_out_a_slow_handler_and_retries,
+            engine_rejects_run_ahead_when_executor_full_and_polls_it_later,
+            engine_poller_finds_a_task_committed_before_a_crash,
+            engine_duplicate_enqueue_never_runs_twice,
+            engine_delayed_task_waits_for_its_time,
+            engine_only_claims_event_types_it_handles,
+            engine_undecodable_payload_fails_permanently,
+            engine_retry_after_overrides_the_backoff,
+            engine_two_instances_run_each_task_exactly_once,
+            engine_heartbeats_keep_a_long_task_alive,
+            engine_refuses_a_late_completion_after_recycle,
+            engine_shutdown_under_load_leaves_nothing_running,
+            engine_shutdown_interrupts_after_grace_and_releases,
+            engine_retention_archives_then_purges_old_succeeded_tasks,
+            engine_refuses_bad_configuration,
+        );
+    };
+}
+
+/// Both suites: [`store_conformance!`] and [`engine_conformance!`].
+#[macro_export]
+macro_rules! conformance {
+    ($make:expr) => {
+        $crate::store_conformance!($make);
+        $crate::engine_conformance!($make);
+    };
+}
+
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __stamp_cases {
-    ($make:expr; $($case:ident),+ $(,)?) => {$(
+    ($module:ident; $make:expr; $($case:ident),+ $(,)?) => {$(
         #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn $case() {
             if let Some(ctx) = $crate::Ctx::setup($make, stringify!($case)).await {
-                $crate::cases::$case(&ctx).await;
+                $crate::$module::$case(&ctx).await;
             }
         }
     )+};

@@ -1,0 +1,231 @@
+//! One bounded executor per event type, and the life of one claimed task in it.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tracing::Instrument;
+
+use super::{ErrorAction, Handler, HandlerOptions, Origin, Shared, State};
+use crate::model::{Mark, Task};
+use crate::store::TaskStore;
+
+/// The executor of one event type: `slots` bound what it holds (running + queued),
+/// `runners` how many run at once.
+pub(crate) struct Executor {
+    pub event_type: String,
+    pub handler: Arc<dyn Handler>,
+    pub options: HandlerOptions,
+    pub slots: Arc<Semaphore>,
+    pub runners: Arc<Semaphore>,
+}
+
+/// How one attempt ended.
+enum Outcome {
+    Done,
+    Skipped,
+    Error(ErrorAction, String),
+    Panicked(String),
+    TimedOut,
+    /// Never started, or interrupted by shutdown: give the task back.
+    Released,
+}
+
+/// Hand a claimed task to its executor. `slot` is the executor capacity the caller
+/// reserved before claiming. Runs on a spawned task; never on the caller's.
+pub(crate) fn dispatch<S: TaskStore + Clone>(
+    shared: Arc<Shared<S>>,
+    exec: Arc<Executor>,
+    task: Task,
+    slot: OwnedSemaphorePermit,
+    origin: Origin,
+) {
+    shared.in_flight.fetch_add(1, Ordering::SeqCst);
+    shared.held().insert(task.id, task.lease());
+    let span = tracing::info_span!(
+        "backstop.task",
+        task_id = task.id,
+        event_type = %task.event_type,
+        biz_key = %task.biz_key,
+        attempt = task.attempts,
+        origin = ?origin,
+    );
+    tokio::spawn(
+        async move {
+            let outcome = run(&shared, &exec, &task, origin).await;
+            complete(&shared, &exec, &task, outcome).await;
+            shared.held().remove(&task.id);
+            drop(slot);
+            shared.capacity_freed.notify_one();
+            if shared.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
+                shared.idle.notify_waiters();
+            }
+        }
+        .instrument(span),
+    );
+}
+
+/// Wait for a runner, then run the attempt with its timeout, catching panics.
+async fn run<S: TaskStore + Clone>(
+    shared: &Arc<Shared<S>>,
+    exec: &Arc<Executor>,
+    task: &Task,
+    origin: Origin,
+) -> Outcome {
+    let mut state = shared.state.subscribe();
+    let runner = tokio::select! {
+        permit = Arc::clone(&exec.runners).acquire_owned() => permit.ok(),
+        _ = state.wait_for(|s| *s != State::Running) => None,
+    };
+    let Some(_runner) = runner else {
+        tracing::debug!("shutdown before the task started: releasing it");
+        return Outcome::Released;
+    };
+    if origin == Origin::RunAhead {
+        let latency = (chrono::Utc::now() - task.created_at)
+            .to_std()
+            .unwrap_or_default();
+        metrics::histogram!("backstop_run_ahead_latency_seconds", "event_type" => exec.event_type.clone())
+            .record(latency.as_secs_f64());
+    }
+    let started = Instant::now();
+    let handler = Arc::clone(&exec.handler);
+    let owned = task.clone();
+    let mut join = tokio::spawn(
+        async move {
+            if handler.pre_check_skip(&owned).await? {
+                return Ok(true);
+            }
+            handler.handle(&owned).await.map(|()| false)
+        }
+        .in_current_span(),
+    );
+    let timeout = exec.options.timeout;
+    let outcome = tokio::select! {
+        r = &mut join => match r {
+            Ok(Ok(true)) => Outcome::Skipped,
+            Ok(Ok(false)) => Outcome::Done,
+            Ok(Err(e)) => Outcome::Error(e.action(), e.message().to_owned()),
+            Err(e) if e.is_panic() => Outcome::Panicked(panic_message(e.into_panic())),
+            Err(_) => Outcome::Released,
+        },
+        _ = tokio::time::sleep(timeout) => {
+            join.abort();
+            Outcome::TimedOut
+        }
+        _ = state.wait_for(|s| *s == State::Stopped) => {
+            join.abort();
+            tracing::warn!("interrupted by shutdown: releasing the task");
+            Outcome::Released
+        }
+    };
+    metrics::histogram!("backstop_handler_duration_seconds", "event_type" => exec.event_type.clone())
+        .record(started.elapsed().as_secs_f64());
+    outcome
+}
+
+fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_owned()
+    }
+}
+
+/// Record the outcome with a lease-fenced mark; a refused mark is a stale completion.
+async fn complete<S: TaskStore + Clone>(
+    shared: &Arc<Shared<S>>,
+    exec: &Executor,
+    task: &Task,
+    outcome: Outcome,
+) {
+    let lease = task.lease();
+    let et = exec.event_type.as_str();
+    let c = &shared.counters;
+    let retry = |delay: Duration, error: String| {
+        if task.has_attempts_left() {
+            c.retried(et);
+            tracing::info!(?delay, %error, "attempt failed: retry scheduled");
+        } else {
+            c.failed(et);
+            tracing::warn!(%error, "attempt failed and no attempts are left: task failed");
+        }
+        Mark::retry(lease, delay, error)
+    };
+    let mark = match outcome {
+        Outcome::Done => {
+            c.succeeded(et);
+            tracing::debug!("task succeeded");
+            Mark::success(lease)
+        }
+        Outcome::Skipped => {
+            c.skipped(et);
+            c.succeeded(et);
+            tracing::debug!("pre_check_skip: business already done; task succeeded");
+            Mark::success(lease)
+        }
+        Outcome::Error(ErrorAction::Retry, msg) => retry(task.retry_delay(), msg),
+        Outcome::Error(ErrorAction::RetryAfter(d), msg) => retry(d, msg),
+        Outcome::Error(ErrorAction::Fail, msg) => {
+            c.failed(et);
+            tracing::warn!(error = %msg, "permanent failure: task failed");
+            Mark::fail(lease, msg)
+        }
+        Outcome::Panicked(msg) => {
+            c.panics(et);
+            retry(task.retry_delay(), format!("handler panicked: {msg}"))
+        }
+        Outcome::TimedOut => {
+            c.timeouts(et);
+            retry(
+                task.retry_delay(),
+                format!("timed out after {:?}", exec.options.timeout),
+            )
+        }
+        Outcome::Released => {
+            c.released(et);
+            Mark::release(lease)
+        }
+    };
+    apply_mark(shared, et, mark).await;
+}
+
+/// Apply one mark, retrying temporary store errors a few times. If it still fails, the
+/// task stays running without heartbeats and is recycled after `dead_after`: a re-run,
+/// which at-least-once allows.
+pub(crate) async fn apply_mark<S: TaskStore + Clone>(
+    shared: &Arc<Shared<S>>,
+    event_type: &str,
+    mark: Mark,
+) {
+    let mut backoff = Duration::from_millis(50);
+    for attempt in 1..=4 {
+        match shared.store.mark(std::slice::from_ref(&mark)).await {
+            Ok(flags) => {
+                if flags.first() != Some(&true) {
+                    shared.counters.stale_completions(event_type);
+                    tracing::warn!(
+                        task_id = mark.lease.task_id,
+                        lease = mark.lease.token,
+                        "completion refused: the lease is no longer current (the task was recycled); not applied"
+                    );
+                }
+                return;
+            }
+            Err(e) => {
+                shared.counters.store_errors(event_type);
+                if !e.is_temporary() || attempt == 4 {
+                    tracing::error!(error = %e, task_id = mark.lease.task_id,
+                        "could not record the outcome; the task will be recycled and run again");
+                    return;
+                }
+                tracing::warn!(error = %e, "recording the outcome failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff *= 4;
+            }
+        }
+    }
+}

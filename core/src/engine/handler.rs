@@ -1,0 +1,301 @@
+//! Handlers: the code that runs a task of one event type.
+
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::de::DeserializeOwned;
+
+use crate::error::{Error, Result};
+use crate::model::{RetryPolicy, Task};
+
+/// What a failed attempt asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorAction {
+    /// Retry after the task's backoff (the default for any error).
+    Retry,
+    /// Retry after this delay instead of the backoff (a downstream said "come back in
+    /// 30 s", say).
+    RetryAfter(Duration),
+    /// Fail now, without further attempts: the error is permanent.
+    Fail,
+}
+
+/// The error a handler returns. Any `std::error::Error` converts into a retryable one, so
+/// `?` works in handlers; [`HandlerError::fail`] marks a permanent failure.
+///
+/// ```
+/// use std::time::Duration;
+/// use backstop_core::{ErrorAction, HandlerError};
+///
+/// let e = HandlerError::retry_after(Duration::from_secs(30), "rate limited");
+/// assert_eq!(e.action(), ErrorAction::RetryAfter(Duration::from_secs(30)));
+/// let e: HandlerError = std::io::Error::other("connection reset").into();
+/// assert_eq!(e.action(), ErrorAction::Retry);
+/// assert_eq!(e.message(), "connection reset");
+/// ```
+#[derive(Debug)]
+pub struct HandlerError {
+    action: ErrorAction,
+    message: String,
+}
+
+impl HandlerError {
+    /// Retry after the task's backoff.
+    pub fn retry(message: impl fmt::Display) -> Self {
+        Self {
+            action: ErrorAction::Retry,
+            message: message.to_string(),
+        }
+    }
+
+    /// Retry after `delay`.
+    pub fn retry_after(delay: Duration, message: impl fmt::Display) -> Self {
+        Self {
+            action: ErrorAction::RetryAfter(delay),
+            message: message.to_string(),
+        }
+    }
+
+    /// Fail the task now, for good (it waits for an operator's reset).
+    pub fn fail(message: impl fmt::Display) -> Self {
+        Self {
+            action: ErrorAction::Fail,
+            message: message.to_string(),
+        }
+    }
+
+    /// What the failure asks for.
+    pub fn action(&self) -> ErrorAction {
+        self.action
+    }
+
+    /// The message recorded as the task's `last_error`.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for HandlerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl<E: std::error::Error + Send + Sync + 'static> From<E> for HandlerError {
+    fn from(e: E) -> Self {
+        let mut message = e.to_string();
+        let mut source = e.source();
+        while let Some(s) = source {
+            message.push_str(": ");
+            message.push_str(&s.to_string());
+            source = s.source();
+        }
+        HandlerError {
+            action: ErrorAction::Retry,
+            message,
+        }
+    }
+}
+
+/// Runs the tasks of one event type. Must be idempotent: delivery is at-least-once.
+///
+/// A panic in `handle` is caught and treated as a retryable failure.
+#[async_trait]
+pub trait Handler: Send + Sync + 'static {
+    /// Do the work of `task`.
+    async fn handle(&self, task: &Task) -> std::result::Result<(), HandlerError>;
+
+    /// Called before `handle`: return `true` when the business is already done (the
+    /// seed's `preCheckSkip`), and the task is marked succeeded without running.
+    async fn pre_check_skip(&self, _task: &Task) -> std::result::Result<bool, HandlerError> {
+        Ok(false)
+    }
+}
+
+/// A handler whose payload is JSON decoded into [`JsonHandler::Payload`]; wrap it in
+/// [`Json`] to register it. A payload that does not decode is a permanent failure whose
+/// `last_error` says why.
+///
+/// ```
+/// use backstop_core::{HandlerError, JsonHandler, Task};
+///
+/// #[derive(serde::Deserialize)]
+/// struct Pay { order_id: u64 }
+///
+/// struct PayHandler;
+///
+/// #[backstop_core::async_trait]
+/// impl JsonHandler for PayHandler {
+///     type Payload = Pay;
+///     async fn handle(&self, pay: Pay, _task: &Task) -> Result<(), HandlerError> {
+///         println!("paying order {}", pay.order_id);
+///         Ok(())
+///     }
+/// }
+/// let _h = backstop_core::Json(PayHandler);
+/// ```
+#[async_trait]
+pub trait JsonHandler: Send + Sync + 'static {
+    /// The payload type.
+    type Payload: DeserializeOwned + Send + Sync;
+
+    /// Do the work.
+    async fn handle(
+        &self,
+        payload: Self::Payload,
+        task: &Task,
+    ) -> std::result::Result<(), HandlerError>;
+
+    /// See [`Handler::pre_check_skip`].
+    async fn pre_check_skip(
+        &self,
+        _payload: &Self::Payload,
+        _task: &Task,
+    ) -> std::result::Result<bool, HandlerError> {
+        Ok(false)
+    }
+}
+
+/// Adapts a [`JsonHandler`] into a [`Handler`].
+pub struct Json<H>(pub H);
+
+fn decode<P: DeserializeOwned>(task: &Task) -> std::result::Result<P, HandlerError> {
+    serde_json::from_str(&task.payload).map_err(|e| {
+        HandlerError::fail(format!(
+            "payload does not decode as {}: {e}",
+            std::any::type_name::<P>()
+        ))
+    })
+}
+
+#[async_trait]
+impl<H: JsonHandler> Handler for Json<H> {
+    async fn handle(&self, task: &Task) -> std::result::Result<(), HandlerError> {
+        let payload = decode::<H::Payload>(task)?;
+        self.0.handle(payload, task).await
+    }
+
+    async fn pre_check_skip(&self, task: &Task) -> std::result::Result<bool, HandlerError> {
+        let payload = decode::<H::Payload>(task)?;
+        self.0.pre_check_skip(&payload, task).await
+    }
+}
+
+/// A handler made of an async closure taking the task by value.
+///
+/// ```
+/// use backstop_core::{handler_fn, HandlerError, Task};
+/// let h = handler_fn(|task: Task| async move {
+///     println!("running {}", task.biz_key);
+///     Ok::<_, HandlerError>(())
+/// });
+/// # let _ = h;
+/// ```
+pub fn handler_fn<F, Fut>(f: F) -> FnHandler<F, Fut>
+where
+    F: Fn(Task) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = std::result::Result<(), HandlerError>> + Send + 'static,
+{
+    FnHandler(f, PhantomData)
+}
+
+/// See [`handler_fn`].
+pub struct FnHandler<F, Fut>(F, PhantomData<fn() -> Fut>);
+
+#[async_trait]
+impl<F, Fut> Handler for FnHandler<F, Fut>
+where
+    F: Fn(Task) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = std::result::Result<(), HandlerError>> + Send + 'static,
+{
+    async fn handle(&self, task: &Task) -> std::result::Result<(), HandlerError> {
+        (self.0)(task.clone()).await
+    }
+}
+
+/// How one event type runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandlerOptions {
+    /// The retry policy of tasks made with [`Engine::task`](crate::Engine::task) (and so
+    /// [`Engine::enqueue`](crate::Engine::enqueue) of such tasks). A task's row keeps the
+    /// policy it was enqueued with; that stored policy is what its retries follow.
+    pub retry: RetryPolicy,
+    /// How many tasks of this type run at once (default 4).
+    pub concurrency: usize,
+    /// How many more may wait for a free runner (default 64). When runners and queue are
+    /// full, new tasks are not taken: a run-ahead is rejected (the task stays pending for
+    /// the poller) and the poller claims only up to the free capacity.
+    pub queue_capacity: usize,
+    /// How long one attempt may run before it is abandoned and retried (default 60 s).
+    pub timeout: Duration,
+}
+
+impl Default for HandlerOptions {
+    fn default() -> Self {
+        Self {
+            retry: RetryPolicy::default(),
+            concurrency: 4,
+            queue_capacity: 64,
+            timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+impl HandlerOptions {
+    /// Use this retry policy for new tasks.
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Run this many at once.
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n;
+        self
+    }
+
+    /// Let this many wait.
+    pub fn queue_capacity(mut self, n: usize) -> Self {
+        self.queue_capacity = n;
+        self
+    }
+
+    /// Abandon an attempt after this long.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    pub(crate) fn validate(&self, event_type: &str) -> Result<()> {
+        const OP: &str = "register_handler";
+        self.retry.validate(OP)?;
+        if self.concurrency == 0 || self.concurrency > 10_000 {
+            return Err(Error::config(
+                OP,
+                format!(
+                    "{event_type}: concurrency must be 1 to 10000, got {}",
+                    self.concurrency
+                ),
+            ));
+        }
+        if self.queue_capacity > 1_000_000 {
+            return Err(Error::config(
+                OP,
+                format!(
+                    "{event_type}: queue_capacity must be at most 1000000, got {}",
+                    self.queue_capacity
+                ),
+            ));
+        }
+        if self.timeout.is_zero() {
+            return Err(Error::config(
+                OP,
+                format!("{event_type}: timeout must be positive"),
+            ));
+        }
+        Ok(())
+    }
+}

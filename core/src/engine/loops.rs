@@ -1,0 +1,283 @@
+//! The engine's background jobs: the poller (the safety net), heartbeats, retention.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use super::executor::dispatch;
+use super::{Origin, Shared, State};
+use crate::model::{Status, TaskFilter};
+use crate::store::TaskStore;
+
+/// Sleep `d`, or until the engine leaves `Running` (returns false then). A `poll_now`
+/// wake-up ends the sleep early when `wakeable`.
+async fn pause<S>(
+    shared: &Shared<S>,
+    state: &mut watch::Receiver<State>,
+    d: Duration,
+    wakeable: bool,
+) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => {}
+        _ = shared.wake.notified(), if wakeable => {}
+        _ = state.wait_for(|s| *s != State::Running) => return false,
+    }
+    shared.state() == State::Running
+}
+
+/// The poller: after the first-poll delay, on a fixed delay: recycle dead tasks, then
+/// claim due tasks per event type up to each executor's free capacity, and dispatch them.
+/// A batch that came back full polls again at once (drain) when capacity is free, or as
+/// soon as enough frees up.
+pub(crate) async fn poller<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
+    let mut state = shared.state.subscribe();
+    if !pause(&shared, &mut state, shared.config.first_poll_delay, true).await {
+        return;
+    }
+    let cfg = &shared.config;
+    let mut last_gauges: Option<Instant> = None;
+    loop {
+        if shared.state() != State::Running {
+            return;
+        }
+        match shared
+            .store
+            .recycle_dead(cfg.dead_after, cfg.recycle_batch)
+            .await
+        {
+            Ok(r) => {
+                if r.total() > 0 {
+                    shared.counters.recycled_n(r.total());
+                    tracing::warn!(
+                        to_pending = r.to_pending,
+                        to_failed = r.to_failed,
+                        "recycled tasks whose owner stopped heartbeating"
+                    );
+                }
+            }
+            Err(e) => {
+                shared.counters.store_errors("*");
+                tracing::warn!(error = %e, "recycle_dead failed");
+            }
+        }
+
+        let mut poll_again = false;
+        let mut wait_for_capacity = false;
+        for event_type in &shared.event_types {
+            if shared.state() != State::Running {
+                return;
+            }
+            let Some(exec) = shared.executors.get(event_type) else {
+                continue;
+            };
+            let n = cfg.batch_size.min(exec.slots.available_permits());
+            if n == 0 {
+                wait_for_capacity = true;
+                continue;
+            }
+            let Ok(mut permits) = Arc::clone(&exec.slots).try_acquire_many_owned(n as u32) else {
+                continue;
+            };
+            let types = std::slice::from_ref(event_type);
+            match shared.store.grab_batch(&shared.owner, types, n).await {
+                Ok(tasks) => {
+                    let full = tasks.len() == n;
+                    for task in tasks {
+                        let Some(slot) = permits.split(1) else {
+                            // cannot happen: n permits for at most n tasks
+                            break;
+                        };
+                        shared.counters.polled(event_type);
+                        dispatch(
+                            Arc::clone(&shared),
+                            Arc::clone(exec),
+                            task,
+                            slot,
+                            Origin::Poll,
+                        );
+                    }
+                    drop(permits);
+                    if full {
+                        if exec.slots.available_permits() > 0 {
+                            poll_again = true;
+                        } else {
+                            wait_for_capacity = true;
+                        }
+                    }
+                }
+                Err(e) => {
+                    shared.counters.store_errors(event_type);
+                    tracing::warn!(error = %e, %event_type, "grab_batch failed");
+                }
+            }
+        }
+
+        if last_gauges.is_none_or(|t| t.elapsed() >= cfg.poll_interval) {
+            last_gauges = Some(Instant::now());
+            update_gauges(&shared).await;
+        }
+
+        if poll_again {
+            tokio::task::yield_now().await;
+            continue;
+        }
+        if wait_for_capacity {
+            // A full executor: poll again once a useful share of it is free, or at the
+            // next tick, whichever comes first.
+            let deadline = tokio::time::Instant::now() + cfg.poll_interval;
+            loop {
+                tokio::select! {
+                    _ = shared.capacity_freed.notified() => {}
+                    _ = tokio::time::sleep_until(deadline) => break,
+                    _ = shared.wake.notified() => break,
+                    _ = state.wait_for(|s| *s != State::Running) => return,
+                }
+                let ready = shared.executors.values().any(|e| {
+                    let total = e.options.concurrency + e.options.queue_capacity;
+                    let want = cfg.batch_size.min(total.div_ceil(2)).max(1);
+                    e.slots.available_permits() >= want
+                });
+                if ready {
+                    break;
+                }
+            }
+            continue;
+        }
+        if !pause(&shared, &mut state, cfg.poll_interval, true).await {
+            return;
+        }
+    }
+}
+
+/// Backlog gauges from the store's stats.
+async fn update_gauges<S: TaskStore + Clone>(shared: &Shared<S>) {
+    match shared.store.stats().await {
+        Ok(stats) => {
+            for c in &stats.counts {
+                metrics::gauge!(
+                    "backstop_tasks",
+                    "event_type" => c.event_type.clone(),
+                    "status" => c.status.to_string()
+                )
+                .set(c.count as f64);
+            }
+            for s in Status::ALL {
+                metrics::gauge!("backstop_tasks_total", "status" => s.to_string())
+                    .set(stats.count(s) as f64);
+            }
+            metrics::gauge!("backstop_oldest_due_pending_seconds").set(
+                stats
+                    .oldest_due_pending
+                    .map(|d| d.as_secs_f64())
+                    .unwrap_or(0.0),
+            );
+        }
+        Err(e) => {
+            shared.counters.store_errors("*");
+            tracing::debug!(error = %e, "stats failed");
+        }
+    }
+}
+
+/// Refresh the leases of every held task, so none is recycled while this instance lives.
+/// Runs until the engine has stopped (in-flight tasks keep their heartbeats while
+/// shutdown drains them).
+pub(crate) async fn heartbeats<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
+    let mut state = shared.state.subscribe();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(shared.config.heartbeat_interval) => {}
+            _ = state.wait_for(|s| *s == State::Stopped) => return,
+        }
+        let leases: Vec<_> = shared.held().values().copied().collect();
+        if leases.is_empty() {
+            continue;
+        }
+        match shared.store.heartbeat(&leases).await {
+            Ok(flags) => {
+                for (lease, ok) in leases.iter().zip(flags) {
+                    if !ok {
+                        shared.counters.leases_lost("*");
+                        tracing::warn!(
+                            task_id = lease.task_id,
+                            lease = lease.token,
+                            "heartbeat found the lease gone: the task was recycled; its result will be refused"
+                        );
+                    }
+                }
+            }
+            Err(e) => {
+                shared.counters.store_errors("*");
+                tracing::warn!(error = %e, "heartbeat failed");
+            }
+        }
+    }
+}
+
+/// Purge succeeded tasks older than the retention, in small batches; with an archive,
+/// list → archive → delete exactly those.
+pub(crate) async fn retention<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
+    let Some(retention) = shared.config.retention else {
+        return;
+    };
+    let mut state = shared.state.subscribe();
+    if !pause(&shared, &mut state, shared.config.first_poll_delay, false).await {
+        return;
+    }
+    let batch = shared.config.purge_batch;
+    loop {
+        let mut total = 0u64;
+        loop {
+            if shared.state() != State::Running {
+                return;
+            }
+            let deleted = match &shared.archive {
+                None => shared.store.purge_succeeded(retention, batch).await,
+                Some(archive) => {
+                    let filter = TaskFilter {
+                        status: Some(Status::Succeeded),
+                        older_than: Some(retention),
+                        limit: batch,
+                        ..TaskFilter::default()
+                    };
+                    match shared.store.list(&filter).await {
+                        Ok(tasks) if tasks.is_empty() => Ok(0),
+                        Ok(tasks) => match archive.archive(&tasks).await {
+                            Ok(()) => {
+                                let ids: Vec<_> = tasks.iter().map(|t| t.id).collect();
+                                shared.store.delete_succeeded(&ids).await
+                            }
+                            Err(e) => {
+                                tracing::warn!(error = %e, "archive failed: nothing purged this round");
+                                break;
+                            }
+                        },
+                        Err(e) => Err(e),
+                    }
+                }
+            };
+            match deleted {
+                Ok(n) => {
+                    total += n;
+                    if n < batch as u64 {
+                        break;
+                    }
+                    tokio::task::yield_now().await;
+                }
+                Err(e) => {
+                    shared.counters.store_errors("*");
+                    tracing::warn!(error = %e, "retention purge failed");
+                    break;
+                }
+            }
+        }
+        if total > 0 {
+            metrics::counter!("backstop_purged_total").increment(total);
+            tracing::info!(purged = total, "retention purged succeeded tasks");
+        }
+        if !pause(&shared, &mut state, shared.config.purge_interval, false).await {
+            return;
+        }
+    }
+}

@@ -1,0 +1,481 @@
+//! The engine: run ahead after commit, a poller as the safety net, isolated executors.
+//!
+//! ```no_run
+//! # async fn demo<S: backstop_core::TaskStore + Clone>(store: S) -> backstop_core::Result<()> {
+//! use backstop_core::{handler_fn, Engine, HandlerError, HandlerOptions, NewTask, Task};
+//!
+//! let engine = Engine::builder(store)
+//!     .handler(
+//!         "SEND_EMAIL",
+//!         handler_fn(|task: Task| async move {
+//!             println!("sending mail for {}", task.biz_key);
+//!             Ok::<_, HandlerError>(())
+//!         }),
+//!         HandlerOptions::default().concurrency(8),
+//!     )
+//!     .start()?;
+//! // after the caller's commit (or with the convenience that enqueues first):
+//! let (enqueued, run) = engine.enqueue(engine.task("SEND_EMAIL", "order-42")).await?;
+//! // ...
+//! engine.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+mod counters;
+mod executor;
+mod handler;
+mod loops;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::{watch, Notify, Semaphore};
+use tokio::task::JoinHandle;
+
+pub use counters::EngineCounters;
+pub use handler::{
+    handler_fn, ErrorAction, FnHandler, Handler, HandlerError, HandlerOptions, Json, JsonHandler,
+};
+
+use crate::error::{BoxError, Error, Result};
+use crate::limits;
+use crate::model::{Enqueued, Lease, NewTask, Owner, Task, TaskId};
+use crate::store::TaskStore;
+use counters::Counters;
+use executor::Executor;
+
+/// Settings of an [`Engine`]. Every field has the default the design names.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// This instance's identity in the `owner` column (default: generated, unique per
+    /// process start).
+    pub owner: Option<Owner>,
+    /// Fixed delay between polls when there is nothing more to drain (default 10 s).
+    pub poll_interval: Duration,
+    /// Delay before the first poll after start (default 30 s), so a restart does not
+    /// stampede.
+    pub first_poll_delay: Duration,
+    /// A running task whose `updated_at` is older than this is taken as dead and recycled
+    /// (default 3 min). Must be at least twice the heartbeat interval.
+    pub dead_after: Duration,
+    /// How often running tasks' leases are refreshed (default 30 s).
+    pub heartbeat_interval: Duration,
+    /// Most tasks one poll claims per event type (default 50; also capped by the
+    /// executor's free capacity).
+    pub batch_size: usize,
+    /// Most dead tasks one poll recycles (default 100).
+    pub recycle_batch: usize,
+    /// How long shutdown waits for in-flight tasks before interrupting them (default 30 s).
+    pub shutdown_grace: Duration,
+    /// Succeeded tasks older than this are purged (default 7 days; `None` keeps them).
+    pub retention: Option<Duration>,
+    /// How often the retention job runs (default 1 h).
+    pub purge_interval: Duration,
+    /// Rows one purge statement deletes (default 500).
+    pub purge_batch: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            owner: None,
+            poll_interval: Duration::from_secs(10),
+            first_poll_delay: Duration::from_secs(30),
+            dead_after: Duration::from_secs(180),
+            heartbeat_interval: Duration::from_secs(30),
+            batch_size: 50,
+            recycle_batch: 100,
+            shutdown_grace: Duration::from_secs(30),
+            retention: Some(Duration::from_secs(7 * 24 * 3600)),
+            purge_interval: Duration::from_secs(3600),
+            purge_batch: 500,
+        }
+    }
+}
+
+impl EngineConfig {
+    fn validate(&self) -> Result<()> {
+        const OP: &str = "start_engine";
+        let positive = [
+            ("poll_interval", self.poll_interval),
+            ("dead_after", self.dead_after),
+            ("heartbeat_interval", self.heartbeat_interval),
+            ("purge_interval", self.purge_interval),
+        ];
+        for (name, d) in positive {
+            if d.is_zero() {
+                return Err(Error::config(OP, format!("{name} must be positive")));
+            }
+            limits::check_duration(OP, name, d).map_err(|e| Error::config(OP, e.message()))?;
+        }
+        if self.heartbeat_interval.saturating_mul(2) > self.dead_after {
+            return Err(Error::config(
+                OP,
+                format!(
+                    "heartbeat_interval ({:?}) must be at most half of dead_after ({:?}), or live tasks would be recycled",
+                    self.heartbeat_interval, self.dead_after
+                ),
+            ));
+        }
+        for (name, n) in [
+            ("batch_size", self.batch_size),
+            ("recycle_batch", self.recycle_batch),
+            ("purge_batch", self.purge_batch),
+        ] {
+            if n == 0 || n > limits::MAX_BATCH {
+                return Err(Error::config(
+                    OP,
+                    format!("{name} must be 1 to {}, got {n}", limits::MAX_BATCH),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Sees succeeded tasks before the retention job deletes them (to copy them to cold
+/// storage, say). When it fails, nothing is deleted and the job tries again next round.
+#[async_trait]
+pub trait Archive: Send + Sync + 'static {
+    /// Keep these tasks somewhere; they are deleted after this returns `Ok`.
+    async fn archive(&self, tasks: &[Task]) -> std::result::Result<(), BoxError>;
+}
+
+/// What [`Engine::run_now`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunAhead {
+    /// Claimed and handed to its executor.
+    Started,
+    /// The enqueue found an existing task: it is not run again.
+    Duplicate,
+    /// Not claimed: the task is not due yet (delayed), or another instance has it.
+    NotClaimed,
+    /// This engine has no handler for the event type; the task waits for an instance that
+    /// has one.
+    NoHandler,
+    /// The event type's executor is full: the task was not taken (it stays pending with no
+    /// attempt spent) and the poller will run it. Counted as rejected.
+    Rejected,
+    /// The engine is shutting down; the poller of a live instance will run the task.
+    ShuttingDown,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum State {
+    Running,
+    Draining,
+    Stopped,
+}
+
+/// Where a dispatched task came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    RunAhead,
+    Poll,
+}
+
+struct Shared<S> {
+    store: S,
+    config: EngineConfig,
+    owner: Owner,
+    executors: HashMap<String, Arc<Executor>>,
+    /// Event types in a fixed order, for fair polling.
+    event_types: Vec<String>,
+    /// Leases of every task this instance holds (queued or running): what heartbeats refresh.
+    held: Mutex<HashMap<TaskId, Lease>>,
+    counters: Counters,
+    state: watch::Sender<State>,
+    in_flight: AtomicUsize,
+    idle: Notify,
+    capacity_freed: Notify,
+    wake: Notify,
+    archive: Option<Arc<dyn Archive>>,
+}
+
+impl<S> Shared<S> {
+    fn state(&self) -> State {
+        *self.state.borrow()
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<TaskId, Lease>> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Wait until no task is in flight.
+    async fn wait_idle(&self) {
+        loop {
+            let notified = self.idle.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.in_flight.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// Builds an [`Engine`]: register one handler per event type, then [`start`](Self::start).
+pub struct EngineBuilder<S> {
+    store: S,
+    config: EngineConfig,
+    handlers: Vec<(String, Arc<dyn Handler>, HandlerOptions)>,
+    archive: Option<Arc<dyn Archive>>,
+}
+
+impl<S: TaskStore + Clone> EngineBuilder<S> {
+    /// Use these settings.
+    pub fn config(mut self, config: EngineConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Run tasks of `event_type` with `handler`, under `options`.
+    pub fn handler(
+        mut self,
+        event_type: impl Into<String>,
+        handler: impl Handler,
+        options: HandlerOptions,
+    ) -> Self {
+        self.handlers
+            .push((event_type.into(), Arc::new(handler), options));
+        self
+    }
+
+    /// Let `archive` see succeeded tasks before the retention job deletes them.
+    pub fn archive(mut self, archive: impl Archive) -> Self {
+        self.archive = Some(Arc::new(archive));
+        self
+    }
+
+    /// Validate everything and start the poller, heartbeat and retention jobs on the
+    /// current tokio runtime. Errors are `Config`: a bad setting, a duplicate or invalid
+    /// event type, no handler at all.
+    pub fn start(self) -> Result<Engine<S>> {
+        const OP: &str = "start_engine";
+        self.config.validate()?;
+        if self.handlers.is_empty() {
+            return Err(Error::config(OP, "register at least one handler"));
+        }
+        let mut executors = HashMap::new();
+        for (event_type, handler, options) in self.handlers {
+            limits::check_event_type(OP, &event_type)
+                .map_err(|e| Error::config(OP, e.message()))?;
+            options.validate(&event_type)?;
+            if executors.contains_key(&event_type) {
+                return Err(Error::config(
+                    OP,
+                    format!("two handlers for event type {event_type:?}"),
+                ));
+            }
+            let exec = Executor {
+                event_type: event_type.clone(),
+                handler,
+                slots: Arc::new(Semaphore::new(options.concurrency + options.queue_capacity)),
+                runners: Arc::new(Semaphore::new(options.concurrency)),
+                options,
+            };
+            executors.insert(event_type, Arc::new(exec));
+        }
+        let mut event_types: Vec<String> = executors.keys().cloned().collect();
+        event_types.sort();
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+            Error::config(OP, "Engine::start must be called within a tokio runtime")
+        })?;
+        let owner = self.config.owner.clone().unwrap_or_else(Owner::generate);
+        let shared = Arc::new(Shared {
+            store: self.store,
+            config: self.config,
+            owner,
+            executors,
+            event_types,
+            held: Mutex::new(HashMap::new()),
+            counters: Counters::default(),
+            state: watch::Sender::new(State::Running),
+            in_flight: AtomicUsize::new(0),
+            idle: Notify::new(),
+            capacity_freed: Notify::new(),
+            wake: Notify::new(),
+            archive: self.archive,
+        });
+        let mut jobs = vec![
+            runtime.spawn(loops::poller(Arc::clone(&shared))),
+            runtime.spawn(loops::heartbeats(Arc::clone(&shared))),
+        ];
+        if shared.config.retention.is_some() {
+            jobs.push(runtime.spawn(loops::retention(Arc::clone(&shared))));
+        }
+        tracing::info!(
+            owner = %shared.owner,
+            event_types = ?shared.event_types,
+            "backstop engine started"
+        );
+        Ok(Engine {
+            inner: Arc::new(EngineInner {
+                shared,
+                jobs: Mutex::new(jobs),
+            }),
+        })
+    }
+}
+
+/// Runs tasks: ahead of the poller right after commit, and from the poller for everything
+/// else (retries, crashes, rejections). Generic over the store, so every backend gets the
+/// same behaviour. Cheap to clone; call [`shutdown`](Self::shutdown) before exit.
+pub struct Engine<S> {
+    inner: Arc<EngineInner<S>>,
+}
+
+impl<S> Clone for Engine<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+struct EngineInner<S> {
+    shared: Arc<Shared<S>>,
+    jobs: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl<S> Drop for EngineInner<S> {
+    fn drop(&mut self) {
+        // Dropped without shutdown: stop the background jobs; held tasks are recycled
+        // by a live instance after `dead_after`.
+        self.shared.state.send_replace(State::Stopped);
+        let jobs = std::mem::take(&mut *self.jobs.lock().unwrap_or_else(|p| p.into_inner()));
+        for j in jobs {
+            j.abort();
+        }
+    }
+}
+
+impl<S: TaskStore + Clone> Engine<S> {
+    /// Start building an engine on `store`.
+    pub fn builder(store: S) -> EngineBuilder<S> {
+        EngineBuilder {
+            store,
+            config: EngineConfig::default(),
+            handlers: Vec::new(),
+            archive: None,
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &S {
+        &self.inner.shared.store
+    }
+
+    /// This instance's owner name.
+    pub fn owner(&self) -> &Owner {
+        &self.inner.shared.owner
+    }
+
+    /// What this instance has done so far.
+    pub fn counters(&self) -> EngineCounters {
+        self.inner.shared.counters.snapshot()
+    }
+
+    /// A new task of `event_type` with the retry policy registered for it (the default
+    /// policy when no handler is registered here).
+    pub fn task(&self, event_type: &str, biz_key: impl Into<String>) -> NewTask {
+        let task = NewTask::new(event_type, biz_key);
+        match self.inner.shared.executors.get(event_type) {
+            Some(e) => task.retry(e.options.retry),
+            None => task,
+        }
+    }
+
+    /// Run a task ahead of the poller, right after the caller's commit.
+    ///
+    /// Only a newly created task (`enqueued.created`) whose event type this instance
+    /// handles is considered; it is claimed by id only if it is due (so retries and
+    /// delayed tasks keep their schedule) and only when its executor has room — else it
+    /// stays pending, no attempt spent, for the poller. The handler runs on the executor,
+    /// never on the caller's task; this returns once the claim is made.
+    pub async fn run_now(&self, enqueued: &Enqueued) -> Result<RunAhead> {
+        let shared = &self.inner.shared;
+        if shared.state() != State::Running {
+            return Ok(RunAhead::ShuttingDown);
+        }
+        if !enqueued.created {
+            return Ok(RunAhead::Duplicate);
+        }
+        let Some(exec) = shared.executors.get(&enqueued.event_type) else {
+            return Ok(RunAhead::NoHandler);
+        };
+        let Ok(slot) = Arc::clone(&exec.slots).try_acquire_owned() else {
+            shared.counters.rejected(&exec.event_type);
+            tracing::debug!(task_id = enqueued.id, event_type = %exec.event_type,
+                "executor full: run-ahead rejected, the poller will run the task");
+            return Ok(RunAhead::Rejected);
+        };
+        match shared.store.grab_by_id(enqueued.id, &shared.owner).await? {
+            None => Ok(RunAhead::NotClaimed),
+            Some(task) => {
+                shared.counters.run_ahead(&exec.event_type);
+                executor::dispatch(
+                    Arc::clone(shared),
+                    Arc::clone(exec),
+                    task,
+                    slot,
+                    Origin::RunAhead,
+                );
+                Ok(RunAhead::Started)
+            }
+        }
+    }
+
+    /// Enqueue `task` in its own transaction, then [`run_now`](Self::run_now) — for callers
+    /// without a transaction of their own. With business rows, enqueue on the backend's
+    /// native transaction instead and call `run_now` after commit.
+    pub async fn enqueue(&self, task: NewTask) -> Result<(Enqueued, RunAhead)> {
+        let enqueued = self.inner.shared.store.enqueue(task).await?;
+        if enqueued.created {
+            self.inner.shared.counters.enqueued(&enqueued.event_type);
+        }
+        let run = self.run_now(&enqueued).await?;
+        Ok((enqueued, run))
+    }
+
+    /// Ask the poller to poll now rather than at its next tick (after the first-poll delay).
+    pub fn poll_now(&self) {
+        self.inner.shared.wake.notify_one();
+    }
+
+    /// Stop gracefully: stop claiming, let in-flight tasks finish within
+    /// `shutdown_grace`, then interrupt the rest and release every task that did not
+    /// finish (no attempt spent) so another instance runs it at once. Idempotent.
+    pub async fn shutdown(&self) {
+        let shared = &self.inner.shared;
+        shared.state.send_if_modified(|s| {
+            if *s == State::Running {
+                *s = State::Draining;
+                true
+            } else {
+                false
+            }
+        });
+        tracing::info!(owner = %shared.owner, "backstop engine draining");
+        let drained = tokio::time::timeout(shared.config.shutdown_grace, shared.wait_idle())
+            .await
+            .is_ok();
+        if !drained {
+            tracing::warn!(
+                in_flight = shared.in_flight.load(Ordering::SeqCst),
+                "shutdown grace period over: interrupting and releasing in-flight tasks"
+            );
+        }
+        shared.state.send_replace(State::Stopped);
+        shared.wait_idle().await;
+        let jobs = std::mem::take(&mut *self.inner.jobs.lock().unwrap_or_else(|p| p.into_inner()));
+        for j in jobs {
+            let _ = j.await;
+        }
+        tracing::info!(owner = %shared.owner, "backstop engine stopped");
+    }
+}

@@ -1,0 +1,1014 @@
+//! The engine's conformance cases: the same engine on every backend, with real
+//! concurrency, short intervals and backdating instead of fixed sleeps.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use backstop_core::{
+    handler_fn, Archive, BoxError, Engine, EngineConfig, ErrorKind, Handler, HandlerError,
+    HandlerOptions, Json, JsonHandler, NewTask, Owner, RetryPolicy, RunAhead, Status, Task, TaskId,
+    TaskStore,
+};
+use tokio::sync::Semaphore;
+
+use crate::{chrono_dur, Ctx, Harness, TimeColumn};
+
+const HOUR: Duration = Duration::from_secs(3600);
+/// How long a case waits for something the engine should do within milliseconds.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// Settings for tests: a poller that polls every 20 ms from the start, no retention.
+pub fn fast_config() -> EngineConfig {
+    EngineConfig {
+        poll_interval: Duration::from_millis(20),
+        first_poll_delay: Duration::ZERO,
+        dead_after: Duration::from_secs(60),
+        heartbeat_interval: Duration::from_millis(200),
+        shutdown_grace: Duration::from_secs(10),
+        retention: None,
+        ..EngineConfig::default()
+    }
+}
+
+/// The same, but with a poller that does not poll within a test's lifetime: whatever runs
+/// ran ahead.
+pub fn no_poll_config() -> EngineConfig {
+    EngineConfig {
+        first_poll_delay: HOUR,
+        ..fast_config()
+    }
+}
+
+/// Wait until `cond` holds, checking every 10 ms; panic after `PATIENCE`.
+pub async fn eventually<F, Fut>(what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if cond().await {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {PATIENCE:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn wait_status<S: TaskStore>(store: &S, id: TaskId, status: Status) -> Task {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let t = store.get(id).await.unwrap().unwrap();
+        if t.status == status {
+            return t;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {PATIENCE:?} waiting for task {id} to be {status}; it is {t:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Calls of a handler, per business key, with when they started.
+#[derive(Clone, Default)]
+pub struct Calls(Arc<Mutex<HashMap<String, Vec<Instant>>>>);
+
+impl Calls {
+    fn record(&self, key: &str) -> usize {
+        let mut m = self.0.lock().unwrap();
+        let v = m.entry(key.to_owned()).or_default();
+        v.push(Instant::now());
+        v.len()
+    }
+    fn count(&self, key: &str) -> usize {
+        self.0.lock().unwrap().get(key).map_or(0, Vec::len)
+    }
+    fn times(&self, key: &str) -> Vec<Instant> {
+        self.0.lock().unwrap().get(key).cloned().unwrap_or_default()
+    }
+}
+
+/// A handler that fails its first `failures` calls per key, then succeeds.
+fn flaky(calls: Calls, failures: usize) -> impl Handler {
+    handler_fn(move |task: Task| {
+        let calls = calls.clone();
+        async move {
+            let n = calls.record(&task.biz_key);
+            if n <= failures {
+                Err(HandlerError::retry(format!("downstream down (call {n})")))
+            } else {
+                Ok(())
+            }
+        }
+    })
+}
+
+fn opts() -> HandlerOptions {
+    HandlerOptions::default()
+}
+
+/// run ahead: committed with a business row, claimed by id and run at once — the poller
+/// never gets to it.
+pub async fn engine_runs_a_task_ahead_right_after_commit<H: Harness>(ctx: &Ctx<H>) {
+    let calls = Calls::default();
+    let engine = Engine::builder(ctx.store.clone())
+        .config(no_poll_config())
+        .handler("PAY", flaky(calls.clone(), 0), opts())
+        .start()
+        .unwrap();
+    let enq = ctx
+        .harness
+        .enqueue_with_business_row(
+            &ctx.db,
+            &ctx.store,
+            "order-1",
+            engine.task("PAY", "o1"),
+            true,
+        )
+        .await
+        .unwrap();
+    assert_eq!(engine.run_now(&enq).await.unwrap(), RunAhead::Started);
+    let t = wait_status(&ctx.store, enq.id, Status::Succeeded).await;
+    assert_eq!(t.attempts, 1);
+    assert_eq!(t.owner.as_deref(), Some(engine.owner().as_str()));
+    assert_eq!(calls.count("o1"), 1);
+    let c = engine.counters();
+    assert_eq!((c.run_ahead, c.polled, c.succeeded), (1, 0, 1));
+    // the convenience: enqueue + run ahead
+    let (e2, run) = engine.enqueue(engine.task("PAY", "o2")).await.unwrap();
+    assert_eq!(run, RunAhead::Started);
+    wait_status(&ctx.store, e2.id, Status::Succeeded).await;
+    assert_eq!(engine.counters().enqueued, 1);
+    engine.shutdown().await;
+}
+
+/// retries: the backoff is honoured between attempts, and a retry never runs ahead.
+pub async fn engine_retries_with_backoff_then_succeeds<H: Harness>(ctx: &Ctx<H>) {
+    let calls = Calls::default();
+    let backoff = Duration::from_millis(300);
+    let engine = Engine::builder(ctx.store.clone())
+        .config(fast_config())
+        .handler(
+            "PAY",
+            flaky(calls.clone(), 2),
+            opts().retry(RetryPolicy::fixed(5, backoff)),
+        )
+        .start()
+        .unwrap();
+    let (enq, run) = engine.enqueue(engine.task("PAY", "o1")).await.unwrap();
+    assert_eq!(run, RunAhead::Started);
+    eventually("first attempt to fail", || async {
+        let t = ctx.store.get(enq.id).await.unwrap().unwrap();
+        t.status == Status::Pending && t.attempts == 1
+    })
+    .await;
+    assert_eq!(
+        engine.run_now(&enq).await.unwrap(),
+        RunAhead::NotClaimed,
+        "a retry waits for its backoff; it is not run ahead"
+    );
+    let t = wait_status(&ctx.store, enq.id, Status::Succeeded).await;
+    assert_eq!(t.attempts, 3);
+    assert_eq!(t.last_error, None);
+    let times = calls.times("o1");
+    assert_eq!(times.len(), 3);
+    for w in times.windows(2) {
+        let gap = w[1] - w[0];
+        assert!(
+            gap + Duration::from_millis(5) >= backoff,
+            "attempts {gap:?} apart, backoff is {backoff:?}"
+        );
+    }
+    let c = engine.counters();
+    assert_eq!((c.retried, c.succeeded, c.failed), (2, 1, 0));
+    engine.shutdown().await;
+}
+
+/// attempts exhausted → failed; an operator's reset runs it again to success.
+pub async fn engine_fails_after_max_attempts_then_reset_runs_again<H: Harness>(ctx: &Ctx<H>) {
+    let fixed = Arc::new(AtomicBool::new(false));
+    let calls = Calls::default();
+    let handler = {
+        let fixed = Arc::clone(&fixed);
+        let calls = calls.clone();
+        handler_fn(move |task: Task| {
+            let fixed = Arc::clone(&fixed);
+            let calls = calls.clone();
+            async move {
+                calls.record(&task.biz_key);
+                if fixed.load(Ordering::SeqCst) {
+                    Ok(())
+                } else {
+                    Err(HandlerError::retry("contract service rejects the request"))
+                }
+            }
+        })
+    };
+    let engine = Engine::builder(ctx.store.clone())
+        .config(fast_config())
+        .handler(
+            "CONTRACT",
+            handler,
+            opts().retry(RetryPolicy::fixed(3, Duration::from_millis(10))),
+        )
+        .start()
+        .unwrap();
+    let (enq, _) = engine.enqueue(engine.task("CONTRACT", "c1")).await.unwrap();
+    let t = wait_status(&ctx.store, enq.id, Status::Failed).await;
+    assert_eq!(t.attempts, 3);
+    assert_eq!(t.owner, None);
+    assert_eq!(
+        t.last_error.as_deref(),
+        Some("contract service rejects the request")
+    );
+    assert_eq!(calls.count("c1"), 3);
+    assert_eq!(engine.counters().failed, 1);
+    fixed.store(true, Ordering::SeqCst);
+    let reset = ctx.store.manual_reset(enq.id, HOUR).await.unwrap();
+    assert_eq!((reset.status, reset.attempts), (Status::Pending, 0));
+    engine.poll_now();
+    let t = wait_status(&ctx.store, enq.id, Status::Succeeded).await;
+    assert_eq!(t.attempts, 1);
+    assert_eq!(calls.count("c1"), 4);
+    engine.shutdown().await;
+}
+
+/// pre_check_skip: the business is already done → succeeded without running.
+pub async fn engine_pre_check_skip_marks_success_without_running<H: Harness>(ctx: &Ctx<H>) {
+    struct AlreadyDone(Calls);
+    #[backstop_core::async_trait]
+    impl Handler for AlreadyDone {
+        async fn handle(&self, task: &Task) -> Result<(), HandlerError> {
+            self.0.record(&task.biz_key);
+            Ok(())
+        }
+        async fn pre_check_skip(&self, task: &Task) -> Result<bool, HandlerError> {
+            Ok(task.biz_key.starts_with("done-"))
+        }
+    }
+    let calls = Calls::default();
+    let engine = Engine::builder(ctx.store.clone())
+        .config(no_poll_config())
+        .handler("PAY", AlreadyDone(calls.clone()), opts())
+        .start()
+        .unwrap();
+    let (a, _) = engine.enqueue(engine.task("PAY", "done-1")).await.unwrap();
+    let (b, _) = engine.enqueue(engine.task("PAY", "new-1")).await.unwrap();
+    let ta = wait_status(&ctx.store, a.id, Status::Succeeded).await;
+    wait_status(&ctx.store, b.id, Status::Succeeded).await;
+    assert_eq!(ta.attempts, 1);
+    assert_eq!(calls.count("done-1"), 0, "skipped: handle never ran");
+    assert_eq!(calls.count("new-1"), 1);
+    let c = engine.counters();
+    assert_eq!((c.skipped, c.succeeded), (1, 2));
+    engine.shutdown().await;
+}
+
+/// a panic in a handler is caught and retried like an error.
+pub async fn engine_catches_a_panicking_handler_and_retries<H: Harness>(ctx: &Ctx<H>) {
+    let calls = Calls::default();
+    let handler = {
+        let calls = calls.clone();
+        handler_fn(move |task: Task| {
+            let calls = calls.clone();
+            async move {
+                if calls.record(&task.biz_key) == 1 {
+                    panic!("boom in the handler");
+                }
+                Ok(())
+            }
+        })
+    };
+    let engine = Engine::builder(ctx.store.clone())
+        .config(fast_config())
+        .handler(
+            "PAY",
+            handler,
+            opts().retry(RetryPolicy::fixed(3, Duration::from_millis(300))),
+        )
+        .start()
+        .unwrap();
+    let (enq, _) = engine.enqueue(engine.task("PAY", "p1")).await.unwrap();
+    eventually("the panic to be recorded as a retry", || async {
+        let t = ctx.store.get(enq.id).await.unwrap().unwrap();
+        t.status == Status::Pending && t.attempts == 1
+    })
+    .await;
+    let t = ctx.task(enq.id).await;
+    assert_eq!(
+        t.last_error.as_deref(),
+        Some("handler panicked: boom in the handler")
+    );
+    let t = wait_status(&ctx.store, enq.id, Status::Succeeded).await;
+    assert_eq!(t.attempts, 2);
+    let c = engine.counters();
+    assert_eq!((c.panics, c.retried, c.succeeded), (1, 1, 1));
+    engine.shutdown().await;
+}
+
+/// an attempt over its timeout is abandoned and retried.
+pub async fn engine_times_out_a_slow_handler_and_retries<H: Harness>(ctx: &Ctx<H>) {
+    let calls = Calls::default();
+    let finished_slow = Arc::new(AtomicBool::new(false));
+    let handler = {
+        let calls = calls.clone();
+        let finished_slow = Arc::clone(&finished_slow);
+        handler_fn(move |task: Task| {
+            let calls = calls.clone();
+            let finished_slow = Arc::clone(&finished_slow);
+            async move {
+                if calls.record(&task.biz_key) == 1 {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    finished_slow.store(true, Ordering::SeqCst);
+                }
+                Ok(())
+            }
+        })
+    };
+    let engine = Engine::builder(ctx.store.clone())
+        .config(fast_config())
+        .handler(
+            "PAY",
+            handler,
+            opts()
+                .timeout(Duration::from_millis(150))
+                .retry(RetryPolicy::fixed(3, Duration::from_millis(300))),
+        )
+        .start()
+        .unwrap();
+    let (enq, _) = engine.enqueue(engine.task("PAY", "slow")).await.unwrap();
+    eventually("the timeout to be recorded as a retry", || async {
+        let t = ctx.store.get(enq.id).await.unwrap().unwrap();
+        t.status == Status::Pending && t.attempts == 1
+    })
+    .await;
+    assert_eq!(
+        ctx.task(enq.id).await.last_error.as_deref(),
+        Some("timed out after 150ms")
+    );
+    let t = wait_status(&ctx.store, enq.id, Status::Succeeded).await;
+    assert_eq!(t.attempts, 2);
+    assert!(
+        !finished_slow.load(Ordering::SeqCst),
+        "the slow attempt was abandoned"
+    );
+    assert_eq!(engine.counters().timeouts, 1);
+    engine.shutdown().await;
+}
+
+/// a full executor rejects a run-ahead: the task stays pending with no attempt spent, and
+/// the poller runs it once there is room. Isolation: another event type is unaffected.
+pub async fn engine_rejects_run_ahead_when_executor_full_and_polls_it_later<H: Harness>(
+    ctx: &Ctx<H>,
+) {
+    let gate = Arc::new(Semaphore::new(0));
+    let calls = Calls::default();
+    let blocking = {
+        let gate = Arc::clone(&gate);
+        let calls = calls.clone();
+        handler_fn(move |task: Task| {
+            let gate = Arc::clone(&gate);
+            let calls = calls.clone();
+            async move {
+                calls.record(&task.biz_key);
+                gate.acquire().await.unwrap().forget();
+                Ok(())
+            }
+        })
+    };
+    let other_calls = Calls::default();
+    let engine = Engine::builder(ctx.store.clone())
+        .config(EngineConfig {
+            poll_interval: Duration::from_millis(50),
+            ..fast_config()
+        })
+        .handler("SLOW", blocking, opts().concurrency(1).queue_capacity(0))
+        .handler("FAST", flaky(other_calls.clone(), 0), opts())
+        .start()
+        .unwrap();
+    let (a, run_a) = engine.enqueue(engine.task("SLOW", "a")).await.unwrap();
+    assert_eq!(run_a, RunAhead::Started);
+    eventually("a to start", || async { calls.count("a") == 1 }).await;
+    let (b, run_b) = engine.enqueue(engine.task("SLOW", "b")).await.unwrap();
+    assert_eq!(run_b, RunAhead::Rejected);
+    let tb = ctx.task(b.id).await;
+    assert_eq!((tb.status, tb.attempts, tb.lease), (Status::Pending, 0, 0));
+    assert_eq!(engine.counters().rejected, 1);
+    // another event type still runs ahead
+    let (f, run_f) = engine.enqueue(engine.task("FAST", "f")).await.unwrap();
+    assert_eq!(run_f, RunAhead::Started);
+    wait_status(&ctx.store, f.id, Status::Succeeded).await;
+    // the poller cannot take b while a holds the only slot
+    assert_eq!(ctx.task(b.id).await.status, Status::Pending);
+    gate.add_permits(2);
+    wait_status(&ctx.store, a.id, Status::Succeeded).await;
+    let tb = wait_status(&ctx.store, b.id, Status::Succeeded).await;
+    assert_eq!(tb.attempts, 1);
+    assert_eq!(calls.count("b"), 1);
+    assert!(engine.counters().polled >= 1);
+    engine.shutdown().await;
+}
+
+/// a crash between commit and run_now loses nothing: the poller finds the task.
+pub async fn engine_poller_finds_a_task_committed_before_a_crash<H: Harness>(ctx: &Ctx<H>) {
+    let enq = ctx
+        .harness
+        .enqueue_with_business_row(
+            &ctx.db,
+            &ctx.store,
+            "order-9",
+            NewTask::new("PAY", "o9"),
+            true,
+        )
+        .await
+        .unwrap();
+    // ... the process died here, before run_now. A new instance starts:
+    let calls = Calls::default();
+    let engine = Engine::builder(ctx.new_store().await)
+        .config(fast_config())
+        .handler("PAY", flaky(calls.clone(), 0), opts())
+        .start()
+        .unwrap();
+    let t = wait_status(&ctx.store, enq.id, Status::Succeeded).await;
+    assert_eq!(t.attempts, 1);
+    assert_eq!(calls.count("o9"), 1);
+    let c = engine.counters();
+    assert_eq!((c.run_ahead, c.polled), (0, 1));
+    engine.shutdown().await;
+}
+
+/// a duplicate enqueue never runs the task twice.
+pub async fn engine_duplicate_enqueue_never_runs_twice<H: Harness>(ctx: &Ctx<H>) {
+    let calls = Calls::default();
+    let engine = Engine::builder(ctx.store.clone())
+        .config(no_poll_config())
+        .handler("PAY", flaky(calls.clone(), 0), opts())
+        .start()
+        .unwrap();
+    let (first, r1) = engine.enqueue(engine.task("PAY", "k")).await.unwrap();
+    wait_status(&ctx.store, first.id, Status::Succeeded).await;
+    let (second, r2) = engine.enqueue(engine.task("PAY", "k")).await.unwrap();
+    assert_eq!((r1, r2), (RunAhead::Started, RunAhead::Duplicate));
+    assert_eq!((second.id, second.created), (first.id, false));
+    // even while the first is still pending (not yet run)
+    let (p, _) = (
+        ctx.store.enqueue(NewTask::new("PAY", "k2")).await.unwrap(),
+        (),
+    );
+    let dup = ctx.store.enqueue(NewTask::new("PAY", "k2")).await.unwrap();
+    assert_eq!(engine.run_now(&dup).await.unwrap(), RunAhead::Duplicate);
+    assert_eq!(engine.run_now(&p).await.unwrap(), RunAhead::Started);
+    wait_status(&ctx.store, p.id, Status::Succeeded).await;
+    assert_eq!(engine.run_now(&p).await.unwrap(), RunAhead::NotClaimed);
+    assert_eq!((calls.count("k"), calls.count("k2")), (1, 1));
+    engine.shutdown().await;
+}
+
+/// a delayed task is not run ahead; it runs when due.
+pub async fn engine_delayed_task_waits_for_its_time<H: Harness>(ctx: &Ctx<H>) {
+    let calls = Calls::default();
+    let engine = Engine::builder(ctx.store.clone())
+        .config(fast_config())
+        .handler("PAY", flaky(calls.clone(), 0), opts())
+        .start()
+        .unwrap();
+    let (enq, run) = engine
+        .enqueue(engine.task("PAY", "later").delay(HOUR))
+        .await
+        .unwrap();
+    assert_eq!(run, RunAhead::NotClaimed);
+    assert_eq!(ctx.task(enq.id).await.attempts, 0);
+    ctx.backdate(enq.id, TimeColumn::NextRunAt, HOUR).await;
+    let t = wait_status(&ctx.store, enq.id, Status::Succeeded).await;
+    assert_eq!(t.attempts, 1);
+    engine.shutdown().await;
+}
+
+/// the poller claims only event types this instance handles.
+pub async fn engine_only_claims_event_types_it_handles<H: Harness>(ctx: &Ctx<H>) {
+    let other = ctx.store.enqueue(NewTask::new("OTHER", "x")).await.unwrap();
+    let calls = Calls::default();
+    let engine = Engine::builder(ctx.store.clone())
+        .config(fast_config())
+        .handler("MINE", flaky(calls.clone(), 0), opts())
+        .start()
+        .unwrap();
+    assert_eq!(engine.run_now(&other).await.unwrap(), RunAhead::NoHandler);
+    let mine = ctx.store.enqueue(NewTask::new("MINE", "x")).await.unwrap();
+    wait_status(&ctx.store, mine.id, Status::Succeeded).await;
+    // several more poll rounds
+    let polled = engine.counters().polled;
+    let mine2 = ctx.store.enqueue(NewTask::new("MINE", "y")).await.unwrap();
+    wait_status(&ctx.store, mine2.id, Status::Succeeded).await;
+    assert!(engine.counters().polled > polled);
+    let t = ctx.task(other.id).await;
+    assert_eq!((t.status, t.attempts, t.lease), (Status::Pending, 0, 0));
+    engine.shutdown().await;
+}
+
+/// a payload that does not decode is a permanent failure that says why.
+pub async fn engine_undecodable_payload_fails_permanently<H: Harness>(ctx: &Ctx<H>) {
+    #[derive(serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Pay {
+        order_id: u64,
+    }
+    struct PayHandler(Calls);
+    #[backstop_core::async_trait]
+    impl JsonHandler for PayHandler {
+        type Payload = Pay;
+        async fn handle(&self, pay: Pay, _task: &Task) -> Result<(), HandlerError> {
+            self.0.record(&pay.order_id.to_string());
+            Ok(())
+        }
+    }
+    let calls = Calls::default();
+    let engine = Engine::builder(ctx.store.clone())
+        .config(no_poll_config())
+        .handler("PAY", Json(PayHandler(calls.clone())), opts())
+        .start()
+        .unwrap();
+    let (good, _) = engine
+        .enqueue(
+            engine
+                .task("PAY", "g")
+                .json(&serde_json::json!({"order_id": 7})),
+        )
+        .await
+        .unwrap();
+    let (bad, _) = engine
+        .enqueue(
+            engine
+                .task("PAY", "b")
+                .json(&serde_json::json!({"order": "x"})),
+        )
+        .await
+        .unwrap();
+    wait_status(&ctx.store, good.id, Status::Succeeded).await;
+    let t = wait_status(&ctx.store, bad.id, Status::Failed).await;
+    assert_eq!(t.attempts, 1, "no retries for a permanent failure");
+    let err = t.last_error.unwrap();
+    assert!(
+        err.contains("payload does not decode") && err.contains("order_id"),
+        "{err}"
+    );
+    assert_eq!(calls.count("7"), 1);
+    engine.shutdown().await;
+}
+
+/// a handler's retry-after overrides the backoff, exactly.
+pub async fn engine_retry_after_overrides_the_backoff<H: Harness>(ctx: &Ctx<H>) {
+    let engine = Engine::builder(ctx.store.clone())
+        .config(no_poll_config())
+        .handler(
+            "PAY",
+            handler_fn(|_task: Task| async move {
+                Err(HandlerError::retry_after(
+                    Duration::from_secs(42),
+                    "429 from the bank",
+                ))
+            }),
+            opts(),
+        )
+        .start()
+        .unwrap();
+    let (enq, _) = engine.enqueue(engine.task("PAY", "k")).await.unwrap();
+    let t = wait_status(&ctx.store, enq.id, Status::Pending).await;
+    let t = if t.attempts == 0 {
+        eventually("the attempt to be recorded", || async {
+            ctx.store.get(enq.id).await.unwrap().unwrap().attempts == 1
+        })
+        .await;
+        ctx.task(enq.id).await
+    } else {
+        t
+    };
+    assert_eq!(t.last_error.as_deref(), Some("429 from the bank"));
+    assert_eq!(
+        t.next_run_at - t.updated_at,
+        chrono_dur(Duration::from_secs(42))
+    );
+    engine.shutdown().await;
+}
+
+/// two engine instances, 2,000 tasks: every task's effect applied exactly once, and no
+/// task ever run by two instances at the same time.
+pub async fn engine_two_instances_run_each_task_exactly_once<H: Harness>(ctx: &Ctx<H>) {
+    const TASKS: usize = 2000;
+    let mut producers = Vec::new();
+    for p in 0..4 {
+        let s = ctx.store.clone();
+        producers.push(tokio::spawn(async move {
+            for i in (p..TASKS).step_by(4) {
+                let et = if i % 2 == 0 { "A" } else { "B" };
+                s.enqueue(NewTask::new(et, format!("k{i}"))).await.unwrap();
+            }
+        }));
+    }
+    for p in producers {
+        p.await.unwrap();
+    }
+    let effects: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    let running: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let make = |instance: usize| {
+        let effects = Arc::clone(&effects);
+        let running = Arc::clone(&running);
+        let overlaps = Arc::clone(&overlaps);
+        handler_fn(move |task: Task| {
+            let effects = Arc::clone(&effects);
+            let running = Arc::clone(&running);
+            let overlaps = Arc::clone(&overlaps);
+            async move {
+                if !running.lock().unwrap().insert(task.biz_key.clone()) {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                tokio::task::yield_now().await;
+                // the idempotent effect: keyed on the business key
+                *effects
+                    .lock()
+                    .unwrap()
+                    .entry(task.biz_key.clone())
+                    .or_default() += 1;
+                running.lock().unwrap().remove(&task.biz_key);
+                let _ = instance;
+                Ok(())
+            }
+        })
+    };
+    let mut engines = Vec::new();
+    for i in 0..2 {
+        let store = ctx.new_store().await;
+        let engine = Engine::builder(store)
+            .config(fast_config())
+            .handler("A", make(i), opts().concurrency(8))
+            .handler("B", make(i), opts().concurrency(8))
+            .start()
+            .unwrap();
+        engines.push(engine);
+    }
+    eventually("all 2000 tasks to succeed", || async {
+        ctx.store.stats().await.unwrap().count(Status::Succeeded) == TASKS as u64
+    })
+    .await;
+    for e in &engines {
+        e.shutdown().await;
+    }
+    let effects = effects.lock().unwrap();
+    assert_eq!(effects.len(), TASKS);
+    assert!(
+        effects.values().all(|n| *n == 1),
+        "a handler ran twice: {:?}",
+        effects
+            .iter()
+            .filter(|(_, n)| **n > 1)
+            .take(5)
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "no task ran concurrently twice"
+    );
+    let c0 = engines[0].counters();
+    let c1 = engines[1].counters();
+    assert_eq!(c0.succeeded + c1.succeeded, TASKS as u64);
+    assert_eq!(c0.stale_completions + c1.stale_completions, 0);
+}
+
+/// heartbeats keep a task that runs longer than `dead_after` alive: it is never recycled
+/// or run twice while its instance lives.
+pub async fn engine_heartbeats_keep_a_long_task_alive<H: Harness>(ctx: &Ctx<H>) {
+    let calls = Calls::default();
+    let long = |calls: Calls| {
+        handler_fn(move |task: Task| {
+            let calls = calls.clone();
+            async move {
+                calls.record(&task.biz_key);
+                tokio::time::sleep(Duration::from_millis(2500)).await;
+                Ok(())
+            }
+        })
+    };
+    let config = EngineConfig {
+        dead_after: Duration::from_secs(1),
+        heartbeat_interval: Duration::from_millis(100),
+        ..fast_config()
+    };
+    // two instances: either may run the task; both poll and recycle meanwhile
+    let engine = Engine::builder(ctx.store.clone())
+        .config(config.clone())
+        .handler("LONG", long(calls.clone()), opts())
+        .start()
+        .unwrap();
+    let other = Engine::builder(ctx.new_store().await)
+        .config(config)
+        .handler("LONG", long(calls.clone()), opts())
+        .start()
+        .unwrap();
+    let (enq, _) = engine.enqueue(engine.task("LONG", "long")).await.unwrap();
+    let t = wait_status(&ctx.store, enq.id, Status::Succeeded).await;
+    assert_eq!(t.attempts, 1);
+    assert_eq!(
+        calls.count("long"),
+        1,
+        "run once, never recycled while alive"
+    );
+    assert!(
+        (t.updated_at - t.created_at) >= chrono_dur(Duration::from_millis(2500)),
+        "the task outlived dead_after"
+    );
+    let (a, b) = (engine.counters(), other.counters());
+    assert_eq!(a.recycled + b.recycled, 0);
+    assert_eq!(a.stale_completions + b.stale_completions, 0);
+    assert_eq!(a.succeeded + b.succeeded, 1);
+    engine.shutdown().await;
+    other.shutdown().await;
+}
+
+/// a late completion by a worker whose task was recycled and claimed again is refused by
+/// the lease and counted; the successor's claim is untouched.
+pub async fn engine_refuses_a_late_completion_after_recycle<H: Harness>(ctx: &Ctx<H>) {
+    let gate = Arc::new(Semaphore::new(0));
+    let calls = Calls::default();
+    let handler = {
+        let gate = Arc::clone(&gate);
+        let calls = calls.clone();
+        handler_fn(move |task: Task| {
+            let gate = Arc::clone(&gate);
+            let calls = calls.clone();
+            async move {
+                calls.record(&task.biz_key);
+                gate.acquire().await.unwrap().forget();
+                Ok(())
+            }
+        })
+    };
+    // heartbeats far apart: the instance looks dead (a long GC pause, a partition)
+    let engine = Engine::builder(ctx.store.clone())
+        .config(EngineConfig {
+            dead_after: 2 * HOUR,
+            heartbeat_interval: HOUR,
+            ..no_poll_config()
+        })
+        .handler("PAY", handler, opts())
+        .start()
+        .unwrap();
+    let (enq, _) = engine.enqueue(engine.task("PAY", "k")).await.unwrap();
+    eventually("the handler to start", || async { calls.count("k") == 1 }).await;
+    ctx.backdate(enq.id, TimeColumn::UpdatedAt, HOUR).await;
+    let r = ctx
+        .store
+        .recycle_dead(Duration::from_secs(60), 10)
+        .await
+        .unwrap();
+    assert_eq!(r.to_pending, 1);
+    let successor = ctx
+        .store
+        .grab_by_id(enq.id, &Owner::new("successor").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    gate.add_permits(1);
+    eventually("the stale completion to be counted", || async {
+        engine.counters().stale_completions == 1
+    })
+    .await;
+    let t = ctx.task(enq.id).await;
+    assert_eq!(t.status, Status::Running);
+    assert_eq!(t.owner.as_deref(), Some("successor"));
+    assert_eq!(t.lease, successor.lease);
+    assert_eq!(
+        engine.counters().succeeded,
+        1,
+        "the attempt itself ended well"
+    );
+    engine.shutdown().await;
+}
+
+/// shutdown under load: claiming stops, in-flight work finishes, queued work is released
+/// (no attempt spent); nothing is left running.
+pub async fn engine_shutdown_under_load_leaves_nothing_running<H: Harness>(ctx: &Ctx<H>) {
+    const TASKS: usize = 300;
+    for i in 0..TASKS {
+        ctx.store
+            .enqueue(NewTask::new("WORK", format!("k{i}")))
+            .await
+            .unwrap();
+    }
+    let calls = Calls::default();
+    let handler = {
+        let calls = calls.clone();
+        handler_fn(move |task: Task| {
+            let calls = calls.clone();
+            async move {
+                calls.record(&task.biz_key);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                Ok(())
+            }
+        })
+    };
+    let engine = Engine::builder(ctx.store.clone())
+        .config(fast_config())
+        .handler("WORK", handler, opts().concurrency(2).queue_capacity(30))
+        .start()
+        .unwrap();
+    eventually("some tasks to finish", || async {
+        engine.counters().succeeded >= 20
+    })
+    .await;
+    engine.shutdown().await;
+    let (enq, run) = engine.enqueue(NewTask::new("WORK", "after")).await.unwrap();
+    assert_eq!(run, RunAhead::ShuttingDown);
+    let s = ctx.store.stats().await.unwrap();
+    assert_eq!(s.count(Status::Running), 0, "nothing left running");
+    assert_eq!(s.count(Status::Failed), 0);
+    let c = engine.counters();
+    assert_eq!(s.count(Status::Succeeded), c.succeeded);
+    assert!(c.released > 0, "queued tasks were given back: {c:?}");
+    let all = ctx
+        .store
+        .list(&backstop_core::TaskFilter {
+            limit: 1000,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    for t in all {
+        match t.status {
+            Status::Succeeded => assert_eq!(t.attempts, 1),
+            Status::Pending => assert_eq!(t.attempts, 0, "task {} spent an attempt", t.id),
+            other => panic!("task {} is {other}", t.id),
+        }
+        assert!(calls.count(&t.biz_key) <= 1);
+    }
+    assert_eq!(ctx.task(enq.id).await.status, Status::Pending);
+}
+
+/// past the grace period, shutdown interrupts a handler and releases its task.
+pub async fn engine_shutdown_interrupts_after_grace_and_releases<H: Harness>(ctx: &Ctx<H>) {
+    let started = Calls::default();
+    let handler = {
+        let started = started.clone();
+        handler_fn(move |task: Task| {
+            let started = started.clone();
+            async move {
+                started.record(&task.biz_key);
+                tokio::time::sleep(HOUR).await;
+                Ok(())
+            }
+        })
+    };
+    let engine = Engine::builder(ctx.store.clone())
+        .config(EngineConfig {
+            shutdown_grace: Duration::from_millis(200),
+            ..no_poll_config()
+        })
+        .handler("STUCK", handler, opts().timeout(2 * HOUR))
+        .start()
+        .unwrap();
+    let (enq, _) = engine.enqueue(engine.task("STUCK", "k")).await.unwrap();
+    eventually("the handler to start", || async { started.count("k") == 1 }).await;
+    let t0 = Instant::now();
+    engine.shutdown().await;
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    let t = ctx.task(enq.id).await;
+    assert_eq!((t.status, t.attempts, t.owner), (Status::Pending, 0, None));
+    assert_eq!(engine.counters().released, 1);
+}
+
+/// retention purges old succeeded tasks in batches, after the archive has seen them.
+pub async fn engine_retention_archives_then_purges_old_succeeded_tasks<H: Harness>(ctx: &Ctx<H>) {
+    struct Keep(Arc<Mutex<Vec<TaskId>>>);
+    #[backstop_core::async_trait]
+    impl Archive for Keep {
+        async fn archive(&self, tasks: &[Task]) -> Result<(), BoxError> {
+            assert!(tasks.iter().all(|t| t.status == Status::Succeeded));
+            self.0.lock().unwrap().extend(tasks.iter().map(|t| t.id));
+            Ok(())
+        }
+    }
+    let mut old = Vec::new();
+    for i in 0..7 {
+        let id = ctx.enqueue("E", &format!("old{i}")).await;
+        let l = ctx.grab(id).await.lease();
+        assert!(backstop_core::TaskStoreExt::mark_success(&ctx.store, l)
+            .await
+            .unwrap());
+        ctx.backdate(id, TimeColumn::UpdatedAt, 2 * HOUR).await;
+        old.push(id);
+    }
+    let fresh = ctx.enqueue("E", "fresh").await;
+    let l = ctx.grab(fresh).await.lease();
+    backstop_core::TaskStoreExt::mark_success(&ctx.store, l)
+        .await
+        .unwrap();
+    let failed = ctx.enqueue("E", "failed").await;
+    let l = ctx.grab(failed).await.lease();
+    backstop_core::TaskStoreExt::mark_fail(&ctx.store, l, "x")
+        .await
+        .unwrap();
+    ctx.backdate(failed, TimeColumn::UpdatedAt, 2 * HOUR).await;
+
+    let archived = Arc::new(Mutex::new(Vec::new()));
+    let engine = Engine::builder(ctx.store.clone())
+        .config(EngineConfig {
+            retention: Some(HOUR),
+            purge_interval: Duration::from_millis(50),
+            purge_batch: 3,
+            ..fast_config()
+        })
+        .handler("E", flaky(Calls::default(), 0), opts())
+        .archive(Keep(Arc::clone(&archived)))
+        .start()
+        .unwrap();
+    eventually("old succeeded tasks to be purged", || async {
+        ctx.store.stats().await.unwrap().count(Status::Succeeded) == 1
+    })
+    .await;
+    engine.shutdown().await;
+    let mut got = archived.lock().unwrap().clone();
+    got.sort();
+    assert_eq!(got, old, "each purged task archived once");
+    for id in &old {
+        assert!(ctx.store.get(*id).await.unwrap().is_none());
+    }
+    assert!(ctx.store.get(fresh).await.unwrap().is_some());
+    assert!(ctx.store.get(failed).await.unwrap().is_some());
+}
+
+/// bad engine settings are refused at start with a Config error.
+pub async fn engine_refuses_bad_configuration<H: Harness>(ctx: &Ctx<H>) {
+    let h = || flaky(Calls::default(), 0);
+    let start = |cfg: EngineConfig, handlers: Vec<(&str, HandlerOptions)>| {
+        let mut b = Engine::builder(ctx.store.clone()).config(cfg);
+        for (et, o) in handlers {
+            b = b.handler(et, h(), o);
+        }
+        b.start().map(|_| ())
+    };
+    type Case<'a> = (EngineConfig, Vec<(&'a str, HandlerOptions)>, &'a str);
+    let cases: Vec<Case> = vec![
+        (fast_config(), vec![], "at least one handler"),
+        (
+            fast_config(),
+            vec![("A", opts()), ("A", opts())],
+            "two handlers",
+        ),
+        (fast_config(), vec![("bad type", opts())], "event_type"),
+        (
+            fast_config(),
+            vec![("A", opts().concurrency(0))],
+            "concurrency",
+        ),
+        (
+            fast_config(),
+            vec![("A", opts().timeout(Duration::ZERO))],
+            "timeout",
+        ),
+        (
+            EngineConfig {
+                heartbeat_interval: Duration::from_secs(100),
+                dead_after: Duration::from_secs(180),
+                ..fast_config()
+            },
+            vec![("A", opts())],
+            "at most half of dead_after",
+        ),
+        (
+            EngineConfig {
+                batch_size: 0,
+                ..fast_config()
+            },
+            vec![("A", opts())],
+            "batch_size",
+        ),
+        (
+            EngineConfig {
+                poll_interval: Duration::ZERO,
+                ..fast_config()
+            },
+            vec![("A", opts())],
+            "poll_interval",
+        ),
+    ];
+    for (cfg, handlers, needle) in cases {
+        match start(cfg, handlers) {
+            Ok(()) => panic!("expected a Config error mentioning {needle:?}"),
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::Config, "{e}");
+                assert!(
+                    e.to_string().contains(needle),
+                    "{e} should mention {needle:?}"
+                );
+            }
+        }
+    }
+}
