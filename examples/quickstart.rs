@@ -1,112 +1,222 @@
-//! Quickstart on the embedded SQLite backend (no server needed):
+//! Quickstart on the embedded SQLite backend — no server needed.
 //!
-//! 1. an order row and its task are written in one local transaction;
-//! 2. the task runs ahead right after commit (claimed by id);
-//! 3. a flaky downstream fails twice and succeeds on the third attempt through retries
-//!    picked up by a small poll loop (the safety net);
-//! 4. a prints a short summary.
+//! 1. An order row and its PAY_ORDER task are written in one local transaction; right
+//!    after commit the engine runs the task ahead (no poll interval in between).
+//! 2. A flaky warehouse fails twice; the poller (the safety net) retries it with backoff
+//!    and it succeeds on the third attempt.
+//! 3. An invoice service is down for longer than the task's attempts last: the task parks
+//!    as failed; an "operator" fixes the service and resets the task, which then succeeds.
+//! 4. A short summary: what ran, when, and how many attempts it took.
 //!
 //! Run it with `cargo run --example quickstart`.
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use backstop::sqlite::SqliteStore;
-use backstop::{NewTask, Owner, RetryPolicy, Status, Task, TaskStore, TaskStoreExt};
+use backstop::{
+    handler_fn, Engine, EngineConfig, HandlerError, HandlerOptions, Json, JsonHandler, RetryPolicy,
+    Status, Task, TaskId, TaskStore,
+};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What happened, when (ms since start).
+#[derive(Clone)]
+struct Log(Arc<(Instant, Mutex<Vec<String>>)>);
+
+impl Log {
+    fn say(&self, what: impl Into<String>) {
+        let line = format!("{:>5} ms  {}", self.0 .0.elapsed().as_millis(), what.into());
+        println!("{line}");
+        self.0
+             .1
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(line);
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Pay {
+    order_id: u64,
+    amount_cents: u64,
+}
+
+struct PayHandler(Log);
+
+#[backstop::async_trait]
+impl JsonHandler for PayHandler {
+    type Payload = Pay;
+    async fn handle(&self, pay: Pay, task: &Task) -> Result<(), HandlerError> {
+        self.0.say(format!(
+            "PAY_ORDER        charged order {} ({} cents), attempt {}",
+            pay.order_id, pay.amount_cents, task.attempts
+        ));
+        Ok(())
+    }
+}
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), BoxError> {
     let dir = std::env::temp_dir().join(format!("backstop-quickstart-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let path = dir.join("shop.db");
-    let started = Instant::now();
+    let result = run(&dir).await;
+    std::fs::remove_dir_all(&dir)?;
+    result
+}
 
-    let store = SqliteStore::open(&path).await?;
+async fn run(dir: &std::path::Path) -> Result<(), BoxError> {
+    let log = Log(Arc::new((Instant::now(), Mutex::new(Vec::new()))));
+    let store = SqliteStore::open(dir.join("shop.db")).await?;
     store.migrate().await?;
     store
         .transaction(|tx| {
-            tx.execute_batch(
-                "CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY, item TEXT NOT NULL)",
-            )?;
+            tx.execute_batch("CREATE TABLE orders (id INTEGER PRIMARY KEY, item TEXT NOT NULL)")?;
             Ok::<_, BoxError>(())
         })
         .await?;
-    let me = Owner::generate();
 
-    // 1. Business row + task in one local transaction.
-    let enq = store
-        .transaction(|tx| {
+    let warehouse_calls = Arc::new(AtomicUsize::new(0));
+    let invoice_up = Arc::new(AtomicBool::new(false));
+    let retry = RetryPolicy::fixed(5, Duration::from_millis(200));
+    let engine = Engine::builder(store.clone())
+        .config(EngineConfig {
+            poll_interval: Duration::from_millis(100),
+            first_poll_delay: Duration::from_millis(100),
+            ..EngineConfig::default()
+        })
+        .handler(
+            "PAY_ORDER",
+            Json(PayHandler(log.clone())),
+            HandlerOptions::default(),
+        )
+        .handler(
+            "NOTIFY_WAREHOUSE",
+            {
+                let (log, calls) = (log.clone(), Arc::clone(&warehouse_calls));
+                handler_fn(move |task: Task| {
+                    let (log, calls) = (log.clone(), Arc::clone(&calls));
+                    async move {
+                        if calls.fetch_add(1, Ordering::SeqCst) < 2 {
+                            log.say(format!(
+                                "NOTIFY_WAREHOUSE timed out (attempt {}), will retry",
+                                task.attempts
+                            ));
+                            return Err(HandlerError::retry("warehouse timed out"));
+                        }
+                        log.say(format!(
+                            "NOTIFY_WAREHOUSE notified (attempt {})",
+                            task.attempts
+                        ));
+                        Ok(())
+                    }
+                })
+            },
+            HandlerOptions::default().retry(retry),
+        )
+        .handler(
+            "ISSUE_INVOICE",
+            {
+                let (log, up) = (log.clone(), Arc::clone(&invoice_up));
+                handler_fn(move |task: Task| {
+                    let (log, up) = (log.clone(), Arc::clone(&up));
+                    async move {
+                        if !up.load(Ordering::SeqCst) {
+                            log.say(format!(
+                                "ISSUE_INVOICE    invoice service down (attempt {} of {})",
+                                task.attempts, task.retry.max_attempts
+                            ));
+                            return Err(HandlerError::retry("invoice service unavailable"));
+                        }
+                        log.say(format!(
+                            "ISSUE_INVOICE    invoice issued (attempt {})",
+                            task.attempts
+                        ));
+                        Ok(())
+                    }
+                })
+            },
+            HandlerOptions::default().retry(RetryPolicy::fixed(2, Duration::from_millis(200))),
+        )
+        .start()?;
+
+    // 1. The order and its tasks in ONE local transaction; run ahead after commit.
+    let (pay, notify, invoice) = (
+        engine
+            .task("PAY_ORDER", "order-42")
+            .json(&serde_json::json!({
+                "order_id": 42, "amount_cents": 450
+            })),
+        engine.task("NOTIFY_WAREHOUSE", "order-42"),
+        engine.task("ISSUE_INVOICE", "order-42"),
+    );
+    let enqueued = store
+        .transaction(move |tx| {
             tx.execute("INSERT INTO orders (id, item) VALUES (42, 'coffee')", [])?;
-            let enq = tx.enqueue(
-                &NewTask::new("PAY_ORDER", "order-42")
-                    .json(&serde_json::json!({ "order_id": 42, "amount_cents": 450 })),
-            )?;
-            Ok::<_, BoxError>(enq)
+            Ok::<_, BoxError>([
+                tx.enqueue(&pay)?,
+                tx.enqueue(&notify)?,
+                tx.enqueue(&invoice)?,
+            ])
         })
         .await?;
-
-    // 2. Run ahead: claim by id right after commit and run.
-    if let Some(task) = store.grab_by_id(enq.id, &me).await? {
-        pay(&task)?;
-        store.mark_success(task.lease()).await?;
+    log.say("committed order 42 with 3 tasks");
+    for e in &enqueued {
+        engine.run_now(e).await?;
     }
+    let [pay_id, notify_id, invoice_id] = [enqueued[0].id, enqueued[1].id, enqueued[2].id];
 
-    // 3. A flaky downstream: fails twice, then succeeds, through fixed 100 ms retries.
-    let flaky = store
-        .enqueue(
-            NewTask::new("NOTIFY_WAREHOUSE", "order-42")
-                .retry(RetryPolicy::fixed(5, Duration::from_millis(100))),
-        )
+    // 2 and 3. Wait for the retries to play out.
+    wait_for(&store, notify_id, Status::Succeeded).await?;
+    wait_for(&store, invoice_id, Status::Failed).await?;
+    log.say("ISSUE_INVOICE    parked as failed: an operator fixes the service and resets it");
+    invoice_up.store(true, Ordering::SeqCst);
+    store
+        .manual_reset(invoice_id, EngineConfig::default().dead_after)
         .await?;
-    let types = vec!["NOTIFY_WAREHOUSE".to_string()];
-    let mut calls = 0;
-    while store.get(flaky.id).await?.map(|t| t.status) == Some(Status::Pending) {
-        for task in store.grab_batch(&me, &types, 10).await? {
-            calls += 1;
-            if calls <= 2 {
-                let err = format!("warehouse timed out (call {calls})");
-                store
-                    .mark_retry(task.lease(), task.retry_delay(), &err)
-                    .await?;
-            } else {
-                store.mark_success(task.lease()).await?;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    engine.poll_now();
+    wait_for(&store, invoice_id, Status::Succeeded).await?;
+    engine.shutdown().await;
 
     // 4. Summary.
-    println!("backstop quickstart ({})", path.display());
-    for id in [enq.id, flaky.id] {
+    println!("\nsummary");
+    println!(
+        "  {:<4} {:<17} {:<10} {:<10} {:>8} {:>12}",
+        "id", "event_type", "biz_key", "status", "attempts", "done after"
+    );
+    for id in [pay_id, notify_id, invoice_id] {
         if let Some(t) = store.get(id).await? {
+            if t.status != Status::Succeeded {
+                return Err(format!("task {id} ended {}", t.status).into());
+            }
             println!(
-                "  task {:>2} {:<17} {:<9} status={:<9} attempts={} last_error={:?} ran {} ms after enqueue",
+                "  {:<4} {:<17} {:<10} {:<10} {:>8} {:>9} ms",
                 t.id,
                 t.event_type,
                 t.biz_key,
                 t.status.to_string(),
                 t.attempts,
-                t.last_error.as_deref().unwrap_or("-"),
-                (t.updated_at - t.created_at).num_milliseconds(),
+                (t.updated_at - t.created_at).num_milliseconds()
             );
         }
     }
-    println!("  done in {} ms", started.elapsed().as_millis());
-    std::fs::remove_dir_all(&dir)?;
+    let c = engine.counters();
+    println!(
+        "  engine: {} ran ahead, {} picked up by the poller, {} retried, {} failed, {} succeeded",
+        c.run_ahead, c.polled, c.retried, c.failed, c.succeeded
+    );
     Ok(())
 }
 
-fn pay(task: &Task) -> Result<(), BoxError> {
-    #[derive(serde::Deserialize)]
-    struct Pay {
-        order_id: u64,
-        amount_cents: u64,
+async fn wait_for(store: &SqliteStore, id: TaskId, status: Status) -> Result<(), BoxError> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while store.get(id).await?.map(|t| t.status) != Some(status) {
+        if Instant::now() > deadline {
+            return Err(format!("task {id} did not become {status}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let p: Pay = task.payload_as()?;
-    println!(
-        "  paying order {} ({} cents), attempt {}",
-        p.order_id, p.amount_cents, task.attempts
-    );
     Ok(())
 }
