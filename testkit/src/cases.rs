@@ -541,36 +541,10 @@ pub async fn grab_batch_respects_limit<H: Harness>(ctx: &Ctx<H>) {
     );
     let s = ctx.store.stats().await.unwrap();
     assert_eq!(s.count(Status::Pending), 5, "nothing claimed so far");
-    assert_eq!(
-        ctx.store
-            .grab_batch(&ctx.owner, &types, 2)
-            .await
-            .unwrap()
-            .len(),
-        2
-    );
-    assert_eq!(
-        ctx.store
-            .grab_batch(&ctx.owner, &types, 2)
-            .await
-            .unwrap()
-            .len(),
-        2
-    );
-    assert_eq!(
-        ctx.store
-            .grab_batch(&ctx.owner, &types, 2)
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
-    assert!(ctx
-        .store
-        .grab_batch(&ctx.owner, &types, 2)
-        .await
-        .unwrap()
-        .is_empty());
+    for expected in [2, 2, 1, 0] {
+        let got = ctx.store.grab_batch(&ctx.owner, &types, 2).await.unwrap();
+        assert_eq!(got.len(), expected);
+    }
     assert_eq!(ctx.store.stats().await.unwrap().count(Status::Running), 5);
 }
 

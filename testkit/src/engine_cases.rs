@@ -95,18 +95,52 @@ impl Calls {
     }
 }
 
-/// A handler that fails its first `failures` calls per key, then succeeds.
-fn flaky(calls: Calls, failures: usize) -> impl Handler {
+/// A handler that records each call in `calls`, then runs `then(call number for this
+/// business key, task)`.
+fn recording<F, Fut>(calls: Calls, then: F) -> impl Handler
+where
+    F: Fn(usize, Task) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
+{
+    let then = Arc::new(then);
     handler_fn(move |task: Task| {
         let calls = calls.clone();
+        let then = Arc::clone(&then);
         async move {
             let n = calls.record(&task.biz_key);
-            if n <= failures {
-                Err(HandlerError::retry(format!("downstream down (call {n})")))
-            } else {
-                Ok(())
-            }
+            then(n, task).await
         }
+    })
+}
+
+/// A handler that fails its first `failures` calls per key, then succeeds.
+fn flaky(calls: Calls, failures: usize) -> impl Handler {
+    recording(calls, move |n, _task| async move {
+        if n <= failures {
+            Err(HandlerError::retry(format!("downstream down (call {n})")))
+        } else {
+            Ok(())
+        }
+    })
+}
+
+/// A handler that waits for a permit of `gate` on every call.
+fn gated(calls: Calls, gate: &Arc<Semaphore>) -> impl Handler {
+    let gate = Arc::clone(gate);
+    recording(calls, move |_, _task| {
+        let gate = Arc::clone(&gate);
+        async move {
+            gate.acquire().await.unwrap().forget();
+            Ok(())
+        }
+    })
+}
+
+/// A handler that takes `d` on every call.
+fn sleepy(calls: Calls, d: Duration) -> impl Handler {
+    recording(calls, move |_, _task| async move {
+        tokio::time::sleep(d).await;
+        Ok(())
     })
 }
 
@@ -197,13 +231,10 @@ pub async fn engine_fails_after_max_attempts_then_reset_runs_again<H: Harness>(c
     let calls = Calls::default();
     let handler = {
         let fixed = Arc::clone(&fixed);
-        let calls = calls.clone();
-        handler_fn(move |task: Task| {
-            let fixed = Arc::clone(&fixed);
-            let calls = calls.clone();
+        recording(calls.clone(), move |_, _task| {
+            let ok = fixed.load(Ordering::SeqCst);
             async move {
-                calls.record(&task.biz_key);
-                if fixed.load(Ordering::SeqCst) {
+                if ok {
                     Ok(())
                 } else {
                     Err(HandlerError::retry("contract service rejects the request"))
@@ -274,18 +305,12 @@ pub async fn engine_pre_check_skip_marks_success_without_running<H: Harness>(ctx
 /// a panic in a handler is caught and retried like an error.
 pub async fn engine_catches_a_panicking_handler_and_retries<H: Harness>(ctx: &Ctx<H>) {
     let calls = Calls::default();
-    let handler = {
-        let calls = calls.clone();
-        handler_fn(move |task: Task| {
-            let calls = calls.clone();
-            async move {
-                if calls.record(&task.biz_key) == 1 {
-                    panic!("boom in the handler");
-                }
-                Ok(())
-            }
-        })
-    };
+    let handler = recording(calls.clone(), |n, _task| async move {
+        if n == 1 {
+            panic!("boom in the handler");
+        }
+        Ok(())
+    });
     let engine = Engine::builder(ctx.store.clone())
         .config(fast_config())
         .handler(
@@ -318,13 +343,11 @@ pub async fn engine_times_out_a_slow_handler_and_retries<H: Harness>(ctx: &Ctx<H
     let calls = Calls::default();
     let finished_slow = Arc::new(AtomicBool::new(false));
     let handler = {
-        let calls = calls.clone();
         let finished_slow = Arc::clone(&finished_slow);
-        handler_fn(move |task: Task| {
-            let calls = calls.clone();
+        recording(calls.clone(), move |n, _task| {
             let finished_slow = Arc::clone(&finished_slow);
             async move {
-                if calls.record(&task.biz_key) == 1 {
+                if n == 1 {
                     tokio::time::sleep(Duration::from_secs(30)).await;
                     finished_slow.store(true, Ordering::SeqCst);
                 }
@@ -370,19 +393,7 @@ pub async fn engine_rejects_run_ahead_when_executor_full_and_polls_it_later<H: H
 ) {
     let gate = Arc::new(Semaphore::new(0));
     let calls = Calls::default();
-    let blocking = {
-        let gate = Arc::clone(&gate);
-        let calls = calls.clone();
-        handler_fn(move |task: Task| {
-            let gate = Arc::clone(&gate);
-            let calls = calls.clone();
-            async move {
-                calls.record(&task.biz_key);
-                gate.acquire().await.unwrap().forget();
-                Ok(())
-            }
-        })
-    };
+    let blocking = gated(calls.clone(), &gate);
     let other_calls = Calls::default();
     let engine = Engine::builder(ctx.store.clone())
         .config(EngineConfig {
@@ -687,16 +698,7 @@ pub async fn engine_two_instances_run_each_task_exactly_once<H: Harness>(ctx: &C
 /// or run twice while its instance lives.
 pub async fn engine_heartbeats_keep_a_long_task_alive<H: Harness>(ctx: &Ctx<H>) {
     let calls = Calls::default();
-    let long = |calls: Calls| {
-        handler_fn(move |task: Task| {
-            let calls = calls.clone();
-            async move {
-                calls.record(&task.biz_key);
-                tokio::time::sleep(Duration::from_millis(2500)).await;
-                Ok(())
-            }
-        })
-    };
+    let long = |calls: Calls| sleepy(calls, Duration::from_millis(2500));
     let config = EngineConfig {
         dead_after: Duration::from_secs(1),
         heartbeat_interval: Duration::from_millis(100),
@@ -738,19 +740,7 @@ pub async fn engine_heartbeats_keep_a_long_task_alive<H: Harness>(ctx: &Ctx<H>) 
 pub async fn engine_refuses_a_late_completion_after_recycle<H: Harness>(ctx: &Ctx<H>) {
     let gate = Arc::new(Semaphore::new(0));
     let calls = Calls::default();
-    let handler = {
-        let gate = Arc::clone(&gate);
-        let calls = calls.clone();
-        handler_fn(move |task: Task| {
-            let gate = Arc::clone(&gate);
-            let calls = calls.clone();
-            async move {
-                calls.record(&task.biz_key);
-                gate.acquire().await.unwrap().forget();
-                Ok(())
-            }
-        })
-    };
+    let handler = gated(calls.clone(), &gate);
     // heartbeats far apart: the instance looks dead (a long GC pause, a partition)
     let engine = Engine::builder(ctx.store.clone())
         .config(EngineConfig {
@@ -804,17 +794,7 @@ pub async fn engine_shutdown_under_load_leaves_nothing_running<H: Harness>(ctx: 
             .unwrap();
     }
     let calls = Calls::default();
-    let handler = {
-        let calls = calls.clone();
-        handler_fn(move |task: Task| {
-            let calls = calls.clone();
-            async move {
-                calls.record(&task.biz_key);
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                Ok(())
-            }
-        })
-    };
+    let handler = sleepy(calls.clone(), Duration::from_millis(10));
     let engine = Engine::builder(ctx.store.clone())
         .config(fast_config())
         .handler("WORK", handler, opts().concurrency(2).queue_capacity(30))
@@ -855,17 +835,7 @@ pub async fn engine_shutdown_under_load_leaves_nothing_running<H: Harness>(ctx: 
 /// past the grace period, shutdown interrupts a handler and releases its task.
 pub async fn engine_shutdown_interrupts_after_grace_and_releases<H: Harness>(ctx: &Ctx<H>) {
     let started = Calls::default();
-    let handler = {
-        let started = started.clone();
-        handler_fn(move |task: Task| {
-            let started = started.clone();
-            async move {
-                started.record(&task.biz_key);
-                tokio::time::sleep(HOUR).await;
-                Ok(())
-            }
-        })
-    };
+    let handler = sleepy(started.clone(), HOUR);
     let engine = Engine::builder(ctx.store.clone())
         .config(EngineConfig {
             shutdown_grace: Duration::from_millis(200),
