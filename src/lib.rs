@@ -14,6 +14,10 @@
 //! | feature | backend | module |
 //! |---|---|---|
 //! | `sqlite` (default) | embedded SQLite (bundled) | [`sqlite`] |
+//! | `postgres` | PostgreSQL (tokio-postgres + deadpool) | `postgres` |
+//!
+//! [`connect`] opens an [`AnyStore`] on whichever enabled backend the URL names, so an
+//! application moves between databases by changing a feature and a URL.
 //!
 //! ```no_run
 //! # #[cfg(feature = "sqlite")]
@@ -35,10 +39,19 @@
 
 pub use backstop_core::*;
 
+mod any;
+pub use any::{connect, connect_with, AnyStore};
+
 /// The embedded SQLite backend (feature `sqlite`, on by default).
 #[cfg(feature = "sqlite")]
 pub mod sqlite {
     pub use backstop_sqlite::*;
+}
+
+/// The PostgreSQL backend (feature `postgres`).
+#[cfg(feature = "postgres")]
+pub mod postgres {
+    pub use backstop_postgres::*;
 }
 
 /// The README's examples, compiled as doctests so they stay true.

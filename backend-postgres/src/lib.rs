@@ -1,0 +1,694 @@
+//! # backstop-postgres
+//!
+//! The PostgreSQL backend of backstop: a [`TaskStore`] on tokio-postgres with a
+//! deadpool-postgres pool.
+//!
+//! - **Claims** use a `MATERIALIZED` locking CTE with `FOR UPDATE SKIP LOCKED`, so
+//!   concurrent pollers pass each other and a batch never takes more than its limit.
+//! - **Database time** (`now()`) everywhere; delays are bound as milliseconds.
+//! - **Prepared statements**, cached per pooled connection.
+//! - **Batches are set-based**: a batch of marks or heartbeats is one statement over
+//!   `unnest(…)` arrays, not one round trip per task.
+//! - **Transactional enqueue**: [`PgStore::enqueue_tx`] writes the task on the caller's
+//!   own transaction (any [`tokio_postgres::GenericClient`]), so it commits or rolls back
+//!   with the business rows.
+//! - **Migration** is safe to run from several instances at once (an advisory lock).
+//! - **Errors**: lost connections, serialization failures (40001), deadlocks (40P01), lock
+//!   timeouts and an exhausted pool are `Unavailable` and temporary.
+//!
+//! Connections are made without TLS (`NoTls`); put the database on a trusted network or
+//! build your own pool with TLS and use [`PgStore::from_pool`].
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! use backstop_core::{NewTask, TaskStore};
+//! use backstop_postgres::PgStore;
+//!
+//! let store = PgStore::connect("postgres://app@localhost/app").await?;
+//! store.migrate().await?;
+//!
+//! let mut client = store.client().await?;
+//! let tx = client.transaction().await?;
+//! tx.execute("INSERT INTO orders (id) VALUES (42)", &[]).await?;
+//! let enqueued = store.enqueue_tx(&*tx, &NewTask::new("PAY_ORDER", "42")).await?;
+//! tx.commit().await?;
+//! assert!(enqueued.created);
+//! # Ok(()) }
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod sql;
+
+use std::collections::HashSet;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use backstop_core::async_trait;
+use backstop_core::batch::mark_rounds;
+use backstop_core::limits::{self, bounded_error, millis};
+use backstop_core::{
+    Backoff, Enqueued, Error, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner, Recycled, Result,
+    RetryPolicy, Stats, Status, StatusCount, StoreConfig, Task, TaskFilter, TaskId, TaskStore,
+};
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{GenericClient, NoTls, Row};
+
+use sql::Sql;
+
+pub use deadpool_postgres;
+pub use tokio_postgres;
+
+/// Options of a [`PgStore`].
+#[derive(Debug, Clone)]
+pub struct PgOptions {
+    /// Table name and payload limit.
+    pub config: StoreConfig,
+    /// The schema holding the table (default `public`; created by `migrate` if missing).
+    pub schema: String,
+    /// Most pooled connections (default 16).
+    pub max_connections: usize,
+    /// How long to wait for a pooled connection before failing with a temporary
+    /// `Unavailable` error (default 10 s).
+    pub acquire_timeout: Duration,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        Self {
+            config: StoreConfig::default(),
+            schema: "public".to_owned(),
+            max_connections: 16,
+            acquire_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl PgOptions {
+    /// Use another schema.
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = schema.into();
+        self
+    }
+
+    /// Use another table name.
+    pub fn table(mut self, table: impl Into<String>) -> Self {
+        self.config.table = table.into();
+        self
+    }
+
+    fn validate(&self) -> Result<()> {
+        self.config.validate()?;
+        limits::check_identifier("open_store", "schema name", &self.schema)?;
+        if self.max_connections == 0 {
+            return Err(Error::config(
+                "open_store",
+                "max_connections must be at least 1",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A [`TaskStore`] on PostgreSQL. Cheap to clone (clones share the pool).
+#[derive(Clone)]
+pub struct PgStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: Pool,
+    sql: Sql,
+    options: PgOptions,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("schema", &self.inner.options.schema)
+            .field("table", &self.inner.options.config.table)
+            .finish()
+    }
+}
+
+impl PgStore {
+    /// Connect to `url` (`postgres://user:pass@host:port/db`) with default options.
+    /// Call [`migrate`](TaskStore::migrate) before first use.
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, PgOptions::default()).await
+    }
+
+    /// Connect to `url` with `options`. The options are validated (a bad table or schema
+    /// name is a `Config` error) and one connection is made to check the server.
+    pub async fn connect_with(url: &str, options: PgOptions) -> Result<Self> {
+        const OP: &str = "open_store";
+        options.validate()?;
+        let pg_config = tokio_postgres::Config::from_str(url).map_err(|e| {
+            Error::config(OP, format!("invalid PostgreSQL URL: {e}")).with_source(e)
+        })?;
+        let manager = Manager::from_config(
+            pg_config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.max_connections)
+            .wait_timeout(Some(options.acquire_timeout))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .build()
+            .map_err(|e| Error::config(OP, format!("cannot build the pool: {e}")))?;
+        let store = Self::from_pool(pool, options)?;
+        drop(store.client().await?);
+        Ok(store)
+    }
+
+    /// A store on an existing pool (for TLS, custom connection settings, or sharing the
+    /// application's pool).
+    pub fn from_pool(pool: Pool, options: PgOptions) -> Result<Self> {
+        options.validate()?;
+        Ok(PgStore {
+            inner: Arc::new(Inner {
+                sql: Sql::new(&options.schema, &options.config.table),
+                pool,
+                options,
+            }),
+        })
+    }
+
+    /// The pool, for the application's own queries.
+    pub fn pool(&self) -> &Pool {
+        &self.inner.pool
+    }
+
+    /// A pooled connection, e.g. to open the business transaction that
+    /// [`enqueue_tx`](Self::enqueue_tx) writes the task in.
+    pub async fn client(&self) -> Result<Object> {
+        self.client_for("connect").await
+    }
+
+    /// The store's options.
+    pub fn options(&self) -> &PgOptions {
+        &self.inner.options
+    }
+
+    /// Enqueue `task` on the caller's transaction (or client): the task row commits or
+    /// rolls back together with the caller's business rows. This is the heart of the
+    /// pattern.
+    ///
+    /// - Same validation and idempotency as [`TaskStore::enqueue`]; invalid input is
+    ///   refused before anything is sent.
+    /// - `client` is a `tokio_postgres::Transaction` (a deadpool transaction derefs to
+    ///   one: pass `&*tx`) or a `Client` (then the insert is its own transaction).
+    /// - At READ COMMITTED (PostgreSQL's default) a concurrent enqueue of the same key
+    ///   waits for the other transaction and then returns its task as the duplicate.
+    pub async fn enqueue_tx<C>(&self, client: &C, task: &NewTask) -> Result<Enqueued>
+    where
+        C: GenericClient + Sync,
+    {
+        const OP: &str = "enqueue";
+        task.validate(self.inner.options.config.max_payload_bytes)?;
+        let sql = &self.inner.sql;
+        let retry = task.retry_policy();
+        let (interval, max_interval, delay) = (
+            millis(retry.backoff.interval()),
+            millis(retry.backoff.max_interval()),
+            millis(task.due_delay()),
+        );
+        let max_attempts = i32::try_from(retry.max_attempts).unwrap_or(i32::MAX);
+        let (event_type, biz_key, payload) = (task.event_type(), task.biz_key(), task.payload());
+        let inserted = client
+            .query_typed_opt(
+                &sql.insert,
+                &[
+                    (&event_type, Type::VARCHAR),
+                    (&biz_key, Type::VARCHAR),
+                    (&payload, Type::TEXT),
+                    (&max_attempts, Type::INT4),
+                    (&retry.backoff.strategy(), Type::VARCHAR),
+                    (&interval, Type::INT8),
+                    (&max_interval, Type::INT8),
+                    (&delay, Type::INT8),
+                ],
+            )
+            .await
+            .map_err(|e| pg_err(OP, e))?;
+        let (id, created) = match inserted {
+            Some(row) => (col::<i64>(&row, 0)?, true),
+            None => {
+                let row = client
+                    .query_typed_opt(
+                        &sql.find_by_key,
+                        &[(&event_type, Type::VARCHAR), (&biz_key, Type::VARCHAR)],
+                    )
+                    .await
+                    .map_err(|e| pg_err(OP, e))?
+                    .ok_or_else(|| {
+                        Error::new(
+                            ErrorKind::Conflict,
+                            OP,
+                            format!(
+                                "task {event_type}/{biz_key} conflicted but is not visible to this transaction (isolation above READ COMMITTED?); retry"
+                            ),
+                        )
+                        .with_temporary(true)
+                    })?;
+                (col::<i64>(&row, 0)?, false)
+            }
+        };
+        Ok(Enqueued {
+            id,
+            created,
+            event_type: event_type.to_owned(),
+        })
+    }
+
+    /// Run one prepared statement on a pooled connection.
+    async fn query(
+        &self,
+        op: &'static str,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>> {
+        let client = self.client_for(op).await?;
+        let stmt = client
+            .prepare_cached(sql)
+            .await
+            .map_err(|e| pg_err(op, e))?;
+        client.query(&stmt, params).await.map_err(|e| pg_err(op, e))
+    }
+
+    async fn client_for(&self, op: &'static str) -> Result<Object> {
+        self.inner.pool.get().await.map_err(|e| {
+            Error::new(
+                ErrorKind::Unavailable,
+                op,
+                format!("no PostgreSQL connection: {e}"),
+            )
+            .with_source(e)
+        })
+    }
+}
+
+#[async_trait]
+impl TaskStore for PgStore {
+    async fn migrate(&self) -> Result<()> {
+        const OP: &str = "migrate";
+        let mut client = self.client_for(OP).await?;
+        let tx = client.transaction().await.map_err(|e| pg_err(OP, e))?;
+        // Serialize concurrent migrations: CREATE … IF NOT EXISTS alone races on the
+        // catalogs when two instances start together.
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtext($1))",
+            &[&self.inner.sql.lock_key],
+        )
+        .await
+        .map_err(|e| pg_err(OP, e))?;
+        tx.batch_execute(&self.inner.sql.schema)
+            .await
+            .map_err(|e| pg_err(OP, e))?;
+        tx.commit().await.map_err(|e| pg_err(OP, e))
+    }
+
+    async fn enqueue(&self, task: NewTask) -> Result<Enqueued> {
+        task.validate(self.inner.options.config.max_payload_bytes)?;
+        let client = self.client_for("enqueue").await?;
+        // One statement in autocommit, or two (insert, then the existing id) on conflict.
+        self.enqueue_tx(&**client, &task).await
+    }
+
+    async fn grab_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<Task>> {
+        let rows = self
+            .query(
+                "grab_by_id",
+                &self.inner.sql.grab_by_id,
+                &[&id, &owner.as_str()],
+            )
+            .await?;
+        rows.first().map(decode).transpose()
+    }
+
+    async fn grab_batch(
+        &self,
+        owner: &Owner,
+        event_types: &[String],
+        limit: usize,
+    ) -> Result<Vec<Task>> {
+        const OP: &str = "grab_batch";
+        limits::check_limit(OP, limit)?;
+        limits::check_event_types(OP, event_types)?;
+        if limit == 0 || event_types.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows = self
+            .query(
+                OP,
+                &self.inner.sql.grab_batch,
+                &[&owner.as_str(), &event_types, &(limit as i64)],
+            )
+            .await?;
+        let mut tasks = rows.iter().map(decode).collect::<Result<Vec<_>>>()?;
+        // RETURNING gives no order; the contract says oldest first.
+        tasks.sort_by_key(|t| (t.next_run_at, t.id));
+        Ok(tasks)
+    }
+
+    async fn recycle_dead(&self, older_than: Duration, limit: usize) -> Result<Recycled> {
+        const OP: &str = "recycle_dead";
+        limits::check_duration(OP, "older_than", older_than)?;
+        limits::check_limit(OP, limit)?;
+        if limit == 0 {
+            return Ok(Recycled::default());
+        }
+        let rows = self
+            .query(
+                OP,
+                &self.inner.sql.recycle_dead,
+                &[&millis(older_than), &(limit as i64)],
+            )
+            .await?;
+        let mut to_pending = 0;
+        for r in &rows {
+            if col::<i16>(r, 0)? == Status::Pending.code() {
+                to_pending += 1;
+            }
+        }
+        Ok(Recycled {
+            to_pending,
+            to_failed: rows.len() as u64 - to_pending,
+        })
+    }
+
+    async fn heartbeat(&self, leases: &[Lease]) -> Result<Vec<bool>> {
+        const OP: &str = "heartbeat";
+        limits::check_leases(OP, leases)?;
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<i64> = leases.iter().map(|l| l.task_id).collect();
+        let tokens: Vec<i64> = leases.iter().map(|l| l.token).collect();
+        let rows = self
+            .query(OP, &self.inner.sql.heartbeat, &[&ids, &tokens])
+            .await?;
+        let refreshed = rows
+            .iter()
+            .map(|r| Ok((col::<i64>(r, 0)?, col::<i64>(r, 1)?)))
+            .collect::<Result<HashSet<(i64, i64)>>>()?;
+        Ok(leases
+            .iter()
+            .map(|l| refreshed.contains(&(l.task_id, l.token)))
+            .collect())
+    }
+
+    async fn mark(&self, marks: &[Mark]) -> Result<Vec<bool>> {
+        const OP: &str = "mark";
+        limits::check_marks(OP, marks)?;
+        if marks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rounds = mark_rounds(marks);
+        let mut client = self.client_for(OP).await?;
+        let stmt = client
+            .prepare_cached(&self.inner.sql.mark)
+            .await
+            .map_err(|e| pg_err(OP, e))?;
+        let tx = client.transaction().await.map_err(|e| pg_err(OP, e))?;
+        let mut flags = vec![false; marks.len()];
+        for round in rounds {
+            let mut ids = Vec::with_capacity(round.len());
+            let mut tokens = Vec::with_capacity(round.len());
+            let mut kinds = Vec::with_capacity(round.len());
+            let mut delays = Vec::with_capacity(round.len());
+            let mut errors: Vec<Option<&str>> = Vec::with_capacity(round.len());
+            for &i in &round {
+                let m = &marks[i];
+                ids.push(m.lease.task_id);
+                tokens.push(m.lease.token);
+                let (kind, delay, error): (i16, i64, Option<&str>) = match &m.action {
+                    MarkAction::Success => (1, 0, None),
+                    MarkAction::Retry { delay, error } => {
+                        (2, millis(*delay), Some(bounded_error(error)))
+                    }
+                    MarkAction::Fail { error } => (3, 0, Some(bounded_error(error))),
+                    MarkAction::Release => (4, 0, None),
+                };
+                kinds.push(kind);
+                delays.push(delay);
+                errors.push(error);
+            }
+            let rows = tx
+                .query(&stmt, &[&ids, &tokens, &kinds, &delays, &errors])
+                .await
+                .map_err(|e| pg_err(OP, e))?;
+            let applied = rows
+                .iter()
+                .map(|r| col::<i64>(r, 0))
+                .collect::<Result<HashSet<i64>>>()?;
+            for &i in &round {
+                flags[i] = applied.contains(&marks[i].lease.task_id);
+            }
+        }
+        tx.commit().await.map_err(|e| pg_err(OP, e))?;
+        Ok(flags)
+    }
+
+    async fn manual_reset(&self, id: TaskId, stuck_after: Duration) -> Result<Task> {
+        const OP: &str = "manual_reset";
+        limits::check_duration(OP, "stuck_after", stuck_after)?;
+        let rows = self
+            .query(
+                OP,
+                &self.inner.sql.manual_reset,
+                &[&id, &millis(stuck_after)],
+            )
+            .await?;
+        if let Some(row) = rows.first() {
+            return decode(row);
+        }
+        let rows = self.query(OP, &self.inner.sql.status_of, &[&id]).await?;
+        match rows.first() {
+            None => Err(Error::new(
+                ErrorKind::NotFound,
+                OP,
+                format!("task {id} does not exist"),
+            )),
+            Some(r) => Err(reset_conflict(
+                OP,
+                id,
+                Status::from_code(col::<i16>(r, 0)?.into())?,
+            )),
+        }
+    }
+
+    async fn get(&self, id: TaskId) -> Result<Option<Task>> {
+        let rows = self.query("get", &self.inner.sql.get, &[&id]).await?;
+        rows.first().map(decode).transpose()
+    }
+
+    async fn list(&self, filter: &TaskFilter) -> Result<Vec<Task>> {
+        const OP: &str = "list";
+        limits::check_limit(OP, filter.limit)?;
+        if let Some(t) = &filter.event_type {
+            limits::check_event_type(OP, t)?;
+        }
+        if let Some(d) = filter.older_than {
+            limits::check_duration(OP, "older_than", d)?;
+        }
+        let status = filter.status.map(Status::code);
+        let after = filter.after_id.unwrap_or(i64::MIN);
+        let older = filter.older_than.map(millis);
+        let rows = self
+            .query(
+                OP,
+                &self.inner.sql.list,
+                &[
+                    &status,
+                    &filter.event_type,
+                    &after,
+                    &(filter.limit as i64),
+                    &older,
+                ],
+            )
+            .await?;
+        rows.iter().map(decode).collect()
+    }
+
+    async fn stats(&self) -> Result<Stats> {
+        const OP: &str = "stats";
+        let rows = self.query(OP, &self.inner.sql.stats_counts, &[]).await?;
+        let counts = rows
+            .iter()
+            .map(|r| {
+                Ok(StatusCount {
+                    event_type: col(r, 0)?,
+                    status: Status::from_code(col::<i16>(r, 1)?.into())?,
+                    count: u64::try_from(col::<i64>(r, 2)?).unwrap_or(0),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let rows = self
+            .query(OP, &self.inner.sql.stats_oldest_due, &[])
+            .await?;
+        let oldest: Option<i64> = match rows.first() {
+            Some(r) => col(r, 0)?,
+            None => None,
+        };
+        Ok(Stats {
+            counts,
+            oldest_due_pending: oldest
+                .map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+        })
+    }
+
+    async fn purge_succeeded(&self, older_than: Duration, limit: usize) -> Result<u64> {
+        const OP: &str = "purge_succeeded";
+        limits::check_duration(OP, "older_than", older_than)?;
+        limits::check_limit(OP, limit)?;
+        if limit == 0 {
+            return Ok(0);
+        }
+        let client = self.client_for(OP).await?;
+        let stmt = client
+            .prepare_cached(&self.inner.sql.purge_succeeded)
+            .await
+            .map_err(|e| pg_err(OP, e))?;
+        client
+            .execute(&stmt, &[&millis(older_than), &(limit as i64)])
+            .await
+            .map_err(|e| pg_err(OP, e))
+    }
+
+    async fn delete_succeeded(&self, ids: &[TaskId]) -> Result<u64> {
+        const OP: &str = "delete_succeeded";
+        limits::check_ids(OP, ids)?;
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let client = self.client_for(OP).await?;
+        let stmt = client
+            .prepare_cached(&self.inner.sql.delete_succeeded)
+            .await
+            .map_err(|e| pg_err(OP, e))?;
+        client
+            .execute(&stmt, &[&ids])
+            .await
+            .map_err(|e| pg_err(OP, e))
+    }
+}
+
+/// The `Conflict` error of a reset refused because of the task's status.
+fn reset_conflict(op: &'static str, id: TaskId, status: Status) -> Error {
+    let why = match status {
+        Status::Running => "it is running and its owner is alive (updated_at is recent)",
+        Status::Pending => "it is already pending",
+        Status::Succeeded => "it has succeeded",
+        Status::Failed => "it changed while being reset",
+    };
+    Error::new(
+        ErrorKind::Conflict,
+        op,
+        format!(
+            "task {id} cannot be reset: {why}; only failed or stuck running tasks can be reset"
+        ),
+    )
+}
+
+/// Map a tokio-postgres error to a backstop error of operation `op`, classifying the
+/// transient ones as temporary.
+pub fn pg_err(op: &'static str, e: tokio_postgres::Error) -> Error {
+    let (kind, what) = match e.code() {
+        None if e.is_closed() => (
+            ErrorKind::Unavailable,
+            "the connection is closed".to_owned(),
+        ),
+        None => (
+            ErrorKind::Unavailable,
+            "PostgreSQL connection failed".to_owned(),
+        ),
+        Some(code) => {
+            let c = code.code();
+            let kind = if *code == SqlState::T_R_SERIALIZATION_FAILURE
+                || *code == SqlState::T_R_DEADLOCK_DETECTED
+                || *code == SqlState::LOCK_NOT_AVAILABLE
+                || *code == SqlState::QUERY_CANCELED
+                || *code == SqlState::TOO_MANY_CONNECTIONS
+                || c.starts_with("08") // connection exception
+                || c.starts_with("57P") // operator intervention (admin shutdown…)
+                || c.starts_with("53")
+            // insufficient resources
+            {
+                ErrorKind::Unavailable
+            } else if *code == SqlState::UNIQUE_VIOLATION {
+                ErrorKind::Conflict
+            } else if *code == SqlState::UNDEFINED_TABLE || *code == SqlState::INVALID_SCHEMA_NAME {
+                ErrorKind::Config
+            } else if c.starts_with("22") {
+                ErrorKind::InvalidInput
+            } else {
+                ErrorKind::Unexpected
+            };
+            (kind, format!("PostgreSQL error {c}"))
+        }
+    };
+    let hint = if kind == ErrorKind::Config {
+        " (has `migrate` run?)"
+    } else {
+        ""
+    };
+    Error::new(kind, op, format!("{what}{hint}: {e}")).with_source(e)
+}
+
+/// Column `i` of `r`, or an `Unexpected` error naming it.
+fn col<'a, T: tokio_postgres::types::FromSql<'a>>(r: &'a Row, i: usize) -> Result<T> {
+    r.try_get(i).map_err(|e| {
+        Error::new(
+            ErrorKind::Unexpected,
+            "decode_row",
+            format!("column {i} does not decode: {e}"),
+        )
+        .with_source(e)
+    })
+}
+
+/// Decode a row of [`sql::COLUMNS`].
+fn decode(r: &Row) -> Result<Task> {
+    let id: i64 = col(r, 0)?;
+    let bad = |what: &str| {
+        Error::new(
+            ErrorKind::Unexpected,
+            "decode_task",
+            format!("task {id} has an invalid {what}"),
+        )
+    };
+    let dur = |ms: i64, what: &str| -> Result<Duration> {
+        u64::try_from(ms)
+            .map(Duration::from_millis)
+            .map_err(|_| bad(what))
+    };
+    Ok(Task {
+        id,
+        event_type: col(r, 1)?,
+        biz_key: col(r, 2)?,
+        payload: col(r, 3)?,
+        status: Status::from_code(col::<i16>(r, 4)?.into())?,
+        attempts: u32::try_from(col::<i32>(r, 5)?).map_err(|_| bad("attempts"))?,
+        retry: RetryPolicy {
+            max_attempts: u32::try_from(col::<i32>(r, 6)?).map_err(|_| bad("max_attempts"))?,
+            backoff: Backoff::from_parts(
+                col(r, 7)?,
+                dur(col(r, 8)?, "retry_interval_ms")?,
+                dur(col(r, 9)?, "retry_max_interval_ms")?,
+            )?,
+        },
+        next_run_at: col(r, 10)?,
+        owner: col(r, 11)?,
+        lease: col(r, 12)?,
+        last_error: col(r, 13)?,
+        created_at: col(r, 14)?,
+        updated_at: col(r, 15)?,
+    })
+}

@@ -1,0 +1,163 @@
+//! The conformance suite on PostgreSQL: every case in a fresh schema of its own, on the
+//! server named by `BACKSTOP_TEST_POSTGRES_URL` (scripts/test starts a throwaway one).
+#![allow(clippy::expect_used)] // test harness: a failed setup is a failed test
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use backstop_core::{Enqueued, NewTask, StoreConfig, TaskId};
+use backstop_postgres::{PgOptions, PgStore};
+use backstop_testkit::{Harness, TimeColumn, Unavailable};
+use tokio_postgres::NoTls;
+
+const URL_VAR: &str = "BACKSTOP_TEST_POSTGRES_URL";
+
+struct PgHarness;
+
+struct Db {
+    url: String,
+    schema: String,
+    admin: tokio_postgres::Client,
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        // Drop the case's schema on a thread of its own (Drop cannot await).
+        let (url, schema) = (self.url.clone(), self.schema.clone());
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async {
+                if let Ok((client, conn)) = tokio_postgres::connect(&url, NoTls).await {
+                    tokio::spawn(conn);
+                    let _ = client
+                        .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+async fn connect(url: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(url, NoTls)
+        .await
+        .expect("connect to the test server");
+    tokio::spawn(conn);
+    client
+}
+
+#[backstop_testkit::async_trait]
+impl Harness for PgHarness {
+    type Store = PgStore;
+    type Db = Db;
+
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn create_db(&self) -> Result<Db, Unavailable> {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let url = std::env::var(URL_VAR)
+            .ok()
+            .filter(|u| !u.is_empty())
+            .ok_or_else(|| Unavailable(format!("{URL_VAR} is not set")))?;
+        let admin = connect(&url).await;
+        let schema = format!(
+            "bst_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::SeqCst)
+        );
+        admin
+            .batch_execute(&format!(
+                "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE; CREATE SCHEMA \"{schema}\""
+            ))
+            .await
+            .expect("create the case's schema");
+        Ok(Db { url, schema, admin })
+    }
+
+    async fn open(&self, db: &Db, config: StoreConfig) -> backstop_core::Result<PgStore> {
+        PgStore::connect_with(
+            &db.url,
+            PgOptions {
+                config,
+                schema: db.schema.clone(),
+                max_connections: 4,
+                ..PgOptions::default()
+            },
+        )
+        .await
+    }
+
+    async fn backdate(&self, db: &Db, table: &str, id: TaskId, column: TimeColumn, by: Duration) {
+        let col = column.name();
+        let micros = i64::try_from(by.as_micros()).expect("backdate within range");
+        let n = db
+            .admin
+            .execute(
+                &format!(
+                    "UPDATE \"{}\".\"{table}\" SET {col} = {col} - $1::bigint * interval '1 microsecond' WHERE id = $2",
+                    db.schema
+                ),
+                &[&micros, &id],
+            )
+            .await
+            .expect("backdate");
+        assert_eq!(n, 1, "backdate: task {id} not found in {table}");
+    }
+
+    async fn enqueue_with_business_row(
+        &self,
+        db: &Db,
+        store: &PgStore,
+        biz_row: &str,
+        task: NewTask,
+        commit: bool,
+    ) -> backstop_core::Result<Enqueued> {
+        db.admin
+            .batch_execute(&format!(
+                "CREATE TABLE IF NOT EXISTS \"{}\".biz_order (key TEXT PRIMARY KEY)",
+                db.schema
+            ))
+            .await
+            .expect("create biz_order");
+        let mut client = store.client().await?;
+        let tx = client.transaction().await.expect("begin");
+        tx.execute(
+            &format!("INSERT INTO \"{}\".biz_order (key) VALUES ($1)", db.schema),
+            &[&biz_row],
+        )
+        .await
+        .expect("insert business row");
+        let enqueued = store.enqueue_tx(&*tx, &task).await?;
+        if commit {
+            tx.commit().await.expect("commit");
+        } else {
+            tx.rollback().await.expect("rollback");
+        }
+        Ok(enqueued)
+    }
+
+    async fn business_row_exists(&self, db: &Db, biz_row: &str) -> bool {
+        let row = db
+            .admin
+            .query_one(
+                &format!(
+                    "SELECT count(*) FROM \"{}\".biz_order WHERE key = $1",
+                    db.schema
+                ),
+                &[&biz_row],
+            )
+            .await
+            .expect("count business rows");
+        row.get::<_, i64>(0) == 1
+    }
+}
+
+backstop_testkit::conformance!(PgHarness);

@@ -1,0 +1,222 @@
+//! One store type for every enabled backend, chosen by URL: swap databases by changing a
+//! feature flag and a URL, not code.
+
+use std::time::Duration;
+
+use backstop_core::{
+    async_trait, Enqueued, Error, Lease, Mark, NewTask, Owner, Recycled, Result, Stats,
+    StoreConfig, Task, TaskFilter, TaskId, TaskStore,
+};
+
+/// A store on whichever backend [`connect`] picked. Implements [`TaskStore`] by
+/// delegating; match on it to reach the backend's native API (its transactional
+/// enqueue, say).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum AnyStore {
+    /// The embedded SQLite backend (`sqlite:` URLs).
+    #[cfg(feature = "sqlite")]
+    Sqlite(crate::sqlite::SqliteStore),
+    /// The PostgreSQL backend (`postgres:` / `postgresql:` URLs).
+    #[cfg(feature = "postgres")]
+    Postgres(crate::postgres::PgStore),
+}
+
+/// Open a store for `url` with the default [`StoreConfig`]; see [`connect_with`].
+pub async fn connect(url: &str) -> Result<AnyStore> {
+    connect_with(url, StoreConfig::default()).await
+}
+
+/// Open a store for `url`, picking the backend from the scheme among the enabled
+/// features:
+///
+/// | URL | backend | feature |
+/// |---|---|---|
+/// | `sqlite:path/to/file.db`, `sqlite://path/to/file.db`, `sqlite:///abs/file.db` | SQLite file | `sqlite` (default) |
+/// | `sqlite::memory:` | private in-memory SQLite | `sqlite` |
+/// | `postgres://user:pass@host:port/db`, `postgresql://…` | PostgreSQL | `postgres` |
+///
+/// A scheme whose feature is not enabled, or an unknown one, is a `Config` error.
+/// Call [`TaskStore::migrate`] before first use.
+///
+/// ```no_run
+/// # async fn demo() -> backstop::Result<()> {
+/// use backstop::TaskStore;
+/// let url = std::env::var("BACKSTOP_URL").unwrap_or_else(|_| "sqlite:app.db".into());
+/// let store = backstop::connect(&url).await?;
+/// store.migrate().await?;
+/// # Ok(()) }
+/// ```
+pub async fn connect_with(url: &str, config: StoreConfig) -> Result<AnyStore> {
+    const OP: &str = "connect";
+    let _ = &config; // unused when no backend feature is enabled
+    let scheme = url
+        .split(':')
+        .next()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    match scheme.as_str() {
+        "sqlite" => {
+            #[cfg(feature = "sqlite")]
+            {
+                let rest = &url["sqlite:".len()..];
+                if rest == ":memory:" || rest == "//:memory:" {
+                    let _ = config; // an in-memory store always uses the default table
+                    return Ok(AnyStore::Sqlite(
+                        crate::sqlite::SqliteStore::open_in_memory().await?,
+                    ));
+                }
+                let path = rest.strip_prefix("//").unwrap_or(rest);
+                if path.is_empty() {
+                    return Err(Error::config(OP, format!("no file path in {url:?}")));
+                }
+                let options = crate::sqlite::SqliteOptions {
+                    config,
+                    ..Default::default()
+                };
+                Ok(AnyStore::Sqlite(
+                    crate::sqlite::SqliteStore::open_with(path, options).await?,
+                ))
+            }
+            #[cfg(not(feature = "sqlite"))]
+            Err(missing_feature(url, "sqlite"))
+        }
+        "postgres" | "postgresql" => {
+            #[cfg(feature = "postgres")]
+            {
+                let options = crate::postgres::PgOptions {
+                    config,
+                    ..Default::default()
+                };
+                Ok(AnyStore::Postgres(
+                    crate::postgres::PgStore::connect_with(url, options).await?,
+                ))
+            }
+            #[cfg(not(feature = "postgres"))]
+            Err(missing_feature(url, "postgres"))
+        }
+        _ => Err(Error::config(
+            OP,
+            format!("unknown database URL scheme in {url:?}: use sqlite: or postgres:"),
+        )),
+    }
+}
+
+#[allow(dead_code)]
+fn missing_feature(url: &str, feature: &str) -> Error {
+    Error::config(
+        "connect",
+        format!("{url:?} needs the `{feature}` feature of backstop, which is not enabled"),
+    )
+}
+
+macro_rules! delegate {
+    ($self:ident, $s:ident => $call:expr) => {
+        match *$self {
+            #[cfg(feature = "sqlite")]
+            AnyStore::Sqlite(ref $s) => $call,
+            #[cfg(feature = "postgres")]
+            AnyStore::Postgres(ref $s) => $call,
+        }
+    };
+}
+
+#[async_trait]
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres")),
+    allow(unused_variables)
+)]
+impl TaskStore for AnyStore {
+    async fn migrate(&self) -> Result<()> {
+        delegate!(self, s => s.migrate().await)
+    }
+    async fn enqueue(&self, task: NewTask) -> Result<Enqueued> {
+        delegate!(self, s => s.enqueue(task).await)
+    }
+    async fn grab_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<Task>> {
+        delegate!(self, s => s.grab_by_id(id, owner).await)
+    }
+    async fn grab_batch(
+        &self,
+        owner: &Owner,
+        event_types: &[String],
+        limit: usize,
+    ) -> Result<Vec<Task>> {
+        delegate!(self, s => s.grab_batch(owner, event_types, limit).await)
+    }
+    async fn recycle_dead(&self, older_than: Duration, limit: usize) -> Result<Recycled> {
+        delegate!(self, s => s.recycle_dead(older_than, limit).await)
+    }
+    async fn heartbeat(&self, leases: &[Lease]) -> Result<Vec<bool>> {
+        delegate!(self, s => s.heartbeat(leases).await)
+    }
+    async fn mark(&self, marks: &[Mark]) -> Result<Vec<bool>> {
+        delegate!(self, s => s.mark(marks).await)
+    }
+    async fn manual_reset(&self, id: TaskId, stuck_after: Duration) -> Result<Task> {
+        delegate!(self, s => s.manual_reset(id, stuck_after).await)
+    }
+    async fn get(&self, id: TaskId) -> Result<Option<Task>> {
+        delegate!(self, s => s.get(id).await)
+    }
+    async fn list(&self, filter: &TaskFilter) -> Result<Vec<Task>> {
+        delegate!(self, s => s.list(filter).await)
+    }
+    async fn stats(&self) -> Result<Stats> {
+        delegate!(self, s => s.stats().await)
+    }
+    async fn purge_succeeded(&self, older_than: Duration, limit: usize) -> Result<u64> {
+        delegate!(self, s => s.purge_succeeded(older_than, limit).await)
+    }
+    async fn delete_succeeded(&self, ids: &[TaskId]) -> Result<u64> {
+        delegate!(self, s => s.delete_succeeded(ids).await)
+    }
+}
+
+#[cfg(all(test, feature = "sqlite"))]
+mod tests {
+    use super::*;
+    use backstop_core::ErrorKind;
+
+    #[tokio::test]
+    async fn picks_sqlite_from_the_url() {
+        let dir = std::env::temp_dir().join(format!("backstop-any-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for url in [
+            format!("sqlite:{}", dir.join("a.db").display()),
+            format!("sqlite://{}", dir.join("b.db").display()),
+            "sqlite::memory:".to_owned(),
+        ] {
+            let store = connect(&url).await.unwrap();
+            assert!(matches!(store, AnyStore::Sqlite(_)), "{url}");
+            store.migrate().await.unwrap();
+            let e = store.enqueue(NewTask::new("E", "k")).await.unwrap();
+            assert!(e.created);
+        }
+        assert!(dir.join("a.db").exists() && dir.join("b.db").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn refuses_unknown_schemes_and_bad_config() {
+        for url in ["mongodb://x", "nope", "sqlite:"] {
+            let e = connect(url).await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Config, "{url}: {e}");
+        }
+        let e = connect_with("sqlite::memory:", StoreConfig::default()).await;
+        assert!(e.is_ok());
+        let dir = std::env::temp_dir().join(format!("backstop-any-bad-{}", std::process::id()));
+        let url = format!("sqlite:{}", dir.join("x.db").display());
+        let e = connect_with(&url, StoreConfig::default().table("bad name"))
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Config);
+    }
+
+    #[cfg(not(feature = "postgres"))]
+    #[tokio::test]
+    async fn says_which_feature_is_missing() {
+        let e = connect("postgres://localhost/x").await.unwrap_err();
+        assert!(e.to_string().contains("`postgres` feature"), "{e}");
+    }
+}
