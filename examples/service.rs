@@ -1,9 +1,10 @@
-//! An order service that runs unchanged on SQLite or PostgreSQL: the database is chosen
+//! An order service that runs unchanged on SQLite, PostgreSQL or MySQL/MariaDB: the database is chosen
 //! by the `BACKSTOP_URL` environment variable alone.
 //!
 //! ```sh
 //! cargo run --example service --all-features                                   # SQLite in a temp dir
 //! BACKSTOP_URL=postgres://app@localhost/app cargo run --example service --all-features
+//! BACKSTOP_URL=mysql://app:secret@localhost/app cargo run --example service --all-features
 //! ```
 //!
 //! Each order is written together with its SHIP_ORDER task in one local transaction —
@@ -54,6 +55,13 @@ impl JsonHandler for ShipOrder {
                         "UPDATE orders SET shipped = true WHERE id = $1",
                         &[&ship.order_id],
                     )
+                    .await?;
+            }
+            #[cfg(feature = "mysql")]
+            AnyStore::MySql(m) => {
+                backstop::mysql::sqlx::query("UPDATE orders SET shipped = TRUE WHERE id = ?")
+                    .bind(&ship.order_id)
+                    .execute(m.pool())
                     .await?;
             }
             #[allow(unreachable_patterns)]
@@ -171,6 +179,17 @@ async fn place_order(
             tx.commit().await?;
             Ok(enqueued)
         }
+        #[cfg(feature = "mysql")]
+        AnyStore::MySql(m) => {
+            let mut tx = m.pool().begin().await?;
+            backstop::mysql::sqlx::query("INSERT INTO orders (id, shipped) VALUES (?, FALSE)")
+                .bind(order_id)
+                .execute(&mut *tx)
+                .await?;
+            let enqueued = m.enqueue_tx(&mut tx, &task).await?;
+            tx.commit().await?;
+            Ok(enqueued)
+        }
         #[allow(unreachable_patterns)]
         _ => Err("backend not supported by this example".into()),
     }
@@ -196,6 +215,15 @@ async fn create_orders_table(store: &AnyStore) -> Result<(), BoxError> {
                     "CREATE TABLE IF NOT EXISTS orders (id TEXT PRIMARY KEY, shipped BOOLEAN NOT NULL)",
                 )
                 .await?;
+            Ok(())
+        }
+        #[cfg(feature = "mysql")]
+        AnyStore::MySql(m) => {
+            backstop::mysql::sqlx::query(
+                "CREATE TABLE IF NOT EXISTS orders (id VARCHAR(64) PRIMARY KEY, shipped BOOLEAN NOT NULL) ENGINE = InnoDB",
+            )
+            .execute(m.pool())
+            .await?;
             Ok(())
         }
         #[allow(unreachable_patterns)]
@@ -227,6 +255,13 @@ async fn shipped_orders(store: &AnyStore, run_id: &str) -> Result<i64, BoxError>
             )
             .await?
             .try_get(0)?),
+        #[cfg(feature = "mysql")]
+        AnyStore::MySql(m) => Ok(backstop::mysql::sqlx::query_scalar(
+            "SELECT COUNT(*) FROM orders WHERE shipped AND id LIKE ?",
+        )
+        .bind(&pattern)
+        .fetch_one(m.pool())
+        .await?),
         #[allow(unreachable_patterns)]
         _ => Err("backend not supported by this example".into()),
     }
@@ -238,6 +273,14 @@ fn backend_name(store: &AnyStore) -> &'static str {
         AnyStore::Sqlite(_) => "SQLite",
         #[cfg(feature = "postgres")]
         AnyStore::Postgres(_) => "PostgreSQL",
+        #[cfg(feature = "mysql")]
+        AnyStore::MySql(m) => {
+            if m.server_version().contains("MariaDB") {
+                "MariaDB"
+            } else {
+                "MySQL"
+            }
+        }
         #[allow(unreachable_patterns)]
         _ => "another backend",
     }

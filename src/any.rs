@@ -20,6 +20,9 @@ pub enum AnyStore {
     /// The PostgreSQL backend (`postgres:` / `postgresql:` URLs).
     #[cfg(feature = "postgres")]
     Postgres(crate::postgres::PgStore),
+    /// The MySQL / MariaDB backend (`mysql:` / `mariadb:` URLs).
+    #[cfg(feature = "mysql")]
+    MySql(crate::mysql::MySqlStore),
 }
 
 /// Open a store for `url` with the default [`StoreConfig`]; see [`connect_with`].
@@ -35,6 +38,7 @@ pub async fn connect(url: &str) -> Result<AnyStore> {
 /// | `sqlite:path/to/file.db`, `sqlite://path/to/file.db`, `sqlite:///abs/file.db` | SQLite file | `sqlite` (default) |
 /// | `sqlite::memory:` | private in-memory SQLite | `sqlite` |
 /// | `postgres://user:pass@host:port/db`, `postgresql://…` | PostgreSQL | `postgres` |
+/// | `mysql://user:pass@host:port/db`, `mariadb://…` | MySQL 8 / MariaDB 10.6+ | `mysql` |
 ///
 /// A scheme whose feature is not enabled, or an unknown one, is a `Config` error.
 /// Call [`TaskStore::migrate`] before first use.
@@ -95,9 +99,25 @@ pub async fn connect_with(url: &str, config: StoreConfig) -> Result<AnyStore> {
             #[cfg(not(feature = "postgres"))]
             Err(missing_feature(url, "postgres"))
         }
+        "mysql" | "mariadb" => {
+            #[cfg(feature = "mysql")]
+            {
+                let options = crate::mysql::MySqlOptions {
+                    config,
+                    ..Default::default()
+                };
+                // sqlx knows the scheme as mysql:
+                let url = format!("mysql:{}", &url[scheme.len() + 1..]);
+                Ok(AnyStore::MySql(
+                    crate::mysql::MySqlStore::connect_with(&url, options).await?,
+                ))
+            }
+            #[cfg(not(feature = "mysql"))]
+            Err(missing_feature(url, "mysql"))
+        }
         _ => Err(Error::config(
             OP,
-            format!("unknown database URL scheme in {url:?}: use sqlite: or postgres:"),
+            format!("unknown database URL scheme in {url:?}: use sqlite:, postgres: or mysql:"),
         )),
     }
 }
@@ -117,6 +137,8 @@ macro_rules! delegate {
             AnyStore::Sqlite(ref $s) => $call,
             #[cfg(feature = "postgres")]
             AnyStore::Postgres(ref $s) => $call,
+            #[cfg(feature = "mysql")]
+            AnyStore::MySql(ref $s) => $call,
         }
     };
 }
@@ -218,5 +240,42 @@ mod tests {
     async fn says_which_feature_is_missing() {
         let e = connect("postgres://localhost/x").await.unwrap_err();
         assert!(e.to_string().contains("`postgres` feature"), "{e}");
+    }
+
+    /// With every backend enabled, each server URL from the test environment opens its
+    /// backend.
+    #[cfg(all(feature = "postgres", feature = "mysql"))]
+    #[tokio::test]
+    async fn picks_server_backends_from_the_url() {
+        for (var, backend) in [
+            ("BACKSTOP_TEST_POSTGRES_URL", "postgres"),
+            ("BACKSTOP_TEST_MYSQL_URL", "mysql"),
+        ] {
+            let Some(url) = std::env::var(var).ok().filter(|u| !u.is_empty()) else {
+                assert!(
+                    !std::env::var("BACKSTOP_TEST_REQUIRE")
+                        .unwrap_or_default()
+                        .split(',')
+                        .any(|b| b == backend),
+                    "{backend} is required but {var} is not set"
+                );
+                eprintln!(
+                    "SKIPPED picks_server_backends_from_the_url for {backend}: {var} is not set"
+                );
+                continue;
+            };
+            let store = connect(&url).await.unwrap();
+            match (&store, backend) {
+                (AnyStore::Postgres(_), "postgres") | (AnyStore::MySql(_), "mysql") => {}
+                other => panic!("{url} opened {other:?}"),
+            }
+            if backend == "mysql" {
+                let mariadb = url.replacen("mysql:", "mariadb:", 1);
+                assert!(matches!(
+                    connect(&mariadb).await.unwrap(),
+                    AnyStore::MySql(_)
+                ));
+            }
+        }
     }
 }

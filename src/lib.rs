@@ -15,6 +15,7 @@
 //! |---|---|---|
 //! | `sqlite` (default) | embedded SQLite (bundled) | [`sqlite`] |
 //! | `postgres` | PostgreSQL (tokio-postgres + deadpool) | `postgres` |
+//! | `mysql` | MySQL 8 / MariaDB 10.6+ (sqlx) | `mysql` |
 //!
 //! [`connect`] opens an [`AnyStore`] on whichever enabled backend the URL names, so an
 //! application moves between databases by changing a feature and a URL.
@@ -52,6 +53,12 @@ pub mod sqlite {
 #[cfg(feature = "postgres")]
 pub mod postgres {
     pub use backstop_postgres::*;
+}
+
+/// The MySQL / MariaDB backend (feature `mysql`).
+#[cfg(feature = "mysql")]
+pub mod mysql {
+    pub use backstop_mysql::*;
 }
 
 /// The README's examples, compiled as doctests so they stay true.

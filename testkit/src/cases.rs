@@ -1409,6 +1409,72 @@ pub async fn concurrent_grab_batch_claims_each_task_once<H: Harness>(ctx: &Ctx<H
     assert_eq!(per_claimer.iter().sum::<usize>(), TASKS);
 }
 
+/// 8 pollers claiming and completing while 4 producers insert: no deadlock or lock
+/// timeout escapes to the caller, and every task is claimed exactly once.
+pub async fn concurrent_claims_and_inserts_never_deadlock<H: Harness>(ctx: &Ctx<H>) {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    const TASKS: usize = 1200;
+    const POLLERS: usize = 8;
+    let inserted = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut pollers = Vec::new();
+    for p in 0..POLLERS {
+        let store = ctx.new_store().await;
+        let (inserted, done) = (Arc::clone(&inserted), Arc::clone(&done));
+        pollers.push(tokio::spawn(async move {
+            let me = Owner::new(format!("poller-{p}")).unwrap();
+            let types = vec!["A".to_string(), "B".to_string()];
+            let mut mine = Vec::new();
+            loop {
+                let batch = store.grab_batch(&me, &types, 10).await.unwrap();
+                if batch.is_empty() {
+                    if inserted.load(Ordering::SeqCst) && done.load(Ordering::SeqCst) == TASKS {
+                        return mine;
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    continue;
+                }
+                let marks: Vec<Mark> = batch.iter().map(|t| Mark::success(t.lease())).collect();
+                let flags = store.mark(&marks).await.unwrap();
+                assert!(flags.iter().all(|f| *f), "a fresh claim's mark was refused");
+                done.fetch_add(batch.len(), Ordering::SeqCst);
+                mine.extend(batch.into_iter().map(|t| (t.id, t.attempts)));
+            }
+        }));
+    }
+    let mut producers = Vec::new();
+    for p in 0..4 {
+        let store = ctx.new_store().await;
+        producers.push(tokio::spawn(async move {
+            for i in (p..TASKS).step_by(4) {
+                let et = if i % 3 == 0 { "A" } else { "B" };
+                store
+                    .enqueue(NewTask::new(et, format!("k{i}")))
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for p in producers {
+        p.await.unwrap();
+    }
+    inserted.store(true, Ordering::SeqCst);
+    let mut seen: HashMap<TaskId, u32> = HashMap::new();
+    for p in pollers {
+        for (id, attempts) in p.await.unwrap() {
+            assert_eq!(attempts, 1, "task {id} claimed more than once");
+            assert!(
+                seen.insert(id, attempts).is_none(),
+                "task {id} claimed twice"
+            );
+        }
+    }
+    assert_eq!(seen.len(), TASKS);
+    let s = ctx.store.stats().await.unwrap();
+    assert_eq!(s.count(Status::Succeeded), TASKS as u64);
+    assert_eq!(s.count(Status::Running) + s.count(Status::Pending), 0);
+}
+
 /// 8 concurrent grab_by_id on one task, from separate store instances: exactly one wins.
 pub async fn concurrent_grab_by_id_has_one_winner<H: Harness>(ctx: &Ctx<H>) {
     let mut stores = Vec::new();

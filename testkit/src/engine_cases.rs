@@ -20,11 +20,12 @@ const HOUR: Duration = Duration::from_secs(3600);
 /// How long a case waits for something the engine should do within milliseconds.
 const PATIENCE: Duration = Duration::from_secs(20);
 
-/// Settings for tests: a poller that polls every 20 ms from the start, no retention.
+/// Settings for tests: a poller that polls every 20 ms, starting 300 ms after start (so a
+/// case's first run-ahead is not raced by the first poll), no retention.
 pub fn fast_config() -> EngineConfig {
     EngineConfig {
         poll_interval: Duration::from_millis(20),
-        first_poll_delay: Duration::ZERO,
+        first_poll_delay: Duration::from_millis(300),
         dead_after: Duration::from_secs(60),
         heartbeat_interval: Duration::from_millis(200),
         shutdown_grace: Duration::from_secs(10),

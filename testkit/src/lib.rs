@@ -285,6 +285,7 @@ macro_rules! store_conformance {
             last_error_is_bounded,
             store_works_as_dyn_task_store,
             concurrent_grab_batch_claims_each_task_once,
+            concurrent_claims_and_inserts_never_deadlock,
             concurrent_grab_by_id_has_one_winner,
             concurrent_enqueue_of_one_key_creates_one_task,
         );

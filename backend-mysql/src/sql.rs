@@ -1,0 +1,230 @@
+//! The SQL of the MySQL / MariaDB backend, built once per store for its (validated) table.
+//!
+//! Every time is the server's `NOW(3)` (the session time zone is UTC); delays are bound as
+//! microseconds. Single-table `UPDATE` assignments are evaluated left to right in MySQL, so
+//! an assignment that reads a column comes before the one that changes it.
+
+/// The task columns, in the order `decode` reads them.
+pub(crate) const COLUMNS: &str = "id, event_type, biz_key, payload, status, attempts, \
+    max_attempts, retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at, \
+    owner, lease, last_error, created_at, updated_at";
+
+pub(crate) struct Sql {
+    table: String,
+    pub lock_name: String,
+    pub schema: String,
+    pub insert: String,
+    pub find_by_key: String,
+    pub grab_by_id: String,
+    pub get: String,
+    pub select_by_token: String,
+    pub recycle_dead: String,
+    pub count_by_token: String,
+    pub heartbeat: String,
+    pub mark_success: String,
+    pub mark_retry: String,
+    pub mark_fail: String,
+    pub release: String,
+    pub manual_reset: String,
+    pub status_of: String,
+    pub list: String,
+    pub stats_counts: String,
+    pub stats_oldest_due: String,
+    pub purge_succeeded: String,
+}
+
+impl Sql {
+    /// `table` must have passed `limits::check_identifier`.
+    pub fn new(table: &str) -> Sql {
+        let t = format!("`{table}`");
+        let fenced = "WHERE id = ? AND status = 3 AND lease = ?";
+        Sql {
+            table: t.clone(),
+            lock_name: format!("backstop:migrate:{table}"),
+            // utf8mb4_bin: keys compare byte for byte, as on the other backends. The claim
+            // indexes match the claim's ORDER BY exactly, so no filesort locks rows it
+            // would then skip.
+            schema: format!(
+                "CREATE TABLE IF NOT EXISTS {t} (
+                    id                    BIGINT       NOT NULL AUTO_INCREMENT,
+                    event_type            VARCHAR(64)  NOT NULL,
+                    biz_key               VARCHAR(128) NOT NULL,
+                    payload               MEDIUMTEXT   NOT NULL,
+                    status                TINYINT      NOT NULL DEFAULT 0,
+                    attempts              INT          NOT NULL DEFAULT 0,
+                    max_attempts          INT          NOT NULL,
+                    retry_strategy        VARCHAR(16)  NOT NULL,
+                    retry_interval_ms     BIGINT       NOT NULL,
+                    retry_max_interval_ms BIGINT       NOT NULL,
+                    next_run_at           DATETIME(3)  NOT NULL,
+                    owner                 VARCHAR(64)  NULL,
+                    lease                 BIGINT       NOT NULL DEFAULT 0,
+                    claim_token           BIGINT       NULL,
+                    last_error            TEXT         NULL,
+                    created_at            DATETIME(3)  NOT NULL,
+                    updated_at            DATETIME(3)  NOT NULL,
+                    PRIMARY KEY (id),
+                    UNIQUE KEY uk_event_biz (event_type, biz_key),
+                    KEY ix_claim_type (status, event_type, next_run_at, id),
+                    KEY ix_claim (status, next_run_at, id),
+                    KEY ix_updated (status, updated_at, id),
+                    KEY ix_claim_token (claim_token)
+                 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin"
+            ),
+            // event_type, biz_key, payload, max_attempts, strategy, interval, max, delay µs
+            insert: format!(
+                "INSERT INTO {t} (event_type, biz_key, payload, status, attempts, max_attempts,
+                    retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at,
+                    lease, created_at, updated_at)
+                 VALUES (?, ?, ?, 0, 0, ?, ?, ?, ?, NOW(3) + INTERVAL ? MICROSECOND, 0,
+                    NOW(3), NOW(3))"
+            ),
+            // A locking read sees the latest committed row whatever the isolation level.
+            find_by_key: format!(
+                "SELECT id FROM {t} WHERE event_type = ? AND biz_key = ? LOCK IN SHARE MODE"
+            ),
+            // owner, id
+            grab_by_id: format!(
+                "UPDATE {t} SET status = 3, owner = ?, attempts = attempts + 1,
+                    lease = lease + 1, updated_at = NOW(3)
+                 WHERE id = ? AND status = 0 AND next_run_at <= NOW(3)"
+            ),
+            get: format!("SELECT {COLUMNS} FROM {t} WHERE id = ?"),
+            select_by_token: format!("SELECT {COLUMNS} FROM {t} WHERE claim_token = ?"),
+            // token, older_than µs, limit
+            recycle_dead: format!(
+                "UPDATE {t} SET
+                    last_error = CONCAT('attempt ', attempts, ' of ', max_attempts,
+                        ' died: owner ', COALESCE(owner, '?'), ' stopped heartbeating',
+                        CASE WHEN attempts < max_attempts THEN '' ELSE '; no attempts left' END),
+                    status = CASE WHEN attempts < max_attempts THEN 0 ELSE 2 END,
+                    owner = NULL,
+                    claim_token = ?,
+                    updated_at = NOW(3)
+                 WHERE status = 3 AND updated_at < NOW(3) - INTERVAL ? MICROSECOND
+                 ORDER BY updated_at, id
+                 LIMIT ?"
+            ),
+            count_by_token: format!(
+                "SELECT status, COUNT(*) FROM {t} WHERE claim_token = ? GROUP BY status"
+            ),
+            // id, lease
+            heartbeat: format!("UPDATE {t} SET updated_at = NOW(3) {fenced}"),
+            mark_success: format!(
+                "UPDATE {t} SET status = 1, last_error = NULL, updated_at = NOW(3) {fenced}"
+            ),
+            // delay µs, error, id, lease
+            mark_retry: format!(
+                "UPDATE {t} SET
+                    next_run_at = CASE WHEN attempts < max_attempts
+                        THEN NOW(3) + INTERVAL ? MICROSECOND ELSE next_run_at END,
+                    status = CASE WHEN attempts < max_attempts THEN 0 ELSE 2 END,
+                    owner = NULL, last_error = ?, updated_at = NOW(3)
+                 {fenced}"
+            ),
+            // error, id, lease
+            mark_fail: format!(
+                "UPDATE {t} SET status = 2, owner = NULL, last_error = ?, updated_at = NOW(3)
+                 {fenced}"
+            ),
+            release: format!(
+                "UPDATE {t} SET status = 0, owner = NULL, attempts = GREATEST(attempts - 1, 0),
+                    updated_at = NOW(3)
+                 {fenced}"
+            ),
+            // id, stuck_after µs
+            manual_reset: format!(
+                "UPDATE {t} SET status = 0, attempts = 0, next_run_at = NOW(3), owner = NULL,
+                    updated_at = NOW(3)
+                 WHERE id = ? AND (status = 2
+                    OR (status = 3 AND updated_at < NOW(3) - INTERVAL ? MICROSECOND))"
+            ),
+            status_of: format!("SELECT status FROM {t} WHERE id = ?"),
+            // status, status, event_type, event_type, after_id, older µs, older µs, limit
+            list: format!(
+                "SELECT {COLUMNS} FROM {t}
+                 WHERE (? IS NULL OR status = ?) AND (? IS NULL OR event_type = ?)
+                   AND id > ?
+                   AND (? IS NULL OR updated_at < NOW(3) - INTERVAL ? MICROSECOND)
+                 ORDER BY id LIMIT ?"
+            ),
+            stats_counts: format!(
+                "SELECT event_type, status, COUNT(*) FROM {t}
+                 GROUP BY event_type, status ORDER BY event_type, status"
+            ),
+            stats_oldest_due: format!(
+                "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, MIN(next_run_at), NOW(3)) / 1000 AS SIGNED)
+                 FROM {t} WHERE status = 0 AND next_run_at <= NOW(3)"
+            ),
+            // older µs, limit
+            purge_succeeded: format!(
+                "DELETE FROM {t} WHERE status = 1 AND updated_at < NOW(3) - INTERVAL ? MICROSECOND
+                 ORDER BY updated_at, id LIMIT ?"
+            ),
+        }
+    }
+
+    fn placeholders(n: usize) -> String {
+        vec!["?"; n].join(", ")
+    }
+
+    /// The seed's ordered claim, tagging the rows with this call's token: owner, token,
+    /// types…, limit. One event type uses the `(status, event_type, next_run_at, id)` index
+    /// in order; several use `(status, next_run_at, id)`.
+    pub fn claim_ordered(&self, n_types: usize) -> String {
+        let t = &self.table;
+        let (index, types) = (
+            if n_types == 1 {
+                "ix_claim_type"
+            } else {
+                "ix_claim"
+            },
+            Self::placeholders(n_types),
+        );
+        format!(
+            "UPDATE {t} FORCE INDEX ({index}) SET status = 3, owner = ?, attempts = attempts + 1,
+                lease = lease + 1, claim_token = ?, updated_at = NOW(3)
+             WHERE status = 0 AND event_type IN ({types}) AND next_run_at <= NOW(3)
+             ORDER BY next_run_at, id
+             LIMIT ?"
+        )
+    }
+
+    /// The locking read of the SKIP LOCKED claim: types…, limit.
+    pub fn pick_skip_locked(&self, n_types: usize) -> String {
+        let t = &self.table;
+        let (index, types) = (
+            if n_types == 1 {
+                "ix_claim_type"
+            } else {
+                "ix_claim"
+            },
+            Self::placeholders(n_types),
+        );
+        format!(
+            "SELECT id FROM {t} FORCE INDEX ({index})
+             WHERE status = 0 AND event_type IN ({types}) AND next_run_at <= NOW(3)
+             ORDER BY next_run_at, id
+             LIMIT ?
+             FOR UPDATE SKIP LOCKED"
+        )
+    }
+
+    /// The update of the rows the SKIP LOCKED read locked: owner, token, ids….
+    pub fn claim_ids(&self, n: usize) -> String {
+        let t = &self.table;
+        let ids = Self::placeholders(n);
+        format!(
+            "UPDATE {t} SET status = 3, owner = ?, attempts = attempts + 1, lease = lease + 1,
+                claim_token = ?, updated_at = NOW(3)
+             WHERE id IN ({ids}) AND status = 0"
+        )
+    }
+
+    /// Delete listed succeeded tasks: ids….
+    pub fn delete_succeeded(&self, n: usize) -> String {
+        let t = &self.table;
+        let ids = Self::placeholders(n);
+        format!("DELETE FROM {t} WHERE id IN ({ids}) AND status = 1")
+    }
+}

@@ -1,0 +1,195 @@
+//! The conformance suite on MySQL / MariaDB, once per claim strategy: every case in a
+//! fresh database of its own, on the server named by `BACKSTOP_TEST_MYSQL_URL`
+//! (`mysql://user:pass@host:port`; scripts/test starts a throwaway MariaDB).
+#![allow(clippy::expect_used)] // test harness: a failed setup is a failed test
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use backstop_core::{Enqueued, NewTask, StoreConfig, TaskId};
+use backstop_mysql::{ClaimStrategy, MySqlOptions, MySqlStore};
+use backstop_testkit::{Harness, TimeColumn, Unavailable};
+use sqlx::mysql::MySqlPoolOptions;
+use sqlx::{AssertSqlSafe, MySqlPool};
+
+const URL_VAR: &str = "BACKSTOP_TEST_MYSQL_URL";
+
+struct MySqlHarness(ClaimStrategy);
+
+struct Db {
+    server: String,
+    name: String,
+    admin: MySqlPool,
+}
+
+impl Db {
+    fn url(&self) -> String {
+        format!("{}/{}", self.server, self.name)
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        // Drop the case's database on a thread of its own (Drop cannot await).
+        let (server, name) = (self.server.clone(), self.name.clone());
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async {
+                if let Ok(pool) = MySqlPoolOptions::new()
+                    .max_connections(1)
+                    .connect(&server)
+                    .await
+                {
+                    let _ = sqlx::query(AssertSqlSafe(format!("DROP DATABASE IF EXISTS `{name}`")))
+                        .execute(&pool)
+                        .await;
+                    pool.close().await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// `mysql://user:pass@host:port` from the variable, without a database path.
+fn server_url() -> Result<String, Unavailable> {
+    let url = std::env::var(URL_VAR)
+        .ok()
+        .filter(|u| !u.is_empty())
+        .ok_or_else(|| Unavailable(format!("{URL_VAR} is not set")))?;
+    let after_scheme = url.find("://").map(|i| i + 3).unwrap_or(0);
+    Ok(match url[after_scheme..].find('/') {
+        Some(i) => url[..after_scheme + i].to_owned(),
+        None => url,
+    })
+}
+
+#[backstop_testkit::async_trait]
+impl Harness for MySqlHarness {
+    type Store = MySqlStore;
+    type Db = Db;
+
+    fn backend(&self) -> &'static str {
+        "mysql"
+    }
+
+    async fn create_db(&self) -> Result<Db, Unavailable> {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let server = server_url()?;
+        let name = format!(
+            "bst_{}_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::SeqCst),
+            match self.0 {
+                ClaimStrategy::SkipLocked => "sl",
+                _ => "ou",
+            }
+        );
+        let bootstrap = MySqlPoolOptions::new()
+            .max_connections(1)
+            .connect(&server)
+            .await
+            .expect("connect to the test server");
+        sqlx::query(AssertSqlSafe(format!("CREATE DATABASE `{name}`")))
+            .execute(&bootstrap)
+            .await
+            .expect("create the case's database");
+        bootstrap.close().await;
+        let admin = MySqlPoolOptions::new()
+            .max_connections(2)
+            .connect(&format!("{server}/{name}"))
+            .await
+            .expect("connect to the case's database");
+        Ok(Db {
+            server,
+            name,
+            admin,
+        })
+    }
+
+    async fn open(&self, db: &Db, config: StoreConfig) -> backstop_core::Result<MySqlStore> {
+        MySqlStore::connect_with(
+            &db.url(),
+            MySqlOptions {
+                config,
+                claim_strategy: self.0,
+                max_connections: 4,
+                ..MySqlOptions::default()
+            },
+        )
+        .await
+    }
+
+    async fn backdate(&self, db: &Db, table: &str, id: TaskId, column: TimeColumn, by: Duration) {
+        let col = column.name();
+        let micros = i64::try_from(by.as_micros()).expect("backdate within range");
+        let done = sqlx::query(AssertSqlSafe(format!(
+            "UPDATE `{table}` SET {col} = {col} - INTERVAL ? MICROSECOND WHERE id = ?"
+        )))
+        .bind(micros)
+        .bind(id)
+        .execute(&db.admin)
+        .await
+        .expect("backdate");
+        assert_eq!(
+            done.rows_affected(),
+            1,
+            "backdate: task {id} not found in {table}"
+        );
+    }
+
+    async fn enqueue_with_business_row(
+        &self,
+        db: &Db,
+        store: &MySqlStore,
+        biz_row: &str,
+        task: NewTask,
+        commit: bool,
+    ) -> backstop_core::Result<Enqueued> {
+        sqlx::query(
+            "CREATE TABLE IF NOT EXISTS biz_order (k VARCHAR(128) PRIMARY KEY) ENGINE = InnoDB",
+        )
+        .execute(&db.admin)
+        .await
+        .expect("create biz_order");
+        let mut tx = store.pool().begin().await.expect("begin");
+        sqlx::query("INSERT INTO biz_order (k) VALUES (?)")
+            .bind(biz_row)
+            .execute(&mut *tx)
+            .await
+            .expect("insert business row");
+        let enqueued = store.enqueue_tx(&mut tx, &task).await?;
+        if commit {
+            tx.commit().await.expect("commit");
+        } else {
+            tx.rollback().await.expect("rollback");
+        }
+        Ok(enqueued)
+    }
+
+    async fn business_row_exists(&self, db: &Db, biz_row: &str) -> bool {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM biz_order WHERE k = ?")
+            .bind(biz_row)
+            .fetch_one(&db.admin)
+            .await
+            .expect("count business rows");
+        n == 1
+    }
+}
+
+/// Every case with the seed's ordered `UPDATE … LIMIT` claim.
+mod ordered_update {
+    use super::*;
+    backstop_testkit::conformance!(MySqlHarness(ClaimStrategy::OrderedUpdate));
+}
+
+/// Every case with the `SELECT … FOR UPDATE SKIP LOCKED` claim.
+mod skip_locked {
+    use super::*;
+    backstop_testkit::conformance!(MySqlHarness(ClaimStrategy::SkipLocked));
+}
