@@ -15,6 +15,7 @@ use crate::store::TaskStore;
 /// `runners` how many run at once.
 pub(crate) struct Executor {
     pub event_type: String,
+    pub event_type_arc: Arc<str>,
     pub handler: Arc<dyn Handler>,
     pub options: HandlerOptions,
     pub slots: Arc<Semaphore>,
@@ -190,42 +191,13 @@ async fn complete<S: TaskStore + Clone>(
             Mark::release(lease)
         }
     };
-    apply_mark(shared, et, mark).await;
-}
-
-/// Apply one mark, retrying temporary store errors a few times. If it still fails, the
-/// task stays running without heartbeats and is recycled after `dead_after`: a re-run,
-/// which at-least-once allows.
-pub(crate) async fn apply_mark<S: TaskStore + Clone>(
-    shared: &Arc<Shared<S>>,
-    event_type: &str,
-    mark: Mark,
-) {
-    let mut backoff = Duration::from_millis(50);
-    for attempt in 1..=4 {
-        match shared.store.mark(std::slice::from_ref(&mark)).await {
-            Ok(flags) => {
-                if flags.first() != Some(&true) {
-                    shared.counters.stale_completions(event_type);
-                    tracing::warn!(
-                        task_id = mark.lease.task_id,
-                        lease = mark.lease.token,
-                        "completion refused: the lease is no longer current (the task was recycled); not applied"
-                    );
-                }
-                return;
-            }
-            Err(e) => {
-                shared.counters.store_errors(event_type);
-                if !e.is_temporary() || attempt == 4 {
-                    tracing::error!(error = %e, task_id = mark.lease.task_id,
-                        "could not record the outcome; the task will be recycled and run again");
-                    return;
-                }
-                tracing::warn!(error = %e, "recording the outcome failed; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff *= 4;
-            }
-        }
+    let (done, applied) = tokio::sync::oneshot::channel();
+    let completion = super::completer::Completion {
+        mark,
+        event_type: Arc::clone(&exec.event_type_arc),
+        done,
+    };
+    if shared.completions.send(completion).is_ok() {
+        let _ = applied.await;
     }
 }

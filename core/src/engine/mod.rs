@@ -21,6 +21,7 @@
 //! # Ok(()) }
 //! ```
 
+mod completer;
 mod counters;
 mod executor;
 mod handler;
@@ -193,6 +194,8 @@ struct Shared<S> {
     capacity_freed: Notify,
     wake: Notify,
     archive: Option<Arc<dyn Archive>>,
+    /// Marks on their way to the completion flushers.
+    completions: completer::Queue,
 }
 
 impl<S> Shared<S> {
@@ -273,6 +276,7 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
             }
             let exec = Executor {
                 event_type: event_type.clone(),
+                event_type_arc: Arc::from(event_type.as_str()),
                 handler,
                 slots: Arc::new(Semaphore::new(options.concurrency + options.queue_capacity)),
                 runners: Arc::new(Semaphore::new(options.concurrency)),
@@ -286,6 +290,7 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
             Error::config(OP, "Engine::start must be called within a tokio runtime")
         })?;
         let owner = self.config.owner.clone().unwrap_or_else(Owner::generate);
+        let (completions, completion_rx) = tokio::sync::mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             store: self.store,
             config: self.config,
@@ -300,7 +305,9 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
             capacity_freed: Notify::new(),
             wake: Notify::new(),
             archive: self.archive,
+            completions,
         });
+        let flushers = completer::spawn(&runtime, &shared, completion_rx);
         let mut jobs = vec![
             runtime.spawn(loops::poller(Arc::clone(&shared))),
             runtime.spawn(loops::heartbeats(Arc::clone(&shared))),
@@ -317,6 +324,7 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
             inner: Arc::new(EngineInner {
                 shared,
                 jobs: Mutex::new(jobs),
+                flushers: Mutex::new(flushers),
             }),
         })
     }
@@ -340,6 +348,8 @@ impl<S> Clone for Engine<S> {
 struct EngineInner<S> {
     shared: Arc<Shared<S>>,
     jobs: Mutex<Vec<JoinHandle<()>>>,
+    /// The completion flushers: they run until every in-flight task is done.
+    flushers: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl<S> Drop for EngineInner<S> {
@@ -348,7 +358,9 @@ impl<S> Drop for EngineInner<S> {
         // by a live instance after `dead_after`.
         self.shared.state.send_replace(State::Stopped);
         let jobs = std::mem::take(&mut *self.jobs.lock().unwrap_or_else(|p| p.into_inner()));
-        for j in jobs {
+        let flushers =
+            std::mem::take(&mut *self.flushers.lock().unwrap_or_else(|p| p.into_inner()));
+        for j in jobs.into_iter().chain(flushers) {
             j.abort();
         }
     }
@@ -472,6 +484,17 @@ impl<S: TaskStore + Clone> Engine<S> {
         }
         shared.state.send_replace(State::Stopped);
         shared.wait_idle().await;
+        // Every in-flight task has had its mark applied: the flushers have nothing left.
+        let flushers = std::mem::take(
+            &mut *self
+                .inner
+                .flushers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        for f in flushers {
+            f.abort();
+        }
         let jobs = std::mem::take(&mut *self.inner.jobs.lock().unwrap_or_else(|p| p.into_inner()));
         for j in jobs {
             let _ = j.await;

@@ -1,0 +1,105 @@
+//! Batched completion: executors hand their marks to flushers that apply them in batches
+//! (one `TaskStore::mark` call, still fenced lease by lease), group-commit style.
+//!
+//! No timer: a flusher takes the first waiting mark and everything queued behind it (up
+//! to a batch), applies them, and comes back. When the engine is idle a mark is applied at
+//! once; under load, marks queue while a batch is in flight and ride the next one. Two
+//! flushers pipeline: one collects while the other waits on the database.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, Mutex};
+use tokio::task::JoinHandle;
+
+use super::Shared;
+use crate::model::Mark;
+use crate::store::TaskStore;
+
+/// Most marks per `TaskStore::mark` call.
+const MAX_BATCH: usize = 256;
+/// Flushers per engine.
+const FLUSHERS: usize = 2;
+
+/// One mark waiting to be applied; `done` is told when it has been (or given up on).
+pub(crate) struct Completion {
+    pub mark: Mark,
+    pub event_type: Arc<str>,
+    pub done: oneshot::Sender<()>,
+}
+
+pub(crate) type Queue = mpsc::UnboundedSender<Completion>;
+
+/// Start the flushers on `rx`.
+pub(crate) fn spawn<S: TaskStore + Clone>(
+    runtime: &tokio::runtime::Handle,
+    shared: &Arc<Shared<S>>,
+    rx: mpsc::UnboundedReceiver<Completion>,
+) -> Vec<JoinHandle<()>> {
+    let rx = Arc::new(Mutex::new(rx));
+    (0..FLUSHERS)
+        .map(|_| runtime.spawn(flusher(Arc::clone(shared), Arc::clone(&rx))))
+        .collect()
+}
+
+async fn flusher<S: TaskStore + Clone>(
+    shared: Arc<Shared<S>>,
+    rx: Arc<Mutex<mpsc::UnboundedReceiver<Completion>>>,
+) {
+    loop {
+        let batch = {
+            let mut rx = rx.lock().await;
+            let Some(first) = rx.recv().await else {
+                return;
+            };
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(c) => batch.push(c),
+                    Err(_) => break,
+                }
+            }
+            batch
+        };
+        apply(&shared, batch).await;
+    }
+}
+
+/// Apply a batch, retrying temporary store errors a few times. If it still fails, the
+/// tasks stay running without heartbeats and are recycled after `dead_after`: a re-run,
+/// which at-least-once allows.
+async fn apply<S: TaskStore + Clone>(shared: &Shared<S>, batch: Vec<Completion>) {
+    let marks: Vec<Mark> = batch.iter().map(|c| c.mark.clone()).collect();
+    let mut backoff = Duration::from_millis(50);
+    for attempt in 1..=4 {
+        match shared.store.mark(&marks).await {
+            Ok(flags) => {
+                for (c, applied) in batch.iter().zip(flags) {
+                    if !applied {
+                        shared.counters.stale_completions(&c.event_type);
+                        tracing::warn!(
+                            task_id = c.mark.lease.task_id,
+                            lease = c.mark.lease.token,
+                            "completion refused: the lease is no longer current (the task was recycled); not applied"
+                        );
+                    }
+                }
+                break;
+            }
+            Err(e) => {
+                shared.counters.store_errors("*");
+                if !e.is_temporary() || attempt == 4 {
+                    tracing::error!(error = %e, marks = marks.len(),
+                        "could not record outcomes; the tasks will be recycled and run again");
+                    break;
+                }
+                tracing::warn!(error = %e, "recording outcomes failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff *= 4;
+            }
+        }
+    }
+    for c in batch {
+        let _ = c.done.send(());
+    }
+}
