@@ -1,0 +1,532 @@
+//! backstop benchmarks: each scenario on every enabled backend, next to the raw SQL for
+//! the same work through the same driver, measured in the same run.
+//!
+//! ```sh
+//! scripts/bench                 # starts PostgreSQL and MariaDB, runs everything in release mode
+//! scripts/bench --smoke         # tiny sizes: checks that it builds and runs (CI)
+//! ```
+//!
+//! Writes `bench/results/latest.md` and `bench/results/latest.json`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark: a failed step is a failed run
+
+mod raw;
+mod sys;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use backstop::mysql::{MySqlOptions, MySqlStore};
+use backstop::postgres::{PgOptions, PgStore};
+use backstop::sqlite::{SqliteOptions, SqliteStore, Synchronous};
+use backstop::{
+    handler_fn, AnyStore, Engine, EngineConfig, Enqueued, HandlerError, HandlerOptions, NewTask,
+    Owner, Status, StoreConfig, Task, TaskStore,
+};
+use hdrhistogram::Histogram;
+use raw::{histogram, record, Raw, EVENT, ORDERS, TABLE};
+use sys::Row;
+
+#[derive(Debug, Clone)]
+struct Args {
+    smoke: bool,
+    backends: Vec<String>,
+    drain_tasks: usize,
+    out: std::path::PathBuf,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        smoke: false,
+        backends: vec!["sqlite".into(), "postgres".into(), "mysql".into()],
+        drain_tasks: 100_000,
+        out: std::path::PathBuf::from("bench/results"),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--smoke" => a.smoke = true,
+            "--backends" => {
+                a.backends = it
+                    .next()
+                    .expect("--backends a,b")
+                    .split(',')
+                    .map(str::to_owned)
+                    .collect()
+            }
+            "--tasks" => a.drain_tasks = it.next().expect("--tasks N").parse().expect("a number"),
+            "--out" => a.out = it.next().expect("--out DIR").into(),
+            other => panic!("unknown argument {other:?} (use --smoke, --backends, --tasks, --out)"),
+        }
+    }
+    if a.smoke {
+        a.drain_tasks = a.drain_tasks.min(500);
+    }
+    a
+}
+
+/// One database under test.
+struct Target {
+    backend: &'static str,
+    url: String,
+    raw: Box<dyn Raw>,
+    server: String,
+    _dir: Option<TempDir>,
+}
+
+struct TempDir(std::path::PathBuf);
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Target {
+    async fn store(&self, max_connections: u32) -> AnyStore {
+        let config = StoreConfig::default().table(TABLE);
+        match self.backend {
+            "sqlite" => AnyStore::Sqlite(
+                SqliteStore::open_with(
+                    &self.url,
+                    SqliteOptions {
+                        config,
+                        max_connections: max_connections as usize,
+                        synchronous: Synchronous::Normal,
+                        busy_timeout: Duration::from_secs(30),
+                    },
+                )
+                .await
+                .expect("open sqlite"),
+            ),
+            "postgres" => AnyStore::Postgres(
+                PgStore::connect_with(
+                    &self.url,
+                    PgOptions {
+                        config,
+                        max_connections: max_connections as usize,
+                        ..PgOptions::default()
+                    },
+                )
+                .await
+                .expect("open postgres"),
+            ),
+            _ => AnyStore::MySql(
+                MySqlStore::connect_with(
+                    &self.url,
+                    MySqlOptions {
+                        config,
+                        max_connections,
+                        ..MySqlOptions::default()
+                    },
+                )
+                .await
+                .expect("open mysql"),
+            ),
+        }
+    }
+}
+
+async fn target(backend: &str) -> Option<Target> {
+    match backend {
+        "sqlite" => {
+            let dir = std::env::temp_dir().join(format!("backstop-bench-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("temp dir");
+            let path = dir.join("bench.db");
+            Some(Target {
+                backend: "sqlite",
+                url: path.display().to_string(),
+                raw: Box::new(raw::SqliteRaw { path }),
+                server: format!(
+                    "SQLite {} (bundled, WAL, synchronous=NORMAL)",
+                    rusqlite::version()
+                ),
+                _dir: Some(TempDir(dir)),
+            })
+        }
+        "postgres" => {
+            let url = std::env::var("BACKSTOP_BENCH_POSTGRES_URL")
+                .ok()
+                .filter(|u| !u.is_empty())?;
+            let raw = raw::PgRaw { url: url.clone() };
+            let (c, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .expect("connect");
+            tokio::spawn(conn);
+            let server: String = c
+                .query_one("SELECT version()", &[])
+                .await
+                .expect("version")
+                .get(0);
+            Some(Target {
+                backend: "postgres",
+                url,
+                raw: Box::new(raw),
+                server: server.split(" on ").next().unwrap_or_default().to_owned(),
+                _dir: None,
+            })
+        }
+        "mysql" => {
+            let url = std::env::var("BACKSTOP_BENCH_MYSQL_URL")
+                .ok()
+                .filter(|u| !u.is_empty())?;
+            let raw = raw::MySqlRaw::connect(&url, 32).await;
+            let server: String = sqlx::query_scalar("SELECT VERSION()")
+                .fetch_one(&raw.pool)
+                .await
+                .expect("version");
+            Some(Target {
+                backend: "mysql",
+                url,
+                raw: Box::new(raw),
+                server,
+                _dir: None,
+            })
+        }
+        other => panic!("unknown backend {other}"),
+    }
+}
+
+/// The business row and the task in one native transaction.
+async fn enqueue_with_order(store: &AnyStore, key: &str) -> Enqueued {
+    let task = NewTask::new(EVENT, key);
+    match store {
+        AnyStore::Sqlite(s) => {
+            let key = key.to_owned();
+            s.transaction(move |tx| {
+                tx.execute(&format!("INSERT INTO {ORDERS} (id) VALUES (?1)"), [&key])
+                    .map_err(|e| {
+                        backstop::Error::new(
+                            backstop::ErrorKind::Unexpected,
+                            "bench",
+                            e.to_string(),
+                        )
+                    })?;
+                tx.enqueue(&task)
+            })
+            .await
+            .expect("enqueue")
+        }
+        AnyStore::Postgres(p) => {
+            let mut c = p.client().await.expect("client");
+            let tx = c.transaction().await.expect("begin");
+            let st = tx
+                .prepare_cached(&format!("INSERT INTO {ORDERS} (id) VALUES ($1)"))
+                .await
+                .expect("prepare");
+            tx.execute(&st, &[&key]).await.expect("order");
+            let e = p.enqueue_tx(&*tx, &task).await.expect("enqueue");
+            tx.commit().await.expect("commit");
+            e
+        }
+        AnyStore::MySql(m) => {
+            let mut tx = m.pool().begin().await.expect("begin");
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "INSERT INTO {ORDERS} (id) VALUES (?)"
+            )))
+            .bind(key)
+            .execute(&mut *tx)
+            .await
+            .expect("order");
+            let e = m.enqueue_tx(&mut tx, &task).await.expect("enqueue");
+            tx.commit().await.expect("commit");
+            e
+        }
+        _ => unreachable!("all backends are compiled in"),
+    }
+}
+
+fn lat(h: &Histogram<u64>) -> Option<[f64; 4]> {
+    if h.is_empty() {
+        return None;
+    }
+    let ms = |us: u64| us as f64 / 1000.0;
+    Some([
+        ms(h.value_at_quantile(0.50)),
+        ms(h.value_at_quantile(0.95)),
+        ms(h.value_at_quantile(0.99)),
+        ms(h.max()),
+    ])
+}
+
+async fn wait_succeeded(store: &AnyStore, n: u64) {
+    loop {
+        if store.stats().await.expect("stats").count(Status::Succeeded) >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn quiet_config() -> EngineConfig {
+    EngineConfig {
+        first_poll_delay: Duration::from_secs(3600),
+        retention: None,
+        ..EngineConfig::default()
+    }
+}
+
+/// K producers commit a business row + task, then run it ahead; no-op handler.
+async fn run_ahead(t: &Target, producers: usize, total: usize) -> Row {
+    t.raw.reset().await;
+    let store = t.store(32).await;
+    let starts: Arc<Mutex<HashMap<i64, Instant>>> = Arc::default();
+    let hist = Arc::new(Mutex::new(histogram()));
+    let done = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let (starts, hist, done) = (Arc::clone(&starts), Arc::clone(&hist), Arc::clone(&done));
+        handler_fn(move |task: Task| {
+            let t0 = starts.lock().unwrap().remove(&task.id);
+            if let Some(t0) = t0 {
+                record(&mut hist.lock().unwrap(), t0.elapsed());
+            }
+            done.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, HandlerError>(()) }
+        })
+    };
+    let engine = Engine::builder(store.clone())
+        .config(quiet_config())
+        .handler(
+            EVENT,
+            handler,
+            HandlerOptions::default()
+                .concurrency(32)
+                .queue_capacity(8192),
+        )
+        .start()
+        .expect("engine");
+    let each = total / producers;
+    let m = sys::Meter::start();
+    let started = Instant::now();
+    let mut hs = Vec::new();
+    for p in 0..producers {
+        let (store, engine, starts) = (store.clone(), engine.clone(), Arc::clone(&starts));
+        hs.push(tokio::spawn(async move {
+            let mut not_started = 0;
+            for i in 0..each {
+                let e = enqueue_with_order(&store, &format!("p{p}-{i}")).await;
+                starts.lock().unwrap().insert(e.id, Instant::now());
+                if engine.run_now(&e).await.expect("run_now") != backstop::RunAhead::Started {
+                    not_started += 1;
+                }
+            }
+            not_started
+        }));
+    }
+    let mut not_started = 0;
+    for h in hs {
+        not_started += h.await.expect("join");
+    }
+    wait_succeeded(&store, (each * producers) as u64).await;
+    let elapsed = started.elapsed();
+    let (rss, cpu) = m.stop();
+    engine.shutdown().await;
+    t.raw.reset().await;
+    let (base_elapsed, base_hist) = t.raw.per_task(producers, each).await;
+    let h = hist.lock().unwrap().clone();
+    Row {
+        backend: t.backend.into(),
+        scenario: format!("run-ahead, {producers} producer(s)"),
+        tps: Some((each * producers) as f64 / elapsed.as_secs_f64()),
+        base_tps: Some((each * producers) as f64 / base_elapsed.as_secs_f64()),
+        lat: lat(&h),
+        base_lat: lat(&base_hist),
+        rss_mb: rss,
+        cpu_s: cpu,
+        note: if not_started > 0 {
+            format!("{not_started} not run ahead")
+        } else {
+            "latency: commit → handler start (raw: commit → claimed)".into()
+        },
+    }
+}
+
+/// N due tasks, E engines with a short poll interval drain them.
+async fn drain(t: &Target, engines: usize, n: usize) -> Row {
+    t.raw.reset().await;
+    t.raw.bulk_insert(n, 0).await;
+    let done = Arc::new(AtomicUsize::new(0));
+    let m = sys::Meter::start();
+    let started = Instant::now();
+    let mut running = Vec::new();
+    for _ in 0..engines {
+        let store = t.store(8).await;
+        let done = Arc::clone(&done);
+        let handler = handler_fn(move |_task: Task| {
+            done.fetch_add(1, Ordering::Relaxed);
+            async { Ok::<_, HandlerError>(()) }
+        });
+        let engine = Engine::builder(store)
+            .config(EngineConfig {
+                poll_interval: Duration::from_millis(5),
+                first_poll_delay: Duration::ZERO,
+                batch_size: 100,
+                retention: None,
+                ..EngineConfig::default()
+            })
+            .handler(
+                EVENT,
+                handler,
+                HandlerOptions::default()
+                    .concurrency(64)
+                    .queue_capacity(192),
+            )
+            .start()
+            .expect("engine");
+        running.push(engine);
+    }
+    let probe = t.store(2).await;
+    while done.load(Ordering::Relaxed) < n {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    wait_succeeded(&probe, n as u64).await;
+    let elapsed = started.elapsed();
+    let (rss, cpu) = m.stop();
+    for e in &running {
+        e.shutdown().await;
+    }
+    t.raw.reset().await;
+    t.raw.bulk_insert(n, 0).await;
+    let base = t.raw.drain(engines, 100).await;
+    Row {
+        backend: t.backend.into(),
+        scenario: format!("drain {n}, {engines} engine(s)"),
+        tps: Some(n as f64 / elapsed.as_secs_f64()),
+        base_tps: Some(n as f64 / base.as_secs_f64()),
+        rss_mb: rss,
+        cpu_s: cpu,
+        note: format!("batch 100; raw: {engines} worker(s) claiming + completing batches"),
+        ..Row::default()
+    }
+}
+
+/// One task at a time, engine otherwise idle: commit → handler start.
+async fn idle_latency(t: &Target, count: usize) -> Row {
+    t.raw.reset().await;
+    let store = t.store(4).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
+    let handler = handler_fn(move |_task: Task| {
+        let _ = tx.send(Instant::now());
+        async { Ok::<_, HandlerError>(()) }
+    });
+    let engine = Engine::builder(store.clone())
+        .config(quiet_config())
+        .handler(EVENT, handler, HandlerOptions::default())
+        .start()
+        .expect("engine");
+    let mut h = histogram();
+    let m = sys::Meter::start();
+    for i in 0..count {
+        let e = enqueue_with_order(&store, &format!("i{i}")).await;
+        let t0 = Instant::now();
+        engine.run_now(&e).await.expect("run_now");
+        let started = rx.recv().await.expect("handler ran");
+        record(&mut h, started - t0);
+        wait_succeeded(&store, (i + 1) as u64).await;
+    }
+    let (rss, cpu) = m.stop();
+    engine.shutdown().await;
+    t.raw.reset().await;
+    let (_, base) = t.raw.per_task(1, count).await;
+    Row {
+        backend: t.backend.into(),
+        scenario: format!("idle latency ({count} tasks, one at a time)"),
+        lat: lat(&h),
+        base_lat: lat(&base),
+        rss_mb: rss,
+        cpu_s: cpu,
+        note: "commit → handler start (raw: commit → claimed)".into(),
+        ..Row::default()
+    }
+}
+
+/// Claim latency of a 50-task batch with a small and a large pending backlog.
+async fn scale(t: &Target, small: usize, large: usize, rounds: usize) -> Row {
+    let mut p50 = Vec::new();
+    let m = sys::Meter::start();
+    for size in [small, large] {
+        t.raw.reset().await;
+        t.raw.bulk_insert(size, 0).await;
+        let store = t.store(2).await;
+        let owner = Owner::new("bench").expect("owner");
+        let types = vec![EVENT.to_string()];
+        let mut h = histogram();
+        for _ in 0..rounds {
+            let t0 = Instant::now();
+            let tasks = store.grab_batch(&owner, &types, 50).await.expect("grab");
+            record(&mut h, t0.elapsed());
+            // Give them back: the backlog stays the same size round after round.
+            let marks: Vec<_> = tasks
+                .iter()
+                .map(|t| backstop::Mark::release(t.lease()))
+                .collect();
+            store.mark(&marks).await.expect("mark");
+        }
+        p50.push(h.value_at_quantile(0.5) as f64 / 1000.0);
+    }
+    let (rss, cpu) = m.stop();
+    t.raw.reset().await;
+    Row {
+        backend: t.backend.into(),
+        scenario: format!("claim 50 with {small} vs {large} pending"),
+        lat: Some([p50[1], 0.0, 0.0, 0.0]),
+        base_lat: Some([p50[0], 0.0, 0.0, 0.0]),
+        rss_mb: rss,
+        cpu_s: cpu,
+        note: format!(
+            "p50 {:.3} ms at {small} → {:.3} ms at {large}: ×{:.2}",
+            p50[0],
+            p50[1],
+            p50[1] / p50[0]
+        ),
+        ..Row::default()
+    }
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let a = args();
+    let mut rows = Vec::new();
+    let mut servers = Vec::new();
+    for b in &a.backends {
+        let Some(t) = target(b).await else {
+            eprintln!(
+                "skipping {b}: BACKSTOP_BENCH_{}_URL is not set",
+                b.to_uppercase()
+            );
+            continue;
+        };
+        eprintln!("== {} ({})", t.backend, t.server);
+        servers.push(format!("{}: {}", t.backend, t.server));
+        // the table, as the store makes it
+        t.store(1).await.migrate().await.expect("migrate");
+        let (ra_total, idle, small, large, rounds) = if a.smoke {
+            (64, 10, 100, 1000, 5)
+        } else {
+            (8000, 300, 1000, 1_000_000, 200)
+        };
+        for producers in [1, 16] {
+            let r = run_ahead(&t, producers, ra_total).await;
+            eprintln!("   {r:?}");
+            rows.push(r);
+        }
+        for engines in [1, 4, 8] {
+            let r = drain(&t, engines, a.drain_tasks).await;
+            eprintln!("   {r:?}");
+            rows.push(r);
+        }
+        let r = idle_latency(&t, idle).await;
+        eprintln!("   {r:?}");
+        rows.push(r);
+        let r = scale(&t, small, large, rounds).await;
+        eprintln!("   {r:?}");
+        rows.push(r);
+    }
+    let md = sys::markdown(&rows, a.smoke, a.drain_tasks, &servers);
+    let json = sys::json(&rows, a.smoke, a.drain_tasks, &servers);
+    std::fs::create_dir_all(&a.out).expect("out dir");
+    let name = if a.smoke { "smoke" } else { "latest" };
+    std::fs::write(a.out.join(format!("{name}.md")), &md).expect("write md");
+    std::fs::write(a.out.join(format!("{name}.json")), json).expect("write json");
+    println!("{md}");
+}

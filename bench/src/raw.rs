@@ -1,0 +1,600 @@
+//! The baseline: the same work as raw SQL through the same driver, with the same
+//! statements the store uses, no engine around them. Every result is a ratio to this.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use backstop::async_trait;
+use hdrhistogram::Histogram;
+
+pub const TABLE: &str = "bench_task";
+pub const ORDERS: &str = "bench_order";
+pub const EVENT: &str = "BENCH";
+
+/// A histogram of microseconds (1 µs .. 60 s, 3 significant digits).
+pub fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds")
+}
+
+pub fn record(h: &mut Histogram<u64>, d: Duration) {
+    let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1);
+    let _ = h.record(us.min(60_000_000));
+}
+
+#[async_trait]
+pub trait Raw: Send + Sync {
+    /// Empty the task and business tables.
+    async fn reset(&self);
+    /// Insert `n` due pending tasks quickly (keys `b{start}`…).
+    async fn bulk_insert(&self, n: usize, start: usize);
+    /// `workers` loops of `each`: business row + task in one transaction, commit, claim it
+    /// by id, mark it succeeded. Returns the elapsed time and commit→claimed latencies.
+    async fn per_task(&self, workers: usize, each: usize) -> (Duration, Histogram<u64>);
+    /// `workers` loops claiming `batch` due tasks and marking them succeeded in one
+    /// statement, until none is left. Returns the elapsed time.
+    async fn drain(&self, workers: usize, batch: usize) -> Duration;
+}
+
+fn check(ok: bool, what: &str) {
+    assert!(ok, "baseline: {what}");
+}
+
+// ---------------------------------------------------------------- SQLite
+
+pub struct SqliteRaw {
+    pub path: std::path::PathBuf,
+}
+
+impl SqliteRaw {
+    fn conn(path: &std::path::Path) -> rusqlite::Connection {
+        let c = rusqlite::Connection::open(path).expect("open");
+        c.busy_timeout(Duration::from_secs(30)).expect("busy");
+        c.pragma_update(None, "synchronous", "NORMAL")
+            .expect("sync");
+        c
+    }
+
+    fn now() -> i64 {
+        chrono::Utc::now().timestamp_millis()
+    }
+}
+
+#[async_trait]
+impl Raw for SqliteRaw {
+    async fn reset(&self) {
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || {
+            let c = Self::conn(&path);
+            c.execute_batch(&format!(
+                "DELETE FROM {TABLE}; CREATE TABLE IF NOT EXISTS {ORDERS} (id TEXT PRIMARY KEY); DELETE FROM {ORDERS};"
+            ))
+            .expect("reset");
+        })
+        .await
+        .expect("join");
+    }
+
+    async fn bulk_insert(&self, n: usize, start: usize) {
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || {
+            let c = Self::conn(&path);
+            let now = Self::now();
+            c.execute(
+                &format!(
+                    "WITH RECURSIVE s(x) AS (SELECT ?1 UNION ALL SELECT x + 1 FROM s WHERE x < ?2)
+                     INSERT INTO {TABLE} (event_type, biz_key, payload, status, attempts, max_attempts,
+                        retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at, lease,
+                        created_at, updated_at)
+                     SELECT '{EVENT}', 'b' || x, '{{}}', 0, 0, 5, 'FIXED', 1000, 1000, ?3, 0, ?3, ?3 FROM s"
+                ),
+                rusqlite::params![start as i64, (start + n - 1) as i64, now],
+            )
+            .expect("bulk insert");
+        })
+        .await
+        .expect("join");
+    }
+
+    async fn per_task(&self, workers: usize, each: usize) -> (Duration, Histogram<u64>) {
+        let started = Instant::now();
+        let mut handles = Vec::new();
+        for w in 0..workers {
+            let path = self.path.clone();
+            handles.push(tokio::task::spawn_blocking(move || {
+                let mut c = Self::conn(&path);
+                let mut h = histogram();
+                for i in 0..each {
+                    let key = format!("r{w}-{i}");
+                    let tx = c
+                        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                        .expect("begin");
+                    let now = Self::now();
+                    tx.execute(&format!("INSERT INTO {ORDERS} (id) VALUES (?1)"), [&key])
+                        .expect("order");
+                    let id: i64 = tx
+                        .query_row(
+                            &format!(
+                                "INSERT INTO {TABLE} (event_type, biz_key, payload, status, attempts,
+                                    max_attempts, retry_strategy, retry_interval_ms, retry_max_interval_ms,
+                                    next_run_at, lease, created_at, updated_at)
+                                 VALUES ('{EVENT}', ?1, '{{}}', 0, 0, 5, 'FIXED', 1000, 1000, ?2, 0, ?2, ?2)
+                                 ON CONFLICT (event_type, biz_key) DO NOTHING RETURNING id"
+                            ),
+                            rusqlite::params![key, now],
+                            |r| r.get(0),
+                        )
+                        .expect("task");
+                    tx.commit().expect("commit");
+                    let committed = Instant::now();
+                    let tx = c
+                        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                        .expect("begin");
+                    let now = Self::now();
+                    let lease: i64 = tx
+                        .query_row(
+                            &format!(
+                                "UPDATE {TABLE} SET status = 3, owner = 'raw', attempts = attempts + 1,
+                                    lease = lease + 1, updated_at = ?1
+                                 WHERE id = ?2 AND status = 0 AND next_run_at <= ?1 RETURNING lease"
+                            ),
+                            rusqlite::params![now, id],
+                            |r| r.get(0),
+                        )
+                        .expect("claim");
+                    tx.commit().expect("commit");
+                    record(&mut h, committed.elapsed());
+                    let tx = c
+                        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                        .expect("begin");
+                    let n = tx
+                        .execute(
+                            &format!(
+                                "UPDATE {TABLE} SET status = 1, last_error = NULL, updated_at = ?1
+                                 WHERE id = ?2 AND status = 3 AND lease = ?3"
+                            ),
+                            rusqlite::params![Self::now(), id, lease],
+                        )
+                        .expect("mark");
+                    tx.commit().expect("commit");
+                    check(n == 1, "mark applied");
+                }
+                h
+            }));
+        }
+        let mut all = histogram();
+        for h in handles {
+            let _ = all.add(h.await.expect("join"));
+        }
+        (started.elapsed(), all)
+    }
+
+    async fn drain(&self, workers: usize, batch: usize) -> Duration {
+        let started = Instant::now();
+        let mut handles = Vec::new();
+        for _ in 0..workers {
+            let path = self.path.clone();
+            handles.push(tokio::task::spawn_blocking(move || {
+                let mut c = Self::conn(&path);
+                loop {
+                    let tx = c
+                        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                        .expect("begin");
+                    let now = Self::now();
+                    let claimed: Vec<(i64, i64)> = {
+                        let mut st = tx
+                            .prepare_cached(&format!(
+                                "UPDATE {TABLE} SET status = 3, owner = 'raw', attempts = attempts + 1,
+                                    lease = lease + 1, updated_at = ?1
+                                 WHERE id IN (SELECT id FROM {TABLE} WHERE status = 0 AND next_run_at <= ?1
+                                    AND event_type IN ('{EVENT}') ORDER BY next_run_at, id LIMIT ?2)
+                                 RETURNING id, lease"
+                            ))
+                            .expect("prepare");
+                        st.query_map(rusqlite::params![now, batch as i64], |r| {
+                            Ok((r.get(0)?, r.get(1)?))
+                        })
+                        .expect("claim")
+                        .collect::<rusqlite::Result<_>>()
+                        .expect("rows")
+                    };
+                    tx.commit().expect("commit");
+                    if claimed.is_empty() {
+                        return;
+                    }
+                    let tx = c
+                        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                        .expect("begin");
+                    {
+                        let mut st = tx
+                            .prepare_cached(&format!(
+                                "UPDATE {TABLE} SET status = 1, last_error = NULL, updated_at = ?1
+                                 WHERE id = ?2 AND status = 3 AND lease = ?3"
+                            ))
+                            .expect("prepare");
+                        let now = Self::now();
+                        for (id, lease) in &claimed {
+                            st.execute(rusqlite::params![now, id, lease]).expect("mark");
+                        }
+                    }
+                    tx.commit().expect("commit");
+                }
+            }));
+        }
+        for h in handles {
+            h.await.expect("join");
+        }
+        started.elapsed()
+    }
+}
+
+// ---------------------------------------------------------------- PostgreSQL
+
+pub struct PgRaw {
+    pub url: String,
+}
+
+impl PgRaw {
+    async fn client(&self) -> tokio_postgres::Client {
+        let (c, conn) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
+            .await
+            .expect("connect");
+        tokio::spawn(conn);
+        c
+    }
+}
+
+#[async_trait]
+impl Raw for PgRaw {
+    async fn reset(&self) {
+        let c = self.client().await;
+        c.batch_execute(&format!(
+            "TRUNCATE {TABLE}; CREATE TABLE IF NOT EXISTS {ORDERS} (id TEXT PRIMARY KEY); TRUNCATE {ORDERS};"
+        ))
+        .await
+        .expect("reset");
+        c.batch_execute(&format!("VACUUM ANALYZE {TABLE}"))
+            .await
+            .expect("vacuum");
+    }
+
+    async fn bulk_insert(&self, n: usize, start: usize) {
+        self.client()
+            .await
+            .execute(
+                &format!(
+                    "INSERT INTO {TABLE} (event_type, biz_key, payload, status, attempts, max_attempts,
+                        retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at, lease,
+                        created_at, updated_at)
+                     SELECT '{EVENT}', 'b' || x, '{{}}', 0, 0, 5, 'FIXED', 1000, 1000, now(), 0, now(), now()
+                     FROM generate_series($1::bigint, $2::bigint) AS x"
+                ),
+                &[&(start as i64), &((start + n - 1) as i64)],
+            )
+            .await
+            .expect("bulk insert");
+        self.client()
+            .await
+            .batch_execute(&format!("ANALYZE {TABLE}"))
+            .await
+            .expect("analyze");
+    }
+
+    async fn per_task(&self, workers: usize, each: usize) -> (Duration, Histogram<u64>) {
+        let mut clients = Vec::new();
+        for _ in 0..workers {
+            clients.push(self.client().await);
+        }
+        let started = Instant::now();
+        let mut handles = Vec::new();
+        for (w, mut c) in clients.into_iter().enumerate() {
+            handles.push(tokio::spawn(async move {
+                let order = c
+                    .prepare(&format!("INSERT INTO {ORDERS} (id) VALUES ($1)"))
+                    .await
+                    .expect("prepare");
+                let insert = c
+                    .prepare(&format!(
+                        "INSERT INTO {TABLE} (event_type, biz_key, payload, status, attempts, max_attempts,
+                            retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at, lease,
+                            created_at, updated_at)
+                         VALUES ('{EVENT}', $1, '{{}}', 0, 0, 5, 'FIXED', 1000, 1000, now(), 0, now(), now())
+                         ON CONFLICT (event_type, biz_key) DO NOTHING RETURNING id"
+                    ))
+                    .await
+                    .expect("prepare");
+                let claim = c
+                    .prepare(&format!(
+                        "UPDATE {TABLE} SET status = 3, owner = 'raw', attempts = attempts + 1,
+                            lease = lease + 1, updated_at = now()
+                         WHERE id = $1 AND status = 0 AND next_run_at <= now() RETURNING lease"
+                    ))
+                    .await
+                    .expect("prepare");
+                let mark = c
+                    .prepare(&format!(
+                        "UPDATE {TABLE} SET status = 1, last_error = NULL, updated_at = now()
+                         WHERE id = $1 AND status = 3 AND lease = $2"
+                    ))
+                    .await
+                    .expect("prepare");
+                let mut h = histogram();
+                for i in 0..each {
+                    let key = format!("r{w}-{i}");
+                    let tx = c.transaction().await.expect("begin");
+                    tx.execute(&order, &[&key]).await.expect("order");
+                    let id: i64 = tx.query_one(&insert, &[&key]).await.expect("task").get(0);
+                    tx.commit().await.expect("commit");
+                    let committed = Instant::now();
+                    let lease: i64 = c.query_one(&claim, &[&id]).await.expect("claim").get(0);
+                    record(&mut h, committed.elapsed());
+                    let n = c.execute(&mark, &[&id, &lease]).await.expect("mark");
+                    check(n == 1, "mark applied");
+                }
+                h
+            }));
+        }
+        let mut all = histogram();
+        for h in handles {
+            let _ = all.add(h.await.expect("join"));
+        }
+        (started.elapsed(), all)
+    }
+
+    async fn drain(&self, workers: usize, batch: usize) -> Duration {
+        let mut clients = Vec::new();
+        for _ in 0..workers {
+            clients.push(self.client().await);
+        }
+        let started = Instant::now();
+        let mut handles = Vec::new();
+        for c in clients {
+            handles.push(tokio::spawn(async move {
+                let claim = c
+                    .prepare(&format!(
+                        "WITH picked AS MATERIALIZED (
+                            SELECT id FROM {TABLE} WHERE status = 0 AND next_run_at <= now()
+                              AND event_type = ANY($1) ORDER BY next_run_at, id LIMIT $2
+                            FOR UPDATE SKIP LOCKED)
+                         UPDATE {TABLE} AS t SET status = 3, owner = 'raw', attempts = t.attempts + 1,
+                            lease = t.lease + 1, updated_at = now()
+                         FROM picked WHERE t.id = picked.id RETURNING t.id, t.lease"
+                    ))
+                    .await
+                    .expect("prepare");
+                let mark = c
+                    .prepare(&format!(
+                        "UPDATE {TABLE} AS t SET status = 1, last_error = NULL, updated_at = now()
+                         FROM unnest($1::bigint[], $2::bigint[]) AS m(id, lease)
+                         WHERE t.id = m.id AND t.status = 3 AND t.lease = m.lease"
+                    ))
+                    .await
+                    .expect("prepare");
+                let types = vec![EVENT.to_string()];
+                loop {
+                    let rows = c
+                        .query(&claim, &[&types, &(batch as i64)])
+                        .await
+                        .expect("claim");
+                    if rows.is_empty() {
+                        return;
+                    }
+                    let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+                    let leases: Vec<i64> = rows.iter().map(|r| r.get(1)).collect();
+                    c.execute(&mark, &[&ids, &leases]).await.expect("mark");
+                }
+            }));
+        }
+        for h in handles {
+            h.await.expect("join");
+        }
+        started.elapsed()
+    }
+}
+
+// ---------------------------------------------------------------- MySQL / MariaDB
+
+pub struct MySqlRaw {
+    pub pool: sqlx::MySqlPool,
+}
+
+impl MySqlRaw {
+    pub async fn connect(url: &str, max: u32) -> MySqlRaw {
+        let pool = sqlx::mysql::MySqlPoolOptions::new()
+            .max_connections(max)
+            .after_connect(|conn, _| {
+                Box::pin(async move {
+                    sqlx::Executor::execute(
+                        conn,
+                        "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+                    )
+                    .await?;
+                    Ok(())
+                })
+            })
+            .connect(url)
+            .await
+            .expect("connect");
+        MySqlRaw { pool }
+    }
+}
+
+fn q(sql: String) -> sqlx::AssertSqlSafe<String> {
+    sqlx::AssertSqlSafe(sql)
+}
+
+#[async_trait]
+impl Raw for MySqlRaw {
+    async fn reset(&self) {
+        sqlx::query(q(format!("TRUNCATE TABLE {TABLE}")))
+            .execute(&self.pool)
+            .await
+            .expect("truncate");
+        sqlx::query(q(format!(
+            "CREATE TABLE IF NOT EXISTS {ORDERS} (id VARCHAR(64) PRIMARY KEY) ENGINE = InnoDB"
+        )))
+        .execute(&self.pool)
+        .await
+        .expect("orders");
+        sqlx::query(q(format!("TRUNCATE TABLE {ORDERS}")))
+            .execute(&self.pool)
+            .await
+            .expect("truncate");
+    }
+
+    async fn bulk_insert(&self, n: usize, start: usize) {
+        const CHUNK: usize = 5000;
+        let mut i = start;
+        let end = start + n;
+        while i < end {
+            let hi = (i + CHUNK).min(end);
+            let values = (i..hi)
+                .map(|x| {
+                    format!(
+                        "('{EVENT}','b{x}','{{}}',0,0,5,'FIXED',1000,1000,NOW(3),0,NOW(3),NOW(3))"
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(",");
+            sqlx::query(q(format!(
+                "INSERT INTO {TABLE} (event_type, biz_key, payload, status, attempts, max_attempts,
+                    retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at, lease,
+                    created_at, updated_at) VALUES {values}"
+            )))
+            .execute(&self.pool)
+            .await
+            .expect("bulk insert");
+            i = hi;
+        }
+        sqlx::query(q(format!("ANALYZE TABLE {TABLE}")))
+            .execute(&self.pool)
+            .await
+            .expect("analyze");
+    }
+
+    async fn per_task(&self, workers: usize, each: usize) -> (Duration, Histogram<u64>) {
+        let started = Instant::now();
+        let mut handles = Vec::new();
+        for w in 0..workers {
+            let pool = self.pool.clone();
+            handles.push(tokio::spawn(async move {
+                let mut conn = pool.acquire().await.expect("acquire");
+                let mut h = histogram();
+                for i in 0..each {
+                    let key = format!("r{w}-{i}");
+                    let mut tx = sqlx::Connection::begin(&mut *conn).await.expect("begin");
+                    sqlx::query(q(format!("INSERT INTO {ORDERS} (id) VALUES (?)")))
+                        .bind(&key)
+                        .execute(&mut *tx)
+                        .await
+                        .expect("order");
+                    let done = sqlx::query(q(format!(
+                        "INSERT INTO {TABLE} (event_type, biz_key, payload, status, attempts, max_attempts,
+                            retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at, lease,
+                            created_at, updated_at)
+                         VALUES ('{EVENT}', ?, '{{}}', 0, 0, 5, 'FIXED', 1000, 1000,
+                            NOW(3) + INTERVAL 0 MICROSECOND, 0, NOW(3), NOW(3))"
+                    )))
+                    .bind(&key)
+                    .execute(&mut *tx)
+                    .await
+                    .expect("task");
+                    tx.commit().await.expect("commit");
+                    let committed = Instant::now();
+                    let id = done.last_insert_id() as i64;
+                    let n = sqlx::query(q(format!(
+                        "UPDATE {TABLE} SET status = 3, owner = 'raw', attempts = attempts + 1,
+                            lease = lease + 1, updated_at = NOW(3)
+                         WHERE id = ? AND status = 0 AND next_run_at <= NOW(3)"
+                    )))
+                    .bind(id)
+                    .execute(&mut *conn)
+                    .await
+                    .expect("claim")
+                    .rows_affected();
+                    check(n == 1, "claimed");
+                    let lease: i64 = sqlx::query_scalar(q(format!(
+                        "SELECT lease FROM {TABLE} WHERE id = ?"
+                    )))
+                    .bind(id)
+                    .fetch_one(&mut *conn)
+                    .await
+                    .expect("read");
+                    record(&mut h, committed.elapsed());
+                    let n = sqlx::query(q(format!(
+                        "UPDATE {TABLE} SET status = 1, last_error = NULL, updated_at = NOW(3)
+                         WHERE id = ? AND status = 3 AND lease = ?"
+                    )))
+                    .bind(id)
+                    .bind(lease)
+                    .execute(&mut *conn)
+                    .await
+                    .expect("mark")
+                    .rows_affected();
+                    check(n == 1, "mark applied");
+                }
+                h
+            }));
+        }
+        let mut all = histogram();
+        for h in handles {
+            let _ = all.add(h.await.expect("join"));
+        }
+        (started.elapsed(), all)
+    }
+
+    async fn drain(&self, workers: usize, batch: usize) -> Duration {
+        let started = Instant::now();
+        let token = Arc::new(std::sync::atomic::AtomicI64::new(1));
+        let mut handles = Vec::new();
+        for _ in 0..workers {
+            let pool = self.pool.clone();
+            let token = Arc::clone(&token);
+            handles.push(tokio::spawn(async move {
+                let mut conn = pool.acquire().await.expect("acquire");
+                loop {
+                    let mut tx = sqlx::Connection::begin(&mut *conn).await.expect("begin");
+                    let ids: Vec<i64> = sqlx::query_scalar(q(format!(
+                        "SELECT id FROM {TABLE} FORCE INDEX (ix_claim_type)
+                         WHERE status = 0 AND event_type IN ('{EVENT}') AND next_run_at <= NOW(3)
+                         ORDER BY next_run_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
+                    )))
+                    .bind(batch as i64)
+                    .fetch_all(&mut *tx)
+                    .await
+                    .expect("pick");
+                    if ids.is_empty() {
+                        tx.commit().await.expect("commit");
+                        return;
+                    }
+                    let list = ids
+                        .iter()
+                        .map(|i| i.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",");
+                    let t = token.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    sqlx::query(q(format!(
+                        "UPDATE {TABLE} SET status = 3, owner = 'raw', attempts = attempts + 1,
+                            lease = lease + 1, claim_token = ?, updated_at = NOW(3)
+                         WHERE id IN ({list}) AND status = 0"
+                    )))
+                    .bind(t)
+                    .execute(&mut *tx)
+                    .await
+                    .expect("claim");
+                    tx.commit().await.expect("commit");
+                    sqlx::query(q(format!(
+                        "UPDATE {TABLE} SET status = 1, last_error = NULL, updated_at = NOW(3)
+                         WHERE id IN ({list}) AND status = 3"
+                    )))
+                    .execute(&mut *conn)
+                    .await
+                    .expect("mark");
+                }
+            }));
+        }
+        for h in handles {
+            h.await.expect("join");
+        }
+        started.elapsed()
+    }
+}

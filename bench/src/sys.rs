@@ -1,0 +1,173 @@
+//! Process measurements (peak RSS, CPU seconds), machine facts, and the report.
+
+use std::time::Instant;
+
+/// One line of the results.
+#[derive(Debug, Clone, Default)]
+pub struct Row {
+    pub backend: String,
+    pub scenario: String,
+    /// backstop tasks/s.
+    pub tps: Option<f64>,
+    /// raw SQL tasks/s for the same work.
+    pub base_tps: Option<f64>,
+    /// p50, p95, p99, max in ms.
+    pub lat: Option<[f64; 4]>,
+    /// the same for the raw SQL.
+    pub base_lat: Option<[f64; 4]>,
+    /// peak RSS of this process during the backstop run, MB.
+    pub rss_mb: f64,
+    /// CPU seconds of this process during the backstop run.
+    pub cpu_s: f64,
+    pub note: String,
+}
+
+/// Peak RSS and CPU time of this process over a stretch of the run.
+pub struct Meter {
+    cpu0: f64,
+    _t0: Instant,
+}
+
+fn cpu_seconds() -> f64 {
+    // utime + stime, fields 14 and 15 of /proc/self/stat, in clock ticks (100 Hz on Linux).
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit(')').next().unwrap_or_default();
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn peak_rss_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(0.0)
+}
+
+impl Meter {
+    pub fn start() -> Meter {
+        // Reset the peak RSS counter (Linux ≥ 4.0).
+        let _ = std::fs::write("/proc/self/clear_refs", "5");
+        Meter {
+            cpu0: cpu_seconds(),
+            _t0: Instant::now(),
+        }
+    }
+
+    /// (peak RSS MB, CPU seconds) since `start`.
+    pub fn stop(self) -> (f64, f64) {
+        (peak_rss_mb(), cpu_seconds() - self.cpu0)
+    }
+}
+
+fn machine() -> (String, usize, f64) {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split(':').nth(1))
+        .map(|m| m.trim().to_owned())
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map(|kb| kb / 1024.0 / 1024.0)
+        .unwrap_or(0.0);
+    (model, cores, mem)
+}
+
+fn num(v: Option<f64>) -> String {
+    v.map(|x| format!("{x:.0}")).unwrap_or_else(|| "–".into())
+}
+
+pub fn markdown(rows: &[Row], smoke: bool, drain: usize, servers: &[String]) -> String {
+    let (model, cores, mem) = machine();
+    let mut s = String::new();
+    s.push_str(&format!(
+        "Machine: {model}, {cores} cores, {mem:.0} GiB; database on the same machine. {}\n\n",
+        if smoke {
+            "**SMOKE RUN (tiny sizes; numbers mean nothing)**"
+        } else {
+            ""
+        }
+    ));
+    for sv in servers {
+        s.push_str(&format!("- {sv}\n"));
+    }
+    s.push_str(&format!(
+        "- drain size {drain}; backstop {}\n\n",
+        env!("CARGO_PKG_VERSION")
+    ));
+    s.push_str("| backend | scenario | backstop tasks/s | raw SQL tasks/s | ratio | p50 / p99 ms | raw p50 / p99 ms | peak RSS MB | CPU s | notes |\n");
+    s.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    for r in rows {
+        let ratio = match (r.tps, r.base_tps) {
+            (Some(a), Some(b)) if b > 0.0 => format!("{:.2}×", a / b),
+            _ => match (r.lat, r.base_lat) {
+                (Some(a), Some(b)) if b[0] > 0.0 => format!("{:.2}× (p50)", a[0] / b[0]),
+                _ => "–".into(),
+            },
+        };
+        let l = |v: Option<[f64; 4]>| {
+            v.map(|x| {
+                if x[2] > 0.0 {
+                    format!("{:.3} / {:.3}", x[0], x[2])
+                } else {
+                    format!("{:.3}", x[0])
+                }
+            })
+            .unwrap_or_else(|| "–".into())
+        };
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.1} | {} |\n",
+            r.backend,
+            r.scenario,
+            num(r.tps),
+            num(r.base_tps),
+            ratio,
+            l(r.lat),
+            l(r.base_lat),
+            r.rss_mb,
+            r.cpu_s,
+            r.note
+        ));
+    }
+    s
+}
+
+pub fn json(rows: &[Row], smoke: bool, drain: usize, servers: &[String]) -> String {
+    let (model, cores, mem) = machine();
+    let lat = |v: Option<[f64; 4]>| {
+        v.map(
+            |x| serde_json::json!({"p50_ms": x[0], "p95_ms": x[1], "p99_ms": x[2], "max_ms": x[3]}),
+        )
+    };
+    let out = serde_json::json!({
+        "machine": {"cpu": model, "cores": cores, "memory_gib": mem},
+        "servers": servers,
+        "settings": {"smoke": smoke, "drain_tasks": drain, "backstop": env!("CARGO_PKG_VERSION")},
+        "results": rows.iter().map(|r| serde_json::json!({
+            "backend": r.backend,
+            "scenario": r.scenario,
+            "tasks_per_s": r.tps,
+            "raw_tasks_per_s": r.base_tps,
+            "ratio": match (r.tps, r.base_tps) { (Some(a), Some(b)) if b > 0.0 => Some(a / b), _ => None },
+            "latency": lat(r.lat),
+            "raw_latency": lat(r.base_lat),
+            "peak_rss_mb": r.rss_mb,
+            "cpu_s": r.cpu_s,
+            "note": r.note,
+        })).collect::<Vec<_>>(),
+    });
+    serde_json::to_string_pretty(&out).unwrap_or_default()
+}

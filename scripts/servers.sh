@@ -1,0 +1,136 @@
+# Shared by scripts/test and scripts/bench: throwaway database servers for the tests and
+# benchmarks. Source it from bash after `set -euo pipefail`; servers are stopped on exit.
+
+log() { printf '\n==> %s\n' "$*"; }
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/backstop-test.XXXXXX")
+cleanups=()
+cleanup() {
+  local i
+  for ((i = ${#cleanups[@]} - 1; i >= 0; i--)); do eval "${cleanups[i]}" || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+require() {
+  if [ -z "${BACKSTOP_TEST_REQUIRE:-}" ]; then
+    BACKSTOP_TEST_REQUIRE="$1"
+  else
+    BACKSTOP_TEST_REQUIRE="$BACKSTOP_TEST_REQUIRE,$1"
+  fi
+  export BACKSTOP_TEST_REQUIRE
+}
+
+# A free TCP port on 127.0.0.1.
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+# Run a command as the unprivileged `postgres` user when we are root (initdb and
+# postgres refuse to run as root).
+as_pg() {
+  if [ "$(id -u)" = 0 ]; then
+    runuser -u postgres -- "$@"
+  else
+    "$@"
+  fi
+}
+
+# The directory holding initdb / pg_ctl, installing Debian's postgresql when missing.
+pg_bindir() {
+  local d
+  d=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+  if [ -z "$d" ] && command -v initdb >/dev/null 2>&1; then
+    d=$(dirname "$(readlink -f "$(command -v initdb)")")
+  fi
+  if [ -z "$d" ] || [ ! -x "$d/initdb" ]; then
+    log "installing postgresql (Debian package)" >&2
+    apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >&2
+    d=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
+  fi
+  printf '%s\n' "$d"
+}
+
+# A throwaway PostgreSQL: initdb into a temp dir, a free port on 127.0.0.1, stopped on
+# exit. Skipped when BACKSTOP_TEST_POSTGRES_URL is already set (your own server).
+start_postgres() {
+  if [ -n "${BACKSTOP_TEST_POSTGRES_URL:-}" ]; then
+    log "using PostgreSQL at BACKSTOP_TEST_POSTGRES_URL"
+    require postgres
+    return
+  fi
+  local bin dir port
+  bin=$(pg_bindir)
+  if [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; then
+    useradd --system --home-dir /var/lib/postgresql --shell /bin/bash postgres
+  fi
+  dir="$work/pg"
+  mkdir -p "$dir"
+  chmod 755 "$work"
+  [ "$(id -u)" = 0 ] && chown postgres "$dir"
+  as_pg "$bin/initdb" -D "$dir/data" -U backstop --auth=trust -E UTF8 --no-locale >"$work/pg-initdb.log" 2>&1 \
+    || { cat "$work/pg-initdb.log"; return 1; }
+  port=$(free_port)
+  log "starting PostgreSQL ($("$bin/postgres" --version)) on 127.0.0.1:$port"
+  as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
+    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=400 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
+    start >/dev/null || { cat "$dir/server.log"; return 1; }
+  cleanups+=("as_pg '$bin/pg_ctl' -D '$dir/data' -m immediate stop >/dev/null 2>&1")
+  export BACKSTOP_TEST_POSTGRES_URL="postgres://backstop@127.0.0.1:$port/postgres"
+  require postgres
+}
+
+# A throwaway MariaDB (the MySQL backend's CI server): mariadb-install-db into a temp
+# dir, a free port on 127.0.0.1, stopped on exit. Installs Debian's mariadb-server when
+# missing. Skipped when BACKSTOP_TEST_MYSQL_URL is already set (your own server).
+start_mysql() {
+  if [ -n "${BACKSTOP_TEST_MYSQL_URL:-}" ]; then
+    log "using MySQL at BACKSTOP_TEST_MYSQL_URL"
+    require mysql
+    return
+  fi
+  local dir port i user_opt=()
+  if [ ! -x /usr/sbin/mariadbd ] || ! command -v mariadb-install-db >/dev/null 2>&1; then
+    log "installing mariadb-server (Debian package)"
+    local made_policy=
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+      # keep the package from starting its own system-wide server
+      printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+      chmod +x /usr/sbin/policy-rc.d
+      made_policy=1
+    fi
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server >/dev/null
+    [ -n "$made_policy" ] && rm -f /usr/sbin/policy-rc.d
+  fi
+  dir="$work/mysql"
+  mkdir -p "$dir"
+  chmod 755 "$work"
+  if [ "$(id -u)" = 0 ]; then
+    id mysql >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin mysql
+    chown mysql "$dir"
+    user_opt=(--user=mysql)
+  fi
+  mariadb-install-db --no-defaults --datadir="$dir/data" "${user_opt[@]}" \
+    --auth-root-authentication-method=normal --skip-test-db >"$dir/install.log" 2>&1 \
+    || { cat "$dir/install.log"; return 1; }
+  port=$(free_port)
+  log "starting MariaDB ($(/usr/sbin/mariadbd --version | cut -d' ' -f4)) on 127.0.0.1:$port"
+  /usr/sbin/mariadbd --no-defaults --datadir="$dir/data" "${user_opt[@]}" --port="$port" \
+    --bind-address=127.0.0.1 --socket="$dir/sock" --pid-file="$dir/pid" --skip-name-resolve \
+    --max-connections=800 --innodb-flush-log-at-trx-commit=2 --innodb-buffer-pool-size=256M \
+    --skip-log-bin >"$dir/server.log" 2>&1 &
+  cleanups+=("mariadb-admin --no-defaults -S '$dir/sock' -u root shutdown >/dev/null 2>&1 || kill \$(cat '$dir/pid') 2>/dev/null")
+  for i in $(seq 1 120); do
+    mariadb-admin --no-defaults -S "$dir/sock" -u root ping >/dev/null 2>&1 && break
+    sleep 0.5
+  done
+  mariadb --no-defaults -S "$dir/sock" -u root -e \
+    "CREATE USER 'backstop'@'%' IDENTIFIED BY 'backstop'; GRANT ALL ON *.* TO 'backstop'@'%'; CREATE DATABASE backstop;" \
+    || { cat "$dir/server.log"; return 1; }
+  export BACKSTOP_TEST_MYSQL_URL="mysql://backstop:backstop@127.0.0.1:$port"
+  export BACKSTOP_EXAMPLE_MYSQL_URL="$BACKSTOP_TEST_MYSQL_URL/backstop"
+  require mysql
+}
+
