@@ -36,6 +36,7 @@
 
 mod sql;
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,6 +44,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backstop_core::async_trait;
+use backstop_core::batch::mark_rounds;
 use backstop_core::limits::{self, bounded_error, millis};
 use backstop_core::{
     Backoff, Enqueued, Error, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner, Recycled, Result,
@@ -55,6 +57,9 @@ use sqlx::{Executor, MySql, MySqlConnection, MySqlPool, Row};
 use sql::Sql;
 
 pub use sqlx;
+
+/// Most rows one set-based statement names (keeps statements and their plans small).
+const SET_CHUNK: usize = 200;
 
 /// How a batch of tasks is claimed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -526,13 +531,30 @@ impl TaskStore for MySqlStore {
         self.retrying(OP, |mut conn| async move {
             let mut tx = sqlx::Connection::begin(&mut *conn).await?;
             let mut flags = Vec::with_capacity(leases.len());
-            for l in leases {
-                let done = sqlx::query(safe(&sql.heartbeat))
-                    .bind(l.task_id)
-                    .bind(l.token)
-                    .execute(&mut *tx)
-                    .await?;
-                flags.push(done.rows_affected() == 1);
+            for chunk in leases.chunks(SET_CHUNK) {
+                let text = sql.heartbeat_many(chunk.len());
+                let mut q = sqlx::query(safe(&text));
+                for l in chunk {
+                    q = q.bind(l.task_id);
+                }
+                for l in chunk {
+                    q = q.bind(l.task_id).bind(l.token);
+                }
+                let done = q.execute(&mut *tx).await?;
+                if done.rows_affected() == chunk.len() as u64 {
+                    // every lease matched (affected rows count matched rows): all refreshed
+                    flags.extend(std::iter::repeat_n(true, chunk.len()));
+                    continue;
+                }
+                // Some lease is gone: those still held are exactly the running rows whose
+                // lease is the one we named (and those were just refreshed).
+                let text = sql.running_leases(chunk.len());
+                let mut q = sqlx::query_as::<_, (i64, i64)>(safe(&text));
+                for l in chunk {
+                    q = q.bind(l.task_id);
+                }
+                let held: HashSet<(i64, i64)> = q.fetch_all(&mut *tx).await?.into_iter().collect();
+                flags.extend(chunk.iter().map(|l| held.contains(&(l.task_id, l.token))));
             }
             tx.commit().await?;
             Ok(flags)
@@ -547,26 +569,70 @@ impl TaskStore for MySqlStore {
             return Ok(Vec::new());
         }
         let sql = &self.inner.sql;
-        self.retrying(OP, |mut conn| async move {
-            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-            let mut flags = Vec::with_capacity(marks.len());
-            for m in marks {
-                let Lease { task_id, token } = m.lease;
-                let q = match &m.action {
-                    MarkAction::Success => sqlx::query(safe(&sql.mark_success)),
-                    MarkAction::Retry { delay, error } => sqlx::query(safe(&sql.mark_retry))
-                        .bind(micros(*delay))
-                        .bind(bounded_error(error)),
-                    MarkAction::Fail { error } => {
-                        sqlx::query(safe(&sql.mark_fail)).bind(bounded_error(error))
+        let rounds = mark_rounds(marks);
+        let rounds = &rounds;
+        self.retrying(OP, |mut conn| {
+            async move {
+                let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+                let mut flags = vec![false; marks.len()];
+                for round in rounds {
+                    // Successes — the hot path — go in one set-based statement per chunk.
+                    let successes: Vec<usize> = round
+                        .iter()
+                        .copied()
+                        .filter(|&i| marks[i].action == MarkAction::Success)
+                        .collect();
+                    for chunk in successes.chunks(SET_CHUNK) {
+                        // a fresh token per statement: it tags exactly the rows it changed
+                        let token = self.token();
+                        let text = sql.mark_success_many(chunk.len());
+                        let mut q = sqlx::query(safe(&text)).bind(token);
+                        for &i in chunk {
+                            q = q.bind(marks[i].lease.task_id);
+                        }
+                        for &i in chunk {
+                            q = q.bind(marks[i].lease.task_id).bind(marks[i].lease.token);
+                        }
+                        let done = q.execute(&mut *tx).await?;
+                        if done.rows_affected() == chunk.len() as u64 {
+                            for &i in chunk {
+                                flags[i] = true;
+                            }
+                            continue;
+                        }
+                        let text = sql.ids_with_token(chunk.len());
+                        let mut q = sqlx::query_scalar::<_, i64>(safe(&text)).bind(token);
+                        for &i in chunk {
+                            q = q.bind(marks[i].lease.task_id);
+                        }
+                        let applied: HashSet<i64> =
+                            q.fetch_all(&mut *tx).await?.into_iter().collect();
+                        for &i in chunk {
+                            flags[i] = applied.contains(&marks[i].lease.task_id);
+                        }
                     }
-                    MarkAction::Release => sqlx::query(safe(&sql.release)),
-                };
-                let done = q.bind(task_id).bind(token).execute(&mut *tx).await?;
-                flags.push(done.rows_affected() == 1);
+                    for &i in round {
+                        let m = &marks[i];
+                        let Lease { task_id, token } = m.lease;
+                        let q = match &m.action {
+                            MarkAction::Success => continue,
+                            MarkAction::Retry { delay, error } => {
+                                sqlx::query(safe(&sql.mark_retry))
+                                    .bind(micros(*delay))
+                                    .bind(bounded_error(error))
+                            }
+                            MarkAction::Fail { error } => {
+                                sqlx::query(safe(&sql.mark_fail)).bind(bounded_error(error))
+                            }
+                            MarkAction::Release => sqlx::query(safe(&sql.release)),
+                        };
+                        let done = q.bind(task_id).bind(token).execute(&mut *tx).await?;
+                        flags[i] = done.rows_affected() == 1;
+                    }
+                }
+                tx.commit().await?;
+                Ok(flags)
             }
-            tx.commit().await?;
-            Ok(flags)
         })
         .await
     }

@@ -20,8 +20,6 @@ pub(crate) struct Sql {
     pub select_by_token: String,
     pub recycle_dead: String,
     pub count_by_token: String,
-    pub heartbeat: String,
-    pub mark_success: String,
     pub mark_retry: String,
     pub mark_fail: String,
     pub release: String,
@@ -107,11 +105,6 @@ impl Sql {
             ),
             count_by_token: format!(
                 "SELECT status, COUNT(*) FROM {t} WHERE claim_token = ? GROUP BY status"
-            ),
-            // id, lease
-            heartbeat: format!("UPDATE {t} SET updated_at = NOW(3) {fenced}"),
-            mark_success: format!(
-                "UPDATE {t} SET status = 1, last_error = NULL, updated_at = NOW(3) {fenced}"
             ),
             // delay µs, error, id, lease
             mark_retry: format!(
@@ -218,6 +211,52 @@ impl Sql {
             "UPDATE {t} SET status = 3, owner = ?, attempts = attempts + 1, lease = lease + 1,
                 claim_token = ?, updated_at = NOW(3)
              WHERE id IN ({ids}) AND status = 0"
+        )
+    }
+
+    /// `lease = CASE id WHEN ? THEN ? … END`: binds id, lease per task.
+    fn lease_case(n: usize) -> String {
+        format!("CASE id {} END", vec!["WHEN ? THEN ?"; n].join(" "))
+    }
+
+    /// Mark many running tasks succeeded in one statement, tagging the rows it changed:
+    /// token, ids…, (id, lease)….
+    pub fn mark_success_many(&self, n: usize) -> String {
+        let t = &self.table;
+        format!(
+            "UPDATE {t} SET status = 1, last_error = NULL, updated_at = NOW(3), claim_token = ?
+             WHERE id IN ({}) AND status = 3 AND lease = {}",
+            Self::placeholders(n),
+            Self::lease_case(n)
+        )
+    }
+
+    /// Refresh many leases in one statement: ids…, (id, lease)….
+    pub fn heartbeat_many(&self, n: usize) -> String {
+        let t = &self.table;
+        format!(
+            "UPDATE {t} SET updated_at = NOW(3)
+             WHERE id IN ({}) AND status = 3 AND lease = {}",
+            Self::placeholders(n),
+            Self::lease_case(n)
+        )
+    }
+
+    /// Which of these rows carry this token: token, ids….
+    pub fn ids_with_token(&self, n: usize) -> String {
+        let t = &self.table;
+        format!(
+            "SELECT id FROM {t} WHERE claim_token = ? AND id IN ({})",
+            Self::placeholders(n)
+        )
+    }
+
+    /// The current lease of those of these rows that are running: ids….
+    pub fn running_leases(&self, n: usize) -> String {
+        let t = &self.table;
+        format!(
+            "SELECT id, lease FROM {t} WHERE status = 3 AND id IN ({})",
+            Self::placeholders(n)
         )
     }
 

@@ -1,9 +1,11 @@
 //! One bounded executor per event type, and the life of one claimed task in it.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::FutureExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
@@ -91,32 +93,26 @@ async fn run<S: TaskStore + Clone>(
             .record(latency.as_secs_f64());
     }
     let started = Instant::now();
-    let handler = Arc::clone(&exec.handler);
-    let owned = task.clone();
-    let mut join = tokio::spawn(
-        async move {
-            if handler.pre_check_skip(&owned).await? {
-                return Ok(true);
-            }
-            handler.handle(&owned).await.map(|()| false)
+    let handler = &exec.handler;
+    // The attempt runs on this task (no extra spawn); a panic is caught, and dropping the
+    // future at the timeout or at a forced shutdown cancels it at its next await.
+    let attempt = AssertUnwindSafe(async {
+        if handler.pre_check_skip(task).await? {
+            return Ok(true);
         }
-        .in_current_span(),
-    );
+        handler.handle(task).await.map(|()| false)
+    })
+    .catch_unwind();
     let timeout = exec.options.timeout;
     let outcome = tokio::select! {
-        r = &mut join => match r {
+        r = attempt => match r {
             Ok(Ok(true)) => Outcome::Skipped,
             Ok(Ok(false)) => Outcome::Done,
             Ok(Err(e)) => Outcome::Error(e.action(), e.message().to_owned()),
-            Err(e) if e.is_panic() => Outcome::Panicked(panic_message(e.into_panic())),
-            Err(_) => Outcome::Released,
+            Err(panic) => Outcome::Panicked(panic_message(panic)),
         },
-        _ = tokio::time::sleep(timeout) => {
-            join.abort();
-            Outcome::TimedOut
-        }
+        _ = tokio::time::sleep(timeout) => Outcome::TimedOut,
         _ = state.wait_for(|s| *s == State::Stopped) => {
-            join.abort();
             tracing::warn!("interrupted by shutdown: releasing the task");
             Outcome::Released
         }
