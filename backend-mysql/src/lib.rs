@@ -337,6 +337,71 @@ impl MySqlStore {
         }
     }
 
+    /// Apply marks round by round on `ex` (a transaction, or a connection when one
+    /// statement does it all).
+    async fn apply_marks(
+        &self,
+        ex: &mut MySqlConnection,
+        marks: &[Mark],
+        rounds: &[Vec<usize>],
+    ) -> std::result::Result<Vec<bool>, sqlx::Error> {
+        let sql = &self.inner.sql;
+        let mut flags = vec![false; marks.len()];
+        for round in rounds {
+            // Successes — the hot path — go in one set-based statement per chunk.
+            let successes: Vec<usize> = round
+                .iter()
+                .copied()
+                .filter(|&i| marks[i].action == MarkAction::Success)
+                .collect();
+            for chunk in successes.chunks(SET_CHUNK) {
+                // a fresh token per statement: it tags exactly the rows it changed
+                let token = self.token();
+                let text = sql.mark_success_many(chunk.len());
+                let mut q = sqlx::query(safe(&text)).bind(token);
+                for &i in chunk {
+                    q = q.bind(marks[i].lease.task_id);
+                }
+                for &i in chunk {
+                    q = q.bind(marks[i].lease.task_id).bind(marks[i].lease.token);
+                }
+                let done = q.execute(&mut *ex).await?;
+                if done.rows_affected() == chunk.len() as u64 {
+                    for &i in chunk {
+                        flags[i] = true;
+                    }
+                    continue;
+                }
+                let text = sql.ids_with_token(chunk.len());
+                let mut q = sqlx::query_scalar::<_, i64>(safe(&text)).bind(token);
+                for &i in chunk {
+                    q = q.bind(marks[i].lease.task_id);
+                }
+                let applied: HashSet<i64> = q.fetch_all(&mut *ex).await?.into_iter().collect();
+                for &i in chunk {
+                    flags[i] = applied.contains(&marks[i].lease.task_id);
+                }
+            }
+            for &i in round {
+                let m = &marks[i];
+                let Lease { task_id, token } = m.lease;
+                let q = match &m.action {
+                    MarkAction::Success => continue,
+                    MarkAction::Retry { delay, error } => sqlx::query(safe(&sql.mark_retry))
+                        .bind(micros(*delay))
+                        .bind(bounded_error(error)),
+                    MarkAction::Fail { error } => {
+                        sqlx::query(safe(&sql.mark_fail)).bind(bounded_error(error))
+                    }
+                    MarkAction::Release => sqlx::query(safe(&sql.release)),
+                };
+                let done = q.bind(task_id).bind(token).execute(&mut *ex).await?;
+                flags[i] = done.rows_affected() == 1;
+            }
+        }
+        Ok(flags)
+    }
+
     async fn fetch_task(
         &self,
         op: &'static str,
@@ -568,71 +633,21 @@ impl TaskStore for MySqlStore {
         if marks.is_empty() {
             return Ok(Vec::new());
         }
-        let sql = &self.inner.sql;
         let rounds = mark_rounds(marks);
         let rounds = &rounds;
-        self.retrying(OP, |mut conn| {
-            async move {
-                let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-                let mut flags = vec![false; marks.len()];
-                for round in rounds {
-                    // Successes — the hot path — go in one set-based statement per chunk.
-                    let successes: Vec<usize> = round
-                        .iter()
-                        .copied()
-                        .filter(|&i| marks[i].action == MarkAction::Success)
-                        .collect();
-                    for chunk in successes.chunks(SET_CHUNK) {
-                        // a fresh token per statement: it tags exactly the rows it changed
-                        let token = self.token();
-                        let text = sql.mark_success_many(chunk.len());
-                        let mut q = sqlx::query(safe(&text)).bind(token);
-                        for &i in chunk {
-                            q = q.bind(marks[i].lease.task_id);
-                        }
-                        for &i in chunk {
-                            q = q.bind(marks[i].lease.task_id).bind(marks[i].lease.token);
-                        }
-                        let done = q.execute(&mut *tx).await?;
-                        if done.rows_affected() == chunk.len() as u64 {
-                            for &i in chunk {
-                                flags[i] = true;
-                            }
-                            continue;
-                        }
-                        let text = sql.ids_with_token(chunk.len());
-                        let mut q = sqlx::query_scalar::<_, i64>(safe(&text)).bind(token);
-                        for &i in chunk {
-                            q = q.bind(marks[i].lease.task_id);
-                        }
-                        let applied: HashSet<i64> =
-                            q.fetch_all(&mut *tx).await?.into_iter().collect();
-                        for &i in chunk {
-                            flags[i] = applied.contains(&marks[i].lease.task_id);
-                        }
-                    }
-                    for &i in round {
-                        let m = &marks[i];
-                        let Lease { task_id, token } = m.lease;
-                        let q = match &m.action {
-                            MarkAction::Success => continue,
-                            MarkAction::Retry { delay, error } => {
-                                sqlx::query(safe(&sql.mark_retry))
-                                    .bind(micros(*delay))
-                                    .bind(bounded_error(error))
-                            }
-                            MarkAction::Fail { error } => {
-                                sqlx::query(safe(&sql.mark_fail)).bind(bounded_error(error))
-                            }
-                            MarkAction::Release => sqlx::query(safe(&sql.release)),
-                        };
-                        let done = q.bind(task_id).bind(token).execute(&mut *tx).await?;
-                        flags[i] = done.rows_affected() == 1;
-                    }
-                }
-                tx.commit().await?;
-                Ok(flags)
+        // A lone mark, or successes that fit one statement, need no transaction.
+        let one_statement = marks.len() == 1
+            || (rounds.len() == 1
+                && marks.len() <= SET_CHUNK
+                && marks.iter().all(|m| m.action == MarkAction::Success));
+        self.retrying(OP, |mut conn| async move {
+            if one_statement {
+                return self.apply_marks(&mut conn, marks, rounds).await;
             }
+            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+            let flags = self.apply_marks(&mut tx, marks, rounds).await?;
+            tx.commit().await?;
+            Ok(flags)
         })
         .await
     }

@@ -416,41 +416,15 @@ impl TaskStore for PgStore {
             .prepare_cached(&self.inner.sql.mark)
             .await
             .map_err(|e| pg_err(OP, e))?;
-        let tx = client.transaction().await.map_err(|e| pg_err(OP, e))?;
         let mut flags = vec![false; marks.len()];
-        for round in rounds {
-            let mut ids = Vec::with_capacity(round.len());
-            let mut tokens = Vec::with_capacity(round.len());
-            let mut kinds = Vec::with_capacity(round.len());
-            let mut delays = Vec::with_capacity(round.len());
-            let mut errors: Vec<Option<&str>> = Vec::with_capacity(round.len());
-            for &i in &round {
-                let m = &marks[i];
-                ids.push(m.lease.task_id);
-                tokens.push(m.lease.token);
-                let (kind, delay, error): (i16, i64, Option<&str>) = match &m.action {
-                    MarkAction::Success => (1, 0, None),
-                    MarkAction::Retry { delay, error } => {
-                        (2, millis(*delay), Some(bounded_error(error)))
-                    }
-                    MarkAction::Fail { error } => (3, 0, Some(bounded_error(error))),
-                    MarkAction::Release => (4, 0, None),
-                };
-                kinds.push(kind);
-                delays.push(delay);
-                errors.push(error);
-            }
-            let rows = tx
-                .query(&stmt, &[&ids, &tokens, &kinds, &delays, &errors])
-                .await
-                .map_err(|e| pg_err(OP, e))?;
-            let applied = rows
-                .iter()
-                .map(|r| col::<i64>(r, 0))
-                .collect::<Result<HashSet<i64>>>()?;
-            for &i in &round {
-                flags[i] = applied.contains(&marks[i].lease.task_id);
-            }
+        if let [round] = rounds.as_slice() {
+            // One statement: no transaction needed (one round trip).
+            mark_round(&**client, &stmt, marks, round, &mut flags).await?;
+            return Ok(flags);
+        }
+        let tx = client.transaction().await.map_err(|e| pg_err(OP, e))?;
+        for round in &rounds {
+            mark_round(&*tx, &stmt, marks, round, &mut flags).await?;
         }
         tx.commit().await.map_err(|e| pg_err(OP, e))?;
         Ok(flags)
@@ -578,6 +552,49 @@ impl TaskStore for PgStore {
             .await
             .map_err(|e| pg_err(OP, e))
     }
+}
+
+/// Apply one round of marks (each task at most once) as one set-based statement, setting
+/// the flags of the marks that applied.
+async fn mark_round<C: GenericClient + Sync>(
+    client: &C,
+    stmt: &tokio_postgres::Statement,
+    marks: &[Mark],
+    round: &[usize],
+    flags: &mut [bool],
+) -> Result<()> {
+    const OP: &str = "mark";
+    let mut ids = Vec::with_capacity(round.len());
+    let mut tokens = Vec::with_capacity(round.len());
+    let mut kinds = Vec::with_capacity(round.len());
+    let mut delays = Vec::with_capacity(round.len());
+    let mut errors: Vec<Option<&str>> = Vec::with_capacity(round.len());
+    for &i in round {
+        let m = &marks[i];
+        ids.push(m.lease.task_id);
+        tokens.push(m.lease.token);
+        let (kind, delay, error): (i16, i64, Option<&str>) = match &m.action {
+            MarkAction::Success => (1, 0, None),
+            MarkAction::Retry { delay, error } => (2, millis(*delay), Some(bounded_error(error))),
+            MarkAction::Fail { error } => (3, 0, Some(bounded_error(error))),
+            MarkAction::Release => (4, 0, None),
+        };
+        kinds.push(kind);
+        delays.push(delay);
+        errors.push(error);
+    }
+    let rows = client
+        .query(stmt, &[&ids, &tokens, &kinds, &delays, &errors])
+        .await
+        .map_err(|e| pg_err(OP, e))?;
+    let applied = rows
+        .iter()
+        .map(|r| col::<i64>(r, 0))
+        .collect::<Result<HashSet<i64>>>()?;
+    for &i in round {
+        flags[i] = applied.contains(&marks[i].lease.task_id);
+    }
+    Ok(())
 }
 
 /// The `Conflict` error of a reset refused because of the task's status.

@@ -34,6 +34,16 @@ struct Args {
     backends: Vec<String>,
     drain_tasks: usize,
     out: std::path::PathBuf,
+    /// Run only these scenarios (run-ahead, drain, idle, scale).
+    only: Option<Vec<String>>,
+}
+
+impl Args {
+    fn runs(&self, scenario: &str) -> bool {
+        self.only
+            .as_ref()
+            .is_none_or(|o| o.iter().any(|s| s == scenario))
+    }
 }
 
 fn args() -> Args {
@@ -42,6 +52,7 @@ fn args() -> Args {
         backends: vec!["sqlite".into(), "postgres".into(), "mysql".into()],
         drain_tasks: 100_000,
         out: std::path::PathBuf::from("bench/results"),
+        only: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -57,7 +68,18 @@ fn args() -> Args {
             }
             "--tasks" => a.drain_tasks = it.next().expect("--tasks N").parse().expect("a number"),
             "--out" => a.out = it.next().expect("--out DIR").into(),
-            other => panic!("unknown argument {other:?} (use --smoke, --backends, --tasks, --out)"),
+            "--only" => {
+                a.only = Some(
+                    it.next()
+                        .expect("--only a,b")
+                        .split(',')
+                        .map(str::to_owned)
+                        .collect(),
+                )
+            }
+            other => panic!(
+                "unknown argument {other:?} (use --smoke, --backends, --tasks, --out, --only)"
+            ),
         }
     }
     if a.smoke {
@@ -94,6 +116,7 @@ impl Target {
                         max_connections: max_connections as usize,
                         synchronous: Synchronous::Normal,
                         busy_timeout: Duration::from_secs(30),
+                        ..SqliteOptions::default()
                     },
                 )
                 .await
@@ -483,6 +506,11 @@ async fn scale(t: &Target, small: usize, large: usize, rounds: usize) -> Row {
     }
 }
 
+fn report(r: Row) -> Row {
+    eprintln!("   {r:?}");
+    r
+}
+
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
     let a = args();
@@ -505,22 +533,22 @@ async fn main() {
         } else {
             (8000, 300, 1000, 1_000_000, 200)
         };
-        for producers in [1, 16] {
-            let r = run_ahead(&t, producers, ra_total).await;
-            eprintln!("   {r:?}");
-            rows.push(r);
+        if a.runs("run-ahead") {
+            for producers in [1, 16] {
+                rows.push(report(run_ahead(&t, producers, ra_total).await));
+            }
         }
-        for engines in [1, 4, 8] {
-            let r = drain(&t, engines, a.drain_tasks).await;
-            eprintln!("   {r:?}");
-            rows.push(r);
+        if a.runs("drain") {
+            for engines in [1, 4, 8] {
+                rows.push(report(drain(&t, engines, a.drain_tasks).await));
+            }
         }
-        let r = idle_latency(&t, idle).await;
-        eprintln!("   {r:?}");
-        rows.push(r);
-        let r = scale(&t, small, large, rounds).await;
-        eprintln!("   {r:?}");
-        rows.push(r);
+        if a.runs("idle") {
+            rows.push(report(idle_latency(&t, idle).await));
+        }
+        if a.runs("scale") {
+            rows.push(report(scale(&t, small, large, rounds).await));
+        }
     }
     let md = sys::markdown(&rows, a.smoke, a.drain_tasks, &servers);
     let json = sys::json(&rows, a.smoke, a.drain_tasks, &servers);

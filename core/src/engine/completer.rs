@@ -2,7 +2,7 @@
 //! (one `TaskStore::mark` call, still fenced lease by lease), group-commit style.
 //!
 //! No timer: a flusher takes the first waiting mark and everything queued behind it (up
-//! to a batch), applies them, and comes back. When the engine is idle a mark is applied at
+//! to a batch, yielding a few times while more arrives), applies them, and comes back. When the engine is idle a mark is applied at
 //! once; under load, marks queue while a batch is in flight and ride the next one. Two
 //! flushers pipeline: one collects while the other waits on the database.
 
@@ -20,6 +20,8 @@ use crate::store::TaskStore;
 const MAX_BATCH: usize = 256;
 /// Flushers per engine.
 const FLUSHERS: usize = 2;
+/// How many times a flusher yields to let a batch fill before writing it.
+const LINGER_YIELDS: usize = 4;
 
 /// One mark waiting to be applied; `done` is told when it has been (or given up on).
 pub(crate) struct Completion {
@@ -53,11 +55,21 @@ async fn flusher<S: TaskStore + Clone>(
                 return;
             };
             let mut batch = vec![first];
-            while batch.len() < MAX_BATCH {
-                match rx.try_recv() {
-                    Ok(c) => batch.push(c),
-                    Err(_) => break,
+            // Take what is queued; then yield a few times while more keeps arriving (other
+            // attempts finishing right now), so a busy engine writes few, large batches.
+            // An idle engine pays one yield: microseconds, not a timer.
+            for _ in 0..LINGER_YIELDS {
+                let before = batch.len();
+                while batch.len() < MAX_BATCH {
+                    match rx.try_recv() {
+                        Ok(c) => batch.push(c),
+                        Err(_) => break,
+                    }
                 }
+                if batch.len() >= MAX_BATCH || (batch.len() == before && before > 1) {
+                    break;
+                }
+                tokio::task::yield_now().await;
             }
             batch
         };

@@ -113,7 +113,7 @@ pub(crate) async fn poller<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
             }
         }
 
-        if last_gauges.is_none_or(|t| t.elapsed() >= cfg.poll_interval) {
+        if last_gauges.is_none_or(|t| t.elapsed() >= cfg.gauge_interval) {
             last_gauges = Some(Instant::now());
             update_gauges(&shared).await;
         }

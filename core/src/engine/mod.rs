@@ -77,6 +77,9 @@ pub struct EngineConfig {
     pub purge_interval: Duration,
     /// Rows one purge statement deletes (default 500).
     pub purge_batch: usize,
+    /// How often the poller refreshes the backlog gauges from `stats()` (default 15 s).
+    /// `stats()` counts the table, so this is kept well above a short poll interval.
+    pub gauge_interval: Duration,
 }
 
 impl Default for EngineConfig {
@@ -93,6 +96,7 @@ impl Default for EngineConfig {
             retention: Some(Duration::from_secs(7 * 24 * 3600)),
             purge_interval: Duration::from_secs(3600),
             purge_batch: 500,
+            gauge_interval: Duration::from_secs(15),
         }
     }
 }
@@ -105,6 +109,7 @@ impl EngineConfig {
             ("dead_after", self.dead_after),
             ("heartbeat_interval", self.heartbeat_interval),
             ("purge_interval", self.purge_interval),
+            ("gauge_interval", self.gauge_interval),
         ];
         for (name, d) in positive {
             if d.is_zero() {
