@@ -59,7 +59,23 @@ use sql::Sql;
 pub use sqlx;
 
 /// Most rows one set-based statement names (keeps statements and their plans small).
-const SET_CHUNK: usize = 200;
+const SET_CHUNK: usize = 128;
+
+/// The statement size for `n` rows: the next power of two. Statements whose text varies
+/// with every batch size would churn the driver's prepared-statement cache (each eviction
+/// is a `COM_STMT_CLOSE` round trip); a handful of sizes stay cached.
+fn bucket(n: usize) -> usize {
+    n.max(1).next_power_of_two()
+}
+
+/// `items`, then its last item repeated up to [`bucket`]`(items.len())`. Repeating a row in
+/// an `IN (…)` list or a `CASE id WHEN …` changes nothing.
+fn padded<T>(items: &[T]) -> impl Iterator<Item = &T> {
+    let extra = bucket(items.len()) - items.len();
+    items
+        .iter()
+        .chain(items.last().into_iter().cycle().take(extra))
+}
 
 /// How a batch of tasks is claimed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -357,12 +373,12 @@ impl MySqlStore {
             for chunk in successes.chunks(SET_CHUNK) {
                 // a fresh token per statement: it tags exactly the rows it changed
                 let token = self.token();
-                let text = sql.mark_success_many(chunk.len());
+                let text = sql.mark_success_many(bucket(chunk.len()));
                 let mut q = sqlx::query(safe(&text)).bind(token);
-                for &i in chunk {
+                for &i in padded(chunk) {
                     q = q.bind(marks[i].lease.task_id);
                 }
-                for &i in chunk {
+                for &i in padded(chunk) {
                     q = q.bind(marks[i].lease.task_id).bind(marks[i].lease.token);
                 }
                 let done = q.execute(&mut *ex).await?;
@@ -372,9 +388,9 @@ impl MySqlStore {
                     }
                     continue;
                 }
-                let text = sql.ids_with_token(chunk.len());
+                let text = sql.ids_with_token(bucket(chunk.len()));
                 let mut q = sqlx::query_scalar::<_, i64>(safe(&text)).bind(token);
-                for &i in chunk {
+                for &i in padded(chunk) {
                     q = q.bind(marks[i].lease.task_id);
                 }
                 let applied: HashSet<i64> = q.fetch_all(&mut *ex).await?.into_iter().collect();
@@ -508,9 +524,9 @@ impl TaskStore for MySqlStore {
                                 tx.commit().await?;
                                 return Ok(Vec::new());
                             }
-                            let text = sql.claim_ids(ids.len());
+                            let text = sql.claim_ids(bucket(ids.len()));
                             let mut q = sqlx::query(safe(&text)).bind(owner.as_str()).bind(token);
-                            for id in &ids {
+                            for id in padded(&ids) {
                                 q = q.bind(id);
                             }
                             q.execute(&mut *tx).await?;
@@ -597,12 +613,12 @@ impl TaskStore for MySqlStore {
             let mut tx = sqlx::Connection::begin(&mut *conn).await?;
             let mut flags = Vec::with_capacity(leases.len());
             for chunk in leases.chunks(SET_CHUNK) {
-                let text = sql.heartbeat_many(chunk.len());
+                let text = sql.heartbeat_many(bucket(chunk.len()));
                 let mut q = sqlx::query(safe(&text));
-                for l in chunk {
+                for l in padded(chunk) {
                     q = q.bind(l.task_id);
                 }
-                for l in chunk {
+                for l in padded(chunk) {
                     q = q.bind(l.task_id).bind(l.token);
                 }
                 let done = q.execute(&mut *tx).await?;
@@ -613,9 +629,9 @@ impl TaskStore for MySqlStore {
                 }
                 // Some lease is gone: those still held are exactly the running rows whose
                 // lease is the one we named (and those were just refreshed).
-                let text = sql.running_leases(chunk.len());
+                let text = sql.running_leases(bucket(chunk.len()));
                 let mut q = sqlx::query_as::<_, (i64, i64)>(safe(&text));
-                for l in chunk {
+                for l in padded(chunk) {
                     q = q.bind(l.task_id);
                 }
                 let held: HashSet<(i64, i64)> = q.fetch_all(&mut *tx).await?.into_iter().collect();
@@ -778,11 +794,11 @@ impl TaskStore for MySqlStore {
         if ids.is_empty() {
             return Ok(0);
         }
-        let text = self.inner.sql.delete_succeeded(ids.len());
+        let text = self.inner.sql.delete_succeeded(bucket(ids.len()));
         let text = &text;
         self.retrying(OP, |mut conn| async move {
             let mut q = sqlx::query(safe(text));
-            for id in ids {
+            for id in padded(ids) {
                 q = q.bind(id);
             }
             q.execute(&mut *conn).await.map(|d| d.rows_affected())

@@ -566,29 +566,28 @@ impl Raw for MySqlRaw {
                         tx.commit().await.expect("commit");
                         return;
                     }
-                    let list = ids
-                        .iter()
-                        .map(|i| i.to_string())
-                        .collect::<Vec<_>>()
-                        .join(",");
+                    // placeholders, as the store does: one prepared statement per batch size
+                    let list = vec!["?"; ids.len()].join(",");
                     let t = token.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    sqlx::query(q(format!(
+                    let mut claim = sqlx::query(q(format!(
                         "UPDATE {TABLE} SET status = 3, owner = 'raw', attempts = attempts + 1,
                             lease = lease + 1, claim_token = ?, updated_at = NOW(3)
                          WHERE id IN ({list}) AND status = 0"
                     )))
-                    .bind(t)
-                    .execute(&mut *tx)
-                    .await
-                    .expect("claim");
+                    .bind(t);
+                    for id in &ids {
+                        claim = claim.bind(id);
+                    }
+                    claim.execute(&mut *tx).await.expect("claim");
                     tx.commit().await.expect("commit");
-                    sqlx::query(q(format!(
+                    let mut mark = sqlx::query(q(format!(
                         "UPDATE {TABLE} SET status = 1, last_error = NULL, updated_at = NOW(3)
                          WHERE id IN ({list}) AND status = 3"
-                    )))
-                    .execute(&mut *conn)
-                    .await
-                    .expect("mark");
+                    )));
+                    for id in &ids {
+                        mark = mark.bind(id);
+                    }
+                    mark.execute(&mut *conn).await.expect("mark");
                 }
             }));
         }
