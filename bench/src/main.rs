@@ -36,6 +36,8 @@ struct Args {
     out: std::path::PathBuf,
     /// Run only these scenarios (run-ahead, drain, idle, scale).
     only: Option<Vec<String>>,
+    /// Also run apalis (bench/peer-apalis, built by scripts/bench --peer).
+    peer: bool,
 }
 
 impl Args {
@@ -53,11 +55,13 @@ fn args() -> Args {
         drain_tasks: 100_000,
         out: std::path::PathBuf::from("bench/results"),
         only: None,
+        peer: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--smoke" => a.smoke = true,
+            "--peer" => a.peer = true,
             "--backends" => {
                 a.backends = it
                     .next()
@@ -506,6 +510,126 @@ async fn scale(t: &Target, small: usize, large: usize, rounds: usize) -> Row {
     }
 }
 
+/// Run the apalis peer program; its JSON answer.
+fn run_peer(args: &[&str]) -> Option<serde_json::Value> {
+    let bin = std::path::Path::new("bench/peer-apalis/target/release/peer-apalis");
+    let out = std::process::Command::new(bin).args(args).output().ok()?;
+    if !out.status.success() {
+        eprintln!("peer failed: {}", String::from_utf8_lossy(&out.stderr));
+        return None;
+    }
+    serde_json::from_slice(&out.stdout).ok()
+}
+
+/// apalis 1.0 on the same database: drains (default and tuned) and NOTIFY latency,
+/// each beside backstop's number for the same work from this run.
+async fn peer(t: &Target, rows: &[Row], n: usize) -> Vec<Row> {
+    let ours = |scenario: &str| {
+        rows.iter()
+            .find(|r| r.backend == t.backend && r.scenario.starts_with(scenario))
+            .cloned()
+    };
+    let mut out = Vec::new();
+    let n_s = n.to_string();
+    match t.backend {
+        "postgres" => {
+            t.raw.reset().await;
+            for tuned in [false, true] {
+                let mut args = vec![
+                    "--backend",
+                    "postgres",
+                    "--url",
+                    &t.url,
+                    "--mode",
+                    "drain",
+                    "--tasks",
+                    &n_s,
+                ];
+                if tuned {
+                    args.push("--tuned");
+                }
+                let Some(v) = run_peer(&args) else { continue };
+                let drain1 = ours(&format!("drain {n}, 1 engine"));
+                out.push(Row {
+                    backend: t.backend.into(),
+                    scenario: format!(
+                        "vs apalis: drain {n}, {}",
+                        if tuned { "tuned" } else { "default" }
+                    ),
+                    tps: drain1.and_then(|r| r.tps),
+                    base_tps: v["tps"].as_f64(),
+                    note: format!(
+                        "“raw” column is apalis-postgres 1.0 ({}); backstop: 1 engine",
+                        if tuned {
+                            "batch 100, concurrency 64"
+                        } else {
+                            "default config, concurrency 4"
+                        }
+                    ),
+                    ..Row::default()
+                });
+            }
+            let count = if n < 1000 { "20" } else { "300" };
+            if let Some(v) = run_peer(&[
+                "--backend",
+                "postgres",
+                "--url",
+                &t.url,
+                "--mode",
+                "latency",
+                "--tasks",
+                count,
+            ]) {
+                let idle = ours("idle latency");
+                let f = |k: &str| v[k].as_f64().unwrap_or(0.0);
+                out.push(Row {
+                    backend: t.backend.into(),
+                    scenario: "vs apalis + NOTIFY: one task at a time".into(),
+                    lat: idle.and_then(|r| r.lat),
+                    base_lat: Some([f("p50_ms"), f("p95_ms"), f("p99_ms"), f("max_ms")]),
+                    note:
+                        "“raw” latency is apalis-postgres 1.0 with pubsub: commit → handler start"
+                            .into(),
+                    ..Row::default()
+                });
+            }
+        }
+        "sqlite" => {
+            let peer_n = n.min(20_000);
+            let file =
+                std::env::temp_dir().join(format!("backstop-peer-{}.db", std::process::id()));
+            let path = file.display().to_string();
+            let pn = peer_n.to_string();
+            let v = run_peer(&[
+                "--backend",
+                "sqlite",
+                "--url",
+                &path,
+                "--mode",
+                "drain",
+                "--tasks",
+                &pn,
+            ]);
+            for suffix in ["", "-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{path}{suffix}"));
+            }
+            if let Some(v) = v {
+                out.push(Row {
+                    backend: t.backend.into(),
+                    scenario: format!("vs apalis: drain ({peer_n} for apalis)"),
+                    tps: ours(&format!("drain {n}, 1 engine")).and_then(|r| r.tps),
+                    base_tps: v["tps"].as_f64(),
+                    note: "“raw” column is apalis-sqlite 1.0, default config; backstop: 1 engine"
+                        .into(),
+                    ..Row::default()
+                });
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
 fn report(r: Row) -> Row {
     eprintln!("   {r:?}");
     r
@@ -548,6 +672,9 @@ async fn main() {
         }
         if a.runs("scale") {
             rows.push(report(scale(&t, small, large, rounds).await));
+        }
+        if a.peer {
+            rows.extend(peer(&t, &rows, a.drain_tasks).await.into_iter().map(report));
         }
     }
     let md = sys::markdown(&rows, a.smoke, a.drain_tasks, &servers);
