@@ -500,9 +500,7 @@ impl TaskStore for MySqlStore {
         limit: usize,
     ) -> Result<Vec<Task>> {
         const OP: &str = "grab_batch";
-        limits::check_limit(OP, limit)?;
-        limits::check_event_types(OP, event_types)?;
-        if limit == 0 || event_types.is_empty() {
+        if !limits::check_grab_batch(event_types, limit)? {
             return Ok(Vec::new());
         }
         let sql = &self.inner.sql;
@@ -687,11 +685,7 @@ impl TaskStore for MySqlStore {
             })
             .await?;
         match (reset, status) {
-            (_, None) => Err(Error::new(
-                ErrorKind::NotFound,
-                OP,
-                format!("task {id} does not exist"),
-            )),
+            (_, None) => Err(Error::task_not_found(OP, id)),
             (true, Some(_)) => {
                 let mut conn = self.inner.pool.acquire().await.map_err(|e| my_err(OP, e))?;
                 self.fetch_task(OP, &mut conn, id).await?.ok_or_else(|| {
@@ -702,7 +696,11 @@ impl TaskStore for MySqlStore {
                     )
                 })
             }
-            (false, Some(code)) => Err(reset_conflict(OP, id, Status::from_code(code.into())?)),
+            (false, Some(code)) => Err(Error::reset_refused(
+                OP,
+                id,
+                Status::from_code(code.into())?,
+            )),
         }
     }
 
@@ -805,23 +803,6 @@ impl TaskStore for MySqlStore {
         })
         .await
     }
-}
-
-/// The `Conflict` error of a reset refused because of the task's status.
-fn reset_conflict(op: &'static str, id: TaskId, status: Status) -> Error {
-    let why = match status {
-        Status::Running => "it is running and its owner is alive (updated_at is recent)",
-        Status::Pending => "it is already pending",
-        Status::Succeeded => "it has succeeded",
-        Status::Failed => "it changed while being reset",
-    };
-    Error::new(
-        ErrorKind::Conflict,
-        op,
-        format!(
-            "task {id} cannot be reset: {why}; only failed or stuck running tasks can be reset"
-        ),
-    )
 }
 
 /// Our SQL: built once from a validated identifier and fixed text; values are always bound.

@@ -339,9 +339,7 @@ impl TaskStore for PgStore {
         limit: usize,
     ) -> Result<Vec<Task>> {
         const OP: &str = "grab_batch";
-        limits::check_limit(OP, limit)?;
-        limits::check_event_types(OP, event_types)?;
-        if limit == 0 || event_types.is_empty() {
+        if !limits::check_grab_batch(event_types, limit)? {
             return Ok(Vec::new());
         }
         let rows = self
@@ -445,12 +443,8 @@ impl TaskStore for PgStore {
         }
         let rows = self.query(OP, &self.inner.sql.status_of, &[&id]).await?;
         match rows.first() {
-            None => Err(Error::new(
-                ErrorKind::NotFound,
-                OP,
-                format!("task {id} does not exist"),
-            )),
-            Some(r) => Err(reset_conflict(
+            None => Err(Error::task_not_found(OP, id)),
+            Some(r) => Err(Error::reset_refused(
                 OP,
                 id,
                 Status::from_code(col::<i16>(r, 0)?.into())?,
@@ -595,23 +589,6 @@ async fn mark_round<C: GenericClient + Sync>(
         flags[i] = applied.contains(&marks[i].lease.task_id);
     }
     Ok(())
-}
-
-/// The `Conflict` error of a reset refused because of the task's status.
-fn reset_conflict(op: &'static str, id: TaskId, status: Status) -> Error {
-    let why = match status {
-        Status::Running => "it is running and its owner is alive (updated_at is recent)",
-        Status::Pending => "it is already pending",
-        Status::Succeeded => "it has succeeded",
-        Status::Failed => "it changed while being reset",
-    };
-    Error::new(
-        ErrorKind::Conflict,
-        op,
-        format!(
-            "task {id} cannot be reset: {why}; only failed or stuck running tasks can be reset"
-        ),
-    )
 }
 
 /// Map a tokio-postgres error to a backstop error of operation `op`, classifying the

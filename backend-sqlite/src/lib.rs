@@ -390,9 +390,7 @@ impl TaskStore for SqliteStore {
         limit: usize,
     ) -> Result<Vec<Task>> {
         const OP: &str = "grab_batch";
-        limits::check_limit(OP, limit)?;
-        limits::check_event_types(OP, event_types)?;
-        if limit == 0 || event_types.is_empty() {
+        if !limits::check_grab_batch(event_types, limit)? {
             return Ok(Vec::new());
         }
         let owner = owner.as_str().to_owned();
@@ -522,12 +520,8 @@ impl TaskStore for SqliteStore {
             .await?;
         match outcome {
             Ok(raw) => raw.decode(),
-            Err(None) => Err(Error::new(
-                ErrorKind::NotFound,
-                OP,
-                format!("task {id} does not exist"),
-            )),
-            Err(Some(code)) => Err(reset_conflict(OP, id, Status::from_code(code)?)),
+            Err(None) => Err(Error::task_not_found(OP, id)),
+            Err(Some(code)) => Err(Error::reset_refused(OP, id, Status::from_code(code)?)),
         }
     }
 
@@ -649,23 +643,6 @@ impl TaskStore for SqliteStore {
         })
         .await
     }
-}
-
-/// The `Conflict` error of a reset refused because of the task's status.
-fn reset_conflict(op: &'static str, id: TaskId, status: Status) -> Error {
-    let why = match status {
-        Status::Running => "it is running and its owner is alive (updated_at is recent)",
-        Status::Pending => "it is already pending",
-        Status::Succeeded => "it has succeeded",
-        Status::Failed => "it changed while being reset",
-    };
-    Error::new(
-        ErrorKind::Conflict,
-        op,
-        format!(
-            "task {id} cannot be reset: {why}; only failed or stuck running tasks can be reset"
-        ),
-    )
 }
 
 /// The in-process writer queue of the database file at `path`, shared by every store on

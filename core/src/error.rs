@@ -96,6 +96,36 @@ impl Error {
         Self::new(ErrorKind::Config, operation, message)
     }
 
+    /// The `NotFound` error of an operation on a task that does not exist.
+    pub fn task_not_found(operation: &'static str, id: crate::TaskId) -> Self {
+        Self::new(
+            ErrorKind::NotFound,
+            operation,
+            format!("task {id} does not exist"),
+        )
+    }
+
+    /// The `Conflict` error of a `manual_reset` refused because of the task's status.
+    pub fn reset_refused(
+        operation: &'static str,
+        id: crate::TaskId,
+        status: crate::Status,
+    ) -> Self {
+        let why = match status {
+            crate::Status::Running => "it is running and its owner is alive (updated_at is recent)",
+            crate::Status::Pending => "it is already pending",
+            crate::Status::Succeeded => "it has succeeded",
+            crate::Status::Failed => "it changed while being reset",
+        };
+        Self::new(
+            ErrorKind::Conflict,
+            operation,
+            format!(
+                "task {id} cannot be reset: {why}; only failed or stuck running tasks can be reset"
+            ),
+        )
+    }
+
     /// Attach the underlying error.
     pub fn with_source(mut self, source: impl Into<BoxError>) -> Self {
         self.source = Some(source.into());

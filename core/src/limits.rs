@@ -115,6 +115,15 @@ pub fn check_event_types(operation: &'static str, event_types: &[String]) -> Res
         .try_for_each(|t| check_event_type(operation, t))
 }
 
+/// Check the arguments of a `grab_batch`; `Ok(false)` when there is nothing to claim
+/// (`limit` 0 or no event type), so the backend returns an empty batch without a query.
+pub fn check_grab_batch(event_types: &[String], limit: usize) -> Result<bool> {
+    const OP: &str = "grab_batch";
+    check_limit(OP, limit)?;
+    check_event_types(OP, event_types)?;
+    Ok(limit > 0 && !event_types.is_empty())
+}
+
 /// Check a list of ids is not over [`MAX_BATCH`].
 pub fn check_ids(operation: &'static str, ids: &[crate::TaskId]) -> Result<()> {
     if ids.len() > MAX_BATCH {

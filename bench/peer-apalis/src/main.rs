@@ -142,7 +142,7 @@ async fn pg_latency(a: &Args) -> serde_json::Value {
                 let before = DONE.load(Ordering::SeqCst);
                 sink.push(i).await.expect("push");
                 starts.lock().expect("lock").push((i, Instant::now()));
-                let deadline = Instant::now() + Duration::from_secs(10);
+                let deadline = Instant::now() + Duration::from_secs(3);
                 while DONE.load(Ordering::SeqCst) == before && Instant::now() < deadline {
                     tokio::time::sleep(Duration::from_micros(100)).await;
                 }
