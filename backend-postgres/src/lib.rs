@@ -350,16 +350,13 @@ impl TaskStore for PgStore {
             )
             .await?;
         let mut tasks = rows.iter().map(decode).collect::<Result<Vec<_>>>()?;
-        // RETURNING gives no order; the contract says oldest first.
-        tasks.sort_by_key(|t| (t.next_run_at, t.id));
+        backstop_core::batch::oldest_first(&mut tasks);
         Ok(tasks)
     }
 
     async fn recycle_dead(&self, older_than: Duration, limit: usize) -> Result<Recycled> {
         const OP: &str = "recycle_dead";
-        limits::check_duration(OP, "older_than", older_than)?;
-        limits::check_limit(OP, limit)?;
-        if limit == 0 {
+        if !limits::check_aged_batch(OP, older_than, limit)? {
             return Ok(Recycled::default());
         }
         let rows = self
@@ -459,13 +456,7 @@ impl TaskStore for PgStore {
 
     async fn list(&self, filter: &TaskFilter) -> Result<Vec<Task>> {
         const OP: &str = "list";
-        limits::check_limit(OP, filter.limit)?;
-        if let Some(t) = &filter.event_type {
-            limits::check_event_type(OP, t)?;
-        }
-        if let Some(d) = filter.older_than {
-            limits::check_duration(OP, "older_than", d)?;
-        }
+        limits::check_filter(filter)?;
         let status = filter.status.map(Status::code);
         let after = filter.after_id.unwrap_or(i64::MIN);
         let older = filter.older_than.map(millis);
@@ -514,9 +505,7 @@ impl TaskStore for PgStore {
 
     async fn purge_succeeded(&self, older_than: Duration, limit: usize) -> Result<u64> {
         const OP: &str = "purge_succeeded";
-        limits::check_duration(OP, "older_than", older_than)?;
-        limits::check_limit(OP, limit)?;
-        if limit == 0 {
+        if !limits::check_aged_batch(OP, older_than, limit)? {
             return Ok(0);
         }
         let client = self.client_for(OP).await?;

@@ -412,16 +412,13 @@ impl TaskStore for SqliteStore {
             .into_iter()
             .map(RawTask::decode)
             .collect::<Result<Vec<_>>>()?;
-        // RETURNING gives no order; the contract says oldest first.
-        tasks.sort_by_key(|t| (t.next_run_at, t.id));
+        backstop_core::batch::oldest_first(&mut tasks);
         Ok(tasks)
     }
 
     async fn recycle_dead(&self, older_than: Duration, limit: usize) -> Result<Recycled> {
         const OP: &str = "recycle_dead";
-        limits::check_duration(OP, "older_than", older_than)?;
-        limits::check_limit(OP, limit)?;
-        if limit == 0 {
+        if !limits::check_aged_batch(OP, older_than, limit)? {
             return Ok(Recycled::default());
         }
         self.write(OP, move |sql, tx, now| {
@@ -538,13 +535,7 @@ impl TaskStore for SqliteStore {
 
     async fn list(&self, filter: &TaskFilter) -> Result<Vec<Task>> {
         const OP: &str = "list";
-        limits::check_limit(OP, filter.limit)?;
-        if let Some(t) = &filter.event_type {
-            limits::check_event_type(OP, t)?;
-        }
-        if let Some(d) = filter.older_than {
-            limits::check_duration(OP, "older_than", d)?;
-        }
+        limits::check_filter(filter)?;
         let filter = filter.clone();
         self.read(OP, move |sql, conn, now| {
             let status = filter.status.map(|s| i64::from(s.code()));
@@ -611,9 +602,7 @@ impl TaskStore for SqliteStore {
 
     async fn purge_succeeded(&self, older_than: Duration, limit: usize) -> Result<u64> {
         const OP: &str = "purge_succeeded";
-        limits::check_duration(OP, "older_than", older_than)?;
-        limits::check_limit(OP, limit)?;
-        if limit == 0 {
+        if !limits::check_aged_batch(OP, older_than, limit)? {
             return Ok(0);
         }
         self.write(OP, move |sql, tx, now| {

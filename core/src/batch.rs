@@ -31,3 +31,9 @@ pub fn mark_rounds(marks: &[Mark]) -> Vec<Vec<usize>> {
     }
     rounds.into_iter().map(|(_, idx)| idx).collect()
 }
+
+/// Put claimed tasks in claim order, oldest first: `(next_run_at, id)`. `RETURNING` and
+/// `SELECT … WHERE id IN (…)` give rows in no particular order.
+pub fn oldest_first(tasks: &mut [crate::Task]) {
+    tasks.sort_by_key(|t| (t.next_run_at, t.id));
+}

@@ -124,6 +124,31 @@ pub fn check_grab_batch(event_types: &[String], limit: usize) -> Result<bool> {
     Ok(limit > 0 && !event_types.is_empty())
 }
 
+/// Check the arguments of an age-based batch (`recycle_dead`, `purge_succeeded`);
+/// `Ok(false)` when `limit` is 0 and there is nothing to do.
+pub fn check_aged_batch(
+    operation: &'static str,
+    older_than: Duration,
+    limit: usize,
+) -> Result<bool> {
+    check_duration(operation, "older_than", older_than)?;
+    check_limit(operation, limit)?;
+    Ok(limit > 0)
+}
+
+/// Check a `list` filter: limit, event type, age.
+pub fn check_filter(filter: &crate::TaskFilter) -> Result<()> {
+    const OP: &str = "list";
+    check_limit(OP, filter.limit)?;
+    if let Some(t) = &filter.event_type {
+        check_event_type(OP, t)?;
+    }
+    if let Some(d) = filter.older_than {
+        check_duration(OP, "older_than", d)?;
+    }
+    Ok(())
+}
+
 /// Check a list of ids is not over [`MAX_BATCH`].
 pub fn check_ids(operation: &'static str, ids: &[crate::TaskId]) -> Result<()> {
     if ids.len() > MAX_BATCH {
