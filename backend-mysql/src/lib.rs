@@ -460,6 +460,8 @@ impl TaskStore for MySqlStore {
     }
 
     async fn enqueue(&self, task: NewTask) -> Result<Enqueued> {
+        // Refuse bad input before taking a connection: a clear InvalidInput even when the
+        // database is down (enqueue_tx checks again; the check is cheap).
         task.validate(self.inner.options.config.max_payload_bytes)?;
         let mut conn = self
             .inner

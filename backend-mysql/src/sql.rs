@@ -161,46 +161,42 @@ impl Sql {
         vec!["?"; n].join(", ")
     }
 
+    /// `FORCE INDEX (…) WHERE <due pending of these types> ORDER BY next_run_at, id LIMIT ?`,
+    /// shared by both claim strategies. One event type uses the
+    /// `(status, event_type, next_run_at, id)` index in order; several use
+    /// `(status, next_run_at, id)` — either way no filesort, so no row is locked and skipped.
+    fn due_rows(n_types: usize) -> (&'static str, String) {
+        let index = if n_types == 1 {
+            "ix_claim_type"
+        } else {
+            "ix_claim"
+        };
+        let filter = format!(
+            "WHERE status = 0 AND event_type IN ({}) AND next_run_at <= NOW(3)
+             ORDER BY next_run_at, id
+             LIMIT ?",
+            Self::placeholders(n_types)
+        );
+        (index, filter)
+    }
+
     /// The seed's ordered claim, tagging the rows with this call's token: owner, token,
-    /// types…, limit. One event type uses the `(status, event_type, next_run_at, id)` index
-    /// in order; several use `(status, next_run_at, id)`.
+    /// types…, limit.
     pub fn claim_ordered(&self, n_types: usize) -> String {
         let t = &self.table;
-        let (index, types) = (
-            if n_types == 1 {
-                "ix_claim_type"
-            } else {
-                "ix_claim"
-            },
-            Self::placeholders(n_types),
-        );
+        let (index, due) = Self::due_rows(n_types);
         format!(
             "UPDATE {t} FORCE INDEX ({index}) SET status = 3, owner = ?, attempts = attempts + 1,
                 lease = lease + 1, claim_token = ?, updated_at = NOW(3)
-             WHERE status = 0 AND event_type IN ({types}) AND next_run_at <= NOW(3)
-             ORDER BY next_run_at, id
-             LIMIT ?"
+             {due}"
         )
     }
 
     /// The locking read of the SKIP LOCKED claim: types…, limit.
     pub fn pick_skip_locked(&self, n_types: usize) -> String {
         let t = &self.table;
-        let (index, types) = (
-            if n_types == 1 {
-                "ix_claim_type"
-            } else {
-                "ix_claim"
-            },
-            Self::placeholders(n_types),
-        );
-        format!(
-            "SELECT id FROM {t} FORCE INDEX ({index})
-             WHERE status = 0 AND event_type IN ({types}) AND next_run_at <= NOW(3)
-             ORDER BY next_run_at, id
-             LIMIT ?
-             FOR UPDATE SKIP LOCKED"
-        )
+        let (index, due) = Self::due_rows(n_types);
+        format!("SELECT id FROM {t} FORCE INDEX ({index}) {due} FOR UPDATE SKIP LOCKED")
     }
 
     /// The update of the rows the SKIP LOCKED read locked: owner, token, ids….

@@ -3,7 +3,6 @@
 //! (`mysql://user:pass@host:port`; scripts/test starts a throwaway MariaDB).
 #![allow(clippy::expect_used)] // test harness: a failed setup is a failed test
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use backstop_core::{Enqueued, NewTask, StoreConfig, TaskId};
@@ -30,38 +29,25 @@ impl Db {
 
 impl Drop for Db {
     fn drop(&mut self) {
-        // Drop the case's database on a thread of its own (Drop cannot await).
         let (server, name) = (self.server.clone(), self.name.clone());
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async {
-                if let Ok(pool) = MySqlPoolOptions::new()
-                    .max_connections(1)
-                    .connect(&server)
-                    .await
-                {
-                    let _ = sqlx::query(AssertSqlSafe(format!("DROP DATABASE IF EXISTS `{name}`")))
-                        .execute(&pool)
-                        .await;
-                    pool.close().await;
-                }
-            });
-        })
-        .join();
+        backstop_testkit::cleanup_blocking(async move {
+            if let Ok(pool) = MySqlPoolOptions::new()
+                .max_connections(1)
+                .connect(&server)
+                .await
+            {
+                let _ = sqlx::query(AssertSqlSafe(format!("DROP DATABASE IF EXISTS `{name}`")))
+                    .execute(&pool)
+                    .await;
+                pool.close().await;
+            }
+        });
     }
 }
 
 /// `mysql://user:pass@host:port` from the variable, without a database path.
 fn server_url() -> Result<String, Unavailable> {
-    let url = std::env::var(URL_VAR)
-        .ok()
-        .filter(|u| !u.is_empty())
-        .ok_or_else(|| Unavailable(format!("{URL_VAR} is not set")))?;
+    let url = backstop_testkit::server_url(URL_VAR)?;
     let after_scheme = url.find("://").map(|i| i + 3).unwrap_or(0);
     Ok(match url[after_scheme..].find('/') {
         Some(i) => url[..after_scheme + i].to_owned(),
@@ -79,17 +65,11 @@ impl Harness for MySqlHarness {
     }
 
     async fn create_db(&self) -> Result<Db, Unavailable> {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
         let server = server_url()?;
-        let name = format!(
-            "bst_{}_{}_{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::SeqCst),
-            match self.0 {
-                ClaimStrategy::SkipLocked => "sl",
-                _ => "ou",
-            }
-        );
+        let name = backstop_testkit::unique_name(match self.0 {
+            ClaimStrategy::SkipLocked => "bst_sl",
+            _ => "bst_ou",
+        });
         let bootstrap = MySqlPoolOptions::new()
             .max_connections(1)
             .connect(&server)

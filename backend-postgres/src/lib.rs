@@ -315,6 +315,8 @@ impl TaskStore for PgStore {
     }
 
     async fn enqueue(&self, task: NewTask) -> Result<Enqueued> {
+        // Refuse bad input before taking a connection: a clear InvalidInput even when the
+        // database is down (enqueue_tx checks again; the check is cheap).
         task.validate(self.inner.options.config.max_payload_bytes)?;
         let client = self.client_for("enqueue").await?;
         // One statement in autocommit, or two (insert, then the existing id) on conflict.

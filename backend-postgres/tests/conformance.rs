@@ -2,7 +2,6 @@
 //! server named by `BACKSTOP_TEST_POSTGRES_URL` (scripts/test starts a throwaway one).
 #![allow(clippy::expect_used)] // test harness: a failed setup is a failed test
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use backstop_core::{Enqueued, NewTask, StoreConfig, TaskId};
@@ -22,25 +21,15 @@ struct Db {
 
 impl Drop for Db {
     fn drop(&mut self) {
-        // Drop the case's schema on a thread of its own (Drop cannot await).
         let (url, schema) = (self.url.clone(), self.schema.clone());
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async {
-                if let Ok((client, conn)) = tokio_postgres::connect(&url, NoTls).await {
-                    tokio::spawn(conn);
-                    let _ = client
-                        .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
-                        .await;
-                }
-            });
-        })
-        .join();
+        backstop_testkit::cleanup_blocking(async move {
+            if let Ok((client, conn)) = tokio_postgres::connect(&url, NoTls).await {
+                tokio::spawn(conn);
+                let _ = client
+                    .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+                    .await;
+            }
+        });
     }
 }
 
@@ -62,17 +51,9 @@ impl Harness for PgHarness {
     }
 
     async fn create_db(&self) -> Result<Db, Unavailable> {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let url = std::env::var(URL_VAR)
-            .ok()
-            .filter(|u| !u.is_empty())
-            .ok_or_else(|| Unavailable(format!("{URL_VAR} is not set")))?;
+        let url = backstop_testkit::server_url(URL_VAR)?;
         let admin = connect(&url).await;
-        let schema = format!(
-            "bst_{}_{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::SeqCst)
-        );
+        let schema = backstop_testkit::unique_name("bst");
         admin
             .batch_execute(&format!(
                 "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE; CREATE SCHEMA \"{schema}\""

@@ -326,14 +326,7 @@ pub async fn custom_table_name_is_used_and_isolated<H: Harness>(ctx: &Ctx<H>) {
 /// the transactional enqueue commits with the caller's business row.
 pub async fn transactional_enqueue_commits_with_business_rows<H: Harness>(ctx: &Ctx<H>) {
     let e = ctx
-        .harness
-        .enqueue_with_business_row(
-            &ctx.db,
-            &ctx.store,
-            "order-1",
-            NewTask::new("PAY", "1"),
-            true,
-        )
+        .enqueue_in_tx("order-1", NewTask::new("PAY", "1"), true)
         .await
         .unwrap();
     assert!(e.created);
@@ -342,14 +335,7 @@ pub async fn transactional_enqueue_commits_with_business_rows<H: Harness>(ctx: &
     assert_eq!((t.status, t.attempts), (Status::Pending, 0));
     // a duplicate inside a transaction returns the existing id
     let dup = ctx
-        .harness
-        .enqueue_with_business_row(
-            &ctx.db,
-            &ctx.store,
-            "order-1b",
-            NewTask::new("PAY", "1"),
-            true,
-        )
+        .enqueue_in_tx("order-1b", NewTask::new("PAY", "1"), true)
         .await
         .unwrap();
     assert_eq!((dup.id, dup.created), (e.id, false));
@@ -360,14 +346,7 @@ pub async fn transactional_enqueue_commits_with_business_rows<H: Harness>(ctx: &
 /// transaction is refused.
 pub async fn transactional_enqueue_rolls_back_with_business_rows<H: Harness>(ctx: &Ctx<H>) {
     let e = ctx
-        .harness
-        .enqueue_with_business_row(
-            &ctx.db,
-            &ctx.store,
-            "order-2",
-            NewTask::new("PAY", "2"),
-            false,
-        )
+        .enqueue_in_tx("order-2", NewTask::new("PAY", "2"), false)
         .await
         .unwrap();
     assert!(e.created, "inside the transaction the task was new");
@@ -378,8 +357,7 @@ pub async fn transactional_enqueue_rolls_back_with_business_rows<H: Harness>(ctx
     );
     assert_nothing_written(ctx).await;
     let bad = ctx
-        .harness
-        .enqueue_with_business_row(&ctx.db, &ctx.store, "order-3", NewTask::new("", "3"), true)
+        .enqueue_in_tx("order-3", NewTask::new("", "3"), true)
         .await;
     assert_kind(bad, ErrorKind::InvalidInput, "event_type");
     assert_nothing_written(ctx).await;

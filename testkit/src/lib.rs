@@ -198,11 +198,61 @@ impl<H: Harness> Ctx<H> {
             .unwrap_or_else(|| panic!("task {id} should be grabbable"))
     }
 
+    /// The backend's native transactional enqueue with a business row keyed `biz_row`,
+    /// committed or rolled back (see [`Harness::enqueue_with_business_row`]).
+    pub async fn enqueue_in_tx(
+        &self,
+        biz_row: &str,
+        task: NewTask,
+        commit: bool,
+    ) -> backstop_core::Result<Enqueued> {
+        self.harness
+            .enqueue_with_business_row(&self.db, &self.store, biz_row, task, commit)
+            .await
+    }
+
     /// How many tasks the store holds (any status), via `stats`.
     pub async fn count_all(&self) -> u64 {
         let s = self.store.stats().await.expect("stats");
         s.counts.iter().map(|c| c.count).sum()
     }
+}
+
+/// The server URL in environment variable `var`, or why the backend is unavailable
+/// (unset or empty) — for [`Harness::create_db`].
+pub fn server_url(var: &str) -> Result<String, Unavailable> {
+    std::env::var(var)
+        .ok()
+        .filter(|u| !u.is_empty())
+        .ok_or_else(|| Unavailable(format!("{var} is not set")))
+}
+
+/// A name no other case of this test process uses: `{prefix}_{pid}_{n}` (for a case's
+/// own schema or database).
+pub fn unique_name(prefix: &str) -> String {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    format!(
+        "{prefix}_{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+    )
+}
+
+/// Run async clean-up from a `Drop` (which cannot await): on a thread of its own with a
+/// small runtime, waiting for it to finish. Failures are ignored — it is clean-up.
+pub fn cleanup_blocking<F>(cleanup: F)
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    let _ = std::thread::spawn(move || {
+        if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            rt.block_on(cleanup);
+        }
+    })
+    .join();
 }
 
 /// Whether `backend` is named in `BACKSTOP_TEST_REQUIRE`.
