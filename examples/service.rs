@@ -175,7 +175,7 @@ async fn place_order(
                 &[&order_id],
             )
             .await?;
-            let enqueued = p.enqueue_tx(&*tx, &task).await?;
+            let enqueued = p.enqueue_tx(&tx, &task).await?;
             tx.commit().await?;
             Ok(enqueued)
         }

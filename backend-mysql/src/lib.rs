@@ -56,6 +56,9 @@ use sqlx::{Executor, MySql, MySqlConnection, MySqlPool, Row};
 
 use sql::Sql;
 
+/// A pooled connection idle at least this long is pinged before it is handed out.
+const IDLE_PING_AFTER: Duration = Duration::from_secs(1);
+
 pub use sqlx;
 
 /// Most rows one set-based statement names (keeps statements and their plans small).
@@ -198,6 +201,19 @@ impl MySqlStore {
         let pool = MySqlPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
+            // sqlx pings every connection it hands out by default: one more round trip
+            // per statement, a third of a run-ahead claim. Ping only a connection that sat
+            // idle long enough for the server or a proxy to have dropped it; a connection
+            // that breaks anyway fails its statement with a temporary error.
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= IDLE_PING_AFTER {
+                        sqlx::Connection::ping(conn).await?;
+                    }
+                    Ok(true)
+                })
+            })
             .after_connect(|conn, _meta| {
                 Box::pin(async move {
                     conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")

@@ -10,7 +10,7 @@
 //! - **Batches are set-based**: a batch of marks or heartbeats is one statement over
 //!   `unnest(…)` arrays, not one round trip per task.
 //! - **Transactional enqueue**: [`PgStore::enqueue_tx`] writes the task on the caller's
-//!   own transaction (any [`tokio_postgres::GenericClient`]), so it commits or rolls back
+//!   own transaction (a deadpool or tokio-postgres one, see [`PgExecutor`]), so it commits or rolls back
 //!   with the business rows.
 //! - **Migration** is safe to run from several instances at once (an advisory lock).
 //! - **Errors**: lost connections, serialization failures (40001), deadlocks (40P01), lock
@@ -30,7 +30,7 @@
 //! let mut client = store.client().await?;
 //! let tx = client.transaction().await?;
 //! tx.execute("INSERT INTO orders (id) VALUES (42)", &[]).await?;
-//! let enqueued = store.enqueue_tx(&*tx, &NewTask::new("PAY_ORDER", "42")).await?;
+//! let enqueued = store.enqueue_tx(&tx, &NewTask::new("PAY_ORDER", "42")).await?;
 //! tx.commit().await?;
 //! assert!(enqueued.created);
 //! # Ok(()) }
@@ -202,13 +202,16 @@ impl PgStore {
     ///
     /// - Same validation and idempotency as [`TaskStore::enqueue`]; invalid input is
     ///   refused before anything is sent.
-    /// - `client` is a `tokio_postgres::Transaction` (a deadpool transaction derefs to
-    ///   one: pass `&*tx`) or a `Client` (then the insert is its own transaction).
+    /// - `client` is any [`PgExecutor`]: a transaction (`deadpool_postgres` or
+    ///   `tokio_postgres`), or a client (then the insert is its own transaction). On the
+    ///   store's pooled connections (a deadpool transaction: pass `&tx`) the insert is a
+    ///   statement prepared once per connection; on a plain `tokio_postgres` one it is
+    ///   parsed and planned each time.
     /// - At READ COMMITTED (PostgreSQL's default) a concurrent enqueue of the same key
     ///   waits for the other transaction and then returns its task as the duplicate.
     pub async fn enqueue_tx<C>(&self, client: &C, task: &NewTask) -> Result<Enqueued>
     where
-        C: GenericClient + Sync,
+        C: PgExecutor + ?Sized,
     {
         const OP: &str = "enqueue";
         task.validate(self.inner.options.config.max_payload_bytes)?;
@@ -222,7 +225,7 @@ impl PgStore {
         let max_attempts = i32::try_from(retry.max_attempts).unwrap_or(i32::MAX);
         let (event_type, biz_key, payload) = (task.event_type(), task.biz_key(), task.payload());
         let inserted = client
-            .query_typed_opt(
+            .query_opt_typed(
                 &sql.insert,
                 &[
                     (&event_type, Type::VARCHAR),
@@ -241,7 +244,7 @@ impl PgStore {
             Some(row) => (col::<i64>(&row, 0)?, true),
             None => {
                 let row = client
-                    .query_typed_opt(
+                    .query_opt_typed(
                         &sql.find_by_key,
                         &[(&event_type, Type::VARCHAR), (&biz_key, Type::VARCHAR)],
                     )
@@ -320,7 +323,7 @@ impl TaskStore for PgStore {
         task.validate(self.inner.options.config.max_payload_bytes)?;
         let client = self.client_for("enqueue").await?;
         // One statement in autocommit, or two (insert, then the existing id) on conflict.
-        self.enqueue_tx(&**client, &task).await
+        self.enqueue_tx(&client, &task).await
     }
 
     async fn grab_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<Task>> {
@@ -676,4 +679,81 @@ fn decode(r: &Row) -> Result<Task> {
         created_at: col(r, 14)?,
         updated_at: col(r, 15)?,
     })
+}
+
+/// Where [`PgStore::enqueue_tx`] can write: a transaction or a client of `tokio_postgres`
+/// or of `deadpool_postgres` (the store's pool). Sealed: implemented for exactly those.
+///
+/// On the deadpool types the statement is prepared once per pooled connection (their
+/// statement cache), so an enqueue is one round trip with no parse or plan on the
+/// server; on the plain `tokio_postgres` types it is an unnamed statement, parsed and
+/// planned each time (still one round trip).
+#[async_trait]
+pub trait PgExecutor: sealed::Sealed + Send + Sync {
+    #[doc(hidden)]
+    async fn query_opt_typed(
+        &self,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> std::result::Result<Option<Row>, tokio_postgres::Error>;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for tokio_postgres::Client {}
+    impl Sealed for tokio_postgres::Transaction<'_> {}
+    impl Sealed for deadpool_postgres::ClientWrapper {}
+    impl Sealed for deadpool_postgres::Object {}
+    impl Sealed for deadpool_postgres::Transaction<'_> {}
+}
+
+macro_rules! unprepared_executor {
+    ($($t:ty),+) => {$(
+        #[async_trait]
+        impl PgExecutor for $t {
+            async fn query_opt_typed(
+                &self,
+                sql: &str,
+                params: &[(&(dyn ToSql + Sync), Type)],
+            ) -> std::result::Result<Option<Row>, tokio_postgres::Error> {
+                self.query_typed_opt(sql, params).await
+            }
+        }
+    )+};
+}
+
+macro_rules! cached_executor {
+    ($($t:ty),+) => {$(
+        #[async_trait]
+        impl PgExecutor for $t {
+            async fn query_opt_typed(
+                &self,
+                sql: &str,
+                params: &[(&(dyn ToSql + Sync), Type)],
+            ) -> std::result::Result<Option<Row>, tokio_postgres::Error> {
+                let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
+                let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
+                let stmt = self.prepare_typed_cached(sql, &types).await?;
+                self.query_opt(&stmt, &values).await
+            }
+        }
+    )+};
+}
+
+unprepared_executor!(tokio_postgres::Client, tokio_postgres::Transaction<'_>);
+cached_executor!(
+    deadpool_postgres::ClientWrapper,
+    deadpool_postgres::Transaction<'_>
+);
+
+#[async_trait]
+impl PgExecutor for deadpool_postgres::Object {
+    async fn query_opt_typed(
+        &self,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> std::result::Result<Option<Row>, tokio_postgres::Error> {
+        let client: &deadpool_postgres::ClientWrapper = self;
+        client.query_opt_typed(sql, params).await
+    }
 }

@@ -116,7 +116,7 @@ impl Harness for PgHarness {
         )
         .await
         .expect("insert business row");
-        let enqueued = store.enqueue_tx(&*tx, &task).await?;
+        let enqueued = store.enqueue_tx(&tx, &task).await?;
         if commit {
             tx.commit().await.expect("commit");
         } else {
@@ -142,3 +142,63 @@ impl Harness for PgHarness {
 }
 
 backstop_testkit::conformance!(PgHarness);
+
+/// `enqueue_tx` on every kind of connection it accepts: the store's pooled client and
+/// transaction (statements prepared once per connection) and plain tokio-postgres ones
+/// (unnamed statements). Each creates once and returns the duplicate the second time;
+/// a rolled-back plain transaction leaves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueue_tx_on_pooled_and_plain_connections() {
+    use backstop_core::{Status, TaskStore};
+    let Some(ctx) =
+        backstop_testkit::Ctx::setup(PgHarness, "enqueue_tx_on_pooled_and_plain_connections").await
+    else {
+        return;
+    };
+    let store = &ctx.store;
+    let check = |e: &Enqueued, created: bool| {
+        assert_eq!(e.created, created);
+        assert_eq!(e.event_type, "PLAIN");
+    };
+
+    // pooled client (autocommit), twice
+    let pooled = store.client().await.expect("client");
+    let a = store
+        .enqueue_tx(&pooled, &NewTask::new("PLAIN", "a"))
+        .await
+        .expect("enqueue");
+    check(&a, true);
+    let again = store
+        .enqueue_tx(&pooled, &NewTask::new("PLAIN", "a"))
+        .await
+        .expect("dup");
+    check(&again, false);
+    assert_eq!(again.id, a.id);
+    drop(pooled);
+
+    // plain tokio-postgres client and transaction (the store's SQL names its schema)
+    let mut plain = connect(&ctx.db.url).await;
+    let b = store
+        .enqueue_tx(&plain, &NewTask::new("PLAIN", "b"))
+        .await
+        .expect("enqueue");
+    check(&b, true);
+    let tx = plain.transaction().await.expect("begin");
+    let dup = store
+        .enqueue_tx(&tx, &NewTask::new("PLAIN", "b"))
+        .await
+        .expect("dup");
+    check(&dup, false);
+    assert_eq!(dup.id, b.id);
+    let c = store
+        .enqueue_tx(&tx, &NewTask::new("PLAIN", "c"))
+        .await
+        .expect("enqueue");
+    check(&c, true);
+    tx.rollback().await.expect("rollback");
+
+    let got = store.get(b.id).await.expect("get").expect("b exists");
+    assert_eq!((got.status, got.attempts), (Status::Pending, 0));
+    assert!(store.get(c.id).await.expect("get").is_none(), "rolled back");
+    assert_eq!(ctx.count_all().await, 2);
+}

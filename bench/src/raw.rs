@@ -11,6 +11,31 @@ pub const TABLE: &str = "bench_task";
 pub const ORDERS: &str = "bench_order";
 pub const EVENT: &str = "BENCH";
 
+/// The columns the store's claims return (a worker needs the task's row to run it).
+const COLUMNS: &str = "id, event_type, biz_key, payload, status, attempts, max_attempts, \
+    retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at, owner, lease, \
+    last_error, created_at, updated_at";
+/// Where the lease is in [`COLUMNS`].
+const LEASE: usize = 12;
+
+/// What a hand-written worker reads of a claimed row before running it: returns the id
+/// and lease (the strings are decoded, as a worker would, then dropped).
+fn read_sqlite(r: &rusqlite::Row<'_>) -> rusqlite::Result<(i64, i64)> {
+    let _task: (String, String, String, i64) = (r.get(1)?, r.get(2)?, r.get(3)?, r.get(5)?);
+    Ok((r.get(0)?, r.get(LEASE)?))
+}
+
+fn read_pg(r: &tokio_postgres::Row) -> (i64, i64) {
+    let _task: (String, String, String, i32) = (r.get(1), r.get(2), r.get(3), r.get(5));
+    (r.get(0), r.get(LEASE))
+}
+
+fn read_mysql(r: &sqlx::mysql::MySqlRow) -> (i64, i64) {
+    use sqlx::Row;
+    let _task: (String, String, String, i32) = (r.get(1), r.get(2), r.get(3), r.get(5));
+    (r.get(0), r.get(LEASE))
+}
+
 /// A histogram of microseconds (1 µs .. 60 s, 3 significant digits).
 pub fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds")
@@ -130,16 +155,14 @@ impl Raw for SqliteRaw {
                         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
                         .expect("begin");
                     let now = Self::now();
-                    let lease: i64 = tx
-                        .query_row(
-                            &format!(
-                                "UPDATE {TABLE} SET status = 3, owner = 'raw', attempts = attempts + 1,
-                                    lease = lease + 1, updated_at = ?1
-                                 WHERE id = ?2 AND status = 0 AND next_run_at <= ?1 RETURNING lease"
-                            ),
-                            rusqlite::params![now, id],
-                            |r| r.get(0),
-                        )
+                    let (_, lease) = tx
+                        .prepare_cached(&format!(
+                            "UPDATE {TABLE} SET status = 3, owner = 'raw', attempts = attempts + 1,
+                                lease = lease + 1, updated_at = ?1
+                             WHERE id = ?2 AND status = 0 AND next_run_at <= ?1 RETURNING {COLUMNS}"
+                        ))
+                        .expect("prepare")
+                        .query_row(rusqlite::params![now, id], read_sqlite)
                         .expect("claim");
                     tx.commit().expect("commit");
                     record(&mut h, committed.elapsed());
@@ -187,12 +210,10 @@ impl Raw for SqliteRaw {
                                     lease = lease + 1, updated_at = ?1
                                  WHERE id IN (SELECT id FROM {TABLE} WHERE status = 0 AND next_run_at <= ?1
                                     AND event_type IN ('{EVENT}') ORDER BY next_run_at, id LIMIT ?2)
-                                 RETURNING id, lease"
+                                 RETURNING {COLUMNS}"
                             ))
                             .expect("prepare");
-                        st.query_map(rusqlite::params![now, batch as i64], |r| {
-                            Ok((r.get(0)?, r.get(1)?))
-                        })
+                        st.query_map(rusqlite::params![now, batch as i64], read_sqlite)
                         .expect("claim")
                         .collect::<rusqlite::Result<_>>()
                         .expect("rows")
@@ -306,7 +327,7 @@ impl Raw for PgRaw {
                     .prepare(&format!(
                         "UPDATE {TABLE} SET status = 3, owner = 'raw', attempts = attempts + 1,
                             lease = lease + 1, updated_at = now()
-                         WHERE id = $1 AND status = 0 AND next_run_at <= now() RETURNING lease"
+                         WHERE id = $1 AND status = 0 AND next_run_at <= now() RETURNING {COLUMNS}"
                     ))
                     .await
                     .expect("prepare");
@@ -325,7 +346,7 @@ impl Raw for PgRaw {
                     let id: i64 = tx.query_one(&insert, &[&key]).await.expect("task").get(0);
                     tx.commit().await.expect("commit");
                     let committed = Instant::now();
-                    let lease: i64 = c.query_one(&claim, &[&id]).await.expect("claim").get(0);
+                    let (_, lease) = read_pg(&c.query_one(&claim, &[&id]).await.expect("claim"));
                     record(&mut h, committed.elapsed());
                     let n = c.execute(&mark, &[&id, &lease]).await.expect("mark");
                     check(n == 1, "mark applied");
@@ -357,7 +378,8 @@ impl Raw for PgRaw {
                             FOR UPDATE SKIP LOCKED)
                          UPDATE {TABLE} AS t SET status = 3, owner = 'raw', attempts = t.attempts + 1,
                             lease = t.lease + 1, updated_at = now()
-                         FROM picked WHERE t.id = picked.id RETURNING t.id, t.lease"
+                         FROM picked WHERE t.id = picked.id RETURNING {}",
+                        COLUMNS.split(", ").map(|c| format!("t.{c}")).collect::<Vec<_>>().join(", ")
                     ))
                     .await
                     .expect("prepare");
@@ -378,8 +400,7 @@ impl Raw for PgRaw {
                     if rows.is_empty() {
                         return;
                     }
-                    let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
-                    let leases: Vec<i64> = rows.iter().map(|r| r.get(1)).collect();
+                    let (ids, leases): (Vec<i64>, Vec<i64>) = rows.iter().map(read_pg).unzip();
                     c.execute(&mark, &[&ids, &leases]).await.expect("mark");
                 }
             }));
@@ -512,13 +533,13 @@ impl Raw for MySqlRaw {
                     .expect("claim")
                     .rows_affected();
                     check(n == 1, "claimed");
-                    let lease: i64 = sqlx::query_scalar(q(format!(
-                        "SELECT lease FROM {TABLE} WHERE id = ?"
-                    )))
-                    .bind(id)
-                    .fetch_one(&mut *conn)
-                    .await
-                    .expect("read");
+                    let (_, lease) = read_mysql(
+                        &sqlx::query(q(format!("SELECT {COLUMNS} FROM {TABLE} WHERE id = ?")))
+                            .bind(id)
+                            .fetch_one(&mut *conn)
+                            .await
+                            .expect("read"),
+                    );
                     record(&mut h, committed.elapsed());
                     let n = sqlx::query(q(format!(
                         "UPDATE {TABLE} SET status = 1, last_error = NULL, updated_at = NOW(3)
@@ -579,15 +600,39 @@ impl Raw for MySqlRaw {
                         claim = claim.bind(id);
                     }
                     claim.execute(&mut *tx).await.expect("claim");
+                    // the claimed rows, read back by the claim's token (as the store does)
+                    let claimed: Vec<(i64, i64)> = sqlx::query(q(format!(
+                        "SELECT {COLUMNS} FROM {TABLE} WHERE claim_token = ?"
+                    )))
+                    .bind(t)
+                    .fetch_all(&mut *tx)
+                    .await
+                    .expect("read")
+                    .iter()
+                    .map(read_mysql)
+                    .collect();
                     tx.commit().await.expect("commit");
+                    // success marks fenced by each task's lease, one statement
+                    let cases = vec!["WHEN ? THEN ?"; claimed.len()].join(" ");
+                    let t = token.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let mut mark = sqlx::query(q(format!(
-                        "UPDATE {TABLE} SET status = 1, last_error = NULL, updated_at = NOW(3)
-                         WHERE id IN ({list}) AND status = 3"
-                    )));
-                    for id in &ids {
+                        "UPDATE {TABLE} SET status = 1, last_error = NULL, updated_at = NOW(3),
+                            claim_token = ?
+                         WHERE id IN ({list}) AND status = 3 AND lease = CASE id {cases} END"
+                    )))
+                    .bind(t);
+                    for (id, _) in &claimed {
                         mark = mark.bind(id);
                     }
-                    mark.execute(&mut *conn).await.expect("mark");
+                    for (id, lease) in &claimed {
+                        mark = mark.bind(id).bind(lease);
+                    }
+                    let n = mark
+                        .execute(&mut *conn)
+                        .await
+                        .expect("mark")
+                        .rows_affected();
+                    check(n == claimed.len() as u64, "marks applied");
                 }
             }));
         }

@@ -724,6 +724,53 @@ pub async fn engine_heartbeats_keep_a_long_task_alive<H: Harness>(ctx: &Ctx<H>) 
     other.shutdown().await;
 }
 
+/// the poller recycles a task whose worker died (no heartbeat for longer than
+/// `dead_after`) and runs it again: attempt 2, owned by this instance, succeeded, counted
+/// as recycled once; a running task that is still fresh is left alone.
+pub async fn engine_poller_recycles_a_dead_task_and_runs_it_again<H: Harness>(ctx: &Ctx<H>) {
+    let dead = ctx.enqueue("PAY", "dead").await;
+    let alive = ctx.enqueue("PAY", "alive").await;
+    // both claimed by a worker (ctx.owner) that then dies; one of them long ago
+    ctx.grab(dead).await;
+    ctx.grab(alive).await;
+    let config = EngineConfig {
+        owner: Some(Owner::new("successor").unwrap()),
+        dead_after: Duration::from_secs(60),
+        ..fast_config()
+    };
+    ctx.backdate(
+        dead,
+        TimeColumn::UpdatedAt,
+        config.dead_after + Duration::from_secs(5),
+    )
+    .await;
+    let calls = Calls::default();
+    let engine = Engine::builder(ctx.store.clone())
+        .config(config)
+        .handler("PAY", flaky(calls.clone(), 0), opts())
+        .start()
+        .unwrap();
+    let t = wait_status(&ctx.store, dead, Status::Succeeded).await;
+    assert_eq!(
+        t.attempts, 2,
+        "the dead attempt counts, the rerun is the second"
+    );
+    assert_eq!(t.owner.as_deref(), Some("successor"));
+    assert_eq!(calls.count("dead"), 1);
+    eventually("the recycle to be counted", || async {
+        engine.counters().recycled == 1
+    })
+    .await;
+    // a few more polls: the fresh running task is not touched
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let a = ctx.task(alive).await;
+    assert_eq!((a.status, a.attempts), (Status::Running, 1));
+    assert_eq!(a.owner.as_deref(), Some(ctx.owner.as_str()));
+    assert_eq!(calls.count("alive"), 0);
+    assert_eq!(engine.counters().recycled, 1);
+    engine.shutdown().await;
+}
+
 /// a late completion by a worker whose task was recycled and claimed again is refused by
 /// the lease and counted; the successor's claim is untouched.
 pub async fn engine_refuses_a_late_completion_after_recycle<H: Harness>(ctx: &Ctx<H>) {

@@ -9,6 +9,7 @@ use futures_util::FutureExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
+use super::counters::Counters;
 use super::{ErrorAction, Handler, HandlerOptions, Origin, Shared, State};
 use crate::model::{Mark, Task};
 use crate::store::TaskStore;
@@ -23,6 +24,11 @@ pub(crate) struct Executor {
     pub slots: Arc<Semaphore>,
     pub runners: Arc<Semaphore>,
 }
+
+/// Most finished attempts whose marks may wait for a batch at once, per engine; past
+/// it the poller claims no more until marks are applied. (A waiting mark holds no task
+/// row: only its lease and outcome.)
+pub(crate) const UNMARKED_LIMIT: usize = 4096;
 
 /// How one attempt ended.
 enum Outcome {
@@ -57,10 +63,20 @@ pub(crate) fn dispatch<S: TaskStore + Clone>(
     tokio::spawn(
         async move {
             let outcome = run(&shared, &exec, &task, origin).await;
-            complete(&shared, &exec, &task, outcome).await;
-            shared.held().remove(&task.id);
+            let mark = outcome_mark(&exec, &task, outcome, &shared.counters);
+            let id = task.id;
+            drop(task);
+            // The attempt is over: its executor slot is free for the next task while the
+            // mark waits for its batch (bounded by `UNMARKED_LIMIT`). The task stays held
+            // (heartbeated) and in flight (shutdown waits for it) until the mark is applied.
+            shared.unmarked.fetch_add(1, Ordering::SeqCst);
             drop(slot);
             shared.capacity_freed.notify_one();
+            complete(&shared, &exec, mark).await;
+            if shared.unmarked.fetch_sub(1, Ordering::SeqCst) == UNMARKED_LIMIT {
+                shared.capacity_freed.notify_one();
+            }
+            shared.held().remove(&id);
             if shared.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
                 shared.idle.notify_waiters();
             }
@@ -132,16 +148,10 @@ fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
-/// Record the outcome with a lease-fenced mark; a refused mark is a stale completion.
-async fn complete<S: TaskStore + Clone>(
-    shared: &Arc<Shared<S>>,
-    exec: &Executor,
-    task: &Task,
-    outcome: Outcome,
-) {
+/// The lease-fenced mark that records `outcome`, counted and logged.
+fn outcome_mark(exec: &Executor, task: &Task, outcome: Outcome, c: &Counters) -> Mark {
     let lease = task.lease();
     let et = exec.event_type.as_str();
-    let c = &shared.counters;
     let retry = |delay: Duration, error: String| {
         if task.has_attempts_left() {
             c.retried(et);
@@ -152,7 +162,7 @@ async fn complete<S: TaskStore + Clone>(
         }
         Mark::retry(lease, delay, error)
     };
-    let mark = match outcome {
+    match outcome {
         Outcome::Done => {
             c.succeeded(et);
             tracing::debug!("task succeeded");
@@ -186,7 +196,12 @@ async fn complete<S: TaskStore + Clone>(
             c.released(et);
             Mark::release(lease)
         }
-    };
+    }
+}
+
+/// Hand `mark` to the completion flushers and wait until it is applied (or given up on);
+/// a refused mark is counted there as a stale completion.
+async fn complete<S: TaskStore + Clone>(shared: &Arc<Shared<S>>, exec: &Executor, mark: Mark) {
     let (done, applied) = tokio::sync::oneshot::channel();
     let completion = super::completer::Completion {
         mark,

@@ -1,13 +1,14 @@
 //! The engine's background jobs: the poller (the safety net), heartbeats, retention.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use super::executor::dispatch;
+use super::executor::{dispatch, UNMARKED_LIMIT};
 use super::{Origin, Shared, State};
-use crate::model::{Status, TaskFilter};
+use crate::model::{Recycled, Status, TaskFilter};
 use crate::store::TaskStore;
 
 /// Sleep `d`, or until the engine leaves `Running` (returns false then). A `poll_now`
@@ -37,15 +38,28 @@ pub(crate) async fn poller<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
     }
     let cfg = &shared.config;
     let mut last_gauges: Option<Instant> = None;
+    let mut last_recycle: Option<Instant> = None;
+    // Set when the previous round ended on a tick or a wake (not an immediate re-claim).
+    let mut ticked = true;
     loop {
         if shared.state() != State::Running {
             return;
         }
-        match shared
-            .store
-            .recycle_dead(cfg.dead_after, cfg.recycle_batch)
-            .await
-        {
+        // Recycling runs once per poll interval, not on every claim round: a drain claims
+        // again at once after each full batch, and a recycle there would be one more write
+        // per batch for tasks that have already waited `dead_after`.
+        let recycle_due = ticked || last_recycle.is_none_or(|t| t.elapsed() >= cfg.poll_interval);
+        ticked = false;
+        let recycled = if recycle_due {
+            last_recycle = Some(Instant::now());
+            shared
+                .store
+                .recycle_dead(cfg.dead_after, cfg.recycle_batch)
+                .await
+        } else {
+            Ok(Recycled::default())
+        };
+        match recycled {
             Ok(r) => {
                 if r.total() > 0 {
                     shared.counters.recycled_n(r.total());
@@ -72,7 +86,7 @@ pub(crate) async fn poller<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
                 continue;
             };
             let n = cfg.batch_size.min(exec.slots.available_permits());
-            if n == 0 {
+            if n == 0 || shared.unmarked.load(Ordering::SeqCst) >= UNMARKED_LIMIT {
                 wait_for_capacity = true;
                 continue;
             }
@@ -133,11 +147,12 @@ pub(crate) async fn poller<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
                     _ = shared.wake.notified() => break,
                     _ = state.wait_for(|s| *s != State::Running) => return,
                 }
-                let ready = shared.executors.values().any(|e| {
-                    let total = e.options.concurrency + e.options.queue_capacity;
-                    let want = cfg.batch_size.min(total.div_ceil(2)).max(1);
-                    e.slots.available_permits() >= want
-                });
+                let ready = shared.unmarked.load(Ordering::SeqCst) < UNMARKED_LIMIT
+                    && shared.executors.values().any(|e| {
+                        let total = e.options.concurrency + e.options.queue_capacity;
+                        let want = cfg.batch_size.min(total.div_ceil(2)).max(1);
+                        e.slots.available_permits() >= want
+                    });
                 if ready {
                     break;
                 }
@@ -147,6 +162,7 @@ pub(crate) async fn poller<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
         if !pause(&shared, &mut state, cfg.poll_interval, true).await {
             return;
         }
+        ticked = true;
     }
 }
 

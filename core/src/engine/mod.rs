@@ -195,6 +195,8 @@ struct Shared<S> {
     counters: Counters,
     state: watch::Sender<State>,
     in_flight: AtomicUsize,
+    /// Finished attempts whose marks are not applied yet (see `executor::UNMARKED_LIMIT`).
+    unmarked: AtomicUsize,
     idle: Notify,
     capacity_freed: Notify,
     wake: Notify,
@@ -306,6 +308,7 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
             counters: Counters::default(),
             state: watch::Sender::new(State::Running),
             in_flight: AtomicUsize::new(0),
+            unmarked: AtomicUsize::new(0),
             idle: Notify::new(),
             capacity_freed: Notify::new(),
             wake: Notify::new(),
