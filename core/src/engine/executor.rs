@@ -9,6 +9,7 @@ use futures_util::FutureExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
+use super::completer::Completion;
 use super::counters::Counters;
 use super::{ErrorAction, Handler, HandlerOptions, Origin, Shared, State};
 use crate::model::{Mark, Task};
@@ -64,7 +65,6 @@ pub(crate) fn dispatch<S: TaskStore + Clone>(
         async move {
             let outcome = run(&shared, &exec, &task, origin).await;
             let mark = outcome_mark(&exec, &task, outcome, &shared.counters);
-            let id = task.id;
             drop(task);
             // The attempt is over: its executor slot is free for the next task while the
             // mark waits for its batch (bounded by `UNMARKED_LIMIT`). The task stays held
@@ -72,13 +72,13 @@ pub(crate) fn dispatch<S: TaskStore + Clone>(
             shared.unmarked.fetch_add(1, Ordering::SeqCst);
             drop(slot);
             shared.capacity_freed.notify_one();
-            complete(&shared, &exec, mark).await;
-            if shared.unmarked.fetch_sub(1, Ordering::SeqCst) == UNMARKED_LIMIT {
-                shared.capacity_freed.notify_one();
-            }
-            shared.held().remove(&id);
-            if shared.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
-                shared.idle.notify_waiters();
+            // The flusher finishes the bookkeeping once the mark is applied; this task ends.
+            let completion = Completion {
+                mark,
+                event_type: Arc::clone(&exec.event_type_arc),
+            };
+            if let Err(unsent) = shared.completions.send(completion) {
+                shared.finished(&[unsent.0.mark.lease]);
             }
         }
         .instrument(span),
@@ -199,16 +199,3 @@ fn outcome_mark(exec: &Executor, task: &Task, outcome: Outcome, c: &Counters) ->
     }
 }
 
-/// Hand `mark` to the completion flushers and wait until it is applied (or given up on);
-/// a refused mark is counted there as a stale completion.
-async fn complete<S: TaskStore + Clone>(shared: &Arc<Shared<S>>, exec: &Executor, mark: Mark) {
-    let (done, applied) = tokio::sync::oneshot::channel();
-    let completion = super::completer::Completion {
-        mark,
-        event_type: Arc::clone(&exec.event_type_arc),
-        done,
-    };
-    if shared.completions.send(completion).is_ok() {
-        let _ = applied.await;
-    }
-}

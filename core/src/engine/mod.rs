@@ -214,6 +214,27 @@ impl<S> Shared<S> {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Attempts whose marks were applied (or given up on): no longer held (a lease that
+    /// was re-claimed meanwhile is left alone), nor unmarked, nor in flight.
+    fn finished(&self, leases: &[Lease]) {
+        {
+            let mut held = self.held();
+            for l in leases {
+                if held.get(&l.task_id) == Some(l) {
+                    held.remove(&l.task_id);
+                }
+            }
+        }
+        let n = leases.len();
+        let before = self.unmarked.fetch_sub(n, Ordering::SeqCst);
+        if before >= executor::UNMARKED_LIMIT && before - n < executor::UNMARKED_LIMIT {
+            self.capacity_freed.notify_one();
+        }
+        if self.in_flight.fetch_sub(n, Ordering::SeqCst) == n {
+            self.idle.notify_waiters();
+        }
+    }
+
     /// Wait until no task is in flight.
     async fn wait_idle(&self) {
         loop {
