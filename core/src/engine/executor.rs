@@ -198,4 +198,3 @@ fn outcome_mark(exec: &Executor, task: &Task, outcome: Outcome, c: &Counters) ->
         }
     }
 }
-
