@@ -285,6 +285,24 @@ impl PgStore {
         client.query(&stmt, params).await.map_err(|e| pg_err(op, e))
     }
 
+    /// Run one prepared statement on a pooled connection; the rows it changed.
+    async fn execute(
+        &self,
+        op: &'static str,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64> {
+        let client = self.client_for(op).await?;
+        let stmt = client
+            .prepare_cached(sql)
+            .await
+            .map_err(|e| pg_err(op, e))?;
+        client
+            .execute(&stmt, params)
+            .await
+            .map_err(|e| pg_err(op, e))
+    }
+
     async fn client_for(&self, op: &'static str) -> Result<Object> {
         self.inner.pool.get().await.map_err(|e| {
             Error::new(
@@ -513,15 +531,12 @@ impl TaskStore for PgStore {
         if !limits::check_aged_batch(OP, older_than, limit)? {
             return Ok(0);
         }
-        let client = self.client_for(OP).await?;
-        let stmt = client
-            .prepare_cached(&self.inner.sql.purge_succeeded)
-            .await
-            .map_err(|e| pg_err(OP, e))?;
-        client
-            .execute(&stmt, &[&millis(older_than), &(limit as i64)])
-            .await
-            .map_err(|e| pg_err(OP, e))
+        self.execute(
+            OP,
+            &self.inner.sql.purge_succeeded,
+            &[&millis(older_than), &(limit as i64)],
+        )
+        .await
     }
 
     async fn delete_succeeded(&self, ids: &[TaskId]) -> Result<u64> {
@@ -530,15 +545,8 @@ impl TaskStore for PgStore {
         if ids.is_empty() {
             return Ok(0);
         }
-        let client = self.client_for(OP).await?;
-        let stmt = client
-            .prepare_cached(&self.inner.sql.delete_succeeded)
+        self.execute(OP, &self.inner.sql.delete_succeeded, &[&ids])
             .await
-            .map_err(|e| pg_err(OP, e))?;
-        client
-            .execute(&stmt, &[&ids])
-            .await
-            .map_err(|e| pg_err(OP, e))
     }
 }
 

@@ -41,6 +41,15 @@ pub fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds")
 }
 
+/// Join the workers and merge their latency histograms.
+async fn merged(handles: Vec<tokio::task::JoinHandle<Histogram<u64>>>) -> Histogram<u64> {
+    let mut all = histogram();
+    for h in handles {
+        let _ = all.add(h.await.expect("join"));
+    }
+    all
+}
+
 pub fn record(h: &mut Histogram<u64>, d: Duration) {
     let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1);
     let _ = h.record(us.min(60_000_000));
@@ -184,10 +193,7 @@ impl Raw for SqliteRaw {
                 h
             }));
         }
-        let mut all = histogram();
-        for h in handles {
-            let _ = all.add(h.await.expect("join"));
-        }
+        let all = merged(handles).await;
         (started.elapsed(), all)
     }
 
@@ -354,10 +360,7 @@ impl Raw for PgRaw {
                 h
             }));
         }
-        let mut all = histogram();
-        for h in handles {
-            let _ = all.add(h.await.expect("join"));
-        }
+        let all = merged(handles).await;
         (started.elapsed(), all)
     }
 
@@ -556,10 +559,7 @@ impl Raw for MySqlRaw {
                 h
             }));
         }
-        let mut all = histogram();
-        for h in handles {
-            let _ = all.add(h.await.expect("join"));
-        }
+        let all = merged(handles).await;
         (started.elapsed(), all)
     }
 
