@@ -686,37 +686,42 @@ impl TaskStore for MySqlStore {
         const OP: &str = "manual_reset";
         limits::check_duration(OP, "stuck_after", stuck_after)?;
         let sql = &self.inner.sql;
-        let (reset, status) = self
+        // The reset row is read back inside the reset's transaction: our row lock keeps a
+        // claimer (a poller sees the task due at once) out until commit, so the task
+        // returned is the task as reset, never as already claimed again.
+        let (row, status) = self
             .retrying(OP, |mut conn| async move {
+                let mut tx = sqlx::Connection::begin(&mut *conn).await?;
                 let done = sqlx::query(safe(&sql.manual_reset))
                     .bind(id)
                     .bind(micros(stuck_after))
-                    .execute(&mut *conn)
+                    .execute(&mut *tx)
                     .await?;
-                let status: Option<i8> = sqlx::query_scalar(safe(&sql.status_of))
-                    .bind(id)
-                    .fetch_optional(&mut *conn)
-                    .await?;
-                Ok((done.rows_affected() == 1, status))
+                let found = if done.rows_affected() == 1 {
+                    let row = sqlx::query(safe(&sql.get))
+                        .bind(id)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    (row, None)
+                } else {
+                    let status: Option<i8> = sqlx::query_scalar(safe(&sql.status_of))
+                        .bind(id)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    (None, status)
+                };
+                tx.commit().await?;
+                Ok(found)
             })
             .await?;
-        match (reset, status) {
-            (_, None) => Err(Error::task_not_found(OP, id)),
-            (true, Some(_)) => {
-                let mut conn = self.inner.pool.acquire().await.map_err(|e| my_err(OP, e))?;
-                self.fetch_task(OP, &mut conn, id).await?.ok_or_else(|| {
-                    Error::new(
-                        ErrorKind::NotFound,
-                        OP,
-                        format!("task {id} vanished after reset"),
-                    )
-                })
-            }
-            (false, Some(code)) => Err(Error::reset_refused(
+        match (row, status) {
+            (Some(row), _) => decode(&row),
+            (None, Some(code)) => Err(Error::reset_refused(
                 OP,
                 id,
                 Status::from_code(code.into())?,
             )),
+            (None, None) => Err(Error::task_not_found(OP, id)),
         }
     }
 

@@ -124,8 +124,10 @@ pub trait TaskStore: Send + Sync + 'static {
     ///
     /// - Also resets a *stuck* running task: one whose `updated_at` is older than
     ///   `stuck_after` (its owner is gone). A running task with a live owner is never reset.
-    /// - Returns the task as reset. `NotFound` when there is no such task; `Conflict` when
-    ///   it is pending, succeeded, or running with a live owner (nothing changes).
+    /// - Returns the task as reset, read atomically with the reset: never the state of a
+    ///   claim that followed it (the reset task is due at once, so a poller may take it
+    ///   right away). `NotFound` when there is no such task; `Conflict` when it is
+    ///   pending, succeeded, or running with a live owner (nothing changes).
     async fn manual_reset(&self, id: TaskId, stuck_after: Duration) -> Result<Task>;
 
     /// One task by id, or `None`.

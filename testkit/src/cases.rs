@@ -1148,6 +1148,73 @@ pub async fn manual_reset_refuses_other_states<H: Harness>(ctx: &Ctx<H>) {
     );
 }
 
+/// manual_reset returns the task as reset even while claimers poll the table: a reset
+/// task is due at once, so a claimer may take it right after the reset commits, but the
+/// returned row is the reset itself (pending, attempts 0, no owner), never a later claim.
+pub async fn manual_reset_returns_the_reset_task_while_claimers_race<H: Harness>(ctx: &Ctx<H>) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const TASKS: usize = 30;
+    let mut ids = Vec::new();
+    for i in 0..TASKS {
+        let e = ctx
+            .store
+            .enqueue(NewTask::new("E", format!("k{i}")).retry(RetryPolicy::fixed(1, HOUR)))
+            .await
+            .unwrap();
+        let t = ctx.grab(e.id).await;
+        assert!(ctx
+            .store
+            .mark_retry(t.lease(), HOUR, "gave up")
+            .await
+            .unwrap());
+        ids.push(e.id);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut claimers = Vec::new();
+    for c in 0..2 {
+        let store = ctx.new_store().await;
+        let stop = Arc::clone(&stop);
+        claimers.push(tokio::spawn(async move {
+            let me = owner(&format!("claimer-{c}"));
+            let types = vec!["E".to_string()];
+            let mut claimed = 0;
+            while !stop.load(Ordering::SeqCst) {
+                claimed += store.grab_batch(&me, &types, 10).await.unwrap().len();
+            }
+            claimed
+        }));
+    }
+    for id in &ids {
+        let r = ctx.store.manual_reset(*id, HOUR).await.unwrap();
+        assert_eq!(
+            (r.status, r.attempts, r.owner.as_deref()),
+            (Status::Pending, 0, None),
+            "task {id}: manual_reset must return the task as reset"
+        );
+        // let a claimer take it before the next reset
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while ctx.store.stats().await.unwrap().count(Status::Running) < TASKS as u64 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "claimers never took every reset task"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    let mut claimed = 0;
+    for c in claimers {
+        claimed += c.await.unwrap();
+    }
+    // every reset task is claimed again (exactly once) by the racing claimers
+    assert_eq!(claimed, TASKS);
+    for id in &ids {
+        let t = ctx.task(*id).await;
+        assert_eq!((t.status, t.attempts), (Status::Running, 1), "task {id}");
+    }
+}
+
 /// purge_succeeded: deletes succeeded tasks older than the retention, at most `limit`,
 /// never any other status.
 pub async fn purge_succeeded_deletes_only_old_succeeded_tasks<H: Harness>(ctx: &Ctx<H>) {

@@ -328,6 +328,7 @@ macro_rules! store_conformance {
             manual_reset_restarts_a_failed_task,
             manual_reset_recovers_a_stuck_running_task,
             manual_reset_refuses_other_states,
+            manual_reset_returns_the_reset_task_while_claimers_race,
             purge_succeeded_deletes_only_old_succeeded_tasks,
             delete_succeeded_deletes_only_succeeded_tasks,
             stats_counts_per_status_and_event_type,
