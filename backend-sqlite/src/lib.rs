@@ -6,8 +6,9 @@
 //! - **WAL** journal and a busy timeout on every connection; every write runs under
 //!   `BEGIN IMMEDIATE`, so a transaction never fails to upgrade from read to write
 //!   (the `SQLITE_BUSY` that `busy_timeout` cannot absorb).
-//! - **No blocking of the async runtime**: each operation runs on a pooled connection on
-//!   tokio's blocking pool.
+//! - **No blocking of the async runtime**: reads run on pooled connections on tokio's
+//!   blocking pool; writes run one after another on the file's writer thread (one per
+//!   file in the process, with its own connection), see [`SqliteOptions::queue_writers`].
 //! - **Transactional enqueue**: [`SqliteStore::enqueue_tx`] writes the task on the
 //!   caller's own [`rusqlite::Transaction`], so it commits or rolls back with the business
 //!   rows; [`SqliteStore::transaction`] runs such a transaction on the store's pool.
@@ -39,10 +40,10 @@
 
 mod pool;
 mod sql;
+mod writer;
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use backstop_core::async_trait;
@@ -54,8 +55,9 @@ use backstop_core::{
 use chrono::{DateTime, Utc};
 use rusqlite::{params, Connection, OptionalExtension, Row, Transaction};
 
-use pool::Pool;
+use pool::{Pool, Settings};
 use sql::Sql;
+use writer::Writer;
 
 /// How durable a commit is (SQLite's `PRAGMA synchronous` in WAL mode).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -73,20 +75,25 @@ pub enum Synchronous {
 pub struct SqliteOptions {
     /// Table name and payload limit.
     pub config: StoreConfig,
-    /// Most connections open at once (default 8). Reads run in parallel; writes take
-    /// turns on SQLite's single write lock.
+    /// Most pooled connections open at once (default 8). Reads run on them in parallel;
+    /// writes take turns on SQLite's single write lock (on the writer thread's own
+    /// connection when writers are queued).
     pub max_connections: usize,
     /// How long a statement waits for the write lock before failing with a temporary
     /// `Unavailable` error (default 5 s).
     pub busy_timeout: Duration,
     /// Commit durability (default [`Synchronous::Full`]).
     pub synchronous: Synchronous,
-    /// Queue this process's writers of the database file in FIFO order before they ask
-    /// SQLite for the write lock (default `true`). SQLite's busy handler waits in steps of
-    /// milliseconds, so writers that meet on the lock lose far more time than the lock is
-    /// held; queueing in-process avoids that. Every store on the same file in this process
-    /// shares the queue; other processes still meet on SQLite's lock (`BEGIN IMMEDIATE`,
-    /// `busy_timeout`), which is what keeps them correct.
+    /// Queue this process's writes of the database file in FIFO order on one writer
+    /// thread, before they ask SQLite for the write lock (default `true`). SQLite's busy
+    /// handler waits in steps of milliseconds, so writers that meet on the lock lose far
+    /// more time than the lock is held; queueing in-process avoids that, and the thread
+    /// runs queued writes back to back. Every store on the same file in this process
+    /// shares the thread and its connection (each write runs with its own store's
+    /// `busy_timeout` and `synchronous`); other processes still meet on SQLite's lock
+    /// (`BEGIN IMMEDIATE`, `busy_timeout`), which is what keeps them correct. With
+    /// `false`, writes run on the pool like reads. An in-memory store never queues (its
+    /// one connection is the database).
     pub queue_writers: bool,
 }
 
@@ -120,8 +127,10 @@ struct Inner {
     pool: Pool,
     sql: Sql,
     config: StoreConfig,
-    /// Taken by every write of this store (see [`SqliteOptions::queue_writers`]).
-    writer: Option<Arc<tokio::sync::Mutex<()>>>,
+    settings: Settings,
+    /// Runs every write of this store (see [`SqliteOptions::queue_writers`]); `None`:
+    /// writes run on the pool and meet on SQLite's lock.
+    writer: Option<Arc<Writer>>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -172,12 +181,16 @@ impl SqliteStore {
         } else {
             options.max_connections
         };
-        let pool = Pool::new(path.clone(), max, options.busy_timeout, options.synchronous);
+        let settings = Settings {
+            busy_timeout: options.busy_timeout,
+            synchronous: options.synchronous,
+        };
+        let pool = Pool::new(path.clone(), max, settings);
         // Open one connection now so a bad path fails here, not at first use (and the file
-        // exists for the writer queue's key).
+        // exists for the writer's key).
         pool.run("open_store", |_| Ok(())).await?;
         let writer = match (&path, options.queue_writers) {
-            (Some(p), true) => Some(writer_queue(p)),
+            (Some(p), true) => Some(Writer::of(p)?),
             _ => None,
         };
         Ok(SqliteStore {
@@ -185,6 +198,7 @@ impl SqliteStore {
                 pool,
                 sql: Sql::new(&options.config.table),
                 config: options.config,
+                settings,
                 writer,
             }),
         })
@@ -210,9 +224,11 @@ impl SqliteStore {
         enqueue_on(&self.inner.sql, tx, task, now_ms()).map_err(|e| db_err("enqueue", e))
     }
 
-    /// Run `f` in a `BEGIN IMMEDIATE` transaction on one of the store's connections (on
-    /// tokio's blocking pool); commit when it returns `Ok`, roll back when it returns
-    /// `Err` or panics. `f` gets a [`SqliteTx`]: the [`rusqlite::Transaction`] (by
+    /// Run `f` in a `BEGIN IMMEDIATE` transaction where the store's writes run (the
+    /// file's writer thread, or a pooled connection on tokio's blocking pool when writers
+    /// are not queued); commit when it returns `Ok`, roll back when it returns `Err` or
+    /// panics (a panic is reported as an `Unexpected` error). Keep `f` short: the file's
+    /// other writes wait for it. `f` gets a [`SqliteTx`]: the [`rusqlite::Transaction`] (by
     /// `Deref`) for the business rows, plus [`SqliteTx::enqueue`] for the task.
     ///
     /// The error type is the caller's, as long as a backstop [`Error`] converts into it
@@ -224,11 +240,8 @@ impl SqliteStore {
         F: FnOnce(&SqliteTx<'_>) -> std::result::Result<T, E> + Send + 'static,
     {
         let store = self.clone();
-        let _turn = self.writer_turn().await;
         let out = self
-            .inner
-            .pool
-            .run("transaction", move |conn| {
+            .on_writer("transaction", move |conn| {
                 let tx = match conn
                     .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
                 {
@@ -259,27 +272,29 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&Sql, &Transaction<'_>, i64) -> rusqlite::Result<T> + Send + 'static,
     {
-        let _turn = self.writer_turn().await;
         let inner = Arc::clone(&self.inner);
-        self.inner
-            .pool
-            .run(op, move |conn| {
-                let tx = conn
-                    .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-                    .map_err(|e| db_err(op, e))?;
-                // Read the clock after the write lock is ours, so "now" is never stale.
-                let out = f(&inner.sql, &tx, now_ms()).map_err(|e| db_err(op, e))?;
-                tx.commit().map_err(|e| db_err(op, e))?;
-                Ok(out)
-            })
-            .await
+        self.on_writer(op, move |conn| {
+            let tx = conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .map_err(|e| db_err(op, e))?;
+            // Read the clock after the write lock is ours, so "now" is never stale.
+            let out = f(&inner.sql, &tx, now_ms()).map_err(|e| db_err(op, e))?;
+            tx.commit().map_err(|e| db_err(op, e))?;
+            Ok(out)
+        })
+        .await
     }
 
-    /// Wait for this process's turn to write the file (when writers are queued).
-    async fn writer_turn(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+    /// Run `f` where this store's writes run: on the file's writer thread (after the
+    /// writes queued before it), or on the pool when writers are not queued.
+    async fn on_writer<T, F>(&self, op: &'static str, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,
+    {
         match &self.inner.writer {
-            Some(w) => Some(w.lock().await),
-            None => None,
+            Some(w) => w.run(op, self.inner.settings, f).await,
+            None => self.inner.pool.run(op, f).await,
         }
     }
 
@@ -632,25 +647,6 @@ impl TaskStore for SqliteStore {
         })
         .await
     }
-}
-
-/// The in-process writer queue of the database file at `path`, shared by every store on
-/// that file (keyed by its canonical path).
-fn writer_queue(path: &Path) -> Arc<tokio::sync::Mutex<()>> {
-    type Registry = std::sync::Mutex<HashMap<PathBuf, Weak<tokio::sync::Mutex<()>>>>;
-    static QUEUES: OnceLock<Registry> = OnceLock::new();
-    let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    let mut queues = QUEUES
-        .get_or_init(Registry::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
-    queues.retain(|_, q| q.strong_count() > 0);
-    if let Some(q) = queues.get(&key).and_then(Weak::upgrade) {
-        return q;
-    }
-    let q = Arc::new(tokio::sync::Mutex::new(()));
-    queues.insert(key, Arc::downgrade(&q));
-    q
 }
 
 /// This machine's clock in Unix milliseconds: SQLite's "database time".

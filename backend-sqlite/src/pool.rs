@@ -17,23 +17,23 @@ pub(crate) struct Pool {
 
 struct Shared {
     path: Option<PathBuf>,
-    busy_timeout: Duration,
-    synchronous: Synchronous,
+    settings: Settings,
     idle: Mutex<Vec<Connection>>,
 }
 
+/// Per-connection settings of a store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Settings {
+    pub busy_timeout: Duration,
+    pub synchronous: Synchronous,
+}
+
 impl Pool {
-    pub fn new(
-        path: Option<PathBuf>,
-        max: usize,
-        busy_timeout: Duration,
-        synchronous: Synchronous,
-    ) -> Pool {
+    pub fn new(path: Option<PathBuf>, max: usize, settings: Settings) -> Pool {
         Pool {
             shared: Arc::new(Shared {
                 path,
-                busy_timeout,
-                synchronous,
+                settings,
                 idle: Mutex::new(Vec::new()),
             }),
             permits: Semaphore::new(max),
@@ -64,7 +64,7 @@ impl Pool {
                 .pop();
             let mut conn = match idle {
                 Some(conn) => conn,
-                None => shared.connect(op)?,
+                None => open(shared.path.as_deref(), shared.settings, op)?,
             };
             let out = f(&mut conn);
             shared
@@ -85,46 +85,53 @@ impl Pool {
     }
 }
 
-impl Shared {
-    fn connect(&self, op: &'static str) -> Result<Connection> {
-        let conn = match &self.path {
-            Some(p) => Connection::open(p),
-            None => Connection::open_in_memory(),
-        }
-        .map_err(|e| {
-            let where_ = self
-                .path
-                .as_deref()
-                .map(|p| p.display().to_string())
-                .unwrap_or_else(|| ":memory:".to_owned());
-            Error::new(
-                ErrorKind::Unavailable,
-                op,
-                format!("cannot open SQLite database {where_}: {e}"),
-            )
-            .with_source(e)
-        })?;
-        conn.busy_timeout(self.busy_timeout)
-            .map_err(|e| db_err(op, e))?;
-        if self.path.is_some() {
-            // WAL: readers never block the writer, the writer never blocks readers.
-            let mode: String = conn
-                .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
-                .map_err(|e| db_err(op, e))?;
-            if !mode.eq_ignore_ascii_case("wal") {
-                return Err(Error::config(
-                    op,
-                    format!("SQLite refused WAL journal mode (got {mode:?})"),
-                ));
-            }
-        }
-        let sync = match self.synchronous {
-            Synchronous::Full => "FULL",
-            Synchronous::Normal => "NORMAL",
-        };
-        conn.pragma_update(None, "synchronous", sync)
-            .map_err(|e| db_err(op, e))?;
-        conn.set_prepared_statement_cache_capacity(64);
-        Ok(conn)
+/// Open a connection to `path` (in memory when `None`): WAL, `settings` applied, a
+/// statement cache.
+pub(crate) fn open(
+    path: Option<&Path>,
+    settings: Settings,
+    op: &'static str,
+) -> Result<Connection> {
+    let conn = match path {
+        Some(p) => Connection::open(p),
+        None => Connection::open_in_memory(),
     }
+    .map_err(|e| {
+        let where_ = path
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| ":memory:".to_owned());
+        Error::new(
+            ErrorKind::Unavailable,
+            op,
+            format!("cannot open SQLite database {where_}: {e}"),
+        )
+        .with_source(e)
+    })?;
+    if path.is_some() {
+        // WAL: readers never block the writer, the writer never blocks readers.
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+            .map_err(|e| db_err(op, e))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(Error::config(
+                op,
+                format!("SQLite refused WAL journal mode (got {mode:?})"),
+            ));
+        }
+    }
+    configure(&conn, settings, op)?;
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(conn)
+}
+
+/// Apply `settings` to `conn` (cheap: no I/O).
+pub(crate) fn configure(conn: &Connection, settings: Settings, op: &'static str) -> Result<()> {
+    conn.busy_timeout(settings.busy_timeout)
+        .map_err(|e| db_err(op, e))?;
+    let sync = match settings.synchronous {
+        Synchronous::Full => "FULL",
+        Synchronous::Normal => "NORMAL",
+    };
+    conn.pragma_update(None, "synchronous", sync)
+        .map_err(|e| db_err(op, e))
 }
