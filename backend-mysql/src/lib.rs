@@ -588,6 +588,18 @@ impl TaskStore for MySqlStore {
             .retrying(OP, |mut conn| {
                 let token = self.token();
                 async move {
+                    // Look before locking. The UPDATE below is a locking scan of the
+                    // running rows' index: it waits on any row a concurrent mark or claim
+                    // is changing there, and the poller waits with it, though there is
+                    // almost never a dead task to find. The look takes no locks; a task
+                    // that dies right after it is found on the next round.
+                    let any: Option<i64> = sqlx::query_scalar(safe(&sql.any_dead))
+                        .bind(micros(older_than))
+                        .fetch_optional(&mut *conn)
+                        .await?;
+                    if any.is_none() {
+                        return Ok(Vec::new());
+                    }
                     let done = sqlx::query(safe(&sql.recycle_dead))
                         .bind(token)
                         .bind(micros(older_than))

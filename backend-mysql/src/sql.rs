@@ -18,6 +18,7 @@ pub(crate) struct Sql {
     pub grab_by_id: String,
     pub get: String,
     pub select_by_token: String,
+    pub any_dead: String,
     pub recycle_dead: String,
     pub count_by_token: String,
     pub mark_retry: String,
@@ -89,6 +90,12 @@ impl Sql {
             ),
             get: format!("SELECT {COLUMNS} FROM {t} WHERE id = ?"),
             select_by_token: format!("SELECT {COLUMNS} FROM {t} WHERE claim_token = ?"),
+            // older_than µs. A consistent (non-locking) read: see `recycle_dead`.
+            any_dead: format!(
+                "SELECT 1 FROM {t}
+                 WHERE status = 3 AND updated_at < NOW(3) - INTERVAL ? MICROSECOND
+                 LIMIT 1"
+            ),
             // token, older_than µs, limit
             recycle_dead: format!(
                 "UPDATE {t} SET
