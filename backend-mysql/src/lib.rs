@@ -6,8 +6,9 @@
 //! - **Two claim strategies** ([`ClaimStrategy`]), chosen automatically from the server
 //!   version: *skip locked* (`SELECT … FOR UPDATE SKIP LOCKED` + `UPDATE … WHERE id IN (…)`
 //!   in one transaction; MySQL ≥ 8.0.1, MariaDB ≥ 10.6) or the seed's *ordered update*
-//!   (`UPDATE … ORDER BY next_run_at, id LIMIT n` tagging the rows with a per-call claim
-//!   token, then a `SELECT` of exactly those rows).
+//!   (the same with a plain `FOR UPDATE`: claimers queue behind each other's row locks).
+//!   The update tags the rows with a per-call claim token; a `SELECT` reads exactly
+//!   those back.
 //! - **READ COMMITTED** on every pooled connection (no gap locks to deadlock with
 //!   inserts); claim indexes that match the `ORDER BY` exactly.
 //! - **Deadlocks (1213) and lock-wait timeouts (1205)** are retried a few times with
@@ -87,8 +88,12 @@ pub enum ClaimStrategy {
     /// ordered update. The default.
     #[default]
     Auto,
-    /// The seed's `UPDATE … ORDER BY next_run_at, id LIMIT n` + a `SELECT` by claim token.
-    /// Works on every version; concurrent claimers queue behind each other's row locks.
+    /// `SELECT … ORDER BY next_run_at, id LIMIT n FOR UPDATE` + `UPDATE … WHERE id IN
+    /// (…)` in one transaction: the seed's ordered update, in two statements. Works on
+    /// every version; concurrent claimers queue behind each other's row locks. (The
+    /// seed's single `UPDATE … ORDER BY … LIMIT` changes a column of the index it scans,
+    /// so the server collects every due row before applying the limit: a claim's cost
+    /// would grow with the backlog.)
     OrderedUpdate,
     /// `SELECT … FOR UPDATE SKIP LOCKED` + `UPDATE … WHERE id IN (…)` in one transaction:
     /// concurrent claimers pass each other.
@@ -527,49 +532,30 @@ impl TaskStore for MySqlStore {
             .retrying(OP, |mut conn| {
                 let token = self.token();
                 async move {
-                    match strategy {
-                        ClaimStrategy::SkipLocked => {
-                            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-                            let text = sql.pick_skip_locked(event_types.len());
-                            let mut q = sqlx::query_scalar::<_, i64>(safe(&text));
-                            for t in event_types {
-                                q = q.bind(t);
-                            }
-                            let ids = q.bind(limit as i64).fetch_all(&mut *tx).await?;
-                            if ids.is_empty() {
-                                tx.commit().await?;
-                                return Ok(Vec::new());
-                            }
-                            let text = sql.claim_ids(bucket(ids.len()));
-                            let mut q = sqlx::query(safe(&text)).bind(owner.as_str()).bind(token);
-                            for id in padded(&ids) {
-                                q = q.bind(id);
-                            }
-                            q.execute(&mut *tx).await?;
-                            let rows = sqlx::query(safe(&sql.select_by_token))
-                                .bind(token)
-                                .fetch_all(&mut *tx)
-                                .await?;
-                            tx.commit().await?;
-                            Ok(rows)
-                        }
-                        _ => {
-                            let text = sql.claim_ordered(event_types.len());
-                            let mut q = sqlx::query(safe(&text)).bind(owner.as_str()).bind(token);
-                            for t in event_types {
-                                q = q.bind(t);
-                            }
-                            let done = q.bind(limit as i64).execute(&mut *conn).await?;
-                            if done.rows_affected() == 0 {
-                                return Ok(Vec::new());
-                            }
-                            // Exactly the rows this call claimed: tagged with its token.
-                            sqlx::query(safe(&sql.select_by_token))
-                                .bind(token)
-                                .fetch_all(&mut *conn)
-                                .await
-                        }
+                    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+                    let text = sql.pick(event_types.len(), strategy == ClaimStrategy::SkipLocked);
+                    let mut q = sqlx::query_scalar::<_, i64>(safe(&text));
+                    for t in event_types {
+                        q = q.bind(t);
                     }
+                    let ids = q.bind(limit as i64).fetch_all(&mut *tx).await?;
+                    if ids.is_empty() {
+                        tx.commit().await?;
+                        return Ok(Vec::new());
+                    }
+                    let text = sql.claim_ids(bucket(ids.len()));
+                    let mut q = sqlx::query(safe(&text)).bind(owner.as_str()).bind(token);
+                    for id in padded(&ids) {
+                        q = q.bind(id);
+                    }
+                    q.execute(&mut *tx).await?;
+                    // Exactly the rows this call claimed: tagged with its token.
+                    let rows = sqlx::query(safe(&sql.select_by_token))
+                        .bind(token)
+                        .fetch_all(&mut *tx)
+                        .await?;
+                    tx.commit().await?;
+                    Ok(rows)
                 }
             })
             .await?;

@@ -187,26 +187,21 @@ impl Sql {
         (index, filter)
     }
 
-    /// The seed's ordered claim, tagging the rows with this call's token: owner, token,
-    /// types…, limit.
-    pub fn claim_ordered(&self, n_types: usize) -> String {
+    /// The claim's locking read, in claim order: types…, limit. With `skip_locked`,
+    /// rows another claim holds are passed over; without, this waits for them.
+    ///
+    /// Not the seed's single `UPDATE … ORDER BY next_run_at, id LIMIT n`: the update
+    /// changes `status`, a column of the index it would scan, so MariaDB and MySQL
+    /// collect every due row before applying the LIMIT ("Using buffer"), and each claim
+    /// read (and locked) the whole backlog.
+    pub fn pick(&self, n_types: usize, skip_locked: bool) -> String {
         let t = &self.table;
         let (index, due) = Self::due_rows(n_types);
-        format!(
-            "UPDATE {t} FORCE INDEX ({index}) SET status = 3, owner = ?, attempts = attempts + 1,
-                lease = lease + 1, claim_token = ?, updated_at = NOW(3)
-             {due}"
-        )
+        let skip = if skip_locked { " SKIP LOCKED" } else { "" };
+        format!("SELECT id FROM {t} FORCE INDEX ({index}) {due} FOR UPDATE{skip}")
     }
 
-    /// The locking read of the SKIP LOCKED claim: types…, limit.
-    pub fn pick_skip_locked(&self, n_types: usize) -> String {
-        let t = &self.table;
-        let (index, due) = Self::due_rows(n_types);
-        format!("SELECT id FROM {t} FORCE INDEX ({index}) {due} FOR UPDATE SKIP LOCKED")
-    }
-
-    /// The update of the rows the SKIP LOCKED read locked: owner, token, ids….
+    /// The update of the rows the claim's read locked: owner, token, ids….
     pub fn claim_ids(&self, n: usize) -> String {
         let t = &self.table;
         let ids = Self::placeholders(n);

@@ -162,7 +162,7 @@ impl Harness for MySqlHarness {
     }
 }
 
-/// Every case with the seed's ordered `UPDATE … LIMIT` claim.
+/// Every case with the ordered (queueing) claim.
 mod ordered_update {
     use super::*;
     backstop_testkit::conformance!(MySqlHarness(ClaimStrategy::OrderedUpdate));
@@ -172,4 +172,91 @@ mod ordered_update {
 mod skip_locked {
     use super::*;
     backstop_testkit::conformance!(MySqlHarness(ClaimStrategy::SkipLocked));
+}
+
+/// A claim reads the rows it claims, not the backlog, under either strategy: the claiming
+/// connection's own `Handler_read_next` (index reads in order) around one claim of 10 from
+/// 3 000 due tasks. (The seed's single `UPDATE … ORDER BY … LIMIT` read all 3 000: it
+/// changes a column of the index it scans, so the server buffers every due row first.)
+mod claim_cost {
+    use super::*;
+    use backstop_core::{Owner, TaskStore};
+    use backstop_testkit::Ctx;
+
+    const BACKLOG: usize = 3000;
+
+    async fn index_reads(store: &MySqlStore) -> i64 {
+        let mut conn = store
+            .pool()
+            .acquire()
+            .await
+            .expect("the store's connection");
+        let v: String = sqlx::query_scalar(
+            "SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS
+             WHERE VARIABLE_NAME = 'HANDLER_READ_NEXT'",
+        )
+        .fetch_one(&mut *conn)
+        .await
+        .expect("session status");
+        v.parse().expect("a counter")
+    }
+
+    async fn claim_reads_only_what_it_claims(strategy: ClaimStrategy) {
+        let Some(ctx) = Ctx::setup(MySqlHarness(strategy), "claim_reads_only_what_it_claims").await
+        else {
+            return;
+        };
+        let rows: Vec<String> = (0..BACKLOG)
+            .map(|i| {
+                format!(
+                    "('E', 'k{i}', '', 0, 0, 3, 'FIXED', 1000, 1000,
+                      NOW(3) - INTERVAL 1 MINUTE, 0, NOW(3), NOW(3))"
+                )
+            })
+            .collect();
+        sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO `{}` (event_type, biz_key, payload, status, attempts, max_attempts,
+                retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at, lease,
+                created_at, updated_at) VALUES {}",
+            ctx.config.table,
+            rows.join(",")
+        )))
+        .execute(&ctx.db.admin)
+        .await
+        .expect("insert the backlog");
+        // one connection, so the counters read are the claim's own session's
+        let store = MySqlStore::connect_with(
+            &ctx.db.url(),
+            MySqlOptions {
+                claim_strategy: strategy,
+                max_connections: 1,
+                ..MySqlOptions::default()
+            },
+        )
+        .await
+        .expect("open");
+        let me = Owner::new("claimer").expect("owner");
+        let before = index_reads(&store).await;
+        let got = store
+            .grab_batch(&me, &["E".to_string()], 10)
+            .await
+            .expect("claim");
+        let reads = index_reads(&store).await - before;
+        assert_eq!(got.len(), 10);
+        assert_eq!(got[0].biz_key, "k0", "oldest first");
+        assert!(
+            reads < 100,
+            "{strategy:?}: one claim of 10 read {reads} index entries from a backlog of {BACKLOG}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn ordered_update_claim_reads_only_what_it_claims() {
+        claim_reads_only_what_it_claims(ClaimStrategy::OrderedUpdate).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn skip_locked_claim_reads_only_what_it_claims() {
+        claim_reads_only_what_it_claims(ClaimStrategy::SkipLocked).await;
+    }
 }
