@@ -3,12 +3,13 @@
 //! The MySQL 8 / MariaDB 10.6+ backend of backstop: a [`TaskStore`] on sqlx's MySQL
 //! driver (InnoDB).
 //!
-//! - **Two claim strategies** ([`ClaimStrategy`]), chosen automatically from the server
-//!   version: *skip locked* (`SELECT … FOR UPDATE SKIP LOCKED` + `UPDATE … WHERE id IN (…)`
-//!   in one transaction; MySQL ≥ 8.0.1, MariaDB ≥ 10.6) or the seed's *ordered update*
-//!   (the same with a plain `FOR UPDATE`: claimers queue behind each other's row locks).
-//!   The update tags the rows with a per-call claim token; a `SELECT` reads exactly
-//!   those back.
+//! - **Three claim strategies** ([`ClaimStrategy`]), one transaction each: a locking
+//!   read of the oldest due ids, then `UPDATE … WHERE id IN (…)` tagging the rows with a
+//!   per-call claim token, then a `SELECT` of exactly those rows. They differ in what the
+//!   read does with rows another claim holds: *queue then skip* waits its turn up to
+//!   1 s, then passes them (`FOR UPDATE WAIT 1`, then `SKIP LOCKED`; MariaDB ≥ 10.6, the
+//!   default there), *skip locked* passes them at once (MySQL ≥ 8.0.1, the default
+//!   there), the seed's *ordered update* waits (`FOR UPDATE`; every version).
 //! - **READ COMMITTED** on every pooled connection (no gap locks to deadlock with
 //!   inserts); claim indexes that match the `ORDER BY` exactly.
 //! - **Deadlocks (1213) and lock-wait timeouts (1205)** are retried a few times with
@@ -55,7 +56,7 @@ use chrono::NaiveDateTime;
 use sqlx::mysql::{MySqlConnectOptions, MySqlDatabaseError, MySqlPoolOptions, MySqlRow};
 use sqlx::{Executor, MySql, MySqlConnection, MySqlPool, Row};
 
-use sql::Sql;
+use sql::{LockWait, Sql};
 
 /// A pooled connection idle at least this long is pinged before it is handed out.
 const IDLE_PING_AFTER: Duration = Duration::from_secs(1);
@@ -84,8 +85,8 @@ fn padded<T>(items: &[T]) -> impl Iterator<Item = &T> {
 /// How a batch of tasks is claimed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ClaimStrategy {
-    /// Skip locked where the server supports it (MySQL ≥ 8.0.1, MariaDB ≥ 10.6), else
-    /// ordered update. The default.
+    /// Queue-then-skip on MariaDB ≥ 10.6, skip locked on MySQL ≥ 8.0.1 (which has no
+    /// `WAIT n`), else ordered update. The default.
     #[default]
     Auto,
     /// `SELECT … ORDER BY next_run_at, id LIMIT n FOR UPDATE` + `UPDATE … WHERE id IN
@@ -98,6 +99,39 @@ pub enum ClaimStrategy {
     /// `SELECT … FOR UPDATE SKIP LOCKED` + `UPDATE … WHERE id IN (…)` in one transaction:
     /// concurrent claimers pass each other.
     SkipLocked,
+    /// Claimers take turns at the head of the queue and pass only a stalled one: the
+    /// ordered claim's locking read waits up to 1 s for another claim's row locks
+    /// (`FOR UPDATE WAIT 1`); past that, the claim starts over with `SKIP LOCKED`.
+    ///
+    /// Under contention claims queue instead of running side by side over the same
+    /// index head, which keeps several instances at least as fast as one (measured on
+    /// MariaDB: 8 engines 1.1× one engine where skip locked fell to 0.5×), while a
+    /// claimer that stalls mid-claim (a paused VM, a partitioned host) holds the others
+    /// up by a second, not `innodb_lock_wait_timeout`. Needs MariaDB ≥ 10.6 (`WAIT n`
+    /// and `SKIP LOCKED`); the default there.
+    QueueThenSkip,
+}
+
+impl ClaimStrategy {
+    /// What [`Auto`](Self::Auto) resolves to on a server reporting `version`
+    /// (`SELECT VERSION()`).
+    ///
+    /// ```
+    /// use backstop_mysql::ClaimStrategy;
+    /// assert_eq!(ClaimStrategy::auto_for("10.11.14-MariaDB"), ClaimStrategy::QueueThenSkip);
+    /// assert_eq!(ClaimStrategy::auto_for("8.0.36"), ClaimStrategy::SkipLocked);
+    /// assert_eq!(ClaimStrategy::auto_for("10.5.23-MariaDB"), ClaimStrategy::OrderedUpdate);
+    /// assert_eq!(ClaimStrategy::auto_for("5.7.44-log"), ClaimStrategy::OrderedUpdate);
+    /// ```
+    pub fn auto_for(version: &str) -> ClaimStrategy {
+        if supports_queue_then_skip(version) {
+            ClaimStrategy::QueueThenSkip
+        } else if supports_skip_locked(version) {
+            ClaimStrategy::SkipLocked
+        } else {
+            ClaimStrategy::OrderedUpdate
+        }
+    }
 }
 
 /// Options of a [`MySqlStore`].
@@ -167,6 +201,20 @@ impl std::fmt::Debug for MySqlStore {
 /// assert!(supports_skip_locked("11.4.2-MariaDB"));
 /// ```
 pub fn supports_skip_locked(version: &str) -> bool {
+    match parse_version(version) {
+        (true, v) => v >= (10, 6, 0),
+        (false, v) => v >= (8, 0, 1),
+    }
+}
+
+/// Whether the server runs [`ClaimStrategy::QueueThenSkip`]: MariaDB ≥ 10.6 (MySQL has
+/// no `SELECT … FOR UPDATE WAIT n`).
+fn supports_queue_then_skip(version: &str) -> bool {
+    matches!(parse_version(version), (true, v) if v >= (10, 6, 0))
+}
+
+/// (is MariaDB, (major, minor, patch)) of a `VERSION()` string.
+fn parse_version(version: &str) -> (bool, (u32, u32, u32)) {
     let nums: Vec<u32> = version
         .split(|c: char| !c.is_ascii_digit())
         .take(3)
@@ -177,11 +225,7 @@ pub fn supports_skip_locked(version: &str) -> bool {
         nums.get(1).copied().unwrap_or(0),
         nums.get(2).copied().unwrap_or(0),
     );
-    if version.to_ascii_lowercase().contains("mariadb") {
-        v >= (10, 6, 0)
-    } else {
-        v >= (8, 0, 1)
-    }
+    (version.to_ascii_lowercase().contains("mariadb"), v)
 }
 
 impl MySqlStore {
@@ -242,13 +286,19 @@ impl MySqlStore {
             .await
             .map_err(|e| my_err(OP, e))?;
         let skip = supports_skip_locked(&version);
+        let queue = supports_queue_then_skip(&version);
         let strategy = match options.claim_strategy {
-            ClaimStrategy::Auto if skip => ClaimStrategy::SkipLocked,
-            ClaimStrategy::Auto => ClaimStrategy::OrderedUpdate,
+            ClaimStrategy::Auto => ClaimStrategy::auto_for(&version),
             ClaimStrategy::SkipLocked if !skip => {
                 return Err(Error::config(
                     OP,
                     format!("server {version} does not support SKIP LOCKED (needs MySQL 8.0.1+ or MariaDB 10.6+)"),
+                ))
+            }
+            ClaimStrategy::QueueThenSkip if !queue => {
+                return Err(Error::config(
+                    OP,
+                    format!("server {version} does not support queue-then-skip claims (needs MariaDB 10.6+)"),
                 ))
             }
             s => s,
@@ -454,6 +504,25 @@ impl MySqlStore {
     }
 }
 
+/// How long a [`ClaimStrategy::QueueThenSkip`] claim queues behind another (seconds).
+const QUEUE_WAIT_S: u32 = 1;
+
+/// The claim's locking read of due task ids, in claim order.
+async fn pick(
+    sql: &Sql,
+    conn: &mut MySqlConnection,
+    wait: LockWait,
+    event_types: &[String],
+    limit: usize,
+) -> std::result::Result<Vec<i64>, sqlx::Error> {
+    let text = sql.pick(event_types.len(), wait);
+    let mut q = sqlx::query_scalar::<_, i64>(safe(&text));
+    for t in event_types {
+        q = q.bind(t);
+    }
+    q.bind(limit as i64).fetch_all(&mut *conn).await
+}
+
 #[async_trait]
 impl TaskStore for MySqlStore {
     async fn migrate(&self) -> Result<()> {
@@ -532,13 +601,21 @@ impl TaskStore for MySqlStore {
             .retrying(OP, |mut conn| {
                 let token = self.token();
                 async move {
+                    let first = match strategy {
+                        ClaimStrategy::SkipLocked => LockWait::Skip,
+                        ClaimStrategy::QueueThenSkip => LockWait::UpTo(QUEUE_WAIT_S),
+                        _ => LockWait::Queue,
+                    };
                     let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-                    let text = sql.pick(event_types.len(), strategy == ClaimStrategy::SkipLocked);
-                    let mut q = sqlx::query_scalar::<_, i64>(safe(&text));
-                    for t in event_types {
-                        q = q.bind(t);
-                    }
-                    let ids = q.bind(limit as i64).fetch_all(&mut *tx).await?;
+                    let ids = match pick(sql, &mut tx, first, event_types, limit).await {
+                        // Held past the wait: a stalled claimer. Start over, passing it.
+                        Err(e) if first != LockWait::Queue && error_number(&e) == Some(1205) => {
+                            tx.rollback().await?;
+                            tx = sqlx::Connection::begin(&mut *conn).await?;
+                            pick(sql, &mut tx, LockWait::Skip, event_types, limit).await?
+                        }
+                        picked => picked?,
+                    };
                     if ids.is_empty() {
                         tx.commit().await?;
                         return Ok(Vec::new());

@@ -169,7 +169,7 @@ impl Sql {
     }
 
     /// `FORCE INDEX (…) WHERE <due pending of these types> ORDER BY next_run_at, id LIMIT ?`,
-    /// shared by both claim strategies. One event type uses the
+    /// shared by every claim strategy. One event type uses the
     /// `(status, event_type, next_run_at, id)` index in order; several use
     /// `(status, next_run_at, id)` — either way no filesort, so no row is locked and skipped.
     fn due_rows(n_types: usize) -> (&'static str, String) {
@@ -187,18 +187,22 @@ impl Sql {
         (index, filter)
     }
 
-    /// The claim's locking read, in claim order: types…, limit. With `skip_locked`,
-    /// rows another claim holds are passed over; without, this waits for them.
+    /// The claim's locking read, in claim order: types…, limit. What it does with rows
+    /// another claim holds: see [`LockWait`].
     ///
     /// Not the seed's single `UPDATE … ORDER BY next_run_at, id LIMIT n`: the update
     /// changes `status`, a column of the index it would scan, so MariaDB and MySQL
     /// collect every due row before applying the LIMIT ("Using buffer"), and each claim
     /// read (and locked) the whole backlog.
-    pub fn pick(&self, n_types: usize, skip_locked: bool) -> String {
+    pub fn pick(&self, n_types: usize, wait: LockWait) -> String {
         let t = &self.table;
         let (index, due) = Self::due_rows(n_types);
-        let skip = if skip_locked { " SKIP LOCKED" } else { "" };
-        format!("SELECT id FROM {t} FORCE INDEX ({index}) {due} FOR UPDATE{skip}")
+        let wait = match wait {
+            LockWait::Queue => String::new(),
+            LockWait::UpTo(s) => format!(" WAIT {s}"),
+            LockWait::Skip => " SKIP LOCKED".to_owned(),
+        };
+        format!("SELECT id FROM {t} FORCE INDEX ({index}) {due} FOR UPDATE{wait}")
     }
 
     /// The update of the rows the claim's read locked: owner, token, ids….
@@ -264,4 +268,15 @@ impl Sql {
         let ids = Self::placeholders(n);
         format!("DELETE FROM {t} WHERE id IN ({ids}) AND status = 1")
     }
+}
+
+/// What a claim's locking read does with rows another transaction holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockWait {
+    /// Wait for them (up to `innodb_lock_wait_timeout`).
+    Queue,
+    /// Wait up to this many seconds, then fail with 1205 (MariaDB's `WAIT n`).
+    UpTo(u32),
+    /// Pass them over.
+    Skip,
 }

@@ -68,6 +68,7 @@ impl Harness for MySqlHarness {
         let server = server_url()?;
         let name = backstop_testkit::unique_name(match self.0 {
             ClaimStrategy::SkipLocked => "bst_sl",
+            ClaimStrategy::QueueThenSkip => "bst_qs",
             _ => "bst_ou",
         });
         let bootstrap = MySqlPoolOptions::new()
@@ -174,6 +175,12 @@ mod skip_locked {
     backstop_testkit::conformance!(MySqlHarness(ClaimStrategy::SkipLocked));
 }
 
+/// Every case with the queue-then-skip claim (MariaDB's default).
+mod queue_then_skip {
+    use super::*;
+    backstop_testkit::conformance!(MySqlHarness(ClaimStrategy::QueueThenSkip));
+}
+
 /// A claim reads the rows it claims, not the backlog, under either strategy: the claiming
 /// connection's own `Handler_read_next` (index reads in order) around one claim of 10 from
 /// 3 000 due tasks. (The seed's single `UPDATE … ORDER BY … LIMIT` read all 3 000: it
@@ -258,5 +265,66 @@ mod claim_cost {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn skip_locked_claim_reads_only_what_it_claims() {
         claim_reads_only_what_it_claims(ClaimStrategy::SkipLocked).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn queue_then_skip_claim_reads_only_what_it_claims() {
+        claim_reads_only_what_it_claims(ClaimStrategy::QueueThenSkip).await;
+    }
+}
+
+/// Queue-then-skip: a claim waits its turn behind another claim's row locks, but passes
+/// a claimer that stalls mid-claim after a second (not `innodb_lock_wait_timeout`); once
+/// the stalled claim is gone, the oldest tasks are claimed first again.
+mod queue_then_skip_stall {
+    use super::*;
+    use backstop_core::{Owner, TaskStore};
+    use backstop_testkit::Ctx;
+    use std::time::Instant;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stalled_claimer_holds_the_others_up_for_a_second() {
+        let Some(ctx) = Ctx::setup(
+            MySqlHarness(ClaimStrategy::QueueThenSkip),
+            "a_stalled_claimer_holds_the_others_up_for_a_second",
+        )
+        .await
+        else {
+            return;
+        };
+        assert_eq!(ctx.store.claim_strategy(), ClaimStrategy::QueueThenSkip);
+        for i in 0..10 {
+            ctx.enqueue("E", &format!("k{i}")).await;
+        }
+        // a claimer stalls mid-claim, holding the three oldest rows
+        let mut stalled = ctx.db.admin.begin().await.expect("begin");
+        let held: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT id FROM `{}` WHERE event_type = 'E' AND biz_key IN ('k0', 'k1', 'k2')
+             FOR UPDATE",
+            ctx.config.table
+        )))
+        .fetch_all(&mut *stalled)
+        .await
+        .expect("lock the head");
+        assert_eq!(held.len(), 3);
+        let me = Owner::new("claimer").expect("owner");
+        let types = ["E".to_string()];
+        let started = Instant::now();
+        let got = ctx.store.grab_batch(&me, &types, 3).await.expect("claim");
+        let waited = started.elapsed();
+        let keys: Vec<&str> = got.iter().map(|t| t.biz_key.as_str()).collect();
+        assert_eq!(keys, ["k3", "k4", "k5"], "passes the stalled claim's rows");
+        assert!(
+            waited >= Duration::from_millis(900),
+            "queued behind the other claim first (waited {waited:?})"
+        );
+        assert!(
+            waited < Duration::from_secs(10),
+            "held up {waited:?}: far more than the 1 s wait"
+        );
+        stalled.rollback().await.expect("rollback");
+        let got = ctx.store.grab_batch(&me, &types, 3).await.expect("claim");
+        let keys: Vec<&str> = got.iter().map(|t| t.biz_key.as_str()).collect();
+        assert_eq!(keys, ["k0", "k1", "k2"], "the head again, once it is free");
     }
 }

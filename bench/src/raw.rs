@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use backstop::async_trait;
+use backstop::mysql::ClaimStrategy;
 use hdrhistogram::Histogram;
 
 pub const TABLE: &str = "bench_task";
@@ -419,6 +420,8 @@ impl Raw for PgRaw {
 
 pub struct MySqlRaw {
     pub pool: sqlx::MySqlPool,
+    /// The claim's locking-read clause: the store's default claim strategy on this server.
+    lock_wait: &'static str,
 }
 
 impl MySqlRaw {
@@ -438,7 +441,17 @@ impl MySqlRaw {
             .connect(url)
             .await
             .expect("connect");
-        MySqlRaw { pool }
+        let version: String = sqlx::query_scalar("SELECT VERSION()")
+            .fetch_one(&pool)
+            .await
+            .expect("version");
+        // the store's statements (ClaimStrategy::Auto): a 1205 after the wait is retried
+        let lock_wait = match ClaimStrategy::auto_for(&version) {
+            ClaimStrategy::QueueThenSkip => "WAIT 1",
+            ClaimStrategy::SkipLocked => "SKIP LOCKED",
+            _ => "",
+        };
+        MySqlRaw { pool, lock_wait }
     }
 }
 
@@ -566,6 +579,7 @@ impl Raw for MySqlRaw {
     async fn drain(&self, workers: usize, batch: usize) -> Duration {
         let started = Instant::now();
         let token = Arc::new(std::sync::atomic::AtomicI64::new(1));
+        let lock_wait = self.lock_wait;
         let mut handles = Vec::new();
         for _ in 0..workers {
             let pool = self.pool.clone();
@@ -573,66 +587,83 @@ impl Raw for MySqlRaw {
             handles.push(tokio::spawn(async move {
                 let mut conn = pool.acquire().await.expect("acquire");
                 loop {
-                    let mut tx = sqlx::Connection::begin(&mut *conn).await.expect("begin");
-                    let ids: Vec<i64> = sqlx::query_scalar(q(format!(
-                        "SELECT id FROM {TABLE} FORCE INDEX (ix_claim_type)
-                         WHERE status = 0 AND event_type IN ('{EVENT}') AND next_run_at <= NOW(3)
-                         ORDER BY next_run_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
-                    )))
-                    .bind(batch as i64)
-                    .fetch_all(&mut *tx)
-                    .await
-                    .expect("pick");
-                    if ids.is_empty() {
-                        tx.commit().await.expect("commit");
-                        return;
+                    // A deadlock (1213) between racing workers is retried, as the store does.
+                    let claim = async {
+                        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+                        let ids: Vec<i64> = sqlx::query_scalar(q(format!(
+                            "SELECT id FROM {TABLE} FORCE INDEX (ix_claim_type)
+                             WHERE status = 0 AND event_type IN ('{EVENT}') AND next_run_at <= NOW(3)
+                             ORDER BY next_run_at, id LIMIT ? FOR UPDATE {lock_wait}"
+                        )))
+                        .bind(batch as i64)
+                        .fetch_all(&mut *tx)
+                        .await?;
+                        if ids.is_empty() {
+                            tx.commit().await?;
+                            return Ok(None);
+                        }
+                        // placeholders, as the store does: one prepared statement per batch size
+                        let list = vec!["?"; ids.len()].join(",");
+                        let t = token.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let mut claim = sqlx::query(q(format!(
+                            "UPDATE {TABLE} SET status = 3, owner = 'raw', attempts = attempts + 1,
+                                lease = lease + 1, claim_token = ?, updated_at = NOW(3)
+                             WHERE id IN ({list}) AND status = 0"
+                        )))
+                        .bind(t);
+                        for id in &ids {
+                            claim = claim.bind(id);
+                        }
+                        claim.execute(&mut *tx).await?;
+                        // the claimed rows, read back by the claim's token (as the store does)
+                        let claimed: Vec<(i64, i64)> = sqlx::query(q(format!(
+                            "SELECT {COLUMNS} FROM {TABLE} WHERE claim_token = ?"
+                        )))
+                        .bind(t)
+                        .fetch_all(&mut *tx)
+                        .await?
+                        .iter()
+                        .map(read_mysql)
+                        .collect();
+                        tx.commit().await?;
+                        Ok::<_, sqlx::Error>(Some(claimed))
                     }
-                    // placeholders, as the store does: one prepared statement per batch size
-                    let list = vec!["?"; ids.len()].join(",");
-                    let t = token.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let mut claim = sqlx::query(q(format!(
-                        "UPDATE {TABLE} SET status = 3, owner = 'raw', attempts = attempts + 1,
-                            lease = lease + 1, claim_token = ?, updated_at = NOW(3)
-                         WHERE id IN ({list}) AND status = 0"
-                    )))
-                    .bind(t);
-                    for id in &ids {
-                        claim = claim.bind(id);
-                    }
-                    claim.execute(&mut *tx).await.expect("claim");
-                    // the claimed rows, read back by the claim's token (as the store does)
-                    let claimed: Vec<(i64, i64)> = sqlx::query(q(format!(
-                        "SELECT {COLUMNS} FROM {TABLE} WHERE claim_token = ?"
-                    )))
-                    .bind(t)
-                    .fetch_all(&mut *tx)
-                    .await
-                    .expect("read")
-                    .iter()
-                    .map(read_mysql)
-                    .collect();
-                    tx.commit().await.expect("commit");
+                    .await;
+                    let claimed = match claim {
+                        Ok(Some(claimed)) => claimed,
+                        Ok(None) => return,
+                        Err(e) if is_lock_conflict(&e) => continue,
+                        Err(e) => panic!("claim: {e}"),
+                    };
                     // success marks fenced by each task's lease, one statement
+                    let list = vec!["?"; claimed.len()].join(",");
                     let cases = vec!["WHEN ? THEN ?"; claimed.len()].join(" ");
-                    let t = token.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let mut mark = sqlx::query(q(format!(
-                        "UPDATE {TABLE} SET status = 1, last_error = NULL, updated_at = NOW(3),
-                            claim_token = ?
-                         WHERE id IN ({list}) AND status = 3 AND lease = CASE id {cases} END"
-                    )))
-                    .bind(t);
-                    for (id, _) in &claimed {
-                        mark = mark.bind(id);
+                    loop {
+                        let t = token.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let mut mark = sqlx::query(q(format!(
+                            "UPDATE {TABLE} SET status = 1, last_error = NULL, updated_at = NOW(3),
+                                claim_token = ?
+                             WHERE id IN ({list}) AND status = 3 AND lease = CASE id {cases} END"
+                        )))
+                        .bind(t);
+                        for (id, _) in &claimed {
+                            mark = mark.bind(id);
+                        }
+                        for (id, lease) in &claimed {
+                            mark = mark.bind(id).bind(lease);
+                        }
+                        match mark.execute(&mut *conn).await {
+                            Ok(done) => {
+                                check(
+                                    done.rows_affected() == claimed.len() as u64,
+                                    "marks applied",
+                                );
+                                break;
+                            }
+                            Err(e) if is_lock_conflict(&e) => continue,
+                            Err(e) => panic!("mark: {e}"),
+                        }
                     }
-                    for (id, lease) in &claimed {
-                        mark = mark.bind(id).bind(lease);
-                    }
-                    let n = mark
-                        .execute(&mut *conn)
-                        .await
-                        .expect("mark")
-                        .rows_affected();
-                    check(n == claimed.len() as u64, "marks applied");
                 }
             }));
         }
@@ -641,4 +672,12 @@ impl Raw for MySqlRaw {
         }
         started.elapsed()
     }
+}
+
+/// MySQL's deadlock (1213) and lock-wait timeout (1205): the store retries them; so
+/// does the raw SQL.
+fn is_lock_conflict(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|d| d.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>())
+        .is_some_and(|d| matches!(d.number(), 1213 | 1205))
 }
