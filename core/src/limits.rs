@@ -28,6 +28,12 @@ pub const MAX_BATCH: usize = 1000;
 pub const MAX_EVENT_TYPES: usize = 256;
 /// Most leases one `mark` or `heartbeat` call may carry.
 pub const MAX_LEASES: usize = 10_000;
+/// Most finished attempts whose marks may wait for their completion batch at once, per
+/// engine. Past it the poller claims no more until marks are applied, so an engine
+/// whose store writes stall stops taking work instead of piling up outcomes: it holds
+/// fewer than this plus its executors' capacity (`concurrency + queue_capacity`) claimed
+/// tasks. (A waiting mark holds no task row: only its lease and outcome.)
+pub const MAX_UNMARKED: usize = 4096;
 /// Longest table (or schema) name, in bytes: leaves room for index-name suffixes within
 /// PostgreSQL's 63-byte identifiers.
 pub const MAX_IDENTIFIER_BYTES: usize = 48;

@@ -1018,3 +1018,155 @@ pub async fn engine_refuses_bad_configuration<H: Harness>(ctx: &Ctx<H>) {
         }
     }
 }
+
+/// A store whose `mark` calls wait while the gate is shut (the database's writes have
+/// stalled); everything else goes straight through.
+#[derive(Clone)]
+struct MarkGate<S> {
+    inner: S,
+    open: Arc<tokio::sync::watch::Sender<bool>>,
+}
+
+impl<S> MarkGate<S> {
+    fn shut(inner: S) -> Self {
+        MarkGate {
+            inner,
+            open: Arc::new(tokio::sync::watch::Sender::new(false)),
+        }
+    }
+
+    fn open(&self) {
+        self.open.send_replace(true);
+    }
+}
+
+#[backstop_core::async_trait]
+impl<S: TaskStore> TaskStore for MarkGate<S> {
+    async fn migrate(&self) -> backstop_core::Result<()> {
+        self.inner.migrate().await
+    }
+    async fn enqueue(&self, task: NewTask) -> backstop_core::Result<backstop_core::Enqueued> {
+        self.inner.enqueue(task).await
+    }
+    async fn grab_by_id(&self, id: TaskId, owner: &Owner) -> backstop_core::Result<Option<Task>> {
+        self.inner.grab_by_id(id, owner).await
+    }
+    async fn grab_batch(
+        &self,
+        owner: &Owner,
+        event_types: &[String],
+        limit: usize,
+    ) -> backstop_core::Result<Vec<Task>> {
+        self.inner.grab_batch(owner, event_types, limit).await
+    }
+    async fn recycle_dead(
+        &self,
+        older_than: Duration,
+        limit: usize,
+    ) -> backstop_core::Result<backstop_core::Recycled> {
+        self.inner.recycle_dead(older_than, limit).await
+    }
+    async fn heartbeat(&self, leases: &[backstop_core::Lease]) -> backstop_core::Result<Vec<bool>> {
+        self.inner.heartbeat(leases).await
+    }
+    async fn mark(&self, marks: &[backstop_core::Mark]) -> backstop_core::Result<Vec<bool>> {
+        let mut open = self.open.subscribe();
+        // the sender lives as long as the gate: a closed channel cannot happen here
+        let _ = open.wait_for(|o| *o).await;
+        self.inner.mark(marks).await
+    }
+    async fn manual_reset(&self, id: TaskId, stuck_after: Duration) -> backstop_core::Result<Task> {
+        self.inner.manual_reset(id, stuck_after).await
+    }
+    async fn get(&self, id: TaskId) -> backstop_core::Result<Option<Task>> {
+        self.inner.get(id).await
+    }
+    async fn list(&self, filter: &backstop_core::TaskFilter) -> backstop_core::Result<Vec<Task>> {
+        self.inner.list(filter).await
+    }
+    async fn stats(&self) -> backstop_core::Result<backstop_core::Stats> {
+        self.inner.stats().await
+    }
+    async fn purge_succeeded(
+        &self,
+        older_than: Duration,
+        limit: usize,
+    ) -> backstop_core::Result<u64> {
+        self.inner.purge_succeeded(older_than, limit).await
+    }
+    async fn delete_succeeded(&self, ids: &[TaskId]) -> backstop_core::Result<u64> {
+        self.inner.delete_succeeded(ids).await
+    }
+}
+
+/// Finished attempts waiting for their marks are bounded: while the store's marks stall,
+/// the poller claims until `limits::MAX_UNMARKED` attempts wait (plus what the executor
+/// held when it last claimed: at most its capacity) and then no more — the rest stay
+/// pending, untouched; once marks flow again every task completes, each run once.
+pub async fn engine_stops_claiming_while_marks_stall<H: Harness>(ctx: &Ctx<H>) {
+    use backstop_core::limits::MAX_UNMARKED;
+    const BATCH: usize = 100;
+    const CAPACITY: usize = 64 + 192;
+    let total = MAX_UNMARKED + 2 * CAPACITY;
+    let producers: Vec<_> = (0..8)
+        .map(|p| {
+            let store = ctx.store.clone();
+            tokio::spawn(async move {
+                for i in (p..total).step_by(8) {
+                    store
+                        .enqueue(NewTask::new("BULK", format!("k{i}")))
+                        .await
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for p in producers {
+        p.await.unwrap();
+    }
+    let ran = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let ran = Arc::clone(&ran);
+        handler_fn(move |_task: Task| {
+            ran.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, HandlerError>(()) }
+        })
+    };
+    let gate = MarkGate::shut(ctx.store.clone());
+    let engine = Engine::builder(gate.clone())
+        .config(EngineConfig {
+            batch_size: BATCH,
+            first_poll_delay: Duration::ZERO,
+            ..fast_config()
+        })
+        .handler("BULK", handler, opts().concurrency(64).queue_capacity(192))
+        .start()
+        .unwrap();
+    eventually("claims to reach the bound", || async {
+        ran.load(Ordering::SeqCst) >= MAX_UNMARKED
+    })
+    .await;
+    // several poll intervals: the poller must not claim past the bound
+    tokio::time::sleep(fast_config().poll_interval * 10).await;
+    let stalled = ran.load(Ordering::SeqCst);
+    assert!(
+        stalled < MAX_UNMARKED + CAPACITY,
+        "ran {stalled} while marks stalled; the bound is {MAX_UNMARKED} + the executor's {CAPACITY}"
+    );
+    let s = ctx.store.stats().await.unwrap();
+    assert_eq!(s.count(Status::Running), stalled as u64, "claimed = ran");
+    assert_eq!(
+        s.count(Status::Pending),
+        (total - stalled) as u64,
+        "the rest untouched"
+    );
+    assert_eq!(s.count(Status::Succeeded), 0, "no mark applied yet");
+    gate.open();
+    eventually("every task to succeed", || async {
+        ctx.store.stats().await.unwrap().count(Status::Succeeded) == total as u64
+    })
+    .await;
+    assert_eq!(ran.load(Ordering::SeqCst), total, "each task ran once");
+    assert_eq!(engine.counters().succeeded, total as u64);
+    engine.shutdown().await;
+}

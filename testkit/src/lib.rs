@@ -365,6 +365,7 @@ macro_rules! engine_conformance {
             engine_two_instances_run_each_task_exactly_once,
             engine_heartbeats_keep_a_long_task_alive,
             engine_poller_recycles_a_dead_task_and_runs_it_again,
+            engine_stops_claiming_while_marks_stall,
             engine_refuses_a_late_completion_after_recycle,
             engine_shutdown_under_load_leaves_nothing_running,
             engine_shutdown_interrupts_after_grace_and_releases,

@@ -26,10 +26,8 @@ pub(crate) struct Executor {
     pub runners: Arc<Semaphore>,
 }
 
-/// Most finished attempts whose marks may wait for a batch at once, per engine; past
-/// it the poller claims no more until marks are applied. (A waiting mark holds no task
-/// row: only its lease and outcome.)
-pub(crate) const UNMARKED_LIMIT: usize = 4096;
+/// See [`MAX_UNMARKED`](crate::limits::MAX_UNMARKED).
+pub(crate) const UNMARKED_LIMIT: usize = crate::limits::MAX_UNMARKED;
 
 /// How one attempt ended.
 enum Outcome {
