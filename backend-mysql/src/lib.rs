@@ -609,7 +609,10 @@ impl TaskStore for MySqlStore {
                     let mut tx = sqlx::Connection::begin(&mut *conn).await?;
                     let ids = match pick(sql, &mut tx, first, event_types, limit).await {
                         // Held past the wait: a stalled claimer. Start over, passing it.
-                        Err(e) if first != LockWait::Queue && error_number(&e) == Some(1205) => {
+                        Err(e)
+                            if matches!(first, LockWait::UpTo(_))
+                                && error_number(&e) == Some(1205) =>
+                        {
                             tx.rollback().await?;
                             tx = sqlx::Connection::begin(&mut *conn).await?;
                             pick(sql, &mut tx, LockWait::Skip, event_types, limit).await?
