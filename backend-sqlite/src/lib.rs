@@ -88,12 +88,15 @@ pub struct SqliteOptions {
     /// thread, before they ask SQLite for the write lock (default `true`). SQLite's busy
     /// handler waits in steps of milliseconds, so writers that meet on the lock lose far
     /// more time than the lock is held; queueing in-process avoids that, and the thread
-    /// runs queued writes back to back. Every store on the same file in this process
-    /// shares the thread and its connection (each write runs with its own store's
-    /// `busy_timeout` and `synchronous`); other processes still meet on SQLite's lock
-    /// (`BEGIN IMMEDIATE`, `busy_timeout`), which is what keeps them correct. With
-    /// `false`, writes run on the pool like reads. An in-memory store never queues (its
-    /// one connection is the database).
+    /// runs queued writes back to back. The store's own writes that are queued together
+    /// share one transaction (group commit: each in a savepoint of its own, so one
+    /// failing write never undoes another; every one answered after the commit), so a
+    /// claim and the marks queued next to it cost one commit. Every store on the same
+    /// file in this process shares the thread and its connection (each write runs with
+    /// its own store's `busy_timeout` and `synchronous`); other processes still meet on
+    /// SQLite's lock (`BEGIN IMMEDIATE`, `busy_timeout`), which is what keeps them
+    /// correct. With `false`, writes run on the pool like reads, one transaction each.
+    /// An in-memory store never queues (its one connection is the database).
     pub queue_writers: bool,
 }
 
@@ -267,22 +270,38 @@ impl SqliteStore {
         }
     }
 
+    /// Run the store's write `f` in a `BEGIN IMMEDIATE` transaction: on the file's writer
+    /// thread, where it may share its transaction with the writes queued next to it (group
+    /// commit, see the `writer` module), or on a pooled connection when writes are not
+    /// queued. `f` reads the clock (`now`) after the write lock is held, so it is never
+    /// stale; its result comes back once its changes are committed.
     async fn write<T, F>(&self, op: &'static str, f: F) -> Result<T>
     where
         T: Send + 'static,
-        F: FnOnce(&Sql, &Transaction<'_>, i64) -> rusqlite::Result<T> + Send + 'static,
+        F: FnOnce(&Sql, &Connection, i64) -> rusqlite::Result<T> + Send + 'static,
     {
         let inner = Arc::clone(&self.inner);
-        self.on_writer(op, move |conn| {
-            let tx = conn
-                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-                .map_err(|e| db_err(op, e))?;
-            // Read the clock after the write lock is ours, so "now" is never stale.
-            let out = f(&inner.sql, &tx, now_ms()).map_err(|e| db_err(op, e))?;
-            tx.commit().map_err(|e| db_err(op, e))?;
-            Ok(out)
-        })
-        .await
+        match &self.inner.writer {
+            Some(w) => {
+                w.write(op, self.inner.settings, move |conn| {
+                    f(&inner.sql, conn, now_ms()).map_err(|e| db_err(op, e))
+                })
+                .await
+            }
+            None => {
+                self.inner
+                    .pool
+                    .run(op, move |conn| {
+                        let tx = conn
+                            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                            .map_err(|e| db_err(op, e))?;
+                        let out = f(&inner.sql, &tx, now_ms()).map_err(|e| db_err(op, e))?;
+                        tx.commit().map_err(|e| db_err(op, e))?;
+                        Ok(out)
+                    })
+                    .await
+            }
+        }
     }
 
     /// Run `f` where this store's writes run: on the file's writer thread (after the

@@ -37,7 +37,10 @@ pub(crate) async fn poller<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
         return;
     }
     let cfg = &shared.config;
-    let mut last_gauges: Option<Instant> = None;
+    // The first gauge refresh waits one `gauge_interval`: `stats()` counts the whole table,
+    // and instances that start together (a deploy) would all run it at once, on the
+    // backlog they are about to drain.
+    let mut last_gauges = Instant::now();
     let mut last_recycle: Option<Instant> = None;
     // Set when the previous round ended on a tick or a wake (not an immediate re-claim).
     let mut ticked = true;
@@ -127,8 +130,8 @@ pub(crate) async fn poller<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
             }
         }
 
-        if last_gauges.is_none_or(|t| t.elapsed() >= cfg.gauge_interval) {
-            last_gauges = Some(Instant::now());
+        if last_gauges.elapsed() >= cfg.gauge_interval {
+            last_gauges = Instant::now();
             update_gauges(&shared).await;
         }
 

@@ -77,8 +77,10 @@ pub struct EngineConfig {
     pub purge_interval: Duration,
     /// Rows one purge statement deletes (default 500).
     pub purge_batch: usize,
-    /// How often the poller refreshes the backlog gauges from `stats()` (default 15 s).
-    /// `stats()` counts the table, so this is kept well above a short poll interval.
+    /// How often the poller refreshes the backlog gauges from `stats()` (default 15 s),
+    /// the first time one interval after the first poll. `stats()` counts the table, so
+    /// this is kept well above a short poll interval, and instances started together do
+    /// not all count the backlog they are about to drain.
     pub gauge_interval: Duration,
 }
 
