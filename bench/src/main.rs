@@ -41,6 +41,8 @@ struct Args {
     /// Rounds of each throughput scenario (backstop and raw alternating); the median is
     /// reported. One round on this 2-core machine moves ±20%.
     repeat: usize,
+    /// Engine counts of the drain scenario (default 1, 4, 8).
+    engines: Vec<usize>,
 }
 
 impl Args {
@@ -60,6 +62,7 @@ fn args() -> Args {
         only: None,
         peer: false,
         repeat: 3,
+        engines: vec![1, 4, 8],
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -82,6 +85,14 @@ fn args() -> Args {
                     .expect("a number")
                     .max(1)
             }
+            "--engines" => {
+                a.engines = it
+                    .next()
+                    .expect("--engines 1,4,8")
+                    .split(',')
+                    .map(|n| n.parse::<usize>().expect("a number").max(1))
+                    .collect()
+            }
             "--tasks" => a.drain_tasks = it.next().expect("--tasks N").parse().expect("a number"),
             "--out" => a.out = it.next().expect("--out DIR").into(),
             "--only" => {
@@ -94,7 +105,7 @@ fn args() -> Args {
                 )
             }
             other => panic!(
-                "unknown argument {other:?} (use --smoke, --backends, --tasks, --repeat, --out, --only)"
+                "unknown argument {other:?} (use --smoke, --backends, --tasks, --engines, --repeat, --out, --only)"
             ),
         }
     }
@@ -710,7 +721,7 @@ async fn main() {
             }
         }
         if a.runs("drain") {
-            for engines in [1, 4, 8] {
+            for &engines in &a.engines {
                 let r = repeated(a.repeat, || drain(&t, engines, a.drain_tasks)).await;
                 rows.push(report(r));
             }
