@@ -459,6 +459,32 @@ fn q(sql: String) -> sqlx::AssertSqlSafe<String> {
     sqlx::AssertSqlSafe(sql)
 }
 
+impl MySqlRaw {
+    /// The business row and its task in one transaction; the task's id.
+    async fn insert_order_and_task(
+        conn: &mut sqlx::pool::PoolConnection<sqlx::MySql>,
+        key: &str,
+    ) -> Result<i64, sqlx::Error> {
+        let mut tx = sqlx::Connection::begin(&mut **conn).await?;
+        sqlx::query(q(format!("INSERT INTO {ORDERS} (id) VALUES (?)")))
+            .bind(key)
+            .execute(&mut *tx)
+            .await?;
+        let done = sqlx::query(q(format!(
+            "INSERT INTO {TABLE} (event_type, biz_key, payload, status, attempts, max_attempts,
+                retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at, lease,
+                created_at, updated_at)
+             VALUES ('{EVENT}', ?, '{{}}', 0, 0, 5, 'FIXED', 1000, 1000,
+                NOW(3) + INTERVAL 0 MICROSECOND, 0, NOW(3), NOW(3))"
+        )))
+        .bind(key)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.last_insert_id() as i64)
+    }
+}
+
 #[async_trait]
 impl Raw for MySqlRaw {
     async fn reset(&self) {
@@ -518,36 +544,33 @@ impl Raw for MySqlRaw {
                 let mut h = histogram();
                 for i in 0..each {
                     let key = format!("r{w}-{i}");
-                    let mut tx = sqlx::Connection::begin(&mut *conn).await.expect("begin");
-                    sqlx::query(q(format!("INSERT INTO {ORDERS} (id) VALUES (?)")))
-                        .bind(&key)
-                        .execute(&mut *tx)
-                        .await
-                        .expect("order");
-                    let done = sqlx::query(q(format!(
-                        "INSERT INTO {TABLE} (event_type, biz_key, payload, status, attempts, max_attempts,
-                            retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at, lease,
-                            created_at, updated_at)
-                         VALUES ('{EVENT}', ?, '{{}}', 0, 0, 5, 'FIXED', 1000, 1000,
-                            NOW(3) + INTERVAL 0 MICROSECOND, 0, NOW(3), NOW(3))"
-                    )))
-                    .bind(&key)
-                    .execute(&mut *tx)
-                    .await
-                    .expect("task");
-                    tx.commit().await.expect("commit");
+                    // MariaDB may pick this transaction or a claim as a deadlock victim (gap
+                    // locks of concurrent inserts on the claim index): retry it, as the store
+                    // does.
+                    let id = loop {
+                        match Self::insert_order_and_task(&mut conn, &key).await {
+                            Ok(id) => break id,
+                            Err(e) if is_lock_conflict(&e) => continue,
+                            Err(e) => panic!("enqueue: {e}"),
+                        }
+                    };
                     let committed = Instant::now();
-                    let id = done.last_insert_id() as i64;
-                    let n = sqlx::query(q(format!(
+                    let claim = format!(
                         "UPDATE {TABLE} SET status = 3, owner = 'raw', attempts = attempts + 1,
                             lease = lease + 1, updated_at = NOW(3)
                          WHERE id = ? AND status = 0 AND next_run_at <= NOW(3)"
-                    )))
-                    .bind(id)
-                    .execute(&mut *conn)
-                    .await
-                    .expect("claim")
-                    .rows_affected();
+                    );
+                    let n = loop {
+                        match sqlx::query(q(claim.clone()))
+                            .bind(id)
+                            .execute(&mut *conn)
+                            .await
+                        {
+                            Ok(r) => break r.rows_affected(),
+                            Err(e) if is_lock_conflict(&e) => continue,
+                            Err(e) => panic!("claim: {e}"),
+                        }
+                    };
                     check(n == 1, "claimed");
                     let (_, lease) = read_mysql(
                         &sqlx::query(q(format!("SELECT {COLUMNS} FROM {TABLE} WHERE id = ?")))
@@ -557,16 +580,22 @@ impl Raw for MySqlRaw {
                             .expect("read"),
                     );
                     record(&mut h, committed.elapsed());
-                    let n = sqlx::query(q(format!(
+                    let mark = format!(
                         "UPDATE {TABLE} SET status = 1, last_error = NULL, updated_at = NOW(3)
                          WHERE id = ? AND status = 3 AND lease = ?"
-                    )))
-                    .bind(id)
-                    .bind(lease)
-                    .execute(&mut *conn)
-                    .await
-                    .expect("mark")
-                    .rows_affected();
+                    );
+                    let n = loop {
+                        match sqlx::query(q(mark.clone()))
+                            .bind(id)
+                            .bind(lease)
+                            .execute(&mut *conn)
+                            .await
+                        {
+                            Ok(r) => break r.rows_affected(),
+                            Err(e) if is_lock_conflict(&e) => continue,
+                            Err(e) => panic!("mark: {e}"),
+                        }
+                    };
                     check(n == 1, "mark applied");
                 }
                 h
