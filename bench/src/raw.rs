@@ -483,6 +483,27 @@ impl MySqlRaw {
         tx.commit().await?;
         Ok(done.last_insert_id() as i64)
     }
+
+    /// Run `sql` with `binds`, again while MariaDB reports a lock conflict (as the store
+    /// does); the rows it changed.
+    async fn execute_retrying(
+        conn: &mut sqlx::pool::PoolConnection<sqlx::MySql>,
+        what: &str,
+        sql: &str,
+        binds: &[i64],
+    ) -> u64 {
+        loop {
+            let mut query = sqlx::query(q(sql.to_owned()));
+            for b in binds {
+                query = query.bind(*b);
+            }
+            match query.execute(&mut **conn).await {
+                Ok(r) => return r.rows_affected(),
+                Err(e) if is_lock_conflict(&e) => continue,
+                Err(e) => panic!("{what}: {e}"),
+            }
+        }
+    }
 }
 
 #[async_trait]
@@ -560,17 +581,7 @@ impl Raw for MySqlRaw {
                             lease = lease + 1, updated_at = NOW(3)
                          WHERE id = ? AND status = 0 AND next_run_at <= NOW(3)"
                     );
-                    let n = loop {
-                        match sqlx::query(q(claim.clone()))
-                            .bind(id)
-                            .execute(&mut *conn)
-                            .await
-                        {
-                            Ok(r) => break r.rows_affected(),
-                            Err(e) if is_lock_conflict(&e) => continue,
-                            Err(e) => panic!("claim: {e}"),
-                        }
-                    };
+                    let n = Self::execute_retrying(&mut conn, "claim", &claim, &[id]).await;
                     check(n == 1, "claimed");
                     let (_, lease) = read_mysql(
                         &sqlx::query(q(format!("SELECT {COLUMNS} FROM {TABLE} WHERE id = ?")))
@@ -584,18 +595,7 @@ impl Raw for MySqlRaw {
                         "UPDATE {TABLE} SET status = 1, last_error = NULL, updated_at = NOW(3)
                          WHERE id = ? AND status = 3 AND lease = ?"
                     );
-                    let n = loop {
-                        match sqlx::query(q(mark.clone()))
-                            .bind(id)
-                            .bind(lease)
-                            .execute(&mut *conn)
-                            .await
-                        {
-                            Ok(r) => break r.rows_affected(),
-                            Err(e) if is_lock_conflict(&e) => continue,
-                            Err(e) => panic!("mark: {e}"),
-                        }
-                    };
+                    let n = Self::execute_retrying(&mut conn, "mark", &mark, &[id, lease]).await;
                     check(n == 1, "mark applied");
                 }
                 h
