@@ -143,7 +143,7 @@ impl Writer {
             Ok(value) => Some(Box::new(move |failed: Option<&Error>| {
                 let _ = done.send(match failed {
                     None => Ok(value),
-                    Some(e) => Err(reissue(e, op)),
+                    Some(e) => Err(group_failed(e, op)),
                 });
             })),
             Err(e) => {
@@ -238,7 +238,7 @@ fn group(
         size += 1;
         if let Err(e) = exec(c, "SAVEPOINT part") {
             let e = crate::db_err(op, e);
-            let _ = run(Err(reissue(&e, op)));
+            let _ = run(Err(group_failed(&e, op)));
             broken = Some(e);
             break;
         }
@@ -291,9 +291,18 @@ fn exec(c: &Connection, sql: &str) -> rusqlite::Result<()> {
     c.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
-/// `e` again, as the error of operation `op` (a group's failure, told to each write).
-fn reissue(e: &Error, op: &'static str) -> Error {
-    Error::new(e.kind(), op, e.message().to_owned()).with_temporary(e.is_temporary())
+/// The group's failure `e`, told to the write `op` of the group: it says that the write
+/// itself may have been fine, and that nothing of it was applied.
+fn group_failed(e: &Error, op: &'static str) -> Error {
+    Error::new(
+        e.kind(),
+        op,
+        format!(
+            "not applied: the transaction this write shared with other queued writes failed ({})",
+            e.message()
+        ),
+    )
+    .with_temporary(e.is_temporary())
 }
 
 /// The connection with `settings` applied, opened if needed.
@@ -449,6 +458,12 @@ mod tests {
         let a = a.await.expect_err("the group's commit failed");
         let orphan = orphan.await.expect_err("the group's commit failed");
         assert_eq!((a.kind(), a.operation()), (ErrorKind::Conflict, "a"));
+        assert!(
+            a.message()
+                .starts_with("not applied: the transaction this write shared"),
+            "the error says the group failed, not the write: {}",
+            a.message()
+        );
         assert_eq!(orphan.operation(), "orphan");
         assert!(
             committed(&path).is_empty(),
