@@ -890,6 +890,120 @@ pub async fn engine_shutdown_interrupts_after_grace_and_releases<H: Harness>(ctx
     assert_eq!(engine.counters().released, 1);
 }
 
+/// Wait until `engine` has begun shutting down (it answers a run-ahead with
+/// `ShuttingDown`; a duplicate's run-ahead touches no store while it runs).
+async fn until_shutting_down<S: TaskStore + Clone>(engine: &Engine<S>, event_type: &str) {
+    let probe = backstop_core::Enqueued {
+        id: 0,
+        created: false,
+        event_type: event_type.to_owned(),
+    };
+    eventually("shutdown to begin", || async {
+        engine.run_now(&probe).await.unwrap() == RunAhead::ShuttingDown
+    })
+    .await;
+}
+
+/// a poll already on its way to the database when shutdown begins is waited for, and
+/// what it claims is given back (pending, no attempt spent, never started) through the
+/// flushers — not left running until `dead_after`.
+pub async fn engine_shutdown_waits_for_a_poll_in_flight_and_releases_its_claim<H: Harness>(
+    ctx: &Ctx<H>,
+) {
+    const TASKS: usize = 5;
+    let mut ids = Vec::new();
+    for i in 0..TASKS {
+        ids.push(
+            ctx.store
+                .enqueue(NewTask::new("WORK", format!("k{i}")))
+                .await
+                .unwrap()
+                .id,
+        );
+    }
+    let calls = Calls::default();
+    let gate = Gate::shut(ctx.store.clone(), Gated::GrabBatch);
+    let engine = Engine::builder(gate.clone())
+        .config(EngineConfig {
+            first_poll_delay: Duration::ZERO,
+            ..fast_config()
+        })
+        .handler(
+            "WORK",
+            recording(calls.clone(), |_, _| async { Ok(()) }),
+            opts(),
+        )
+        .start()
+        .unwrap();
+    gate.arrived(1).await;
+    let stopping = tokio::spawn({
+        let engine = engine.clone();
+        async move { engine.shutdown().await }
+    });
+    until_shutting_down(&engine, "WORK").await;
+    gate.open();
+    tokio::time::timeout(PATIENCE, stopping)
+        .await
+        .expect("shutdown to end once the claim is back")
+        .unwrap();
+    for id in ids {
+        let t = ctx.task(id).await;
+        assert_eq!(
+            (t.status, t.attempts, t.owner.as_deref()),
+            (Status::Pending, 0, None),
+            "task {id}"
+        );
+        assert_eq!(calls.count(&t.biz_key), 0, "task {id} was started");
+    }
+    let c = engine.counters();
+    assert_eq!(
+        (c.polled, c.released),
+        (TASKS as u64, TASKS as u64),
+        "{c:?}"
+    );
+}
+
+/// the same for a run-ahead claim on its way when shutdown begins: shutdown waits for it,
+/// and the task it claimed is given back.
+pub async fn engine_shutdown_waits_for_a_run_ahead_claim_in_flight<H: Harness>(ctx: &Ctx<H>) {
+    let calls = Calls::default();
+    let gate = Gate::shut(ctx.store.clone(), Gated::GrabById);
+    let engine = Engine::builder(gate.clone())
+        .config(no_poll_config())
+        .handler(
+            "WORK",
+            recording(calls.clone(), |_, _| async { Ok(()) }),
+            opts(),
+        )
+        .start()
+        .unwrap();
+    let enq = ctx.store.enqueue(engine.task("WORK", "k")).await.unwrap();
+    let running_ahead = tokio::spawn({
+        let (engine, enq) = (engine.clone(), enq.clone());
+        async move { engine.run_now(&enq).await }
+    });
+    gate.arrived(1).await;
+    let stopping = tokio::spawn({
+        let engine = engine.clone();
+        async move { engine.shutdown().await }
+    });
+    until_shutting_down(&engine, "WORK").await;
+    gate.open();
+    assert_eq!(running_ahead.await.unwrap().unwrap(), RunAhead::Started);
+    tokio::time::timeout(PATIENCE, stopping)
+        .await
+        .expect("shutdown to end once the claim is back")
+        .unwrap();
+    let t = ctx.task(enq.id).await;
+    assert_eq!(
+        (t.status, t.attempts, t.owner.as_deref()),
+        (Status::Pending, 0, None)
+    );
+    assert_eq!(calls.count("k"), 0, "the task was started");
+    let c = engine.counters();
+    assert_eq!((c.run_ahead, c.released), (1, 1), "{c:?}");
+}
+
 /// retention purges old succeeded tasks in batches, after the archive has seen them.
 pub async fn engine_retention_archives_then_purges_old_succeeded_tasks<H: Harness>(ctx: &Ctx<H>) {
     struct Keep(Arc<Mutex<Vec<TaskId>>>);
@@ -1019,29 +1133,62 @@ pub async fn engine_refuses_bad_configuration<H: Harness>(ctx: &Ctx<H>) {
     }
 }
 
-/// A store whose `mark` calls wait while the gate is shut (the database's writes have
-/// stalled); everything else goes straight through.
-#[derive(Clone)]
-struct MarkGate<S> {
-    inner: S,
-    open: Arc<tokio::sync::watch::Sender<bool>>,
+/// The store call a [`Gate`] holds back.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Gated {
+    Mark,
+    GrabBatch,
+    GrabById,
 }
 
-impl<S> MarkGate<S> {
-    fn shut(inner: S) -> Self {
-        MarkGate {
+/// A store whose calls of one kind wait while the gate is shut (the database stalled on
+/// them, or the call is still on its way); everything else goes straight through.
+#[derive(Clone)]
+struct Gate<S> {
+    inner: S,
+    gated: Gated,
+    open: Arc<tokio::sync::watch::Sender<bool>>,
+    /// How many gated calls have reached the gate.
+    arrived: Arc<tokio::sync::watch::Sender<usize>>,
+}
+
+impl<S> Gate<S> {
+    fn shut(inner: S, gated: Gated) -> Self {
+        Gate {
             inner,
+            gated,
             open: Arc::new(tokio::sync::watch::Sender::new(false)),
+            arrived: Arc::new(tokio::sync::watch::Sender::new(0)),
         }
     }
 
     fn open(&self) {
         self.open.send_replace(true);
     }
+
+    /// Wait until `n` gated calls have reached the gate.
+    async fn arrived(&self, n: usize) {
+        let mut arrived = self.arrived.subscribe();
+        tokio::time::timeout(PATIENCE, arrived.wait_for(|a| *a >= n))
+            .await
+            .unwrap_or_else(|_| panic!("no {:?} call reached the gate", self.gated))
+            .unwrap();
+    }
+
+    /// Let a `call` through: at once unless it is the gated kind and the gate is shut.
+    async fn pass(&self, call: Gated) {
+        if call != self.gated {
+            return;
+        }
+        self.arrived.send_modify(|a| *a += 1);
+        let mut open = self.open.subscribe();
+        // the sender lives as long as the gate: a closed channel cannot happen here
+        let _ = open.wait_for(|o| *o).await;
+    }
 }
 
 #[backstop_core::async_trait]
-impl<S: TaskStore> TaskStore for MarkGate<S> {
+impl<S: TaskStore> TaskStore for Gate<S> {
     async fn migrate(&self) -> backstop_core::Result<()> {
         self.inner.migrate().await
     }
@@ -1049,6 +1196,7 @@ impl<S: TaskStore> TaskStore for MarkGate<S> {
         self.inner.enqueue(task).await
     }
     async fn grab_by_id(&self, id: TaskId, owner: &Owner) -> backstop_core::Result<Option<Task>> {
+        self.pass(Gated::GrabById).await;
         self.inner.grab_by_id(id, owner).await
     }
     async fn grab_batch(
@@ -1057,6 +1205,7 @@ impl<S: TaskStore> TaskStore for MarkGate<S> {
         event_types: &[String],
         limit: usize,
     ) -> backstop_core::Result<Vec<Task>> {
+        self.pass(Gated::GrabBatch).await;
         self.inner.grab_batch(owner, event_types, limit).await
     }
     async fn recycle_dead(
@@ -1070,9 +1219,7 @@ impl<S: TaskStore> TaskStore for MarkGate<S> {
         self.inner.heartbeat(leases).await
     }
     async fn mark(&self, marks: &[backstop_core::Mark]) -> backstop_core::Result<Vec<bool>> {
-        let mut open = self.open.subscribe();
-        // the sender lives as long as the gate: a closed channel cannot happen here
-        let _ = open.wait_for(|o| *o).await;
+        self.pass(Gated::Mark).await;
         self.inner.mark(marks).await
     }
     async fn manual_reset(&self, id: TaskId, stuck_after: Duration) -> backstop_core::Result<Task> {
@@ -1132,7 +1279,7 @@ pub async fn engine_stops_claiming_while_marks_stall<H: Harness>(ctx: &Ctx<H>) {
             async { Ok::<_, HandlerError>(()) }
         })
     };
-    let gate = MarkGate::shut(ctx.store.clone());
+    let gate = Gate::shut(ctx.store.clone(), Gated::Mark);
     let engine = Engine::builder(gate.clone())
         .config(EngineConfig {
             batch_size: BATCH,

@@ -369,6 +369,8 @@ macro_rules! engine_conformance {
             engine_refuses_a_late_completion_after_recycle,
             engine_shutdown_under_load_leaves_nothing_running,
             engine_shutdown_interrupts_after_grace_and_releases,
+            engine_shutdown_waits_for_a_poll_in_flight_and_releases_its_claim,
+            engine_shutdown_waits_for_a_run_ahead_claim_in_flight,
             engine_retention_archives_then_purges_old_succeeded_tasks,
             engine_refuses_bad_configuration,
         );

@@ -91,9 +91,12 @@ async fn run<S: TaskStore + Clone>(
     origin: Origin,
 ) -> Outcome {
     let mut state = shared.state.subscribe();
+    // Once the engine is draining, a task still waiting for a runner (queued, or claimed
+    // by a claim that was in flight when shutdown began) is given back, never started.
     let runner = tokio::select! {
-        permit = Arc::clone(&exec.runners).acquire_owned() => permit.ok(),
+        biased;
         _ = state.wait_for(|s| *s != State::Running) => None,
+        permit = Arc::clone(&exec.runners).acquire_owned() => permit.ok(),
     };
     let Some(_runner) = runner else {
         tracing::debug!("shutdown before the task started: releasing it");

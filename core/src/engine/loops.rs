@@ -82,9 +82,10 @@ pub(crate) async fn poller<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
         let mut poll_again = false;
         let mut wait_for_capacity = false;
         for event_type in &shared.event_types {
-            if shared.state() != State::Running {
+            // held until this batch is dispatched
+            let Some(_claim) = shared.begin_claim() else {
                 return;
-            }
+            };
             let Some(exec) = shared.executors.get(event_type) else {
                 continue;
             };

@@ -232,9 +232,29 @@ impl<S> Shared<S> {
         if before >= executor::UNMARKED_LIMIT && before - n < executor::UNMARKED_LIMIT {
             self.capacity_freed.notify_one();
         }
+        self.leave(n);
+    }
+
+    /// `n` fewer in flight; wakes `wait_idle` at zero.
+    fn leave(&self, n: usize) {
         if self.in_flight.fetch_sub(n, Ordering::SeqCst) == n {
             self.idle.notify_waiters();
         }
+    }
+
+    /// Start a claim (a poll's `grab_batch`, a run-ahead's `grab_by_id`), or `None` when
+    /// the engine is no longer running. The claim counts as in flight until the guard is
+    /// dropped, after its tasks are dispatched, so `shutdown` waits for a claim that was
+    /// on its way to the database when it began: what that claim returns is released
+    /// through the flushers, which are still running, instead of staying running until
+    /// `dead_after`.
+    ///
+    /// The count goes up before the state is read: a shutdown that reads zero in flight
+    /// after setting `Draining` cannot miss a claim that saw `Running`.
+    fn begin_claim(&self) -> Option<ClaimGuard<'_, S>> {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let guard = ClaimGuard(self);
+        (self.state() == State::Running).then_some(guard)
     }
 
     /// Wait until no task is in flight.
@@ -248,6 +268,15 @@ impl<S> Shared<S> {
             }
             notified.await;
         }
+    }
+}
+
+/// A claim in flight (see [`Shared::begin_claim`]).
+struct ClaimGuard<'a, S>(&'a Shared<S>);
+
+impl<S> Drop for ClaimGuard<'_, S> {
+    fn drop(&mut self) {
+        self.0.leave(1);
     }
 }
 
@@ -442,9 +471,10 @@ impl<S: TaskStore + Clone> Engine<S> {
     /// never on the caller's task; this returns once the claim is made.
     pub async fn run_now(&self, enqueued: &Enqueued) -> Result<RunAhead> {
         let shared = &self.inner.shared;
-        if shared.state() != State::Running {
+        // held until the claimed task is dispatched (or nothing was claimed)
+        let Some(_claim) = shared.begin_claim() else {
             return Ok(RunAhead::ShuttingDown);
-        }
+        };
         if !enqueued.created {
             return Ok(RunAhead::Duplicate);
         }
@@ -493,6 +523,11 @@ impl<S: TaskStore + Clone> Engine<S> {
     /// Stop gracefully: stop claiming, let in-flight tasks finish within
     /// `shutdown_grace`, then interrupt the rest and release every task that did not
     /// finish (no attempt spent) so another instance runs it at once. Idempotent.
+    ///
+    /// Tasks not yet started (queued behind the executor's concurrency) are released at
+    /// once. A claim already on its way to the database (a poll, a `run_now`) is waited
+    /// for, and the tasks it returns are released the same way: nothing this instance
+    /// claimed is left running for `dead_after` to recover.
     pub async fn shutdown(&self) {
         let shared = &self.inner.shared;
         shared.state.send_if_modified(|s| {
