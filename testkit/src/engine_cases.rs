@@ -771,6 +771,61 @@ pub async fn engine_poller_recycles_a_dead_task_and_runs_it_again<H: Harness>(ct
     engine.shutdown().await;
 }
 
+/// the dead-worker sweep runs on its own clock: a full batch sweeps again at once, and
+/// what it gives back is claimed at once (the sweep wakes the poller), not at the poller's
+/// next tick an hour later. The sweep is held until the poller's first round has found
+/// nothing to claim, so only the wake-up can bring the poller back.
+pub async fn engine_recycler_sweeps_every_dead_task_and_wakes_the_poller<H: Harness>(ctx: &Ctx<H>) {
+    const DEAD: usize = 150;
+    const SWEEP: usize = 100;
+    let config = EngineConfig {
+        owner: Some(Owner::new("successor").unwrap()),
+        poll_interval: HOUR,
+        first_poll_delay: Duration::ZERO,
+        recycle_batch: SWEEP,
+        dead_after: Duration::from_secs(60),
+        ..fast_config()
+    };
+    let mut ids = Vec::new();
+    for i in 0..DEAD {
+        let id = ctx.enqueue("PAY", &format!("dead{i}")).await;
+        ctx.grab(id).await;
+        ctx.backdate(
+            id,
+            TimeColumn::UpdatedAt,
+            config.dead_after + Duration::from_secs(5),
+        )
+        .await;
+        ids.push(id);
+    }
+    let calls = Calls::default();
+    let gate = Gate::shut(ctx.store.clone(), Gated::Recycle);
+    let engine = Engine::builder(gate.clone())
+        .config(config)
+        .handler("PAY", flaky(calls.clone(), 0), opts())
+        .start()
+        .unwrap();
+    gate.arrived(1).await;
+    gate.grabbed(1).await;
+    assert_eq!(engine.counters().polled, 0, "every task is still running");
+    gate.open();
+    eventually("every dead task to run again", || async {
+        ctx.store.stats().await.unwrap().count(Status::Succeeded) == DEAD as u64
+    })
+    .await;
+    for id in ids {
+        let t = ctx.task(id).await;
+        assert_eq!(
+            (t.status, t.attempts, t.owner.as_deref()),
+            (Status::Succeeded, 2, Some("successor")),
+            "task {id}"
+        );
+        assert_eq!(calls.count(&t.biz_key), 1);
+    }
+    assert_eq!(engine.counters().recycled, DEAD as u64);
+    engine.shutdown().await;
+}
+
 /// a late completion by a worker whose task was recycled and claimed again is refused by
 /// the lease and counted; the successor's claim is untouched.
 pub async fn engine_refuses_a_late_completion_after_recycle<H: Harness>(ctx: &Ctx<H>) {
@@ -1139,6 +1194,7 @@ enum Gated {
     Mark,
     GrabBatch,
     GrabById,
+    Recycle,
 }
 
 /// A store whose calls of one kind wait while the gate is shut (the database stalled on
@@ -1150,6 +1206,8 @@ struct Gate<S> {
     open: Arc<tokio::sync::watch::Sender<bool>>,
     /// How many gated calls have reached the gate.
     arrived: Arc<tokio::sync::watch::Sender<usize>>,
+    /// How many `grab_batch` calls have returned.
+    grabbed: Arc<tokio::sync::watch::Sender<usize>>,
 }
 
 impl<S> Gate<S> {
@@ -1159,7 +1217,17 @@ impl<S> Gate<S> {
             gated,
             open: Arc::new(tokio::sync::watch::Sender::new(false)),
             arrived: Arc::new(tokio::sync::watch::Sender::new(0)),
+            grabbed: Arc::new(tokio::sync::watch::Sender::new(0)),
         }
+    }
+
+    /// Wait until `n` `grab_batch` calls have returned.
+    async fn grabbed(&self, n: usize) {
+        let mut grabbed = self.grabbed.subscribe();
+        tokio::time::timeout(PATIENCE, grabbed.wait_for(|g| *g >= n))
+            .await
+            .unwrap_or_else(|_| panic!("no grab_batch returned"))
+            .unwrap();
     }
 
     fn open(&self) {
@@ -1206,13 +1274,16 @@ impl<S: TaskStore> TaskStore for Gate<S> {
         limit: usize,
     ) -> backstop_core::Result<Vec<Task>> {
         self.pass(Gated::GrabBatch).await;
-        self.inner.grab_batch(owner, event_types, limit).await
+        let grabbed = self.inner.grab_batch(owner, event_types, limit).await;
+        self.grabbed.send_modify(|g| *g += 1);
+        grabbed
     }
     async fn recycle_dead(
         &self,
         older_than: Duration,
         limit: usize,
     ) -> backstop_core::Result<backstop_core::Recycled> {
+        self.pass(Gated::Recycle).await;
         self.inner.recycle_dead(older_than, limit).await
     }
     async fn heartbeat(&self, leases: &[backstop_core::Lease]) -> backstop_core::Result<Vec<bool>> {

@@ -365,6 +365,7 @@ macro_rules! engine_conformance {
             engine_two_instances_run_each_task_exactly_once,
             engine_heartbeats_keep_a_long_task_alive,
             engine_poller_recycles_a_dead_task_and_runs_it_again,
+            engine_recycler_sweeps_every_dead_task_and_wakes_the_poller,
             engine_stops_claiming_while_marks_stall,
             engine_refuses_a_late_completion_after_recycle,
             engine_shutdown_under_load_leaves_nothing_running,

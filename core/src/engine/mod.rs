@@ -67,7 +67,9 @@ pub struct EngineConfig {
     /// Most tasks one poll claims per event type (default 50; also capped by the
     /// executor's free capacity).
     pub batch_size: usize,
-    /// Most dead tasks one poll recycles (default 100).
+    /// Most dead tasks one sweep recycles (default 100). The sweep runs beside the poller
+    /// (not in its claim rounds) every `poll_interval`, but no more often than every
+    /// `dead_after / 8`, and again at once while it comes back full.
     pub recycle_batch: usize,
     /// How long shutdown waits for in-flight tasks before interrupting them (default 30 s).
     pub shutdown_grace: Duration,
@@ -370,6 +372,7 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
         let flushers = completer::spawn(&runtime, &shared, completion_rx);
         let mut jobs = vec![
             runtime.spawn(loops::poller(Arc::clone(&shared))),
+            runtime.spawn(loops::recycler(Arc::clone(&shared))),
             runtime.spawn(loops::heartbeats(Arc::clone(&shared))),
         ];
         if shared.config.retention.is_some() {
