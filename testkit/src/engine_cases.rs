@@ -959,6 +959,25 @@ async fn until_shutting_down<S: TaskStore + Clone>(engine: &Engine<S>, event_typ
     .await;
 }
 
+/// Shut `engine` down while a claim is held at `gate`: once shutdown has begun, open the
+/// gate, and wait for shutdown to end.
+async fn shut_down_across_the_gate<S: TaskStore + Clone>(
+    engine: &Engine<Gate<S>>,
+    gate: &Gate<S>,
+    event_type: &str,
+) {
+    let stopping = tokio::spawn({
+        let engine = engine.clone();
+        async move { engine.shutdown().await }
+    });
+    until_shutting_down(engine, event_type).await;
+    gate.open();
+    tokio::time::timeout(PATIENCE, stopping)
+        .await
+        .expect("shutdown to end once the claim is back")
+        .unwrap();
+}
+
 /// a poll already on its way to the database when shutdown begins is waited for, and
 /// what it claims is given back (pending, no attempt spent, never started) through the
 /// flushers — not left running until `dead_after`.
@@ -991,16 +1010,7 @@ pub async fn engine_shutdown_waits_for_a_poll_in_flight_and_releases_its_claim<H
         .start()
         .unwrap();
     gate.arrived(1).await;
-    let stopping = tokio::spawn({
-        let engine = engine.clone();
-        async move { engine.shutdown().await }
-    });
-    until_shutting_down(&engine, "WORK").await;
-    gate.open();
-    tokio::time::timeout(PATIENCE, stopping)
-        .await
-        .expect("shutdown to end once the claim is back")
-        .unwrap();
+    shut_down_across_the_gate(&engine, &gate, "WORK").await;
     for id in ids {
         let t = ctx.task(id).await;
         assert_eq!(
@@ -1038,17 +1048,8 @@ pub async fn engine_shutdown_waits_for_a_run_ahead_claim_in_flight<H: Harness>(c
         async move { engine.run_now(&enq).await }
     });
     gate.arrived(1).await;
-    let stopping = tokio::spawn({
-        let engine = engine.clone();
-        async move { engine.shutdown().await }
-    });
-    until_shutting_down(&engine, "WORK").await;
-    gate.open();
+    shut_down_across_the_gate(&engine, &gate, "WORK").await;
     assert_eq!(running_ahead.await.unwrap().unwrap(), RunAhead::Started);
-    tokio::time::timeout(PATIENCE, stopping)
-        .await
-        .expect("shutdown to end once the claim is back")
-        .unwrap();
     let t = ctx.task(enq.id).await;
     assert_eq!(
         (t.status, t.attempts, t.owner.as_deref()),
