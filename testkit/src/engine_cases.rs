@@ -137,6 +137,11 @@ fn gated(calls: Calls, gate: &Arc<Semaphore>) -> impl Handler {
     })
 }
 
+/// A handler that records each call in `calls` and succeeds.
+fn succeeding(calls: &Calls) -> impl Handler {
+    recording(calls.clone(), |_, _| async { Ok(()) })
+}
+
 /// A handler that takes `d` on every call.
 fn sleepy(calls: Calls, d: Duration) -> impl Handler {
     recording(calls, move |_, _task| async move {
@@ -959,6 +964,17 @@ async fn until_shutting_down<S: TaskStore + Clone>(engine: &Engine<S>, event_typ
     .await;
 }
 
+/// Task `id` was given back untouched: pending, no attempt spent, no owner, never started.
+async fn assert_given_back<H: Harness>(ctx: &Ctx<H>, id: TaskId, calls: &Calls) {
+    let t = ctx.task(id).await;
+    assert_eq!(
+        (t.status, t.attempts, t.owner.as_deref()),
+        (Status::Pending, 0, None),
+        "task {id}"
+    );
+    assert_eq!(calls.count(&t.biz_key), 0, "task {id} was started");
+}
+
 /// Shut `engine` down while a claim is held at `gate`: once shutdown has begun, open the
 /// gate, and wait for shutdown to end.
 async fn shut_down_across_the_gate<S: TaskStore + Clone>(
@@ -1002,23 +1018,13 @@ pub async fn engine_shutdown_waits_for_a_poll_in_flight_and_releases_its_claim<H
             first_poll_delay: Duration::ZERO,
             ..fast_config()
         })
-        .handler(
-            "WORK",
-            recording(calls.clone(), |_, _| async { Ok(()) }),
-            opts(),
-        )
+        .handler("WORK", succeeding(&calls), opts())
         .start()
         .unwrap();
     gate.arrived(1).await;
     shut_down_across_the_gate(&engine, &gate, "WORK").await;
     for id in ids {
-        let t = ctx.task(id).await;
-        assert_eq!(
-            (t.status, t.attempts, t.owner.as_deref()),
-            (Status::Pending, 0, None),
-            "task {id}"
-        );
-        assert_eq!(calls.count(&t.biz_key), 0, "task {id} was started");
+        assert_given_back(ctx, id, &calls).await;
     }
     let c = engine.counters();
     assert_eq!(
@@ -1035,11 +1041,7 @@ pub async fn engine_shutdown_waits_for_a_run_ahead_claim_in_flight<H: Harness>(c
     let gate = Gate::shut(ctx.store.clone(), Gated::GrabById);
     let engine = Engine::builder(gate.clone())
         .config(no_poll_config())
-        .handler(
-            "WORK",
-            recording(calls.clone(), |_, _| async { Ok(()) }),
-            opts(),
-        )
+        .handler("WORK", succeeding(&calls), opts())
         .start()
         .unwrap();
     let enq = ctx.store.enqueue(engine.task("WORK", "k")).await.unwrap();
@@ -1050,12 +1052,7 @@ pub async fn engine_shutdown_waits_for_a_run_ahead_claim_in_flight<H: Harness>(c
     gate.arrived(1).await;
     shut_down_across_the_gate(&engine, &gate, "WORK").await;
     assert_eq!(running_ahead.await.unwrap().unwrap(), RunAhead::Started);
-    let t = ctx.task(enq.id).await;
-    assert_eq!(
-        (t.status, t.attempts, t.owner.as_deref()),
-        (Status::Pending, 0, None)
-    );
-    assert_eq!(calls.count("k"), 0, "the task was started");
+    assert_given_back(ctx, enq.id, &calls).await;
     let c = engine.counters();
     assert_eq!((c.run_ahead, c.released), (1, 1), "{c:?}");
 }
