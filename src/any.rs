@@ -1,12 +1,8 @@
 //! One store type for every enabled backend, chosen by URL: swap databases by changing a
 //! feature flag and a URL, not code.
 
-use std::time::Duration;
-
-use backstop_core::{
-    async_trait, Enqueued, Error, Lease, Mark, NewTask, Owner, Recycled, Result, Stats,
-    StoreConfig, Task, TaskFilter, TaskId, TaskStore,
-};
+use backstop_core::driver::{Backend, Driver};
+use backstop_core::{Error, Result, StoreConfig};
 
 /// A store on whichever backend [`connect`] picked. Implements [`TaskStore`] by
 /// delegating; match on it to reach the backend's native API (its transactional
@@ -130,75 +126,25 @@ fn missing_feature(url: &str, feature: &str) -> Error {
     )
 }
 
-macro_rules! delegate {
-    ($self:ident, $s:ident => $call:expr) => {
-        match *$self {
+/// The store's driver: every [`TaskStore`] operation of an `AnyStore` is core's, on the
+/// driver of the backend it holds.
+impl Backend for AnyStore {
+    fn driver(&self) -> &dyn Driver {
+        match *self {
             #[cfg(feature = "sqlite")]
-            AnyStore::Sqlite(ref $s) => $call,
+            AnyStore::Sqlite(ref s) => s.driver(),
             #[cfg(feature = "postgres")]
-            AnyStore::Postgres(ref $s) => $call,
+            AnyStore::Postgres(ref s) => s.driver(),
             #[cfg(feature = "mysql")]
-            AnyStore::MySql(ref $s) => $call,
+            AnyStore::MySql(ref s) => s.driver(),
         }
-    };
-}
-
-#[async_trait]
-#[cfg_attr(
-    not(any(feature = "sqlite", feature = "postgres")),
-    allow(unused_variables)
-)]
-impl TaskStore for AnyStore {
-    async fn migrate(&self) -> Result<()> {
-        delegate!(self, s => s.migrate().await)
-    }
-    async fn enqueue(&self, task: NewTask) -> Result<Enqueued> {
-        delegate!(self, s => s.enqueue(task).await)
-    }
-    async fn grab_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<Task>> {
-        delegate!(self, s => s.grab_by_id(id, owner).await)
-    }
-    async fn grab_batch(
-        &self,
-        owner: &Owner,
-        event_types: &[String],
-        limit: usize,
-    ) -> Result<Vec<Task>> {
-        delegate!(self, s => s.grab_batch(owner, event_types, limit).await)
-    }
-    async fn recycle_dead(&self, older_than: Duration, limit: usize) -> Result<Recycled> {
-        delegate!(self, s => s.recycle_dead(older_than, limit).await)
-    }
-    async fn heartbeat(&self, leases: &[Lease]) -> Result<Vec<bool>> {
-        delegate!(self, s => s.heartbeat(leases).await)
-    }
-    async fn mark(&self, marks: &[Mark]) -> Result<Vec<bool>> {
-        delegate!(self, s => s.mark(marks).await)
-    }
-    async fn manual_reset(&self, id: TaskId, stuck_after: Duration) -> Result<Task> {
-        delegate!(self, s => s.manual_reset(id, stuck_after).await)
-    }
-    async fn get(&self, id: TaskId) -> Result<Option<Task>> {
-        delegate!(self, s => s.get(id).await)
-    }
-    async fn list(&self, filter: &TaskFilter) -> Result<Vec<Task>> {
-        delegate!(self, s => s.list(filter).await)
-    }
-    async fn stats(&self) -> Result<Stats> {
-        delegate!(self, s => s.stats().await)
-    }
-    async fn purge_succeeded(&self, older_than: Duration, limit: usize) -> Result<u64> {
-        delegate!(self, s => s.purge_succeeded(older_than, limit).await)
-    }
-    async fn delete_succeeded(&self, ids: &[TaskId]) -> Result<u64> {
-        delegate!(self, s => s.delete_succeeded(ids).await)
     }
 }
 
 #[cfg(all(test, feature = "sqlite"))]
 mod tests {
     use super::*;
-    use backstop_core::ErrorKind;
+    use backstop_core::{ErrorKind, NewTask, TaskStore};
 
     #[tokio::test]
     async fn picks_sqlite_from_the_url() {

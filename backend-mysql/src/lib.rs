@@ -46,11 +46,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backstop_core::async_trait;
-use backstop_core::batch::mark_rounds;
-use backstop_core::limits::{self, bounded_error, millis};
+use backstop_core::driver::{
+    check_task, mark_rounds, millis, Backend, Checked, Driver, Inserted, RawStats, RawTask, Reset,
+};
 use backstop_core::{
-    Backoff, Enqueued, Error, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner, Recycled, Result,
-    RetryPolicy, Stats, Status, StatusCount, StoreConfig, Task, TaskFilter, TaskId, TaskStore,
+    Enqueued, Error, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner, Recycled, Result, Status,
+    StoreConfig, TaskFilter, TaskId,
 };
 use chrono::NaiveDateTime;
 use sqlx::mysql::{MySqlConnectOptions, MySqlDatabaseError, MySqlPoolOptions, MySqlRow};
@@ -145,9 +146,6 @@ pub struct MySqlOptions {
     pub max_connections: u32,
     /// How long to wait for a pooled connection (default 10 s).
     pub acquire_timeout: Duration,
-    /// How many times a deadlock (1213) or lock-wait timeout (1205) is retried before it
-    /// is reported (default 5).
-    pub lock_retries: u32,
 }
 
 impl Default for MySqlOptions {
@@ -157,7 +155,6 @@ impl Default for MySqlOptions {
             claim_strategy: ClaimStrategy::Auto,
             max_connections: 16,
             acquire_timeout: Duration::from_secs(10),
-            lock_retries: 5,
         }
     }
 }
@@ -272,7 +269,7 @@ impl MySqlStore {
             })
             .connect_with(connect)
             .await
-            .map_err(|e| my_err(OP, e))?;
+            .map_err(|e| my_err(e).with_operation(OP))?;
         Self::from_pool(pool, options).await
     }
 
@@ -284,7 +281,7 @@ impl MySqlStore {
         let version: String = sqlx::query_scalar("SELECT VERSION()")
             .fetch_one(&pool)
             .await
-            .map_err(|e| my_err(OP, e))?;
+            .map_err(|e| my_err(e).with_operation(OP))?;
         let skip = supports_skip_locked(&version);
         let queue = supports_queue_then_skip(&version);
         let strategy = match options.claim_strategy {
@@ -335,10 +332,6 @@ impl MySqlStore {
         &self.inner.server_version
     }
 
-    fn token(&self) -> i64 {
-        (self.inner.next_token.fetch_add(1, Ordering::Relaxed) & (i64::MAX as u64)) as i64
-    }
-
     /// Enqueue `task` on the caller's transaction (pass `&mut tx` for a
     /// `sqlx::Transaction<MySql>`) or connection: the task row commits or rolls back
     /// together with the caller's business rows. This is the heart of the pattern.
@@ -348,80 +341,89 @@ impl MySqlStore {
     /// - A duplicate key (error 1062, which MySQL rolls back as one statement, leaving the
     ///   caller's transaction intact) is answered with the existing task's id, read with a
     ///   locking read so it is seen whatever the isolation level. Any other error is
-    ///   returned as is.
+    ///   returned as is (and never retried here: a deadlock rolled back the caller's
+    ///   whole transaction, which only the caller can run again).
     pub async fn enqueue_tx(&self, conn: &mut MySqlConnection, task: &NewTask) -> Result<Enqueued> {
-        const OP: &str = "enqueue";
-        task.validate(self.inner.options.config.max_payload_bytes)?;
-        let retry = task.retry_policy();
-        let inserted = sqlx::query(safe(&self.inner.sql.insert))
-            .bind(task.event_type())
-            .bind(task.biz_key())
-            .bind(task.payload())
-            .bind(i64::from(retry.max_attempts))
-            .bind(retry.backoff.strategy())
-            .bind(millis(retry.backoff.interval()))
-            .bind(millis(retry.backoff.max_interval()))
-            .bind(micros(task.due_delay()))
-            .execute(&mut *conn)
-            .await;
-        let (id, created) = match inserted {
-            Ok(done) => (
-                i64::try_from(done.last_insert_id()).unwrap_or(i64::MAX),
-                true,
-            ),
-            Err(e) if error_number(&e) == Some(1062) => {
-                let id: Option<i64> = sqlx::query_scalar(safe(&self.inner.sql.find_by_key))
-                    .bind(task.event_type())
-                    .bind(task.biz_key())
-                    .fetch_optional(&mut *conn)
-                    .await
-                    .map_err(|e| my_err(OP, e))?;
-                let id = id.ok_or_else(|| {
-                    Error::new(
-                        ErrorKind::Conflict,
-                        OP,
-                        format!(
-                            "task {}/{} conflicted but then vanished; retry",
-                            task.event_type(),
-                            task.biz_key()
-                        ),
-                    )
-                    .with_temporary(true)
-                })?;
-                (id, false)
-            }
-            Err(e) => return Err(my_err(OP, e)),
-        };
+        let checked = check_task(&self.inner.options.config, task)?;
+        let inserted = insert(&self.inner.sql, conn, checked)
+            .await
+            .map_err(|e| e.with_operation("enqueue"))?;
         Ok(Enqueued {
-            id,
-            created,
+            id: inserted.id,
+            created: inserted.created,
             event_type: task.event_type().to_owned(),
         })
     }
+}
 
-    /// Run `f` on a pooled connection, retrying deadlocks and lock-wait timeouts.
-    async fn retrying<T, F, Fut>(&self, op: &'static str, mut f: F) -> Result<T>
+impl Backend for MySqlStore {
+    fn driver(&self) -> &dyn Driver {
+        &*self.inner
+    }
+}
+
+/// The insert shape, on any connection (a pooled one, or the caller's transaction).
+async fn insert(
+    sql: &Sql,
+    conn: &mut MySqlConnection,
+    task: Checked<&NewTask>,
+) -> Result<Inserted> {
+    let retry = task.retry_policy();
+    let inserted = sqlx::query(safe(&sql.insert))
+        .bind(task.event_type())
+        .bind(task.biz_key())
+        .bind(task.payload())
+        .bind(i64::from(retry.max_attempts))
+        .bind(retry.backoff.strategy())
+        .bind(millis(retry.backoff.interval()))
+        .bind(millis(retry.backoff.max_interval()))
+        .bind(micros(task.due_delay()))
+        .execute(&mut *conn)
+        .await;
+    match inserted {
+        Ok(done) => Ok(Inserted {
+            id: i64::try_from(done.last_insert_id()).unwrap_or(i64::MAX),
+            created: true,
+        }),
+        Err(e) if error_number(&e) == Some(1062) => {
+            let id: Option<i64> = sqlx::query_scalar(safe(&sql.find_by_key))
+                .bind(task.event_type())
+                .bind(task.biz_key())
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(my_err)?;
+            let id = id.ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Conflict,
+                    "enqueue",
+                    format!(
+                        "task {}/{} conflicted but then vanished; retry",
+                        task.event_type(),
+                        task.biz_key()
+                    ),
+                )
+                .with_temporary(true)
+            })?;
+            Ok(Inserted { id, created: false })
+        }
+        Err(e) => Err(my_err(e)),
+    }
+}
+
+impl Inner {
+    /// A fresh claim token: tags the rows one statement changes.
+    fn token(&self) -> i64 {
+        (self.next_token.fetch_add(1, Ordering::Relaxed) & (i64::MAX as u64)) as i64
+    }
+
+    /// Run `f` on a pooled connection.
+    async fn on_conn<T, F, Fut>(&self, f: F) -> Result<T>
     where
-        F: FnMut(sqlx::pool::PoolConnection<MySql>) -> Fut,
+        F: FnOnce(sqlx::pool::PoolConnection<MySql>) -> Fut,
         Fut: Future<Output = std::result::Result<T, sqlx::Error>>,
     {
-        let mut backoff = Duration::from_millis(5);
-        let mut attempt = 0;
-        loop {
-            let conn = self.inner.pool.acquire().await.map_err(|e| my_err(op, e))?;
-            match f(conn).await {
-                Ok(v) => return Ok(v),
-                Err(e) if is_lock_conflict(&e) && attempt < self.inner.options.lock_retries => {
-                    attempt += 1;
-                    // A little jitter so that two victims do not collide again.
-                    let jitter =
-                        Duration::from_micros(u64::from((self.token() as u32) % 1000 * (attempt)));
-                    tokio::time::sleep(backoff + jitter).await;
-                    backoff *= 2;
-                }
-                Err(e) => return Err(my_err(op, e)),
-            }
-        }
+        let conn = self.pool.acquire().await.map_err(my_err)?;
+        f(conn).await.map_err(my_err)
     }
 
     /// Apply marks round by round on `ex` (a transaction, or a connection when one
@@ -432,7 +434,7 @@ impl MySqlStore {
         marks: &[Mark],
         rounds: &[Vec<usize>],
     ) -> std::result::Result<Vec<bool>, sqlx::Error> {
-        let sql = &self.inner.sql;
+        let sql = &self.sql;
         let mut flags = vec![false; marks.len()];
         for round in rounds {
             // Successes — the hot path — go in one set-based statement per chunk.
@@ -442,7 +444,8 @@ impl MySqlStore {
                 .filter(|&i| marks[i].action == MarkAction::Success)
                 .collect();
             for chunk in successes.chunks(SET_CHUNK) {
-                // a fresh token per statement: it tags exactly the rows it changed
+                // a fresh token per statement: it tags exactly the rows it changed (a
+                // succeeded row is never claimed again, so nothing overwrites the tag)
                 let token = self.token();
                 let text = sql.mark_success_many(bucket(chunk.len()));
                 let mut q = sqlx::query(safe(&text)).bind(token);
@@ -476,9 +479,9 @@ impl MySqlStore {
                     MarkAction::Success => continue,
                     MarkAction::Retry { delay, error } => sqlx::query(safe(&sql.mark_retry))
                         .bind(micros(*delay))
-                        .bind(bounded_error(error)),
+                        .bind(error.as_str()),
                     MarkAction::Fail { error } => {
-                        sqlx::query(safe(&sql.mark_fail)).bind(bounded_error(error))
+                        sqlx::query(safe(&sql.mark_fail)).bind(error.as_str())
                     }
                     MarkAction::Release => sqlx::query(safe(&sql.release)),
                 };
@@ -489,25 +492,39 @@ impl MySqlStore {
         Ok(flags)
     }
 
-    async fn fetch_task(
+    /// Rows of the statement `text` with `ids` bound (padded to its bucket), read as
+    /// tasks.
+    async fn claim_ids(
         &self,
-        op: &'static str,
-        conn: &mut MySqlConnection,
-        id: TaskId,
-    ) -> Result<Option<Task>> {
-        let row = sqlx::query(safe(&self.inner.sql.get))
-            .bind(id)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(|e| my_err(op, e))?;
-        row.as_ref().map(decode).transpose()
+        tx: &mut MySqlConnection,
+        owner: &Owner,
+        ids: &[i64],
+    ) -> std::result::Result<Vec<RawTask>, sqlx::Error> {
+        let sql = &self.sql;
+        let token = self.token();
+        let text = sql.claim_ids(bucket(ids.len()));
+        let mut q = sqlx::query(safe(&text)).bind(owner.as_str()).bind(token);
+        for id in padded(ids) {
+            q = q.bind(id);
+        }
+        q.execute(&mut *tx).await?;
+        // Exactly the rows this call claimed: tagged with its token (inside the claim's
+        // transaction, so no other claim can have re-tagged them).
+        let rows = sqlx::query(safe(&sql.select_by_token))
+            .bind(token)
+            .fetch_all(&mut *tx)
+            .await?;
+        rows.iter().map(raw_task).collect()
     }
 }
 
 /// How long a [`ClaimStrategy::QueueThenSkip`] claim queues behind another (seconds).
 const QUEUE_WAIT_S: u32 = 1;
 
-/// The claim's locking read of due task ids, in claim order.
+/// The claim's locking read of due task ids, oldest first: one ordered walk of the
+/// `(status, event_type, next_run_at, id)` index per event type, each stopping at
+/// `limit`, merged. The rows of a walk beyond the merged limit stay locked (unclaimed)
+/// until the claim's transaction ends.
 async fn pick(
     sql: &Sql,
     conn: &mut MySqlConnection,
@@ -515,58 +532,61 @@ async fn pick(
     event_types: &[String],
     limit: usize,
 ) -> std::result::Result<Vec<i64>, sqlx::Error> {
-    let text = sql.pick(event_types.len(), wait);
-    let mut q = sqlx::query_scalar::<_, i64>(safe(&text));
+    let text = sql.pick(wait);
+    let mut due: Vec<(chrono::NaiveDateTime, i64)> = Vec::new();
     for t in event_types {
-        q = q.bind(t);
+        let rows = sqlx::query_as::<_, (chrono::NaiveDateTime, i64)>(safe(&text))
+            .bind(t)
+            .bind(limit as i64)
+            .fetch_all(&mut *conn)
+            .await?;
+        due.extend(rows);
     }
-    q.bind(limit as i64).fetch_all(&mut *conn).await
+    if event_types.len() > 1 {
+        due.sort_unstable();
+        due.truncate(limit);
+    }
+    Ok(due.into_iter().map(|(_, id)| id).collect())
 }
 
 #[async_trait]
-impl TaskStore for MySqlStore {
+impl Driver for Inner {
+    fn config(&self) -> &StoreConfig {
+        &self.options.config
+    }
+
     async fn migrate(&self) -> Result<()> {
-        const OP: &str = "migrate";
-        let mut conn = self.inner.pool.acquire().await.map_err(|e| my_err(OP, e))?;
+        let mut conn = self.pool.acquire().await.map_err(my_err)?;
         // Serialize concurrent migrations across instances.
         let got: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, 60)")
-            .bind(&self.inner.sql.lock_name)
+            .bind(&self.sql.lock_name)
             .fetch_one(&mut *conn)
             .await
-            .map_err(|e| my_err(OP, e))?;
+            .map_err(my_err)?;
         if got != Some(1) {
             return Err(Error::new(
                 ErrorKind::Unavailable,
-                OP,
+                "migrate",
                 "another instance held the migration lock for 60 s",
             ));
         }
-        let result = conn.execute(safe(&self.inner.sql.schema)).await;
+        let result = conn.execute(safe(&self.sql.schema)).await;
         let _ = sqlx::query("SELECT RELEASE_LOCK(?)")
-            .bind(&self.inner.sql.lock_name)
+            .bind(&self.sql.lock_name)
             .execute(&mut *conn)
             .await;
-        result.map(|_| ()).map_err(|e| my_err(OP, e))
+        result.map(|_| ()).map_err(my_err)
     }
 
-    async fn enqueue(&self, task: NewTask) -> Result<Enqueued> {
-        // Refuse bad input before taking a connection: a clear InvalidInput even when the
-        // database is down (enqueue_tx checks again; the check is cheap).
-        task.validate(self.inner.options.config.max_payload_bytes)?;
-        let mut conn = self
-            .inner
-            .pool
-            .acquire()
-            .await
-            .map_err(|e| my_err("enqueue", e))?;
-        self.enqueue_tx(&mut conn, &task).await
+    async fn insert(&self, task: Checked<&NewTask>) -> Result<Inserted> {
+        let mut conn = self.pool.acquire().await.map_err(my_err)?;
+        insert(&self.sql, &mut conn, task).await
     }
 
-    async fn grab_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<Task>> {
-        const OP: &str = "grab_by_id";
-        let sql = &self.inner.sql;
-        let claimed = self
-            .retrying(OP, |mut conn| async move {
+    async fn claim_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<RawTask>> {
+        let sql = &self.sql;
+        let row = self
+            .on_conn(|mut conn| async move {
                 let done = sqlx::query(safe(&sql.grab_by_id))
                     .bind(owner.as_str())
                     .bind(id)
@@ -582,126 +602,109 @@ impl TaskStore for MySqlStore {
                     .await
             })
             .await?;
-        claimed.as_ref().map(decode).transpose()
+        row.as_ref().map(raw_task).transpose().map_err(my_err)
     }
 
-    async fn grab_batch(
+    async fn claim_batch(
         &self,
         owner: &Owner,
-        event_types: &[String],
-        limit: usize,
-    ) -> Result<Vec<Task>> {
-        const OP: &str = "grab_batch";
-        if !limits::check_grab_batch(event_types, limit)? {
-            return Ok(Vec::new());
-        }
-        let sql = &self.inner.sql;
-        let strategy = self.inner.strategy;
-        let rows = self
-            .retrying(OP, |mut conn| {
-                let token = self.token();
-                async move {
-                    let first = match strategy {
-                        ClaimStrategy::SkipLocked => LockWait::Skip,
-                        ClaimStrategy::QueueThenSkip => LockWait::UpTo(QUEUE_WAIT_S),
-                        _ => LockWait::Queue,
-                    };
-                    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-                    let ids = match pick(sql, &mut tx, first, event_types, limit).await {
-                        // Held past the wait: a stalled claimer. Start over, passing it.
-                        Err(e)
-                            if matches!(first, LockWait::UpTo(_))
-                                && error_number(&e) == Some(1205) =>
-                        {
-                            tx.rollback().await?;
-                            tx = sqlx::Connection::begin(&mut *conn).await?;
-                            pick(sql, &mut tx, LockWait::Skip, event_types, limit).await?
-                        }
-                        picked => picked?,
-                    };
-                    if ids.is_empty() {
-                        tx.commit().await?;
-                        return Ok(Vec::new());
-                    }
-                    let text = sql.claim_ids(bucket(ids.len()));
-                    let mut q = sqlx::query(safe(&text)).bind(owner.as_str()).bind(token);
-                    for id in padded(&ids) {
+        event_types: Checked<&[String]>,
+        limit: Checked<usize>,
+    ) -> Result<Vec<RawTask>> {
+        let sql = &self.sql;
+        let (types, limit) = (*event_types, *limit);
+        let first = match self.strategy {
+            ClaimStrategy::SkipLocked => LockWait::Skip,
+            ClaimStrategy::QueueThenSkip => LockWait::UpTo(QUEUE_WAIT_S),
+            _ => LockWait::Queue,
+        };
+        self.on_conn(|mut conn| async move {
+            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+            let ids = match pick(sql, &mut tx, first, types, limit).await {
+                // Held past the wait: a stalled claimer. Start over, passing it.
+                Err(e) if matches!(first, LockWait::UpTo(_)) && error_number(&e) == Some(1205) => {
+                    tx.rollback().await?;
+                    tx = sqlx::Connection::begin(&mut *conn).await?;
+                    pick(sql, &mut tx, LockWait::Skip, types, limit).await?
+                }
+                picked => picked?,
+            };
+            let rows = if ids.is_empty() {
+                Vec::new()
+            } else {
+                match self.claim_ids(&mut tx, owner, &ids).await {
+                    Ok(rows) => rows,
+                    // a row that does not decode: report it as such (after rollback)
+                    Err(e) => return Err(e),
+                }
+            };
+            tx.commit().await?;
+            Ok(rows)
+        })
+        .await
+    }
+
+    async fn recycle_dead(
+        &self,
+        older_than: Checked<Duration>,
+        limit: Checked<usize>,
+    ) -> Result<Recycled> {
+        let sql = &self.sql;
+        let (age, limit) = (micros(*older_than), *limit as i64);
+        let wait = if self.strategy == ClaimStrategy::OrderedUpdate {
+            LockWait::Queue
+        } else {
+            LockWait::Skip
+        };
+        self.on_conn(|mut conn| async move {
+            // Look before locking. The locking read below waits on any running row a
+            // concurrent mark or claim is changing, and the recycler with it, though there
+            // is almost never a dead task to find. The look takes no locks; a task that
+            // dies right after it is found on the next sweep.
+            let any: Option<i64> = sqlx::query_scalar(safe(&sql.any_dead))
+                .bind(age)
+                .fetch_optional(&mut *conn)
+                .await?;
+            if any.is_none() {
+                return Ok(Recycled::default());
+            }
+            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+            // The oldest dead rows, locked until commit, each with whether it has attempts
+            // left; then one update per outcome, whose affected rows are the counts.
+            let dead: Vec<(i64, bool)> = sqlx::query_as(safe(&sql.pick_dead(wait)))
+                .bind(age)
+                .bind(limit)
+                .fetch_all(&mut *tx)
+                .await?;
+            let mut recycled = Recycled::default();
+            for (to_pending, count) in [
+                (true, &mut recycled.to_pending),
+                (false, &mut recycled.to_failed),
+            ] {
+                let ids: Vec<i64> = dead
+                    .iter()
+                    .filter(|(_, left)| *left == to_pending)
+                    .map(|(id, _)| *id)
+                    .collect();
+                for chunk in ids.chunks(SET_CHUNK) {
+                    let text = sql.recycle(to_pending, bucket(chunk.len()));
+                    let mut q = sqlx::query(safe(&text)).bind(age);
+                    for id in padded(chunk) {
                         q = q.bind(id);
                     }
-                    q.execute(&mut *tx).await?;
-                    // Exactly the rows this call claimed: tagged with its token.
-                    let rows = sqlx::query(safe(&sql.select_by_token))
-                        .bind(token)
-                        .fetch_all(&mut *tx)
-                        .await?;
-                    tx.commit().await?;
-                    Ok(rows)
+                    *count += q.execute(&mut *tx).await?.rows_affected();
                 }
-            })
-            .await?;
-        let mut tasks = rows.iter().map(decode).collect::<Result<Vec<_>>>()?;
-        backstop_core::batch::oldest_first(&mut tasks);
-        Ok(tasks)
-    }
-
-    async fn recycle_dead(&self, older_than: Duration, limit: usize) -> Result<Recycled> {
-        const OP: &str = "recycle_dead";
-        if !limits::check_aged_batch(OP, older_than, limit)? {
-            return Ok(Recycled::default());
-        }
-        let sql = &self.inner.sql;
-        let counts = self
-            .retrying(OP, |mut conn| {
-                let token = self.token();
-                async move {
-                    // Look before locking. The UPDATE below is a locking scan of the
-                    // running rows' index: it waits on any row a concurrent mark or claim
-                    // is changing there, and the poller waits with it, though there is
-                    // almost never a dead task to find. The look takes no locks; a task
-                    // that dies right after it is found on the next round.
-                    let any: Option<i64> = sqlx::query_scalar(safe(&sql.any_dead))
-                        .bind(micros(older_than))
-                        .fetch_optional(&mut *conn)
-                        .await?;
-                    if any.is_none() {
-                        return Ok(Vec::new());
-                    }
-                    let done = sqlx::query(safe(&sql.recycle_dead))
-                        .bind(token)
-                        .bind(micros(older_than))
-                        .bind(limit as i64)
-                        .execute(&mut *conn)
-                        .await?;
-                    if done.rows_affected() == 0 {
-                        return Ok(Vec::new());
-                    }
-                    sqlx::query_as::<_, (i8, i64)>(safe(&sql.count_by_token))
-                        .bind(token)
-                        .fetch_all(&mut *conn)
-                        .await
-                }
-            })
-            .await?;
-        let mut r = Recycled::default();
-        for (status, n) in counts {
-            let n = u64::try_from(n).unwrap_or(0);
-            if i16::from(status) == Status::Pending.code() {
-                r.to_pending += n;
-            } else {
-                r.to_failed += n;
             }
-        }
-        Ok(r)
+            tx.commit().await?;
+            Ok(recycled)
+        })
+        .await
     }
 
-    async fn heartbeat(&self, leases: &[Lease]) -> Result<Vec<bool>> {
-        const OP: &str = "heartbeat";
-        limits::check_leases(OP, leases)?;
-        if leases.is_empty() {
-            return Ok(Vec::new());
-        }
-        let sql = &self.inner.sql;
-        self.retrying(OP, |mut conn| async move {
+    async fn heartbeat(&self, leases: Checked<&[Lease]>) -> Result<Vec<bool>> {
+        let sql = &self.sql;
+        let leases = *leases;
+        self.on_conn(|mut conn| async move {
             let mut tx = sqlx::Connection::begin(&mut *conn).await?;
             let mut flags = Vec::with_capacity(leases.len());
             for chunk in leases.chunks(SET_CHUNK) {
@@ -735,12 +738,8 @@ impl TaskStore for MySqlStore {
         .await
     }
 
-    async fn mark(&self, marks: &[Mark]) -> Result<Vec<bool>> {
-        const OP: &str = "mark";
-        limits::check_marks(OP, marks)?;
-        if marks.is_empty() {
-            return Ok(Vec::new());
-        }
+    async fn mark(&self, marks: Checked<&[Mark]>) -> Result<Vec<bool>> {
+        let marks = *marks;
         let rounds = mark_rounds(marks);
         let rounds = &rounds;
         // A lone mark, or successes that fit one statement, need no transaction.
@@ -748,7 +747,7 @@ impl TaskStore for MySqlStore {
             || (rounds.len() == 1
                 && marks.len() <= SET_CHUNK
                 && marks.iter().all(|m| m.action == MarkAction::Success));
-        self.retrying(OP, |mut conn| async move {
+        self.on_conn(|mut conn| async move {
             if one_statement {
                 return self.apply_marks(&mut conn, marks, rounds).await;
             }
@@ -760,19 +759,18 @@ impl TaskStore for MySqlStore {
         .await
     }
 
-    async fn manual_reset(&self, id: TaskId, stuck_after: Duration) -> Result<Task> {
-        const OP: &str = "manual_reset";
-        limits::check_duration(OP, "stuck_after", stuck_after)?;
-        let sql = &self.inner.sql;
+    async fn reset(&self, id: TaskId, stuck_after: Checked<Duration>) -> Result<Reset> {
+        let sql = &self.sql;
+        let stuck_after = micros(*stuck_after);
         // The reset row is read back inside the reset's transaction: our row lock keeps a
         // claimer (a poller sees the task due at once) out until commit, so the task
         // returned is the task as reset, never as already claimed again.
         let (row, status) = self
-            .retrying(OP, |mut conn| async move {
+            .on_conn(|mut conn| async move {
                 let mut tx = sqlx::Connection::begin(&mut *conn).await?;
                 let done = sqlx::query(safe(&sql.manual_reset))
                     .bind(id)
-                    .bind(micros(stuck_after))
+                    .bind(stuck_after)
                     .execute(&mut *tx)
                     .await?;
                 let found = if done.rows_affected() == 1 {
@@ -792,33 +790,26 @@ impl TaskStore for MySqlStore {
                 Ok(found)
             })
             .await?;
-        match (row, status) {
-            (Some(row), _) => decode(&row),
-            (None, Some(code)) => Err(Error::reset_refused(
-                OP,
-                id,
-                Status::from_code(code.into())?,
-            )),
-            (None, None) => Err(Error::task_not_found(OP, id)),
-        }
+        Ok(match (row, status) {
+            (Some(row), _) => Reset::Done(Box::new(raw_task(&row).map_err(my_err)?)),
+            (None, Some(code)) => Reset::Refused(code.into()),
+            (None, None) => Reset::Missing,
+        })
     }
 
-    async fn get(&self, id: TaskId) -> Result<Option<Task>> {
-        let mut conn = self
-            .inner
-            .pool
-            .acquire()
+    async fn get(&self, id: TaskId) -> Result<Option<RawTask>> {
+        let row = sqlx::query(safe(&self.sql.get))
+            .bind(id)
+            .fetch_optional(&self.pool)
             .await
-            .map_err(|e| my_err("get", e))?;
-        self.fetch_task("get", &mut conn, id).await
+            .map_err(my_err)?;
+        row.as_ref().map(raw_task).transpose().map_err(my_err)
     }
 
-    async fn list(&self, filter: &TaskFilter) -> Result<Vec<Task>> {
-        const OP: &str = "list";
-        limits::check_filter(filter)?;
+    async fn list(&self, filter: Checked<&TaskFilter>) -> Result<Vec<RawTask>> {
         let status = filter.status.map(Status::code);
         let older = filter.older_than.map(micros);
-        let rows = sqlx::query(safe(&self.inner.sql.list))
+        let rows = sqlx::query(safe(&self.sql.list))
             .bind(status)
             .bind(status)
             .bind(filter.event_type.as_deref())
@@ -827,72 +818,57 @@ impl TaskStore for MySqlStore {
             .bind(older)
             .bind(older)
             .bind(filter.limit as i64)
-            .fetch_all(&self.inner.pool)
+            .fetch_all(&self.pool)
             .await
-            .map_err(|e| my_err(OP, e))?;
-        rows.iter().map(decode).collect()
+            .map_err(my_err)?;
+        rows.iter()
+            .map(raw_task)
+            .collect::<std::result::Result<_, _>>()
+            .map_err(my_err)
     }
 
-    async fn stats(&self) -> Result<Stats> {
-        const OP: &str = "stats";
-        let rows = sqlx::query_as::<_, (String, i8, i64)>(safe(&self.inner.sql.stats_counts))
-            .fetch_all(&self.inner.pool)
+    async fn stats(&self) -> Result<RawStats> {
+        let counts = sqlx::query_as::<_, (String, i8, i64)>(safe(&self.sql.stats_counts))
+            .fetch_all(&self.pool)
             .await
-            .map_err(|e| my_err(OP, e))?;
-        let counts = rows
+            .map_err(my_err)?
             .into_iter()
-            .map(|(event_type, status, count)| {
-                Ok(StatusCount {
-                    event_type,
-                    status: Status::from_code(status.into())?,
-                    count: u64::try_from(count).unwrap_or(0),
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let oldest: Option<i64> = sqlx::query_scalar(safe(&self.inner.sql.stats_oldest_due))
-            .fetch_one(&self.inner.pool)
+            .map(|(event_type, status, count)| (event_type, status.into(), count))
+            .collect();
+        let oldest_due_pending_ms = sqlx::query_scalar(safe(&self.sql.stats_oldest_due))
+            .fetch_one(&self.pool)
             .await
-            .map_err(|e| my_err(OP, e))?;
-        Ok(Stats {
+            .map_err(my_err)?;
+        Ok(RawStats {
             counts,
-            oldest_due_pending: oldest
-                .map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+            oldest_due_pending_ms,
         })
     }
 
-    async fn purge_succeeded(&self, older_than: Duration, limit: usize) -> Result<u64> {
-        const OP: &str = "purge_succeeded";
-        if !limits::check_aged_batch(OP, older_than, limit)? {
-            return Ok(0);
-        }
-        let sql = &self.inner.sql;
-        self.retrying(OP, |mut conn| async move {
-            sqlx::query(safe(&sql.purge_succeeded))
-                .bind(micros(older_than))
-                .bind(limit as i64)
-                .execute(&mut *conn)
-                .await
-                .map(|d| d.rows_affected())
-        })
-        .await
+    async fn purge_succeeded(
+        &self,
+        older_than: Checked<Duration>,
+        limit: Checked<usize>,
+    ) -> Result<u64> {
+        sqlx::query(safe(&self.sql.purge_succeeded))
+            .bind(micros(*older_than))
+            .bind(*limit as i64)
+            .execute(&self.pool)
+            .await
+            .map(|d| d.rows_affected())
+            .map_err(my_err)
     }
 
-    async fn delete_succeeded(&self, ids: &[TaskId]) -> Result<u64> {
-        const OP: &str = "delete_succeeded";
-        limits::check_ids(OP, ids)?;
-        if ids.is_empty() {
-            return Ok(0);
+    async fn delete_succeeded(&self, ids: Checked<&[TaskId]>) -> Result<u64> {
+        let text = self.sql.delete_succeeded(bucket(ids.len()));
+        let mut q = sqlx::query(safe(&text));
+        for id in padded(*ids) {
+            q = q.bind(id);
         }
-        let text = self.inner.sql.delete_succeeded(bucket(ids.len()));
-        let text = &text;
-        self.retrying(OP, |mut conn| async move {
-            let mut q = sqlx::query(safe(text));
-            for id in padded(ids) {
-                q = q.bind(id);
-            }
-            q.execute(&mut *conn).await.map(|d| d.rows_affected())
-        })
-        .await
+        q.execute(&self.pool)
+            .await
+            .map(|d| d.rows_affected())
+            .map_err(my_err)
     }
 }
 
@@ -916,27 +892,25 @@ fn error_number(e: &sqlx::Error) -> Option<u16> {
     }
 }
 
-/// A deadlock (1213) or lock-wait timeout (1205): retry the whole operation.
-fn is_lock_conflict(e: &sqlx::Error) -> bool {
-    matches!(error_number(e), Some(1213 | 1205))
-}
-
-/// Map a sqlx error to a backstop error of operation `op`, classifying transient ones
-/// as temporary.
-pub fn my_err(op: &'static str, e: sqlx::Error) -> Error {
+/// Map a sqlx error to a backstop error, classifying transient ones as temporary and
+/// the rolled-back conflicts as contention. (The store names the operation.)
+fn my_err(e: sqlx::Error) -> Error {
     let (kind, what) = match &e {
         sqlx::Error::Database(_) => {
             let n = error_number(&e).unwrap_or(0);
             let kind = match n {
-                1213 | 1205 | 1040 | 1053 | 2006 | 2013 | 1927 => ErrorKind::Unavailable,
+                // deadlock (the transaction is rolled back), lock wait timeout (the
+                // statement is; the driver then drops the transaction, rolling back the rest)
+                1213 | 1205 => ErrorKind::Contention,
+                1040 | 1053 | 2006 | 2013 | 1927 => ErrorKind::Unavailable,
                 1062 => ErrorKind::Conflict,
                 1146 | 1049 | 1142 | 1044 | 1045 => ErrorKind::Config,
                 1406 | 1366 | 1292 | 1264 => ErrorKind::InvalidInput,
                 _ => ErrorKind::Unexpected,
             };
             let hint = match n {
-                1213 => " (deadlock, retried)",
-                1205 => " (lock wait timeout, retried)",
+                1213 => " (deadlock)",
+                1205 => " (lock wait timeout)",
                 1146 => " (has `migrate` run?)",
                 _ => "",
             };
@@ -953,59 +927,29 @@ pub fn my_err(op: &'static str, e: sqlx::Error) -> Error {
         sqlx::Error::Configuration(_) => (ErrorKind::Config, "MySQL configuration".to_owned()),
         _ => (ErrorKind::Unexpected, "MySQL driver error".to_owned()),
     };
-    Error::new(kind, op, format!("{what}: {e}")).with_source(e)
+    Error::new(kind, "mysql", format!("{what}: {e}")).with_source(e)
 }
 
-/// Decode a row of [`sql::COLUMNS`].
-fn decode(r: &MySqlRow) -> Result<Task> {
-    fn col<'r, T>(r: &'r MySqlRow, i: usize) -> Result<T>
-    where
-        T: sqlx::Decode<'r, MySql> + sqlx::Type<MySql>,
-    {
-        r.try_get(i).map_err(|e| {
-            Error::new(
-                ErrorKind::Unexpected,
-                "decode_row",
-                format!("column {i} does not decode: {e}"),
-            )
-            .with_source(e)
-        })
-    }
-    let id: i64 = col(r, 0)?;
-    let bad = |what: &str| {
-        Error::new(
-            ErrorKind::Unexpected,
-            "decode_task",
-            format!("task {id} has an invalid {what}"),
-        )
+/// Read a row of [`sql::COLUMNS`].
+fn raw_task(r: &MySqlRow) -> std::result::Result<RawTask, sqlx::Error> {
+    let time = |i: usize| -> std::result::Result<chrono::DateTime<chrono::Utc>, sqlx::Error> {
+        Ok(r.try_get::<NaiveDateTime, _>(i)?.and_utc())
     };
-    let dur = |ms: i64, what: &str| -> Result<Duration> {
-        u64::try_from(ms)
-            .map(Duration::from_millis)
-            .map_err(|_| bad(what))
-    };
-    let time = |i: usize| -> Result<chrono::DateTime<chrono::Utc>> {
-        Ok(col::<NaiveDateTime>(r, i)?.and_utc())
-    };
-    Ok(Task {
-        id,
-        event_type: col(r, 1)?,
-        biz_key: col(r, 2)?,
-        payload: col(r, 3)?,
-        status: Status::from_code(col::<i8>(r, 4)?.into())?,
-        attempts: u32::try_from(col::<i32>(r, 5)?).map_err(|_| bad("attempts"))?,
-        retry: RetryPolicy {
-            max_attempts: u32::try_from(col::<i32>(r, 6)?).map_err(|_| bad("max_attempts"))?,
-            backoff: Backoff::from_parts(
-                &col::<String>(r, 7)?,
-                dur(col(r, 8)?, "retry_interval_ms")?,
-                dur(col(r, 9)?, "retry_max_interval_ms")?,
-            )?,
-        },
+    Ok(RawTask {
+        id: r.try_get(0)?,
+        event_type: r.try_get(1)?,
+        biz_key: r.try_get(2)?,
+        payload: r.try_get(3)?,
+        status: r.try_get::<i8, _>(4)?.into(),
+        attempts: r.try_get::<i32, _>(5)?.into(),
+        max_attempts: r.try_get::<i32, _>(6)?.into(),
+        retry_strategy: r.try_get(7)?,
+        retry_interval_ms: r.try_get(8)?,
+        retry_max_interval_ms: r.try_get(9)?,
         next_run_at: time(10)?,
-        owner: col(r, 11)?,
-        lease: col(r, 12)?,
-        last_error: col(r, 13)?,
+        owner: r.try_get(11)?,
+        lease: r.try_get(12)?,
+        last_error: r.try_get(13)?,
         created_at: time(14)?,
         updated_at: time(15)?,
     })

@@ -19,8 +19,6 @@ pub(crate) struct Sql {
     pub get: String,
     pub select_by_token: String,
     pub any_dead: String,
-    pub recycle_dead: String,
-    pub count_by_token: String,
     pub mark_retry: String,
     pub mark_fail: String,
     pub release: String,
@@ -96,23 +94,6 @@ impl Sql {
                  WHERE status = 3 AND updated_at < NOW(3) - INTERVAL ? MICROSECOND
                  LIMIT 1"
             ),
-            // token, older_than µs, limit
-            recycle_dead: format!(
-                "UPDATE {t} SET
-                    last_error = CONCAT('attempt ', attempts, ' of ', max_attempts,
-                        ' died: owner ', COALESCE(owner, '?'), ' stopped heartbeating',
-                        CASE WHEN attempts < max_attempts THEN '' ELSE '; no attempts left' END),
-                    status = CASE WHEN attempts < max_attempts THEN 0 ELSE 2 END,
-                    owner = NULL,
-                    claim_token = ?,
-                    updated_at = NOW(3)
-                 WHERE status = 3 AND updated_at < NOW(3) - INTERVAL ? MICROSECOND
-                 ORDER BY updated_at, id
-                 LIMIT ?"
-            ),
-            count_by_token: format!(
-                "SELECT status, COUNT(*) FROM {t} WHERE claim_token = ? GROUP BY status"
-            ),
             // delay µs, error, id, lease
             mark_retry: format!(
                 "UPDATE {t} SET
@@ -168,41 +149,60 @@ impl Sql {
         vec!["?"; n].join(", ")
     }
 
-    /// `FORCE INDEX (…) WHERE <due pending of these types> ORDER BY next_run_at, id LIMIT ?`,
-    /// shared by every claim strategy. One event type uses the
-    /// `(status, event_type, next_run_at, id)` index in order; several use
-    /// `(status, next_run_at, id)` — either way no filesort, so no row is locked and skipped.
-    fn due_rows(n_types: usize) -> (&'static str, String) {
-        let index = if n_types == 1 {
-            "ix_claim_type"
-        } else {
-            "ix_claim"
-        };
-        let filter = format!(
-            "WHERE status = 0 AND event_type IN ({}) AND next_run_at <= NOW(3)
+    /// The claim's locking read of one event type's due rows, in claim order, as
+    /// `(next_run_at, id)`: event type, limit. An ordered walk of the
+    /// `(status, event_type, next_run_at, id)` index that stops at the limit (no filesort,
+    /// so no row is locked and then skipped). What it does with rows another claim
+    /// holds: see [`LockWait`].
+    ///
+    /// Not a single `UPDATE … ORDER BY next_run_at, id LIMIT n`: the update changes
+    /// `status`, a column of the index it would scan, so MariaDB and MySQL collect every
+    /// due row before applying the LIMIT ("Using buffer"), and each claim would read (and
+    /// lock) the whole backlog.
+    pub fn pick(&self, wait: LockWait) -> String {
+        let t = &self.table;
+        format!(
+            "SELECT next_run_at, id FROM {t} FORCE INDEX (ix_claim_type)
+             WHERE status = 0 AND event_type = ? AND next_run_at <= NOW(3)
              ORDER BY next_run_at, id
-             LIMIT ?",
-            Self::placeholders(n_types)
-        );
-        (index, filter)
+             LIMIT ? FOR UPDATE{}",
+            wait.clause()
+        )
     }
 
-    /// The claim's locking read, in claim order: types…, limit. What it does with rows
-    /// another claim holds: see [`LockWait`].
-    ///
-    /// Not the seed's single `UPDATE … ORDER BY next_run_at, id LIMIT n`: the update
-    /// changes `status`, a column of the index it would scan, so MariaDB and MySQL
-    /// collect every due row before applying the LIMIT ("Using buffer"), and each claim
-    /// read (and locked) the whole backlog.
-    pub fn pick(&self, n_types: usize, wait: LockWait) -> String {
+    /// The dead-worker sweep's locking read: the oldest running rows not heartbeated for
+    /// `older_than`, with whether each has attempts left: older_than µs, limit.
+    pub fn pick_dead(&self, wait: LockWait) -> String {
         let t = &self.table;
-        let (index, due) = Self::due_rows(n_types);
-        let wait = match wait {
-            LockWait::Queue => String::new(),
-            LockWait::UpTo(s) => format!(" WAIT {s}"),
-            LockWait::Skip => " SKIP LOCKED".to_owned(),
+        format!(
+            "SELECT id, attempts < max_attempts FROM {t} FORCE INDEX (ix_updated)
+             WHERE status = 3 AND updated_at < NOW(3) - INTERVAL ? MICROSECOND
+             ORDER BY updated_at, id
+             LIMIT ? FOR UPDATE{}",
+            wait.clause()
+        )
+    }
+
+    /// Recycle dead rows the sweep holds: back to pending (`to_pending`) or failed (no
+    /// attempts left). Status and age re-checked on the row: older_than µs, ids….
+    pub fn recycle(&self, to_pending: bool, n: usize) -> String {
+        let t = &self.table;
+        let (status, why) = if to_pending {
+            (0, "")
+        } else {
+            (2, "; no attempts left")
         };
-        format!("SELECT id FROM {t} FORCE INDEX ({index}) {due} FOR UPDATE{wait}")
+        format!(
+            "UPDATE {t} SET
+                last_error = CONCAT('attempt ', attempts, ' of ', max_attempts,
+                    ' died: owner ', COALESCE(owner, '?'), ' stopped heartbeating{why}'),
+                status = {status},
+                owner = NULL,
+                updated_at = NOW(3)
+             WHERE status = 3 AND updated_at < NOW(3) - INTERVAL ? MICROSECOND
+               AND id IN ({})",
+            Self::placeholders(n)
+        )
     }
 
     /// The update of the rows the claim's read locked: owner, token, ids….
@@ -279,4 +279,15 @@ pub enum LockWait {
     UpTo(u32),
     /// Pass them over.
     Skip,
+}
+
+impl LockWait {
+    /// The clause after `FOR UPDATE`.
+    fn clause(self) -> String {
+        match self {
+            LockWait::Queue => String::new(),
+            LockWait::UpTo(s) => format!(" WAIT {s}"),
+            LockWait::Skip => " SKIP LOCKED".to_owned(),
+        }
+    }
 }

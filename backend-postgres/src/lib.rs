@@ -46,11 +46,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backstop_core::async_trait;
-use backstop_core::batch::mark_rounds;
-use backstop_core::limits::{self, bounded_error, millis};
+use backstop_core::driver::{
+    check_task, mark_rounds, millis, Backend, Checked, Driver, Inserted, RawStats, RawTask, Reset,
+};
+use backstop_core::limits;
 use backstop_core::{
-    Backoff, Enqueued, Error, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner, Recycled, Result,
-    RetryPolicy, Stats, Status, StatusCount, StoreConfig, Task, TaskFilter, TaskId, TaskStore,
+    Enqueued, Error, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner, Recycled, Result, Status,
+    StoreConfig, TaskFilter, TaskId,
 };
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use tokio_postgres::error::SqlState;
@@ -188,7 +190,7 @@ impl PgStore {
     /// A pooled connection, e.g. to open the business transaction that
     /// [`enqueue_tx`](Self::enqueue_tx) writes the task in.
     pub async fn client(&self) -> Result<Object> {
-        self.client_for("connect").await
+        self.inner.client().await
     }
 
     /// The store's options.
@@ -213,101 +215,111 @@ impl PgStore {
     where
         C: PgExecutor + ?Sized,
     {
-        const OP: &str = "enqueue";
-        task.validate(self.inner.options.config.max_payload_bytes)?;
-        let sql = &self.inner.sql;
-        let retry = task.retry_policy();
-        let (interval, max_interval, delay) = (
-            millis(retry.backoff.interval()),
-            millis(retry.backoff.max_interval()),
-            millis(task.due_delay()),
-        );
-        let max_attempts = i32::try_from(retry.max_attempts).unwrap_or(i32::MAX);
-        let (event_type, biz_key, payload) = (task.event_type(), task.biz_key(), task.payload());
-        let inserted = client
-            .query_opt_typed(
-                &sql.insert,
-                &[
-                    (&event_type, Type::VARCHAR),
-                    (&biz_key, Type::VARCHAR),
-                    (&payload, Type::TEXT),
-                    (&max_attempts, Type::INT4),
-                    (&retry.backoff.strategy(), Type::VARCHAR),
-                    (&interval, Type::INT8),
-                    (&max_interval, Type::INT8),
-                    (&delay, Type::INT8),
-                ],
-            )
+        let checked = check_task(&self.inner.options.config, task)?;
+        let inserted = insert(&self.inner.sql, client, checked)
             .await
-            .map_err(|e| pg_err(OP, e))?;
-        let (id, created) = match inserted {
-            Some(row) => (col::<i64>(&row, 0)?, true),
-            None => {
-                let row = client
-                    .query_opt_typed(
-                        &sql.find_by_key,
-                        &[(&event_type, Type::VARCHAR), (&biz_key, Type::VARCHAR)],
-                    )
-                    .await
-                    .map_err(|e| pg_err(OP, e))?
-                    .ok_or_else(|| {
-                        Error::new(
-                            ErrorKind::Conflict,
-                            OP,
-                            format!(
-                                "task {event_type}/{biz_key} conflicted but is not visible to this transaction (isolation above READ COMMITTED?); retry"
-                            ),
-                        )
-                        .with_temporary(true)
-                    })?;
-                (col::<i64>(&row, 0)?, false)
-            }
-        };
+            .map_err(|e| e.with_operation("enqueue"))?;
         Ok(Enqueued {
-            id,
-            created,
-            event_type: event_type.to_owned(),
+            id: inserted.id,
+            created: inserted.created,
+            event_type: task.event_type().to_owned(),
         })
     }
+}
 
+impl Backend for PgStore {
+    fn driver(&self) -> &dyn Driver {
+        &*self.inner
+    }
+}
+
+/// The insert shape, on any connection (a pooled one, or the caller's transaction).
+async fn insert<C>(sql: &Sql, client: &C, task: Checked<&NewTask>) -> Result<Inserted>
+where
+    C: PgExecutor + ?Sized,
+{
+    let retry = task.retry_policy();
+    let (interval, max_interval, delay) = (
+        millis(retry.backoff.interval()),
+        millis(retry.backoff.max_interval()),
+        millis(task.due_delay()),
+    );
+    let max_attempts = i32::try_from(retry.max_attempts).unwrap_or(i32::MAX);
+    let (event_type, biz_key, payload) = (task.event_type(), task.biz_key(), task.payload());
+    let inserted = client
+        .query_opt_typed(
+            &sql.insert,
+            &[
+                (&event_type, Type::VARCHAR),
+                (&biz_key, Type::VARCHAR),
+                (&payload, Type::TEXT),
+                (&max_attempts, Type::INT4),
+                (&retry.backoff.strategy(), Type::VARCHAR),
+                (&interval, Type::INT8),
+                (&max_interval, Type::INT8),
+                (&delay, Type::INT8),
+            ],
+        )
+        .await
+        .map_err(pg_err)?;
+    if let Some(row) = inserted {
+        return Ok(Inserted {
+            id: col(&row, 0)?,
+            created: true,
+        });
+    }
+    let row = client
+        .query_opt_typed(
+            &sql.find_by_key,
+            &[(&event_type, Type::VARCHAR), (&biz_key, Type::VARCHAR)],
+        )
+        .await
+        .map_err(pg_err)?
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::Conflict,
+                "enqueue",
+                format!(
+                    "task {event_type}/{biz_key} conflicted but is not visible to this transaction (isolation above READ COMMITTED?); retry"
+                ),
+            )
+            .with_temporary(true)
+        })?;
+    Ok(Inserted {
+        id: col(&row, 0)?,
+        created: false,
+    })
+}
+
+impl Inner {
     /// Run one prepared statement on a pooled connection.
-    async fn query(
-        &self,
-        op: &'static str,
-        sql: &str,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> Result<Vec<Row>> {
-        let client = self.client_for(op).await?;
-        let stmt = client
-            .prepare_cached(sql)
-            .await
-            .map_err(|e| pg_err(op, e))?;
-        client.query(&stmt, params).await.map_err(|e| pg_err(op, e))
+    async fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
+        let client = self.client().await?;
+        let stmt = client.prepare_cached(sql).await.map_err(pg_err)?;
+        client.query(&stmt, params).await.map_err(pg_err)
     }
 
     /// Run one prepared statement on a pooled connection; the rows it changed.
-    async fn execute(
-        &self,
-        op: &'static str,
-        sql: &str,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> Result<u64> {
-        let client = self.client_for(op).await?;
-        let stmt = client
-            .prepare_cached(sql)
-            .await
-            .map_err(|e| pg_err(op, e))?;
-        client
-            .execute(&stmt, params)
-            .await
-            .map_err(|e| pg_err(op, e))
+    async fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64> {
+        let client = self.client().await?;
+        let stmt = client.prepare_cached(sql).await.map_err(pg_err)?;
+        client.execute(&stmt, params).await.map_err(pg_err)
     }
 
-    async fn client_for(&self, op: &'static str) -> Result<Object> {
-        self.inner.pool.get().await.map_err(|e| {
+    /// Run one prepared statement that reads task rows.
+    async fn tasks(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<RawTask>> {
+        self.query(sql, params)
+            .await?
+            .iter()
+            .map(raw_task)
+            .collect()
+    }
+
+    async fn client(&self) -> Result<Object> {
+        self.pool.get().await.map_err(|e| {
             Error::new(
                 ErrorKind::Unavailable,
-                op,
+                "connect",
                 format!("no PostgreSQL connection: {e}"),
             )
             .with_source(e)
@@ -316,77 +328,66 @@ impl PgStore {
 }
 
 #[async_trait]
-impl TaskStore for PgStore {
+impl Driver for Inner {
+    fn config(&self) -> &StoreConfig {
+        &self.options.config
+    }
+
     async fn migrate(&self) -> Result<()> {
-        const OP: &str = "migrate";
-        let mut client = self.client_for(OP).await?;
-        let tx = client.transaction().await.map_err(|e| pg_err(OP, e))?;
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
         // Serialize concurrent migrations: CREATE … IF NOT EXISTS alone races on the
         // catalogs when two instances start together.
         tx.execute(
             "SELECT pg_advisory_xact_lock(hashtext($1))",
-            &[&self.inner.sql.lock_key],
+            &[&self.sql.lock_key],
         )
         .await
-        .map_err(|e| pg_err(OP, e))?;
-        tx.batch_execute(&self.inner.sql.schema)
-            .await
-            .map_err(|e| pg_err(OP, e))?;
-        tx.commit().await.map_err(|e| pg_err(OP, e))
+        .map_err(pg_err)?;
+        tx.batch_execute(&self.sql.schema).await.map_err(pg_err)?;
+        tx.commit().await.map_err(pg_err)
     }
 
-    async fn enqueue(&self, task: NewTask) -> Result<Enqueued> {
-        // Refuse bad input before taking a connection: a clear InvalidInput even when the
-        // database is down (enqueue_tx checks again; the check is cheap).
-        task.validate(self.inner.options.config.max_payload_bytes)?;
-        let client = self.client_for("enqueue").await?;
+    async fn insert(&self, task: Checked<&NewTask>) -> Result<Inserted> {
         // One statement in autocommit, or two (insert, then the existing id) on conflict.
-        self.enqueue_tx(&client, &task).await
+        insert(&self.sql, &self.client().await?, task).await
     }
 
-    async fn grab_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<Task>> {
+    async fn claim_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<RawTask>> {
         let rows = self
-            .query(
-                "grab_by_id",
-                &self.inner.sql.grab_by_id,
-                &[&id, &owner.as_str()],
-            )
+            .tasks(&self.sql.grab_by_id, &[&id, &owner.as_str()])
             .await?;
-        rows.first().map(decode).transpose()
+        Ok(rows.into_iter().next())
     }
 
-    async fn grab_batch(
+    async fn claim_batch(
         &self,
         owner: &Owner,
-        event_types: &[String],
-        limit: usize,
-    ) -> Result<Vec<Task>> {
-        const OP: &str = "grab_batch";
-        if !limits::check_grab_batch(event_types, limit)? {
-            return Ok(Vec::new());
+        event_types: Checked<&[String]>,
+        limit: Checked<usize>,
+    ) -> Result<Vec<RawTask>> {
+        let limit = *limit as i64;
+        match *event_types {
+            [one] => {
+                self.tasks(&self.sql.grab_one_type, &[&owner.as_str(), one, &limit])
+                    .await
+            }
+            many => {
+                self.tasks(&self.sql.grab_many_types, &[&owner.as_str(), &many, &limit])
+                    .await
+            }
         }
-        let rows = self
-            .query(
-                OP,
-                &self.inner.sql.grab_batch,
-                &[&owner.as_str(), &event_types, &(limit as i64)],
-            )
-            .await?;
-        let mut tasks = rows.iter().map(decode).collect::<Result<Vec<_>>>()?;
-        backstop_core::batch::oldest_first(&mut tasks);
-        Ok(tasks)
     }
 
-    async fn recycle_dead(&self, older_than: Duration, limit: usize) -> Result<Recycled> {
-        const OP: &str = "recycle_dead";
-        if !limits::check_aged_batch(OP, older_than, limit)? {
-            return Ok(Recycled::default());
-        }
+    async fn recycle_dead(
+        &self,
+        older_than: Checked<Duration>,
+        limit: Checked<usize>,
+    ) -> Result<Recycled> {
         let rows = self
             .query(
-                OP,
-                &self.inner.sql.recycle_dead,
-                &[&millis(older_than), &(limit as i64)],
+                &self.sql.recycle_dead,
+                &[&millis(*older_than), &(*limit as i64)],
             )
             .await?;
         let mut to_pending = 0;
@@ -401,17 +402,10 @@ impl TaskStore for PgStore {
         })
     }
 
-    async fn heartbeat(&self, leases: &[Lease]) -> Result<Vec<bool>> {
-        const OP: &str = "heartbeat";
-        limits::check_leases(OP, leases)?;
-        if leases.is_empty() {
-            return Ok(Vec::new());
-        }
+    async fn heartbeat(&self, leases: Checked<&[Lease]>) -> Result<Vec<bool>> {
         let ids: Vec<i64> = leases.iter().map(|l| l.task_id).collect();
         let tokens: Vec<i64> = leases.iter().map(|l| l.token).collect();
-        let rows = self
-            .query(OP, &self.inner.sql.heartbeat, &[&ids, &tokens])
-            .await?;
+        let rows = self.query(&self.sql.heartbeat, &[&ids, &tokens]).await?;
         let refreshed = rows
             .iter()
             .map(|r| Ok((col::<i64>(r, 0)?, col::<i64>(r, 1)?)))
@@ -422,131 +416,95 @@ impl TaskStore for PgStore {
             .collect())
     }
 
-    async fn mark(&self, marks: &[Mark]) -> Result<Vec<bool>> {
-        const OP: &str = "mark";
-        limits::check_marks(OP, marks)?;
-        if marks.is_empty() {
-            return Ok(Vec::new());
-        }
+    async fn mark(&self, marks: Checked<&[Mark]>) -> Result<Vec<bool>> {
+        let marks = *marks;
         let rounds = mark_rounds(marks);
-        let mut client = self.client_for(OP).await?;
+        let mut client = self.client().await?;
         let stmt = client
-            .prepare_cached(&self.inner.sql.mark)
+            .prepare_cached(&self.sql.mark)
             .await
-            .map_err(|e| pg_err(OP, e))?;
+            .map_err(pg_err)?;
         let mut flags = vec![false; marks.len()];
         if let [round] = rounds.as_slice() {
             // One statement: no transaction needed (one round trip).
             mark_round(&**client, &stmt, marks, round, &mut flags).await?;
             return Ok(flags);
         }
-        let tx = client.transaction().await.map_err(|e| pg_err(OP, e))?;
+        let tx = client.transaction().await.map_err(pg_err)?;
         for round in &rounds {
             mark_round(&*tx, &stmt, marks, round, &mut flags).await?;
         }
-        tx.commit().await.map_err(|e| pg_err(OP, e))?;
+        tx.commit().await.map_err(pg_err)?;
         Ok(flags)
     }
 
-    async fn manual_reset(&self, id: TaskId, stuck_after: Duration) -> Result<Task> {
-        const OP: &str = "manual_reset";
-        limits::check_duration(OP, "stuck_after", stuck_after)?;
+    async fn reset(&self, id: TaskId, stuck_after: Checked<Duration>) -> Result<Reset> {
         let rows = self
-            .query(
-                OP,
-                &self.inner.sql.manual_reset,
-                &[&id, &millis(stuck_after)],
-            )
+            .tasks(&self.sql.manual_reset, &[&id, &millis(*stuck_after)])
             .await?;
-        if let Some(row) = rows.first() {
-            return decode(row);
+        if let Some(row) = rows.into_iter().next() {
+            return Ok(Reset::Done(Box::new(row)));
         }
-        let rows = self.query(OP, &self.inner.sql.status_of, &[&id]).await?;
-        match rows.first() {
-            None => Err(Error::task_not_found(OP, id)),
-            Some(r) => Err(Error::reset_refused(
-                OP,
-                id,
-                Status::from_code(col::<i16>(r, 0)?.into())?,
-            )),
-        }
-    }
-
-    async fn get(&self, id: TaskId) -> Result<Option<Task>> {
-        let rows = self.query("get", &self.inner.sql.get, &[&id]).await?;
-        rows.first().map(decode).transpose()
-    }
-
-    async fn list(&self, filter: &TaskFilter) -> Result<Vec<Task>> {
-        const OP: &str = "list";
-        limits::check_filter(filter)?;
-        let status = filter.status.map(Status::code);
-        let after = filter.after_id.unwrap_or(i64::MIN);
-        let older = filter.older_than.map(millis);
-        let rows = self
-            .query(
-                OP,
-                &self.inner.sql.list,
-                &[
-                    &status,
-                    &filter.event_type,
-                    &after,
-                    &(filter.limit as i64),
-                    &older,
-                ],
-            )
-            .await?;
-        rows.iter().map(decode).collect()
-    }
-
-    async fn stats(&self) -> Result<Stats> {
-        const OP: &str = "stats";
-        let rows = self.query(OP, &self.inner.sql.stats_counts, &[]).await?;
-        let counts = rows
-            .iter()
-            .map(|r| {
-                Ok(StatusCount {
-                    event_type: col(r, 0)?,
-                    status: Status::from_code(col::<i16>(r, 1)?.into())?,
-                    count: u64::try_from(col::<i64>(r, 2)?).unwrap_or(0),
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let rows = self
-            .query(OP, &self.inner.sql.stats_oldest_due, &[])
-            .await?;
-        let oldest: Option<i64> = match rows.first() {
-            Some(r) => col(r, 0)?,
-            None => None,
-        };
-        Ok(Stats {
-            counts,
-            oldest_due_pending: oldest
-                .map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+        let rows = self.query(&self.sql.status_of, &[&id]).await?;
+        Ok(match rows.first() {
+            None => Reset::Missing,
+            Some(r) => Reset::Refused(col::<i16>(r, 0)?.into()),
         })
     }
 
-    async fn purge_succeeded(&self, older_than: Duration, limit: usize) -> Result<u64> {
-        const OP: &str = "purge_succeeded";
-        if !limits::check_aged_batch(OP, older_than, limit)? {
-            return Ok(0);
-        }
-        self.execute(
-            OP,
-            &self.inner.sql.purge_succeeded,
-            &[&millis(older_than), &(limit as i64)],
+    async fn get(&self, id: TaskId) -> Result<Option<RawTask>> {
+        Ok(self.tasks(&self.sql.get, &[&id]).await?.into_iter().next())
+    }
+
+    async fn list(&self, filter: Checked<&TaskFilter>) -> Result<Vec<RawTask>> {
+        let status = filter.status.map(Status::code);
+        let after = filter.after_id.unwrap_or(i64::MIN);
+        let older = filter.older_than.map(millis);
+        self.tasks(
+            &self.sql.list,
+            &[
+                &status,
+                &filter.event_type,
+                &after,
+                &(filter.limit as i64),
+                &older,
+            ],
         )
         .await
     }
 
-    async fn delete_succeeded(&self, ids: &[TaskId]) -> Result<u64> {
-        const OP: &str = "delete_succeeded";
-        limits::check_ids(OP, ids)?;
-        if ids.is_empty() {
-            return Ok(0);
-        }
-        self.execute(OP, &self.inner.sql.delete_succeeded, &[&ids])
-            .await
+    async fn stats(&self) -> Result<RawStats> {
+        let counts = self
+            .query(&self.sql.stats_counts, &[])
+            .await?
+            .iter()
+            .map(|r| Ok((col(r, 0)?, i64::from(col::<i16>(r, 1)?), col::<i64>(r, 2)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let rows = self.query(&self.sql.stats_oldest_due, &[]).await?;
+        let oldest_due_pending_ms = match rows.first() {
+            Some(r) => col(r, 0)?,
+            None => None,
+        };
+        Ok(RawStats {
+            counts,
+            oldest_due_pending_ms,
+        })
+    }
+
+    async fn purge_succeeded(
+        &self,
+        older_than: Checked<Duration>,
+        limit: Checked<usize>,
+    ) -> Result<u64> {
+        self.execute(
+            &self.sql.purge_succeeded,
+            &[&millis(*older_than), &(*limit as i64)],
+        )
+        .await
+    }
+
+    async fn delete_succeeded(&self, ids: Checked<&[TaskId]>) -> Result<u64> {
+        self.execute(&self.sql.delete_succeeded, &[&*ids]).await
     }
 }
 
@@ -559,7 +517,6 @@ async fn mark_round<C: GenericClient + Sync>(
     round: &[usize],
     flags: &mut [bool],
 ) -> Result<()> {
-    const OP: &str = "mark";
     let mut ids = Vec::with_capacity(round.len());
     let mut tokens = Vec::with_capacity(round.len());
     let mut kinds = Vec::with_capacity(round.len());
@@ -571,8 +528,8 @@ async fn mark_round<C: GenericClient + Sync>(
         tokens.push(m.lease.token);
         let (kind, delay, error): (i16, i64, Option<&str>) = match &m.action {
             MarkAction::Success => (1, 0, None),
-            MarkAction::Retry { delay, error } => (2, millis(*delay), Some(bounded_error(error))),
-            MarkAction::Fail { error } => (3, 0, Some(bounded_error(error))),
+            MarkAction::Retry { delay, error } => (2, millis(*delay), Some(error.as_str())),
+            MarkAction::Fail { error } => (3, 0, Some(error.as_str())),
             MarkAction::Release => (4, 0, None),
         };
         kinds.push(kind);
@@ -582,7 +539,7 @@ async fn mark_round<C: GenericClient + Sync>(
     let rows = client
         .query(stmt, &[&ids, &tokens, &kinds, &delays, &errors])
         .await
-        .map_err(|e| pg_err(OP, e))?;
+        .map_err(pg_err)?;
     let applied = rows
         .iter()
         .map(|r| col::<i64>(r, 0))
@@ -593,9 +550,9 @@ async fn mark_round<C: GenericClient + Sync>(
     Ok(())
 }
 
-/// Map a tokio-postgres error to a backstop error of operation `op`, classifying the
-/// transient ones as temporary.
-pub fn pg_err(op: &'static str, e: tokio_postgres::Error) -> Error {
+/// Map a tokio-postgres error to a backstop error, classifying the transient ones as
+/// temporary and the rolled-back conflicts as contention. (The store names the operation.)
+fn pg_err(e: tokio_postgres::Error) -> Error {
     let (kind, what) = match e.code() {
         None if e.is_closed() => (
             ErrorKind::Unavailable,
@@ -610,7 +567,10 @@ pub fn pg_err(op: &'static str, e: tokio_postgres::Error) -> Error {
             let kind = if *code == SqlState::T_R_SERIALIZATION_FAILURE
                 || *code == SqlState::T_R_DEADLOCK_DETECTED
                 || *code == SqlState::LOCK_NOT_AVAILABLE
-                || *code == SqlState::QUERY_CANCELED
+            {
+                // the transaction was aborted: nothing it did is applied
+                ErrorKind::Contention
+            } else if *code == SqlState::QUERY_CANCELED
                 || *code == SqlState::TOO_MANY_CONNECTIONS
                 || c.starts_with("08") // connection exception
                 || c.starts_with("57P") // operator intervention (admin shutdown…)
@@ -635,7 +595,7 @@ pub fn pg_err(op: &'static str, e: tokio_postgres::Error) -> Error {
     } else {
         ""
     };
-    Error::new(kind, op, format!("{what}{hint}: {e}")).with_source(e)
+    Error::new(kind, "postgres", format!("{what}{hint}: {e}")).with_source(e)
 }
 
 /// Column `i` of `r`, or an `Unexpected` error naming it.
@@ -650,36 +610,19 @@ fn col<'a, T: tokio_postgres::types::FromSql<'a>>(r: &'a Row, i: usize) -> Resul
     })
 }
 
-/// Decode a row of [`sql::COLUMNS`].
-fn decode(r: &Row) -> Result<Task> {
-    let id: i64 = col(r, 0)?;
-    let bad = |what: &str| {
-        Error::new(
-            ErrorKind::Unexpected,
-            "decode_task",
-            format!("task {id} has an invalid {what}"),
-        )
-    };
-    let dur = |ms: i64, what: &str| -> Result<Duration> {
-        u64::try_from(ms)
-            .map(Duration::from_millis)
-            .map_err(|_| bad(what))
-    };
-    Ok(Task {
-        id,
+/// Read a row of [`sql::COLUMNS`].
+fn raw_task(r: &Row) -> Result<RawTask> {
+    Ok(RawTask {
+        id: col(r, 0)?,
         event_type: col(r, 1)?,
         biz_key: col(r, 2)?,
         payload: col(r, 3)?,
-        status: Status::from_code(col::<i16>(r, 4)?.into())?,
-        attempts: u32::try_from(col::<i32>(r, 5)?).map_err(|_| bad("attempts"))?,
-        retry: RetryPolicy {
-            max_attempts: u32::try_from(col::<i32>(r, 6)?).map_err(|_| bad("max_attempts"))?,
-            backoff: Backoff::from_parts(
-                col(r, 7)?,
-                dur(col(r, 8)?, "retry_interval_ms")?,
-                dur(col(r, 9)?, "retry_max_interval_ms")?,
-            )?,
-        },
+        status: col::<i16>(r, 4)?.into(),
+        attempts: col::<i32>(r, 5)?.into(),
+        max_attempts: col::<i32>(r, 6)?.into(),
+        retry_strategy: col(r, 7)?,
+        retry_interval_ms: col(r, 8)?,
+        retry_max_interval_ms: col(r, 9)?,
         next_run_at: col(r, 10)?,
         owner: col(r, 11)?,
         lease: col(r, 12)?,

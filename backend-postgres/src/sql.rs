@@ -17,13 +17,25 @@ fn t_columns() -> String {
 
 const MS: &str = "* interval '1 millisecond'";
 
+/// The claim of the rows `picked` selects (and locks): $1 is the owner.
+fn claim(t: &str, tc: &str, picked: &str) -> String {
+    format!(
+        "WITH picked AS MATERIALIZED ({picked})
+         UPDATE {t} AS t SET status = 3, owner = $1, attempts = t.attempts + 1,
+            lease = t.lease + 1, updated_at = now()
+         FROM picked WHERE t.id = picked.id
+         RETURNING {tc}"
+    )
+}
+
 pub(crate) struct Sql {
     pub lock_key: String,
     pub schema: String,
     pub insert: String,
     pub find_by_key: String,
     pub grab_by_id: String,
-    pub grab_batch: String,
+    pub grab_one_type: String,
+    pub grab_many_types: String,
     pub recycle_dead: String,
     pub heartbeat: String,
     pub mark: String,
@@ -92,19 +104,41 @@ impl Sql {
                  WHERE id = $1 AND status = 0 AND next_run_at <= now()
                  RETURNING {COLUMNS}"
             ),
-            // The locking CTE is MATERIALIZED: its LIMIT is evaluated once, so the claim
-            // never takes more than $3 rows; SKIP LOCKED lets claimers pass each other.
-            grab_batch: format!(
-                "WITH picked AS MATERIALIZED (
-                    SELECT id FROM {t}
-                    WHERE status = 0 AND next_run_at <= now() AND event_type = ANY($2)
+            // $1 owner $2 event type $3 limit. The locking CTE is MATERIALIZED: its LIMIT
+            // is evaluated once, so the claim never takes more than $3 rows; SKIP LOCKED
+            // lets claimers pass each other. One event type: an ordered walk of the
+            // partial index `(event_type, next_run_at, id) WHERE status = 0` that stops at
+            // the limit, whatever the backlog of this or other types.
+            grab_one_type: claim(
+                &t,
+                &tc,
+                &format!(
+                    "SELECT id FROM {t}
+                    WHERE status = 0 AND event_type = $2 AND next_run_at <= now()
                     ORDER BY next_run_at, id
                     LIMIT $3
-                    FOR UPDATE SKIP LOCKED)
-                 UPDATE {t} AS t SET status = 3, owner = $1, attempts = t.attempts + 1,
-                    lease = t.lease + 1, updated_at = now()
-                 FROM picked WHERE t.id = picked.id
-                 RETURNING {tc}"
+                    FOR UPDATE SKIP LOCKED"
+                ),
+            ),
+            // $1 owner $2 event types $3 limit: one ordered walk per type (as above), the
+            // walks merged, the oldest $3 claimed. (`event_type = ANY($2)` cannot walk the
+            // index in order: it sorts or skips through every due row of the types.) A
+            // walk locks at most $3 rows, until the statement ends.
+            grab_many_types: claim(
+                &t,
+                &tc,
+                &format!(
+                    "SELECT w.id FROM unnest($2::text[]) AS et(event_type)
+                    CROSS JOIN LATERAL (
+                        SELECT id, next_run_at FROM {t}
+                        WHERE status = 0 AND event_type = et.event_type
+                          AND next_run_at <= now()
+                        ORDER BY next_run_at, id
+                        LIMIT $3
+                        FOR UPDATE SKIP LOCKED) AS w
+                    ORDER BY w.next_run_at, w.id
+                    LIMIT $3"
+                ),
             ),
             // $1 older_than ms, $2 limit. Status and age re-checked on the row itself.
             recycle_dead: format!(

@@ -47,10 +47,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backstop_core::async_trait;
-use backstop_core::limits::{self, bounded_error, millis};
+use backstop_core::driver::{
+    check_task, millis, Backend, Checked, Driver, Inserted, RawStats, RawTask, Reset,
+};
 use backstop_core::{
-    Backoff, Enqueued, Error, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner, Recycled, Result,
-    RetryPolicy, Stats, Status, StatusCount, StoreConfig, Task, TaskFilter, TaskId, TaskStore,
+    Enqueued, Error, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner, Recycled, Result, Status,
+    StoreConfig, TaskFilter, TaskId,
 };
 use chrono::{DateTime, Utc};
 use rusqlite::{params, Connection, OptionalExtension, Row, Transaction};
@@ -128,7 +130,7 @@ pub struct SqliteStore {
 
 struct Inner {
     pool: Pool,
-    sql: Sql,
+    sql: Arc<Sql>,
     config: StoreConfig,
     settings: Settings,
     /// Runs every write of this store (see [`SqliteOptions::queue_writers`]); `None`:
@@ -199,7 +201,7 @@ impl SqliteStore {
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 pool,
-                sql: Sql::new(&options.config.table),
+                sql: Arc::new(Sql::new(&options.config.table)),
                 config: options.config,
                 settings,
                 writer,
@@ -223,8 +225,14 @@ impl SqliteStore {
     /// - This is a blocking call, like every rusqlite call: in async code run it inside
     ///   [`transaction`](Self::transaction) or `spawn_blocking`.
     pub fn enqueue_tx(&self, tx: &Transaction<'_>, task: &NewTask) -> Result<Enqueued> {
-        task.validate(self.inner.config.max_payload_bytes)?;
-        enqueue_on(&self.inner.sql, tx, task, now_ms()).map_err(|e| db_err("enqueue", e))
+        const OP: &str = "enqueue";
+        let checked = check_task(&self.inner.config, task)?;
+        let inserted = insert(&self.inner.sql, tx, checked, now_ms()).map_err(|e| db_err(OP, e))?;
+        Ok(Enqueued {
+            id: inserted.id,
+            created: inserted.created,
+            event_type: task.event_type().to_owned(),
+        })
     }
 
     /// Run `f` in a `BEGIN IMMEDIATE` transaction where the store's writes run (the
@@ -244,6 +252,7 @@ impl SqliteStore {
     {
         let store = self.clone();
         let out = self
+            .inner
             .on_writer("transaction", move |conn| {
                 let tx = match conn
                     .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
@@ -269,7 +278,15 @@ impl SqliteStore {
             Err(e) => Err(E::from(e)),
         }
     }
+}
 
+impl Backend for SqliteStore {
+    fn driver(&self) -> &dyn Driver {
+        &*self.inner
+    }
+}
+
+impl Inner {
     /// Run the store's write `f` in a `BEGIN IMMEDIATE` transaction: on the file's writer
     /// thread, where it may share its transaction with the writes queued next to it (group
     /// commit, see the `writer` module), or on a pooled connection when writes are not
@@ -280,22 +297,21 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&Sql, &Connection, i64) -> rusqlite::Result<T> + Send + 'static,
     {
-        let inner = Arc::clone(&self.inner);
-        match &self.inner.writer {
+        let sql = Arc::clone(&self.sql);
+        match &self.writer {
             Some(w) => {
-                w.write(op, self.inner.settings, move |conn| {
-                    f(&inner.sql, conn, now_ms()).map_err(|e| db_err(op, e))
+                w.write(op, self.settings, move |conn| {
+                    f(&sql, conn, now_ms()).map_err(|e| db_err(op, e))
                 })
                 .await
             }
             None => {
-                self.inner
-                    .pool
+                self.pool
                     .run(op, move |conn| {
                         let tx = conn
                             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
                             .map_err(|e| db_err(op, e))?;
-                        let out = f(&inner.sql, &tx, now_ms()).map_err(|e| db_err(op, e))?;
+                        let out = f(&sql, &tx, now_ms()).map_err(|e| db_err(op, e))?;
                         tx.commit().map_err(|e| db_err(op, e))?;
                         Ok(out)
                     })
@@ -311,21 +327,23 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,
     {
-        match &self.inner.writer {
-            Some(w) => w.run(op, self.inner.settings, f).await,
-            None => self.inner.pool.run(op, f).await,
+        match &self.writer {
+            Some(w) => w.run(op, self.settings, f).await,
+            None => self.pool.run(op, f).await,
         }
     }
 
+    /// Run the read `f` on a pooled connection.
     async fn read<T, F>(&self, op: &'static str, f: F) -> Result<T>
     where
         T: Send + 'static,
-        F: FnOnce(&Sql, &Connection, i64) -> Result<T> + Send + 'static,
+        F: FnOnce(&Sql, &Connection, i64) -> rusqlite::Result<T> + Send + 'static,
     {
-        let inner = Arc::clone(&self.inner);
-        self.inner
-            .pool
-            .run(op, move |conn| f(&inner.sql, conn, now_ms()))
+        let sql = Arc::clone(&self.sql);
+        self.pool
+            .run(op, move |conn| {
+                f(&sql, conn, now_ms()).map_err(|e| db_err(op, e))
+            })
             .await
     }
 }
@@ -351,12 +369,13 @@ impl<'a> std::ops::Deref for SqliteTx<'a> {
     }
 }
 
-fn enqueue_on(
+/// The insert shape, on any connection (the store's writer, or the caller's transaction).
+fn insert(
     sql: &Sql,
     conn: &Connection,
-    task: &NewTask,
+    task: Checked<&NewTask>,
     now: i64,
-) -> rusqlite::Result<Enqueued> {
+) -> rusqlite::Result<Inserted> {
     let retry = task.retry_policy();
     let inserted: Option<i64> = conn
         .prepare_cached(&sql.insert)?
@@ -375,91 +394,83 @@ fn enqueue_on(
             |r| r.get(0),
         )
         .optional()?;
-    let (id, created) = match inserted {
-        Some(id) => (id, true),
-        None => (
-            conn.prepare_cached(&sql.find_by_key)?
+    Ok(match inserted {
+        Some(id) => Inserted { id, created: true },
+        None => Inserted {
+            id: conn
+                .prepare_cached(&sql.find_by_key)?
                 .query_row(params![task.event_type(), task.biz_key()], |r| r.get(0))?,
-            false,
-        ),
-    };
-    Ok(Enqueued {
-        id,
-        created,
-        event_type: task.event_type().to_owned(),
+            created: false,
+        },
     })
 }
 
+/// Rows of `stmt` run with `params`, read as tasks.
+fn tasks(
+    stmt: &mut rusqlite::CachedStatement<'_>,
+    params: impl rusqlite::Params,
+) -> rusqlite::Result<Vec<RawTask>> {
+    stmt.query_map(params, raw_task)?.collect()
+}
+
 #[async_trait]
-impl TaskStore for SqliteStore {
+impl Driver for Inner {
+    fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
     async fn migrate(&self) -> Result<()> {
         self.write("migrate", |sql, tx, _| tx.execute_batch(&sql.schema))
             .await
     }
 
-    async fn enqueue(&self, task: NewTask) -> Result<Enqueued> {
-        task.validate(self.inner.config.max_payload_bytes)?;
+    async fn insert(&self, task: Checked<&NewTask>) -> Result<Inserted> {
+        let task = task.cloned();
         self.write("enqueue", move |sql, tx, now| {
-            enqueue_on(sql, tx, &task, now)
+            insert(sql, tx, task.as_ref(), now)
         })
         .await
     }
 
-    async fn grab_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<Task>> {
+    async fn claim_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<RawTask>> {
         let owner = owner.as_str().to_owned();
-        let row = self
-            .write("grab_by_id", move |sql, tx, now| {
-                tx.prepare_cached(&sql.grab_by_id)?
-                    .query_row(params![owner, now, id], RawTask::from_row)
-                    .optional()
-            })
-            .await?;
-        row.map(RawTask::decode).transpose()
+        self.write("grab_by_id", move |sql, tx, now| {
+            tx.prepare_cached(&sql.grab_by_id)?
+                .query_row(params![owner, now, id], raw_task)
+                .optional()
+        })
+        .await
     }
 
-    async fn grab_batch(
+    async fn claim_batch(
         &self,
         owner: &Owner,
-        event_types: &[String],
-        limit: usize,
-    ) -> Result<Vec<Task>> {
-        const OP: &str = "grab_batch";
-        if !limits::check_grab_batch(event_types, limit)? {
-            return Ok(Vec::new());
-        }
+        event_types: Checked<&[String]>,
+        limit: Checked<usize>,
+    ) -> Result<Vec<RawTask>> {
         let owner = owner.as_str().to_owned();
         let types = event_types.to_vec();
-        let rows = self
-            .write(OP, move |sql, tx, now| {
-                let text = sql.grab_batch(types.len());
-                let mut stmt = tx.prepare_cached(&text)?;
-                let limit = limit as i64;
-                let mut values: Vec<&dyn rusqlite::ToSql> = vec![&owner, &now, &limit];
-                values.extend(types.iter().map(|t| t as &dyn rusqlite::ToSql));
-                let rows = stmt
-                    .query_map(values.as_slice(), RawTask::from_row)?
-                    .collect::<rusqlite::Result<Vec<_>>>()?;
-                Ok(rows)
-            })
-            .await?;
-        let mut tasks = rows
-            .into_iter()
-            .map(RawTask::decode)
-            .collect::<Result<Vec<_>>>()?;
-        backstop_core::batch::oldest_first(&mut tasks);
-        Ok(tasks)
+        let limit = *limit as i64;
+        self.write("grab_batch", move |sql, tx, now| {
+            let mut stmt = tx.prepare_cached(&sql.grab_batch(types.len()))?;
+            let mut values: Vec<&dyn rusqlite::ToSql> = vec![&owner, &now, &limit];
+            values.extend(types.iter().map(|t| t as &dyn rusqlite::ToSql));
+            tasks(&mut stmt, values.as_slice())
+        })
+        .await
     }
 
-    async fn recycle_dead(&self, older_than: Duration, limit: usize) -> Result<Recycled> {
-        const OP: &str = "recycle_dead";
-        if !limits::check_aged_batch(OP, older_than, limit)? {
-            return Ok(Recycled::default());
-        }
-        self.write(OP, move |sql, tx, now| {
+    async fn recycle_dead(
+        &self,
+        older_than: Checked<Duration>,
+        limit: Checked<usize>,
+    ) -> Result<Recycled> {
+        let (older_than, limit) = (*older_than, *limit as i64);
+        self.write("recycle_dead", move |sql, tx, now| {
             let cutoff = now.saturating_sub(millis(older_than));
             let mut stmt = tx.prepare_cached(&sql.recycle_dead)?;
             let statuses = stmt
-                .query_map(params![now, cutoff, limit as i64], |r| r.get::<_, i64>(0))?
+                .query_map(params![now, cutoff, limit], |r| r.get::<_, i64>(0))?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
             let to_pending = statuses
                 .iter()
@@ -473,14 +484,9 @@ impl TaskStore for SqliteStore {
         .await
     }
 
-    async fn heartbeat(&self, leases: &[Lease]) -> Result<Vec<bool>> {
-        const OP: &str = "heartbeat";
-        limits::check_leases(OP, leases)?;
-        if leases.is_empty() {
-            return Ok(Vec::new());
-        }
+    async fn heartbeat(&self, leases: Checked<&[Lease]>) -> Result<Vec<bool>> {
         let leases = leases.to_vec();
-        self.write(OP, move |sql, tx, now| {
+        self.write("heartbeat", move |sql, tx, now| {
             let mut stmt = tx.prepare_cached(&sql.heartbeat)?;
             leases
                 .iter()
@@ -490,14 +496,9 @@ impl TaskStore for SqliteStore {
         .await
     }
 
-    async fn mark(&self, marks: &[Mark]) -> Result<Vec<bool>> {
-        const OP: &str = "mark";
-        limits::check_marks(OP, marks)?;
-        if marks.is_empty() {
-            return Ok(Vec::new());
-        }
+    async fn mark(&self, marks: Checked<&[Mark]>) -> Result<Vec<bool>> {
         let marks = marks.to_vec();
-        self.write(OP, move |sql, tx, now| {
+        self.write("mark", move |sql, tx, now| {
             marks
                 .iter()
                 .map(|m| {
@@ -512,12 +513,12 @@ impl TaskStore for SqliteStore {
                                 task_id,
                                 token,
                                 now.saturating_add(millis(*delay)),
-                                bounded_error(error)
+                                error
                             ])?
                         }
                         MarkAction::Fail { error } => tx
                             .prepare_cached(&sql.mark_fail)?
-                            .execute(params![now, task_id, token, bounded_error(error)])?,
+                            .execute(params![now, task_id, token, error])?,
                         MarkAction::Release => tx
                             .prepare_cached(&sql.release)?
                             .execute(params![now, task_id, token])?,
@@ -529,134 +530,90 @@ impl TaskStore for SqliteStore {
         .await
     }
 
-    async fn manual_reset(&self, id: TaskId, stuck_after: Duration) -> Result<Task> {
-        const OP: &str = "manual_reset";
-        limits::check_duration(OP, "stuck_after", stuck_after)?;
-        let outcome = self
-            .write(OP, move |sql, tx, now| {
-                let cutoff = now.saturating_sub(millis(stuck_after));
-                let reset = tx
-                    .prepare_cached(&sql.manual_reset)?
-                    .query_row(params![now, id, cutoff], RawTask::from_row)
-                    .optional()?;
-                if let Some(raw) = reset {
-                    return Ok(Ok(raw));
-                }
-                let status: Option<i64> = tx
-                    .prepare_cached(&sql.status_of)?
-                    .query_row(params![id], |r| r.get(0))
-                    .optional()?;
-                Ok(Err(status))
-            })
-            .await?;
-        match outcome {
-            Ok(raw) => raw.decode(),
-            Err(None) => Err(Error::task_not_found(OP, id)),
-            Err(Some(code)) => Err(Error::reset_refused(OP, id, Status::from_code(code)?)),
-        }
-    }
-
-    async fn get(&self, id: TaskId) -> Result<Option<Task>> {
-        self.read("get", move |sql, conn, _| {
-            conn.prepare_cached(&sql.get)
-                .and_then(|mut s| s.query_row(params![id], RawTask::from_row).optional())
-                .map_err(|e| db_err("get", e))?
-                .map(RawTask::decode)
-                .transpose()
+    async fn reset(&self, id: TaskId, stuck_after: Checked<Duration>) -> Result<Reset> {
+        let stuck_after = *stuck_after;
+        self.write("manual_reset", move |sql, tx, now| {
+            let cutoff = now.saturating_sub(millis(stuck_after));
+            let reset = tx
+                .prepare_cached(&sql.manual_reset)?
+                .query_row(params![now, id, cutoff], raw_task)
+                .optional()?;
+            if let Some(row) = reset {
+                return Ok(Reset::Done(Box::new(row)));
+            }
+            let status: Option<i64> = tx
+                .prepare_cached(&sql.status_of)?
+                .query_row(params![id], |r| r.get(0))
+                .optional()?;
+            Ok(status.map_or(Reset::Missing, Reset::Refused))
         })
         .await
     }
 
-    async fn list(&self, filter: &TaskFilter) -> Result<Vec<Task>> {
-        const OP: &str = "list";
-        limits::check_filter(filter)?;
-        let filter = filter.clone();
-        self.read(OP, move |sql, conn, now| {
+    async fn get(&self, id: TaskId) -> Result<Option<RawTask>> {
+        self.read("get", move |sql, conn, _| {
+            conn.prepare_cached(&sql.get)?
+                .query_row(params![id], raw_task)
+                .optional()
+        })
+        .await
+    }
+
+    async fn list(&self, filter: Checked<&TaskFilter>) -> Result<Vec<RawTask>> {
+        let filter = filter.into_inner().clone();
+        self.read("list", move |sql, conn, now| {
             let status = filter.status.map(|s| i64::from(s.code()));
             let cutoff = filter.older_than.map(|d| now.saturating_sub(millis(d)));
-            let rows = conn
-                .prepare_cached(&sql.list)
-                .and_then(|mut s| {
-                    s.query_map(
-                        params![
-                            status,
-                            filter.event_type,
-                            filter.after_id.unwrap_or(i64::MIN),
-                            filter.limit as i64,
-                            cutoff
-                        ],
-                        RawTask::from_row,
-                    )?
-                    .collect::<rusqlite::Result<Vec<_>>>()
-                })
-                .map_err(|e| db_err(OP, e))?;
-            rows.into_iter().map(RawTask::decode).collect()
+            tasks(
+                &mut conn.prepare_cached(&sql.list)?,
+                params![
+                    status,
+                    filter.event_type,
+                    filter.after_id.unwrap_or(i64::MIN),
+                    filter.limit as i64,
+                    cutoff
+                ],
+            )
         })
         .await
     }
 
-    async fn stats(&self) -> Result<Stats> {
-        const OP: &str = "stats";
-        self.read(OP, |sql, conn, now| {
+    async fn stats(&self) -> Result<RawStats> {
+        self.read("stats", |sql, conn, now| {
             let counts = conn
-                .prepare_cached(&sql.stats_counts)
-                .and_then(|mut s| {
-                    s.query_map([], |r| {
-                        Ok((
-                            r.get::<_, String>(0)?,
-                            r.get::<_, i64>(1)?,
-                            r.get::<_, i64>(2)?,
-                        ))
-                    })?
-                    .collect::<rusqlite::Result<Vec<_>>>()
-                })
-                .map_err(|e| db_err(OP, e))?;
-            let oldest: Option<i64> = conn
-                .prepare_cached(&sql.stats_oldest_due)
-                .and_then(|mut s| s.query_row(params![now], |r| r.get(0)))
-                .map_err(|e| db_err(OP, e))?;
-            let counts = counts
-                .into_iter()
-                .map(|(event_type, code, count)| {
-                    Ok(StatusCount {
-                        event_type,
-                        status: Status::from_code(code)?,
-                        count: u64::try_from(count).unwrap_or(0),
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?;
-            Ok(Stats {
+                .prepare_cached(&sql.stats_counts)?
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            let oldest_due_pending_ms = conn
+                .prepare_cached(&sql.stats_oldest_due)?
+                .query_row(params![now], |r| r.get(0))?;
+            Ok(RawStats {
                 counts,
-                oldest_due_pending: oldest
-                    .map(|t| Duration::from_millis(u64::try_from(now - t).unwrap_or(0))),
+                oldest_due_pending_ms,
             })
         })
         .await
     }
 
-    async fn purge_succeeded(&self, older_than: Duration, limit: usize) -> Result<u64> {
-        const OP: &str = "purge_succeeded";
-        if !limits::check_aged_batch(OP, older_than, limit)? {
-            return Ok(0);
-        }
-        self.write(OP, move |sql, tx, now| {
+    async fn purge_succeeded(
+        &self,
+        older_than: Checked<Duration>,
+        limit: Checked<usize>,
+    ) -> Result<u64> {
+        let (older_than, limit) = (*older_than, *limit as i64);
+        self.write("purge_succeeded", move |sql, tx, now| {
             let cutoff = now.saturating_sub(millis(older_than));
             let n = tx
                 .prepare_cached(&sql.purge_succeeded)?
-                .execute(params![cutoff, limit as i64])?;
+                .execute(params![cutoff, limit])?;
             Ok(n as u64)
         })
         .await
     }
 
-    async fn delete_succeeded(&self, ids: &[TaskId]) -> Result<u64> {
-        const OP: &str = "delete_succeeded";
-        limits::check_ids(OP, ids)?;
-        if ids.is_empty() {
-            return Ok(0);
-        }
+    async fn delete_succeeded(&self, ids: Checked<&[TaskId]>) -> Result<u64> {
         let ids = ids.to_vec();
-        self.write(OP, move |sql, tx, _| {
+        self.write("delete_succeeded", move |sql, tx, _| {
             let mut stmt = tx.prepare_cached(&sql.delete_succeeded)?;
             let mut n = 0u64;
             for id in &ids {
@@ -693,86 +650,28 @@ fn db_err(op: &'static str, e: rusqlite::Error) -> Error {
     Error::new(kind, op, format!("{msg}: {e}")).with_source(e)
 }
 
-/// A task row as read, before decoding into a [`Task`].
-struct RawTask {
-    id: i64,
-    event_type: String,
-    biz_key: String,
-    payload: String,
-    status: i64,
-    attempts: i64,
-    max_attempts: i64,
-    retry_strategy: String,
-    retry_interval_ms: i64,
-    retry_max_interval_ms: i64,
-    next_run_at: i64,
-    owner: Option<String>,
-    lease: i64,
-    last_error: Option<String>,
-    created_at: i64,
-    updated_at: i64,
-}
-
-impl RawTask {
-    /// Read the columns in [`sql::COLUMNS`] order.
-    fn from_row(r: &Row<'_>) -> rusqlite::Result<RawTask> {
-        Ok(RawTask {
-            id: r.get(0)?,
-            event_type: r.get(1)?,
-            biz_key: r.get(2)?,
-            payload: r.get(3)?,
-            status: r.get(4)?,
-            attempts: r.get(5)?,
-            max_attempts: r.get(6)?,
-            retry_strategy: r.get(7)?,
-            retry_interval_ms: r.get(8)?,
-            retry_max_interval_ms: r.get(9)?,
-            next_run_at: r.get(10)?,
-            owner: r.get(11)?,
-            lease: r.get(12)?,
-            last_error: r.get(13)?,
-            created_at: r.get(14)?,
-            updated_at: r.get(15)?,
-        })
-    }
-
-    fn decode(self) -> Result<Task> {
-        let bad = |what: &str| {
-            Error::new(
-                ErrorKind::Unexpected,
-                "decode_task",
-                format!("task {} has an invalid {what}", self.id),
-            )
-        };
-        let time = |ms: i64, what: &str| -> Result<DateTime<Utc>> {
-            DateTime::from_timestamp_millis(ms).ok_or_else(|| bad(what))
-        };
-        let dur = |ms: i64, what: &str| -> Result<Duration> {
-            u64::try_from(ms)
-                .map(Duration::from_millis)
-                .map_err(|_| bad(what))
-        };
-        Ok(Task {
-            id: self.id,
-            status: Status::from_code(self.status)?,
-            attempts: u32::try_from(self.attempts).map_err(|_| bad("attempts"))?,
-            retry: RetryPolicy {
-                max_attempts: u32::try_from(self.max_attempts).map_err(|_| bad("max_attempts"))?,
-                backoff: Backoff::from_parts(
-                    &self.retry_strategy,
-                    dur(self.retry_interval_ms, "retry_interval_ms")?,
-                    dur(self.retry_max_interval_ms, "retry_max_interval_ms")?,
-                )?,
-            },
-            next_run_at: time(self.next_run_at, "next_run_at")?,
-            created_at: time(self.created_at, "created_at")?,
-            updated_at: time(self.updated_at, "updated_at")?,
-            event_type: self.event_type,
-            biz_key: self.biz_key,
-            payload: self.payload,
-            owner: self.owner,
-            lease: self.lease,
-            last_error: self.last_error,
-        })
-    }
+/// Read a row of [`sql::COLUMNS`] (times are Unix milliseconds).
+fn raw_task(r: &Row<'_>) -> rusqlite::Result<RawTask> {
+    let time = |i: usize| -> rusqlite::Result<DateTime<Utc>> {
+        let ms: i64 = r.get(i)?;
+        DateTime::from_timestamp_millis(ms).ok_or(rusqlite::Error::IntegralValueOutOfRange(i, ms))
+    };
+    Ok(RawTask {
+        id: r.get(0)?,
+        event_type: r.get(1)?,
+        biz_key: r.get(2)?,
+        payload: r.get(3)?,
+        status: r.get(4)?,
+        attempts: r.get(5)?,
+        max_attempts: r.get(6)?,
+        retry_strategy: r.get(7)?,
+        retry_interval_ms: r.get(8)?,
+        retry_max_interval_ms: r.get(9)?,
+        next_run_at: time(10)?,
+        owner: r.get(11)?,
+        lease: r.get(12)?,
+        last_error: r.get(13)?,
+        created_at: time(14)?,
+        updated_at: time(15)?,
+    })
 }

@@ -132,8 +132,9 @@ impl Sql {
                 "SELECT event_type, status, COUNT(*) FROM {t}
                  GROUP BY event_type, status ORDER BY event_type, status"
             ),
+            // ?1 now: how long the oldest due task has been due, in ms
             stats_oldest_due: format!(
-                "SELECT MIN(next_run_at) FROM {t} WHERE status = 0 AND next_run_at <= ?1"
+                "SELECT ?1 - MIN(next_run_at) FROM {t} WHERE status = 0 AND next_run_at <= ?1"
             ),
             purge_succeeded: format!(
                 "DELETE FROM {t} WHERE id IN (
@@ -145,20 +146,33 @@ impl Sql {
     }
 
     /// The batch claim for `n_types` event types: ?1 owner, ?2 now, ?3 limit, ?4.. types.
-    /// The subquery picks the oldest due rows; the whole statement runs under
-    /// `BEGIN IMMEDIATE`, so no other writer can claim them in between.
+    /// Each type's due rows are walked in the `(status, event_type, next_run_at, id)`
+    /// index up to the limit; several walks are merged by `(next_run_at, id)`, so a claim
+    /// never sorts the backlog. The whole statement runs under `BEGIN IMMEDIATE`, so no
+    /// other writer can claim the rows in between.
     pub fn grab_batch(&self, n_types: usize) -> String {
         let t = &self.table;
-        let types = (0..n_types)
-            .map(|i| format!("?{}", i + 4))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let walk = |i: usize| {
+            format!(
+                "SELECT id, next_run_at FROM {t}
+                 WHERE status = 0 AND event_type = ?{} AND next_run_at <= ?2
+                 ORDER BY next_run_at, id LIMIT ?3",
+                i + 4
+            )
+        };
+        let picked = if n_types == 1 {
+            walk(0)
+        } else {
+            let walks = (0..n_types)
+                .map(|i| format!("SELECT id, next_run_at FROM ({})", walk(i)))
+                .collect::<Vec<_>>()
+                .join(" UNION ALL ");
+            format!("{walks} ORDER BY next_run_at, id LIMIT ?3")
+        };
         format!(
             "UPDATE {t} SET status = 3, owner = ?1, attempts = attempts + 1,
                 lease = lease + 1, updated_at = ?2
-             WHERE id IN (SELECT id FROM {t}
-                          WHERE status = 0 AND next_run_at <= ?2 AND event_type IN ({types})
-                          ORDER BY next_run_at, id LIMIT ?3)
+             WHERE id IN (SELECT id FROM ({picked}))
              RETURNING {COLUMNS}"
         )
     }

@@ -19,9 +19,16 @@ pub enum ErrorKind {
     /// The object exists but is not in a state that allows the operation
     /// (for example resetting a task that is still pending).
     Conflict,
-    /// The database is unreachable, busy, or reported a transient failure
-    /// (lost connection, lock timeout, deadlock, serialization failure). Retrying may succeed.
+    /// The database is unreachable, busy, or reported a transient failure (a lost
+    /// connection, an exhausted pool, a server shutting down). Retrying may succeed.
     Unavailable,
+    /// A concurrent transaction conflicted with this one (deadlock, serialization
+    /// failure, lock wait timeout) and the database rolled the operation back: nothing
+    /// it would have changed was changed. A store runs such an operation again a few
+    /// times ([`StoreConfig::contention_retries`](crate::StoreConfig::contention_retries))
+    /// before it reports this kind; by then the error is
+    /// [persistent](Error::is_persistent).
+    Contention,
     /// The store is misconfigured (bad table name, unsupported server version…).
     Config,
     /// Anything else: a bug, a corrupt row, an unexpected database answer.
@@ -31,7 +38,7 @@ pub enum ErrorKind {
 impl ErrorKind {
     /// Whether errors of this kind are temporary by default.
     pub fn is_temporary(self) -> bool {
-        matches!(self, ErrorKind::Unavailable)
+        matches!(self, ErrorKind::Unavailable | ErrorKind::Contention)
     }
 }
 
@@ -42,18 +49,31 @@ impl fmt::Display for ErrorKind {
             ErrorKind::NotFound => "not found",
             ErrorKind::Conflict => "conflict",
             ErrorKind::Unavailable => "unavailable",
+            ErrorKind::Contention => "contention",
             ErrorKind::Config => "configuration error",
             ErrorKind::Unexpected => "unexpected error",
         })
     }
 }
 
+/// Whether retrying an error may help (OpenDAL's model).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Retry {
+    /// Retrying the same operation cannot help.
+    Permanent,
+    /// Retrying later may succeed.
+    Temporary,
+    /// Temporary in kind, but already retried (by the store) and still failing.
+    Persistent,
+}
+
 /// The error of every backstop operation.
 ///
 /// It carries a [`kind`](Error::kind), the [`operation`](Error::operation) that failed
 /// (`"enqueue"`, `"grab_batch"`, …), a message, whether retrying may help
-/// ([`is_temporary`](Error::is_temporary)) and, when there is one, the underlying error
-/// as its [`source`](std::error::Error::source).
+/// ([`is_temporary`](Error::is_temporary)), whether it was already retried and still
+/// failed ([`is_persistent`](Error::is_persistent)) and, when there is one, the
+/// underlying error as its [`source`](std::error::Error::source).
 ///
 /// ```
 /// use backstop_core::{Error, ErrorKind};
@@ -69,7 +89,7 @@ pub struct Error {
     kind: ErrorKind,
     operation: &'static str,
     message: String,
-    temporary: bool,
+    status: Retry,
     #[source]
     source: Option<BoxError>,
 }
@@ -81,7 +101,11 @@ impl Error {
             kind,
             operation,
             message: message.into(),
-            temporary: kind.is_temporary(),
+            status: if kind.is_temporary() {
+                Retry::Temporary
+            } else {
+                Retry::Permanent
+            },
             source: None,
         }
     }
@@ -135,7 +159,28 @@ impl Error {
     /// Override whether the error is temporary (a backend knows better than the kind,
     /// for example a deadlock reported as a generic database error).
     pub fn with_temporary(mut self, temporary: bool) -> Self {
-        self.temporary = temporary;
+        self.status = if temporary {
+            Retry::Temporary
+        } else {
+            Retry::Permanent
+        };
+        self
+    }
+
+    /// Name the operation that failed (a store names it for the errors its driver
+    /// returns, whatever the driver put there).
+    pub fn with_operation(mut self, operation: &'static str) -> Self {
+        self.operation = operation;
+        self
+    }
+
+    /// A temporary error that was retried `retries` times and still failed: no longer
+    /// temporary (retrying at once again is unlikely to help), but persistent.
+    pub(crate) fn retried(mut self, retries: u32) -> Self {
+        if self.status == Retry::Temporary {
+            self.status = Retry::Persistent;
+            self.message = format!("{} (retried {retries} times)", self.message);
+        }
         self
     }
 
@@ -154,9 +199,17 @@ impl Error {
         &self.message
     }
 
-    /// Whether retrying the same operation later may succeed.
+    /// Whether retrying the same operation later may succeed. `false` for a
+    /// [persistent](Self::is_persistent) error: the store has retried it already.
     pub fn is_temporary(&self) -> bool {
-        self.temporary
+        self.status == Retry::Temporary
+    }
+
+    /// Whether the error is temporary in kind but was already retried (by the store, a
+    /// few times with backoff) and still failed: a caller should not retry it at once,
+    /// but may much later (the next poll, the next request).
+    pub fn is_persistent(&self) -> bool {
+        self.status == Retry::Persistent
     }
 }
 
@@ -174,6 +227,23 @@ mod tests {
         let e = Error::new(ErrorKind::Unexpected, "grab_batch", "deadlock").with_temporary(true);
         assert!(e.is_temporary());
         assert!(!Error::invalid_input("enqueue", "x").is_temporary());
+    }
+
+    #[test]
+    fn retried_contention_becomes_persistent() {
+        let e = Error::new(ErrorKind::Contention, "mark", "deadlock");
+        assert!(e.is_temporary() && !e.is_persistent());
+        let e = e.retried(5);
+        assert!(!e.is_temporary() && e.is_persistent());
+        assert_eq!(e.kind(), ErrorKind::Contention);
+        assert_eq!(
+            e.to_string(),
+            "mark: contention: deadlock (retried 5 times)"
+        );
+        // a permanent error stays permanent
+        let e = Error::invalid_input("enqueue", "x").retried(5);
+        assert!(!e.is_temporary() && !e.is_persistent());
+        assert_eq!(e.message(), "x");
     }
 
     #[test]

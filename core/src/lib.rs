@@ -12,6 +12,7 @@
 #![warn(missing_docs)]
 
 pub mod batch;
+pub mod driver;
 mod engine;
 mod error;
 pub mod limits;

@@ -238,7 +238,8 @@ pub fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// Settings every store shares: the table name and the payload limit.
+/// Settings every store shares: the table name, the payload limit, and how often an
+/// operation rolled back by contention is run again.
 ///
 /// ```
 /// use backstop_core::StoreConfig;
@@ -252,6 +253,13 @@ pub struct StoreConfig {
     pub table: String,
     /// The largest payload accepted, in bytes (default 64 KiB).
     pub max_payload_bytes: usize,
+    /// How many times an operation that the database rolled back because of a concurrent
+    /// transaction (deadlock, serialization failure, lock wait timeout:
+    /// [`ErrorKind::Contention`](crate::ErrorKind::Contention)) is run again, with
+    /// backoff from 5 ms, doubling, plus jitter, before the error is reported (default
+    /// 5). Nothing else is retried by the store: a lost connection may have applied the
+    /// work, so the caller decides.
+    pub contention_retries: u32,
 }
 
 impl Default for StoreConfig {
@@ -259,6 +267,7 @@ impl Default for StoreConfig {
         Self {
             table: "backstop_task".to_owned(),
             max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
+            contention_retries: 5,
         }
     }
 }
@@ -273,6 +282,12 @@ impl StoreConfig {
     /// Use another payload limit.
     pub fn max_payload_bytes(mut self, bytes: usize) -> Self {
         self.max_payload_bytes = bytes;
+        self
+    }
+
+    /// Run an operation rolled back by contention again up to `n` times.
+    pub fn contention_retries(mut self, n: u32) -> Self {
+        self.contention_retries = n;
         self
     }
 

@@ -571,6 +571,16 @@ pub enum MarkAction {
     Release,
 }
 
+impl MarkAction {
+    /// The error text a retry or a failure records; `None` for the others.
+    pub fn error(&self) -> Option<&str> {
+        match self {
+            MarkAction::Retry { error, .. } | MarkAction::Fail { error } => Some(error),
+            MarkAction::Success | MarkAction::Release => None,
+        }
+    }
+}
+
 /// One state change of a running task. Built with [`Mark::success`], [`Mark::retry`],
 /// [`Mark::fail`] or [`Mark::release`].
 #[derive(Debug, Clone, PartialEq, Eq)]

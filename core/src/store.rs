@@ -5,9 +5,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::error::Result;
+use crate::driver::{check_task, Backend, Checked, Driver, RawTask, Reset};
+use crate::error::{Error, ErrorKind, Result};
+use crate::limits;
 use crate::model::{
-    Enqueued, Lease, Mark, NewTask, Owner, Recycled, Stats, Task, TaskFilter, TaskId,
+    Enqueued, Lease, Mark, MarkAction, NewTask, Owner, Recycled, Stats, Status, StatusCount, Task,
+    TaskFilter, TaskId,
 };
 
 /// Storage of tasks: the local message table.
@@ -242,5 +245,265 @@ impl<S: TaskStore + ?Sized> TaskStore for std::sync::Arc<S> {
     }
     async fn delete_succeeded(&self, ids: &[TaskId]) -> Result<u64> {
         (**self).delete_succeeded(ids).await
+    }
+}
+
+/// The contract, implemented once for every backend: check the input, shortcut empty
+/// input, run the driver's statement shape (again, on contention), decode and order what
+/// it returns, and name the operation in every error.
+#[async_trait]
+impl<B: Backend + ?Sized> TaskStore for B {
+    async fn migrate(&self) -> Result<()> {
+        let d = self.driver();
+        run(d, "migrate", || d.migrate()).await
+    }
+
+    async fn enqueue(&self, task: NewTask) -> Result<Enqueued> {
+        let d = self.driver();
+        let checked = check_task(d.config(), &task)?;
+        let inserted = run(d, "enqueue", || d.insert(checked)).await?;
+        Ok(Enqueued {
+            id: inserted.id,
+            created: inserted.created,
+            event_type: task.event_type().to_owned(),
+        })
+    }
+
+    async fn grab_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<Task>> {
+        let d = self.driver();
+        let row = run(d, "grab_by_id", || d.claim_by_id(id, owner)).await?;
+        row.map(RawTask::decode).transpose()
+    }
+
+    async fn grab_batch(
+        &self,
+        owner: &Owner,
+        event_types: &[String],
+        limit: usize,
+    ) -> Result<Vec<Task>> {
+        const OP: &str = "grab_batch";
+        limits::check_limit(OP, limit)?;
+        limits::check_event_types(OP, event_types)?;
+        if limit == 0 || event_types.is_empty() {
+            return Ok(Vec::new());
+        }
+        // distinct types: each is one ordered walk of its due rows
+        let mut types = event_types.to_vec();
+        types.sort_unstable();
+        types.dedup();
+        let d = self.driver();
+        let (types, limit) = (Checked::new(types.as_slice()), Checked::new(limit));
+        let rows = run(d, OP, || d.claim_batch(owner, types, limit)).await?;
+        let mut tasks = decode_all(rows)?;
+        tasks.sort_by_key(|t| (t.next_run_at, t.id));
+        Ok(tasks)
+    }
+
+    async fn recycle_dead(&self, older_than: Duration, limit: usize) -> Result<Recycled> {
+        const OP: &str = "recycle_dead";
+        let Some((older_than, limit)) = aged_batch(OP, older_than, limit)? else {
+            return Ok(Recycled::default());
+        };
+        let d = self.driver();
+        run(d, OP, || d.recycle_dead(older_than, limit)).await
+    }
+
+    async fn heartbeat(&self, leases: &[Lease]) -> Result<Vec<bool>> {
+        const OP: &str = "heartbeat";
+        limits::check_leases(OP, leases)?;
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let d = self.driver();
+        let leases = Checked::new(leases);
+        let flags = run(d, OP, || d.heartbeat(leases)).await?;
+        one_flag_each(OP, flags, leases.len())
+    }
+
+    async fn mark(&self, marks: &[Mark]) -> Result<Vec<bool>> {
+        const OP: &str = "mark";
+        limits::check_marks(OP, marks)?;
+        if marks.is_empty() {
+            return Ok(Vec::new());
+        }
+        // error texts cut to the column's bound here, once for every backend
+        let bounded: Vec<Mark>;
+        let marks = if marks.iter().any(|m| m.action.error().is_some_and(too_long)) {
+            bounded = marks.iter().map(bound_error).collect();
+            bounded.as_slice()
+        } else {
+            marks
+        };
+        let d = self.driver();
+        let marks = Checked::new(marks);
+        let flags = run(d, OP, || d.mark(marks)).await?;
+        one_flag_each(OP, flags, marks.len())
+    }
+
+    async fn manual_reset(&self, id: TaskId, stuck_after: Duration) -> Result<Task> {
+        const OP: &str = "manual_reset";
+        limits::check_duration(OP, "stuck_after", stuck_after)?;
+        let d = self.driver();
+        let stuck_after = Checked::new(stuck_after);
+        match run(d, OP, || d.reset(id, stuck_after)).await? {
+            Reset::Done(row) => row.decode(),
+            Reset::Missing => Err(Error::task_not_found(OP, id)),
+            Reset::Refused(code) => Err(Error::reset_refused(OP, id, Status::from_code(code)?)),
+        }
+    }
+
+    async fn get(&self, id: TaskId) -> Result<Option<Task>> {
+        let d = self.driver();
+        let row = run(d, "get", || d.get(id)).await?;
+        row.map(RawTask::decode).transpose()
+    }
+
+    async fn list(&self, filter: &TaskFilter) -> Result<Vec<Task>> {
+        const OP: &str = "list";
+        limits::check_filter(filter)?;
+        if filter.limit == 0 {
+            return Ok(Vec::new());
+        }
+        let d = self.driver();
+        let filter = Checked::new(filter);
+        decode_all(run(d, OP, || d.list(filter)).await?)
+    }
+
+    async fn stats(&self) -> Result<Stats> {
+        let d = self.driver();
+        let raw = run(d, "stats", || d.stats()).await?;
+        let counts = raw
+            .counts
+            .into_iter()
+            .map(|(event_type, code, count)| {
+                Ok(StatusCount {
+                    event_type,
+                    status: Status::from_code(code)?,
+                    count: u64::try_from(count).unwrap_or(0),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Stats {
+            counts,
+            oldest_due_pending: raw
+                .oldest_due_pending_ms
+                .map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+        })
+    }
+
+    async fn purge_succeeded(&self, older_than: Duration, limit: usize) -> Result<u64> {
+        const OP: &str = "purge_succeeded";
+        let Some((older_than, limit)) = aged_batch(OP, older_than, limit)? else {
+            return Ok(0);
+        };
+        let d = self.driver();
+        run(d, OP, || d.purge_succeeded(older_than, limit)).await
+    }
+
+    async fn delete_succeeded(&self, ids: &[TaskId]) -> Result<u64> {
+        const OP: &str = "delete_succeeded";
+        limits::check_ids(OP, ids)?;
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let d = self.driver();
+        let ids = Checked::new(ids);
+        run(d, OP, || d.delete_succeeded(ids)).await
+    }
+}
+
+/// Run one driver call as operation `op`: again (with backoff and jitter) while the
+/// database rolls it back on contention, up to the store's `contention_retries`; every
+/// error it returns names `op`.
+async fn run<T, F, Fut>(driver: &dyn Driver, op: &'static str, mut call: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    /// The first wait; each further one doubles, up to `MAX_BACKOFF`.
+    const FIRST_BACKOFF: Duration = Duration::from_millis(5);
+    const MAX_BACKOFF: Duration = Duration::from_secs(1);
+    let retries = driver.config().contention_retries;
+    let mut backoff = FIRST_BACKOFF;
+    let mut attempt = 0;
+    loop {
+        match call().await {
+            Ok(v) => return Ok(v),
+            Err(e) if e.kind() == ErrorKind::Contention && e.is_temporary() => {
+                if attempt >= retries {
+                    let e = e.with_operation(op);
+                    return Err(if attempt > 0 { e.retried(attempt) } else { e });
+                }
+                attempt += 1;
+                // jitter, so that two victims of one deadlock do not collide again
+                tokio::time::sleep(backoff + jitter(backoff / 2)).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+            Err(e) => return Err(e.with_operation(op)),
+        }
+    }
+}
+
+/// A pseudo-random duration in `[0, max)` (no need for a random number crate here).
+fn jitter(max: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    let micros = max.as_micros().max(1) as u64;
+    Duration::from_micros(h.finish() % micros)
+}
+
+/// Check an age-based batch (`recycle_dead`, `purge_succeeded`); `None` when `limit` is 0
+/// and there is nothing to do.
+fn aged_batch(
+    op: &'static str,
+    older_than: Duration,
+    limit: usize,
+) -> Result<Option<(Checked<Duration>, Checked<usize>)>> {
+    limits::check_duration(op, "older_than", older_than)?;
+    limits::check_limit(op, limit)?;
+    Ok((limit > 0).then(|| (Checked::new(older_than), Checked::new(limit))))
+}
+
+fn decode_all(rows: Vec<RawTask>) -> Result<Vec<Task>> {
+    rows.into_iter().map(RawTask::decode).collect()
+}
+
+/// `flags` when it has one flag per input, else an `Unexpected` error.
+fn one_flag_each(op: &'static str, flags: Vec<bool>, n: usize) -> Result<Vec<bool>> {
+    if flags.len() == n {
+        Ok(flags)
+    } else {
+        Err(Error::new(
+            ErrorKind::Unexpected,
+            op,
+            format!("the driver answered {} flags for {n} inputs", flags.len()),
+        ))
+    }
+}
+
+fn too_long(error: &str) -> bool {
+    error.len() > limits::MAX_ERROR_BYTES
+}
+
+/// `mark` with its error text cut to [`limits::MAX_ERROR_BYTES`].
+fn bound_error(mark: &Mark) -> Mark {
+    let cut = |e: &str| limits::bounded_error(e).to_owned();
+    let action = match &mark.action {
+        MarkAction::Retry { delay, error } => MarkAction::Retry {
+            delay: *delay,
+            error: cut(error),
+        },
+        MarkAction::Fail { error } => MarkAction::Fail { error: cut(error) },
+        other => other.clone(),
+    };
+    Mark {
+        lease: mark.lease,
+        action,
     }
 }

@@ -1,0 +1,338 @@
+//! **For backend authors**: the driver interface a database backend implements. An
+//! application never needs this module.
+//!
+//! A backend is two types:
+//!
+//! - a **driver** ([`Driver`]): one method per statement shape (insert a task, claim by id,
+//!   claim a batch, apply marks…), which runs the backend's SQL and reads the rows it
+//!   returns into [`RawTask`]s. Nothing else: it never checks its input (every argument
+//!   that needs a check arrives as [`Checked`], which only core can make), never sorts
+//!   results, never decodes a status code, never retries;
+//! - a **store** ([`Backend`]): the type applications hold. It names its driver, and core
+//!   gives it the whole [`TaskStore`](crate::TaskStore) contract: input validation
+//!   first, empty-input shortcuts, row decoding, result order, the operation named in
+//!   every error, and the retry of operations the database rolled back because of a
+//!   concurrent transaction ([`ErrorKind::Contention`](crate::ErrorKind::Contention)).
+//!
+//! So a new store operation is one method of [`TaskStore`](crate::TaskStore) written once
+//! in core, and one statement shape here that each backend answers with its SQL. The
+//! conformance suite (`backstop-testkit`) then runs every case of the contract on the
+//! backend.
+//!
+//! ```
+//! use backstop_core::driver::{Backend, Driver};
+//!
+//! /// A backend's store: what applications open, migrate and hand to the engine.
+//! #[derive(Clone)]
+//! struct MyStore {
+//!     driver: std::sync::Arc<dyn Driver>,
+//! }
+//!
+//! impl Backend for MyStore {
+//!     fn driver(&self) -> &dyn Driver {
+//!         &*self.driver
+//!     }
+//! }
+//! // `MyStore` is now a `TaskStore`: `store.enqueue(task)` validates the task, calls
+//! // `Driver::insert`, and names `enqueue` in any error.
+//! ```
+
+use std::collections::HashSet;
+use std::ops::Deref;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::limits::StoreConfig;
+use crate::model::{
+    Backoff, Lease, Mark, NewTask, Owner, Recycled, RetryPolicy, Status, Task, TaskFilter, TaskId,
+};
+
+/// A value the store layer in core has checked against the contract's limits (see each
+/// [`Driver`] method for what was checked). A driver reads it (`Deref`) but cannot make
+/// one: so no input reaches a driver unchecked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checked<T>(T);
+
+impl<T> Checked<T> {
+    /// Only core checks.
+    pub(crate) fn new(value: T) -> Self {
+        Checked(value)
+    }
+
+    /// The checked value.
+    pub fn into_inner(self) -> T {
+        self.0
+    }
+
+    /// A borrow of the checked value, still checked.
+    pub fn as_ref(&self) -> Checked<&T> {
+        Checked(&self.0)
+    }
+}
+
+impl<T: Clone> Checked<&T> {
+    /// An owned copy of the checked value (to move into a closure or a thread), still
+    /// checked.
+    pub fn cloned(self) -> Checked<T> {
+        Checked(self.0.clone())
+    }
+}
+
+impl<T> Deref for Checked<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+/// What a driver's insert did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Inserted {
+    /// The task's id: the new row's, or the existing row's for a duplicate key.
+    pub id: TaskId,
+    /// Whether the row was inserted (`false`: a task with the same
+    /// `(event_type, biz_key)` already existed and nothing was changed).
+    pub created: bool,
+}
+
+/// What a driver's reset did (see [`Driver::reset`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reset {
+    /// The task was reset; the row as the reset left it.
+    Done(Box<RawTask>),
+    /// No task has this id.
+    Missing,
+    /// The task exists but may not be reset; its status code.
+    Refused(i64),
+}
+
+/// A task row as a driver reads it: the columns in their stored form. Core decodes it
+/// into a [`Task`] (status code, counts, backoff) and reports a corrupt row as
+/// `Unexpected`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)] // the columns of the task table
+pub struct RawTask {
+    pub id: TaskId,
+    pub event_type: String,
+    pub biz_key: String,
+    pub payload: String,
+    pub status: i64,
+    pub attempts: i64,
+    pub max_attempts: i64,
+    pub retry_strategy: String,
+    pub retry_interval_ms: i64,
+    pub retry_max_interval_ms: i64,
+    pub next_run_at: DateTime<Utc>,
+    pub owner: Option<String>,
+    pub lease: i64,
+    pub last_error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl RawTask {
+    /// The task this row holds.
+    pub(crate) fn decode(self) -> Result<Task> {
+        let id = self.id;
+        let bad = |what: &str| {
+            Error::new(
+                ErrorKind::Unexpected,
+                "decode_task",
+                format!("task {id} has an invalid {what}"),
+            )
+        };
+        let dur = |ms: i64, what: &str| -> Result<Duration> {
+            u64::try_from(ms)
+                .map(Duration::from_millis)
+                .map_err(|_| bad(what))
+        };
+        Ok(Task {
+            id,
+            status: Status::from_code(self.status)?,
+            attempts: u32::try_from(self.attempts).map_err(|_| bad("attempts"))?,
+            retry: RetryPolicy {
+                max_attempts: u32::try_from(self.max_attempts).map_err(|_| bad("max_attempts"))?,
+                backoff: Backoff::from_parts(
+                    &self.retry_strategy,
+                    dur(self.retry_interval_ms, "retry_interval_ms")?,
+                    dur(self.retry_max_interval_ms, "retry_max_interval_ms")?,
+                )?,
+            },
+            next_run_at: self.next_run_at,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            event_type: self.event_type,
+            biz_key: self.biz_key,
+            payload: self.payload,
+            owner: self.owner,
+            lease: self.lease,
+            last_error: self.last_error,
+        })
+    }
+}
+
+/// The counts a driver's stats query reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RawStats {
+    /// `(event_type, status code, count)` of every non-empty group.
+    pub counts: Vec<(String, i64, i64)>,
+    /// How long the oldest due pending task has been due, in milliseconds (database
+    /// time); `None` when none is due.
+    pub oldest_due_pending_ms: Option<i64>,
+}
+
+/// The statement shapes of a backend. See the [module docs](self) for how a driver
+/// fits under the [`TaskStore`](crate::TaskStore) contract.
+///
+/// # Contract
+///
+/// Every method is one unit of work in the database: it commits whole or changes
+/// nothing. Each names the [`TaskStore`](crate::TaskStore) method it serves; that
+/// method's `# Contract` lines are what the SQL must do (the conformance suite checks
+/// them through the store). In addition:
+///
+/// - **Input is checked.** What arrives as [`Checked`] is within the limits named on
+///   the method; empty batches and zero limits never arrive.
+/// - **Database time** everywhere (`now()` on the server; in an embedded database, this
+///   machine's clock read once per statement).
+/// - **Errors** carry a kind and `is_temporary()`; the operation name is set by the
+///   store. A driver reports a failure it knows rolled the whole method back because of
+///   a concurrent transaction (deadlock, serialization failure, lock wait timeout) as
+///   [`ErrorKind::Contention`](crate::ErrorKind::Contention), and only such a failure:
+///   the store then runs the method again. A lost connection is `Unavailable`: the work
+///   may or may not have been applied, so the store does not repeat it.
+/// - **Result order** does not matter: the store sorts claims oldest first.
+#[async_trait]
+pub trait Driver: Send + Sync + 'static {
+    /// The store's settings (table, payload limit, retries).
+    fn config(&self) -> &StoreConfig;
+
+    /// [`migrate`](crate::TaskStore::migrate): create the table and indexes if missing;
+    /// safe to run from several instances at once.
+    async fn migrate(&self) -> Result<()>;
+
+    /// [`enqueue`](crate::TaskStore::enqueue): insert `task` pending (due at database-now
+    /// plus its delay), or find the existing task with its `(event_type, biz_key)`.
+    /// Checked: every field (see [`NewTask::validate`]) against this store's payload
+    /// limit.
+    async fn insert(&self, task: Checked<&NewTask>) -> Result<Inserted>;
+
+    /// [`grab_by_id`](crate::TaskStore::grab_by_id): claim task `id` for `owner` if it is
+    /// pending and due; the row as claimed.
+    async fn claim_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<RawTask>>;
+
+    /// [`grab_batch`](crate::TaskStore::grab_batch): claim up to `limit` due pending
+    /// tasks of `event_types`, oldest `(next_run_at, id)` first, skipping rows another
+    /// claim holds. Checked: 1 to [`MAX_EVENT_TYPES`](crate::limits::MAX_EVENT_TYPES)
+    /// distinct, valid event types; `limit` 1 to [`MAX_BATCH`](crate::limits::MAX_BATCH).
+    ///
+    /// The cost of a claim must not grow with the backlog of due tasks: each event type's
+    /// due rows are read in index order (`event_type, next_run_at, id`) and the read
+    /// stops at `limit`; several types are several such walks, merged — never a sort
+    /// of every due row.
+    async fn claim_batch(
+        &self,
+        owner: &Owner,
+        event_types: Checked<&[String]>,
+        limit: Checked<usize>,
+    ) -> Result<Vec<RawTask>>;
+
+    /// [`recycle_dead`](crate::TaskStore::recycle_dead). Checked: `older_than` at most
+    /// [`MAX_INTERVAL`](crate::limits::MAX_INTERVAL), `limit` 1 to `MAX_BATCH`. The
+    /// counts must come from the statements that changed the rows.
+    async fn recycle_dead(
+        &self,
+        older_than: Checked<Duration>,
+        limit: Checked<usize>,
+    ) -> Result<Recycled>;
+
+    /// [`heartbeat`](crate::TaskStore::heartbeat): one flag per lease, in order.
+    /// Checked: 1 to [`MAX_LEASES`](crate::limits::MAX_LEASES) leases.
+    async fn heartbeat(&self, leases: Checked<&[Lease]>) -> Result<Vec<bool>>;
+
+    /// [`mark`](crate::TaskStore::mark): one flag per mark, in order, all in one
+    /// transaction. Checked: 1 to `MAX_LEASES` marks, retry delays at most
+    /// `MAX_INTERVAL`, error messages already cut to
+    /// [`MAX_ERROR_BYTES`](crate::limits::MAX_ERROR_BYTES). A set-based statement applies
+    /// at most one mark per row: see [`mark_rounds`].
+    async fn mark(&self, marks: Checked<&[Mark]>) -> Result<Vec<bool>>;
+
+    /// [`manual_reset`](crate::TaskStore::manual_reset): reset task `id` if it is failed,
+    /// or running with `updated_at` older than `stuck_after`, returning the row as reset
+    /// (read in the reset's transaction); else say why not. Checked: `stuck_after` at
+    /// most `MAX_INTERVAL`.
+    async fn reset(&self, id: TaskId, stuck_after: Checked<Duration>) -> Result<Reset>;
+
+    /// [`get`](crate::TaskStore::get).
+    async fn get(&self, id: TaskId) -> Result<Option<RawTask>>;
+
+    /// [`list`](crate::TaskStore::list), in id order. Checked: `limit` 1 to `MAX_BATCH`,
+    /// a valid event type, `older_than` at most `MAX_INTERVAL`.
+    async fn list(&self, filter: Checked<&TaskFilter>) -> Result<Vec<RawTask>>;
+
+    /// [`stats`](crate::TaskStore::stats).
+    async fn stats(&self) -> Result<RawStats>;
+
+    /// [`purge_succeeded`](crate::TaskStore::purge_succeeded). Checked as
+    /// [`recycle_dead`](Self::recycle_dead).
+    async fn purge_succeeded(
+        &self,
+        older_than: Checked<Duration>,
+        limit: Checked<usize>,
+    ) -> Result<u64>;
+
+    /// [`delete_succeeded`](crate::TaskStore::delete_succeeded). Checked: 1 to
+    /// `MAX_BATCH` ids.
+    async fn delete_succeeded(&self, ids: Checked<&[TaskId]>) -> Result<u64>;
+}
+
+/// A backend's store: it names its [`Driver`], and core implements
+/// [`TaskStore`](crate::TaskStore) for it (see the [module docs](self)).
+pub trait Backend: Send + Sync + 'static {
+    /// The driver that runs this store's SQL.
+    fn driver(&self) -> &dyn Driver;
+}
+
+/// Check a task for a backend's own transactional enqueue (on the caller's
+/// transaction): the same checks as [`TaskStore::enqueue`](crate::TaskStore::enqueue),
+/// giving the [`Checked`] task the backend's insert shape takes.
+pub fn check_task<'t>(config: &StoreConfig, task: &'t NewTask) -> Result<Checked<&'t NewTask>> {
+    task.validate(config.max_payload_bytes)?;
+    Ok(Checked::new(task))
+}
+
+/// Split a batch of marks into rounds in which each task appears at most once, keeping
+/// the order: round 1 holds the first mark of every task, round 2 the second, and so on.
+///
+/// A set-based `UPDATE … FROM (the marks)` applies at most one mark per row, and which one
+/// is unspecified. The contract says marks apply in order, so a driver runs one statement
+/// per round, in order, in one transaction. Almost every batch is a single round.
+///
+/// ```
+/// use backstop_core::{driver::mark_rounds, Lease, Mark};
+/// let l = |id| Lease { task_id: id, token: 1 };
+/// let marks = [Mark::success(l(1)), Mark::success(l(2)), Mark::release(l(1))];
+/// assert_eq!(mark_rounds(&marks), vec![vec![0, 1], vec![2]]);
+/// ```
+pub fn mark_rounds(marks: &[Mark]) -> Vec<Vec<usize>> {
+    let mut rounds: Vec<(HashSet<i64>, Vec<usize>)> = Vec::new();
+    for (i, m) in marks.iter().enumerate() {
+        let id = m.lease.task_id;
+        match rounds.iter_mut().find(|(ids, _)| !ids.contains(&id)) {
+            Some((ids, idx)) => {
+                ids.insert(id);
+                idx.push(i);
+            }
+            None => rounds.push((HashSet::from([id]), vec![i])),
+        }
+    }
+    rounds.into_iter().map(|(_, idx)| idx).collect()
+}
+
+/// Milliseconds of `d`, saturating at `i64::MAX`.
+pub fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
