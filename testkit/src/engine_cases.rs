@@ -1189,10 +1189,15 @@ pub async fn engine_refuses_bad_configuration<H: Harness>(ctx: &Ctx<H>) {
 /// The store call a [`Gate`] holds back.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Gated {
+    /// `mark`, before it reaches the store (the database stalls on it).
     Mark,
+    /// The answer of `mark`, after the store applied and committed it (the reply is slow).
+    MarkAnswer,
     GrabBatch,
     GrabById,
     Recycle,
+    /// Nothing: the gate only counts.
+    Nothing,
 }
 
 /// A store whose calls of one kind wait while the gate is shut (the database stalled on
@@ -1206,6 +1211,10 @@ struct Gate<S> {
     arrived: Arc<tokio::sync::watch::Sender<usize>>,
     /// How many `grab_batch` calls have returned.
     grabbed: Arc<tokio::sync::watch::Sender<usize>>,
+    /// How many `heartbeat` calls have returned.
+    heartbeats: Arc<tokio::sync::watch::Sender<usize>>,
+    /// How many leases heartbeats have found gone.
+    refused: Arc<tokio::sync::watch::Sender<usize>>,
 }
 
 impl<S> Gate<S> {
@@ -1216,16 +1225,37 @@ impl<S> Gate<S> {
             open: Arc::new(tokio::sync::watch::Sender::new(false)),
             arrived: Arc::new(tokio::sync::watch::Sender::new(0)),
             grabbed: Arc::new(tokio::sync::watch::Sender::new(0)),
+            heartbeats: Arc::new(tokio::sync::watch::Sender::new(0)),
+            refused: Arc::new(tokio::sync::watch::Sender::new(0)),
         }
+    }
+
+    /// Wait until `count` reaches `n`.
+    async fn reach(count: &tokio::sync::watch::Sender<usize>, n: usize, what: &str) {
+        let mut count = count.subscribe();
+        tokio::time::timeout(PATIENCE, count.wait_for(|c| *c >= n))
+            .await
+            .unwrap_or_else(|_| panic!("timed out waiting for {n} {what}"))
+            .unwrap();
     }
 
     /// Wait until `n` `grab_batch` calls have returned.
     async fn grabbed(&self, n: usize) {
-        let mut grabbed = self.grabbed.subscribe();
-        tokio::time::timeout(PATIENCE, grabbed.wait_for(|g| *g >= n))
-            .await
-            .unwrap_or_else(|_| panic!("no grab_batch returned"))
-            .unwrap();
+        Self::reach(&self.grabbed, n, "grab_batch answers").await;
+    }
+
+    /// Wait until `n` `heartbeat` calls have returned.
+    async fn heartbeats(&self, n: usize) {
+        Self::reach(&self.heartbeats, n, "heartbeats").await;
+    }
+
+    /// Wait until heartbeats have found `n` leases gone.
+    async fn refused(&self, n: usize) {
+        Self::reach(&self.refused, n, "leases found gone by heartbeats").await;
+    }
+
+    fn heartbeats_so_far(&self) -> usize {
+        *self.heartbeats.borrow()
     }
 
     fn open(&self) {
@@ -1234,11 +1264,12 @@ impl<S> Gate<S> {
 
     /// Wait until `n` gated calls have reached the gate.
     async fn arrived(&self, n: usize) {
-        let mut arrived = self.arrived.subscribe();
-        tokio::time::timeout(PATIENCE, arrived.wait_for(|a| *a >= n))
-            .await
-            .unwrap_or_else(|_| panic!("no {:?} call reached the gate", self.gated))
-            .unwrap();
+        Self::reach(
+            &self.arrived,
+            n,
+            &format!("{:?} calls at the gate", self.gated),
+        )
+        .await;
     }
 
     /// Let a `call` through: at once unless it is the gated kind and the gate is shut.
@@ -1285,11 +1316,19 @@ impl<S: TaskStore> TaskStore for Gate<S> {
         self.inner.recycle_dead(older_than, limit).await
     }
     async fn heartbeat(&self, leases: &[backstop_core::Lease]) -> backstop_core::Result<Vec<bool>> {
-        self.inner.heartbeat(leases).await
+        let flags = self.inner.heartbeat(leases).await;
+        if let Ok(flags) = &flags {
+            let gone = flags.iter().filter(|f| !**f).count();
+            self.refused.send_modify(|r| *r += gone);
+        }
+        self.heartbeats.send_modify(|h| *h += 1);
+        flags
     }
     async fn mark(&self, marks: &[backstop_core::Mark]) -> backstop_core::Result<Vec<bool>> {
         self.pass(Gated::Mark).await;
-        self.inner.mark(marks).await
+        let flags = self.inner.mark(marks).await;
+        self.pass(Gated::MarkAnswer).await;
+        flags
     }
     async fn manual_reset(&self, id: TaskId, stuck_after: Duration) -> backstop_core::Result<Task> {
         self.inner.manual_reset(id, stuck_after).await
@@ -1385,4 +1424,124 @@ pub async fn engine_stops_claiming_while_marks_stall<H: Harness>(ctx: &Ctx<H>) {
     assert_eq!(ran.load(Ordering::SeqCst), total, "each task ran once");
     assert_eq!(engine.counters().succeeded, total as u64);
     engine.shutdown().await;
+}
+
+/// A mark committed but answered late (a slow network, a stalled reply): heartbeats meanwhile
+/// find the task's lease gone (it succeeded under that lease), which is no lost lease. No
+/// lease is counted lost, no completion is refused, and the engine logs no warning.
+pub async fn engine_slow_mark_answers_lose_no_lease<H: Harness>(ctx: &Ctx<H>) {
+    const TASKS: usize = 10;
+    let logs = crate::logs::capture();
+    let calls = Calls::default();
+    let gate = Gate::shut(ctx.store.clone(), Gated::MarkAnswer);
+    let engine = Engine::builder(gate.clone())
+        .config(EngineConfig {
+            heartbeat_interval: Duration::from_millis(30),
+            ..no_poll_config()
+        })
+        .handler("PAY", succeeding(&calls), opts())
+        .start()
+        .unwrap();
+    let mut ids = Vec::new();
+    for i in 0..TASKS {
+        let (enq, run) = engine
+            .enqueue(engine.task("PAY", format!("k{i}")))
+            .await
+            .unwrap();
+        assert_eq!(run, RunAhead::Started);
+        ids.push(enq.id);
+    }
+    // a batch of marks committed, its answer held at the gate (the flusher waits for
+    // it; the other marks queue behind it)
+    gate.arrived(1).await;
+    let committed = ctx.store.stats().await.unwrap().count(Status::Succeeded) as usize;
+    assert!(committed >= 1);
+    // several heartbeats find the leases of those (succeeded) tasks gone meanwhile
+    gate.refused(3 * committed).await;
+    gate.open();
+    engine.shutdown().await;
+    for id in ids {
+        let t = ctx.task(id).await;
+        assert_eq!((t.status, t.attempts), (Status::Succeeded, 1), "task {id}");
+        assert_eq!(calls.count(&t.biz_key), 1);
+    }
+    let c = engine.counters();
+    assert_eq!(
+        (c.succeeded, c.leases_lost, c.stale_completions),
+        (TASKS as u64, 0, 0),
+        "{c:?}"
+    );
+    let warned = logs.of(engine.owner().as_str());
+    assert!(warned.is_empty(), "the engine warned: {warned:?}");
+}
+
+/// A lease genuinely lost while its handler runs (the task was recycled under it) is
+/// counted once and warned about once, however many heartbeats follow; the late
+/// completion is then refused and counted once.
+pub async fn engine_counts_a_lost_lease_once<H: Harness>(ctx: &Ctx<H>) {
+    let logs = crate::logs::capture();
+    let gate = Arc::new(Semaphore::new(0));
+    let calls = Calls::default();
+    let watch = Gate::shut(ctx.store.clone(), Gated::Nothing);
+    let engine = Engine::builder(watch.clone())
+        .config(EngineConfig {
+            heartbeat_interval: Duration::from_millis(30),
+            ..no_poll_config()
+        })
+        .handler("PAY", gated(calls.clone(), &gate), opts())
+        .start()
+        .unwrap();
+    // two long tasks: the one that stays held keeps heartbeats going after the other's
+    // lease is lost
+    let (lost, _) = engine.enqueue(engine.task("PAY", "lost")).await.unwrap();
+    let (kept, _) = engine.enqueue(engine.task("PAY", "kept")).await.unwrap();
+    eventually("both handlers to start", || async {
+        calls.count("lost") == 1 && calls.count("kept") == 1
+    })
+    .await;
+    ctx.backdate(lost.id, TimeColumn::UpdatedAt, HOUR).await;
+    let r = ctx
+        .store
+        .recycle_dead(Duration::from_secs(60), 10)
+        .await
+        .unwrap();
+    assert_eq!(r.to_pending, 1, "only the backdated task is dead");
+    eventually("the lost lease to be counted", || async {
+        engine.counters().leases_lost == 1
+    })
+    .await;
+    // many more heartbeats: the lost lease is not sent again, nor counted again
+    let after = watch.heartbeats_so_far();
+    watch.heartbeats(after + 10).await;
+    assert_eq!(engine.counters().leases_lost, 1);
+    gate.add_permits(2);
+    eventually("the late completion to be refused", || async {
+        engine.counters().stale_completions == 1
+    })
+    .await;
+    wait_status(&ctx.store, kept.id, Status::Succeeded).await;
+    engine.shutdown().await;
+    let c = engine.counters();
+    assert_eq!(
+        (c.leases_lost, c.stale_completions, c.succeeded),
+        (1, 1, 2),
+        "{c:?}"
+    );
+    let t = ctx.task(lost.id).await;
+    assert_eq!(
+        (t.status, t.attempts, t.owner.as_deref()),
+        (Status::Pending, 1, None),
+        "the recycle stands; the late success was refused"
+    );
+    let warned = logs.of(engine.owner().as_str());
+    let lost_warnings = warned
+        .iter()
+        .filter(|m| m.contains("heartbeat found the lease gone"))
+        .count();
+    assert_eq!(lost_warnings, 1, "{warned:?}");
+    assert_eq!(
+        warned.len(),
+        2,
+        "the loss and the refused completion: {warned:?}"
+    );
 }

@@ -27,6 +27,7 @@
 
 pub mod cases;
 pub mod engine_cases;
+pub mod logs;
 
 use std::time::Duration;
 
@@ -368,6 +369,8 @@ macro_rules! engine_conformance {
             engine_recycler_sweeps_every_dead_task_and_wakes_the_poller,
             engine_stops_claiming_while_marks_stall,
             engine_refuses_a_late_completion_after_recycle,
+            engine_slow_mark_answers_lose_no_lease,
+            engine_counts_a_lost_lease_once,
             engine_shutdown_under_load_leaves_nothing_running,
             engine_shutdown_interrupts_after_grace_and_releases,
             engine_shutdown_waits_for_a_poll_in_flight_and_releases_its_claim,

@@ -95,6 +95,7 @@ async fn apply<S: TaskStore + Clone>(shared: &Shared<S>, batch: Vec<Completion>)
                     if !applied {
                         shared.counters.stale_completions(&c.event_type);
                         tracing::warn!(
+                            owner = %shared.owner,
                             task_id = c.mark.lease.task_id,
                             lease = c.mark.lease.token,
                             "completion refused: the lease is no longer current (the task was recycled); not applied"
@@ -117,5 +118,5 @@ async fn apply<S: TaskStore + Clone>(shared: &Shared<S>, batch: Vec<Completion>)
         }
     }
     let leases: Vec<_> = batch.iter().map(|c| c.mark.lease).collect();
-    shared.finished(&leases);
+    shared.tracker.finished(&leases);
 }

@@ -1,7 +1,6 @@
 //! One bounded executor per event type, and the life of one claimed task in it.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,9 +25,6 @@ pub(crate) struct Executor {
     pub runners: Arc<Semaphore>,
 }
 
-/// See [`MAX_UNMARKED`](crate::limits::MAX_UNMARKED).
-pub(crate) const UNMARKED_LIMIT: usize = crate::limits::MAX_UNMARKED;
-
 /// How one attempt ended.
 enum Outcome {
     Done,
@@ -49,8 +45,8 @@ pub(crate) fn dispatch<S: TaskStore + Clone>(
     slot: OwnedSemaphorePermit,
     origin: Origin,
 ) {
-    shared.in_flight.fetch_add(1, Ordering::SeqCst);
-    shared.held().insert(task.id, task.lease());
+    let lease = task.lease();
+    shared.tracker.started(lease);
     let span = tracing::info_span!(
         "backstop.task",
         task_id = task.id,
@@ -65,18 +61,18 @@ pub(crate) fn dispatch<S: TaskStore + Clone>(
             let mark = outcome_mark(&exec, &task, outcome, &shared.counters);
             drop(task);
             // The attempt is over: its executor slot is free for the next task while the
-            // mark waits for its batch (bounded by `UNMARKED_LIMIT`). The task stays held
+            // mark waits for its batch (bounded by `MAX_UNMARKED`). The task stays held
             // (heartbeated) and in flight (shutdown waits for it) until the mark is applied.
-            shared.unmarked.fetch_add(1, Ordering::SeqCst);
+            shared.tracker.attempt_ended(lease);
             drop(slot);
-            shared.capacity_freed.notify_one();
+            shared.tracker.slot_freed();
             // The flusher finishes the bookkeeping once the mark is applied; this task ends.
             let completion = Completion {
                 mark,
                 event_type: Arc::clone(&exec.event_type_arc),
             };
             if let Err(unsent) = shared.completions.send(completion) {
-                shared.finished(&[unsent.0.mark.lease]);
+                shared.tracker.finished(&[unsent.0.mark.lease]);
             }
         }
         .instrument(span),

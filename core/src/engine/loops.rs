@@ -1,13 +1,12 @@
 //! The engine's background jobs: the poller and the recycler (the safety net),
 //! heartbeats, retention.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use super::executor::{dispatch, UNMARKED_LIMIT};
+use super::executor::dispatch;
 use super::{Origin, Shared, State};
 use crate::model::{Status, TaskFilter};
 use crate::store::TaskStore;
@@ -118,7 +117,7 @@ pub(crate) async fn poller<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
                 continue;
             };
             let n = cfg.batch_size.min(exec.slots.available_permits());
-            if n == 0 || shared.unmarked.load(Ordering::SeqCst) >= UNMARKED_LIMIT {
+            if n == 0 || shared.tracker.marks_backlogged() {
                 wait_for_capacity = true;
                 continue;
             }
@@ -174,12 +173,12 @@ pub(crate) async fn poller<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
             let deadline = tokio::time::Instant::now() + cfg.poll_interval;
             loop {
                 tokio::select! {
-                    _ = shared.capacity_freed.notified() => {}
+                    _ = shared.tracker.capacity_freed().notified() => {}
                     _ = tokio::time::sleep_until(deadline) => break,
                     _ = shared.wake.notified() => break,
                     _ = state.wait_for(|s| *s != State::Running) => return,
                 }
-                let ready = shared.unmarked.load(Ordering::SeqCst) < UNMARKED_LIMIT
+                let ready = !shared.tracker.marks_backlogged()
                     && shared.executors.values().any(|e| {
                         let total = e.options.concurrency + e.options.queue_capacity;
                         let want = cfg.batch_size.min(total.div_ceil(2)).max(1);
@@ -237,19 +236,22 @@ pub(crate) async fn heartbeats<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
             _ = tokio::time::sleep(shared.config.heartbeat_interval) => {}
             _ = state.wait_for(|s| *s == State::Stopped) => return,
         }
-        let leases: Vec<_> = shared.held().values().copied().collect();
+        let leases = shared.tracker.to_heartbeat();
         if leases.is_empty() {
             continue;
         }
         match shared.store.heartbeat(&leases).await {
             Ok(flags) => {
                 for (lease, ok) in leases.iter().zip(flags) {
-                    if !ok {
+                    // Only news while the handler runs: once the attempt ended, its mark
+                    // (which may have been applied just before this heartbeat) decides.
+                    if !ok && shared.tracker.lease_gone(*lease) {
                         shared.counters.leases_lost("*");
                         tracing::warn!(
+                            owner = %shared.owner,
                             task_id = lease.task_id,
                             lease = lease.token,
-                            "heartbeat found the lease gone: the task was recycled; its result will be refused"
+                            "heartbeat found the lease gone while the handler runs: the task was recycled or reset; its result will be refused"
                         );
                     }
                 }

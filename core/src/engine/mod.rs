@@ -26,9 +26,9 @@ mod counters;
 mod executor;
 mod handler;
 mod loops;
+mod tracker;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -43,10 +43,11 @@ pub use handler::{
 
 use crate::error::{BoxError, Error, Result};
 use crate::limits;
-use crate::model::{Enqueued, Lease, NewTask, Owner, Task, TaskId};
+use crate::model::{Enqueued, NewTask, Owner, Task};
 use crate::store::TaskStore;
 use counters::Counters;
 use executor::Executor;
+use tracker::{ClaimGuard, Tracker};
 
 /// Settings of an [`Engine`]. Every field has the default the design names.
 #[derive(Debug, Clone)]
@@ -194,15 +195,10 @@ struct Shared<S> {
     executors: HashMap<String, Arc<Executor>>,
     /// Event types in a fixed order, for fair polling.
     event_types: Vec<String>,
-    /// Leases of every task this instance holds (queued or running): what heartbeats refresh.
-    held: Mutex<HashMap<TaskId, Lease>>,
+    /// What this instance holds and has in flight.
+    tracker: Tracker,
     counters: Counters,
     state: watch::Sender<State>,
-    in_flight: AtomicUsize,
-    /// Finished attempts whose marks are not applied yet (see `executor::UNMARKED_LIMIT`).
-    unmarked: AtomicUsize,
-    idle: Notify,
-    capacity_freed: Notify,
     wake: Notify,
     archive: Option<Arc<dyn Archive>>,
     /// Marks on their way to the completion flushers.
@@ -214,71 +210,16 @@ impl<S> Shared<S> {
         *self.state.borrow()
     }
 
-    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<TaskId, Lease>> {
-        self.held.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Attempts whose marks were applied (or given up on): no longer held (a lease that
-    /// was re-claimed meanwhile is left alone), nor unmarked, nor in flight.
-    fn finished(&self, leases: &[Lease]) {
-        {
-            let mut held = self.held();
-            for l in leases {
-                if held.get(&l.task_id) == Some(l) {
-                    held.remove(&l.task_id);
-                }
-            }
-        }
-        let n = leases.len();
-        let before = self.unmarked.fetch_sub(n, Ordering::SeqCst);
-        if before >= executor::UNMARKED_LIMIT && before - n < executor::UNMARKED_LIMIT {
-            self.capacity_freed.notify_one();
-        }
-        self.leave(n);
-    }
-
-    /// `n` fewer in flight; wakes `wait_idle` at zero.
-    fn leave(&self, n: usize) {
-        if self.in_flight.fetch_sub(n, Ordering::SeqCst) == n {
-            self.idle.notify_waiters();
-        }
-    }
-
     /// Start a claim (a poll's `grab_batch`, a run-ahead's `grab_by_id`), or `None` when
     /// the engine is no longer running. The claim counts as in flight until the guard is
     /// dropped, after its tasks are dispatched, so `shutdown` waits for a claim that was
     /// on its way to the database when it began: what that claim returns is released
     /// through the flushers, which are still running, instead of staying running until
     /// `dead_after`.
-    ///
-    /// The count goes up before the state is read: a shutdown that reads zero in flight
-    /// after setting `Draining` cannot miss a claim that saw `Running`.
-    fn begin_claim(&self) -> Option<ClaimGuard<'_, S>> {
-        self.in_flight.fetch_add(1, Ordering::SeqCst);
-        let guard = ClaimGuard(self);
+    fn begin_claim(&self) -> Option<ClaimGuard<'_>> {
+        // counted before the state is read (see `Tracker::claim`)
+        let guard = self.tracker.claim();
         (self.state() == State::Running).then_some(guard)
-    }
-
-    /// Wait until no task is in flight.
-    async fn wait_idle(&self) {
-        loop {
-            let notified = self.idle.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.in_flight.load(Ordering::SeqCst) == 0 {
-                return;
-            }
-            notified.await;
-        }
-    }
-}
-
-/// A claim in flight (see [`Shared::begin_claim`]).
-struct ClaimGuard<'a, S>(&'a Shared<S>);
-
-impl<S> Drop for ClaimGuard<'_, S> {
-    fn drop(&mut self) {
-        self.0.leave(1);
     }
 }
 
@@ -358,13 +299,9 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
             owner,
             executors,
             event_types,
-            held: Mutex::new(HashMap::new()),
+            tracker: Tracker::default(),
             counters: Counters::default(),
             state: watch::Sender::new(State::Running),
-            in_flight: AtomicUsize::new(0),
-            unmarked: AtomicUsize::new(0),
-            idle: Notify::new(),
-            capacity_freed: Notify::new(),
             wake: Notify::new(),
             archive: self.archive,
             completions,
@@ -542,17 +479,19 @@ impl<S: TaskStore + Clone> Engine<S> {
             }
         });
         tracing::info!(owner = %shared.owner, "backstop engine draining");
-        let drained = tokio::time::timeout(shared.config.shutdown_grace, shared.wait_idle())
-            .await
-            .is_ok();
+        let drained =
+            tokio::time::timeout(shared.config.shutdown_grace, shared.tracker.wait_idle())
+                .await
+                .is_ok();
         if !drained {
             tracing::warn!(
-                in_flight = shared.in_flight.load(Ordering::SeqCst),
+                owner = %shared.owner,
+                in_flight = shared.tracker.in_flight(),
                 "shutdown grace period over: interrupting and releasing in-flight tasks"
             );
         }
         shared.state.send_replace(State::Stopped);
-        shared.wait_idle().await;
+        shared.tracker.wait_idle().await;
         // Every in-flight task has had its mark applied: the flushers have nothing left.
         let flushers = std::mem::take(
             &mut *self

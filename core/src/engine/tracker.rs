@@ -1,0 +1,242 @@
+//! The engine's in-flight bookkeeping, in one place: which tasks this instance holds and
+//! where each attempt is (running, waiting for its mark, lease lost), how many claims and
+//! attempts are in flight (what shutdown waits for), and how many finished attempts wait
+//! for their marks (what bounds claiming while the store's writes stall).
+//!
+//! The life of one claimed task:
+//!
+//! 1. [`started`](Tracker::started): held and heartbeated, in flight;
+//! 2. [`attempt_ended`](Tracker::attempt_ended): its mark is on its way; still held and
+//!    heartbeated (a slow store must not let it look dead), now counted as unmarked;
+//! 3. [`finished`](Tracker::finished): its mark was applied (or given up on): no longer
+//!    held, unmarked, nor in flight.
+//!
+//! A heartbeat that finds a lease gone ([`lease_gone`](Tracker::lease_gone)) means the
+//! task was recycled under a handler that still runs only while the attempt runs: once
+//! the attempt has ended, its own mark says what happened (applied, or refused and counted
+//! as a stale completion). A lost lease is reported once and no longer heartbeated.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use tokio::sync::Notify;
+
+use crate::limits::MAX_UNMARKED;
+use crate::model::{Lease, TaskId};
+
+/// Where a held task's attempt is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// The handler runs (or waits for a runner).
+    Running,
+    /// The attempt ended; its mark waits for its batch or is being applied.
+    Marking,
+    /// A heartbeat found the lease gone while the handler ran: reported, not heartbeated.
+    Lost,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    lease: Lease,
+    phase: Phase,
+}
+
+/// See the [module docs](self).
+#[derive(Default)]
+pub(crate) struct Tracker {
+    held: Mutex<HashMap<TaskId, Held>>,
+    /// Claims on their way to the database, plus attempts not yet finished.
+    in_flight: AtomicUsize,
+    /// Attempts that ended and whose marks are not applied yet.
+    unmarked: AtomicUsize,
+    /// Woken when `in_flight` reaches zero.
+    idle: Notify,
+    /// Woken when executor capacity frees up or marks drain below the bound.
+    capacity_freed: Notify,
+}
+
+/// A claim in flight (see [`Tracker::claim`]): counted until dropped.
+pub(crate) struct ClaimGuard<'a>(&'a Tracker);
+
+impl Drop for ClaimGuard<'_> {
+    fn drop(&mut self) {
+        self.0.leave(1);
+    }
+}
+
+impl Tracker {
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<TaskId, Held>> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Count a claim in flight until the guard is dropped (after its tasks are started).
+    /// Taken before the caller reads the engine's state, so a shutdown that sees nothing
+    /// in flight after it stopped claiming cannot miss a claim that saw it running.
+    pub fn claim(&self) -> ClaimGuard<'_> {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        ClaimGuard(self)
+    }
+
+    /// A claimed task was handed to its executor.
+    pub fn started(&self, lease: Lease) {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        self.held().insert(
+            lease.task_id,
+            Held {
+                lease,
+                phase: Phase::Running,
+            },
+        );
+    }
+
+    /// The attempt under `lease` ended: its mark is on its way. The executor slot is
+    /// free (the caller drops it); the task stays held until [`finished`](Self::finished).
+    pub fn attempt_ended(&self, lease: Lease) {
+        if let Some(h) = self.held().get_mut(&lease.task_id) {
+            if h.lease == lease && h.phase == Phase::Running {
+                h.phase = Phase::Marking;
+            }
+        }
+        self.unmarked.fetch_add(1, Ordering::SeqCst);
+        self.capacity_freed.notify_one();
+    }
+
+    /// The marks of these ended attempts were applied (or given up on): no longer held
+    /// (a lease claimed again meanwhile is left alone), unmarked, nor in flight.
+    pub fn finished(&self, leases: &[Lease]) {
+        {
+            let mut held = self.held();
+            for l in leases {
+                if held.get(&l.task_id).is_some_and(|h| h.lease == *l) {
+                    held.remove(&l.task_id);
+                }
+            }
+        }
+        let n = leases.len();
+        let before = self.unmarked.fetch_sub(n, Ordering::SeqCst);
+        if before >= MAX_UNMARKED && before - n < MAX_UNMARKED {
+            self.capacity_freed.notify_one();
+        }
+        self.leave(n);
+    }
+
+    /// The leases to refresh: every held task but those whose lease is known lost.
+    pub fn to_heartbeat(&self) -> Vec<Lease> {
+        self.held()
+            .values()
+            .filter(|h| h.phase != Phase::Lost)
+            .map(|h| h.lease)
+            .collect()
+    }
+
+    /// A heartbeat found `lease` no longer current. `true` when this is news to report:
+    /// the handler still runs under it (the task was recycled or reset meanwhile).
+    /// `false` when the attempt has ended (its mark may have been applied just before
+    /// the heartbeat: the mark's own answer decides), when the task is no longer held,
+    /// or when the loss was reported already.
+    pub fn lease_gone(&self, lease: Lease) -> bool {
+        match self.held().get_mut(&lease.task_id) {
+            Some(h) if h.lease == lease && h.phase == Phase::Running => {
+                h.phase = Phase::Lost;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether so many ended attempts wait for their marks that claiming must pause (see
+    /// [`MAX_UNMARKED`]).
+    pub fn marks_backlogged(&self) -> bool {
+        self.unmarked.load(Ordering::SeqCst) >= MAX_UNMARKED
+    }
+
+    /// Claims and attempts in flight.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Woken when executor capacity frees up or marks drain below the bound.
+    pub fn capacity_freed(&self) -> &Notify {
+        &self.capacity_freed
+    }
+
+    /// Wake whoever waits for capacity (an executor slot was freed).
+    pub fn slot_freed(&self) {
+        self.capacity_freed.notify_one();
+    }
+
+    /// `n` fewer in flight; wakes `wait_idle` at zero.
+    fn leave(&self, n: usize) {
+        if self.in_flight.fetch_sub(n, Ordering::SeqCst) == n {
+            self.idle.notify_waiters();
+        }
+    }
+
+    /// Wait until nothing is in flight.
+    pub async fn wait_idle(&self) {
+        loop {
+            let notified = self.idle.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.in_flight() == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(id: i64, token: i64) -> Lease {
+        Lease { task_id: id, token }
+    }
+
+    #[test]
+    fn a_lease_gone_after_the_attempt_ended_is_not_news() {
+        let t = Tracker::default();
+        t.started(lease(1, 1));
+        t.attempt_ended(lease(1, 1));
+        // the mark committed before the heartbeat ran; its answer is still on its way
+        assert_eq!(t.to_heartbeat(), vec![lease(1, 1)], "still heartbeated");
+        assert!(!t.lease_gone(lease(1, 1)));
+        t.finished(&[lease(1, 1)]);
+        assert!(!t.lease_gone(lease(1, 1)), "no longer held");
+        assert!(t.to_heartbeat().is_empty());
+        assert_eq!(t.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_lost_lease_is_news_once_and_no_longer_heartbeated() {
+        let t = Tracker::default();
+        t.started(lease(1, 1));
+        t.started(lease(2, 1));
+        assert!(t.lease_gone(lease(1, 1)));
+        assert!(!t.lease_gone(lease(1, 1)), "reported once");
+        assert_eq!(t.to_heartbeat(), vec![lease(2, 1)]);
+        // its attempt still ends and is finished normally
+        t.attempt_ended(lease(1, 1));
+        assert!(!t.lease_gone(lease(1, 1)));
+        t.finished(&[lease(1, 1)]);
+        assert_eq!(t.in_flight(), 1);
+    }
+
+    #[test]
+    fn a_lease_claimed_again_is_not_touched_by_the_old_one() {
+        let t = Tracker::default();
+        t.started(lease(1, 1));
+        t.attempt_ended(lease(1, 1));
+        // recycled and claimed again by this engine before the old mark's answer
+        t.started(lease(1, 2));
+        assert!(!t.lease_gone(lease(1, 1)), "an old lease is not news");
+        t.finished(&[lease(1, 1)]);
+        assert_eq!(
+            t.to_heartbeat(),
+            vec![lease(1, 2)],
+            "the new claim stays held"
+        );
+    }
+}
