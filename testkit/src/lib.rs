@@ -5,14 +5,15 @@
 //!
 //! A backend implements [`Harness`] (how to make a fresh isolated database, open a store
 //! on it, backdate a task's timestamps, and run its native transactional enqueue), then
-//! stamps one `#[tokio::test]` per case with [`store_conformance!`]:
+//! stamps one `#[tokio::test]` per case with [`conformance!`] (or [`store_conformance!`]
+//! and [`engine_conformance!`] apart):
 //!
 //! ```ignore
 //! // backend-foo/tests/conformance.rs
 //! struct FooHarness;
 //! #[backstop_testkit::async_trait]
 //! impl backstop_testkit::Harness for FooHarness { /* … */ }
-//! backstop_testkit::store_conformance!(FooHarness);
+//! backstop_testkit::conformance!(FooHarness);
 //! ```
 //!
 //! ## Skipping
@@ -25,9 +26,9 @@
 // Test code: a failed expectation is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-pub mod cases;
-pub mod engine_cases;
+pub mod engine;
 pub mod logs;
+pub mod store;
 
 use std::time::Duration;
 
@@ -282,65 +283,20 @@ pub fn chrono_dur(d: Duration) -> chrono::Duration {
     chrono::Duration::from_std(d).expect("duration in range")
 }
 
-/// Stamp one `#[tokio::test]` per conformance case for a harness.
+// The case lists, one macro per suite, made by build.rs from the area modules.
+include!(concat!(env!("OUT_DIR"), "/cases.rs"));
+
+/// Stamp one `#[tokio::test]` per store conformance case for a harness, in one module per
+/// area (`store_claims::grab_by_id_claims_a_due_task_once`, …).
 ///
-/// The argument is an expression that makes the harness; it is evaluated once per case.
-/// The calling crate needs `tokio` (features `macros`, `rt-multi-thread`) as a
+/// The argument is an expression that makes the harness; it is evaluated once per case,
+/// inside the area's module (which sees the caller's items through `use super::*`). The
+/// calling crate needs `tokio` (features `macros`, `rt-multi-thread`) as a
 /// dev-dependency.
 #[macro_export]
 macro_rules! store_conformance {
     ($make:expr) => {
-        $crate::__stamp_cases!(cases; $make;
-            migrate_is_idempotent,
-            enqueue_inserts_a_pending_task,
-            enqueue_is_idempotent_on_event_type_and_biz_key,
-            enqueue_same_biz_key_under_another_event_type_is_a_new_task,
-            enqueue_with_delay_is_not_due_until_then,
-            enqueue_rejects_bad_event_type_and_writes_nothing,
-            enqueue_rejects_bad_biz_key_and_writes_nothing,
-            enqueue_rejects_bad_payload_and_writes_nothing,
-            enqueue_rejects_bad_retry_policy_and_writes_nothing,
-            open_rejects_bad_table_name_and_config,
-            custom_table_name_is_used_and_isolated,
-            transactional_enqueue_commits_with_business_rows,
-            transactional_enqueue_rolls_back_with_business_rows,
-            grab_by_id_claims_a_due_task_once,
-            grab_by_id_waits_until_due,
-            grab_by_id_ignores_tasks_not_pending,
-            grab_batch_claims_oldest_first,
-            grab_batch_respects_limit,
-            grab_batch_claims_only_due_tasks,
-            grab_batch_claims_only_given_event_types,
-            every_grab_bumps_attempts_and_lease,
-            mark_success_with_current_lease,
-            stale_lease_changes_nothing,
-            mark_on_a_task_not_running_changes_nothing,
-            mark_retry_fixed_schedules_exact_delay,
-            mark_retry_exponential_doubles_and_caps,
-            mark_retry_on_last_attempt_fails_the_task,
-            mark_fail_parks_the_task_as_failed,
-            mark_batch_applies_in_order_and_reports_each,
-            release_gives_the_attempt_back,
-            recycle_dead_returns_task_to_pending_when_attempts_remain,
-            recycle_dead_fails_task_on_its_last_attempt,
-            recycle_dead_never_touches_live_or_finished_tasks,
-            recycle_dead_respects_limit_oldest_first,
-            heartbeat_keeps_a_long_task_alive,
-            manual_reset_restarts_a_failed_task,
-            manual_reset_recovers_a_stuck_running_task,
-            manual_reset_refuses_other_states,
-            manual_reset_returns_the_reset_task_while_claimers_race,
-            purge_succeeded_deletes_only_old_succeeded_tasks,
-            delete_succeeded_deletes_only_succeeded_tasks,
-            stats_counts_per_status_and_event_type,
-            list_filters_and_pages,
-            last_error_is_bounded,
-            store_works_as_dyn_task_store,
-            concurrent_grab_batch_claims_each_task_once,
-            concurrent_claims_and_inserts_never_deadlock,
-            concurrent_grab_by_id_has_one_winner,
-            concurrent_enqueue_of_one_key_creates_one_task,
-        );
+        $crate::__store_cases!($make);
     };
 }
 
@@ -349,35 +305,7 @@ macro_rules! store_conformance {
 #[macro_export]
 macro_rules! engine_conformance {
     ($make:expr) => {
-        $crate::__stamp_cases!(engine_cases; $make;
-            engine_runs_a_task_ahead_right_after_commit,
-            engine_retries_with_backoff_then_succeeds,
-            engine_fails_after_max_attempts_then_reset_runs_again,
-            engine_pre_check_skip_marks_success_without_running,
-            engine_catches_a_panicking_handler_and_retries,
-            engine_times_out_a_slow_handler_and_retries,
-            engine_rejects_run_ahead_when_executor_full_and_polls_it_later,
-            engine_poller_finds_a_task_committed_before_a_crash,
-            engine_duplicate_enqueue_never_runs_twice,
-            engine_delayed_task_waits_for_its_time,
-            engine_only_claims_event_types_it_handles,
-            engine_undecodable_payload_fails_permanently,
-            engine_retry_after_overrides_the_backoff,
-            engine_two_instances_run_each_task_exactly_once,
-            engine_heartbeats_keep_a_long_task_alive,
-            engine_poller_recycles_a_dead_task_and_runs_it_again,
-            engine_recycler_sweeps_every_dead_task_and_wakes_the_poller,
-            engine_stops_claiming_while_marks_stall,
-            engine_refuses_a_late_completion_after_recycle,
-            engine_slow_mark_answers_lose_no_lease,
-            engine_counts_a_lost_lease_once,
-            engine_shutdown_under_load_leaves_nothing_running,
-            engine_shutdown_interrupts_after_grace_and_releases,
-            engine_shutdown_waits_for_a_poll_in_flight_and_releases_its_claim,
-            engine_shutdown_waits_for_a_run_ahead_claim_in_flight,
-            engine_retention_archives_then_purges_old_succeeded_tasks,
-            engine_refuses_bad_configuration,
-        );
+        $crate::__engine_cases!($make);
     };
 }
 
@@ -393,11 +321,11 @@ macro_rules! conformance {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __stamp_cases {
-    ($module:ident; $make:expr; $($case:ident),+ $(,)?) => {$(
+    ($suite:ident :: $area:ident; $make:expr; $($case:ident),+ $(,)?) => {$(
         #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn $case() {
             if let Some(ctx) = $crate::Ctx::setup($make, stringify!($case)).await {
-                $crate::$module::$case(&ctx).await;
+                $crate::$suite::$area::$case(&ctx).await;
             }
         }
     )+};

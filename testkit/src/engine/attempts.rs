@@ -1,0 +1,296 @@
+//! Attempts and their outcomes: retries, backoff, permanent failures, panics, timeouts.
+
+use super::*;
+
+/// retries: the backoff is honoured between attempts, and a retry never runs ahead.
+pub async fn engine_retries_with_backoff_then_succeeds<H: Harness>(ctx: &Ctx<H>) {
+    let calls = Calls::default();
+    let backoff = Duration::from_millis(300);
+    let engine = Engine::builder(ctx.store.clone())
+        .config(fast_config())
+        .handler(
+            "PAY",
+            flaky(calls.clone(), 2),
+            opts().retry(RetryPolicy::fixed(5, backoff)),
+        )
+        .start()
+        .unwrap();
+    let (enq, run) = engine.enqueue(engine.task("PAY", "o1")).await.unwrap();
+    assert_eq!(run, RunAhead::Started);
+    eventually("first attempt to fail", || async {
+        let t = ctx.store.get(enq.id).await.unwrap().unwrap();
+        t.status == Status::Pending && t.attempts == 1
+    })
+    .await;
+    assert_eq!(
+        engine.run_now(&enq).await.unwrap(),
+        RunAhead::NotClaimed,
+        "a retry waits for its backoff; it is not run ahead"
+    );
+    let t = wait_status(&ctx.store, enq.id, Status::Succeeded).await;
+    assert_eq!(t.attempts, 3);
+    assert_eq!(t.last_error, None);
+    let times = calls.times("o1");
+    assert_eq!(times.len(), 3);
+    for w in times.windows(2) {
+        let gap = w[1] - w[0];
+        assert!(
+            gap + Duration::from_millis(5) >= backoff,
+            "attempts {gap:?} apart, backoff is {backoff:?}"
+        );
+    }
+    let c = engine.counters();
+    assert_eq!((c.retried, c.succeeded, c.failed), (2, 1, 0));
+    engine.shutdown().await;
+}
+
+/// attempts exhausted → failed; an operator's reset runs it again to success.
+pub async fn engine_fails_after_max_attempts_then_reset_runs_again<H: Harness>(ctx: &Ctx<H>) {
+    let fixed = Arc::new(AtomicBool::new(false));
+    let calls = Calls::default();
+    let handler = {
+        let fixed = Arc::clone(&fixed);
+        recording(calls.clone(), move |_, _task| {
+            let ok = fixed.load(Ordering::SeqCst);
+            async move {
+                if ok {
+                    Ok(())
+                } else {
+                    Err(HandlerError::retry("contract service rejects the request"))
+                }
+            }
+        })
+    };
+    let engine = Engine::builder(ctx.store.clone())
+        .config(fast_config())
+        .handler(
+            "CONTRACT",
+            handler,
+            opts().retry(RetryPolicy::fixed(3, Duration::from_millis(10))),
+        )
+        .start()
+        .unwrap();
+    let (enq, _) = engine.enqueue(engine.task("CONTRACT", "c1")).await.unwrap();
+    let t = wait_status(&ctx.store, enq.id, Status::Failed).await;
+    assert_eq!(t.attempts, 3);
+    assert_eq!(t.owner, None);
+    assert_eq!(
+        t.last_error.as_deref(),
+        Some("contract service rejects the request")
+    );
+    assert_eq!(calls.count("c1"), 3);
+    // counted once (a count of 2 would time out here too)
+    eventually("the failure to be counted once", || async {
+        engine.counters().failed == 1
+    })
+    .await;
+    assert_eq!(engine.counters().failed, 1);
+    fixed.store(true, Ordering::SeqCst);
+    let reset = ctx.store.manual_reset(enq.id, HOUR).await.unwrap();
+    assert_eq!((reset.status, reset.attempts), (Status::Pending, 0));
+    engine.poll_now();
+    let t = wait_status(&ctx.store, enq.id, Status::Succeeded).await;
+    assert_eq!(t.attempts, 1);
+    assert_eq!(calls.count("c1"), 4);
+    engine.shutdown().await;
+}
+
+/// pre_check_skip: the business is already done → succeeded without running.
+pub async fn engine_pre_check_skip_marks_success_without_running<H: Harness>(ctx: &Ctx<H>) {
+    struct AlreadyDone(Calls);
+    #[backstop_core::async_trait]
+    impl Handler for AlreadyDone {
+        async fn handle(&self, task: &Task) -> Result<(), HandlerError> {
+            self.0.record(&task.biz_key);
+            Ok(())
+        }
+        async fn pre_check_skip(&self, task: &Task) -> Result<bool, HandlerError> {
+            Ok(task.biz_key.starts_with("done-"))
+        }
+    }
+    let calls = Calls::default();
+    let engine = Engine::builder(ctx.store.clone())
+        .config(no_poll_config())
+        .handler("PAY", AlreadyDone(calls.clone()), opts())
+        .start()
+        .unwrap();
+    let (a, _) = engine.enqueue(engine.task("PAY", "done-1")).await.unwrap();
+    let (b, _) = engine.enqueue(engine.task("PAY", "new-1")).await.unwrap();
+    let ta = wait_status(&ctx.store, a.id, Status::Succeeded).await;
+    wait_status(&ctx.store, b.id, Status::Succeeded).await;
+    assert_eq!(ta.attempts, 1);
+    assert_eq!(calls.count("done-1"), 0, "skipped: handle never ran");
+    assert_eq!(calls.count("new-1"), 1);
+    let c = engine.counters();
+    assert_eq!((c.skipped, c.succeeded), (1, 2));
+    engine.shutdown().await;
+}
+
+/// a panic in a handler is caught and retried like an error.
+pub async fn engine_catches_a_panicking_handler_and_retries<H: Harness>(ctx: &Ctx<H>) {
+    let calls = Calls::default();
+    let handler = recording(calls.clone(), |n, _task| async move {
+        if n == 1 {
+            panic!("boom in the handler");
+        }
+        Ok(())
+    });
+    let engine = Engine::builder(ctx.store.clone())
+        .config(fast_config())
+        .handler(
+            "PAY",
+            handler,
+            opts().retry(RetryPolicy::fixed(3, Duration::from_millis(300))),
+        )
+        .start()
+        .unwrap();
+    let (enq, _) = engine.enqueue(engine.task("PAY", "p1")).await.unwrap();
+    eventually("the panic to be recorded as a retry", || async {
+        let t = ctx.store.get(enq.id).await.unwrap().unwrap();
+        t.status == Status::Pending && t.attempts == 1
+    })
+    .await;
+    let t = ctx.task(enq.id).await;
+    assert_eq!(
+        t.last_error.as_deref(),
+        Some("handler panicked: boom in the handler")
+    );
+    let t = wait_status(&ctx.store, enq.id, Status::Succeeded).await;
+    assert_eq!(t.attempts, 2);
+    let c = engine.counters();
+    assert_eq!((c.panics, c.retried, c.succeeded), (1, 1, 1));
+    engine.shutdown().await;
+}
+
+/// an attempt over its timeout is abandoned and retried.
+pub async fn engine_times_out_a_slow_handler_and_retries<H: Harness>(ctx: &Ctx<H>) {
+    let calls = Calls::default();
+    let finished_slow = Arc::new(AtomicBool::new(false));
+    let handler = {
+        let finished_slow = Arc::clone(&finished_slow);
+        recording(calls.clone(), move |n, _task| {
+            let finished_slow = Arc::clone(&finished_slow);
+            async move {
+                if n == 1 {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    finished_slow.store(true, Ordering::SeqCst);
+                }
+                Ok(())
+            }
+        })
+    };
+    let engine = Engine::builder(ctx.store.clone())
+        .config(fast_config())
+        .handler(
+            "PAY",
+            handler,
+            opts()
+                .timeout(Duration::from_millis(150))
+                .retry(RetryPolicy::fixed(3, Duration::from_millis(300))),
+        )
+        .start()
+        .unwrap();
+    let (enq, _) = engine.enqueue(engine.task("PAY", "slow")).await.unwrap();
+    eventually("the timeout to be recorded as a retry", || async {
+        let t = ctx.store.get(enq.id).await.unwrap().unwrap();
+        t.status == Status::Pending && t.attempts == 1
+    })
+    .await;
+    assert_eq!(
+        ctx.task(enq.id).await.last_error.as_deref(),
+        Some("timed out after 150ms")
+    );
+    let t = wait_status(&ctx.store, enq.id, Status::Succeeded).await;
+    assert_eq!(t.attempts, 2);
+    assert!(
+        !finished_slow.load(Ordering::SeqCst),
+        "the slow attempt was abandoned"
+    );
+    assert_eq!(engine.counters().timeouts, 1);
+    engine.shutdown().await;
+}
+
+/// a payload that does not decode is a permanent failure that says why.
+pub async fn engine_undecodable_payload_fails_permanently<H: Harness>(ctx: &Ctx<H>) {
+    #[derive(serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Pay {
+        order_id: u64,
+    }
+    struct PayHandler(Calls);
+    #[backstop_core::async_trait]
+    impl JsonHandler for PayHandler {
+        type Payload = Pay;
+        async fn handle(&self, pay: Pay, _task: &Task) -> Result<(), HandlerError> {
+            self.0.record(&pay.order_id.to_string());
+            Ok(())
+        }
+    }
+    let calls = Calls::default();
+    let engine = Engine::builder(ctx.store.clone())
+        .config(no_poll_config())
+        .handler("PAY", Json(PayHandler(calls.clone())), opts())
+        .start()
+        .unwrap();
+    let (good, _) = engine
+        .enqueue(
+            engine
+                .task("PAY", "g")
+                .json(&serde_json::json!({"order_id": 7})),
+        )
+        .await
+        .unwrap();
+    let (bad, _) = engine
+        .enqueue(
+            engine
+                .task("PAY", "b")
+                .json(&serde_json::json!({"order": "x"})),
+        )
+        .await
+        .unwrap();
+    wait_status(&ctx.store, good.id, Status::Succeeded).await;
+    let t = wait_status(&ctx.store, bad.id, Status::Failed).await;
+    assert_eq!(t.attempts, 1, "no retries for a permanent failure");
+    let err = t.last_error.unwrap();
+    assert!(
+        err.contains("payload does not decode") && err.contains("order_id"),
+        "{err}"
+    );
+    assert_eq!(calls.count("7"), 1);
+    engine.shutdown().await;
+}
+
+/// a handler's retry-after overrides the backoff, exactly.
+pub async fn engine_retry_after_overrides_the_backoff<H: Harness>(ctx: &Ctx<H>) {
+    let engine = Engine::builder(ctx.store.clone())
+        .config(no_poll_config())
+        .handler(
+            "PAY",
+            handler_fn(|_task: Task| async move {
+                Err(HandlerError::retry_after(
+                    Duration::from_secs(42),
+                    "429 from the bank",
+                ))
+            }),
+            opts(),
+        )
+        .start()
+        .unwrap();
+    let (enq, _) = engine.enqueue(engine.task("PAY", "k")).await.unwrap();
+    let t = wait_status(&ctx.store, enq.id, Status::Pending).await;
+    let t = if t.attempts == 0 {
+        eventually("the attempt to be recorded", || async {
+            ctx.store.get(enq.id).await.unwrap().unwrap().attempts == 1
+        })
+        .await;
+        ctx.task(enq.id).await
+    } else {
+        t
+    };
+    assert_eq!(t.last_error.as_deref(), Some("429 from the bank"));
+    assert_eq!(
+        t.next_run_at - t.updated_at,
+        chrono_dur(Duration::from_secs(42))
+    );
+    engine.shutdown().await;
+}

@@ -1,0 +1,314 @@
+//! Leases: heartbeats, dead workers, stale completions.
+
+use super::*;
+
+/// heartbeats keep a task that runs longer than `dead_after` alive: it is never recycled
+/// or run twice while its instance lives.
+pub async fn engine_heartbeats_keep_a_long_task_alive<H: Harness>(ctx: &Ctx<H>) {
+    let calls = Calls::default();
+    let long = |calls: Calls| sleepy(calls, Duration::from_millis(2500));
+    let config = EngineConfig {
+        dead_after: Duration::from_secs(1),
+        heartbeat_interval: Duration::from_millis(100),
+        ..fast_config()
+    };
+    // two instances: either may run the task; both poll and recycle meanwhile
+    let engine = Engine::builder(ctx.store.clone())
+        .config(config.clone())
+        .handler("LONG", long(calls.clone()), opts())
+        .start()
+        .unwrap();
+    let other = Engine::builder(ctx.new_store().await)
+        .config(config)
+        .handler("LONG", long(calls.clone()), opts())
+        .start()
+        .unwrap();
+    let (enq, _) = engine.enqueue(engine.task("LONG", "long")).await.unwrap();
+    let t = wait_status(&ctx.store, enq.id, Status::Succeeded).await;
+    assert_eq!(t.attempts, 1);
+    assert_eq!(
+        calls.count("long"),
+        1,
+        "run once, never recycled while alive"
+    );
+    assert!(
+        (t.updated_at - t.created_at) >= chrono_dur(Duration::from_millis(2500)),
+        "the task outlived dead_after"
+    );
+    let (a, b) = (engine.counters(), other.counters());
+    assert_eq!(a.recycled + b.recycled, 0);
+    assert_eq!(a.stale_completions + b.stale_completions, 0);
+    assert_eq!(a.succeeded + b.succeeded, 1);
+    engine.shutdown().await;
+    other.shutdown().await;
+}
+
+/// the poller recycles a task whose worker died (no heartbeat for longer than
+/// `dead_after`) and runs it again: attempt 2, owned by this instance, succeeded, counted
+/// as recycled once; a running task that is still fresh is left alone.
+pub async fn engine_poller_recycles_a_dead_task_and_runs_it_again<H: Harness>(ctx: &Ctx<H>) {
+    let dead = ctx.enqueue("PAY", "dead").await;
+    let alive = ctx.enqueue("PAY", "alive").await;
+    // both claimed by a worker (ctx.owner) that then dies; one of them long ago
+    ctx.grab(dead).await;
+    ctx.grab(alive).await;
+    let config = EngineConfig {
+        owner: Some(Owner::new("successor").unwrap()),
+        dead_after: Duration::from_secs(60),
+        ..fast_config()
+    };
+    ctx.backdate(
+        dead,
+        TimeColumn::UpdatedAt,
+        config.dead_after + Duration::from_secs(5),
+    )
+    .await;
+    let calls = Calls::default();
+    let engine = Engine::builder(ctx.store.clone())
+        .config(config)
+        .handler("PAY", flaky(calls.clone(), 0), opts())
+        .start()
+        .unwrap();
+    let t = wait_status(&ctx.store, dead, Status::Succeeded).await;
+    assert_eq!(
+        t.attempts, 2,
+        "the dead attempt counts, the rerun is the second"
+    );
+    assert_eq!(t.owner.as_deref(), Some("successor"));
+    assert_eq!(calls.count("dead"), 1);
+    eventually("the recycle to be counted", || async {
+        engine.counters().recycled == 1
+    })
+    .await;
+    // a few more polls: the fresh running task is not touched
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let a = ctx.task(alive).await;
+    assert_eq!((a.status, a.attempts), (Status::Running, 1));
+    assert_eq!(a.owner.as_deref(), Some(ctx.owner.as_str()));
+    assert_eq!(calls.count("alive"), 0);
+    assert_eq!(engine.counters().recycled, 1);
+    engine.shutdown().await;
+}
+
+/// the dead-worker sweep runs on its own clock: a full batch sweeps again at once, and
+/// what it gives back is claimed at once (the sweep wakes the poller), not at the poller's
+/// next tick an hour later. The sweep is held until the poller's first round has found
+/// nothing to claim, so only the wake-up can bring the poller back.
+pub async fn engine_recycler_sweeps_every_dead_task_and_wakes_the_poller<H: Harness>(ctx: &Ctx<H>) {
+    const DEAD: usize = 150;
+    const SWEEP: usize = 100;
+    let config = EngineConfig {
+        owner: Some(Owner::new("successor").unwrap()),
+        poll_interval: HOUR,
+        first_poll_delay: Duration::ZERO,
+        recycle_batch: SWEEP,
+        dead_after: Duration::from_secs(60),
+        ..fast_config()
+    };
+    let mut ids = Vec::new();
+    for i in 0..DEAD {
+        let id = ctx.enqueue("PAY", &format!("dead{i}")).await;
+        ctx.grab(id).await;
+        ctx.backdate(
+            id,
+            TimeColumn::UpdatedAt,
+            config.dead_after + Duration::from_secs(5),
+        )
+        .await;
+        ids.push(id);
+    }
+    let calls = Calls::default();
+    let gate = Gate::shut(ctx.store.clone(), Gated::Recycle);
+    let engine = Engine::builder(gate.clone())
+        .config(config)
+        .handler("PAY", flaky(calls.clone(), 0), opts())
+        .start()
+        .unwrap();
+    gate.arrived(1).await;
+    gate.grabbed(1).await;
+    assert_eq!(engine.counters().polled, 0, "every task is still running");
+    gate.open();
+    eventually("every dead task to run again", || async {
+        ctx.store.stats().await.unwrap().count(Status::Succeeded) == DEAD as u64
+    })
+    .await;
+    for id in ids {
+        let t = ctx.task(id).await;
+        assert_eq!(
+            (t.status, t.attempts, t.owner.as_deref()),
+            (Status::Succeeded, 2, Some("successor")),
+            "task {id}"
+        );
+        assert_eq!(calls.count(&t.biz_key), 1);
+    }
+    assert_eq!(engine.counters().recycled, DEAD as u64);
+    engine.shutdown().await;
+}
+
+/// a late completion by a worker whose task was recycled and claimed again is refused by
+/// the lease and counted; the successor's claim is untouched.
+pub async fn engine_refuses_a_late_completion_after_recycle<H: Harness>(ctx: &Ctx<H>) {
+    let gate = Arc::new(Semaphore::new(0));
+    let calls = Calls::default();
+    let handler = gated(calls.clone(), &gate);
+    // heartbeats far apart: the instance looks dead (a long GC pause, a partition)
+    let engine = Engine::builder(ctx.store.clone())
+        .config(EngineConfig {
+            dead_after: 2 * HOUR,
+            heartbeat_interval: HOUR,
+            ..no_poll_config()
+        })
+        .handler("PAY", handler, opts())
+        .start()
+        .unwrap();
+    let (enq, _) = engine.enqueue(engine.task("PAY", "k")).await.unwrap();
+    eventually("the handler to start", || async { calls.count("k") == 1 }).await;
+    ctx.backdate(enq.id, TimeColumn::UpdatedAt, HOUR).await;
+    let r = ctx
+        .store
+        .recycle_dead(Duration::from_secs(60), 10)
+        .await
+        .unwrap();
+    assert_eq!(r.to_pending, 1);
+    let successor = ctx
+        .store
+        .grab_by_id(enq.id, &Owner::new("successor").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    gate.add_permits(1);
+    eventually("the stale completion to be counted", || async {
+        engine.counters().stale_completions == 1
+    })
+    .await;
+    let t = ctx.task(enq.id).await;
+    assert_eq!(t.status, Status::Running);
+    assert_eq!(t.owner.as_deref(), Some("successor"));
+    assert_eq!(t.lease, successor.lease);
+    assert_eq!(
+        engine.counters().succeeded,
+        1,
+        "the attempt itself ended well"
+    );
+    engine.shutdown().await;
+}
+
+/// A mark committed but answered late (a slow network, a stalled reply): heartbeats meanwhile
+/// find the task's lease gone (it succeeded under that lease), which is no lost lease. No
+/// lease is counted lost, no completion is refused, and the engine logs no warning.
+pub async fn engine_slow_mark_answers_lose_no_lease<H: Harness>(ctx: &Ctx<H>) {
+    const TASKS: usize = 10;
+    let logs = crate::logs::capture();
+    let calls = Calls::default();
+    let gate = Gate::shut(ctx.store.clone(), Gated::MarkAnswer);
+    let engine = Engine::builder(gate.clone())
+        .config(EngineConfig {
+            heartbeat_interval: Duration::from_millis(30),
+            ..no_poll_config()
+        })
+        .handler("PAY", succeeding(&calls), opts())
+        .start()
+        .unwrap();
+    let mut ids = Vec::new();
+    for i in 0..TASKS {
+        let (enq, run) = engine
+            .enqueue(engine.task("PAY", format!("k{i}")))
+            .await
+            .unwrap();
+        assert_eq!(run, RunAhead::Started);
+        ids.push(enq.id);
+    }
+    // a batch of marks committed, its answer held at the gate (the flusher waits for
+    // it; the other marks queue behind it)
+    gate.arrived(1).await;
+    let committed = ctx.store.stats().await.unwrap().count(Status::Succeeded) as usize;
+    assert!(committed >= 1);
+    // several heartbeats find the leases of those (succeeded) tasks gone meanwhile
+    gate.refused(3 * committed).await;
+    gate.open();
+    engine.shutdown().await;
+    for id in ids {
+        let t = ctx.task(id).await;
+        assert_eq!((t.status, t.attempts), (Status::Succeeded, 1), "task {id}");
+        assert_eq!(calls.count(&t.biz_key), 1);
+    }
+    let c = engine.counters();
+    assert_eq!(
+        (c.succeeded, c.leases_lost, c.stale_completions),
+        (TASKS as u64, 0, 0),
+        "{c:?}"
+    );
+    let warned = logs.of(engine.owner().as_str());
+    assert!(warned.is_empty(), "the engine warned: {warned:?}");
+}
+
+/// A lease genuinely lost while its handler runs (the task was recycled under it) is
+/// counted once and warned about once, however many heartbeats follow; the late
+/// completion is then refused and counted once.
+pub async fn engine_counts_a_lost_lease_once<H: Harness>(ctx: &Ctx<H>) {
+    let logs = crate::logs::capture();
+    let gate = Arc::new(Semaphore::new(0));
+    let calls = Calls::default();
+    let watch = Gate::shut(ctx.store.clone(), Gated::Nothing);
+    let engine = Engine::builder(watch.clone())
+        .config(EngineConfig {
+            heartbeat_interval: Duration::from_millis(30),
+            ..no_poll_config()
+        })
+        .handler("PAY", gated(calls.clone(), &gate), opts())
+        .start()
+        .unwrap();
+    // two long tasks: the one that stays held keeps heartbeats going after the other's
+    // lease is lost
+    let (lost, _) = engine.enqueue(engine.task("PAY", "lost")).await.unwrap();
+    let (kept, _) = engine.enqueue(engine.task("PAY", "kept")).await.unwrap();
+    eventually("both handlers to start", || async {
+        calls.count("lost") == 1 && calls.count("kept") == 1
+    })
+    .await;
+    ctx.backdate(lost.id, TimeColumn::UpdatedAt, HOUR).await;
+    let r = ctx
+        .store
+        .recycle_dead(Duration::from_secs(60), 10)
+        .await
+        .unwrap();
+    assert_eq!(r.to_pending, 1, "only the backdated task is dead");
+    eventually("the lost lease to be counted", || async {
+        engine.counters().leases_lost == 1
+    })
+    .await;
+    // many more heartbeats: the lost lease is not sent again, nor counted again
+    let after = watch.heartbeats_so_far();
+    watch.heartbeats(after + 10).await;
+    assert_eq!(engine.counters().leases_lost, 1);
+    gate.add_permits(2);
+    eventually("the late completion to be refused", || async {
+        engine.counters().stale_completions == 1
+    })
+    .await;
+    wait_status(&ctx.store, kept.id, Status::Succeeded).await;
+    engine.shutdown().await;
+    let c = engine.counters();
+    assert_eq!(
+        (c.leases_lost, c.stale_completions, c.succeeded),
+        (1, 1, 2),
+        "{c:?}"
+    );
+    let t = ctx.task(lost.id).await;
+    assert_eq!(
+        (t.status, t.attempts, t.owner.as_deref()),
+        (Status::Pending, 1, None),
+        "the recycle stands; the late success was refused"
+    );
+    let warned = logs.of(engine.owner().as_str());
+    let lost_warnings = warned
+        .iter()
+        .filter(|m| m.contains("heartbeat found the lease gone"))
+        .count();
+    assert_eq!(lost_warnings, 1, "{warned:?}");
+    assert_eq!(
+        warned.len(),
+        2,
+        "the loss and the refused completion: {warned:?}"
+    );
+}

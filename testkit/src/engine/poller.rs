@@ -1,0 +1,203 @@
+//! The poller: the safety net, across instances, bounded while marks stall.
+
+use super::*;
+
+/// a crash between commit and run_now loses nothing: the poller finds the task.
+pub async fn engine_poller_finds_a_task_committed_before_a_crash<H: Harness>(ctx: &Ctx<H>) {
+    let enq = ctx
+        .enqueue_in_tx("order-9", NewTask::new("PAY", "o9"), true)
+        .await
+        .unwrap();
+    // ... the process died here, before run_now. A new instance starts:
+    let calls = Calls::default();
+    let engine = Engine::builder(ctx.new_store().await)
+        .config(fast_config())
+        .handler("PAY", flaky(calls.clone(), 0), opts())
+        .start()
+        .unwrap();
+    let t = wait_status(&ctx.store, enq.id, Status::Succeeded).await;
+    assert_eq!(t.attempts, 1);
+    assert_eq!(calls.count("o9"), 1);
+    let c = engine.counters();
+    assert_eq!((c.run_ahead, c.polled), (0, 1));
+    engine.shutdown().await;
+}
+
+/// the poller claims only event types this instance handles.
+pub async fn engine_only_claims_event_types_it_handles<H: Harness>(ctx: &Ctx<H>) {
+    let other = ctx.store.enqueue(NewTask::new("OTHER", "x")).await.unwrap();
+    let calls = Calls::default();
+    let engine = Engine::builder(ctx.store.clone())
+        .config(fast_config())
+        .handler("MINE", flaky(calls.clone(), 0), opts())
+        .start()
+        .unwrap();
+    assert_eq!(engine.run_now(&other).await.unwrap(), RunAhead::NoHandler);
+    let mine = ctx.store.enqueue(NewTask::new("MINE", "x")).await.unwrap();
+    wait_status(&ctx.store, mine.id, Status::Succeeded).await;
+    // several more poll rounds
+    let polled = engine.counters().polled;
+    let mine2 = ctx.store.enqueue(NewTask::new("MINE", "y")).await.unwrap();
+    wait_status(&ctx.store, mine2.id, Status::Succeeded).await;
+    assert!(engine.counters().polled > polled);
+    let t = ctx.task(other.id).await;
+    assert_eq!((t.status, t.attempts, t.lease), (Status::Pending, 0, 0));
+    engine.shutdown().await;
+}
+
+/// two engine instances, 2,000 tasks: every task's effect applied exactly once, and no
+/// task ever run by two instances at the same time.
+pub async fn engine_two_instances_run_each_task_exactly_once<H: Harness>(ctx: &Ctx<H>) {
+    const TASKS: usize = 2000;
+    let mut producers = Vec::new();
+    for p in 0..4 {
+        let s = ctx.store.clone();
+        producers.push(tokio::spawn(async move {
+            for i in (p..TASKS).step_by(4) {
+                let et = if i % 2 == 0 { "A" } else { "B" };
+                s.enqueue(NewTask::new(et, format!("k{i}"))).await.unwrap();
+            }
+        }));
+    }
+    for p in producers {
+        p.await.unwrap();
+    }
+    let effects: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    let running: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let make = |instance: usize| {
+        let effects = Arc::clone(&effects);
+        let running = Arc::clone(&running);
+        let overlaps = Arc::clone(&overlaps);
+        handler_fn(move |task: Task| {
+            let effects = Arc::clone(&effects);
+            let running = Arc::clone(&running);
+            let overlaps = Arc::clone(&overlaps);
+            async move {
+                if !running.lock().unwrap().insert(task.biz_key.clone()) {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                tokio::task::yield_now().await;
+                // the idempotent effect: keyed on the business key
+                *effects
+                    .lock()
+                    .unwrap()
+                    .entry(task.biz_key.clone())
+                    .or_default() += 1;
+                running.lock().unwrap().remove(&task.biz_key);
+                let _ = instance;
+                Ok(())
+            }
+        })
+    };
+    let mut engines = Vec::new();
+    for i in 0..2 {
+        let store = ctx.new_store().await;
+        let engine = Engine::builder(store)
+            .config(fast_config())
+            .handler("A", make(i), opts().concurrency(8))
+            .handler("B", make(i), opts().concurrency(8))
+            .start()
+            .unwrap();
+        engines.push(engine);
+    }
+    eventually("all 2000 tasks to succeed", || async {
+        ctx.store.stats().await.unwrap().count(Status::Succeeded) == TASKS as u64
+    })
+    .await;
+    for e in &engines {
+        e.shutdown().await;
+    }
+    let effects = effects.lock().unwrap();
+    assert_eq!(effects.len(), TASKS);
+    assert!(
+        effects.values().all(|n| *n == 1),
+        "a handler ran twice: {:?}",
+        effects
+            .iter()
+            .filter(|(_, n)| **n > 1)
+            .take(5)
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "no task ran concurrently twice"
+    );
+    let c0 = engines[0].counters();
+    let c1 = engines[1].counters();
+    assert_eq!(c0.succeeded + c1.succeeded, TASKS as u64);
+    assert_eq!(c0.stale_completions + c1.stale_completions, 0);
+}
+
+/// Finished attempts waiting for their marks are bounded: while the store's marks stall,
+/// the poller claims until `limits::MAX_UNMARKED` attempts wait (plus what the executor
+/// held when it last claimed: at most its capacity) and then no more — the rest stay
+/// pending, untouched; once marks flow again every task completes, each run once.
+pub async fn engine_stops_claiming_while_marks_stall<H: Harness>(ctx: &Ctx<H>) {
+    use backstop_core::limits::MAX_UNMARKED;
+    const BATCH: usize = 100;
+    const CAPACITY: usize = 64 + 192;
+    let total = MAX_UNMARKED + 2 * CAPACITY;
+    let producers: Vec<_> = (0..8)
+        .map(|p| {
+            let store = ctx.store.clone();
+            tokio::spawn(async move {
+                for i in (p..total).step_by(8) {
+                    store
+                        .enqueue(NewTask::new("BULK", format!("k{i}")))
+                        .await
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for p in producers {
+        p.await.unwrap();
+    }
+    let ran = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let ran = Arc::clone(&ran);
+        handler_fn(move |_task: Task| {
+            ran.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, HandlerError>(()) }
+        })
+    };
+    let gate = Gate::shut(ctx.store.clone(), Gated::Mark);
+    let engine = Engine::builder(gate.clone())
+        .config(EngineConfig {
+            batch_size: BATCH,
+            first_poll_delay: Duration::ZERO,
+            ..fast_config()
+        })
+        .handler("BULK", handler, opts().concurrency(64).queue_capacity(192))
+        .start()
+        .unwrap();
+    eventually("claims to reach the bound", || async {
+        ran.load(Ordering::SeqCst) >= MAX_UNMARKED
+    })
+    .await;
+    // several poll intervals: the poller must not claim past the bound
+    tokio::time::sleep(fast_config().poll_interval * 10).await;
+    let stalled = ran.load(Ordering::SeqCst);
+    assert!(
+        stalled < MAX_UNMARKED + CAPACITY,
+        "ran {stalled} while marks stalled; the bound is {MAX_UNMARKED} + the executor's {CAPACITY}"
+    );
+    let s = ctx.store.stats().await.unwrap();
+    assert_eq!(s.count(Status::Running), stalled as u64, "claimed = ran");
+    assert_eq!(
+        s.count(Status::Pending),
+        (total - stalled) as u64,
+        "the rest untouched"
+    );
+    assert_eq!(s.count(Status::Succeeded), 0, "no mark applied yet");
+    gate.open();
+    eventually("every task to succeed", || async {
+        ctx.store.stats().await.unwrap().count(Status::Succeeded) == total as u64
+    })
+    .await;
+    assert_eq!(ran.load(Ordering::SeqCst), total, "each task ran once");
+    assert_eq!(engine.counters().succeeded, total as u64);
+    engine.shutdown().await;
+}

@@ -1,0 +1,415 @@
+//! Claims: by id and in batches, atomic under real concurrency.
+
+use super::*;
+
+/// grab_by_id: pending → running once; attempts and lease bumped; owner and updated_at set.
+pub async fn grab_by_id_claims_a_due_task_once<H: Harness>(ctx: &Ctx<H>) {
+    let id = ctx.enqueue("E", "k").await;
+    ctx.backdate(id, TimeColumn::UpdatedAt, MINUTE).await;
+    let before = ctx.task(id).await;
+    let t0 = Utc::now();
+    let t = ctx
+        .store
+        .grab_by_id(id, &ctx.owner)
+        .await
+        .unwrap()
+        .expect("first grab wins");
+    let t1 = Utc::now();
+    assert_eq!(t.status, Status::Running);
+    assert_eq!(t.attempts, 1);
+    assert_eq!(t.lease, 1);
+    assert_eq!(t.owner.as_deref(), Some("testkit-owner"));
+    assert_between("updated_at", t.updated_at, t0, t1);
+    assert_eq!(t.next_run_at, before.next_run_at);
+    assert_eq!(t.created_at, before.created_at);
+    assert_eq!(ctx.task(id).await, t, "the returned task is what is stored");
+    assert!(ctx
+        .store
+        .grab_by_id(id, &owner("other"))
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(ctx.task(id).await, t, "a losing grab changes nothing");
+}
+
+/// grab_by_id: only when next_run_at <= now.
+pub async fn grab_by_id_waits_until_due<H: Harness>(ctx: &Ctx<H>) {
+    let e = ctx
+        .store
+        .enqueue(NewTask::new("E", "k").delay(Duration::from_secs(600)))
+        .await
+        .unwrap();
+    assert!(ctx
+        .store
+        .grab_by_id(e.id, &ctx.owner)
+        .await
+        .unwrap()
+        .is_none());
+    ctx.backdate(e.id, TimeColumn::NextRunAt, Duration::from_secs(599))
+        .await;
+    assert!(
+        ctx.store
+            .grab_by_id(e.id, &ctx.owner)
+            .await
+            .unwrap()
+            .is_none(),
+        "still one second early"
+    );
+    ctx.backdate(e.id, TimeColumn::NextRunAt, Duration::from_secs(2))
+        .await;
+    let t = ctx.grab(e.id).await;
+    assert_eq!((t.status, t.attempts), (Status::Running, 1));
+}
+
+/// grab_by_id: never claims a running, succeeded, failed or missing task.
+pub async fn grab_by_id_ignores_tasks_not_pending<H: Harness>(ctx: &Ctx<H>) {
+    let running = ctx.enqueue("E", "running").await;
+    ctx.grab(running).await;
+    let done = ctx.enqueue("E", "done").await;
+    let l = ctx.grab(done).await.lease();
+    assert!(ctx.store.mark_success(l).await.unwrap());
+    let failed = ctx.enqueue("E", "failed").await;
+    let l = ctx.grab(failed).await.lease();
+    assert!(ctx.store.mark_fail(l, "boom").await.unwrap());
+    for id in [running, done, failed] {
+        let before = ctx.task(id).await;
+        assert!(ctx
+            .store
+            .grab_by_id(id, &owner("thief"))
+            .await
+            .unwrap()
+            .is_none());
+        assert_eq!(ctx.task(id).await, before);
+    }
+    assert!(ctx
+        .store
+        .grab_by_id(987_654_321, &ctx.owner)
+        .await
+        .unwrap()
+        .is_none());
+    assert!(ctx.store.get(987_654_321).await.unwrap().is_none());
+}
+
+/// grab_batch: oldest next_run_at first, id breaks ties; result in that order.
+pub async fn grab_batch_claims_oldest_first<H: Harness>(ctx: &Ctx<H>) {
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        ids.push(ctx.enqueue("E", &format!("k{i}")).await);
+    }
+    // due times: k5 oldest, then k4, then k0..k3 (a tie, broken by id). The oldest are
+    // the newest rows, so an id-ordered claim would pick other rows.
+    ctx.backdate(ids[5], TimeColumn::NextRunAt, Duration::from_secs(300))
+        .await;
+    ctx.backdate(ids[4], TimeColumn::NextRunAt, Duration::from_secs(200))
+        .await;
+    for id in &ids[..4] {
+        ctx.backdate(*id, TimeColumn::NextRunAt, Duration::from_secs(100))
+            .await;
+    }
+    // make the tie exact: same next_run_at for k0..k3
+    let base = ctx.task(ids[0]).await.next_run_at;
+    for id in &ids[1..4] {
+        let t = ctx.task(*id).await;
+        let diff = (t.next_run_at - base).to_std().unwrap_or_default();
+        ctx.backdate(*id, TimeColumn::NextRunAt, diff).await;
+        assert_eq!(ctx.task(*id).await.next_run_at, base);
+    }
+    let got = ctx
+        .store
+        .grab_batch(&ctx.owner, &["E".into()], 3)
+        .await
+        .unwrap();
+    let got_ids: Vec<TaskId> = got.iter().map(|t| t.id).collect();
+    assert_eq!(got_ids, vec![ids[5], ids[4], ids[0]]);
+    for t in &got {
+        assert_eq!((t.status, t.attempts, t.lease), (Status::Running, 1, 1));
+        assert_eq!(t.owner.as_deref(), Some("testkit-owner"));
+    }
+    let next = ctx
+        .store
+        .grab_batch(&ctx.owner, &["E".into()], 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        next.iter().map(|t| t.id).collect::<Vec<_>>(),
+        vec![ids[1], ids[2]],
+        "ties go by id"
+    );
+}
+
+/// grab_batch: never more than `limit`; 0 claims nothing; over the maximum is refused.
+pub async fn grab_batch_respects_limit<H: Harness>(ctx: &Ctx<H>) {
+    for i in 0..5 {
+        ctx.enqueue("E", &format!("k{i}")).await;
+    }
+    let types = ["E".to_string()];
+    assert!(ctx
+        .store
+        .grab_batch(&ctx.owner, &types, 0)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_kind(
+        ctx.store
+            .grab_batch(&ctx.owner, &types, MAX_BATCH + 1)
+            .await,
+        ErrorKind::InvalidInput,
+        "limit",
+    );
+    let s = ctx.store.stats().await.unwrap();
+    assert_eq!(s.count(Status::Pending), 5, "nothing claimed so far");
+    for expected in [2, 2, 1, 0] {
+        let got = ctx.store.grab_batch(&ctx.owner, &types, 2).await.unwrap();
+        assert_eq!(got.len(), expected);
+    }
+    assert_eq!(ctx.store.stats().await.unwrap().count(Status::Running), 5);
+}
+
+/// grab_batch: only tasks whose next_run_at has come.
+pub async fn grab_batch_claims_only_due_tasks<H: Harness>(ctx: &Ctx<H>) {
+    let due = ctx.enqueue("E", "due").await;
+    let later = ctx
+        .store
+        .enqueue(NewTask::new("E", "later").delay(MINUTE))
+        .await
+        .unwrap()
+        .id;
+    let got = ctx
+        .store
+        .grab_batch(&ctx.owner, &["E".into()], 10)
+        .await
+        .unwrap();
+    assert_eq!(got.iter().map(|t| t.id).collect::<Vec<_>>(), vec![due]);
+    assert_eq!(ctx.task(later).await.status, Status::Pending);
+    ctx.backdate(later, TimeColumn::NextRunAt, MINUTE).await;
+    let got = ctx
+        .store
+        .grab_batch(&ctx.owner, &["E".into()], 10)
+        .await
+        .unwrap();
+    assert_eq!(got.iter().map(|t| t.id).collect::<Vec<_>>(), vec![later]);
+}
+
+/// grab_batch: only the event types asked for; none asked → nothing claimed.
+pub async fn grab_batch_claims_only_given_event_types<H: Harness>(ctx: &Ctx<H>) {
+    let a = ctx.enqueue("A", "1").await;
+    let b = ctx.enqueue("B", "1").await;
+    let c = ctx.enqueue("C", "1").await;
+    assert!(ctx
+        .store
+        .grab_batch(&ctx.owner, &[], 10)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_kind(
+        ctx.store
+            .grab_batch(&ctx.owner, &["bad type".into()], 10)
+            .await,
+        ErrorKind::InvalidInput,
+        "event_type",
+    );
+    let got = ctx
+        .store
+        .grab_batch(&ctx.owner, &["A".into(), "C".into(), "Z".into()], 10)
+        .await
+        .unwrap();
+    let mut got_ids: Vec<TaskId> = got.iter().map(|t| t.id).collect();
+    got_ids.sort();
+    assert_eq!(got_ids, vec![a, c]);
+    assert_eq!(ctx.task(b).await.status, Status::Pending);
+}
+
+/// every grab bumps attempts and lease, and a retry keeps the count.
+pub async fn every_grab_bumps_attempts_and_lease<H: Harness>(ctx: &Ctx<H>) {
+    let e = ctx
+        .store
+        .enqueue(NewTask::new("E", "k").retry(RetryPolicy::fixed(5, Duration::ZERO)))
+        .await
+        .unwrap();
+    for n in 1..=3u32 {
+        let t = if n % 2 == 1 {
+            ctx.grab(e.id).await
+        } else {
+            let mut v = ctx
+                .store
+                .grab_batch(&ctx.owner, &["E".into()], 1)
+                .await
+                .unwrap();
+            assert_eq!(v.len(), 1);
+            v.remove(0)
+        };
+        assert_eq!(t.attempts, n);
+        assert_eq!(t.lease, i64::from(n));
+        assert!(ctx
+            .store
+            .mark_retry(t.lease(), Duration::ZERO, "again")
+            .await
+            .unwrap());
+        let after = ctx.task(e.id).await;
+        assert_eq!(
+            (after.status, after.attempts, after.lease),
+            (Status::Pending, n, i64::from(n))
+        );
+    }
+}
+
+/// 1,000 due tasks, 8 claimers on separate store instances racing: every task claimed
+/// exactly once.
+pub async fn concurrent_grab_batch_claims_each_task_once<H: Harness>(ctx: &Ctx<H>) {
+    const TASKS: usize = 1000;
+    const CLAIMERS: usize = 8;
+    let mut handles = Vec::new();
+    // enqueue from 4 producers
+    for p in 0..4 {
+        let s = ctx.store.clone();
+        handles.push(tokio::spawn(async move {
+            for i in (p..TASKS).step_by(4) {
+                let et = if i % 2 == 0 { "A" } else { "B" };
+                s.enqueue(NewTask::new(et, format!("k{i}"))).await.unwrap();
+            }
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    let mut claimers = Vec::new();
+    for c in 0..CLAIMERS {
+        let store = ctx.new_store().await;
+        claimers.push(tokio::spawn(async move {
+            let me = Owner::new(format!("claimer-{c}")).unwrap();
+            let types = vec!["A".to_string(), "B".to_string()];
+            let mut got = Vec::new();
+            loop {
+                let batch = store.grab_batch(&me, &types, 7).await.unwrap();
+                assert!(batch.len() <= 7);
+                if batch.is_empty() {
+                    break;
+                }
+                for t in &batch {
+                    assert_eq!(t.owner.as_deref(), Some(me.as_str()));
+                }
+                got.extend(batch.into_iter().map(|t| (t.id, t.attempts, t.lease)));
+            }
+            got
+        }));
+    }
+    let mut seen: HashMap<TaskId, usize> = HashMap::new();
+    let mut per_claimer = Vec::new();
+    for c in claimers {
+        let got = c.await.unwrap();
+        per_claimer.push(got.len());
+        for (id, attempts, lease) in got {
+            assert_eq!(
+                (attempts, lease),
+                (1, 1),
+                "task {id} claimed more than once"
+            );
+            *seen.entry(id).or_default() += 1;
+        }
+    }
+    assert_eq!(seen.len(), TASKS, "every task claimed");
+    assert!(seen.values().all(|n| *n == 1), "no task claimed twice");
+    let s = ctx.store.stats().await.unwrap();
+    assert_eq!(s.count(Status::Running), TASKS as u64);
+    assert_eq!(per_claimer.iter().sum::<usize>(), TASKS);
+}
+
+/// 8 pollers claiming and completing while 4 producers insert: no deadlock or lock
+/// timeout escapes to the caller, and every task is claimed exactly once.
+pub async fn concurrent_claims_and_inserts_never_deadlock<H: Harness>(ctx: &Ctx<H>) {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    const TASKS: usize = 1200;
+    const POLLERS: usize = 8;
+    let inserted = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut pollers = Vec::new();
+    for p in 0..POLLERS {
+        let store = ctx.new_store().await;
+        let (inserted, done) = (Arc::clone(&inserted), Arc::clone(&done));
+        pollers.push(tokio::spawn(async move {
+            let me = Owner::new(format!("poller-{p}")).unwrap();
+            let types = vec!["A".to_string(), "B".to_string()];
+            let mut mine = Vec::new();
+            loop {
+                let batch = store.grab_batch(&me, &types, 10).await.unwrap();
+                if batch.is_empty() {
+                    if inserted.load(Ordering::SeqCst) && done.load(Ordering::SeqCst) == TASKS {
+                        return mine;
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    continue;
+                }
+                let marks: Vec<Mark> = batch.iter().map(|t| Mark::success(t.lease())).collect();
+                let flags = store.mark(&marks).await.unwrap();
+                assert!(flags.iter().all(|f| *f), "a fresh claim's mark was refused");
+                done.fetch_add(batch.len(), Ordering::SeqCst);
+                mine.extend(batch.into_iter().map(|t| (t.id, t.attempts)));
+            }
+        }));
+    }
+    let mut producers = Vec::new();
+    for p in 0..4 {
+        let store = ctx.new_store().await;
+        producers.push(tokio::spawn(async move {
+            for i in (p..TASKS).step_by(4) {
+                let et = if i % 3 == 0 { "A" } else { "B" };
+                store
+                    .enqueue(NewTask::new(et, format!("k{i}")))
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for p in producers {
+        p.await.unwrap();
+    }
+    inserted.store(true, Ordering::SeqCst);
+    let mut seen: HashMap<TaskId, u32> = HashMap::new();
+    for p in pollers {
+        for (id, attempts) in p.await.unwrap() {
+            assert_eq!(attempts, 1, "task {id} claimed more than once");
+            assert!(
+                seen.insert(id, attempts).is_none(),
+                "task {id} claimed twice"
+            );
+        }
+    }
+    assert_eq!(seen.len(), TASKS);
+    let s = ctx.store.stats().await.unwrap();
+    assert_eq!(s.count(Status::Succeeded), TASKS as u64);
+    assert_eq!(s.count(Status::Running) + s.count(Status::Pending), 0);
+}
+
+/// 8 concurrent grab_by_id on one task, from separate store instances: exactly one wins.
+pub async fn concurrent_grab_by_id_has_one_winner<H: Harness>(ctx: &Ctx<H>) {
+    let mut stores = Vec::new();
+    for _ in 0..8 {
+        stores.push(ctx.new_store().await);
+    }
+    for round in 0..10 {
+        let id = ctx.enqueue("E", &format!("k{round}")).await;
+        let barrier = Arc::new(tokio::sync::Barrier::new(stores.len()));
+        let mut handles = Vec::new();
+        for (i, s) in stores.iter().enumerate() {
+            let s = s.clone();
+            let barrier = Arc::clone(&barrier);
+            handles.push(tokio::spawn(async move {
+                let me = Owner::new(format!("racer-{i}")).unwrap();
+                barrier.wait().await;
+                s.grab_by_id(id, &me).await.unwrap().map(|t| (me, t))
+            }));
+        }
+        let mut winners = Vec::new();
+        for h in handles {
+            if let Some(w) = h.await.unwrap() {
+                winners.push(w);
+            }
+        }
+        assert_eq!(winners.len(), 1, "round {round}: exactly one grab wins");
+        let (me, t) = &winners[0];
+        let stored = ctx.task(id).await;
+        assert_eq!(stored.owner.as_deref(), Some(me.as_str()));
+        assert_eq!((stored.attempts, stored.lease), (1, 1));
+        assert_eq!(&stored, t);
+    }
+}

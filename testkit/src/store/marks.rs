@@ -1,0 +1,336 @@
+//! Marks and heartbeats: every change of a running task fenced by its lease.
+
+use super::*;
+
+/// mark_success with the current lease: succeeded, last_error cleared, owner kept.
+pub async fn mark_success_with_current_lease<H: Harness>(ctx: &Ctx<H>) {
+    let id = ctx.enqueue("E", "k").await;
+    let t = ctx.grab(id).await;
+    assert!(ctx
+        .store
+        .mark_retry(t.lease(), Duration::ZERO, "first try failed")
+        .await
+        .unwrap());
+    let t = ctx.grab(id).await;
+    assert_eq!(t.last_error.as_deref(), Some("first try failed"));
+    let t0 = Utc::now();
+    assert!(ctx.store.mark_success(t.lease()).await.unwrap());
+    let t1 = Utc::now();
+    let done = ctx.task(id).await;
+    assert_eq!(done.status, Status::Succeeded);
+    assert_eq!(done.attempts, 2);
+    assert_eq!(done.lease, 2);
+    assert_eq!(done.last_error, None);
+    assert_eq!(done.owner.as_deref(), Some("testkit-owner"));
+    assert_between("updated_at", done.updated_at, t0, t1);
+}
+
+/// a stale lease (task recycled and grabbed again) can change nothing, and says so.
+pub async fn stale_lease_changes_nothing<H: Harness>(ctx: &Ctx<H>) {
+    let id = ctx.enqueue("E", "k").await;
+    let old = ctx.grab(id).await;
+    ctx.backdate(id, TimeColumn::UpdatedAt, Duration::from_secs(600))
+        .await;
+    let r = ctx.store.recycle_dead(MINUTE, 10).await.unwrap();
+    assert_eq!(r.to_pending, 1);
+    let new = ctx
+        .store
+        .grab_by_id(id, &owner("successor"))
+        .await
+        .unwrap()
+        .expect("successor grabs");
+    assert_eq!(new.lease, old.lease + 1);
+    let snapshot = ctx.task(id).await;
+    let l = old.lease();
+    assert!(!ctx.store.mark_success(l).await.unwrap());
+    assert!(!ctx.store.mark_retry(l, MINUTE, "late").await.unwrap());
+    assert!(!ctx.store.mark_fail(l, "late").await.unwrap());
+    assert!(!ctx.store.release(l).await.unwrap());
+    assert_eq!(ctx.store.heartbeat(&[l]).await.unwrap(), vec![false]);
+    assert_eq!(
+        ctx.task(id).await,
+        snapshot,
+        "the successor's claim is intact"
+    );
+    // a lease from the future is just as stale
+    let future = backstop_core::Lease {
+        task_id: id,
+        token: new.lease + 1,
+    };
+    assert!(!ctx.store.mark_success(future).await.unwrap());
+    assert!(ctx.store.mark_success(new.lease()).await.unwrap());
+    assert_eq!(ctx.task(id).await.owner.as_deref(), Some("successor"));
+}
+
+/// marks on a task that is not running (pending, finished, missing) change nothing.
+pub async fn mark_on_a_task_not_running_changes_nothing<H: Harness>(ctx: &Ctx<H>) {
+    let id = ctx.enqueue("E", "k").await;
+    let pending = ctx.task(id).await;
+    assert!(!ctx.store.mark_success(pending.lease()).await.unwrap());
+    assert!(!ctx.store.release(pending.lease()).await.unwrap());
+    assert_eq!(ctx.task(id).await, pending);
+    let t = ctx.grab(id).await;
+    assert!(ctx.store.mark_success(t.lease()).await.unwrap());
+    let done = ctx.task(id).await;
+    assert!(!ctx.store.mark_success(t.lease()).await.unwrap(), "twice");
+    assert!(!ctx.store.mark_fail(t.lease(), "x").await.unwrap());
+    assert!(!ctx.store.mark_retry(t.lease(), MINUTE, "x").await.unwrap());
+    assert_eq!(ctx.task(id).await, done);
+    let missing = backstop_core::Lease {
+        task_id: 987_654_321,
+        token: 1,
+    };
+    assert!(!ctx.store.mark_success(missing).await.unwrap());
+}
+
+/// mark_retry: pending, owner cleared, next_run_at = updated_at + delay exactly,
+/// last_error set; FIXED policy yields the same delay every time.
+pub async fn mark_retry_fixed_schedules_exact_delay<H: Harness>(ctx: &Ctx<H>) {
+    let interval = Duration::from_millis(45_250);
+    let e = ctx
+        .store
+        .enqueue(NewTask::new("E", "k").retry(RetryPolicy::fixed(4, interval)))
+        .await
+        .unwrap();
+    for n in 1..=3u32 {
+        if n > 1 {
+            ctx.backdate(e.id, TimeColumn::NextRunAt, interval + MINUTE)
+                .await;
+        }
+        let t = ctx.grab(e.id).await;
+        assert_eq!(t.retry_delay(), interval);
+        let t0 = Utc::now();
+        assert!(ctx
+            .store
+            .mark_retry(t.lease(), t.retry_delay(), &format!("failure {n}"))
+            .await
+            .unwrap());
+        let t1 = Utc::now();
+        let r = ctx.task(e.id).await;
+        assert_eq!(r.status, Status::Pending);
+        assert_eq!(r.owner, None);
+        assert_eq!(r.attempts, n);
+        assert_eq!(
+            r.last_error.as_deref(),
+            Some(format!("failure {n}").as_str())
+        );
+        assert_between("updated_at", r.updated_at, t0, t1);
+        assert_eq!(r.next_run_at - r.updated_at, chrono_dur(interval));
+        assert!(
+            ctx.store
+                .grab_by_id(e.id, &ctx.owner)
+                .await
+                .unwrap()
+                .is_none(),
+            "not due before the backoff has passed"
+        );
+    }
+}
+
+/// mark_retry with the EXPONENTIAL policy: interval·2^(n−1), capped.
+pub async fn mark_retry_exponential_doubles_and_caps<H: Harness>(ctx: &Ctx<H>) {
+    let initial = Duration::from_secs(10);
+    let cap = Duration::from_secs(35);
+    let policy = RetryPolicy::exponential(6, initial).with_max_interval(cap);
+    let e = ctx
+        .store
+        .enqueue(NewTask::new("E", "k").retry(policy))
+        .await
+        .unwrap();
+    let expected = [10, 20, 35, 35, 35];
+    for (i, secs) in expected.into_iter().enumerate() {
+        if i > 0 {
+            ctx.backdate(e.id, TimeColumn::NextRunAt, HOUR).await;
+        }
+        let t = ctx.grab(e.id).await;
+        assert_eq!(t.attempts as usize, i + 1);
+        assert_eq!(t.retry_delay(), Duration::from_secs(secs));
+        assert!(ctx
+            .store
+            .mark_retry(t.lease(), t.retry_delay(), "down")
+            .await
+            .unwrap());
+        let r = ctx.task(e.id).await;
+        assert_eq!(r.status, Status::Pending);
+        assert_eq!(
+            r.next_run_at - r.updated_at,
+            chrono::Duration::seconds(secs as i64),
+            "attempt {}",
+            i + 1
+        );
+    }
+    assert_eq!(
+        ctx.task(e.id).await.retry.backoff,
+        Backoff::Exponential { initial, max: cap }
+    );
+}
+
+/// mark_retry on the last attempt parks the task as failed (next_run_at unchanged).
+pub async fn mark_retry_on_last_attempt_fails_the_task<H: Harness>(ctx: &Ctx<H>) {
+    let e = ctx
+        .store
+        .enqueue(NewTask::new("E", "k").retry(RetryPolicy::fixed(2, Duration::ZERO)))
+        .await
+        .unwrap();
+    let t = ctx.grab(e.id).await;
+    assert!(t.has_attempts_left());
+    assert!(ctx
+        .store
+        .mark_retry(t.lease(), Duration::ZERO, "one")
+        .await
+        .unwrap());
+    let t = ctx.grab(e.id).await;
+    assert!(!t.has_attempts_left());
+    let before = ctx.task(e.id).await;
+    assert!(ctx
+        .store
+        .mark_retry(t.lease(), MINUTE, "two")
+        .await
+        .unwrap());
+    let f = ctx.task(e.id).await;
+    assert_eq!(f.status, Status::Failed);
+    assert_eq!(f.attempts, 2);
+    assert_eq!(f.owner, None);
+    assert_eq!(f.last_error.as_deref(), Some("two"));
+    assert_eq!(f.next_run_at, before.next_run_at);
+    assert!(ctx
+        .store
+        .grab_by_id(e.id, &ctx.owner)
+        .await
+        .unwrap()
+        .is_none());
+}
+
+/// mark_fail: failed for good, whatever attempts remain.
+pub async fn mark_fail_parks_the_task_as_failed<H: Harness>(ctx: &Ctx<H>) {
+    let id = ctx.enqueue("E", "k").await;
+    let t = ctx.grab(id).await;
+    let t0 = Utc::now();
+    assert!(ctx
+        .store
+        .mark_fail(t.lease(), "payload does not decode")
+        .await
+        .unwrap());
+    let t1 = Utc::now();
+    let f = ctx.task(id).await;
+    assert_eq!(f.status, Status::Failed);
+    assert_eq!(f.attempts, 1);
+    assert_eq!(f.owner, None);
+    assert_eq!(f.last_error.as_deref(), Some("payload does not decode"));
+    assert_between("updated_at", f.updated_at, t0, t1);
+    let s = ctx.store.stats().await.unwrap();
+    assert_eq!(s.count(Status::Failed), 1);
+    assert_eq!(s.count(Status::Pending), 0);
+}
+
+/// mark: a batch applies each mark in order and answers one flag per mark.
+pub async fn mark_batch_applies_in_order_and_reports_each<H: Harness>(ctx: &Ctx<H>) {
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        let id = ctx.enqueue("E", &format!("k{i}")).await;
+        tasks.push(ctx.grab(id).await);
+    }
+    let stale = backstop_core::Lease {
+        task_id: tasks[0].id,
+        token: 99,
+    };
+    let marks = vec![
+        Mark::success(tasks[0].lease()),
+        Mark::retry(tasks[1].lease(), MINUTE, "later"),
+        Mark::fail(tasks[2].lease(), "bad"),
+        Mark::release(tasks[3].lease()),
+        Mark::success(stale),
+        Mark::fail(tasks[0].lease(), "second mark of an already succeeded task"),
+    ];
+    let flags = ctx.store.mark(&marks).await.unwrap();
+    assert_eq!(flags, vec![true, true, true, true, false, false]);
+    assert_eq!(ctx.task(tasks[0].id).await.status, Status::Succeeded);
+    assert_eq!(ctx.task(tasks[1].id).await.status, Status::Pending);
+    assert_eq!(ctx.task(tasks[2].id).await.status, Status::Failed);
+    let released = ctx.task(tasks[3].id).await;
+    assert_eq!((released.status, released.attempts), (Status::Pending, 0));
+    assert!(ctx.store.mark(&[]).await.unwrap().is_empty());
+    let too_long = Mark::retry(tasks[1].lease(), Duration::from_secs(400 * 24 * 3600), "x");
+    assert_kind(
+        ctx.store.mark(&[too_long]).await,
+        ErrorKind::InvalidInput,
+        "retry delay",
+    );
+}
+
+/// release: running → pending without spending the attempt; due as before.
+pub async fn release_gives_the_attempt_back<H: Harness>(ctx: &Ctx<H>) {
+    let e = ctx
+        .store
+        .enqueue(NewTask::new("E", "k").retry(RetryPolicy::fixed(1, Duration::ZERO)))
+        .await
+        .unwrap();
+    let before = ctx.task(e.id).await;
+    let t = ctx.grab(e.id).await;
+    assert!(!t.has_attempts_left());
+    assert!(ctx.store.release(t.lease()).await.unwrap());
+    let r = ctx.task(e.id).await;
+    assert_eq!(r.status, Status::Pending);
+    assert_eq!(r.attempts, 0);
+    assert_eq!(r.owner, None);
+    assert_eq!(
+        r.lease, 1,
+        "the lease is not given back: the old claim stays dead"
+    );
+    assert_eq!(r.next_run_at, before.next_run_at);
+    assert_eq!(r.last_error, None);
+    // the single allowed attempt is still there
+    let again = ctx.grab(e.id).await;
+    assert_eq!((again.attempts, again.lease), (1, 2));
+    assert!(
+        !ctx.store.release(t.lease()).await.unwrap(),
+        "old lease is stale"
+    );
+}
+
+/// heartbeat: refreshes updated_at of held leases so recycling skips them; reports each.
+pub async fn heartbeat_keeps_a_long_task_alive<H: Harness>(ctx: &Ctx<H>) {
+    let a = ctx.enqueue("E", "a").await;
+    let b = ctx.enqueue("E", "b").await;
+    let ta = ctx.grab(a).await;
+    let tb = ctx.grab(b).await;
+    ctx.backdate(a, TimeColumn::UpdatedAt, Duration::from_secs(600))
+        .await;
+    ctx.backdate(b, TimeColumn::UpdatedAt, Duration::from_secs(600))
+        .await;
+    let stale = backstop_core::Lease {
+        task_id: b,
+        token: tb.lease + 5,
+    };
+    let t0 = Utc::now();
+    let flags = ctx.store.heartbeat(&[ta.lease(), stale]).await.unwrap();
+    let t1 = Utc::now();
+    assert_eq!(flags, vec![true, false]);
+    let ha = ctx.task(a).await;
+    assert_between("updated_at", ha.updated_at, t0, t1);
+    assert_eq!((ha.status, ha.attempts, ha.lease), (Status::Running, 1, 1));
+    let r = ctx.store.recycle_dead(MINUTE, 50).await.unwrap();
+    assert_eq!(
+        r.to_pending, 1,
+        "only the task without a heartbeat is recycled"
+    );
+    assert_eq!(ctx.task(a).await.status, Status::Running);
+    assert_eq!(ctx.task(b).await.status, Status::Pending);
+    assert!(ctx.store.heartbeat(&[]).await.unwrap().is_empty());
+    assert!(ctx.store.mark_success(ta.lease()).await.unwrap());
+}
+
+/// last_error is cut to MAX_ERROR_BYTES at a character boundary.
+pub async fn last_error_is_bounded<H: Harness>(ctx: &Ctx<H>) {
+    let id = ctx.enqueue("E", "k").await;
+    let t = ctx.grab(id).await;
+    let long = format!("x{}", "€".repeat(3 * MAX_ERROR_BYTES));
+    assert!(ctx.store.mark_fail(t.lease(), &long).await.unwrap());
+    let e = ctx.task(id).await.last_error.unwrap();
+    assert!(
+        e.len() <= MAX_ERROR_BYTES && e.len() > MAX_ERROR_BYTES - 4,
+        "{}",
+        e.len()
+    );
+    assert!(long.starts_with(&e));
+}

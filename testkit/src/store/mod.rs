@@ -1,0 +1,61 @@
+//! The conformance cases. Each is one line of the [`TaskStore`] contract, asserted on the
+//! exact state it leaves (status, attempts, lease, owner, times), so it fails if the
+//! behaviour it names is broken.
+//!
+//! The cases live in one module per area. Every `pub async fn name<H: Harness>(ctx:
+//! &Ctx<H>)` in an area module is a case: the build script (`build.rs`) registers it, so a
+//! new case reaches every backend without a list to update. Helpers are private, or
+//! `pub(crate)` in this module; an area file must be declared below.
+
+pub mod claims;
+pub mod enqueue;
+pub mod marks;
+pub mod queries;
+pub mod recycle;
+pub mod reset;
+pub mod retention;
+pub mod schema;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use backstop_core::limits::{MAX_BATCH, MAX_ERROR_BYTES};
+use backstop_core::{
+    Backoff, ErrorKind, Mark, NewTask, Owner, RetryPolicy, Status, StoreConfig, Task, TaskFilter,
+    TaskId, TaskStore, TaskStoreExt,
+};
+use chrono::Utc;
+
+use crate::{assert_between, chrono_dur, Ctx, Harness, TimeColumn};
+
+pub(crate) const MINUTE: Duration = Duration::from_secs(60);
+
+pub(crate) const HOUR: Duration = Duration::from_secs(3600);
+
+pub(crate) fn owner(name: &str) -> Owner {
+    Owner::new(name).unwrap()
+}
+
+#[track_caller]
+pub(crate) fn assert_kind<T: std::fmt::Debug>(
+    r: backstop_core::Result<T>,
+    kind: ErrorKind,
+    needle: &str,
+) {
+    match r {
+        Ok(v) => panic!("expected a {kind:?} error mentioning {needle:?}, got Ok({v:?})"),
+        Err(e) => {
+            assert_eq!(e.kind(), kind, "wrong kind for error: {e}");
+            assert!(
+                e.to_string().contains(needle),
+                "error {e:?} should mention {needle:?}"
+            );
+            assert!(!e.is_temporary(), "{e} must not be temporary");
+        }
+    }
+}
+
+pub(crate) async fn assert_nothing_written<H: Harness>(ctx: &Ctx<H>) {
+    assert_eq!(ctx.count_all().await, 0, "bad input must write nothing");
+}

@@ -1,0 +1,86 @@
+//! Reading tasks: counts and lists.
+
+use super::*;
+
+/// stats: counts per status and event type; age of the oldest due pending task.
+pub async fn stats_counts_per_status_and_event_type<H: Harness>(ctx: &Ctx<H>) {
+    let s = ctx.store.stats().await.unwrap();
+    assert!(s.counts.is_empty());
+    assert_eq!(s.oldest_due_pending, None);
+    let a1 = ctx.enqueue("A", "1").await;
+    ctx.enqueue("A", "2").await;
+    let b1 = ctx.enqueue("B", "1").await;
+    ctx.store
+        .enqueue(NewTask::new("B", "later").delay(HOUR))
+        .await
+        .unwrap();
+    let l = ctx.grab(b1).await.lease();
+    ctx.store.mark_success(l).await.unwrap();
+    ctx.backdate(a1, TimeColumn::NextRunAt, Duration::from_secs(100))
+        .await;
+    let s = ctx.store.stats().await.unwrap();
+    assert_eq!(s.count_for("A", Status::Pending), 2);
+    assert_eq!(
+        s.count_for("B", Status::Pending),
+        1,
+        "not-due tasks are counted"
+    );
+    assert_eq!(s.count_for("B", Status::Succeeded), 1);
+    assert_eq!(s.count(Status::Running), 0);
+    assert_eq!(s.count(Status::Pending), 3);
+    let age = s.oldest_due_pending.expect("a due task exists");
+    assert!(
+        age >= Duration::from_secs(100) && age < Duration::from_secs(100) + Duration::from_secs(5),
+        "oldest due pending age {age:?}"
+    );
+}
+
+/// list: filters by status and event type, pages by id.
+pub async fn list_filters_and_pages<H: Harness>(ctx: &Ctx<H>) {
+    let mut a = Vec::new();
+    for i in 0..5 {
+        a.push(ctx.enqueue("A", &format!("{i}")).await);
+    }
+    let b = ctx.enqueue("B", "0").await;
+    let l = ctx.grab(a[1]).await.lease();
+    ctx.store.mark_fail(l, "x").await.unwrap();
+    let ids = |v: Vec<Task>| v.into_iter().map(|t| t.id).collect::<Vec<_>>();
+    let all = ctx.store.list(&TaskFilter::default()).await.unwrap();
+    assert_eq!(ids(all), vec![a[0], a[1], a[2], a[3], a[4], b]);
+    let f = TaskFilter {
+        status: Some(Status::Failed),
+        ..TaskFilter::default()
+    };
+    assert_eq!(ids(ctx.store.list(&f).await.unwrap()), vec![a[1]]);
+    let f = TaskFilter {
+        event_type: Some("A".into()),
+        status: Some(Status::Pending),
+        limit: 2,
+        ..TaskFilter::default()
+    };
+    let page1 = ids(ctx.store.list(&f).await.unwrap());
+    assert_eq!(page1, vec![a[0], a[2]]);
+    let f2 = TaskFilter {
+        after_id: Some(a[2]),
+        ..f.clone()
+    };
+    assert_eq!(ids(ctx.store.list(&f2).await.unwrap()), vec![a[3], a[4]]);
+    // by age of updated_at
+    ctx.backdate(a[3], TimeColumn::UpdatedAt, HOUR).await;
+    ctx.backdate(b, TimeColumn::UpdatedAt, 2 * HOUR).await;
+    let f_age = TaskFilter {
+        older_than: Some(MINUTE),
+        ..TaskFilter::default()
+    };
+    assert_eq!(ids(ctx.store.list(&f_age).await.unwrap()), vec![a[3], b]);
+    let f_age = TaskFilter {
+        older_than: Some(HOUR + MINUTE),
+        ..TaskFilter::default()
+    };
+    assert_eq!(ids(ctx.store.list(&f_age).await.unwrap()), vec![b]);
+    let f3 = TaskFilter {
+        limit: MAX_BATCH + 1,
+        ..TaskFilter::default()
+    };
+    assert_kind(ctx.store.list(&f3).await, ErrorKind::InvalidInput, "limit");
+}

@@ -1,0 +1,123 @@
+//! The dead-worker sweep.
+
+use super::*;
+
+/// recycle_dead: a silent running task with attempts left goes back to pending.
+pub async fn recycle_dead_returns_task_to_pending_when_attempts_remain<H: Harness>(ctx: &Ctx<H>) {
+    let id = ctx.enqueue("E", "k").await;
+    let t = ctx.grab(id).await;
+    ctx.backdate(id, TimeColumn::UpdatedAt, Duration::from_secs(181))
+        .await;
+    let t0 = Utc::now();
+    let r = ctx
+        .store
+        .recycle_dead(Duration::from_secs(180), 50)
+        .await
+        .unwrap();
+    let t1 = Utc::now();
+    assert_eq!((r.to_pending, r.to_failed), (1, 0));
+    let p = ctx.task(id).await;
+    assert_eq!(p.status, Status::Pending);
+    assert_eq!(p.owner, None);
+    assert_eq!(p.attempts, 1, "the dead attempt counts");
+    assert_eq!(p.lease, t.lease);
+    assert!(p.next_run_at <= Utc::now(), "due at once");
+    assert_between("updated_at", p.updated_at, t0, t1);
+    let err = p.last_error.expect("last_error says what happened");
+    assert!(
+        err.contains("testkit-owner") && err.contains("heartbeat"),
+        "{err}"
+    );
+    assert_eq!(ctx.grab(id).await.attempts, 2);
+}
+
+/// recycle_dead: a silent running task on its last attempt parks as failed.
+pub async fn recycle_dead_fails_task_on_its_last_attempt<H: Harness>(ctx: &Ctx<H>) {
+    let e = ctx
+        .store
+        .enqueue(NewTask::new("E", "k").retry(RetryPolicy::fixed(1, Duration::ZERO)))
+        .await
+        .unwrap();
+    ctx.grab(e.id).await;
+    ctx.backdate(e.id, TimeColumn::UpdatedAt, Duration::from_secs(600))
+        .await;
+    let r = ctx.store.recycle_dead(MINUTE, 50).await.unwrap();
+    assert_eq!((r.to_pending, r.to_failed, r.total()), (0, 1, 1));
+    let f = ctx.task(e.id).await;
+    assert_eq!(f.status, Status::Failed);
+    assert_eq!(f.owner, None);
+    assert_eq!(f.attempts, 1);
+    let err = f.last_error.expect("last_error");
+    assert!(err.contains("no attempts left"), "{err}");
+}
+
+/// recycle_dead: never touches a running task that is alive, nor any task not running.
+pub async fn recycle_dead_never_touches_live_or_finished_tasks<H: Harness>(ctx: &Ctx<H>) {
+    let live = ctx.enqueue("E", "live").await;
+    ctx.grab(live).await;
+    ctx.backdate(live, TimeColumn::UpdatedAt, Duration::from_secs(50))
+        .await;
+    let pending = ctx.enqueue("E", "pending").await;
+    let done = ctx.enqueue("E", "done").await;
+    let l = ctx.grab(done).await.lease();
+    ctx.store.mark_success(l).await.unwrap();
+    let failed = ctx.enqueue("E", "failed").await;
+    let l = ctx.grab(failed).await.lease();
+    ctx.store.mark_fail(l, "x").await.unwrap();
+    for id in [pending, done, failed] {
+        ctx.backdate(id, TimeColumn::UpdatedAt, HOUR).await;
+    }
+    let mut before = Vec::new();
+    for id in [live, pending, done, failed] {
+        before.push(ctx.task(id).await);
+    }
+    let r = ctx.store.recycle_dead(MINUTE, 50).await.unwrap();
+    assert_eq!(r.total(), 0);
+    for t in before {
+        assert_eq!(ctx.task(t.id).await, t);
+    }
+    assert_eq!(ctx.store.recycle_dead(MINUTE, 0).await.unwrap().total(), 0);
+    assert_kind(
+        ctx.store.recycle_dead(MINUTE, MAX_BATCH + 1).await,
+        ErrorKind::InvalidInput,
+        "limit",
+    );
+}
+
+/// recycle_dead: at most `limit`, the longest-silent first.
+pub async fn recycle_dead_respects_limit_oldest_first<H: Harness>(ctx: &Ctx<H>) {
+    let mut ids = Vec::new();
+    for i in 0..4u64 {
+        let id = ctx.enqueue("E", &format!("k{i}")).await;
+        ctx.grab(id).await;
+        // k3 silent longest, then k2, k1, k0
+        ctx.backdate(id, TimeColumn::UpdatedAt, Duration::from_secs(600 + 60 * i))
+            .await;
+        ids.push(id);
+    }
+    assert_eq!(
+        ctx.store.recycle_dead(MINUTE, 2).await.unwrap().to_pending,
+        2
+    );
+    let statuses: Vec<Status> = {
+        let mut v = Vec::new();
+        for id in &ids {
+            v.push(ctx.task(*id).await.status);
+        }
+        v
+    };
+    assert_eq!(
+        statuses,
+        vec![
+            Status::Running,
+            Status::Running,
+            Status::Pending,
+            Status::Pending
+        ]
+    );
+    assert_eq!(
+        ctx.store.recycle_dead(MINUTE, 10).await.unwrap().to_pending,
+        2
+    );
+    assert_eq!(ctx.store.stats().await.unwrap().count(Status::Running), 0);
+}
