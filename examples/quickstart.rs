@@ -82,11 +82,11 @@ async fn run(dir: &std::path::Path) -> Result<(), BoxError> {
     let invoice_up = Arc::new(AtomicBool::new(false));
     let retry = RetryPolicy::fixed(5, Duration::from_millis(200));
     let engine = Engine::builder(store.clone())
-        .config(EngineConfig {
-            poll_interval: Duration::from_millis(100),
-            first_poll_delay: Duration::from_millis(100),
-            ..EngineConfig::default()
-        })
+        .config(
+            EngineConfig::default()
+                .poll_interval(Duration::from_millis(100))
+                .first_poll_delay(Duration::from_millis(100)),
+        )
         .handler(
             "PAY_ORDER",
             Json(PayHandler(log.clone())),

@@ -95,11 +95,11 @@ async fn run(url: &str) -> Result<(), BoxError> {
     println!("order service on {}", backend_name(&store));
 
     let engine = Engine::builder(store.clone())
-        .config(EngineConfig {
-            poll_interval: Duration::from_millis(200),
-            first_poll_delay: Duration::from_millis(200),
-            ..EngineConfig::default()
-        })
+        .config(
+            EngineConfig::default()
+                .poll_interval(Duration::from_millis(200))
+                .first_poll_delay(Duration::from_millis(200)),
+        )
         .handler(
             "SHIP_ORDER",
             Json(ShipOrder(store.clone())),

@@ -2,11 +2,13 @@
 //! feature flag and a URL, not code.
 
 use backstop_core::driver::{Backend, Driver};
+#[cfg(doc)]
+use backstop_core::TaskStore;
 use backstop_core::{Error, Result, StoreConfig};
 
-/// A store on whichever backend [`connect`] picked. Implements [`TaskStore`] by
-/// delegating; match on it to reach the backend's native API (its transactional
-/// enqueue, say).
+/// A store on whichever backend [`connect`] picked. A [`TaskStore`] like each backend's
+/// own store (the same contract, run by that backend's driver); match on it to reach the
+/// backend's native API (its transactional enqueue, say).
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum AnyStore {
@@ -70,10 +72,7 @@ pub async fn connect_with(url: &str, config: StoreConfig) -> Result<AnyStore> {
                 if path.is_empty() {
                     return Err(Error::config(OP, format!("no file path in {url:?}")));
                 }
-                let options = crate::sqlite::SqliteOptions {
-                    config,
-                    ..Default::default()
-                };
+                let options = crate::sqlite::SqliteOptions::default().config(config);
                 Ok(AnyStore::Sqlite(
                     crate::sqlite::SqliteStore::open_with(path, options).await?,
                 ))
@@ -84,10 +83,7 @@ pub async fn connect_with(url: &str, config: StoreConfig) -> Result<AnyStore> {
         "postgres" | "postgresql" => {
             #[cfg(feature = "postgres")]
             {
-                let options = crate::postgres::PgOptions {
-                    config,
-                    ..Default::default()
-                };
+                let options = crate::postgres::PgOptions::default().config(config);
                 Ok(AnyStore::Postgres(
                     crate::postgres::PgStore::connect_with(url, options).await?,
                 ))
@@ -98,10 +94,7 @@ pub async fn connect_with(url: &str, config: StoreConfig) -> Result<AnyStore> {
         "mysql" | "mariadb" => {
             #[cfg(feature = "mysql")]
             {
-                let options = crate::mysql::MySqlOptions {
-                    config,
-                    ..Default::default()
-                };
+                let options = crate::mysql::MySqlOptions::default().config(config);
                 // sqlx knows the scheme as mysql:
                 let url = format!("mysql:{}", &url[scheme.len() + 1..]);
                 Ok(AnyStore::MySql(

@@ -35,10 +35,28 @@
 //! }
 //! # Ok(()) }
 //! ```
+//!
+//! Two modules hold what most applications never need: [`limits`] (the input limits every
+//! store enforces) and [`driver`] (for authors of a new backend: the driver interface
+//! under the [`TaskStore`] contract).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-pub use backstop_core::*;
+pub use backstop_core::{driver, limits};
+// The engine and its handlers.
+pub use backstop_core::{
+    handler_fn, Archive, Engine, EngineBuilder, EngineConfig, EngineCounters, ErrorAction,
+    FnHandler, Handler, HandlerError, HandlerOptions, Json, JsonHandler, RunAhead,
+};
+// The store contract and the task model.
+pub use backstop_core::{
+    Backoff, Enqueued, Lease, Mark, MarkAction, NewTask, Owner, Recycled, RetryPolicy, Stats,
+    Status, StatusCount, StoreConfig, Task, TaskFilter, TaskId, TaskStore, TaskStoreExt,
+};
+// Errors.
+pub use backstop_core::{BoxError, Error, ErrorKind, Result};
+/// Re-exported so handlers (and backends) use the same `#[async_trait]` as the traits.
+pub use backstop_core::async_trait;
 
 mod any;
 pub use any::{connect, connect_with, AnyStore};

@@ -46,8 +46,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backstop_core::async_trait;
+#[cfg(doc)]
+use backstop_core::TaskStore;
 use backstop_core::driver::{
-    check_task, mark_rounds, millis, Backend, Checked, Driver, Inserted, RawStats, RawTask, Reset,
+    enqueue_on, mark_rounds, millis, Backend, Checked, Driver, Inserted, RawStats, RawTask, Reset,
 };
 use backstop_core::{
     Enqueued, Error, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner, Recycled, Result, Status,
@@ -85,6 +87,7 @@ fn padded<T>(items: &[T]) -> impl Iterator<Item = &T> {
 
 /// How a batch of tasks is claimed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum ClaimStrategy {
     /// Queue-then-skip on MariaDB ≥ 10.6, skip locked on MySQL ≥ 8.0.1 (which has no
     /// `WAIT n`), else ordered update. The default.
@@ -135,10 +138,17 @@ impl ClaimStrategy {
     }
 }
 
-/// Options of a [`MySqlStore`].
+/// Options of a [`MySqlStore`]: `Default`, then the setters named after the fields.
+///
+/// ```
+/// use backstop_mysql::{ClaimStrategy, MySqlOptions};
+/// let options = MySqlOptions::default().claim_strategy(ClaimStrategy::SkipLocked);
+/// assert_eq!(options.max_connections, 16);
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct MySqlOptions {
-    /// Table name and payload limit (the payload column is `MEDIUMTEXT`).
+    /// Table name, payload limit (the payload column is `MEDIUMTEXT`), retries.
     pub config: StoreConfig,
     /// The claim strategy (default [`ClaimStrategy::Auto`]).
     pub claim_strategy: ClaimStrategy,
@@ -156,6 +166,25 @@ impl Default for MySqlOptions {
             max_connections: 16,
             acquire_timeout: Duration::from_secs(10),
         }
+    }
+}
+
+impl MySqlOptions {
+    backstop_core::driver::setters! {
+        /// See [`config`](Self::config).
+        config: StoreConfig,
+        /// See [`claim_strategy`](Self::claim_strategy).
+        claim_strategy: ClaimStrategy,
+        /// See [`max_connections`](Self::max_connections).
+        max_connections: u32,
+        /// See [`acquire_timeout`](Self::acquire_timeout).
+        acquire_timeout: Duration,
+    }
+
+    /// Use another table name (a shortcut for [`StoreConfig::table`]).
+    pub fn table(mut self, table: impl Into<String>) -> Self {
+        self.config.table = table.into();
+        self
     }
 }
 
@@ -187,17 +216,7 @@ impl std::fmt::Debug for MySqlStore {
 }
 
 /// Whether a server version string supports `SKIP LOCKED`.
-///
-/// ```
-/// use backstop_mysql::supports_skip_locked;
-/// assert!(supports_skip_locked("8.0.36"));
-/// assert!(!supports_skip_locked("8.0.0"));
-/// assert!(!supports_skip_locked("5.7.44-log"));
-/// assert!(supports_skip_locked("10.11.14-MariaDB-0+deb12u2"));
-/// assert!(!supports_skip_locked("10.5.23-MariaDB"));
-/// assert!(supports_skip_locked("11.4.2-MariaDB"));
-/// ```
-pub fn supports_skip_locked(version: &str) -> bool {
+fn supports_skip_locked(version: &str) -> bool {
     match parse_version(version) {
         (true, v) => v >= (10, 6, 0),
         (false, v) => v >= (8, 0, 1),
@@ -344,15 +363,11 @@ impl MySqlStore {
     ///   returned as is (and never retried here: a deadlock rolled back the caller's
     ///   whole transaction, which only the caller can run again).
     pub async fn enqueue_tx(&self, conn: &mut MySqlConnection, task: &NewTask) -> Result<Enqueued> {
-        let checked = check_task(&self.inner.options.config, task)?;
-        let inserted = insert(&self.inner.sql, conn, checked)
-            .await
-            .map_err(|e| e.with_operation("enqueue"))?;
-        Ok(Enqueued {
-            id: inserted.id,
-            created: inserted.created,
-            event_type: task.event_type().to_owned(),
+        let sql = &self.inner.sql;
+        enqueue_on(&self.inner.options.config, task, move |task| async move {
+            insert(sql, conn, task).await
         })
+        .await
     }
 }
 
@@ -953,4 +968,19 @@ fn raw_task(r: &MySqlRow) -> std::result::Result<RawTask, sqlx::Error> {
         created_at: time(14)?,
         updated_at: time(15)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::supports_skip_locked;
+
+    #[test]
+    fn skip_locked_by_server_version() {
+        assert!(supports_skip_locked("8.0.36"));
+        assert!(!supports_skip_locked("8.0.0"));
+        assert!(!supports_skip_locked("5.7.44-log"));
+        assert!(supports_skip_locked("10.11.14-MariaDB-0+deb12u2"));
+        assert!(!supports_skip_locked("10.5.23-MariaDB"));
+        assert!(supports_skip_locked("11.4.2-MariaDB"));
+    }
 }

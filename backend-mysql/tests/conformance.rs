@@ -96,12 +96,10 @@ impl Harness for MySqlHarness {
     async fn open(&self, db: &Db, config: StoreConfig) -> backstop_core::Result<MySqlStore> {
         MySqlStore::connect_with(
             &db.url(),
-            MySqlOptions {
-                config,
-                claim_strategy: self.0,
-                max_connections: 4,
-                ..MySqlOptions::default()
-            },
+            MySqlOptions::default()
+                .config(config)
+                .claim_strategy(self.0)
+                .max_connections(4),
         )
         .await
     }
@@ -234,11 +232,9 @@ mod claim_cost {
         // one connection, so the counters read are the claim's own session's
         let store = MySqlStore::connect_with(
             &ctx.db.url(),
-            MySqlOptions {
-                claim_strategy: strategy,
-                max_connections: 1,
-                ..MySqlOptions::default()
-            },
+            MySqlOptions::default()
+                .claim_strategy(strategy)
+                .max_connections(1),
         )
         .await
         .expect("open");

@@ -46,8 +46,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backstop_core::async_trait;
+#[cfg(doc)]
+use backstop_core::TaskStore;
 use backstop_core::driver::{
-    check_task, mark_rounds, millis, Backend, Checked, Driver, Inserted, RawStats, RawTask, Reset,
+    enqueue_on, mark_rounds, millis, Backend, Checked, Driver, Inserted, RawStats, RawTask, Reset,
 };
 use backstop_core::limits;
 use backstop_core::{
@@ -64,10 +66,17 @@ use sql::Sql;
 pub use deadpool_postgres;
 pub use tokio_postgres;
 
-/// Options of a [`PgStore`].
+/// Options of a [`PgStore`]: `Default`, then the setters named after the fields.
+///
+/// ```
+/// use backstop_postgres::PgOptions;
+/// let options = PgOptions::default().schema("jobs").max_connections(8);
+/// assert_eq!(options.schema, "jobs");
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct PgOptions {
-    /// Table name and payload limit.
+    /// Table name, payload limit, retries.
     pub config: StoreConfig,
     /// The schema holding the table (default `public`; created by `migrate` if missing).
     pub schema: String,
@@ -90,13 +99,22 @@ impl Default for PgOptions {
 }
 
 impl PgOptions {
+    backstop_core::driver::setters! {
+        /// See [`config`](Self::config).
+        config: StoreConfig,
+        /// See [`max_connections`](Self::max_connections).
+        max_connections: usize,
+        /// See [`acquire_timeout`](Self::acquire_timeout).
+        acquire_timeout: Duration,
+    }
+
     /// Use another schema.
     pub fn schema(mut self, schema: impl Into<String>) -> Self {
         self.schema = schema.into();
         self
     }
 
-    /// Use another table name.
+    /// Use another table name (a shortcut for [`StoreConfig::table`]).
     pub fn table(mut self, table: impl Into<String>) -> Self {
         self.config.table = table.into();
         self
@@ -215,15 +233,11 @@ impl PgStore {
     where
         C: PgExecutor + ?Sized,
     {
-        let checked = check_task(&self.inner.options.config, task)?;
-        let inserted = insert(&self.inner.sql, client, checked)
-            .await
-            .map_err(|e| e.with_operation("enqueue"))?;
-        Ok(Enqueued {
-            id: inserted.id,
-            created: inserted.created,
-            event_type: task.event_type().to_owned(),
+        let sql = &self.inner.sql;
+        enqueue_on(&self.inner.options.config, task, |task| {
+            insert(sql, client, task)
         })
+        .await
     }
 }
 

@@ -66,12 +66,10 @@ impl Harness for PgHarness {
     async fn open(&self, db: &Db, config: StoreConfig) -> backstop_core::Result<PgStore> {
         PgStore::connect_with(
             &db.url,
-            PgOptions {
-                config,
-                schema: db.schema.clone(),
-                max_connections: 4,
-                ..PgOptions::default()
-            },
+            PgOptions::default()
+                .config(config)
+                .schema(db.schema.clone())
+                .max_connections(4),
         )
         .await
     }

@@ -47,8 +47,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backstop_core::async_trait;
+#[cfg(doc)]
+use backstop_core::TaskStore;
 use backstop_core::driver::{
-    check_task, millis, Backend, Checked, Driver, Inserted, RawStats, RawTask, Reset,
+    enqueue_on_blocking, millis, Backend, Checked, Driver, Inserted, RawStats, RawTask, Reset,
 };
 use backstop_core::{
     Enqueued, Error, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner, Recycled, Result, Status,
@@ -63,6 +65,7 @@ use writer::Writer;
 
 /// How durable a commit is (SQLite's `PRAGMA synchronous` in WAL mode).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Synchronous {
     /// Every commit is synced to disk before it returns: survives power loss. The default.
     #[default]
@@ -72,8 +75,20 @@ pub enum Synchronous {
     Normal,
 }
 
-/// Options of a [`SqliteStore`].
+/// Options of a [`SqliteStore`]: `Default`, then the setters named after the fields.
+///
+/// ```
+/// use std::time::Duration;
+/// use backstop_sqlite::{SqliteOptions, Synchronous};
+///
+/// let options = SqliteOptions::default()
+///     .table("orders_outbox")
+///     .synchronous(Synchronous::Normal)
+///     .busy_timeout(Duration::from_secs(10));
+/// assert_eq!(options.config.table, "orders_outbox");
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct SqliteOptions {
     /// Table name and payload limit.
     pub config: StoreConfig,
@@ -115,7 +130,20 @@ impl Default for SqliteOptions {
 }
 
 impl SqliteOptions {
-    /// Use another table name.
+    backstop_core::driver::setters! {
+        /// See [`config`](Self::config).
+        config: StoreConfig,
+        /// See [`max_connections`](Self::max_connections).
+        max_connections: usize,
+        /// See [`busy_timeout`](Self::busy_timeout).
+        busy_timeout: Duration,
+        /// See [`synchronous`](Self::synchronous).
+        synchronous: Synchronous,
+        /// See [`queue_writers`](Self::queue_writers).
+        queue_writers: bool,
+    }
+
+    /// Use another table name (a shortcut for [`StoreConfig::table`]).
     pub fn table(mut self, table: impl Into<String>) -> Self {
         self.config.table = table.into();
         self
@@ -163,14 +191,7 @@ impl SqliteStore {
     /// A private in-memory database (one connection; gone when the store is dropped).
     /// Handy for tests and demos.
     pub async fn open_in_memory() -> Result<Self> {
-        Self::build(
-            None,
-            SqliteOptions {
-                max_connections: 1,
-                ..SqliteOptions::default()
-            },
-        )
-        .await
+        Self::build(None, SqliteOptions::default().max_connections(1)).await
     }
 
     async fn build(path: Option<PathBuf>, options: SqliteOptions) -> Result<Self> {
@@ -225,13 +246,8 @@ impl SqliteStore {
     /// - This is a blocking call, like every rusqlite call: in async code run it inside
     ///   [`transaction`](Self::transaction) or `spawn_blocking`.
     pub fn enqueue_tx(&self, tx: &Transaction<'_>, task: &NewTask) -> Result<Enqueued> {
-        const OP: &str = "enqueue";
-        let checked = check_task(&self.inner.config, task)?;
-        let inserted = insert(&self.inner.sql, tx, checked, now_ms()).map_err(|e| db_err(OP, e))?;
-        Ok(Enqueued {
-            id: inserted.id,
-            created: inserted.created,
-            event_type: task.event_type().to_owned(),
+        enqueue_on_blocking(&self.inner.config, task, |task| {
+            insert(&self.inner.sql, tx, task, now_ms()).map_err(|e| db_err("enqueue", e))
         })
     }
 

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use backstop_core::limits::millis;
+use backstop_core::driver::millis;
 use backstop_core::{Enqueued, NewTask, StoreConfig, TaskId};
 use backstop_sqlite::{SqliteOptions, SqliteStore, Synchronous};
 use backstop_testkit::{Harness, TimeColumn, Unavailable};
@@ -43,13 +43,8 @@ impl Harness for SqliteHarness {
     async fn open(&self, db: &Db, config: StoreConfig) -> backstop_core::Result<SqliteStore> {
         SqliteStore::open_with(
             &db.path,
-            SqliteOptions {
-                config,
-                // the suite does not test power loss; keep it fast
-                synchronous: Synchronous::Normal,
-                busy_timeout: Duration::from_secs(30),
-                ..SqliteOptions::default()
-            },
+            SqliteOptions::default().config(config).// the suite does not test power loss; keep it fast
+                synchronous(Synchronous::Normal).busy_timeout(Duration::from_secs(30)),
         )
         .await
     }

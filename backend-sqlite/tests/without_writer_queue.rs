@@ -12,12 +12,10 @@ use backstop_sqlite::{SqliteOptions, SqliteStore, Synchronous};
 async fn open(path: &std::path::Path) -> SqliteStore {
     SqliteStore::open_with(
         path,
-        SqliteOptions {
-            synchronous: Synchronous::Normal,
-            busy_timeout: Duration::from_secs(30),
-            queue_writers: false,
-            ..SqliteOptions::default()
-        },
+        SqliteOptions::default()
+            .synchronous(Synchronous::Normal)
+            .busy_timeout(Duration::from_secs(30))
+            .queue_writers(false),
     )
     .await
     .expect("open")

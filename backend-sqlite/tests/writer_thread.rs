@@ -11,11 +11,9 @@ use backstop_sqlite::{SqliteOptions, SqliteStore, Synchronous};
 async fn open(path: &std::path::Path, synchronous: Synchronous, busy: Duration) -> SqliteStore {
     SqliteStore::open_with(
         path,
-        SqliteOptions {
-            synchronous,
-            busy_timeout: busy,
-            ..SqliteOptions::default()
-        },
+        SqliteOptions::default()
+            .synchronous(synchronous)
+            .busy_timeout(busy),
     )
     .await
     .expect("open")

@@ -139,13 +139,11 @@ impl Target {
             "sqlite" => AnyStore::Sqlite(
                 SqliteStore::open_with(
                     &self.url,
-                    SqliteOptions {
-                        config,
-                        max_connections: max_connections as usize,
-                        synchronous: Synchronous::Normal,
-                        busy_timeout: Duration::from_secs(30),
-                        ..SqliteOptions::default()
-                    },
+                    SqliteOptions::default()
+                        .config(config)
+                        .max_connections(max_connections as usize)
+                        .synchronous(Synchronous::Normal)
+                        .busy_timeout(Duration::from_secs(30)),
                 )
                 .await
                 .expect("open sqlite"),
@@ -153,11 +151,9 @@ impl Target {
             "postgres" => AnyStore::Postgres(
                 PgStore::connect_with(
                     &self.url,
-                    PgOptions {
-                        config,
-                        max_connections: max_connections as usize,
-                        ..PgOptions::default()
-                    },
+                    PgOptions::default()
+                        .config(config)
+                        .max_connections(max_connections as usize),
                 )
                 .await
                 .expect("open postgres"),
@@ -165,11 +161,9 @@ impl Target {
             _ => AnyStore::MySql(
                 MySqlStore::connect_with(
                     &self.url,
-                    MySqlOptions {
-                        config,
-                        max_connections,
-                        ..MySqlOptions::default()
-                    },
+                    MySqlOptions::default()
+                        .config(config)
+                        .max_connections(max_connections),
                 )
                 .await
                 .expect("open mysql"),
@@ -310,11 +304,9 @@ async fn wait_succeeded(store: &AnyStore, n: u64) {
 }
 
 fn quiet_config() -> EngineConfig {
-    EngineConfig {
-        first_poll_delay: Duration::from_secs(3600),
-        retention: None,
-        ..EngineConfig::default()
-    }
+    EngineConfig::default()
+        .first_poll_delay(Duration::from_secs(3600))
+        .retention(None)
 }
 
 /// K producers commit a business row + task, then run it ahead; no-op handler.
@@ -408,13 +400,13 @@ async fn drain(t: &Target, engines: usize, n: usize) -> Row {
             async { Ok::<_, HandlerError>(()) }
         });
         let engine = Engine::builder(store)
-            .config(EngineConfig {
-                poll_interval: Duration::from_millis(5),
-                first_poll_delay: Duration::ZERO,
-                batch_size: 100,
-                retention: None,
-                ..EngineConfig::default()
-            })
+            .config(
+                EngineConfig::default()
+                    .poll_interval(Duration::from_millis(5))
+                    .first_poll_delay(Duration::ZERO)
+                    .batch_size(100)
+                    .retention(None),
+            )
             .handler(
                 EVENT,
                 handler,

@@ -12,7 +12,7 @@
 //!   gives it the whole [`TaskStore`](crate::TaskStore) contract: input validation
 //!   first, empty-input shortcuts, row decoding, result order, the operation named in
 //!   every error, and the retry of operations the database rolled back because of a
-//!   concurrent transaction ([`ErrorKind::Contention`](crate::ErrorKind::Contention)).
+//!   concurrent transaction ([`ErrorKind::Contention`]).
 //!
 //! So a new store operation is one method of [`TaskStore`](crate::TaskStore) written once
 //! in core, and one statement shape here that each backend answers with its SQL. The
@@ -38,6 +38,7 @@
 //! ```
 
 use std::collections::HashSet;
+use std::future::Future;
 use std::ops::Deref;
 use std::time::Duration;
 
@@ -47,7 +48,8 @@ use chrono::{DateTime, Utc};
 use crate::error::{Error, ErrorKind, Result};
 use crate::limits::StoreConfig;
 use crate::model::{
-    Backoff, Lease, Mark, NewTask, Owner, Recycled, RetryPolicy, Status, Task, TaskFilter, TaskId,
+    Backoff, Enqueued, Lease, Mark, NewTask, Owner, Recycled, RetryPolicy, Status, Task,
+    TaskFilter, TaskId,
 };
 
 /// A value the store layer in core has checked against the contract's limits (see each
@@ -201,7 +203,7 @@ pub struct RawStats {
 /// - **Errors** carry a kind and `is_temporary()`; the operation name is set by the
 ///   store. A driver reports a failure it knows rolled the whole method back because of
 ///   a concurrent transaction (deadlock, serialization failure, lock wait timeout) as
-///   [`ErrorKind::Contention`](crate::ErrorKind::Contention), and only such a failure:
+///   [`ErrorKind::Contention`], and only such a failure:
 ///   the store then runs the method again. A lost connection is `Unavailable`: the work
 ///   may or may not have been applied, so the store does not repeat it.
 /// - **Result order** does not matter: the store sorts claims oldest first.
@@ -296,12 +298,84 @@ pub trait Backend: Send + Sync + 'static {
     fn driver(&self) -> &dyn Driver;
 }
 
-/// Check a task for a backend's own transactional enqueue (on the caller's
-/// transaction): the same checks as [`TaskStore::enqueue`](crate::TaskStore::enqueue),
-/// giving the [`Checked`] task the backend's insert shape takes.
-pub fn check_task<'t>(config: &StoreConfig, task: &'t NewTask) -> Result<Checked<&'t NewTask>> {
+/// A backend's transactional enqueue, on the caller's own transaction or connection:
+/// `task` is checked as [`TaskStore::enqueue`](crate::TaskStore::enqueue) checks it (bad
+/// input is refused before `insert` runs), handed to `insert` (the backend's insert shape
+/// on the caller's connection), and answered as `enqueue` answers, with `enqueue` named
+/// in any error. Never retried: a conflict rolled back the caller's transaction, which
+/// only the caller can run again.
+///
+/// ```
+/// use backstop_core::driver::{enqueue_on, Inserted};
+/// use backstop_core::{ErrorKind, NewTask, StoreConfig};
+///
+/// # tokio_test(async {
+/// let config = StoreConfig::default();
+/// let enqueued = enqueue_on(&config, &NewTask::new("PAY", "order-1"), |task| async move {
+///     // run the insert on the caller's transaction here
+///     assert_eq!(task.biz_key(), "order-1");
+///     Ok(Inserted { id: 7, created: true })
+/// })
+/// .await
+/// .unwrap();
+/// assert_eq!((enqueued.id, enqueued.created), (7, true));
+///
+/// let bad = enqueue_on(&config, &NewTask::new("", "k"), |_| async {
+///     unreachable!("never called with invalid input")
+/// })
+/// .await;
+/// assert_eq!(bad.unwrap_err().kind(), ErrorKind::InvalidInput);
+/// # });
+/// # fn tokio_test(f: impl std::future::Future<Output = ()>) {
+/// #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+/// # }
+/// ```
+pub async fn enqueue_on<'t, F, Fut>(
+    config: &StoreConfig,
+    task: &'t NewTask,
+    insert: F,
+) -> Result<Enqueued>
+where
+    F: FnOnce(Checked<&'t NewTask>) -> Fut,
+    Fut: Future<Output = Result<Inserted>>,
+{
+    let checked = check_task(config, task)?;
+    let inserted = insert(checked)
+        .await
+        .map_err(|e| e.with_operation("enqueue"))?;
+    Ok(enqueued(inserted, task))
+}
+
+/// [`enqueue_on`] for a backend whose calls block (an embedded database).
+pub fn enqueue_on_blocking<'t, F>(
+    config: &StoreConfig,
+    task: &'t NewTask,
+    insert: F,
+) -> Result<Enqueued>
+where
+    F: FnOnce(Checked<&'t NewTask>) -> Result<Inserted>,
+{
+    let checked = check_task(config, task)?;
+    let inserted = insert(checked).map_err(|e| e.with_operation("enqueue"))?;
+    Ok(enqueued(inserted, task))
+}
+
+/// `task` checked against the store's limits, as `enqueue` checks it.
+pub(crate) fn check_task<'t>(
+    config: &StoreConfig,
+    task: &'t NewTask,
+) -> Result<Checked<&'t NewTask>> {
     task.validate(config.max_payload_bytes)?;
     Ok(Checked::new(task))
+}
+
+/// The answer of an enqueue that `inserted` `task`.
+pub(crate) fn enqueued(inserted: Inserted, task: &NewTask) -> Enqueued {
+    Enqueued {
+        id: inserted.id,
+        created: inserted.created,
+        event_type: task.event_type().to_owned(),
+    }
 }
 
 /// Split a batch of marks into rounds in which each task appears at most once, keeping
@@ -335,4 +409,38 @@ pub fn mark_rounds(marks: &[Mark]) -> Vec<Vec<usize>> {
 /// Milliseconds of `d`, saturating at `i64::MAX`.
 pub fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Chainable setters named after the fields of an options struct (inside its `impl`
+/// block), the style of every options type of backstop: `Options::default().field(v)`.
+///
+/// ```
+/// #[derive(Default)]
+/// #[non_exhaustive]
+/// pub struct MyOptions {
+///     /// Pool size.
+///     pub max_connections: usize,
+/// }
+///
+/// impl MyOptions {
+///     backstop_core::driver::setters! {
+///         /// See [`max_connections`](Self::max_connections).
+///         max_connections: usize,
+///     }
+/// }
+/// assert_eq!(MyOptions::default().max_connections(4).max_connections, 4);
+/// ```
+#[doc(inline)]
+pub use crate::__setters as setters;
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __setters {
+    ($($(#[$doc:meta])* $field:ident: $ty:ty),+ $(,)?) => {$(
+        $(#[$doc])*
+        pub fn $field(mut self, $field: $ty) -> Self {
+            self.$field = $field;
+            self
+        }
+    )+};
 }

@@ -1,5 +1,6 @@
-//! Input limits and the checks every store runs at its boundary, so that bad input is
-//! refused with a clear error before anything is written — the same way on every backend.
+//! Input limits: what every store accepts, the same on every backend. Input beyond them
+//! is refused with [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) before
+//! anything is written (the checks run in core, once for every backend).
 
 use std::time::Duration;
 
@@ -28,18 +29,12 @@ pub const MAX_BATCH: usize = 1000;
 pub const MAX_EVENT_TYPES: usize = 256;
 /// Most leases one `mark` or `heartbeat` call may carry.
 pub const MAX_LEASES: usize = 10_000;
-/// Most finished attempts whose marks may wait for their completion batch at once, per
-/// engine. Past it the poller claims no more until marks are applied, so an engine
-/// whose store writes stall stops taking work instead of piling up outcomes: it holds
-/// fewer than this plus its executors' capacity (`concurrency + queue_capacity`) claimed
-/// tasks. (A waiting mark holds no task row: only its lease and outcome.)
-pub const MAX_UNMARKED: usize = 4096;
 /// Longest table (or schema) name, in bytes: leaves room for index-name suffixes within
 /// PostgreSQL's 63-byte identifiers.
 pub const MAX_IDENTIFIER_BYTES: usize = 48;
 
 /// Check an event type: 1–64 bytes of ASCII letters, digits, `_`, `.`, `:` or `-`.
-pub fn check_event_type(operation: &'static str, event_type: &str) -> Result<()> {
+pub(crate) fn check_event_type(operation: &'static str, event_type: &str) -> Result<()> {
     if event_type.is_empty() || event_type.len() > MAX_EVENT_TYPE_BYTES {
         return Err(Error::invalid_input(
             operation,
@@ -64,7 +59,7 @@ pub fn check_event_type(operation: &'static str, event_type: &str) -> Result<()>
 }
 
 /// Check a business key: 1–128 bytes, no control characters.
-pub fn check_biz_key(operation: &'static str, biz_key: &str) -> Result<()> {
+pub(crate) fn check_biz_key(operation: &'static str, biz_key: &str) -> Result<()> {
     if biz_key.is_empty() || biz_key.len() > MAX_BIZ_KEY_BYTES {
         return Err(Error::invalid_input(
             operation,
@@ -84,7 +79,7 @@ pub fn check_biz_key(operation: &'static str, biz_key: &str) -> Result<()> {
 }
 
 /// Check a delay or age argument is at most [`MAX_INTERVAL`].
-pub fn check_duration(operation: &'static str, what: &str, d: Duration) -> Result<()> {
+pub(crate) fn check_duration(operation: &'static str, what: &str, d: Duration) -> Result<()> {
     if d > MAX_INTERVAL {
         return Err(Error::invalid_input(
             operation,
@@ -95,7 +90,7 @@ pub fn check_duration(operation: &'static str, what: &str, d: Duration) -> Resul
 }
 
 /// Check a batch `limit` is at most [`MAX_BATCH`] (0 is allowed and means "nothing").
-pub fn check_limit(operation: &'static str, limit: usize) -> Result<()> {
+pub(crate) fn check_limit(operation: &'static str, limit: usize) -> Result<()> {
     if limit > MAX_BATCH {
         return Err(Error::invalid_input(
             operation,
@@ -106,7 +101,7 @@ pub fn check_limit(operation: &'static str, limit: usize) -> Result<()> {
 }
 
 /// Check the event types of a `grab_batch`: at most [`MAX_EVENT_TYPES`], each valid.
-pub fn check_event_types(operation: &'static str, event_types: &[String]) -> Result<()> {
+pub(crate) fn check_event_types(operation: &'static str, event_types: &[String]) -> Result<()> {
     if event_types.len() > MAX_EVENT_TYPES {
         return Err(Error::invalid_input(
             operation,
@@ -121,29 +116,8 @@ pub fn check_event_types(operation: &'static str, event_types: &[String]) -> Res
         .try_for_each(|t| check_event_type(operation, t))
 }
 
-/// Check the arguments of a `grab_batch`; `Ok(false)` when there is nothing to claim
-/// (`limit` 0 or no event type), so the backend returns an empty batch without a query.
-pub fn check_grab_batch(event_types: &[String], limit: usize) -> Result<bool> {
-    const OP: &str = "grab_batch";
-    check_limit(OP, limit)?;
-    check_event_types(OP, event_types)?;
-    Ok(limit > 0 && !event_types.is_empty())
-}
-
-/// Check the arguments of an age-based batch (`recycle_dead`, `purge_succeeded`);
-/// `Ok(false)` when `limit` is 0 and there is nothing to do.
-pub fn check_aged_batch(
-    operation: &'static str,
-    older_than: Duration,
-    limit: usize,
-) -> Result<bool> {
-    check_duration(operation, "older_than", older_than)?;
-    check_limit(operation, limit)?;
-    Ok(limit > 0)
-}
-
 /// Check a `list` filter: limit, event type, age.
-pub fn check_filter(filter: &crate::TaskFilter) -> Result<()> {
+pub(crate) fn check_filter(filter: &crate::TaskFilter) -> Result<()> {
     const OP: &str = "list";
     check_limit(OP, filter.limit)?;
     if let Some(t) = &filter.event_type {
@@ -156,7 +130,7 @@ pub fn check_filter(filter: &crate::TaskFilter) -> Result<()> {
 }
 
 /// Check a list of ids is not over [`MAX_BATCH`].
-pub fn check_ids(operation: &'static str, ids: &[crate::TaskId]) -> Result<()> {
+pub(crate) fn check_ids(operation: &'static str, ids: &[crate::TaskId]) -> Result<()> {
     if ids.len() > MAX_BATCH {
         return Err(Error::invalid_input(
             operation,
@@ -167,7 +141,7 @@ pub fn check_ids(operation: &'static str, ids: &[crate::TaskId]) -> Result<()> {
 }
 
 /// Check a list of leases (heartbeat) is not over [`MAX_LEASES`].
-pub fn check_leases(operation: &'static str, leases: &[Lease]) -> Result<()> {
+pub(crate) fn check_leases(operation: &'static str, leases: &[Lease]) -> Result<()> {
     if leases.len() > MAX_LEASES {
         return Err(Error::invalid_input(
             operation,
@@ -178,7 +152,7 @@ pub fn check_leases(operation: &'static str, leases: &[Lease]) -> Result<()> {
 }
 
 /// Check a batch of marks: at most [`MAX_LEASES`], retry delays at most [`MAX_INTERVAL`].
-pub fn check_marks(operation: &'static str, marks: &[Mark]) -> Result<()> {
+pub(crate) fn check_marks(operation: &'static str, marks: &[Mark]) -> Result<()> {
     if marks.len() > MAX_LEASES {
         return Err(Error::invalid_input(
             operation,
@@ -194,13 +168,7 @@ pub fn check_marks(operation: &'static str, marks: &[Mark]) -> Result<()> {
 }
 
 /// `error` cut to at most [`MAX_ERROR_BYTES`] at a character boundary.
-///
-/// ```
-/// use backstop_core::limits::{bounded_error, MAX_ERROR_BYTES};
-/// assert_eq!(bounded_error("short"), "short");
-/// assert_eq!(bounded_error(&"é".repeat(MAX_ERROR_BYTES)).len(), MAX_ERROR_BYTES);
-/// ```
-pub fn bounded_error(error: &str) -> &str {
+pub(crate) fn bounded_error(error: &str) -> &str {
     if error.len() <= MAX_ERROR_BYTES {
         return error;
     }
@@ -211,8 +179,9 @@ pub fn bounded_error(error: &str) -> &str {
     &error[..end]
 }
 
-/// Check an SQL identifier (table or schema name) that a backend will interpolate:
-/// 1–48 bytes, an ASCII letter or `_` first, then letters, digits or `_`.
+/// The rule for an SQL identifier (table or schema name) that a store interpolates into
+/// its SQL: 1–48 bytes, an ASCII letter or `_` first, then letters, digits or `_`. A store
+/// refuses to open with any other name (a `Config` error naming `what`).
 pub fn check_identifier(operation: &'static str, what: &str, name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= MAX_IDENTIFIER_BYTES
@@ -233,11 +202,6 @@ pub fn check_identifier(operation: &'static str, what: &str, name: &str) -> Resu
     }
 }
 
-/// Milliseconds of `d`, saturating at `i64::MAX`.
-pub fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
 /// Settings every store shares: the table name, the payload limit, and how often an
 /// operation rolled back by contention is run again.
 ///
@@ -248,6 +212,7 @@ pub fn millis(d: Duration) -> i64 {
 /// assert!(StoreConfig::default().table("x; DROP TABLE y").validate().is_err());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StoreConfig {
     /// The task table's name (default `backstop_task`).
     pub table: String,
@@ -330,6 +295,15 @@ mod tests {
             let e = check_identifier("t", "table", bad).unwrap_err();
             assert_eq!(e.kind(), crate::ErrorKind::Config, "{bad}");
         }
+    }
+
+    #[test]
+    fn bounded_error_keeps_short_text_and_cuts_long_text() {
+        assert_eq!(bounded_error("short"), "short");
+        assert_eq!(
+            bounded_error(&"é".repeat(MAX_ERROR_BYTES)).len(),
+            MAX_ERROR_BYTES
+        );
     }
 
     #[test]

@@ -13,8 +13,12 @@ use crate::limits;
 /// A task's id: the 64-bit auto id of its row.
 pub type TaskId = i64;
 
-/// Where a task is in its life. The codes are the seed's and are what the database stores.
+/// Where a task is in its life. The codes are what the database stores.
+///
+/// Statuses may be added in minor versions (a cancelled task, say): match the ones you
+/// handle and treat the rest alike.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum Status {
     /// `0`: waiting to run (first time, or a retry whose `next_run_at` is in the future).
     Pending,
@@ -79,15 +83,20 @@ impl fmt::Display for Status {
     }
 }
 
-/// How long to wait before the next attempt after a failed one.
+/// How long to wait before the next attempt after a failed one. Made with
+/// [`Backoff::fixed`] or [`Backoff::exponential`] (or through [`RetryPolicy`]); strategies
+/// and their settings may grow in minor versions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Backoff {
     /// Every retry waits `interval`.
+    #[non_exhaustive]
     Fixed {
         /// The wait before every retry.
         interval: Duration,
     },
     /// The retry after the n-th attempt waits `initial · 2^(n−1)`, never more than `max`.
+    #[non_exhaustive]
     Exponential {
         /// The wait after the first attempt.
         initial: Duration,
@@ -97,7 +106,17 @@ pub enum Backoff {
 }
 
 impl Backoff {
-    /// The strategy name stored in the database: `FIXED` or `EXPONENTIAL` (the seed's).
+    /// Every retry waits `interval`.
+    pub fn fixed(interval: Duration) -> Backoff {
+        Backoff::Fixed { interval }
+    }
+
+    /// The retry after the n-th attempt waits `initial · 2^(n−1)`, never more than `max`.
+    pub fn exponential(initial: Duration, max: Duration) -> Backoff {
+        Backoff::Exponential { initial, max }
+    }
+
+    /// The strategy name stored in the database: `FIXED` or `EXPONENTIAL`.
     pub fn strategy(&self) -> &'static str {
         match self {
             Backoff::Fixed { .. } => "FIXED",
@@ -144,7 +163,7 @@ impl Backoff {
     /// use std::time::Duration;
     /// use backstop_core::Backoff;
     ///
-    /// let b = Backoff::Exponential { initial: Duration::from_secs(10), max: Duration::from_secs(60) };
+    /// let b = Backoff::exponential(Duration::from_secs(10), Duration::from_secs(60));
     /// assert_eq!(b.delay_after(1), Duration::from_secs(10));
     /// assert_eq!(b.delay_after(3), Duration::from_secs(40));
     /// assert_eq!(b.delay_after(4), Duration::from_secs(60)); // capped
@@ -163,7 +182,7 @@ impl Backoff {
 
 /// How often and how patiently a task is retried.
 ///
-/// `max_attempts` counts every start, the first included (the seed's `max_retry_count`):
+/// `max_attempts` counts every start, the first included:
 /// a task with `max_attempts = 3` runs at most three times, then parks as failed.
 ///
 /// ```
@@ -175,6 +194,7 @@ impl Backoff {
 /// assert_eq!(p.delay_after(5), Duration::from_secs(8));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct RetryPolicy {
     /// Total starts allowed, the first included (≥ 1).
     pub max_attempts: u32,
@@ -183,7 +203,7 @@ pub struct RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// The default cap on exponential backoff: 24 hours (the seed's).
+    /// The default cap on exponential backoff: 24 hours.
     pub const DEFAULT_MAX_INTERVAL: Duration = Duration::from_secs(24 * 3600);
 
     /// Retry every `interval`, at most `max_attempts` starts in all.
@@ -261,8 +281,9 @@ impl Default for RetryPolicy {
     }
 }
 
-/// A task row as stored.
+/// A task row as stored. Columns may be added in minor versions.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Task {
     /// The row id.
     pub id: TaskId,
@@ -270,7 +291,7 @@ pub struct Task {
     pub event_type: String,
     /// The business key (1–128 bytes); unique together with `event_type`.
     pub biz_key: String,
-    /// The JSON context the handler runs with (the seed's `biz_context`).
+    /// The JSON context the handler runs with.
     pub payload: String,
     /// Where the task is in its life.
     pub status: Status,
@@ -536,6 +557,7 @@ impl NewTask {
 
 /// The answer of an enqueue: hand it to the engine's `run_now` after commit.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Enqueued {
     /// The task's id (the existing one for a duplicate).
     pub id: TaskId,
@@ -631,10 +653,18 @@ impl Mark {
 }
 
 /// Which tasks [`TaskStore::list`] returns: filters are ANDed, rows come in id order,
-/// starting after `after_id`, at most `limit` (1–1000) of them.
+/// starting after `after_id`, at most `limit` (1–1000) of them. Built from `Default`
+/// with the setters; filters may be added in minor versions.
+///
+/// ```
+/// use backstop_core::{Status, TaskFilter};
+/// let failed = TaskFilter::default().status(Status::Failed).event_type("PAY").limit(50);
+/// assert_eq!(failed.limit, 50);
+/// ```
 ///
 /// [`TaskStore::list`]: crate::TaskStore::list
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TaskFilter {
     /// Only this status.
     pub status: Option<Status>,
@@ -657,6 +687,38 @@ impl Default for TaskFilter {
             older_than: None,
             limit: 100,
         }
+    }
+}
+
+impl TaskFilter {
+    /// Only tasks in `status`.
+    pub fn status(mut self, status: Status) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    /// Only tasks of `event_type`.
+    pub fn event_type(mut self, event_type: impl Into<String>) -> Self {
+        self.event_type = Some(event_type.into());
+        self
+    }
+
+    /// Only ids greater than `id` (the last id of the previous page).
+    pub fn after_id(mut self, id: TaskId) -> Self {
+        self.after_id = Some(id);
+        self
+    }
+
+    /// Only tasks whose `updated_at` is older than `age` (database time).
+    pub fn older_than(mut self, age: Duration) -> Self {
+        self.older_than = Some(age);
+        self
+    }
+
+    /// At most `n` rows (1–1000).
+    pub fn limit(mut self, n: usize) -> Self {
+        self.limit = n;
+        self
     }
 }
 
@@ -693,6 +755,7 @@ pub struct StatusCount {
 ///
 /// [`TaskStore::stats`]: crate::TaskStore::stats
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Stats {
     /// Counts per event type and status (only non-zero ones).
     pub counts: Vec<StatusCount>,

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::driver::{check_task, Backend, Checked, Driver, RawTask, Reset};
+use crate::driver::{check_task, enqueued, Backend, Checked, Driver, RawTask, Reset};
 use crate::error::{Error, ErrorKind, Result};
 use crate::limits;
 use crate::model::{
@@ -122,7 +122,7 @@ pub trait TaskStore: Send + Sync + 'static {
     ///   one transaction where the backend allows.
     async fn mark(&self, marks: &[Mark]) -> Result<Vec<bool>>;
 
-    /// An operator's retry (the seed's MIS reset): failed → pending with `attempts = 0`,
+    /// An operator's retry: failed → pending with `attempts = 0`,
     /// due now, `last_error` kept for the record.
     ///
     /// - Also resets a *stuck* running task: one whose `updated_at` is older than
@@ -262,11 +262,7 @@ impl<B: Backend + ?Sized> TaskStore for B {
         let d = self.driver();
         let checked = check_task(d.config(), &task)?;
         let inserted = run(d, "enqueue", || d.insert(checked)).await?;
-        Ok(Enqueued {
-            id: inserted.id,
-            created: inserted.created,
-            event_type: task.event_type().to_owned(),
-        })
+        Ok(enqueued(inserted, &task))
     }
 
     async fn grab_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<Task>> {

@@ -61,7 +61,7 @@ pub(crate) fn dispatch<S: TaskStore + Clone>(
             let mark = outcome_mark(&exec, &task, outcome, &shared.counters);
             drop(task);
             // The attempt is over: its executor slot is free for the next task while the
-            // mark waits for its batch (bounded by `MAX_UNMARKED`). The task stays held
+            // mark waits for its batch (bounded by `EngineConfig::max_unmarked`). The task stays held
             // (heartbeated) and in flight (shutdown waits for it) until the mark is applied.
             shared.tracker.attempt_ended(lease);
             drop(slot);

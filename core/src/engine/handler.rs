@@ -13,6 +13,7 @@ use crate::model::{RetryPolicy, Task};
 
 /// What a failed attempt asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ErrorAction {
     /// Retry after the task's backoff (the default for any error).
     Retry,
@@ -108,8 +109,8 @@ pub trait Handler: Send + Sync + 'static {
     /// Do the work of `task`.
     async fn handle(&self, task: &Task) -> std::result::Result<(), HandlerError>;
 
-    /// Called before `handle`: return `true` when the business is already done (the
-    /// seed's `preCheckSkip`), and the task is marked succeeded without running.
+    /// Called before `handle`: return `true` when the work is already done (its business
+    /// outcome exists, say), and the task is marked succeeded without running `handle`.
     async fn pre_check_skip(&self, _task: &Task) -> std::result::Result<bool, HandlerError> {
         Ok(false)
     }
@@ -216,8 +217,20 @@ where
     }
 }
 
-/// How one event type runs.
+/// How one event type runs. Start from `Default` and use the setters (see
+/// [`EngineConfig`](crate::EngineConfig) for the style every options type follows).
+///
+/// ```
+/// use std::time::Duration;
+/// use backstop_core::{HandlerOptions, RetryPolicy};
+///
+/// let options = HandlerOptions::default()
+///     .concurrency(8)
+///     .retry(RetryPolicy::fixed(3, Duration::from_secs(30)));
+/// assert_eq!(options.queue_capacity, 64); // the default
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct HandlerOptions {
     /// The retry policy of tasks made with [`Engine::task`](crate::Engine::task) (and so
     /// [`Engine::enqueue`](crate::Engine::enqueue) of such tasks). A task's row keeps the
@@ -245,28 +258,15 @@ impl Default for HandlerOptions {
 }
 
 impl HandlerOptions {
-    /// Use this retry policy for new tasks.
-    pub fn retry(mut self, retry: RetryPolicy) -> Self {
-        self.retry = retry;
-        self
-    }
-
-    /// Run this many at once.
-    pub fn concurrency(mut self, n: usize) -> Self {
-        self.concurrency = n;
-        self
-    }
-
-    /// Let this many wait.
-    pub fn queue_capacity(mut self, n: usize) -> Self {
-        self.queue_capacity = n;
-        self
-    }
-
-    /// Abandon an attempt after this long.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
+    crate::driver::setters! {
+        /// See [`retry`](Self::retry).
+        retry: RetryPolicy,
+        /// See [`concurrency`](Self::concurrency).
+        concurrency: usize,
+        /// See [`queue_capacity`](Self::queue_capacity).
+        queue_capacity: usize,
+        /// See [`timeout`](Self::timeout).
+        timeout: Duration,
     }
 
     pub(crate) fn validate(&self, event_type: &str) -> Result<()> {

@@ -49,8 +49,26 @@ use counters::Counters;
 use executor::Executor;
 use tracker::{ClaimGuard, Tracker};
 
-/// Settings of an [`Engine`]. Every field has the default the design names.
+/// Settings of an [`Engine`].
+///
+/// Like every options type of backstop (this one, [`HandlerOptions`],
+/// [`StoreConfig`](crate::StoreConfig) and each backend's options): start from
+/// `Default`, change what you need with the setter named after the field, and read any
+/// field directly. New settings may be added in minor versions, so the struct cannot be
+/// built with a literal.
+///
+/// ```
+/// use std::time::Duration;
+/// use backstop_core::EngineConfig;
+///
+/// let config = EngineConfig::default()
+///     .poll_interval(Duration::from_secs(2))
+///     .retention(None);
+/// assert_eq!(config.poll_interval, Duration::from_secs(2));
+/// assert_eq!(config.dead_after, Duration::from_secs(180)); // the default
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct EngineConfig {
     /// This instance's identity in the `owner` column (default: generated, unique per
     /// process start).
@@ -85,6 +103,13 @@ pub struct EngineConfig {
     /// this is kept well above a short poll interval, and instances started together do
     /// not all count the backlog they are about to drain.
     pub gauge_interval: Duration,
+    /// Most finished attempts whose outcomes (marks) may wait to be written at once
+    /// (default 4096). Past it the poller claims no more until marks are applied, so an
+    /// engine whose store writes stall stops taking work instead of piling up outcomes:
+    /// it holds fewer than this plus its executors' capacity (`concurrency +
+    /// queue_capacity`) claimed tasks. A waiting mark holds no task row: only its lease
+    /// and outcome.
+    pub max_unmarked: usize,
 }
 
 impl Default for EngineConfig {
@@ -102,11 +127,41 @@ impl Default for EngineConfig {
             purge_interval: Duration::from_secs(3600),
             purge_batch: 500,
             gauge_interval: Duration::from_secs(15),
+            max_unmarked: 4096,
         }
     }
 }
 
 impl EngineConfig {
+    crate::driver::setters! {
+        /// See [`owner`](Self::owner).
+        owner: Option<Owner>,
+        /// See [`poll_interval`](Self::poll_interval).
+        poll_interval: Duration,
+        /// See [`first_poll_delay`](Self::first_poll_delay).
+        first_poll_delay: Duration,
+        /// See [`dead_after`](Self::dead_after).
+        dead_after: Duration,
+        /// See [`heartbeat_interval`](Self::heartbeat_interval).
+        heartbeat_interval: Duration,
+        /// See [`batch_size`](Self::batch_size).
+        batch_size: usize,
+        /// See [`recycle_batch`](Self::recycle_batch).
+        recycle_batch: usize,
+        /// See [`shutdown_grace`](Self::shutdown_grace).
+        shutdown_grace: Duration,
+        /// See [`retention`](Self::retention).
+        retention: Option<Duration>,
+        /// See [`purge_interval`](Self::purge_interval).
+        purge_interval: Duration,
+        /// See [`purge_batch`](Self::purge_batch).
+        purge_batch: usize,
+        /// See [`gauge_interval`](Self::gauge_interval).
+        gauge_interval: Duration,
+        /// See [`max_unmarked`](Self::max_unmarked).
+        max_unmarked: usize,
+    }
+
     fn validate(&self) -> Result<()> {
         const OP: &str = "start_engine";
         let positive = [
@@ -130,6 +185,9 @@ impl EngineConfig {
                     self.heartbeat_interval, self.dead_after
                 ),
             ));
+        }
+        if self.max_unmarked == 0 {
+            return Err(Error::config(OP, "max_unmarked must be at least 1"));
         }
         for (name, n) in [
             ("batch_size", self.batch_size),
@@ -157,6 +215,7 @@ pub trait Archive: Send + Sync + 'static {
 
 /// What [`Engine::run_now`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RunAhead {
     /// Claimed and handed to its executor.
     Started,
@@ -293,13 +352,14 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
         })?;
         let owner = self.config.owner.clone().unwrap_or_else(Owner::generate);
         let (completions, completion_rx) = tokio::sync::mpsc::unbounded_channel();
+        let max_unmarked = self.config.max_unmarked;
         let shared = Arc::new(Shared {
             store: self.store,
             config: self.config,
             owner,
             executors,
             event_types,
-            tracker: Tracker::default(),
+            tracker: Tracker::new(max_unmarked),
             counters: Counters::default(),
             state: watch::Sender::new(State::Running),
             wake: Notify::new(),

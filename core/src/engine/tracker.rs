@@ -22,7 +22,6 @@ use std::sync::Mutex;
 
 use tokio::sync::Notify;
 
-use crate::limits::MAX_UNMARKED;
 use crate::model::{Lease, TaskId};
 
 /// Where a held task's attempt is.
@@ -43,8 +42,9 @@ struct Held {
 }
 
 /// See the [module docs](self).
-#[derive(Default)]
 pub(crate) struct Tracker {
+    /// `EngineConfig::max_unmarked`.
+    max_unmarked: usize,
     held: Mutex<HashMap<TaskId, Held>>,
     /// Claims on their way to the database, plus attempts not yet finished.
     in_flight: AtomicUsize,
@@ -66,6 +66,17 @@ impl Drop for ClaimGuard<'_> {
 }
 
 impl Tracker {
+    pub fn new(max_unmarked: usize) -> Tracker {
+        Tracker {
+            max_unmarked,
+            held: Mutex::default(),
+            in_flight: AtomicUsize::new(0),
+            unmarked: AtomicUsize::new(0),
+            idle: Notify::new(),
+            capacity_freed: Notify::new(),
+        }
+    }
+
     fn held(&self) -> std::sync::MutexGuard<'_, HashMap<TaskId, Held>> {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -115,7 +126,7 @@ impl Tracker {
         }
         let n = leases.len();
         let before = self.unmarked.fetch_sub(n, Ordering::SeqCst);
-        if before >= MAX_UNMARKED && before - n < MAX_UNMARKED {
+        if before >= self.max_unmarked && before - n < self.max_unmarked {
             self.capacity_freed.notify_one();
         }
         self.leave(n);
@@ -146,9 +157,9 @@ impl Tracker {
     }
 
     /// Whether so many ended attempts wait for their marks that claiming must pause (see
-    /// [`MAX_UNMARKED`]).
+    /// `EngineConfig::max_unmarked`).
     pub fn marks_backlogged(&self) -> bool {
-        self.unmarked.load(Ordering::SeqCst) >= MAX_UNMARKED
+        self.unmarked.load(Ordering::SeqCst) >= self.max_unmarked
     }
 
     /// Claims and attempts in flight.
@@ -197,7 +208,7 @@ mod tests {
 
     #[test]
     fn a_lease_gone_after_the_attempt_ended_is_not_news() {
-        let t = Tracker::default();
+        let t = Tracker::new(4096);
         t.started(lease(1, 1));
         t.attempt_ended(lease(1, 1));
         // the mark committed before the heartbeat ran; its answer is still on its way
@@ -211,7 +222,7 @@ mod tests {
 
     #[test]
     fn a_lost_lease_is_news_once_and_no_longer_heartbeated() {
-        let t = Tracker::default();
+        let t = Tracker::new(4096);
         t.started(lease(1, 1));
         t.started(lease(2, 1));
         assert!(t.lease_gone(lease(1, 1)));
@@ -226,7 +237,7 @@ mod tests {
 
     #[test]
     fn a_lease_claimed_again_is_not_touched_by_the_old_one() {
-        let t = Tracker::default();
+        let t = Tracker::new(4096);
         t.started(lease(1, 1));
         t.attempt_ended(lease(1, 1));
         // recycled and claimed again by this engine before the old mark's answer

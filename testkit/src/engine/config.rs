@@ -32,27 +32,19 @@ pub async fn engine_refuses_bad_configuration<H: Harness>(ctx: &Ctx<H>) {
             "timeout",
         ),
         (
-            EngineConfig {
-                heartbeat_interval: Duration::from_secs(100),
-                dead_after: Duration::from_secs(180),
-                ..fast_config()
-            },
+            fast_config()
+                .heartbeat_interval(Duration::from_secs(100))
+                .dead_after(Duration::from_secs(180)),
             vec![("A", opts())],
             "at most half of dead_after",
         ),
         (
-            EngineConfig {
-                batch_size: 0,
-                ..fast_config()
-            },
+            fast_config().batch_size(0),
             vec![("A", opts())],
             "batch_size",
         ),
         (
-            EngineConfig {
-                poll_interval: Duration::ZERO,
-                ..fast_config()
-            },
+            fast_config().poll_interval(Duration::ZERO),
             vec![("A", opts())],
             "poll_interval",
         ),

@@ -7,11 +7,9 @@ use super::*;
 pub async fn engine_heartbeats_keep_a_long_task_alive<H: Harness>(ctx: &Ctx<H>) {
     let calls = Calls::default();
     let long = |calls: Calls| sleepy(calls, Duration::from_millis(2500));
-    let config = EngineConfig {
-        dead_after: Duration::from_secs(1),
-        heartbeat_interval: Duration::from_millis(100),
-        ..fast_config()
-    };
+    let config = fast_config()
+        .dead_after(Duration::from_secs(1))
+        .heartbeat_interval(Duration::from_millis(100));
     // two instances: either may run the task; both poll and recycle meanwhile
     let engine = Engine::builder(ctx.store.clone())
         .config(config.clone())
@@ -52,11 +50,9 @@ pub async fn engine_poller_recycles_a_dead_task_and_runs_it_again<H: Harness>(ct
     // both claimed by a worker (ctx.owner) that then dies; one of them long ago
     ctx.grab(dead).await;
     ctx.grab(alive).await;
-    let config = EngineConfig {
-        owner: Some(Owner::new("successor").unwrap()),
-        dead_after: Duration::from_secs(60),
-        ..fast_config()
-    };
+    let config = fast_config()
+        .owner(Some(Owner::new("successor").unwrap()))
+        .dead_after(Duration::from_secs(60));
     ctx.backdate(
         dead,
         TimeColumn::UpdatedAt,
@@ -97,14 +93,12 @@ pub async fn engine_poller_recycles_a_dead_task_and_runs_it_again<H: Harness>(ct
 pub async fn engine_recycler_sweeps_every_dead_task_and_wakes_the_poller<H: Harness>(ctx: &Ctx<H>) {
     const DEAD: usize = 150;
     const SWEEP: usize = 100;
-    let config = EngineConfig {
-        owner: Some(Owner::new("successor").unwrap()),
-        poll_interval: HOUR,
-        first_poll_delay: Duration::ZERO,
-        recycle_batch: SWEEP,
-        dead_after: Duration::from_secs(60),
-        ..fast_config()
-    };
+    let config = fast_config()
+        .owner(Some(Owner::new("successor").unwrap()))
+        .poll_interval(HOUR)
+        .first_poll_delay(Duration::ZERO)
+        .recycle_batch(SWEEP)
+        .dead_after(Duration::from_secs(60));
     let mut ids = Vec::new();
     for i in 0..DEAD {
         let id = ctx.enqueue("PAY", &format!("dead{i}")).await;
@@ -153,11 +147,11 @@ pub async fn engine_refuses_a_late_completion_after_recycle<H: Harness>(ctx: &Ct
     let handler = gated(calls.clone(), &gate);
     // heartbeats far apart: the instance looks dead (a long GC pause, a partition)
     let engine = Engine::builder(ctx.store.clone())
-        .config(EngineConfig {
-            dead_after: 2 * HOUR,
-            heartbeat_interval: HOUR,
-            ..no_poll_config()
-        })
+        .config(
+            no_poll_config()
+                .dead_after(2 * HOUR)
+                .heartbeat_interval(HOUR),
+        )
         .handler("PAY", handler, opts())
         .start()
         .unwrap();
@@ -202,10 +196,7 @@ pub async fn engine_slow_mark_answers_lose_no_lease<H: Harness>(ctx: &Ctx<H>) {
     let calls = Calls::default();
     let gate = Gate::shut(ctx.store.clone(), Gated::MarkAnswer);
     let engine = Engine::builder(gate.clone())
-        .config(EngineConfig {
-            heartbeat_interval: Duration::from_millis(30),
-            ..no_poll_config()
-        })
+        .config(no_poll_config().heartbeat_interval(Duration::from_millis(30)))
         .handler("PAY", succeeding(&calls), opts())
         .start()
         .unwrap();
@@ -251,10 +242,7 @@ pub async fn engine_counts_a_lost_lease_once<H: Harness>(ctx: &Ctx<H>) {
     let calls = Calls::default();
     let watch = Gate::shut(ctx.store.clone(), Gated::Nothing);
     let engine = Engine::builder(watch.clone())
-        .config(EngineConfig {
-            heartbeat_interval: Duration::from_millis(30),
-            ..no_poll_config()
-        })
+        .config(no_poll_config().heartbeat_interval(Duration::from_millis(30)))
         .handler("PAY", gated(calls.clone(), &gate), opts())
         .start()
         .unwrap();

@@ -37,24 +37,19 @@ pub(crate) const PATIENCE: Duration = Duration::from_secs(20);
 /// Settings for tests: a poller that polls every 20 ms, starting 300 ms after start (so a
 /// case's first run-ahead is not raced by the first poll), no retention.
 pub(crate) fn fast_config() -> EngineConfig {
-    EngineConfig {
-        poll_interval: Duration::from_millis(20),
-        first_poll_delay: Duration::from_millis(300),
-        dead_after: Duration::from_secs(60),
-        heartbeat_interval: Duration::from_millis(200),
-        shutdown_grace: Duration::from_secs(10),
-        retention: None,
-        ..EngineConfig::default()
-    }
+    EngineConfig::default()
+        .poll_interval(Duration::from_millis(20))
+        .first_poll_delay(Duration::from_millis(300))
+        .dead_after(Duration::from_secs(60))
+        .heartbeat_interval(Duration::from_millis(200))
+        .shutdown_grace(Duration::from_secs(10))
+        .retention(None)
 }
 
 /// The same, but with a poller that does not poll within a test's lifetime: whatever runs
 /// ran ahead.
 pub(crate) fn no_poll_config() -> EngineConfig {
-    EngineConfig {
-        first_poll_delay: HOUR,
-        ..fast_config()
-    }
+    fast_config().first_poll_delay(HOUR)
 }
 
 /// Wait until `cond` holds, checking every 10 ms; panic after `PATIENCE`.

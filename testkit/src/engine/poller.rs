@@ -131,13 +131,13 @@ pub async fn engine_two_instances_run_each_task_exactly_once<H: Harness>(ctx: &C
 }
 
 /// Finished attempts waiting for their marks are bounded: while the store's marks stall,
-/// the poller claims until `limits::MAX_UNMARKED` attempts wait (plus what the executor
-/// held when it last claimed: at most its capacity) and then no more — the rest stay
-/// pending, untouched; once marks flow again every task completes, each run once.
+/// the poller claims until `max_unmarked` attempts wait (plus what the executor held when
+/// it last claimed: at most its capacity) and then no more — the rest stay pending,
+/// untouched; once marks flow again every task completes, each run once.
 pub async fn engine_stops_claiming_while_marks_stall<H: Harness>(ctx: &Ctx<H>) {
-    use backstop_core::limits::MAX_UNMARKED;
-    const BATCH: usize = 100;
-    const CAPACITY: usize = 64 + 192;
+    const MAX_UNMARKED: usize = 300;
+    const BATCH: usize = 20;
+    const CAPACITY: usize = 16 + 48;
     let total = MAX_UNMARKED + 2 * CAPACITY;
     let producers: Vec<_> = (0..8)
         .map(|p| {
@@ -165,12 +165,13 @@ pub async fn engine_stops_claiming_while_marks_stall<H: Harness>(ctx: &Ctx<H>) {
     };
     let gate = Gate::shut(ctx.store.clone(), Gated::Mark);
     let engine = Engine::builder(gate.clone())
-        .config(EngineConfig {
-            batch_size: BATCH,
-            first_poll_delay: Duration::ZERO,
-            ..fast_config()
-        })
-        .handler("BULK", handler, opts().concurrency(64).queue_capacity(192))
+        .config(
+            fast_config()
+                .batch_size(BATCH)
+                .max_unmarked(MAX_UNMARKED)
+                .first_poll_delay(Duration::ZERO),
+        )
+        .handler("BULK", handler, opts().concurrency(16).queue_capacity(48))
         .start()
         .unwrap();
     eventually("claims to reach the bound", || async {

@@ -37,12 +37,12 @@ pub async fn engine_retention_archives_then_purges_old_succeeded_tasks<H: Harnes
 
     let archived = Arc::new(Mutex::new(Vec::new()));
     let engine = Engine::builder(ctx.store.clone())
-        .config(EngineConfig {
-            retention: Some(HOUR),
-            purge_interval: Duration::from_millis(50),
-            purge_batch: 3,
-            ..fast_config()
-        })
+        .config(
+            fast_config()
+                .retention(Some(HOUR))
+                .purge_interval(Duration::from_millis(50))
+                .purge_batch(3),
+        )
         .handler("E", flaky(Calls::default(), 0), opts())
         .archive(Keep(Arc::clone(&archived)))
         .start()

@@ -40,10 +40,7 @@ pub async fn engine_rejects_run_ahead_when_executor_full_and_polls_it_later<H: H
     let blocking = gated(calls.clone(), &gate);
     let other_calls = Calls::default();
     let engine = Engine::builder(ctx.store.clone())
-        .config(EngineConfig {
-            poll_interval: Duration::from_millis(50),
-            ..fast_config()
-        })
+        .config(fast_config().poll_interval(Duration::from_millis(50)))
         .handler("SLOW", blocking, opts().concurrency(1).queue_capacity(0))
         .handler("FAST", flaky(other_calls.clone(), 0), opts())
         .start()

@@ -34,10 +34,7 @@ pub async fn engine_shutdown_under_load_leaves_nothing_running<H: Harness>(ctx: 
     assert!(c.released > 0, "queued tasks were given back: {c:?}");
     let all = ctx
         .store
-        .list(&backstop_core::TaskFilter {
-            limit: 1000,
-            ..Default::default()
-        })
+        .list(&backstop_core::TaskFilter::default().limit(1000))
         .await
         .unwrap();
     for t in all {
@@ -56,10 +53,7 @@ pub async fn engine_shutdown_interrupts_after_grace_and_releases<H: Harness>(ctx
     let started = Calls::default();
     let handler = sleepy(started.clone(), HOUR);
     let engine = Engine::builder(ctx.store.clone())
-        .config(EngineConfig {
-            shutdown_grace: Duration::from_millis(200),
-            ..no_poll_config()
-        })
+        .config(no_poll_config().shutdown_grace(Duration::from_millis(200)))
         .handler("STUCK", handler, opts().timeout(2 * HOUR))
         .start()
         .unwrap();
@@ -74,13 +68,13 @@ pub async fn engine_shutdown_interrupts_after_grace_and_releases<H: Harness>(ctx
 }
 
 /// Wait until `engine` has begun shutting down (it answers a run-ahead with
-/// `ShuttingDown`; a duplicate's run-ahead touches no store while it runs).
-async fn until_shutting_down<S: TaskStore + Clone>(engine: &Engine<S>, event_type: &str) {
-    let probe = backstop_core::Enqueued {
-        id: 0,
-        created: false,
-        event_type: event_type.to_owned(),
-    };
+/// `ShuttingDown`; a duplicate's run-ahead touches no store while it runs). The probe is
+/// the duplicate enqueue of a task of a type no engine handles.
+async fn until_shutting_down<S: TaskStore + Clone>(engine: &Engine<S>) {
+    let store = engine.store();
+    store.enqueue(NewTask::new("PROBE", "probe")).await.unwrap();
+    let probe = store.enqueue(NewTask::new("PROBE", "probe")).await.unwrap();
+    assert!(!probe.created);
     eventually("shutdown to begin", || async {
         engine.run_now(&probe).await.unwrap() == RunAhead::ShuttingDown
     })
@@ -100,16 +94,12 @@ async fn assert_given_back<H: Harness>(ctx: &Ctx<H>, id: TaskId, calls: &Calls) 
 
 /// Shut `engine` down while a claim is held at `gate`: once shutdown has begun, open the
 /// gate, and wait for shutdown to end.
-async fn shut_down_across_the_gate<S: TaskStore + Clone>(
-    engine: &Engine<Gate<S>>,
-    gate: &Gate<S>,
-    event_type: &str,
-) {
+async fn shut_down_across_the_gate<S: TaskStore + Clone>(engine: &Engine<Gate<S>>, gate: &Gate<S>) {
     let stopping = tokio::spawn({
         let engine = engine.clone();
         async move { engine.shutdown().await }
     });
-    until_shutting_down(engine, event_type).await;
+    until_shutting_down(engine).await;
     gate.open();
     tokio::time::timeout(PATIENCE, stopping)
         .await
@@ -137,15 +127,12 @@ pub async fn engine_shutdown_waits_for_a_poll_in_flight_and_releases_its_claim<H
     let calls = Calls::default();
     let gate = Gate::shut(ctx.store.clone(), Gated::GrabBatch);
     let engine = Engine::builder(gate.clone())
-        .config(EngineConfig {
-            first_poll_delay: Duration::ZERO,
-            ..fast_config()
-        })
+        .config(fast_config().first_poll_delay(Duration::ZERO))
         .handler("WORK", succeeding(&calls), opts())
         .start()
         .unwrap();
     gate.arrived(1).await;
-    shut_down_across_the_gate(&engine, &gate, "WORK").await;
+    shut_down_across_the_gate(&engine, &gate).await;
     for id in ids {
         assert_given_back(ctx, id, &calls).await;
     }
@@ -173,7 +160,7 @@ pub async fn engine_shutdown_waits_for_a_run_ahead_claim_in_flight<H: Harness>(c
         async move { engine.run_now(&enq).await }
     });
     gate.arrived(1).await;
-    shut_down_across_the_gate(&engine, &gate, "WORK").await;
+    shut_down_across_the_gate(&engine, &gate).await;
     assert_eq!(running_ahead.await.unwrap().unwrap(), RunAhead::Started);
     assert_given_back(ctx, enq.id, &calls).await;
     let c = engine.counters();

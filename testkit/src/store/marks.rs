@@ -161,7 +161,7 @@ pub async fn mark_retry_exponential_doubles_and_caps<H: Harness>(ctx: &Ctx<H>) {
     }
     assert_eq!(
         ctx.task(e.id).await.retry.backoff,
-        Backoff::Exponential { initial, max: cap }
+        Backoff::exponential(initial, cap)
     );
 }
 

@@ -47,40 +47,23 @@ pub async fn list_filters_and_pages<H: Harness>(ctx: &Ctx<H>) {
     let ids = |v: Vec<Task>| v.into_iter().map(|t| t.id).collect::<Vec<_>>();
     let all = ctx.store.list(&TaskFilter::default()).await.unwrap();
     assert_eq!(ids(all), vec![a[0], a[1], a[2], a[3], a[4], b]);
-    let f = TaskFilter {
-        status: Some(Status::Failed),
-        ..TaskFilter::default()
-    };
+    let f = TaskFilter::default().status(Status::Failed);
     assert_eq!(ids(ctx.store.list(&f).await.unwrap()), vec![a[1]]);
-    let f = TaskFilter {
-        event_type: Some("A".into()),
-        status: Some(Status::Pending),
-        limit: 2,
-        ..TaskFilter::default()
-    };
+    let f = TaskFilter::default()
+        .event_type("A")
+        .status(Status::Pending)
+        .limit(2);
     let page1 = ids(ctx.store.list(&f).await.unwrap());
     assert_eq!(page1, vec![a[0], a[2]]);
-    let f2 = TaskFilter {
-        after_id: Some(a[2]),
-        ..f.clone()
-    };
+    let f2 = f.clone().after_id(a[2]);
     assert_eq!(ids(ctx.store.list(&f2).await.unwrap()), vec![a[3], a[4]]);
     // by age of updated_at
     ctx.backdate(a[3], TimeColumn::UpdatedAt, HOUR).await;
     ctx.backdate(b, TimeColumn::UpdatedAt, 2 * HOUR).await;
-    let f_age = TaskFilter {
-        older_than: Some(MINUTE),
-        ..TaskFilter::default()
-    };
+    let f_age = TaskFilter::default().older_than(MINUTE);
     assert_eq!(ids(ctx.store.list(&f_age).await.unwrap()), vec![a[3], b]);
-    let f_age = TaskFilter {
-        older_than: Some(HOUR + MINUTE),
-        ..TaskFilter::default()
-    };
+    let f_age = TaskFilter::default().older_than(HOUR + MINUTE);
     assert_eq!(ids(ctx.store.list(&f_age).await.unwrap()), vec![b]);
-    let f3 = TaskFilter {
-        limit: MAX_BATCH + 1,
-        ..TaskFilter::default()
-    };
+    let f3 = TaskFilter::default().limit(MAX_BATCH + 1);
     assert_kind(ctx.store.list(&f3).await, ErrorKind::InvalidInput, "limit");
 }
