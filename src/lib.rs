@@ -54,9 +54,9 @@ pub use backstop_core::{
     Status, StatusCount, StoreConfig, Task, TaskFilter, TaskId, TaskStore, TaskStoreExt,
 };
 // Errors.
-pub use backstop_core::{BoxError, Error, ErrorKind, Result};
 /// Re-exported so handlers (and backends) use the same `#[async_trait]` as the traits.
 pub use backstop_core::async_trait;
+pub use backstop_core::{BoxError, Error, ErrorKind, Result};
 
 mod any;
 pub use any::{connect, connect_with, AnyStore};

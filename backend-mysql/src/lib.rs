@@ -9,7 +9,7 @@
 //!   read does with rows another claim holds: *queue then skip* waits its turn up to
 //!   1 s, then passes them (`FOR UPDATE WAIT 1`, then `SKIP LOCKED`; MariaDB ≥ 10.6, the
 //!   default there), *skip locked* passes them at once (MySQL ≥ 8.0.1, the default
-//!   there), the seed's *ordered update* waits (`FOR UPDATE`; every version).
+//!   there), the *ordered update* waits (`FOR UPDATE`; every version).
 //! - **READ COMMITTED** on every pooled connection (no gap locks to deadlock with
 //!   inserts); claim indexes that match the `ORDER BY` exactly.
 //! - **Deadlocks (1213) and lock-wait timeouts (1205)** are retried a few times with
@@ -46,11 +46,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backstop_core::async_trait;
-#[cfg(doc)]
-use backstop_core::TaskStore;
 use backstop_core::driver::{
     enqueue_on, mark_rounds, millis, Backend, Checked, Driver, Inserted, RawStats, RawTask, Reset,
 };
+#[cfg(doc)]
+use backstop_core::TaskStore;
 use backstop_core::{
     Enqueued, Error, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner, Recycled, Result, Status,
     StoreConfig, TaskFilter, TaskId,
@@ -94,11 +94,11 @@ pub enum ClaimStrategy {
     #[default]
     Auto,
     /// `SELECT … ORDER BY next_run_at, id LIMIT n FOR UPDATE` + `UPDATE … WHERE id IN
-    /// (…)` in one transaction: the seed's ordered update, in two statements. Works on
-    /// every version; concurrent claimers queue behind each other's row locks. (The
-    /// seed's single `UPDATE … ORDER BY … LIMIT` changes a column of the index it scans,
-    /// so the server collects every due row before applying the limit: a claim's cost
-    /// would grow with the backlog.)
+    /// (…)` in one transaction: an ordered update, in two statements. Works on every
+    /// version; concurrent claimers queue behind each other's row locks. (A single
+    /// `UPDATE … ORDER BY … LIMIT` changes a column of the index it scans, so the server
+    /// collects every due row before applying the limit: a claim's cost would grow with
+    /// the backlog.)
     OrderedUpdate,
     /// `SELECT … FOR UPDATE SKIP LOCKED` + `UPDATE … WHERE id IN (…)` in one transaction:
     /// concurrent claimers pass each other.
@@ -108,8 +108,8 @@ pub enum ClaimStrategy {
     /// (`FOR UPDATE WAIT 1`); past that, the claim starts over with `SKIP LOCKED`.
     ///
     /// Under contention claims queue instead of running side by side over the same
-    /// index head, which keeps several instances at least as fast as one (measured on
-    /// MariaDB: 8 engines 1.1× one engine where skip locked fell to 0.5×), while a
+    /// index head, which keeps several instances at least as fast as one (where skip
+    /// locked slows down as instances are added; see the README's benchmarks), while a
     /// claimer that stalls mid-claim (a paused VM, a partitioned host) holds the others
     /// up by a second, not `innodb_lock_wait_timeout`. Needs MariaDB ≥ 10.6 (`WAIT n`
     /// and `SKIP LOCKED`); the default there.

@@ -181,7 +181,7 @@ mod queue_then_skip {
 
 /// A claim reads the rows it claims, not the backlog, under either strategy: the claiming
 /// connection's own `Handler_read_next` (index reads in order) around one claim of 10 from
-/// 3 000 due tasks. (The seed's single `UPDATE … ORDER BY … LIMIT` read all 3 000: it
+/// 3 000 due tasks. (A single `UPDATE … ORDER BY … LIMIT` read all 3 000: it
 /// changes a column of the index it scans, so the server buffers every due row first.)
 mod claim_cost {
     use super::*;

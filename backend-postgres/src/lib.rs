@@ -46,12 +46,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backstop_core::async_trait;
-#[cfg(doc)]
-use backstop_core::TaskStore;
 use backstop_core::driver::{
     enqueue_on, mark_rounds, millis, Backend, Checked, Driver, Inserted, RawStats, RawTask, Reset,
 };
 use backstop_core::limits;
+#[cfg(doc)]
+use backstop_core::TaskStore;
 use backstop_core::{
     Enqueued, Error, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner, Recycled, Result, Status,
     StoreConfig, TaskFilter, TaskId,

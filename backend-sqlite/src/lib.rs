@@ -47,11 +47,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backstop_core::async_trait;
-#[cfg(doc)]
-use backstop_core::TaskStore;
 use backstop_core::driver::{
     enqueue_on_blocking, millis, Backend, Checked, Driver, Inserted, RawStats, RawTask, Reset,
 };
+#[cfg(doc)]
+use backstop_core::TaskStore;
 use backstop_core::{
     Enqueued, Error, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner, Recycled, Result, Status,
     StoreConfig, TaskFilter, TaskId,

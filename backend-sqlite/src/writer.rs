@@ -7,8 +7,7 @@
 //! mutex in front of tokio's blocking pool: queued writes run back to back on a thread
 //! that never parks between them, where a mutex hand-off wakes the next writer's task,
 //! which then wakes a blocking-pool thread — two thread wake-ups per write on a busy
-//! file. Measured on a 2-core machine draining tasks (claims and marks alternating on the
-//! lock), that hand-off was a fifth of the time.
+//! file (see `bench/NOTES.md`).
 //!
 //! **Group commit.** The store's own writes ([`Writer::write`]) that are queued together
 //! share one transaction: the thread takes the first, then whatever is already waiting
@@ -18,8 +17,8 @@
 //! answered with its error; the others in the group are unaffected. If the commit fails,
 //! every write in the group gets that error and none of them is applied. Each write still
 //! reads the clock after the write lock is held. A draining engine's claim and the marks
-//! queued beside it (about 3.5 writes per group in the benchmark's drain) take one commit
-//! instead of one each, and pages they both touch go to the WAL once.
+//! queued beside it take one commit instead of one each, and pages they both touch go to
+//! the WAL once.
 //!
 //! A caller's own transaction ([`Writer::run`], behind `SqliteStore::transaction`) runs
 //! alone, between groups: it gets the connection to open and end its transaction itself.

@@ -6,10 +6,9 @@
 //! When the engine is idle a mark is applied at once; under load, marks queue while a
 //! batch is in flight and ride the next one.
 //!
-//! One flusher per engine: measured against two (pipelined), one wrote fewer, larger
-//! batches and drained PostgreSQL faster with several engines on one database (the
-//! second flusher mostly added concurrent writers), and was no slower on SQLite, whose
-//! writes are serialized anyway, or MariaDB.
+//! One flusher per engine: it writes fewer, larger batches than two pipelined ones, and a
+//! second flusher mostly adds concurrent writers on a shared database (see
+//! `bench/NOTES.md`).
 
 use std::sync::Arc;
 use std::time::Duration;

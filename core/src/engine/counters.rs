@@ -25,7 +25,7 @@ pub struct EngineCounters {
     pub rejected: u64,
     /// Tasks given back without spending an attempt (shutdown).
     pub released: u64,
-    /// Dead tasks recycled by this instance's poller (to pending or failed).
+    /// Dead tasks recycled by this instance's dead-worker sweep (to pending or failed).
     pub recycled: u64,
     /// Completions refused because the lease was no longer current (the task had been
     /// recycled and claimed again): never applied.
@@ -84,7 +84,7 @@ impl Counters {
         metrics::counter!(metric, "event_type" => event_type.to_owned()).increment(n);
     }
 
-    /// Count `n` recycled tasks (the poller recycles across event types).
+    /// Count `n` recycled tasks (the sweep recycles across event types).
     pub(crate) fn recycled_n(&self, n: u64) {
         if n > 0 {
             self.add(&self.recycled, "backstop_recycled_total", "*", n);

@@ -41,10 +41,10 @@ pub async fn engine_heartbeats_keep_a_long_task_alive<H: Harness>(ctx: &Ctx<H>) 
     other.shutdown().await;
 }
 
-/// the poller recycles a task whose worker died (no heartbeat for longer than
-/// `dead_after`) and runs it again: attempt 2, owned by this instance, succeeded, counted
-/// as recycled once; a running task that is still fresh is left alone.
-pub async fn engine_poller_recycles_a_dead_task_and_runs_it_again<H: Harness>(ctx: &Ctx<H>) {
+/// the dead-worker sweep recycles a task whose worker died (no heartbeat for longer than
+/// `dead_after`) and the poller runs it again: attempt 2, owned by this instance,
+/// succeeded, counted as recycled once; a running task that is still fresh is left alone.
+pub async fn engine_recycles_a_dead_task_and_runs_it_again<H: Harness>(ctx: &Ctx<H>) {
     let dead = ctx.enqueue("PAY", "dead").await;
     let alive = ctx.enqueue("PAY", "alive").await;
     // both claimed by a worker (ctx.owner) that then dies; one of them long ago

@@ -34,7 +34,7 @@ pub async fn manual_reset_restarts_a_failed_task<H: Harness>(ctx: &Ctx<H>) {
 }
 
 /// manual_reset: a running task whose owner is gone (stale updated_at) is reset too —
-/// the seed's "stuck" case, typically on its last attempt.
+/// the "stuck" case, typically on its last attempt.
 pub async fn manual_reset_recovers_a_stuck_running_task<H: Harness>(ctx: &Ctx<H>) {
     let e = ctx
         .store
