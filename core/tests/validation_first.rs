@@ -1,0 +1,324 @@
+//! Validation first, for every backend at once: the store layer in core checks every
+//! operation's input before any driver runs. A tripwire driver counts its calls and
+//! re-checks every argument it gets against the contract's limits, failing the test on
+//! anything out of bounds; bad input must come back as `InvalidInput` with no call made,
+//! empty input must come back empty with no call made, and input at the limits must
+//! arrive intact.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use backstop_core::driver::{Backend, Checked, Driver, Inserted, RawStats, RawTask, Reset};
+use backstop_core::limits::{
+    MAX_BATCH, MAX_ERROR_BYTES, MAX_EVENT_TYPES, MAX_EVENT_TYPE_BYTES, MAX_INTERVAL, MAX_LEASES,
+};
+use backstop_core::{
+    async_trait, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner, Recycled, Result, RetryPolicy,
+    StoreConfig, TaskFilter, TaskId, TaskStore,
+};
+
+/// Fails the test when called with input outside the contract; counts its calls.
+struct Tripwire {
+    config: StoreConfig,
+    calls: AtomicUsize,
+}
+
+impl Tripwire {
+    fn called(&self) {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+fn limit_ok(limit: usize) {
+    assert!(
+        (1..=MAX_BATCH).contains(&limit),
+        "limit {limit} reached the driver"
+    );
+}
+
+fn age_ok(d: Duration) {
+    assert!(d <= MAX_INTERVAL, "age {d:?} reached the driver");
+}
+
+#[async_trait]
+impl Driver for Tripwire {
+    fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+    async fn migrate(&self) -> Result<()> {
+        self.called();
+        Ok(())
+    }
+    async fn insert(&self, task: Checked<&NewTask>) -> Result<Inserted> {
+        self.called();
+        task.validate(self.config.max_payload_bytes)
+            .expect("an invalid task reached the driver");
+        Ok(Inserted {
+            id: 1,
+            created: true,
+        })
+    }
+    async fn claim_by_id(&self, _id: TaskId, _owner: &Owner) -> Result<Option<RawTask>> {
+        self.called();
+        Ok(None)
+    }
+    async fn claim_batch(
+        &self,
+        _owner: &Owner,
+        event_types: Checked<&[String]>,
+        limit: Checked<usize>,
+    ) -> Result<Vec<RawTask>> {
+        self.called();
+        limit_ok(*limit);
+        assert!(
+            (1..=MAX_EVENT_TYPES).contains(&event_types.len()),
+            "{} event types reached the driver",
+            event_types.len()
+        );
+        let mut distinct = event_types.to_vec();
+        distinct.dedup();
+        assert_eq!(distinct.len(), event_types.len(), "duplicate event types");
+        for t in event_types.iter() {
+            assert!(
+                !t.is_empty() && t.len() <= MAX_EVENT_TYPE_BYTES && !t.contains(' '),
+                "event type {t:?} reached the driver"
+            );
+        }
+        Ok(Vec::new())
+    }
+    async fn recycle_dead(
+        &self,
+        older_than: Checked<Duration>,
+        limit: Checked<usize>,
+    ) -> Result<Recycled> {
+        self.called();
+        age_ok(*older_than);
+        limit_ok(*limit);
+        Ok(Recycled::default())
+    }
+    async fn heartbeat(&self, leases: Checked<&[Lease]>) -> Result<Vec<bool>> {
+        self.called();
+        assert!((1..=MAX_LEASES).contains(&leases.len()));
+        Ok(vec![true; leases.len()])
+    }
+    async fn mark(&self, marks: Checked<&[Mark]>) -> Result<Vec<bool>> {
+        self.called();
+        assert!((1..=MAX_LEASES).contains(&marks.len()));
+        for m in marks.iter() {
+            if let Some(e) = m.action.error() {
+                assert!(e.len() <= MAX_ERROR_BYTES, "an unbounded error text");
+            }
+            if let MarkAction::Retry { delay, .. } = &m.action {
+                age_ok(*delay);
+            }
+        }
+        Ok(vec![true; marks.len()])
+    }
+    async fn reset(&self, _id: TaskId, stuck_after: Checked<Duration>) -> Result<Reset> {
+        self.called();
+        age_ok(*stuck_after);
+        Ok(Reset::Missing)
+    }
+    async fn get(&self, _id: TaskId) -> Result<Option<RawTask>> {
+        self.called();
+        Ok(None)
+    }
+    async fn list(&self, filter: Checked<&TaskFilter>) -> Result<Vec<RawTask>> {
+        self.called();
+        limit_ok(filter.limit);
+        filter.older_than.map(age_ok);
+        Ok(Vec::new())
+    }
+    async fn stats(&self) -> Result<RawStats> {
+        self.called();
+        Ok(RawStats::default())
+    }
+    async fn purge_succeeded(
+        &self,
+        older_than: Checked<Duration>,
+        limit: Checked<usize>,
+    ) -> Result<u64> {
+        self.called();
+        age_ok(*older_than);
+        limit_ok(*limit);
+        Ok(0)
+    }
+    async fn delete_succeeded(&self, ids: Checked<&[TaskId]>) -> Result<u64> {
+        self.called();
+        assert!((1..=MAX_BATCH).contains(&ids.len()));
+        Ok(0)
+    }
+}
+
+struct Store(Tripwire);
+
+impl Backend for Store {
+    fn driver(&self) -> &dyn Driver {
+        &self.0
+    }
+}
+
+fn store() -> Store {
+    Store(Tripwire {
+        config: StoreConfig::default().max_payload_bytes(100),
+        calls: AtomicUsize::new(0),
+    })
+}
+
+impl Store {
+    fn calls(&self) -> usize {
+        self.0.calls.load(Ordering::SeqCst)
+    }
+}
+
+#[track_caller]
+fn refused<T: std::fmt::Debug>(r: Result<T>, op: &str) {
+    let e = r.expect_err("bad input must be refused");
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    assert_eq!(e.operation(), op, "{e}");
+}
+
+fn lease(id: i64) -> Lease {
+    Lease {
+        task_id: id,
+        token: 1,
+    }
+}
+
+#[tokio::test]
+async fn invalid_input_reaches_no_driver() {
+    let s = store();
+    let owner = Owner::new("w").unwrap();
+    let too_old = MAX_INTERVAL + Duration::from_secs(1);
+    for task in [
+        NewTask::new("", "k"),
+        NewTask::new("a".repeat(MAX_EVENT_TYPE_BYTES + 1), "k"),
+        NewTask::new("has space", "k"),
+        NewTask::new("E", ""),
+        NewTask::new("E", "a\u{0}b"),
+        NewTask::new("E", "k").payload_raw("{not json"),
+        NewTask::new("E", "k").json(&"x".repeat(200)),
+        NewTask::new("E", "k").retry(RetryPolicy::fixed(0, Duration::ZERO)),
+        NewTask::new("E", "k").delay(too_old),
+    ] {
+        refused(s.enqueue(task).await, "enqueue");
+    }
+    let types = |n: usize| (0..n).map(|i| format!("T{i}")).collect::<Vec<_>>();
+    refused(
+        s.grab_batch(&owner, &types(1), MAX_BATCH + 1).await,
+        "grab_batch",
+    );
+    refused(
+        s.grab_batch(&owner, &types(MAX_EVENT_TYPES + 1), 1).await,
+        "grab_batch",
+    );
+    refused(
+        s.grab_batch(&owner, &["bad type".to_owned()], 1).await,
+        "grab_batch",
+    );
+    refused(s.recycle_dead(too_old, 1).await, "recycle_dead");
+    refused(
+        s.recycle_dead(Duration::ZERO, MAX_BATCH + 1).await,
+        "recycle_dead",
+    );
+    refused(
+        s.heartbeat(&vec![lease(1); MAX_LEASES + 1]).await,
+        "heartbeat",
+    );
+    refused(
+        s.mark(&vec![Mark::success(lease(1)); MAX_LEASES + 1]).await,
+        "mark",
+    );
+    refused(s.mark(&[Mark::retry(lease(1), too_old, "e")]).await, "mark");
+    refused(s.manual_reset(1, too_old).await, "manual_reset");
+    refused(
+        s.list(&TaskFilter::default().limit(MAX_BATCH + 1)).await,
+        "list",
+    );
+    refused(
+        s.list(&TaskFilter::default().event_type("bad type")).await,
+        "list",
+    );
+    refused(
+        s.list(&TaskFilter::default().older_than(too_old)).await,
+        "list",
+    );
+    refused(s.purge_succeeded(too_old, 1).await, "purge_succeeded");
+    refused(
+        s.purge_succeeded(Duration::ZERO, MAX_BATCH + 1).await,
+        "purge_succeeded",
+    );
+    refused(
+        s.delete_succeeded(&vec![1; MAX_BATCH + 1]).await,
+        "delete_succeeded",
+    );
+    assert_eq!(s.calls(), 0, "bad input reached the driver");
+}
+
+#[tokio::test]
+async fn empty_input_is_answered_without_the_driver() {
+    let s = store();
+    let owner = Owner::new("w").unwrap();
+    assert!(s.grab_batch(&owner, &[], 10).await.unwrap().is_empty());
+    assert!(s
+        .grab_batch(&owner, &["E".into()], 0)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(s.recycle_dead(Duration::ZERO, 0).await.unwrap().total(), 0);
+    assert!(s.heartbeat(&[]).await.unwrap().is_empty());
+    assert!(s.mark(&[]).await.unwrap().is_empty());
+    assert!(s
+        .list(&TaskFilter::default().limit(0))
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(s.purge_succeeded(Duration::ZERO, 0).await.unwrap(), 0);
+    assert_eq!(s.delete_succeeded(&[]).await.unwrap(), 0);
+    assert_eq!(s.calls(), 0);
+}
+
+#[tokio::test]
+async fn input_at_the_limits_reaches_the_driver_checked() {
+    let s = store();
+    let owner = Owner::new("w").unwrap();
+    let enq = s
+        .enqueue(NewTask::new("a".repeat(MAX_EVENT_TYPE_BYTES), "k").delay(MAX_INTERVAL))
+        .await
+        .unwrap();
+    assert!(enq.created);
+    // duplicate types arrive once each
+    let types = vec!["B".to_owned(), "A".to_owned(), "B".to_owned()];
+    s.grab_batch(&owner, &types, MAX_BATCH).await.unwrap();
+    s.recycle_dead(MAX_INTERVAL, MAX_BATCH).await.unwrap();
+    assert_eq!(
+        s.heartbeat(&vec![lease(1); MAX_LEASES])
+            .await
+            .unwrap()
+            .len(),
+        MAX_LEASES
+    );
+    // an over-long error text arrives cut to the column's bound
+    let long = "é".repeat(MAX_ERROR_BYTES);
+    let flags = s
+        .mark(&[
+            Mark::retry(lease(1), MAX_INTERVAL, long.clone()),
+            Mark::fail(lease(2), long),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(flags, vec![true, true]);
+    let e = s.manual_reset(1, MAX_INTERVAL).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound);
+    s.list(
+        &TaskFilter::default()
+            .limit(MAX_BATCH)
+            .older_than(MAX_INTERVAL),
+    )
+    .await
+    .unwrap();
+    s.purge_succeeded(MAX_INTERVAL, MAX_BATCH).await.unwrap();
+    s.delete_succeeded(&vec![1; MAX_BATCH]).await.unwrap();
+    assert_eq!(s.calls(), 9);
+}
