@@ -45,16 +45,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use backstop_core::async_trait;
-use backstop_core::driver::{
-    enqueue_on, mark_rounds, millis, Backend, Checked, Driver, Inserted, RawStats, RawTask, Reset,
-};
+use backstop_core::driver::prelude::*;
 #[cfg(doc)]
 use backstop_core::TaskStore;
-use backstop_core::{
-    Enqueued, Error, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner, Recycled, Result, Status,
-    StoreConfig, TaskFilter, TaskId,
-};
 use chrono::NaiveDateTime;
 use sqlx::mysql::{MySqlConnectOptions, MySqlDatabaseError, MySqlPoolOptions, MySqlRow};
 use sqlx::{Executor, MySql, MySqlConnection, MySqlPool, Row};
@@ -620,14 +613,13 @@ impl Driver for Inner {
         row.as_ref().map(raw_task).transpose().map_err(my_err)
     }
 
-    async fn claim_batch(
-        &self,
-        owner: &Owner,
-        event_types: Checked<&[String]>,
-        limit: Checked<usize>,
-    ) -> Result<Vec<RawTask>> {
+    async fn claim_batch(&self, claim: Checked<Claim<'_>>) -> Result<Vec<RawTask>> {
         let sql = &self.sql;
-        let (types, limit) = (*event_types, *limit);
+        let Claim {
+            owner,
+            event_types: types,
+            limit,
+        } = *claim;
         let first = match self.strategy {
             ClaimStrategy::SkipLocked => LockWait::Skip,
             ClaimStrategy::QueueThenSkip => LockWait::UpTo(QUEUE_WAIT_S),
@@ -659,13 +651,9 @@ impl Driver for Inner {
         .await
     }
 
-    async fn recycle_dead(
-        &self,
-        older_than: Checked<Duration>,
-        limit: Checked<usize>,
-    ) -> Result<Recycled> {
+    async fn recycle_dead(&self, batch: Checked<AgedBatch>) -> Result<Recycled> {
         let sql = &self.sql;
-        let (age, limit) = (micros(*older_than), *limit as i64);
+        let (age, limit) = (micros(batch.older_than), batch.limit as i64);
         let wait = if self.strategy == ClaimStrategy::OrderedUpdate {
             LockWait::Queue
         } else {
@@ -860,14 +848,10 @@ impl Driver for Inner {
         })
     }
 
-    async fn purge_succeeded(
-        &self,
-        older_than: Checked<Duration>,
-        limit: Checked<usize>,
-    ) -> Result<u64> {
+    async fn purge_succeeded(&self, batch: Checked<AgedBatch>) -> Result<u64> {
         sqlx::query(safe(&self.sql.purge_succeeded))
-            .bind(micros(*older_than))
-            .bind(*limit as i64)
+            .bind(micros(batch.older_than))
+            .bind(batch.limit as i64)
             .execute(&self.pool)
             .await
             .map(|d| d.rows_affected())
@@ -945,42 +929,26 @@ fn my_err(e: sqlx::Error) -> Error {
     Error::new(kind, "mysql", format!("{what}: {e}")).with_source(e)
 }
 
-/// Read a row of [`sql::COLUMNS`].
+/// Read a row of [`COLUMNS`](backstop_core::driver::COLUMNS).
 fn raw_task(r: &MySqlRow) -> std::result::Result<RawTask, sqlx::Error> {
-    let time = |i: usize| -> std::result::Result<chrono::DateTime<chrono::Utc>, sqlx::Error> {
-        Ok(r.try_get::<NaiveDateTime, _>(i)?.and_utc())
-    };
-    Ok(RawTask {
-        id: r.try_get(0)?,
-        event_type: r.try_get(1)?,
-        biz_key: r.try_get(2)?,
-        payload: r.try_get(3)?,
-        status: r.try_get::<i8, _>(4)?.into(),
-        attempts: r.try_get::<i32, _>(5)?.into(),
-        max_attempts: r.try_get::<i32, _>(6)?.into(),
-        retry_strategy: r.try_get(7)?,
-        retry_interval_ms: r.try_get(8)?,
-        retry_max_interval_ms: r.try_get(9)?,
-        next_run_at: time(10)?,
-        owner: r.try_get(11)?,
-        lease: r.try_get(12)?,
-        last_error: r.try_get(13)?,
-        created_at: time(14)?,
-        updated_at: time(15)?,
-    })
+    RawTask::read(&Cols(r))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::supports_skip_locked;
+/// A row's columns (`DATETIME(3)` in UTC: the session time zone is `+00:00`).
+struct Cols<'r>(&'r MySqlRow);
 
-    #[test]
-    fn skip_locked_by_server_version() {
-        assert!(supports_skip_locked("8.0.36"));
-        assert!(!supports_skip_locked("8.0.0"));
-        assert!(!supports_skip_locked("5.7.44-log"));
-        assert!(supports_skip_locked("10.11.14-MariaDB-0+deb12u2"));
-        assert!(!supports_skip_locked("10.5.23-MariaDB"));
-        assert!(supports_skip_locked("11.4.2-MariaDB"));
+impl TaskRow for Cols<'_> {
+    type Error = sqlx::Error;
+    fn int(&self, i: usize) -> std::result::Result<i64, sqlx::Error> {
+        self.0.try_get(i)
+    }
+    fn text(&self, i: usize) -> std::result::Result<String, sqlx::Error> {
+        self.0.try_get(i)
+    }
+    fn opt_text(&self, i: usize) -> std::result::Result<Option<String>, sqlx::Error> {
+        self.0.try_get(i)
+    }
+    fn time(&self, i: usize) -> std::result::Result<chrono::DateTime<chrono::Utc>, sqlx::Error> {
+        Ok(self.0.try_get::<NaiveDateTime, _>(i)?.and_utc())
     }
 }

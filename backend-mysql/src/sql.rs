@@ -4,10 +4,7 @@
 //! microseconds. Single-table `UPDATE` assignments are evaluated left to right in MySQL, so
 //! an assignment that reads a column comes before the one that changes it.
 
-/// The task columns, in the order `decode` reads them.
-pub(crate) const COLUMNS: &str = "id, event_type, biz_key, payload, status, attempts, \
-    max_attempts, retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at, \
-    owner, lease, last_error, created_at, updated_at";
+use backstop_core::driver::COLUMNS;
 
 pub(crate) struct Sql {
     table: String,

@@ -45,17 +45,10 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use backstop_core::async_trait;
-use backstop_core::driver::{
-    enqueue_on, mark_rounds, millis, Backend, Checked, Driver, Inserted, RawStats, RawTask, Reset,
-};
+use backstop_core::driver::prelude::*;
 use backstop_core::limits;
 #[cfg(doc)]
 use backstop_core::TaskStore;
-use backstop_core::{
-    Enqueued, Error, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner, Recycled, Result, Status,
-    StoreConfig, TaskFilter, TaskId,
-};
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
@@ -374,34 +367,25 @@ impl Driver for Inner {
         Ok(rows.into_iter().next())
     }
 
-    async fn claim_batch(
-        &self,
-        owner: &Owner,
-        event_types: Checked<&[String]>,
-        limit: Checked<usize>,
-    ) -> Result<Vec<RawTask>> {
-        let limit = *limit as i64;
-        match *event_types {
+    async fn claim_batch(&self, claim: Checked<Claim<'_>>) -> Result<Vec<RawTask>> {
+        let (owner, limit) = (claim.owner.as_str(), claim.limit as i64);
+        match claim.event_types {
             [one] => {
-                self.tasks(&self.sql.grab_one_type, &[&owner.as_str(), one, &limit])
+                self.tasks(&self.sql.grab_one_type, &[&owner, one, &limit])
                     .await
             }
             many => {
-                self.tasks(&self.sql.grab_many_types, &[&owner.as_str(), &many, &limit])
+                self.tasks(&self.sql.grab_many_types, &[&owner, &many, &limit])
                     .await
             }
         }
     }
 
-    async fn recycle_dead(
-        &self,
-        older_than: Checked<Duration>,
-        limit: Checked<usize>,
-    ) -> Result<Recycled> {
+    async fn recycle_dead(&self, batch: Checked<AgedBatch>) -> Result<Recycled> {
         let rows = self
             .query(
                 &self.sql.recycle_dead,
-                &[&millis(*older_than), &(*limit as i64)],
+                &[&millis(batch.older_than), &(batch.limit as i64)],
             )
             .await?;
         let mut to_pending = 0;
@@ -505,14 +489,10 @@ impl Driver for Inner {
         })
     }
 
-    async fn purge_succeeded(
-        &self,
-        older_than: Checked<Duration>,
-        limit: Checked<usize>,
-    ) -> Result<u64> {
+    async fn purge_succeeded(&self, batch: Checked<AgedBatch>) -> Result<u64> {
         self.execute(
             &self.sql.purge_succeeded,
-            &[&millis(*older_than), &(*limit as i64)],
+            &[&millis(batch.older_than), &(batch.limit as i64)],
         )
         .await
     }
@@ -624,26 +604,32 @@ fn col<'a, T: tokio_postgres::types::FromSql<'a>>(r: &'a Row, i: usize) -> Resul
     })
 }
 
-/// Read a row of [`sql::COLUMNS`].
+/// Read a row of [`COLUMNS`](backstop_core::driver::COLUMNS).
 fn raw_task(r: &Row) -> Result<RawTask> {
-    Ok(RawTask {
-        id: col(r, 0)?,
-        event_type: col(r, 1)?,
-        biz_key: col(r, 2)?,
-        payload: col(r, 3)?,
-        status: col::<i16>(r, 4)?.into(),
-        attempts: col::<i32>(r, 5)?.into(),
-        max_attempts: col::<i32>(r, 6)?.into(),
-        retry_strategy: col(r, 7)?,
-        retry_interval_ms: col(r, 8)?,
-        retry_max_interval_ms: col(r, 9)?,
-        next_run_at: col(r, 10)?,
-        owner: col(r, 11)?,
-        lease: col(r, 12)?,
-        last_error: col(r, 13)?,
-        created_at: col(r, 14)?,
-        updated_at: col(r, 15)?,
-    })
+    RawTask::read(&Cols(r))
+}
+
+/// A row's columns.
+struct Cols<'r>(&'r Row);
+
+impl TaskRow for Cols<'_> {
+    type Error = Error;
+    fn int(&self, i: usize) -> Result<i64> {
+        match self.0.columns().get(i).map(|c| c.type_()) {
+            Some(&Type::INT2) => col::<i16>(self.0, i).map(i64::from),
+            Some(&Type::INT4) => col::<i32>(self.0, i).map(i64::from),
+            _ => col(self.0, i),
+        }
+    }
+    fn text(&self, i: usize) -> Result<String> {
+        col(self.0, i)
+    }
+    fn opt_text(&self, i: usize) -> Result<Option<String>> {
+        col(self.0, i)
+    }
+    fn time(&self, i: usize) -> Result<chrono::DateTime<chrono::Utc>> {
+        col(self.0, i)
+    }
 }
 
 /// Where [`PgStore::enqueue_tx`] can write: a transaction or a client of `tokio_postgres`

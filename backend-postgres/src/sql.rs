@@ -1,10 +1,7 @@
 //! The SQL of the PostgreSQL backend, built once per store for its (validated) schema and
 //! table. Every time is the database's `now()`; delays are bound as milliseconds.
 
-/// The task columns, in the order `decode` reads them.
-pub(crate) const COLUMNS: &str = "id, event_type, biz_key, payload, status, attempts, \
-    max_attempts, retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at, \
-    owner, lease, last_error, created_at, updated_at";
+use backstop_core::driver::COLUMNS;
 
 /// `COLUMNS` qualified by the table alias `t`.
 fn t_columns() -> String {

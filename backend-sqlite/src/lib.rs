@@ -46,16 +46,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use backstop_core::async_trait;
-use backstop_core::driver::{
-    enqueue_on_blocking, millis, Backend, Checked, Driver, Inserted, RawStats, RawTask, Reset,
-};
+use backstop_core::driver::prelude::*;
 #[cfg(doc)]
 use backstop_core::TaskStore;
-use backstop_core::{
-    Enqueued, Error, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner, Recycled, Result, Status,
-    StoreConfig, TaskFilter, TaskId,
-};
 use chrono::{DateTime, Utc};
 use rusqlite::{params, Connection, OptionalExtension, Row, Transaction};
 
@@ -458,15 +451,10 @@ impl Driver for Inner {
         .await
     }
 
-    async fn claim_batch(
-        &self,
-        owner: &Owner,
-        event_types: Checked<&[String]>,
-        limit: Checked<usize>,
-    ) -> Result<Vec<RawTask>> {
-        let owner = owner.as_str().to_owned();
-        let types = event_types.to_vec();
-        let limit = *limit as i64;
+    async fn claim_batch(&self, claim: Checked<Claim<'_>>) -> Result<Vec<RawTask>> {
+        let owner = claim.owner.as_str().to_owned();
+        let types = claim.event_types.to_vec();
+        let limit = claim.limit as i64;
         self.write("grab_batch", move |sql, tx, now| {
             let mut stmt = tx.prepare_cached(&sql.grab_batch(types.len()))?;
             let mut values: Vec<&dyn rusqlite::ToSql> = vec![&owner, &now, &limit];
@@ -476,12 +464,8 @@ impl Driver for Inner {
         .await
     }
 
-    async fn recycle_dead(
-        &self,
-        older_than: Checked<Duration>,
-        limit: Checked<usize>,
-    ) -> Result<Recycled> {
-        let (older_than, limit) = (*older_than, *limit as i64);
+    async fn recycle_dead(&self, batch: Checked<AgedBatch>) -> Result<Recycled> {
+        let (older_than, limit) = (batch.older_than, batch.limit as i64);
         self.write("recycle_dead", move |sql, tx, now| {
             let cutoff = now.saturating_sub(millis(older_than));
             let mut stmt = tx.prepare_cached(&sql.recycle_dead)?;
@@ -611,12 +595,8 @@ impl Driver for Inner {
         .await
     }
 
-    async fn purge_succeeded(
-        &self,
-        older_than: Checked<Duration>,
-        limit: Checked<usize>,
-    ) -> Result<u64> {
-        let (older_than, limit) = (*older_than, *limit as i64);
+    async fn purge_succeeded(&self, batch: Checked<AgedBatch>) -> Result<u64> {
+        let (older_than, limit) = (batch.older_than, batch.limit as i64);
         self.write("purge_succeeded", move |sql, tx, now| {
             let cutoff = now.saturating_sub(millis(older_than));
             let n = tx
@@ -666,28 +646,27 @@ fn db_err(op: &'static str, e: rusqlite::Error) -> Error {
     Error::new(kind, op, format!("{msg}: {e}")).with_source(e)
 }
 
-/// Read a row of [`sql::COLUMNS`] (times are Unix milliseconds).
+/// Read a row of [`COLUMNS`](backstop_core::driver::COLUMNS).
 fn raw_task(r: &Row<'_>) -> rusqlite::Result<RawTask> {
-    let time = |i: usize| -> rusqlite::Result<DateTime<Utc>> {
-        let ms: i64 = r.get(i)?;
+    RawTask::read(&Cols(r))
+}
+
+/// A row's columns (times are Unix milliseconds).
+struct Cols<'a, 'r>(&'a Row<'r>);
+
+impl TaskRow for Cols<'_, '_> {
+    type Error = rusqlite::Error;
+    fn int(&self, i: usize) -> rusqlite::Result<i64> {
+        self.0.get(i)
+    }
+    fn text(&self, i: usize) -> rusqlite::Result<String> {
+        self.0.get(i)
+    }
+    fn opt_text(&self, i: usize) -> rusqlite::Result<Option<String>> {
+        self.0.get(i)
+    }
+    fn time(&self, i: usize) -> rusqlite::Result<DateTime<Utc>> {
+        let ms: i64 = self.0.get(i)?;
         DateTime::from_timestamp_millis(ms).ok_or(rusqlite::Error::IntegralValueOutOfRange(i, ms))
-    };
-    Ok(RawTask {
-        id: r.get(0)?,
-        event_type: r.get(1)?,
-        biz_key: r.get(2)?,
-        payload: r.get(3)?,
-        status: r.get(4)?,
-        attempts: r.get(5)?,
-        max_attempts: r.get(6)?,
-        retry_strategy: r.get(7)?,
-        retry_interval_ms: r.get(8)?,
-        retry_max_interval_ms: r.get(9)?,
-        next_run_at: time(10)?,
-        owner: r.get(11)?,
-        lease: r.get(12)?,
-        last_error: r.get(13)?,
-        created_at: time(14)?,
-        updated_at: time(15)?,
-    })
+    }
 }

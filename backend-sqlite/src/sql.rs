@@ -3,10 +3,7 @@
 //! Times are Unix milliseconds (INTEGER); `now` is bound as a parameter read after the
 //! write lock is taken.
 
-/// The task columns, in the order `RawTask::from_row` reads them.
-pub(crate) const COLUMNS: &str = "id, event_type, biz_key, payload, status, attempts, \
-    max_attempts, retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at, \
-    owner, lease, last_error, created_at, updated_at";
+use backstop_core::driver::COLUMNS;
 
 pub(crate) struct Sql {
     table: String,

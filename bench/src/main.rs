@@ -34,7 +34,7 @@ struct Args {
     backends: Vec<String>,
     drain_tasks: usize,
     out: std::path::PathBuf,
-    /// Run only these scenarios (run-ahead, drain, idle, scale).
+    /// Run only these scenarios (run-ahead, drain, idle, scale, backlogs).
     only: Option<Vec<String>>,
     /// Also run apalis (bench/peer-apalis, built by scripts/bench --peer).
     peer: bool,
@@ -526,6 +526,72 @@ async fn scale(t: &Target, small: usize, large: usize, rounds: usize) -> Row {
     }
 }
 
+/// A second event type, for the backlog scenario.
+const OTHER: &str = "BENCH_OTHER";
+
+/// p50 (ms) of `rounds` claims of 50 tasks of `types`, each given back at once so the
+/// backlog stays the same.
+async fn claim_p50(store: &AnyStore, types: &[&str], rounds: usize) -> f64 {
+    let owner = Owner::new("bench").expect("owner");
+    let types: Vec<String> = types.iter().map(|t| t.to_string()).collect();
+    let mut h = histogram();
+    for _ in 0..rounds {
+        let t0 = Instant::now();
+        let tasks = store.grab_batch(&owner, &types, 50).await.expect("grab");
+        record(&mut h, t0.elapsed());
+        assert_eq!(tasks.len(), 50, "the backlog is large enough");
+        let marks: Vec<_> = tasks
+            .iter()
+            .map(|t| backstop::Mark::release(t.lease()))
+            .collect();
+        store.mark(&marks).await.expect("mark");
+    }
+    h.value_at_quantile(0.5) as f64 / 1000.0
+}
+
+/// A claim of one event type whose due backlog sits behind another type's larger, older
+/// one must cost what it costs with its own backlog alone: each type's due rows are an
+/// ordered index walk of their own. Then a claim of both types at once (one walk per
+/// type, merged), against the same baseline.
+async fn backlogs(t: &Target, n: usize, rounds: usize) -> Vec<Row> {
+    let m = sys::Meter::start();
+    t.raw.reset().await;
+    t.raw.bulk_insert_of(OTHER, n, 0, 0).await;
+    let store = t.store(2).await;
+    let alone = claim_p50(&store, &[OTHER], rounds).await;
+    // the other type's backlog, due an hour earlier: ahead of all of it in claim order
+    t.raw.bulk_insert_of(EVENT, n, 0, 3600).await;
+    let behind = claim_p50(&store, &[OTHER], rounds).await;
+    let both = claim_p50(&store, &[EVENT, OTHER], rounds).await;
+    let (rss, cpu) = m.stop();
+    t.raw.reset().await;
+    let row = |scenario: String, p50: f64, what: &str| Row {
+        backend: t.backend.into(),
+        scenario,
+        lat: Some([p50, 0.0, 0.0, 0.0]),
+        base_lat: Some([alone, 0.0, 0.0, 0.0]),
+        rss_mb: rss,
+        cpu_s: cpu,
+        note: format!(
+            "p50 {alone:.3} ms with its own backlog alone → {p50:.3} ms {what}: ×{:.2}",
+            p50 / alone
+        ),
+        ..Row::default()
+    };
+    vec![
+        row(
+            format!("claim 50 of one type: {n} due alone vs behind {n} of another"),
+            behind,
+            "behind the other type's",
+        ),
+        row(
+            format!("claim 50 of two types ({n} due each) vs one type alone"),
+            both,
+            "for both types",
+        ),
+    ]
+}
+
 /// Run the apalis peer program; its JSON answer.
 fn run_peer(args: &[&str]) -> Option<serde_json::Value> {
     let bin = std::path::Path::new("bench/peer-apalis/target/release/peer-apalis");
@@ -701,10 +767,10 @@ async fn main() {
         servers.push(format!("{}: {}", t.backend, t.server));
         // the table, as the store makes it
         t.store(1).await.migrate().await.expect("migrate");
-        let (ra_total, idle, small, large, rounds) = if a.smoke {
-            (64, 10, 100, 1000, 5)
+        let (ra_total, idle, small, large, rounds, backlog) = if a.smoke {
+            (64, 10, 100, 1000, 5, 200)
         } else {
-            (8000, 300, 1000, 1_000_000, 200)
+            (8000, 300, 1000, 1_000_000, 200, 200_000)
         };
         if a.runs("run-ahead") {
             for producers in [1, 16] {
@@ -723,6 +789,9 @@ async fn main() {
         }
         if a.runs("scale") {
             rows.push(report(scale(&t, small, large, rounds).await));
+        }
+        if a.runs("backlogs") {
+            rows.extend(backlogs(&t, backlog, rounds).await.into_iter().map(report));
         }
         if a.peer {
             rows.extend(peer(&t, &rows, a.drain_tasks).await.into_iter().map(report));

@@ -61,7 +61,12 @@ pub trait Raw: Send + Sync {
     /// Empty the task and business tables.
     async fn reset(&self);
     /// Insert `n` due pending tasks quickly (keys `b{start}`…).
-    async fn bulk_insert(&self, n: usize, start: usize);
+    async fn bulk_insert(&self, n: usize, start: usize) {
+        self.bulk_insert_of(EVENT, n, start, 0).await;
+    }
+    /// Insert `n` pending tasks of `event` quickly (keys `b{start}`…), due `due_ago_s`
+    /// seconds ago. `event` is one of the benchmark's constants (it is put in the SQL).
+    async fn bulk_insert_of(&self, event: &str, n: usize, start: usize, due_ago_s: i64);
     /// `workers` loops of `each`: business row + task in one transaction, commit, claim it
     /// by id, mark it succeeded. Returns the elapsed time and commit→claimed latencies.
     async fn per_task(&self, workers: usize, each: usize) -> (Duration, Histogram<u64>);
@@ -109,8 +114,9 @@ impl Raw for SqliteRaw {
         .expect("join");
     }
 
-    async fn bulk_insert(&self, n: usize, start: usize) {
+    async fn bulk_insert_of(&self, event: &str, n: usize, start: usize, due_ago_s: i64) {
         let path = self.path.clone();
+        let event = event.to_owned();
         tokio::task::spawn_blocking(move || {
             let c = Self::conn(&path);
             let now = Self::now();
@@ -120,9 +126,14 @@ impl Raw for SqliteRaw {
                      INSERT INTO {TABLE} (event_type, biz_key, payload, status, attempts, max_attempts,
                         retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at, lease,
                         created_at, updated_at)
-                     SELECT '{EVENT}', 'b' || x, '{{}}', 0, 0, 5, 'FIXED', 1000, 1000, ?3, 0, ?3, ?3 FROM s"
+                     SELECT '{event}', 'b' || x, '{{}}', 0, 0, 5, 'FIXED', 1000, 1000, ?4, 0, ?3, ?3 FROM s"
                 ),
-                rusqlite::params![start as i64, (start + n - 1) as i64, now],
+                rusqlite::params![
+                    start as i64,
+                    (start + n - 1) as i64,
+                    now,
+                    now - due_ago_s * 1000
+                ],
             )
             .expect("bulk insert");
         })
@@ -285,7 +296,7 @@ impl Raw for PgRaw {
             .expect("vacuum");
     }
 
-    async fn bulk_insert(&self, n: usize, start: usize) {
+    async fn bulk_insert_of(&self, event: &str, n: usize, start: usize, due_ago_s: i64) {
         self.client()
             .await
             .execute(
@@ -293,10 +304,11 @@ impl Raw for PgRaw {
                     "INSERT INTO {TABLE} (event_type, biz_key, payload, status, attempts, max_attempts,
                         retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at, lease,
                         created_at, updated_at)
-                     SELECT '{EVENT}', 'b' || x, '{{}}', 0, 0, 5, 'FIXED', 1000, 1000, now(), 0, now(), now()
+                     SELECT '{event}', 'b' || x, '{{}}', 0, 0, 5, 'FIXED', 1000, 1000,
+                        now() - $3::bigint * interval '1 second', 0, now(), now()
                      FROM generate_series($1::bigint, $2::bigint) AS x"
                 ),
-                &[&(start as i64), &((start + n - 1) as i64)],
+                &[&(start as i64), &((start + n - 1) as i64), &due_ago_s],
             )
             .await
             .expect("bulk insert");
@@ -525,7 +537,7 @@ impl Raw for MySqlRaw {
             .expect("truncate");
     }
 
-    async fn bulk_insert(&self, n: usize, start: usize) {
+    async fn bulk_insert_of(&self, event: &str, n: usize, start: usize, due_ago_s: i64) {
         const CHUNK: usize = 5000;
         let mut i = start;
         let end = start + n;
@@ -534,7 +546,8 @@ impl Raw for MySqlRaw {
             let values = (i..hi)
                 .map(|x| {
                     format!(
-                        "('{EVENT}','b{x}','{{}}',0,0,5,'FIXED',1000,1000,NOW(3),0,NOW(3),NOW(3))"
+                        "('{event}','b{x}','{{}}',0,0,5,'FIXED',1000,1000,
+                          NOW(3) - INTERVAL {due_ago_s} SECOND,0,NOW(3),NOW(3))"
                     )
                 })
                 .collect::<Vec<_>>()

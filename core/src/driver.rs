@@ -90,6 +90,29 @@ impl<T> Deref for Checked<T> {
     }
 }
 
+/// A batch claim's arguments (see [`Driver::claim_batch`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Claim<'a> {
+    /// Who claims.
+    pub owner: &'a Owner,
+    /// 1 to [`MAX_EVENT_TYPES`](crate::limits::MAX_EVENT_TYPES) distinct, valid event
+    /// types.
+    pub event_types: &'a [String],
+    /// 1 to [`MAX_BATCH`](crate::limits::MAX_BATCH).
+    pub limit: usize,
+}
+
+/// An age-based batch's arguments (see [`Driver::recycle_dead`],
+/// [`Driver::purge_succeeded`]).
+#[derive(Debug, Clone, Copy)]
+pub struct AgedBatch {
+    /// Rows whose `updated_at` is older than this, at most
+    /// [`MAX_INTERVAL`](crate::limits::MAX_INTERVAL).
+    pub older_than: Duration,
+    /// 1 to [`MAX_BATCH`](crate::limits::MAX_BATCH) rows, oldest `updated_at` first.
+    pub limit: usize,
+}
+
 /// What a driver's insert did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Inserted {
@@ -109,6 +132,28 @@ pub enum Reset {
     Missing,
     /// The task exists but may not be reset; its status code.
     Refused(i64),
+}
+
+/// The task table's columns, in the order [`RawTask::read`] reads them: select (or
+/// return) exactly these, in this order, for every statement shape that answers rows.
+pub const COLUMNS: &str = "id, event_type, biz_key, payload, status, attempts, \
+    max_attempts, retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at, \
+    owner, lease, last_error, created_at, updated_at";
+
+/// One row of [`COLUMNS`] as the database returned it, read column by column (`i` is the
+/// column's position). A driver implements it on its driver's row type, in its stored
+/// form: any integer width as `i64`, times as UTC.
+pub trait TaskRow {
+    /// The driver's error.
+    type Error;
+    /// An integer column.
+    fn int(&self, i: usize) -> std::result::Result<i64, Self::Error>;
+    /// A text column that is never NULL.
+    fn text(&self, i: usize) -> std::result::Result<String, Self::Error>;
+    /// A text column that may be NULL.
+    fn opt_text(&self, i: usize) -> std::result::Result<Option<String>, Self::Error>;
+    /// A timestamp column.
+    fn time(&self, i: usize) -> std::result::Result<DateTime<Utc>, Self::Error>;
 }
 
 /// A task row as a driver reads it: the columns in their stored form. Core decodes it
@@ -136,6 +181,28 @@ pub struct RawTask {
 }
 
 impl RawTask {
+    /// Read a row of [`COLUMNS`].
+    pub fn read<R: TaskRow + ?Sized>(r: &R) -> std::result::Result<RawTask, R::Error> {
+        Ok(RawTask {
+            id: r.int(0)?,
+            event_type: r.text(1)?,
+            biz_key: r.text(2)?,
+            payload: r.text(3)?,
+            status: r.int(4)?,
+            attempts: r.int(5)?,
+            max_attempts: r.int(6)?,
+            retry_strategy: r.text(7)?,
+            retry_interval_ms: r.int(8)?,
+            retry_max_interval_ms: r.int(9)?,
+            next_run_at: r.time(10)?,
+            owner: r.opt_text(11)?,
+            lease: r.int(12)?,
+            last_error: r.opt_text(13)?,
+            created_at: r.time(14)?,
+            updated_at: r.time(15)?,
+        })
+    }
+
     /// The task this row holds.
     pub(crate) fn decode(self) -> Result<Task> {
         let id = self.id;
@@ -227,29 +294,18 @@ pub trait Driver: Send + Sync + 'static {
     async fn claim_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<RawTask>>;
 
     /// [`grab_batch`](crate::TaskStore::grab_batch): claim up to `limit` due pending
-    /// tasks of `event_types`, oldest `(next_run_at, id)` first, skipping rows another
-    /// claim holds. Checked: 1 to [`MAX_EVENT_TYPES`](crate::limits::MAX_EVENT_TYPES)
-    /// distinct, valid event types; `limit` 1 to [`MAX_BATCH`](crate::limits::MAX_BATCH).
+    /// tasks of `event_types` for `owner`, oldest `(next_run_at, id)` first, skipping rows
+    /// another claim holds. Checked: see [`Claim`].
     ///
     /// The cost of a claim must not grow with the backlog of due tasks: each event type's
     /// due rows are read in index order (`event_type, next_run_at, id`) and the read
     /// stops at `limit`; several types are several such walks, merged — never a sort
     /// of every due row.
-    async fn claim_batch(
-        &self,
-        owner: &Owner,
-        event_types: Checked<&[String]>,
-        limit: Checked<usize>,
-    ) -> Result<Vec<RawTask>>;
+    async fn claim_batch(&self, claim: Checked<Claim<'_>>) -> Result<Vec<RawTask>>;
 
-    /// [`recycle_dead`](crate::TaskStore::recycle_dead). Checked: `older_than` at most
-    /// [`MAX_INTERVAL`](crate::limits::MAX_INTERVAL), `limit` 1 to `MAX_BATCH`. The
+    /// [`recycle_dead`](crate::TaskStore::recycle_dead). Checked: see [`AgedBatch`]. The
     /// counts must come from the statements that changed the rows.
-    async fn recycle_dead(
-        &self,
-        older_than: Checked<Duration>,
-        limit: Checked<usize>,
-    ) -> Result<Recycled>;
+    async fn recycle_dead(&self, batch: Checked<AgedBatch>) -> Result<Recycled>;
 
     /// [`heartbeat`](crate::TaskStore::heartbeat): one flag per lease, in order.
     /// Checked: 1 to [`MAX_LEASES`](crate::limits::MAX_LEASES) leases.
@@ -278,13 +334,8 @@ pub trait Driver: Send + Sync + 'static {
     /// [`stats`](crate::TaskStore::stats).
     async fn stats(&self) -> Result<RawStats>;
 
-    /// [`purge_succeeded`](crate::TaskStore::purge_succeeded). Checked as
-    /// [`recycle_dead`](Self::recycle_dead).
-    async fn purge_succeeded(
-        &self,
-        older_than: Checked<Duration>,
-        limit: Checked<usize>,
-    ) -> Result<u64>;
+    /// [`purge_succeeded`](crate::TaskStore::purge_succeeded). Checked: see [`AgedBatch`].
+    async fn purge_succeeded(&self, batch: Checked<AgedBatch>) -> Result<u64>;
 
     /// [`delete_succeeded`](crate::TaskStore::delete_succeeded). Checked: 1 to
     /// `MAX_BATCH` ids.
@@ -409,6 +460,19 @@ pub fn mark_rounds(marks: &[Mark]) -> Vec<Vec<usize>> {
 /// Milliseconds of `d`, saturating at `i64::MAX`.
 pub fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Everything a driver implementation names, in one import:
+/// `use backstop_core::driver::prelude::*;`.
+pub mod prelude {
+    pub use super::{
+        enqueue_on, enqueue_on_blocking, mark_rounds, millis, AgedBatch, Backend, Checked, Claim,
+        Driver, Inserted, RawStats, RawTask, Reset, TaskRow, COLUMNS,
+    };
+    pub use crate::{
+        async_trait, Enqueued, Error, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner, Recycled,
+        Result, Status, StoreConfig, TaskFilter, TaskId,
+    };
 }
 
 /// Chainable setters named after the fields of an options struct (inside its `impl`

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::driver::{check_task, enqueued, Backend, Checked, Driver, RawTask, Reset};
+use crate::driver::{
+    check_task, enqueued, AgedBatch, Backend, Checked, Claim, Driver, RawTask, Reset,
+};
 use crate::error::{Error, ErrorKind, Result};
 use crate::limits;
 use crate::model::{
@@ -288,8 +290,12 @@ impl<B: Backend + ?Sized> TaskStore for B {
         types.sort_unstable();
         types.dedup();
         let d = self.driver();
-        let (types, limit) = (Checked::new(types.as_slice()), Checked::new(limit));
-        let rows = run(d, OP, || d.claim_batch(owner, types, limit)).await?;
+        let claim = Checked::new(Claim {
+            owner,
+            event_types: &types,
+            limit,
+        });
+        let rows = run(d, OP, || d.claim_batch(claim)).await?;
         let mut tasks = decode_all(rows)?;
         tasks.sort_by_key(|t| (t.next_run_at, t.id));
         Ok(tasks)
@@ -297,11 +303,11 @@ impl<B: Backend + ?Sized> TaskStore for B {
 
     async fn recycle_dead(&self, older_than: Duration, limit: usize) -> Result<Recycled> {
         const OP: &str = "recycle_dead";
-        let Some((older_than, limit)) = aged_batch(OP, older_than, limit)? else {
+        let Some(batch) = aged_batch(OP, older_than, limit)? else {
             return Ok(Recycled::default());
         };
         let d = self.driver();
-        run(d, OP, || d.recycle_dead(older_than, limit)).await
+        run(d, OP, || d.recycle_dead(batch)).await
     }
 
     async fn heartbeat(&self, leases: &[Lease]) -> Result<Vec<bool>> {
@@ -389,11 +395,11 @@ impl<B: Backend + ?Sized> TaskStore for B {
 
     async fn purge_succeeded(&self, older_than: Duration, limit: usize) -> Result<u64> {
         const OP: &str = "purge_succeeded";
-        let Some((older_than, limit)) = aged_batch(OP, older_than, limit)? else {
+        let Some(batch) = aged_batch(OP, older_than, limit)? else {
             return Ok(0);
         };
         let d = self.driver();
-        run(d, OP, || d.purge_succeeded(older_than, limit)).await
+        run(d, OP, || d.purge_succeeded(batch)).await
     }
 
     async fn delete_succeeded(&self, ids: &[TaskId]) -> Result<u64> {
@@ -460,10 +466,10 @@ fn aged_batch(
     op: &'static str,
     older_than: Duration,
     limit: usize,
-) -> Result<Option<(Checked<Duration>, Checked<usize>)>> {
+) -> Result<Option<Checked<AgedBatch>>> {
     limits::check_duration(op, "older_than", older_than)?;
     limits::check_limit(op, limit)?;
-    Ok((limit > 0).then(|| (Checked::new(older_than), Checked::new(limit))))
+    Ok((limit > 0).then(|| Checked::new(AgedBatch { older_than, limit })))
 }
 
 fn decode_all(rows: Vec<RawTask>) -> Result<Vec<Task>> {

@@ -9,7 +9,9 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use backstop_core::driver::{Backend, Checked, Driver, Inserted, RawStats, RawTask, Reset};
+use backstop_core::driver::{
+    AgedBatch, Backend, Checked, Claim, Driver, Inserted, RawStats, RawTask, Reset,
+};
 use backstop_core::limits::{
     MAX_BATCH, MAX_ERROR_BYTES, MAX_EVENT_TYPES, MAX_EVENT_TYPE_BYTES, MAX_INTERVAL, MAX_LEASES,
 };
@@ -63,14 +65,10 @@ impl Driver for Tripwire {
         self.called();
         Ok(None)
     }
-    async fn claim_batch(
-        &self,
-        _owner: &Owner,
-        event_types: Checked<&[String]>,
-        limit: Checked<usize>,
-    ) -> Result<Vec<RawTask>> {
+    async fn claim_batch(&self, claim: Checked<Claim<'_>>) -> Result<Vec<RawTask>> {
         self.called();
-        limit_ok(*limit);
+        limit_ok(claim.limit);
+        let event_types = claim.event_types;
         assert!(
             (1..=MAX_EVENT_TYPES).contains(&event_types.len()),
             "{} event types reached the driver",
@@ -87,14 +85,10 @@ impl Driver for Tripwire {
         }
         Ok(Vec::new())
     }
-    async fn recycle_dead(
-        &self,
-        older_than: Checked<Duration>,
-        limit: Checked<usize>,
-    ) -> Result<Recycled> {
+    async fn recycle_dead(&self, batch: Checked<AgedBatch>) -> Result<Recycled> {
         self.called();
-        age_ok(*older_than);
-        limit_ok(*limit);
+        age_ok(batch.older_than);
+        limit_ok(batch.limit);
         Ok(Recycled::default())
     }
     async fn heartbeat(&self, leases: Checked<&[Lease]>) -> Result<Vec<bool>> {
@@ -136,14 +130,10 @@ impl Driver for Tripwire {
         self.called();
         Ok(RawStats::default())
     }
-    async fn purge_succeeded(
-        &self,
-        older_than: Checked<Duration>,
-        limit: Checked<usize>,
-    ) -> Result<u64> {
+    async fn purge_succeeded(&self, batch: Checked<AgedBatch>) -> Result<u64> {
         self.called();
-        age_ok(*older_than);
-        limit_ok(*limit);
+        age_ok(batch.older_than);
+        limit_ok(batch.limit);
         Ok(0)
     }
     async fn delete_succeeded(&self, ids: Checked<&[TaskId]>) -> Result<u64> {
