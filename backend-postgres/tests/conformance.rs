@@ -200,3 +200,79 @@ async fn enqueue_tx_on_pooled_and_plain_connections() {
     assert!(store.get(c.id).await.expect("get").is_none(), "rolled back");
     assert_eq!(ctx.count_all().await, 2);
 }
+
+/// Contention is retried in one place, the store: a mark that times out on a row lock
+/// another transaction holds (`lock_timeout`, 55P03: rolled back) is run again, and wins
+/// once the lock is released; held past every retry, it is reported as `Contention`,
+/// persistent (not temporary: already retried), naming the operation, with nothing
+/// changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contention_is_retried_by_the_store_then_reported_persistent() {
+    use backstop_core::{ErrorKind, Status, TaskStoreExt};
+    use std::time::Instant;
+    let Some(ctx) = backstop_testkit::Ctx::setup(
+        PgHarness,
+        "contention_is_retried_by_the_store_then_reported_persistent",
+    )
+    .await
+    else {
+        return;
+    };
+    // the store's statements give up on a row lock after 100 ms
+    let sep = if ctx.db.url.contains('?') { '&' } else { '?' };
+    let url = format!("{}{sep}options=-c%20lock_timeout%3D100", ctx.db.url);
+    let store = PgStore::connect_with(
+        &url,
+        PgOptions::default()
+            .schema(ctx.db.schema.clone())
+            .max_connections(2),
+    )
+    .await
+    .expect("open");
+    let hold = |id: TaskId, for_ms: u64| {
+        let (url, schema) = (ctx.db.url.clone(), ctx.db.schema.clone());
+        async move {
+            let other = connect(&url).await;
+            other
+                .batch_execute(&format!(
+                    "BEGIN; SELECT id FROM \"{schema}\".backstop_task WHERE id = {id} FOR UPDATE"
+                ))
+                .await
+                .expect("lock the row");
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(for_ms)).await;
+                other.batch_execute("COMMIT").await.expect("release");
+            })
+        }
+    };
+
+    // released after three of the store's lock timeouts: a retry wins
+    let id = ctx.enqueue("E", "soon").await;
+    let lease = ctx.grab(id).await.lease();
+    let released = hold(id, 350).await;
+    let started = Instant::now();
+    assert!(store
+        .mark_success(lease)
+        .await
+        .expect("retried until it won"));
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    released.await.expect("released");
+    assert_eq!(ctx.task(id).await.status, Status::Succeeded);
+
+    // held past every retry (5 by default: 6 tries of 100 ms plus backoff)
+    let id = ctx.enqueue("E", "later").await;
+    let lease = ctx.grab(id).await.lease();
+    let released = hold(id, 2000).await;
+    let e = store.mark_success(lease).await.expect_err("contention");
+    assert_eq!(e.kind(), ErrorKind::Contention, "{e}");
+    assert!(e.is_persistent() && !e.is_temporary(), "{e}");
+    assert_eq!(e.operation(), "mark");
+    assert!(e.to_string().contains("retried 5 times"), "{e}");
+    released.await.expect("released");
+    let t = ctx.task(id).await;
+    assert_eq!(
+        (t.status, t.lease),
+        (Status::Running, lease.token),
+        "nothing changed"
+    );
+}
