@@ -229,27 +229,10 @@ async fn contention_is_retried_by_the_store_then_reported_persistent() {
     )
     .await
     .expect("open");
-    let hold = |id: TaskId, for_ms: u64| {
-        let (url, schema) = (ctx.db.url.clone(), ctx.db.schema.clone());
-        async move {
-            let other = connect(&url).await;
-            other
-                .batch_execute(&format!(
-                    "BEGIN; SELECT id FROM \"{schema}\".backstop_task WHERE id = {id} FOR UPDATE"
-                ))
-                .await
-                .expect("lock the row");
-            tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_millis(for_ms)).await;
-                other.batch_execute("COMMIT").await.expect("release");
-            })
-        }
-    };
-
     // released after three of the store's lock timeouts: a retry wins
     let id = ctx.enqueue("E", "soon").await;
     let lease = ctx.grab(id).await.lease();
-    let released = hold(id, 350).await;
+    let released = hold_row(&ctx.db, id, 350).await;
     let started = Instant::now();
     assert!(store
         .mark_success(lease)
@@ -262,7 +245,7 @@ async fn contention_is_retried_by_the_store_then_reported_persistent() {
     // held past every retry (5 by default: 6 tries of 100 ms plus backoff)
     let id = ctx.enqueue("E", "later").await;
     let lease = ctx.grab(id).await.lease();
-    let released = hold(id, 2000).await;
+    let released = hold_row(&ctx.db, id, 2000).await;
     let e = store.mark_success(lease).await.expect_err("contention");
     assert_eq!(e.kind(), ErrorKind::Contention, "{e}");
     assert!(e.is_persistent() && !e.is_temporary(), "{e}");
@@ -275,4 +258,20 @@ async fn contention_is_retried_by_the_store_then_reported_persistent() {
         (Status::Running, lease.token),
         "nothing changed"
     );
+}
+
+/// Lock task `id`'s row in another transaction, released after `for_ms`.
+async fn hold_row(db: &Db, id: TaskId, for_ms: u64) -> tokio::task::JoinHandle<()> {
+    let other = connect(&db.url).await;
+    other
+        .batch_execute(&format!(
+            "BEGIN; SELECT id FROM \"{}\".backstop_task WHERE id = {id} FOR UPDATE",
+            db.schema
+        ))
+        .await
+        .expect("lock the row");
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(for_ms)).await;
+        other.batch_execute("COMMIT").await.expect("release");
+    })
 }
