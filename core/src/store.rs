@@ -20,9 +20,13 @@ use crate::model::{
 /// # Contract
 ///
 /// Every implementation, whatever its database, behaves as follows; each line is a case
-/// in `backstop_testkit`.
+/// in `backstop_testkit`. Every backend's store gets this trait from core, implemented
+/// once over the backend's [`Driver`](crate::driver::Driver) (see the
+/// [`driver`](crate::driver) module), so the lines below that core enforces (validation,
+/// empty input, order, errors, retries) hold for every backend by construction; the
+/// others are the SQL each driver runs.
 ///
-/// - **Validation first.** Bad input (see [`NewTask::validate`], the checks in
+/// - **Validation first.** Bad input (see [`NewTask::validate`] and the limits in
 ///   [`limits`](crate::limits)) is refused with [`ErrorKind::InvalidInput`] before anything
 ///   is written. A bad table name is refused with [`ErrorKind::Config`] when the store is
 ///   opened.
@@ -37,7 +41,12 @@ use crate::model::{
 /// - **Atomic claims.** A task is claimed by at most one caller per grab, however many
 ///   connections, processes or hosts race for it.
 /// - **Errors** carry the operation, a kind, and `is_temporary()` for transient database
-///   failures (busy, lost connection, deadlock), which callers may retry.
+///   failures (busy, lost connection), which callers may retry. An operation the database
+///   rolled back because of a concurrent transaction (deadlock, serialization failure,
+///   lock wait timeout) is run again by the store itself
+///   ([`StoreConfig::contention_retries`](crate::StoreConfig::contention_retries)); if it
+///   still fails, its [`ErrorKind::Contention`](crate::ErrorKind::Contention) error is
+///   [persistent](crate::Error::is_persistent), not temporary.
 ///
 /// The trait is object safe: `Arc<dyn TaskStore>` works. Conveniences built on these
 /// methods ([`mark_success`](TaskStoreExt::mark_success) and friends) live in
@@ -50,8 +59,9 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Create the task table and its indexes if they are missing.
     ///
     /// - Idempotent: running it again (or from several instances) changes nothing.
-    /// - Indexes: the claim order `(status, next_run_at, id)`, recycling and purging
-    ///   `(status, updated_at)`, and the unique `(event_type, biz_key)`.
+    /// - Indexes: the claim order per event type `(event_type, next_run_at, id)` of pending
+    ///   tasks, recycling and purging `(status, updated_at)`, and the unique
+    ///   `(event_type, biz_key)`.
     async fn migrate(&self) -> Result<()>;
 
     /// Insert a task in its own transaction.
@@ -82,7 +92,11 @@ pub trait TaskStore: Send + Sync + 'static {
     /// - Oldest first: ordered by `(next_run_at, id)`; the result is in that order.
     /// - Each claimed task is changed as by [`grab_by_id`](Self::grab_by_id).
     /// - Concurrent callers never claim the same task; none claims more than `limit`.
-    /// - `limit` is at most [`limits::MAX_BATCH`](crate::limits::MAX_BATCH).
+    /// - `limit` is at most [`limits::MAX_BATCH`](crate::limits::MAX_BATCH); at most
+    ///   [`limits::MAX_EVENT_TYPES`](crate::limits::MAX_EVENT_TYPES) event types, each
+    ///   valid (a type named twice counts once).
+    /// - The cost of a claim does not grow with the backlog of due tasks, of these event
+    ///   types or of others: each type's due tasks are read in order, up to the limit.
     async fn grab_batch(
         &self,
         owner: &Owner,

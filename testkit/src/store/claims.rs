@@ -219,6 +219,47 @@ pub async fn grab_batch_claims_only_given_event_types<H: Harness>(ctx: &Ctx<H>) 
     assert_eq!(ctx.task(b).await.status, Status::Pending);
 }
 
+/// a claim of several event types takes the oldest due tasks across them, in
+/// `(next_run_at, id)` order, at most `limit` in all; a type named twice counts once; a
+/// type not named is never touched, however old its tasks.
+pub async fn grab_batch_of_several_types_takes_the_oldest_across_them<H: Harness>(ctx: &Ctx<H>) {
+    // (type, key, due this many seconds ago)
+    let plan = [
+        ("A", "a1", 400),
+        ("A", "a2", 300),
+        ("A", "a3", 100),
+        ("A", "a4", 50),
+        ("B", "b1", 350),
+        ("B", "b2", 200),
+        ("B", "b3", 60),
+        ("C", "c1", 1000),
+    ];
+    let mut id_of = HashMap::new();
+    for (t, k, ago) in plan {
+        let id = ctx.enqueue(t, k).await;
+        ctx.backdate(id, TimeColumn::NextRunAt, Duration::from_secs(ago))
+            .await;
+        id_of.insert(k, id);
+    }
+    let keys = |tasks: &[Task]| tasks.iter().map(|t| t.biz_key.clone()).collect::<Vec<_>>();
+    let types: Vec<String> = ["B", "A", "B"].iter().map(|t| t.to_string()).collect();
+    let first = ctx.store.grab_batch(&ctx.owner, &types, 4).await.unwrap();
+    assert_eq!(keys(&first), ["a1", "b1", "a2", "b2"]);
+    for t in &first {
+        assert_eq!((t.status, t.attempts, t.lease), (Status::Running, 1, 1));
+    }
+    let rest = ctx.store.grab_batch(&ctx.owner, &types, 10).await.unwrap();
+    assert_eq!(keys(&rest), ["a3", "b3", "a4"]);
+    let c = ctx.task(id_of["c1"]).await;
+    assert_eq!((c.status, c.attempts), (Status::Pending, 0));
+    assert!(ctx
+        .store
+        .grab_batch(&ctx.owner, &types, 10)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
 /// every grab bumps attempts and lease, and a retry keeps the count.
 pub async fn every_grab_bumps_attempts_and_lease<H: Harness>(ctx: &Ctx<H>) {
     let e = ctx
