@@ -389,8 +389,8 @@ impl Raw for PgRaw {
                 let claim = c
                     .prepare(&format!(
                         "WITH picked AS MATERIALIZED (
-                            SELECT id FROM {TABLE} WHERE status = 0 AND next_run_at <= now()
-                              AND event_type = ANY($1) ORDER BY next_run_at, id LIMIT $2
+                            SELECT id FROM {TABLE} WHERE status = 0 AND event_type = $1
+                              AND next_run_at <= now() ORDER BY next_run_at, id LIMIT $2
                             FOR UPDATE SKIP LOCKED)
                          UPDATE {TABLE} AS t SET status = 3, owner = 'raw', attempts = t.attempts + 1,
                             lease = t.lease + 1, updated_at = now()
@@ -407,10 +407,9 @@ impl Raw for PgRaw {
                     ))
                     .await
                     .expect("prepare");
-                let types = vec![EVENT.to_string()];
                 loop {
                     let rows = c
-                        .query(&claim, &[&types, &(batch as i64)])
+                        .query(&claim, &[&EVENT, &(batch as i64)])
                         .await
                         .expect("claim");
                     if rows.is_empty() {

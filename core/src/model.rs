@@ -570,6 +570,10 @@ pub struct Enqueued {
 
 /// What to do with a running task, named by its lease. See [`TaskStore::mark`].
 ///
+/// Exhaustive on purpose (unlike the other enums): each action is a line of the store
+/// contract that every driver implements in SQL, so a new action must be a compile error
+/// in every driver's `match`, never a silent fallthrough.
+///
 /// [`TaskStore::mark`]: crate::TaskStore::mark
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MarkAction {
