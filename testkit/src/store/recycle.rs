@@ -121,3 +121,82 @@ pub async fn recycle_dead_respects_limit_oldest_first<H: Harness>(ctx: &Ctx<H>) 
     );
     assert_eq!(ctx.store.stats().await.unwrap().count(Status::Running), 0);
 }
+
+/// recycle_dead counts the rows it changed, whatever runs beside it: sweeps on several
+/// stores race each other and claimers that take the recycled tasks at once, and every
+/// dead task is counted exactly once, as pending (attempts left) or failed (its last
+/// attempt died).
+pub async fn recycle_dead_counts_what_it_recycles_while_claimers_race<H: Harness>(ctx: &Ctx<H>) {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    const DEAD: usize = 120;
+    const LAST_ATTEMPT: usize = DEAD / 4;
+    for i in 0..DEAD {
+        // every fourth task may start only once: its dead attempt was its last
+        let max_attempts = if i % 4 == 0 { 1 } else { 5 };
+        let task =
+            NewTask::new("E", format!("k{i}")).retry(RetryPolicy::fixed(max_attempts, MINUTE));
+        let id = ctx.store.enqueue(task).await.unwrap().id;
+        ctx.grab(id).await;
+        ctx.backdate(id, TimeColumn::UpdatedAt, HOUR).await;
+    }
+    let (to_pending, to_failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let swept = Arc::new(AtomicBool::new(false));
+    let mut sweepers = Vec::new();
+    for _ in 0..2 {
+        let store = ctx.new_store().await;
+        let (p, f) = (Arc::clone(&to_pending), Arc::clone(&to_failed));
+        sweepers.push(tokio::spawn(async move {
+            loop {
+                let r = store.recycle_dead(MINUTE, 7).await.unwrap();
+                p.fetch_add(r.to_pending, Ordering::SeqCst);
+                f.fetch_add(r.to_failed, Ordering::SeqCst);
+                if r.total() == 0 {
+                    return;
+                }
+            }
+        }));
+    }
+    let mut claimers = Vec::new();
+    for c in 0..3 {
+        let store = ctx.new_store().await;
+        let swept = Arc::clone(&swept);
+        claimers.push(tokio::spawn(async move {
+            let me = Owner::new(format!("claimer{c}")).unwrap();
+            let mut claimed = 0;
+            while !swept.load(Ordering::SeqCst) {
+                claimed += store.grab_batch(&me, &["E".into()], 5).await.unwrap().len();
+            }
+            claimed
+        }));
+    }
+    for s in sweepers {
+        s.await.unwrap();
+    }
+    swept.store(true, Ordering::SeqCst);
+    let mut claimed = 0;
+    for c in claimers {
+        claimed += c.await.unwrap();
+    }
+    // nothing dead is left behind
+    let last = ctx.store.recycle_dead(MINUTE, 1000).await.unwrap();
+    assert_eq!(last.total(), 0, "the sweeps left dead tasks: {last:?}");
+    assert_eq!(
+        (
+            to_pending.load(Ordering::SeqCst),
+            to_failed.load(Ordering::SeqCst)
+        ),
+        ((DEAD - LAST_ATTEMPT) as u64, LAST_ATTEMPT as u64),
+        "each dead task counted once"
+    );
+    let s = ctx.store.stats().await.unwrap();
+    assert_eq!(s.count(Status::Failed), LAST_ATTEMPT as u64);
+    assert_eq!(
+        s.count(Status::Running),
+        claimed as u64,
+        "claimed again once"
+    );
+    assert_eq!(
+        s.count(Status::Pending) + s.count(Status::Running),
+        (DEAD - LAST_ATTEMPT) as u64
+    );
+}
