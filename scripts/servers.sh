@@ -134,3 +134,46 @@ start_mysql() {
   require mysql
 }
 
+
+# A throwaway Redis: no persistence, a free port on 127.0.0.1, stopped on exit. Installs
+# Debian's redis-server when missing. Skipped when BACKSTOP_TEST_REDIS_URL is already set
+# (your own server). Tests that restart Redis on purpose run the same binary on the same
+# port: BACKSTOP_TEST_REDIS_SERVER names it (empty with your own server: those cases then
+# skip with a printed reason unless redis is required).
+start_redis() {
+  if [ -n "${BACKSTOP_TEST_REDIS_URL:-}" ]; then
+    log "using Redis at BACKSTOP_TEST_REDIS_URL"
+    require redis
+    return
+  fi
+  if ! command -v redis-server >/dev/null 2>&1; then
+    log "installing redis-server (Debian package)"
+    local made_policy=
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+      printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+      chmod +x /usr/sbin/policy-rc.d
+      made_policy=1
+    fi
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+    [ -n "$made_policy" ] && rm -f /usr/sbin/policy-rc.d
+  fi
+  local dir port i
+  dir="$work/redis"
+  mkdir -p "$dir"
+  port=$(free_port)
+  log "starting Redis ($(redis-server --version | cut -d' ' -f3)) on 127.0.0.1:$port"
+  redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+    --dir "$dir" --daemonize no >"$dir/server.log" 2>&1 &
+  echo $! >"$dir/pid"
+  # the pid file names the current server: a test that restarts Redis rewrites it
+  cleanups+=("redis-cli -p $port shutdown nosave >/dev/null 2>&1 || true")
+  for i in $(seq 1 100); do
+    redis-cli -p "$port" ping >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  redis-cli -p "$port" ping >/dev/null || { cat "$dir/server.log"; return 1; }
+  export BACKSTOP_TEST_REDIS_URL="redis://127.0.0.1:$port"
+  export BACKSTOP_TEST_REDIS_SERVER="$(command -v redis-server)"
+  require redis
+}

@@ -121,6 +121,35 @@ fn missing_feature(url: &str, feature: &str) -> Error {
 
 /// The store's driver: every [`TaskStore`] operation of an `AnyStore` is core's, on the
 /// driver of the backend it holds.
+impl AnyStore {
+    /// The notifier that comes with the backend, if it has one: PostgreSQL's
+    /// `LISTEN`/`NOTIFY` ([`PgStore::listener`](crate::postgres::PgStore::listener)).
+    /// `None` for SQLite and MySQL, whose deployments announce over Redis pub/sub
+    /// (`backstop::redis::RedisNotifier`, feature `redis`).
+    ///
+    /// ```no_run
+    /// # async fn demo(h: impl backstop::Handler) -> backstop::Result<()> {
+    /// let store = backstop::connect("postgres://app@db/app").await?;
+    /// let mut builder = backstop::Engine::builder(store.clone())
+    ///     .handler("SEND_EMAIL", h, backstop::HandlerOptions::default());
+    /// if let Some(n) = store.native_notifier()? {
+    ///     builder = builder.notifier(n);
+    /// }
+    /// let engine = builder.start()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn native_notifier(&self) -> Result<Option<std::sync::Arc<dyn backstop_core::Notifier>>> {
+        match self {
+            #[cfg(feature = "postgres")]
+            AnyStore::Postgres(s) if s.options().notify => {
+                Ok(Some(std::sync::Arc::new(s.listener()?)))
+            }
+            #[allow(unreachable_patterns)]
+            _ => Ok(None),
+        }
+    }
+}
+
 impl Backend for AnyStore {
     fn driver(&self) -> &dyn Driver {
         match *self {

@@ -17,6 +17,9 @@
 //! | `postgres` | PostgreSQL (tokio-postgres + deadpool) | `postgres` |
 //! | `mysql` | MySQL 8 / MariaDB 10.6+ (sqlx) | `mysql` |
 //!
+//! and Redis (feature `redis`, module `redis`): wake-ups over pub/sub for deployments
+//! whose database has no notifications of its own.
+//!
 //! [`connect`] opens an [`AnyStore`] on whichever enabled backend the URL names, so an
 //! application moves between databases by changing a feature and a URL.
 //!
@@ -48,6 +51,8 @@ pub use backstop_core::{
     handler_fn, Archive, Engine, EngineBuilder, EngineConfig, EngineCounters, ErrorAction,
     FnHandler, Handler, HandlerError, HandlerOptions, Json, JsonHandler, RunAhead,
 };
+// Wake-ups across processes.
+pub use backstop_core::{Notifier, Wake, Wakes};
 // The store contract and the task model.
 pub use backstop_core::{
     Backoff, Enqueued, Lease, Mark, MarkAction, NewTask, Owner, Recycled, RetryPolicy, Stats,
@@ -77,6 +82,12 @@ pub mod postgres {
 #[cfg(feature = "mysql")]
 pub mod mysql {
     pub use backstop_mysql::*;
+}
+
+/// Redis: wake-ups over pub/sub (feature `redis`).
+#[cfg(feature = "redis")]
+pub mod redis {
+    pub use backstop_redis::*;
 }
 
 /// The README's examples, compiled as doctests so they stay true.

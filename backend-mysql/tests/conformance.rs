@@ -159,6 +159,22 @@ impl Harness for MySqlHarness {
             .expect("count business rows");
         n == 1
     }
+
+    fn notifier_service(&self) -> &'static str {
+        "redis"
+    }
+
+    async fn notifier(
+        &self,
+        db: &Db,
+        _store: &Self::Store,
+    ) -> Result<std::sync::Arc<dyn backstop_core::Notifier>, Unavailable> {
+        backstop_testkit::redis::notifier(&db.name).await
+    }
+
+    async fn cut_listeners(&self, db: &Db) {
+        backstop_testkit::redis::cut_listeners(&db.name).await
+    }
 }
 
 /// Every case with the ordered (queueing) claim.

@@ -38,6 +38,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod listen;
 mod sql;
 
 use std::collections::HashSet;
@@ -46,6 +47,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backstop_core::driver::prelude::*;
+use backstop_core::driver::{Admit, Throttle};
 use backstop_core::limits;
 #[cfg(doc)]
 use backstop_core::TaskStore;
@@ -55,6 +57,9 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{GenericClient, NoTls, Row};
 
 use sql::Sql;
+
+use listen::pg_notify;
+pub use listen::PgListener;
 
 pub use deadpool_postgres;
 pub use tokio_postgres;
@@ -78,6 +83,17 @@ pub struct PgOptions {
     /// How long to wait for a pooled connection before failing with a temporary
     /// `Unavailable` error (default 10 s).
     pub acquire_timeout: Duration,
+    /// Announce new tasks with `NOTIFY` inside the enqueue transaction (default `true`),
+    /// so engines listening through [`PgStore::listener`] start them within
+    /// milliseconds. Delivered only at commit; nothing for a duplicate. Turn it off
+    /// behind PgBouncer in transaction pooling mode (`LISTEN` does not survive it), or
+    /// when no engine listens.
+    pub notify: bool,
+    /// Each event type is announced at most once per this window per store (default
+    /// 5 ms), plus one trailing announcement at its end when others were held back:
+    /// `NOTIFY` takes a global lock at commit, so a burst of enqueues must not notify
+    /// per row. Zero notifies every enqueue.
+    pub notify_window: Duration,
 }
 
 impl Default for PgOptions {
@@ -87,6 +103,8 @@ impl Default for PgOptions {
             schema: "public".to_owned(),
             max_connections: 16,
             acquire_timeout: Duration::from_secs(10),
+            notify: true,
+            notify_window: Duration::from_millis(5),
         }
     }
 }
@@ -99,6 +117,10 @@ impl PgOptions {
         max_connections: usize,
         /// See [`acquire_timeout`](Self::acquire_timeout).
         acquire_timeout: Duration,
+        /// See [`notify`](Self::notify).
+        notify: bool,
+        /// See [`notify_window`](Self::notify_window).
+        notify_window: Duration,
     }
 
     /// Use another schema.
@@ -136,6 +158,10 @@ struct Inner {
     pool: Pool,
     sql: Sql,
     options: PgOptions,
+    /// How the store's connections are made (for the listener's own connection); `None`
+    /// for a store made from a pool.
+    pg_config: Option<tokio_postgres::Config>,
+    throttle: Arc<Throttle>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -163,7 +189,7 @@ impl PgStore {
             Error::config(OP, format!("invalid PostgreSQL URL: {e}")).with_source(e)
         })?;
         let manager = Manager::from_config(
-            pg_config,
+            pg_config.clone(),
             NoTls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
@@ -175,22 +201,61 @@ impl PgStore {
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .map_err(|e| Error::config(OP, format!("cannot build the pool: {e}")))?;
-        let store = Self::from_pool(pool, options)?;
+        let store = Self::build(pool, options, Some(pg_config))?;
         drop(store.client().await?);
         Ok(store)
     }
 
     /// A store on an existing pool (for TLS, custom connection settings, or sharing the
     /// application's pool).
+    ///
+    /// Such a store has no URL of its own: give its listener one with
+    /// [`PgListener::with_config`].
     pub fn from_pool(pool: Pool, options: PgOptions) -> Result<Self> {
+        Self::build(pool, options, None)
+    }
+
+    fn build(
+        pool: Pool,
+        options: PgOptions,
+        pg_config: Option<tokio_postgres::Config>,
+    ) -> Result<Self> {
         options.validate()?;
         Ok(PgStore {
             inner: Arc::new(Inner {
                 sql: Sql::new(&options.schema, &options.config.table),
+                throttle: Arc::new(Throttle::new(options.notify_window)),
                 pool,
                 options,
+                pg_config,
             }),
         })
+    }
+
+    /// A [`Notifier`] for engines on this store: it listens for the announcements the
+    /// store makes inside enqueue transactions (see [`PgOptions::notify`]) on a
+    /// dedicated connection of its own (not a pooled one), made like the store's.
+    ///
+    /// ```no_run
+    /// # async fn demo(store: backstop_postgres::PgStore, h: impl backstop_core::Handler) -> backstop_core::Result<()> {
+    /// use backstop_core::{Engine, HandlerOptions};
+    /// let engine = Engine::builder(store.clone())
+    ///     .handler("SEND_EMAIL", h, HandlerOptions::default())
+    ///     .notifier(store.listener()?)
+    ///     .start()?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// A `Config` error for a store made with [`from_pool`](Self::from_pool): use
+    /// [`PgListener::with_config`].
+    pub fn listener(&self) -> Result<PgListener> {
+        let config = self.inner.pg_config.clone().ok_or_else(|| {
+            Error::config(
+                "listen",
+                "a store made from a pool has no connection settings of its own: use PgListener::with_config",
+            )
+        })?;
+        Ok(PgListener::with_config(self, config))
     }
 
     /// The pool, for the application's own queries.
@@ -226,9 +291,10 @@ impl PgStore {
     where
         C: PgExecutor + ?Sized,
     {
-        let sql = &self.inner.sql;
-        enqueue_on(&self.inner.options.config, task, |task| {
-            insert(sql, client, task)
+        let inner = &self.inner;
+        enqueue_on(&inner.options.config, task, |task| {
+            let notify = inner.notify_now(task.event_type());
+            insert(&inner.sql, client, task, notify)
         })
         .await
     }
@@ -241,7 +307,8 @@ impl Backend for PgStore {
 }
 
 /// The insert shape, on any connection (a pooled one, or the caller's transaction).
-async fn insert<C>(sql: &Sql, client: &C, task: Checked<&NewTask>) -> Result<Inserted>
+/// With `notify`, the task is also announced on the table's channel (at commit).
+async fn insert<C>(sql: &Sql, client: &C, task: Checked<&NewTask>, notify: bool) -> Result<Inserted>
 where
     C: PgExecutor + ?Sized,
 {
@@ -253,20 +320,25 @@ where
     );
     let max_attempts = i32::try_from(retry.max_attempts).unwrap_or(i32::MAX);
     let (event_type, biz_key, payload) = (task.event_type(), task.biz_key(), task.payload());
+    let strategy = retry.backoff.strategy();
+    let mut params: Vec<(&(dyn ToSql + Sync), Type)> = vec![
+        (&event_type, Type::VARCHAR),
+        (&biz_key, Type::VARCHAR),
+        (&payload, Type::TEXT),
+        (&max_attempts, Type::INT4),
+        (&strategy, Type::VARCHAR),
+        (&interval, Type::INT8),
+        (&max_interval, Type::INT8),
+        (&delay, Type::INT8),
+    ];
+    let statement = if notify {
+        params.push((&sql.channel, Type::TEXT));
+        &sql.insert_notify
+    } else {
+        &sql.insert
+    };
     let inserted = client
-        .query_opt_typed(
-            &sql.insert,
-            &[
-                (&event_type, Type::VARCHAR),
-                (&biz_key, Type::VARCHAR),
-                (&payload, Type::TEXT),
-                (&max_attempts, Type::INT4),
-                (&retry.backoff.strategy(), Type::VARCHAR),
-                (&interval, Type::INT8),
-                (&max_interval, Type::INT8),
-                (&delay, Type::INT8),
-            ],
-        )
+        .query_opt_typed(statement, &params)
         .await
         .map_err(pg_err)?;
     if let Some(row) = inserted {
@@ -299,6 +371,36 @@ where
 }
 
 impl Inner {
+    /// Whether this enqueue announces its task (inside its transaction). When the
+    /// throttle holds it back, a trailing `NOTIFY` is sent at the end of the window on a
+    /// pooled connection, after this transaction has (most likely) committed; a
+    /// transaction still open then is found by the next poll.
+    fn notify_now(&self, event_type: &str) -> bool {
+        if !self.options.notify {
+            return false;
+        }
+        match self.throttle.admit(event_type) {
+            Admit::Now => true,
+            Admit::Covered => false,
+            Admit::Later(after) => {
+                let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                    self.throttle.trailing_sent(event_type);
+                    return false;
+                };
+                let (pool, throttle) = (self.pool.clone(), Arc::clone(&self.throttle));
+                let (channel, event_type) = (self.sql.channel.clone(), event_type.to_owned());
+                runtime.spawn(async move {
+                    tokio::time::sleep(after).await;
+                    throttle.trailing_sent(&event_type);
+                    if let Err(e) = pg_notify(&pool, &channel, &event_type).await {
+                        tracing::debug!(error = %e, %event_type, "trailing NOTIFY failed");
+                    }
+                });
+                false
+            }
+        }
+    }
+
     /// Run one prepared statement on a pooled connection.
     async fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
         let client = self.client().await?;
@@ -357,7 +459,8 @@ impl Driver for Inner {
 
     async fn insert(&self, task: Checked<&NewTask>) -> Result<Inserted> {
         // One statement in autocommit, or two (insert, then the existing id) on conflict.
-        insert(&self.sql, &self.client().await?, task).await
+        let notify = self.notify_now(task.event_type());
+        insert(&self.sql, &self.client().await?, task, notify).await
     }
 
     async fn claim_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<RawTask>> {

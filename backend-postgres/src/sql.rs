@@ -25,11 +25,33 @@ fn claim(t: &str, tc: &str, picked: &str) -> String {
     )
 }
 
+/// The notification channel of `schema.table`: the qualified name, or when that is
+/// longer than PostgreSQL's 63-byte identifiers, a prefix of it and a stable hash.
+fn channel(schema: &str, table: &str) -> String {
+    let full = format!("backstop.{schema}.{table}");
+    if full.len() <= 63 {
+        return full;
+    }
+    // FNV-1a: stable across builds and platforms (std's hasher is not).
+    let hash = full.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    // identifiers are ASCII (checked), so any byte index is a char boundary
+    format!("{}#{hash:016x}", &full[..46])
+}
+
 pub(crate) struct Sql {
     pub lock_key: String,
     pub schema: String,
     pub insert: String,
+    /// `insert` that also announces the new task on `channel` (delivered at commit;
+    /// nothing on a duplicate). $9 is the channel.
+    pub insert_notify: String,
     pub find_by_key: String,
+    /// The `LISTEN`/`NOTIFY` channel of this table.
+    pub channel: String,
+    /// `LISTEN` on `channel`.
+    pub listen: String,
     pub grab_by_id: String,
     pub grab_one_type: String,
     pub grab_many_types: String,
@@ -51,6 +73,17 @@ impl Sql {
     pub fn new(schema: &str, table: &str) -> Sql {
         let t = format!("\"{schema}\".\"{table}\"");
         let tc = t_columns();
+        // $1 event_type $2 biz_key $3 payload $4 max_attempts $5 strategy
+        // $6 interval_ms $7 max_interval_ms $8 delay_ms
+        let insert = format!(
+            "INSERT INTO {t} (event_type, biz_key, payload, status, attempts, max_attempts,
+                retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at,
+                lease, created_at, updated_at)
+             VALUES ($1, $2, $3, 0, 0, $4, $5, $6, $7, now() + $8::bigint {MS}, 0, now(), now())
+             ON CONFLICT (event_type, biz_key) DO NOTHING
+             RETURNING id"
+        );
+        let channel = channel(schema, table);
         Sql {
             lock_key: format!("backstop:{schema}.{table}"),
             // Partial indexes keep the hot paths small however many succeeded rows pile
@@ -84,16 +117,13 @@ impl Sql {
                     ON {t} (updated_at, id) WHERE status = 3;
                  CREATE INDEX IF NOT EXISTS \"{table}_ix_updated\" ON {t} (status, updated_at);"
             ),
-            // $1 event_type $2 biz_key $3 payload $4 max_attempts $5 strategy
-            // $6 interval_ms $7 max_interval_ms $8 delay_ms
-            insert: format!(
-                "INSERT INTO {t} (event_type, biz_key, payload, status, attempts, max_attempts,
-                    retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at,
-                    lease, created_at, updated_at)
-                 VALUES ($1, $2, $3, 0, 0, $4, $5, $6, $7, now() + $8::bigint {MS}, 0, now(), now())
-                 ON CONFLICT (event_type, biz_key) DO NOTHING
-                 RETURNING id"
+            insert: insert.clone(),
+            insert_notify: format!(
+                "WITH ins AS ({insert})
+                 SELECT ins.id FROM ins CROSS JOIN LATERAL (SELECT pg_notify($9::text, $1::text)) AS n"
             ),
+            listen: format!("LISTEN \"{channel}\""),
+            channel,
             find_by_key: format!("SELECT id FROM {t} WHERE event_type = $1 AND biz_key = $2"),
             grab_by_id: format!(
                 "UPDATE {t} SET status = 3, owner = $2, attempts = attempts + 1,

@@ -2,9 +2,10 @@
 //! server named by `BACKSTOP_TEST_POSTGRES_URL` (scripts/test starts a throwaway one).
 #![allow(clippy::expect_used)] // test harness: a failed setup is a failed test
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use backstop_core::{Enqueued, NewTask, StoreConfig, TaskId};
+use backstop_core::{Enqueued, NewTask, Notifier, StoreConfig, TaskId};
 use backstop_postgres::{PgOptions, PgStore};
 use backstop_testkit::{Harness, TimeColumn, Unavailable};
 use tokio_postgres::NoTls;
@@ -17,6 +18,8 @@ struct Db {
     url: String,
     schema: String,
     admin: tokio_postgres::Client,
+    /// The channel of the case's listeners, once one was made.
+    channel: Mutex<Option<String>>,
 }
 
 impl Drop for Db {
@@ -60,7 +63,12 @@ impl Harness for PgHarness {
             ))
             .await
             .expect("create the case's schema");
-        Ok(Db { url, schema, admin })
+        Ok(Db {
+            url,
+            schema,
+            admin,
+            channel: Mutex::new(None),
+        })
     }
 
     async fn open(&self, db: &Db, config: StoreConfig) -> backstop_core::Result<PgStore> {
@@ -136,6 +144,37 @@ impl Harness for PgHarness {
             .await
             .expect("count business rows");
         row.get::<_, i64>(0) == 1
+    }
+
+    fn notifier_service(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn notifier(&self, db: &Db, store: &PgStore) -> Result<Arc<dyn Notifier>, Unavailable> {
+        let listener = store
+            .listener()
+            .expect("a store made from a URL has a listener");
+        *db.channel.lock().expect("channel lock") = Some(listener.channel().to_owned());
+        Ok(Arc::new(listener))
+    }
+
+    async fn cut_listeners(&self, db: &Db) {
+        let channel = db
+            .channel
+            .lock()
+            .expect("channel lock")
+            .clone()
+            .expect("a listener was made");
+        let rows = db
+            .admin
+            .query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                 WHERE application_name = 'backstop-listener' AND query = $1",
+                &[&format!("LISTEN \"{channel}\"")],
+            )
+            .await
+            .expect("terminate the listeners");
+        assert!(!rows.is_empty(), "no listener on {channel} to cut");
     }
 }
 

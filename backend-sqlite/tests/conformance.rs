@@ -106,6 +106,22 @@ impl Harness for SqliteHarness {
             .expect("count business rows");
         n == 1
     }
+
+    fn notifier_service(&self) -> &'static str {
+        "redis"
+    }
+
+    async fn notifier(
+        &self,
+        db: &Db,
+        _store: &Self::Store,
+    ) -> Result<std::sync::Arc<dyn backstop_core::Notifier>, Unavailable> {
+        backstop_testkit::redis::notifier(&db.path.display().to_string()).await
+    }
+
+    async fn cut_listeners(&self, db: &Db) {
+        backstop_testkit::redis::cut_listeners(&db.path.display().to_string()).await
+    }
 }
 
 enum Outcome {

@@ -496,6 +496,7 @@ pub mod prelude {
 /// ```
 #[doc(inline)]
 pub use crate::__setters as setters;
+pub use crate::notify::{Admit, Throttle};
 
 #[doc(hidden)]
 #[macro_export]

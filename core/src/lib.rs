@@ -16,6 +16,7 @@ mod engine;
 mod error;
 pub mod limits;
 mod model;
+mod notify;
 mod store;
 
 pub use engine::{
@@ -28,6 +29,7 @@ pub use model::{
     Backoff, Enqueued, Lease, Mark, MarkAction, NewTask, Owner, Recycled, RetryPolicy, Stats,
     Status, StatusCount, Task, TaskFilter, TaskId,
 };
+pub use notify::{Notifier, Wake, Wakes};
 pub use store::{TaskStore, TaskStoreExt};
 
 /// Re-exported so implementors use the same `#[async_trait]` as the trait.

@@ -28,12 +28,14 @@
 
 pub mod engine;
 pub mod logs;
+pub mod redis;
 pub mod store;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use backstop_core::async_trait;
-use backstop_core::{Enqueued, NewTask, Owner, StoreConfig, Task, TaskId, TaskStore};
+use backstop_core::{Enqueued, NewTask, Notifier, Owner, StoreConfig, Task, TaskId, TaskStore};
 use chrono::{DateTime, Utc};
 
 /// Why a harness cannot give a database (for example: its server URL is not set).
@@ -104,6 +106,23 @@ pub trait Harness: Send + Sync + 'static {
 
     /// Whether the business row keyed `biz_row` exists.
     async fn business_row_exists(&self, db: &Self::Db, biz_row: &str) -> bool;
+
+    /// What [`notifier`](Self::notifier) needs, as named in `BACKSTOP_TEST_REQUIRE`
+    /// (`postgres` for `LISTEN`/`NOTIFY`, `redis` for pub/sub).
+    fn notifier_service(&self) -> &'static str;
+
+    /// A new notifier for engines on `db` (each engine gets its own, as each process
+    /// makes its own), reaching only engines on `db`; `store` is the engine's store.
+    /// `Err` when its server is not available.
+    async fn notifier(
+        &self,
+        db: &Self::Db,
+        store: &Self::Store,
+    ) -> Result<Arc<dyn Notifier>, Unavailable>;
+
+    /// Cut, at the server, the connections of the listeners of `db`'s notifiers, so they
+    /// must reconnect (and may have missed announcements meanwhile).
+    async fn cut_listeners(&self, db: &Self::Db);
 }
 
 /// What a case gets: a fresh migrated store on its own database, and helpers.
@@ -162,6 +181,22 @@ impl<H: Harness> Ctx<H> {
             .expect("open another store");
         s.migrate().await.expect("migrate");
         s
+    }
+
+    /// A new notifier for an engine on `store` (see [`Harness::notifier`]), or `None`
+    /// (printed) when its server is missing and not required; panics when required.
+    pub async fn notifier(&self, store: &H::Store, case: &str) -> Option<Arc<dyn Notifier>> {
+        match self.harness.notifier(&self.db, store).await {
+            Ok(n) => Some(n),
+            Err(Unavailable(why)) => {
+                let service = self.harness.notifier_service();
+                if required(service) {
+                    panic!("{service} is named in BACKSTOP_TEST_REQUIRE but unavailable for {case}: {why}");
+                }
+                eprintln!("SKIPPED {case} on {}: {why}", self.harness.backend());
+                None
+            }
+        }
     }
 
     /// Move a timestamp of task `id` (in the default table) back by `by`.

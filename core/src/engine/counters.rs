@@ -38,6 +38,14 @@ pub struct EngineCounters {
     pub timeouts: u64,
     /// Store errors met by the engine (claims, marks, heartbeats…).
     pub store_errors: u64,
+    /// Wake-ups received from the notifier for event types this engine handles (each
+    /// starts a poll of its type unless one is already due).
+    pub wakeups: u64,
+    /// Announcements this engine made through its notifier (tasks it enqueued but did
+    /// not run itself).
+    pub notified: u64,
+    /// Notifier failures: announcements that failed, listener connections lost.
+    pub notifier_errors: u64,
 }
 
 macro_rules! counters {
@@ -76,6 +84,9 @@ counters! {
     panics => "backstop_panics_total",
     timeouts => "backstop_timeouts_total",
     store_errors => "backstop_store_errors_total",
+    wakeups => "backstop_wakeups_total",
+    notified => "backstop_notified_total",
+    notifier_errors => "backstop_notifier_errors_total",
 }
 
 impl Counters {

@@ -6,22 +6,18 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
+use std::collections::BTreeSet;
+
 use super::executor::dispatch;
-use super::{Origin, Shared, State};
+use super::{Hints, Origin, Shared, State};
 use crate::model::{Status, TaskFilter};
+use crate::notify::{Wake, Wakes};
 use crate::store::TaskStore;
 
-/// Sleep `d`, or until the engine leaves `Running` (returns false then). A `poll_now`
-/// wake-up ends the sleep early when `wakeable`.
-async fn pause<S>(
-    shared: &Shared<S>,
-    state: &mut watch::Receiver<State>,
-    d: Duration,
-    wakeable: bool,
-) -> bool {
+/// Sleep `d`, or until the engine leaves `Running` (returns false then).
+async fn pause<S>(shared: &Shared<S>, state: &mut watch::Receiver<State>, d: Duration) -> bool {
     tokio::select! {
         _ = tokio::time::sleep(d) => {}
-        _ = shared.wake.notified(), if wakeable => {}
         _ = state.wait_for(|s| *s != State::Running) => return false,
     }
     shared.state() == State::Running
@@ -44,7 +40,7 @@ pub(crate) async fn recycler<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
     let mut state = shared.state.subscribe();
     let cfg = &shared.config;
     let every = cfg.poll_interval.max(cfg.dead_after / 8);
-    if !pause(&shared, &mut state, cfg.first_poll_delay, false).await {
+    if !pause(&shared, &mut state, cfg.first_poll_delay).await {
         return;
     }
     loop {
@@ -62,7 +58,7 @@ pub(crate) async fn recycler<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
                         "recycled tasks whose owner stopped heartbeating"
                     );
                     if r.to_pending > 0 {
-                        shared.wake.notify_one();
+                        shared.wake_all();
                     }
                 }
                 r.total() >= cfg.recycle_batch as u64
@@ -80,91 +76,88 @@ pub(crate) async fn recycler<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
             tokio::task::yield_now().await;
             continue;
         }
-        if !pause(&shared, &mut state, every, false).await {
+        if !pause(&shared, &mut state, every).await {
             return;
         }
     }
 }
 
-/// The poller: after the first-poll delay, on a fixed delay: claim due tasks per event
-/// type up to each executor's free capacity, and dispatch them. A batch that came back
-/// full polls again at once (drain) when capacity is free, or as soon as enough frees up.
+/// What one poll round covers.
+enum Round {
+    /// Every event type (a tick of the poll interval, `poll_now`, recycled tasks, a
+    /// listener's reconnect, capacity freed after a full executor).
+    All,
+    /// Only these event types (wake-ups from the notifier).
+    Types(BTreeSet<String>),
+}
+
+impl Round {
+    fn covers(&self, event_type: &str) -> bool {
+        match self {
+            Round::All => true,
+            Round::Types(t) => t.contains(event_type),
+        }
+    }
+
+    /// Add what was asked for since the round was decided.
+    fn merge(self, hints: Hints) -> Round {
+        match self {
+            Round::All => Round::All,
+            _ if hints.all => Round::All,
+            Round::Types(mut t) => {
+                t.extend(hints.types);
+                Round::Types(t)
+            }
+        }
+    }
+}
+
+/// The poller: a round over every event type at each tick (the first one after the
+/// first-poll delay, then every poll interval), and in between, rounds over the event
+/// types a wake-up names. A round claims due tasks per event type up to each executor's
+/// free capacity, and dispatches them. A batch that came back full polls again at once
+/// (drain) when capacity is free, or as soon as enough frees up.
+///
+/// Wake-ups never postpone the tick: a steady stream of them for one event type still
+/// lets every other type be polled each interval.
 pub(crate) async fn poller<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
     let mut state = shared.state.subscribe();
-    if !pause(&shared, &mut state, shared.config.first_poll_delay, true).await {
-        return;
-    }
     let cfg = &shared.config;
-    // The first gauge refresh waits one `gauge_interval`: `stats()` counts the whole table,
-    // and instances that start together (a deploy) would all run it at once, on the
-    // backlog they are about to drain.
-    let mut last_gauges = Instant::now();
+    let mut next_tick = tokio::time::Instant::now() + cfg.first_poll_delay;
+    // The first gauge refresh waits one `gauge_interval` after the first poll:
+    // `stats()` counts the whole table, and instances that start together (a deploy)
+    // would all run it at once, on the backlog they are about to drain.
+    let mut last_gauges: Option<Instant> = None;
     loop {
-        if shared.state() != State::Running {
-            return;
-        }
-        let mut poll_again = false;
-        let mut wait_for_capacity = false;
-        for event_type in &shared.event_types {
-            // held until this batch is dispatched
-            let Some(_claim) = shared.begin_claim() else {
+        let mut round = tokio::select! {
+            _ = tokio::time::sleep_until(next_tick) => Round::All,
+            _ = shared.wake.notified() => Round::Types(BTreeSet::new()),
+            _ = state.wait_for(|s| *s != State::Running) => return,
+        };
+        loop {
+            if shared.state() != State::Running {
                 return;
+            }
+            round = round.merge(shared.take_hints());
+            if matches!(round, Round::All) {
+                next_tick = tokio::time::Instant::now() + cfg.poll_interval;
+            }
+            let (poll_again, wait_for_capacity) = match poll_round(&shared, &round).await {
+                Some(r) => r,
+                None => return,
             };
-            let Some(exec) = shared.executors.get(event_type) else {
-                continue;
-            };
-            let n = cfg.batch_size.min(exec.slots.available_permits());
-            if n == 0 || shared.tracker.marks_backlogged() {
-                wait_for_capacity = true;
+            let gauges_due = last_gauges.get_or_insert_with(Instant::now);
+            if gauges_due.elapsed() >= cfg.gauge_interval {
+                last_gauges = Some(Instant::now());
+                update_gauges(&shared).await;
+            }
+            if poll_again {
+                tokio::task::yield_now().await;
                 continue;
             }
-            let Ok(mut permits) = Arc::clone(&exec.slots).try_acquire_many_owned(n as u32) else {
-                continue;
-            };
-            let types = std::slice::from_ref(event_type);
-            match shared.store.grab_batch(&shared.owner, types, n).await {
-                Ok(tasks) => {
-                    let full = tasks.len() == n;
-                    for task in tasks {
-                        let Some(slot) = permits.split(1) else {
-                            // cannot happen: n permits for at most n tasks
-                            break;
-                        };
-                        shared.counters.polled(event_type);
-                        dispatch(
-                            Arc::clone(&shared),
-                            Arc::clone(exec),
-                            task,
-                            slot,
-                            Origin::Poll,
-                        );
-                    }
-                    drop(permits);
-                    if full {
-                        if exec.slots.available_permits() > 0 {
-                            poll_again = true;
-                        } else {
-                            wait_for_capacity = true;
-                        }
-                    }
-                }
-                Err(e) => {
-                    shared.counters.store_errors(event_type);
-                    tracing::warn!(error = %e, %event_type, "grab_batch failed");
-                }
+            if !wait_for_capacity {
+                break;
             }
-        }
-
-        if last_gauges.elapsed() >= cfg.gauge_interval {
-            last_gauges = Instant::now();
-            update_gauges(&shared).await;
-        }
-
-        if poll_again {
-            tokio::task::yield_now().await;
-            continue;
-        }
-        if wait_for_capacity {
             // A full executor: poll again once a useful share of it is free, or at the
             // next tick, whichever comes first.
             let deadline = tokio::time::Instant::now() + cfg.poll_interval;
@@ -185,11 +178,118 @@ pub(crate) async fn poller<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
                     break;
                 }
             }
+            round = Round::All;
+        }
+    }
+}
+
+/// One poll round: claim and dispatch per event type the round covers. Returns whether
+/// to poll again at once (a full batch with capacity left) and whether to wait for
+/// capacity (a full executor), or `None` when the engine stopped running.
+async fn poll_round<S: TaskStore + Clone>(
+    shared: &Arc<Shared<S>>,
+    round: &Round,
+) -> Option<(bool, bool)> {
+    let cfg = &shared.config;
+    let mut poll_again = false;
+    let mut wait_for_capacity = false;
+    for event_type in shared.event_types.iter().filter(|t| round.covers(t)) {
+        // held until this batch is dispatched
+        let _claim = shared.begin_claim()?;
+        let Some(exec) = shared.executors.get(event_type) else {
+            continue;
+        };
+        let n = cfg.batch_size.min(exec.slots.available_permits());
+        if n == 0 || shared.tracker.marks_backlogged() {
+            wait_for_capacity = true;
             continue;
         }
-        if !pause(&shared, &mut state, cfg.poll_interval, true).await {
+        let Ok(mut permits) = Arc::clone(&exec.slots).try_acquire_many_owned(n as u32) else {
+            continue;
+        };
+        let types = std::slice::from_ref(event_type);
+        match shared.store.grab_batch(&shared.owner, types, n).await {
+            Ok(tasks) => {
+                let full = tasks.len() == n;
+                for task in tasks {
+                    let Some(slot) = permits.split(1) else {
+                        // cannot happen: n permits for at most n tasks
+                        break;
+                    };
+                    shared.counters.polled(event_type);
+                    dispatch(
+                        Arc::clone(shared),
+                        Arc::clone(exec),
+                        task,
+                        slot,
+                        Origin::Poll,
+                    );
+                }
+                drop(permits);
+                if full {
+                    if exec.slots.available_permits() > 0 {
+                        poll_again = true;
+                    } else {
+                        wait_for_capacity = true;
+                    }
+                }
+            }
+            Err(e) => {
+                shared.counters.store_errors(event_type);
+                tracing::warn!(error = %e, %event_type, "grab_batch failed");
+            }
+        }
+    }
+    Some((poll_again, wait_for_capacity))
+}
+
+/// Listen to the engine's notifier while the engine runs: reconnect after a backoff
+/// (100 ms doubling to 5 s, back to 100 ms after a connection that lasted 10 s) when the
+/// connection is lost. The first subscription's [`Wake::All`] is ignored when it comes
+/// before the first poll (which covers every type anyway, after the first-poll delay
+/// that keeps a restart from stampeding); after a reconnect it polls every type at once.
+pub(crate) async fn listener<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
+    const MIN: Duration = Duration::from_millis(100);
+    const MAX: Duration = Duration::from_secs(5);
+    let Some(notifier) = shared.notifier.clone() else {
+        return;
+    };
+    let mut state = shared.state.subscribe();
+    let started = Instant::now();
+    let mut backoff = MIN;
+    let mut first_session = true;
+    loop {
+        let target = Arc::clone(&shared);
+        let wakes = Wakes::new(move |w| {
+            // The first subscription's "poll everything" before the first poll: that
+            // poll, still to come, covers every type. After a reconnect it always counts.
+            if w == Wake::All && first_session && started.elapsed() < target.config.first_poll_delay
+            {
+                return;
+            }
+            target.woken(w)
+        });
+        first_session = false;
+        let since = Instant::now();
+        let result = tokio::select! {
+            r = notifier.listen(&wakes) => r,
+            _ = state.wait_for(|s| *s != State::Running) => return,
+        };
+        shared.counters.notifier_errors("*");
+        match result {
+            Ok(()) => {
+                tracing::warn!(owner = %shared.owner, "notifier listener ended: listening again")
+            }
+            Err(e) => tracing::warn!(owner = %shared.owner, error = %e,
+                "notifier listener lost its connection: reconnecting (the poller covers the gap)"),
+        }
+        if since.elapsed() >= Duration::from_secs(10) {
+            backoff = MIN;
+        }
+        if !pause(&shared, &mut state, backoff).await {
             return;
         }
+        backoff = (backoff * 2).min(MAX);
     }
 }
 
@@ -268,7 +368,7 @@ pub(crate) async fn retention<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
         return;
     };
     let mut state = shared.state.subscribe();
-    if !pause(&shared, &mut state, shared.config.first_poll_delay, false).await {
+    if !pause(&shared, &mut state, shared.config.first_poll_delay).await {
         return;
     }
     let batch = shared.config.purge_batch;
@@ -322,7 +422,7 @@ pub(crate) async fn retention<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
             metrics::counter!("backstop_purged_total").increment(total);
             tracing::info!(purged = total, "retention purged succeeded tasks");
         }
-        if !pause(&shared, &mut state, shared.config.purge_interval, false).await {
+        if !pause(&shared, &mut state, shared.config.purge_interval).await {
             return;
         }
     }

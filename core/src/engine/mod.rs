@@ -28,7 +28,7 @@ mod handler;
 mod loops;
 mod tracker;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -44,6 +44,7 @@ pub use handler::{
 use crate::error::{BoxError, Error, Result};
 use crate::limits;
 use crate::model::{Enqueued, NewTask, Owner, Task};
+use crate::notify::{Notifier, Wake};
 use crate::store::TaskStore;
 use counters::Counters;
 use executor::Executor;
@@ -258,15 +259,59 @@ struct Shared<S> {
     tracker: Tracker,
     counters: Counters,
     state: watch::Sender<State>,
+    /// Wakes the poller before its next tick; what to poll then is in `hints`.
     wake: Notify,
+    /// What the next poll round covers when it was woken early.
+    hints: Mutex<Hints>,
+    /// Carries wake-ups between processes (see [`EngineBuilder::notifier`]).
+    notifier: Option<Arc<dyn Notifier>>,
     archive: Option<Arc<dyn Archive>>,
     /// Marks on their way to the completion flushers.
     completions: completer::Queue,
 }
 
+/// Event types the poller was asked to poll before its next tick.
+#[derive(Debug, Default)]
+struct Hints {
+    /// Every event type (`poll_now`, recycled tasks, a listener's reconnect).
+    all: bool,
+    /// Only these (wake-ups from the notifier); handled types only.
+    types: BTreeSet<String>,
+}
+
 impl<S> Shared<S> {
     fn state(&self) -> State {
         *self.state.borrow()
+    }
+
+    /// Poll every event type now.
+    fn wake_all(&self) {
+        self.hints.lock().unwrap_or_else(|p| p.into_inner()).all = true;
+        self.wake.notify_one();
+    }
+
+    /// Act on a wake-up from the notifier: poll its event type now, if handled here.
+    fn woken(&self, wake: Wake) {
+        match wake {
+            Wake::All => self.wake_all(),
+            Wake::EventType(t) => {
+                if !self.executors.contains_key(&t) {
+                    return;
+                }
+                self.counters.wakeups(&t);
+                let mut hints = self.hints.lock().unwrap_or_else(|p| p.into_inner());
+                if !hints.all {
+                    hints.types.insert(t);
+                }
+                drop(hints);
+                self.wake.notify_one();
+            }
+        }
+    }
+
+    /// What an early poll round covers; clears the hints.
+    fn take_hints(&self) -> Hints {
+        std::mem::take(&mut *self.hints.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Start a claim (a poll's `grab_batch`, a run-ahead's `grab_by_id`), or `None` when
@@ -288,6 +333,7 @@ pub struct EngineBuilder<S> {
     config: EngineConfig,
     handlers: Vec<(String, Arc<dyn Handler>, HandlerOptions)>,
     archive: Option<Arc<dyn Archive>>,
+    notifier: Option<Arc<dyn Notifier>>,
 }
 
 impl<S: TaskStore + Clone> EngineBuilder<S> {
@@ -306,6 +352,18 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
     ) -> Self {
         self.handlers
             .push((event_type.into(), Arc::new(handler), options));
+        self
+    }
+
+    /// Listen to `notifier` for tasks committed by other processes (start them within
+    /// milliseconds instead of at the next poll), and announce through it the tasks this
+    /// engine enqueues but does not run itself (no handler here, executor full).
+    ///
+    /// The poller stays the safety net: a lost wake-up costs latency, never a task, and
+    /// the engine polls every event type after the listener reconnects. See
+    /// [`Notifier`] for the contract and the notifiers backstop ships.
+    pub fn notifier(mut self, notifier: impl Notifier) -> Self {
+        self.notifier = Some(Arc::new(notifier));
         self
     }
 
@@ -363,6 +421,8 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
             counters: Counters::default(),
             state: watch::Sender::new(State::Running),
             wake: Notify::new(),
+            hints: Mutex::new(Hints::default()),
+            notifier: self.notifier,
             archive: self.archive,
             completions,
         });
@@ -374,6 +434,9 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
         ];
         if shared.config.retention.is_some() {
             jobs.push(runtime.spawn(loops::retention(Arc::clone(&shared))));
+        }
+        if shared.notifier.is_some() {
+            jobs.push(runtime.spawn(loops::listener(Arc::clone(&shared))));
         }
         tracing::info!(
             owner = %shared.owner,
@@ -434,6 +497,7 @@ impl<S: TaskStore + Clone> Engine<S> {
             config: EngineConfig::default(),
             handlers: Vec::new(),
             archive: None,
+            notifier: None,
         }
     }
 
@@ -469,7 +533,38 @@ impl<S: TaskStore + Clone> Engine<S> {
     /// delayed tasks keep their schedule) and only when its executor has room — else it
     /// stays pending, no attempt spent, for the poller. The handler runs on the executor,
     /// never on the caller's task; this returns once the claim is made.
+    ///
+    /// With a [notifier](EngineBuilder::notifier), a task this instance does not take
+    /// ([`RunAhead::NoHandler`], [`RunAhead::Rejected`]) is announced to the other
+    /// processes, which start it within milliseconds; a failed announcement is logged and
+    /// counted, never returned.
     pub async fn run_now(&self, enqueued: &Enqueued) -> Result<RunAhead> {
+        let run = self.run_here(enqueued).await?;
+        if matches!(run, RunAhead::NoHandler | RunAhead::Rejected) {
+            // Another process may run it now: tell it (best effort, after commit).
+            self.announce(&enqueued.event_type).await;
+        }
+        Ok(run)
+    }
+
+    /// Announce through the notifier that tasks of `event_type` are ready; failures are
+    /// logged and counted, never returned (the poller runs the task anyway).
+    async fn announce(&self, event_type: &str) {
+        let shared = &self.inner.shared;
+        let Some(notifier) = &shared.notifier else {
+            return;
+        };
+        match notifier.notify(event_type).await {
+            Ok(()) => shared.counters.notified(event_type),
+            Err(e) => {
+                shared.counters.notifier_errors(event_type);
+                tracing::warn!(owner = %shared.owner, %event_type, error = %e,
+                    "notify failed: other instances will find the task at their next poll");
+            }
+        }
+    }
+
+    async fn run_here(&self, enqueued: &Enqueued) -> Result<RunAhead> {
         let shared = &self.inner.shared;
         // held until the claimed task is dispatched (or nothing was claimed)
         let Some(_claim) = shared.begin_claim() else {
@@ -517,7 +612,7 @@ impl<S: TaskStore + Clone> Engine<S> {
 
     /// Ask the poller to poll now rather than at its next tick (after the first-poll delay).
     pub fn poll_now(&self) {
-        self.inner.shared.wake.notify_one();
+        self.inner.shared.wake_all();
     }
 
     /// Stop gracefully: stop claiming, let in-flight tasks finish within

@@ -13,6 +13,7 @@ pub mod poller;
 pub mod retention;
 pub mod run_ahead;
 pub mod shutdown;
+pub mod wakeups;
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;

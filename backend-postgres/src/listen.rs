@@ -1,0 +1,137 @@
+//! Wake-ups through `LISTEN`/`NOTIFY`: the store announces new tasks inside the enqueue
+//! transaction (see [`PgOptions::notify`](crate::PgOptions::notify)); a [`PgListener`]
+//! hears them on a dedicated connection and wakes its engine.
+
+use std::time::Duration;
+
+use backstop_core::{async_trait, Error, ErrorKind, Notifier, Result, Wake, Wakes};
+use deadpool_postgres::Pool;
+use futures_util::StreamExt;
+use tokio_postgres::{AsyncMessage, NoTls};
+
+use crate::{pg_err, PgStore};
+
+/// Hears the announcements of a [`PgStore`] (made with [`PgStore::listener`]) and wakes
+/// the engine it is given to with
+/// [`EngineBuilder::notifier`](backstop_core::EngineBuilder::notifier).
+///
+/// - **Its own connection**, not a pooled one (a pool hides the notifications and may
+///   close the connection), named `backstop-listener` in `pg_stat_activity`, with TCP
+///   keepalives so a dead server is noticed. One per engine.
+/// - **Lost notifications** (the connection dropped, the server restarted) are covered
+///   by the engine, which polls every event type after each reconnect, and by the
+///   poller.
+/// - [`notify`](Notifier::notify) (the engine's announcement after commit) does nothing
+///   while the store announces inside the enqueue transaction (the default); with
+///   [`PgOptions::notify`](crate::PgOptions::notify) off it sends a `NOTIFY` on a pooled
+///   connection.
+/// - Not through PgBouncer in transaction pooling mode: `LISTEN` does not survive it.
+///   Point the listener at the database directly (a second URL for
+///   [`with_config`](Self::with_config)), or use Redis pub/sub.
+#[derive(Clone)]
+pub struct PgListener {
+    config: tokio_postgres::Config,
+    channel: String,
+    listen: String,
+    pool: Pool,
+    store_notifies: bool,
+}
+
+impl std::fmt::Debug for PgListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgListener")
+            .field("channel", &self.channel)
+            .finish()
+    }
+}
+
+impl PgListener {
+    /// A listener for `store`'s announcements that connects with `config` (a store made
+    /// from a pool has no URL of its own; or to bypass a connection pooler).
+    pub fn with_config(store: &PgStore, mut config: tokio_postgres::Config) -> Self {
+        config
+            .application_name("backstop-listener")
+            .keepalives(true)
+            .keepalives_idle(Duration::from_secs(30))
+            .connect_timeout(Duration::from_secs(10));
+        let inner = &store.inner;
+        PgListener {
+            config,
+            channel: inner.sql.channel.clone(),
+            listen: inner.sql.listen.clone(),
+            pool: inner.pool.clone(),
+            store_notifies: inner.options.notify,
+        }
+    }
+
+    /// The channel announcements go to (derived from the schema and table).
+    pub fn channel(&self) -> &str {
+        &self.channel
+    }
+}
+
+#[async_trait]
+impl Notifier for PgListener {
+    async fn notify(&self, event_type: &str) -> Result<()> {
+        if self.store_notifies {
+            return Ok(()); // announced inside the enqueue transaction, at its commit
+        }
+        pg_notify(&self.pool, &self.channel, event_type).await
+    }
+
+    async fn listen(&self, wakes: &Wakes) -> Result<()> {
+        let (client, mut connection) = self
+            .config
+            .connect(NoTls)
+            .await
+            .map_err(|e| pg_err(e).with_operation("listen"))?;
+        // The connection delivers both the LISTEN's reply and the notifications: drive it
+        // here, beside the LISTEN.
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        let listen = client.batch_execute(&self.listen);
+        let mut listen = std::pin::pin!(listen);
+        let mut listening = false;
+        loop {
+            tokio::select! {
+                r = &mut listen, if !listening => {
+                    r.map_err(|e| pg_err(e).with_operation("listen"))?;
+                    listening = true;
+                    wakes.send(Wake::All);
+                }
+                m = messages.next() => match m {
+                    Some(Ok(AsyncMessage::Notification(n))) => {
+                        wakes.send(Wake::EventType(n.payload().to_owned()));
+                    }
+                    Some(Ok(_)) => {} // notices
+                    Some(Err(e)) => return Err(pg_err(e).with_operation("listen")),
+                    None => {
+                        return Err(Error::new(
+                            ErrorKind::Unavailable,
+                            "listen",
+                            "the listener's connection was closed by the server",
+                        )
+                        .with_temporary(true))
+                    }
+                },
+            }
+        }
+    }
+}
+
+/// `NOTIFY` on a pooled connection, outside any enqueue transaction.
+pub(crate) async fn pg_notify(pool: &Pool, channel: &str, event_type: &str) -> Result<()> {
+    let client = pool.get().await.map_err(|e| {
+        Error::new(
+            ErrorKind::Unavailable,
+            "notify",
+            format!("no PostgreSQL connection: {e}"),
+        )
+        .with_source(e)
+        .with_temporary(true)
+    })?;
+    client
+        .execute("SELECT pg_notify($1, $2)", &[&channel, &event_type])
+        .await
+        .map_err(|e| pg_err(e).with_operation("notify"))?;
+    Ok(())
+}

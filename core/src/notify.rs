@@ -1,0 +1,196 @@
+//! Wake-ups across processes: an engine that is idle starts a task committed by another
+//! process within milliseconds instead of at its next poll.
+//!
+//! A [`Notifier`] carries one fact — "tasks of this event type were committed" — from
+//! the process that enqueued them to every engine that listens. Wake-ups are an
+//! accelerator, never the source of truth: a lost notification costs latency (the poller
+//! still finds the task), never a task. So every listener's first message after a
+//! (re)connect is [`Wake::All`]: whatever was announced while it was away, the engine
+//! polls every event type at once.
+//!
+//! Backends and brokers supply notifiers: PostgreSQL's `LISTEN`/`NOTIFY`
+//! (`backstop_postgres::PgListener`, announced inside the enqueue transaction so only
+//! commits are announced), Redis pub/sub for MySQL and SQLite deployments
+//! (`backstop_redis::RedisNotifier`, announced after commit). An engine listens to one
+//! with [`EngineBuilder::notifier`](crate::EngineBuilder::notifier), and announces
+//! through it the tasks it enqueues but does not run itself.
+//!
+//! A process that enqueues without an engine (an API instance) and whose notifier
+//! announces after commit calls [`Notifier::notify`] once its transaction committed:
+//!
+//! ```no_run
+//! # async fn demo(store: impl backstop_core::TaskStore, notifier: impl backstop_core::Notifier) -> backstop_core::Result<()> {
+//! use backstop_core::{NewTask, Notifier};
+//! let enqueued = store.enqueue(NewTask::new("SEND_EMAIL", "order-42")).await?;
+//! if enqueued.created {
+//!     notifier.notify(&enqueued.event_type).await?; // best effort: the poller is the net
+//! }
+//! # Ok(()) }
+//! ```
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::error::Result;
+
+/// One wake-up, as a listener hands it to its engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Wake {
+    /// Tasks of this event type were committed: poll it now.
+    EventType(String),
+    /// Notifications may have been missed (the listener has just (re)connected): poll
+    /// every event type now.
+    All,
+}
+
+/// Where a listener delivers wake-ups; given to [`Notifier::listen`] by the engine.
+/// Sending never blocks and never fails: wake-ups for event types the engine does not
+/// handle are ignored, and a burst of them costs one poll per type.
+#[derive(Clone)]
+pub struct Wakes {
+    sink: Arc<dyn Fn(Wake) + Send + Sync>,
+}
+
+impl Wakes {
+    /// A sink calling `f` for every wake-up (for tests of a notifier, or to drive
+    /// something other than an engine).
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use backstop_core::{Wake, Wakes};
+    ///
+    /// let got = Arc::new(Mutex::new(Vec::new()));
+    /// let sink = Arc::clone(&got);
+    /// let wakes = Wakes::new(move |w| sink.lock().unwrap().push(w));
+    /// wakes.send(Wake::All);
+    /// assert_eq!(*got.lock().unwrap(), vec![Wake::All]);
+    /// ```
+    pub fn new(f: impl Fn(Wake) + Send + Sync + 'static) -> Self {
+        Self { sink: Arc::new(f) }
+    }
+
+    /// Deliver `wake`.
+    pub fn send(&self, wake: Wake) {
+        (self.sink)(wake)
+    }
+}
+
+impl fmt::Debug for Wakes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Wakes")
+    }
+}
+
+/// Carries "tasks of this event type were committed" between processes.
+///
+/// # Contract
+/// - [`notify`](Self::notify) is called only **after** the enqueue committed (a
+///   notifier whose store already announces inside the enqueue transaction, like
+///   PostgreSQL's, does nothing there). It is best effort: an error is logged by the
+///   engine and never fails the enqueue; the poller runs the task anyway.
+/// - [`listen`](Self::listen) opens its own connection (never a pooled one: a pool may
+///   hand it to a statement or close it), subscribes, then sends [`Wake::All`] — every
+///   announcement made before the subscription is lost — and forwards each
+///   announcement as [`Wake::EventType`]. It returns `Err` when the connection is lost;
+///   the engine logs it and calls `listen` again after a backoff (100 ms doubling to
+///   5 s). The engine drops the future when it stops, which must close the connection.
+/// - Announcements carry no task id and may be merged or dropped under load (a
+///   notifier may announce one event type at most once per short window); a wake-up
+///   polls the event type, which claims everything due.
+#[async_trait]
+pub trait Notifier: Send + Sync + 'static {
+    /// Announce, after commit, that tasks of `event_type` are ready.
+    async fn notify(&self, event_type: &str) -> Result<()>;
+
+    /// Listen until the connection is lost (see the contract above).
+    async fn listen(&self, wakes: &Wakes) -> Result<()>;
+}
+
+#[async_trait]
+impl<N: Notifier + ?Sized> Notifier for Arc<N> {
+    async fn notify(&self, event_type: &str) -> Result<()> {
+        (**self).notify(event_type).await
+    }
+
+    async fn listen(&self, wakes: &Wakes) -> Result<()> {
+        (**self).listen(wakes).await
+    }
+}
+
+/// What [`Throttle::admit`] decided for one announcement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admit {
+    /// Announce now.
+    Now,
+    /// Do not announce now; announce once after this delay (the trailing announcement
+    /// of the window), then call [`Throttle::trailing_sent`].
+    Later(std::time::Duration),
+    /// A trailing announcement is already scheduled: nothing to do.
+    Covered,
+}
+
+/// Announces each event type at most once per window, plus one trailing announcement
+/// at the end of a window in which others were held back — so a burst of enqueues costs
+/// two announcements per window, and the last task of the burst still wakes listeners
+/// within one window. For notifiers whose announcement has a cost at the database
+/// (PostgreSQL's `NOTIFY` takes a global lock at commit).
+///
+/// ```
+/// use std::time::Duration;
+/// use backstop_core::driver::{Admit, Throttle};
+///
+/// let t = Throttle::new(Duration::from_secs(60));
+/// assert_eq!(t.admit("A"), Admit::Now);
+/// assert!(matches!(t.admit("A"), Admit::Later(_)));
+/// assert_eq!(t.admit("A"), Admit::Covered);
+/// assert_eq!(t.admit("B"), Admit::Now); // per event type
+/// ```
+#[derive(Debug)]
+pub struct Throttle {
+    window: std::time::Duration,
+    last: std::sync::Mutex<std::collections::HashMap<String, (std::time::Instant, bool)>>,
+}
+
+impl Throttle {
+    /// At most one announcement per event type per `window` (zero: every one).
+    pub fn new(window: std::time::Duration) -> Self {
+        Self {
+            window,
+            last: Default::default(),
+        }
+    }
+
+    /// Whether to announce `event_type` now, later, or not at all.
+    pub fn admit(&self, event_type: &str) -> Admit {
+        if self.window.is_zero() {
+            return Admit::Now;
+        }
+        let now = std::time::Instant::now();
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        match last.get_mut(event_type) {
+            Some((_, true)) => Admit::Covered,
+            Some((at, trailing)) if now.duration_since(*at) < self.window => {
+                *trailing = true;
+                Admit::Later(self.window - now.duration_since(*at))
+            }
+            Some((at, _)) => {
+                *at = now;
+                Admit::Now
+            }
+            None => {
+                last.insert(event_type.to_owned(), (now, false));
+                Admit::Now
+            }
+        }
+    }
+
+    /// The trailing announcement of `event_type` was made (or given up): a new window
+    /// starts now.
+    pub fn trailing_sent(&self, event_type: &str) {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        last.insert(event_type.to_owned(), (std::time::Instant::now(), false));
+    }
+}

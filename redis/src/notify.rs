@@ -1,0 +1,153 @@
+//! Wake-ups over Redis pub/sub.
+
+use std::time::Duration;
+
+use backstop_core::{async_trait, Error, ErrorKind, Notifier, Result, Wake, Wakes};
+use futures_util::StreamExt;
+use redis::aio::MultiplexedConnection;
+use redis::AsyncConnectionConfig;
+use tokio::sync::Mutex;
+
+use crate::redis_err;
+
+/// How often the listener checks that its subscription is alive (a half-open TCP
+/// connection delivers nothing and reports nothing).
+const PING_EVERY: Duration = Duration::from_secs(15);
+/// How long a command may take before the connection is taken as lost.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A [`Notifier`] over Redis pub/sub: announcements are `PUBLISH <channel> <event type>`
+/// after commit; listeners `SUBSCRIBE` on a dedicated connection.
+///
+/// Use one channel per task table (engines on other tables would poll for nothing).
+/// Pub/sub is fire-and-forget: a message published while a listener is disconnected
+/// is lost, which costs latency only — the engine polls every event type when its
+/// listener reconnects, and the poller runs on its clock regardless.
+///
+/// ```no_run
+/// # async fn demo(store: impl backstop_core::TaskStore + Clone, h: impl backstop_core::Handler) -> backstop_core::Result<()> {
+/// use backstop_core::{Engine, HandlerOptions};
+/// use backstop_redis::RedisNotifier;
+///
+/// let notifier = RedisNotifier::open("redis://127.0.0.1/", "backstop:orders")?;
+/// let engine = Engine::builder(store)
+///     .handler("SEND_EMAIL", h, HandlerOptions::default())
+///     .notifier(notifier)
+///     .start()?;
+/// # Ok(()) }
+/// ```
+pub struct RedisNotifier {
+    client: redis::Client,
+    channel: String,
+    /// Shared by announcements; dropped after an error, so the next one reconnects.
+    publisher: Mutex<Option<MultiplexedConnection>>,
+}
+
+impl std::fmt::Debug for RedisNotifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisNotifier")
+            .field("channel", &self.channel)
+            .finish()
+    }
+}
+
+impl RedisNotifier {
+    /// A notifier on the Redis at `url` (`redis://[user:pass@]host[:port][/db]`) and
+    /// `channel`. Connects lazily: a bad URL is a `Config` error here, an unreachable
+    /// server an error of the first announcement or listen.
+    pub fn open(url: &str, channel: impl Into<String>) -> Result<Self> {
+        let client = redis::Client::open(url)
+            .map_err(|e| Error::config("open_notifier", format!("invalid Redis URL: {e}")))?;
+        Self::new(client, channel)
+    }
+
+    /// A notifier with an existing client.
+    pub fn new(client: redis::Client, channel: impl Into<String>) -> Result<Self> {
+        let channel = channel.into();
+        if channel.is_empty() {
+            return Err(Error::config("open_notifier", "the channel name is empty"));
+        }
+        Ok(Self {
+            client,
+            channel,
+            publisher: Mutex::new(None),
+        })
+    }
+
+    /// The channel.
+    pub fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    async fn publish(&self, event_type: &str) -> redis::RedisResult<()> {
+        let mut guard = self.publisher.lock().await;
+        let conn = match guard.as_mut() {
+            Some(c) => c,
+            None => {
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(RESPONSE_TIMEOUT))
+                    .set_response_timeout(Some(RESPONSE_TIMEOUT));
+                let c = self
+                    .client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                guard.insert(c)
+            }
+        };
+        let result: redis::RedisResult<i64> = redis::cmd("PUBLISH")
+            .arg(&self.channel)
+            .arg(event_type)
+            .query_async(conn)
+            .await;
+        if result.is_err() {
+            *guard = None;
+        }
+        result.map(|_| ())
+    }
+}
+
+#[async_trait]
+impl Notifier for RedisNotifier {
+    async fn notify(&self, event_type: &str) -> Result<()> {
+        self.publish(event_type)
+            .await
+            .map_err(|e| redis_err("notify", e))
+    }
+
+    async fn listen(&self, wakes: &Wakes) -> Result<()> {
+        let connect = self.client.get_async_pubsub();
+        let pubsub = tokio::time::timeout(RESPONSE_TIMEOUT, connect)
+            .await
+            .map_err(|_| lost("connecting timed out"))?
+            .map_err(|e| redis_err("listen", e))?;
+        let (mut sink, mut stream) = pubsub.split();
+        sink.subscribe(&self.channel)
+            .await
+            .map_err(|e| redis_err("listen", e))?;
+        wakes.send(Wake::All);
+        let mut ping = tokio::time::interval(PING_EVERY);
+        ping.reset();
+        loop {
+            tokio::select! {
+                m = stream.next() => match m {
+                    Some(msg) => match msg.get_payload::<String>() {
+                        Ok(event_type) => wakes.send(Wake::EventType(event_type)),
+                        Err(e) => tracing::debug!(error = %e, "ignored a pub/sub message that is not text"),
+                    },
+                    None => return Err(lost("the subscription's connection was closed")),
+                },
+                _ = ping.tick() => {
+                    match tokio::time::timeout(RESPONSE_TIMEOUT, sink.ping::<redis::Value>()).await {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) => return Err(redis_err("listen", e)),
+                        Err(_) => return Err(lost("no answer to a ping")),
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn lost(why: &str) -> Error {
+    Error::new(ErrorKind::Unavailable, "listen", format!("redis: {why}")).with_temporary(true)
+}

@@ -1,0 +1,147 @@
+//! Wake-ups across processes: a task committed by one process starts in another's engine
+//! without waiting for a poll, and a lost wake-up is recovered by the reconnect poll.
+//!
+//! "Process" A and B are two stores with their own connections and two engines, each
+//! with its own notifier (as separate processes would have). B's poller does not poll
+//! within a case (first poll and interval an hour away), so whatever runs in B was woken.
+
+use super::*;
+use backstop_core::Notifier;
+
+/// B's settings: no poll within the case.
+fn idle_config() -> EngineConfig {
+    fast_config().first_poll_delay(HOUR).poll_interval(HOUR)
+}
+
+/// Process A: an engine that handles none of the tasks it enqueues (an API instance),
+/// on its own store, announcing through its own notifier.
+async fn process_a<H: Harness>(ctx: &Ctx<H>, notifier: Arc<dyn Notifier>) -> Engine<H::Store> {
+    Engine::builder(ctx.new_store().await)
+        .config(idle_config())
+        .handler("A_ONLY", succeeding(&Calls::default()), opts())
+        .notifier(notifier)
+        .start()
+        .unwrap()
+}
+
+/// Enqueue probes through A until B runs one: B's listener is subscribed.
+async fn until_listening<S: TaskStore + Clone>(a: &Engine<S>, calls: &Calls) {
+    let deadline = Instant::now() + PATIENCE;
+    for i in 0.. {
+        let key = format!("probe-{i}");
+        let (_, run) = a.enqueue(a.task("WOKEN", &key)).await.unwrap();
+        assert_eq!(run, RunAhead::NoHandler);
+        let until = Instant::now() + Duration::from_millis(200);
+        while Instant::now() < until {
+            if calls.count(&key) > 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "B never woke for a probe within {PATIENCE:?}"
+        );
+    }
+}
+
+/// wake-ups: a task enqueued by process A starts in process B's engine within
+/// milliseconds though B's poller is an hour away; B claimed it with a poll of its event
+/// type (one attempt), and A announced it (A does not handle the type).
+pub async fn engine_starts_a_task_committed_by_another_process_without_a_poll<H: Harness>(
+    ctx: &Ctx<H>,
+) {
+    let case = "engine_starts_a_task_committed_by_another_process_without_a_poll";
+    let (Some(na), Some(nb)) = (
+        ctx.notifier(&ctx.store, case).await,
+        ctx.notifier(&ctx.store, case).await,
+    ) else {
+        return;
+    };
+    let a = process_a(ctx, na).await;
+    let calls = Calls::default();
+    let b = Engine::builder(ctx.new_store().await)
+        .config(idle_config())
+        .handler("WOKEN", succeeding(&calls), opts())
+        .notifier(nb)
+        .start()
+        .unwrap();
+    until_listening(&a, &calls).await;
+    let before = b.counters();
+
+    let mut slowest = Duration::ZERO;
+    for i in 0..5 {
+        let key = format!("woken-{i}");
+        let t0 = Instant::now();
+        let (e, run) = a.enqueue(a.task("WOKEN", &key)).await.unwrap();
+        assert_eq!(run, RunAhead::NoHandler);
+        eventually("B to start the task", || async { calls.count(&key) == 1 }).await;
+        slowest = slowest.max(calls.times(&key)[0] - t0);
+        let t = wait_status(b.store(), e.id, Status::Succeeded).await;
+        assert_eq!(t.attempts, 1);
+        assert_eq!(t.owner.as_deref(), Some(b.owner().as_str()));
+        // apart by more than any announcement window
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    // a database round trip or two, not a poll interval (an hour); generous for CI
+    assert!(
+        slowest < Duration::from_secs(2),
+        "slowest start {slowest:?}"
+    );
+    let after = b.counters();
+    assert_eq!(
+        after.polled - before.polled,
+        5,
+        "B claimed each by a woken poll"
+    );
+    assert_eq!(after.run_ahead, 0);
+    assert!(after.wakeups - before.wakeups >= 5, "{after:?}");
+    assert!(a.counters().notified >= 5, "{:?}", a.counters());
+    assert_eq!(a.counters().notifier_errors, 0);
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// wake-ups: a task that became due with no announcement left to come (it was
+/// announced while not yet due) is found when B's listener loses its connection and
+/// reconnects: the reconnect polls every event type at once, not at the next tick.
+pub async fn engine_polls_at_once_after_its_listener_reconnects<H: Harness>(ctx: &Ctx<H>) {
+    let case = "engine_polls_at_once_after_its_listener_reconnects";
+    let (Some(na), Some(nb)) = (
+        ctx.notifier(&ctx.store, case).await,
+        ctx.notifier(&ctx.store, case).await,
+    ) else {
+        return;
+    };
+    let a = process_a(ctx, na).await;
+    let calls = Calls::default();
+    let b = Engine::builder(ctx.new_store().await)
+        .config(idle_config())
+        .handler("WOKEN", succeeding(&calls), opts())
+        .notifier(nb)
+        .start()
+        .unwrap();
+    until_listening(&a, &calls).await;
+
+    let (e, _) = a
+        .enqueue(a.task("WOKEN", "later").delay(Duration::from_millis(300)))
+        .await
+        .unwrap();
+    // B was woken for it but found it not yet due; once due, nothing announces it
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(calls.count("later"), 0, "nothing should have run it yet");
+    let t = ctx.task(e.id).await;
+    assert_eq!((t.status, t.attempts), (Status::Pending, 0));
+
+    let errors = b.counters().notifier_errors;
+    ctx.harness.cut_listeners(&ctx.db).await;
+    let t = wait_status(b.store(), e.id, Status::Succeeded).await;
+    assert_eq!(t.attempts, 1);
+    assert_eq!(t.owner.as_deref(), Some(b.owner().as_str()));
+    assert!(
+        b.counters().notifier_errors > errors,
+        "B's listener should have seen its connection cut"
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+}
