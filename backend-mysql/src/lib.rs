@@ -36,6 +36,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod inbox;
 mod sql;
 
 use std::collections::HashSet;
@@ -57,6 +58,7 @@ use sql::{LockWait, Sql};
 /// A pooled connection idle at least this long is pinged before it is handed out.
 const IDLE_PING_AFTER: Duration = Duration::from_secs(1);
 
+pub use inbox::{mysql_handler, MySqlHandler};
 pub use sqlx;
 
 /// Most rows one set-based statement names (keeps statements and their plans small).
@@ -578,7 +580,10 @@ impl Driver for Inner {
                 "another instance held the migration lock for 60 s",
             ));
         }
-        let result = conn.execute(safe(&self.sql.schema)).await;
+        let mut result = conn.execute(safe(&self.sql.schema)).await;
+        if result.is_ok() {
+            result = conn.execute(safe(&self.sql.inbox_schema)).await;
+        }
         let _ = sqlx::query("SELECT RELEASE_LOCK(?)")
             .bind(&self.sql.lock_name)
             .execute(&mut *conn)

@@ -25,12 +25,19 @@ pub(crate) struct Sql {
     pub stats_counts: String,
     pub stats_oldest_due: String,
     pub purge_succeeded: String,
+    /// The inbox table (see `backstop_core::inbox`).
+    pub inbox_schema: String,
+    /// consumer, message_id: one row inserted, or none for a duplicate.
+    pub inbox_insert: String,
+    /// older µs, limit.
+    pub inbox_purge: String,
 }
 
 impl Sql {
     /// `table` must have passed `limits::check_identifier`.
     pub fn new(table: &str) -> Sql {
         let t = format!("`{table}`");
+        let ti = format!("`{table}_inbox`");
         let fenced = "WHERE id = ? AND status = 3 AND lease = ?";
         Sql {
             table: t.clone(),
@@ -138,6 +145,23 @@ impl Sql {
             purge_succeeded: format!(
                 "DELETE FROM {t} WHERE status = 1 AND updated_at < NOW(3) - INTERVAL ? MICROSECOND
                  ORDER BY updated_at, id LIMIT ?"
+            ),
+            inbox_schema: format!(
+                "CREATE TABLE IF NOT EXISTS {ti} (
+                    consumer     VARCHAR(128) NOT NULL,
+                    message_id   VARCHAR(191) NOT NULL,
+                    processed_at DATETIME(3)  NOT NULL,
+                    PRIMARY KEY (consumer, message_id),
+                    KEY ix_processed (processed_at)
+                 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin"
+            ),
+            // INSERT IGNORE only ignores the duplicate key here: the lengths were checked
+            inbox_insert: format!(
+                "INSERT IGNORE INTO {ti} (consumer, message_id, processed_at) VALUES (?, ?, NOW(3))"
+            ),
+            inbox_purge: format!(
+                "DELETE FROM {ti} WHERE processed_at < NOW(3) - INTERVAL ? MICROSECOND
+                 ORDER BY processed_at LIMIT ?"
             ),
         }
     }

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use backstop_core::{Enqueued, NewTask, StoreConfig, TaskId};
-use backstop_mysql::{ClaimStrategy, MySqlOptions, MySqlStore};
+use backstop_core::{Enqueued, HandlerError, NewTask, Processed, StoreConfig, TaskId};
+use backstop_mysql::{mysql_handler, ClaimStrategy, MySqlHandler, MySqlOptions, MySqlStore};
 use backstop_testkit::{Harness, TimeColumn, Unavailable};
 use sqlx::mysql::MySqlPoolOptions;
 use sqlx::{AssertSqlSafe, MySqlPool};
@@ -14,6 +14,15 @@ use sqlx::{AssertSqlSafe, MySqlPool};
 const URL_VAR: &str = "BACKSTOP_TEST_MYSQL_URL";
 
 struct MySqlHarness(ClaimStrategy);
+
+async fn ensure_biz(db: &Db) {
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS biz_order (k VARCHAR(128) PRIMARY KEY) ENGINE = InnoDB",
+    )
+    .execute(&db.admin)
+    .await
+    .expect("create biz_order");
+}
 
 struct Db {
     server: String,
@@ -130,12 +139,7 @@ impl Harness for MySqlHarness {
         task: NewTask,
         commit: bool,
     ) -> backstop_core::Result<Enqueued> {
-        sqlx::query(
-            "CREATE TABLE IF NOT EXISTS biz_order (k VARCHAR(128) PRIMARY KEY) ENGINE = InnoDB",
-        )
-        .execute(&db.admin)
-        .await
-        .expect("create biz_order");
+        ensure_biz(db).await;
         let mut tx = store.pool().begin().await.expect("begin");
         sqlx::query("INSERT INTO biz_order (k) VALUES (?)")
             .bind(biz_row)
@@ -158,6 +162,71 @@ impl Harness for MySqlHarness {
             .await
             .expect("count business rows");
         n == 1
+    }
+
+    async fn idempotent_business_row(
+        &self,
+        db: &Db,
+        store: &MySqlStore,
+        consumer: &str,
+        message_id: &str,
+        biz_row: &str,
+        fail: bool,
+    ) -> Result<Processed<()>, HandlerError> {
+        ensure_biz(db).await;
+        let row = biz_row.to_owned();
+        store
+            .run_idempotent(consumer, message_id, move |conn| {
+                Box::pin(async move {
+                    sqlx::query("INSERT INTO biz_order (k) VALUES (?)")
+                        .bind(&row)
+                        .execute(conn)
+                        .await?;
+                    if fail {
+                        return Err(HandlerError::retry("failed on purpose after the write"));
+                    }
+                    Ok(())
+                })
+            })
+            .await
+    }
+
+    async fn inbox_handler(&self, db: &Db) -> MySqlHandler {
+        ensure_biz(db).await;
+        mysql_handler(|conn, message| {
+            Box::pin(async move {
+                sqlx::query("INSERT INTO biz_order (k) VALUES (?)")
+                    .bind(&message.biz_key)
+                    .execute(conn)
+                    .await?;
+                if message.payload == "fail" {
+                    return Err(HandlerError::retry("failed on purpose after the write"));
+                }
+                Ok(())
+            })
+        })
+    }
+
+    async fn count_business_rows(&self, db: &Db, prefix: &str) -> u64 {
+        ensure_biz(db).await;
+        let n: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM biz_order WHERE LEFT(k, CHAR_LENGTH(?)) = ?")
+                .bind(prefix)
+                .bind(prefix)
+                .fetch_one(&db.admin)
+                .await
+                .expect("count business rows");
+        n as u64
+    }
+
+    async fn backdate_inbox(&self, db: &Db, by: Duration) {
+        sqlx::query(
+            "UPDATE backstop_task_inbox SET processed_at = processed_at - INTERVAL ? MICROSECOND",
+        )
+        .bind(i64::try_from(by.as_micros()).expect("backdate within range"))
+        .execute(&db.admin)
+        .await
+        .expect("backdate the inbox");
     }
 
     fn notifier_service(&self) -> &'static str {

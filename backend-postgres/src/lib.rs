@@ -38,6 +38,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod inbox;
 mod listen;
 mod sql;
 
@@ -58,6 +59,7 @@ use tokio_postgres::{GenericClient, NoTls, Row};
 
 use sql::Sql;
 
+pub use inbox::{pg_handler, PgHandler};
 use listen::pg_notify;
 pub use listen::PgListener;
 

@@ -66,12 +66,17 @@ pub(crate) struct Sql {
     pub stats_oldest_due: String,
     pub purge_succeeded: String,
     pub delete_succeeded: String,
+    /// $1 consumer $2 message_id: one row inserted, or none for a duplicate.
+    pub inbox_insert: String,
+    /// $1 older than (ms) $2 limit.
+    pub inbox_purge: String,
 }
 
 impl Sql {
     /// `schema` and `table` must have passed `limits::check_identifier`.
     pub fn new(schema: &str, table: &str) -> Sql {
         let t = format!("\"{schema}\".\"{table}\"");
+        let ti = format!("\"{schema}\".\"{table}_inbox\"");
         let tc = t_columns();
         // $1 event_type $2 biz_key $3 payload $4 max_attempts $5 strategy
         // $6 interval_ms $7 max_interval_ms $8 delay_ms
@@ -115,7 +120,28 @@ impl Sql {
                     ON {t} (next_run_at, id) WHERE status = 0;
                  CREATE INDEX IF NOT EXISTS \"{table}_ix_running\"
                     ON {t} (updated_at, id) WHERE status = 3;
-                 CREATE INDEX IF NOT EXISTS \"{table}_ix_updated\" ON {t} (status, updated_at);"
+                 CREATE INDEX IF NOT EXISTS \"{table}_ix_updated\" ON {t} (status, updated_at);
+                 CREATE TABLE IF NOT EXISTS {ti} (
+                    consumer     VARCHAR(128) NOT NULL,
+                    message_id   VARCHAR(191) NOT NULL,
+                    processed_at TIMESTAMPTZ  NOT NULL,
+                    PRIMARY KEY (consumer, message_id)
+                 );
+                 CREATE INDEX IF NOT EXISTS \"{table}_inbox_ix\" ON {ti} (processed_at);"
+            ),
+            inbox_insert: format!(
+                "INSERT INTO {ti} (consumer, message_id, processed_at) VALUES ($1, $2, now())
+                 ON CONFLICT (consumer, message_id) DO NOTHING"
+            ),
+            inbox_purge: format!(
+                "WITH old AS MATERIALIZED (
+                    SELECT consumer, message_id FROM {ti}
+                    WHERE processed_at < now() - $1::bigint {MS}
+                    ORDER BY processed_at
+                    LIMIT $2
+                    FOR UPDATE SKIP LOCKED)
+                 DELETE FROM {ti} AS i USING old
+                 WHERE i.consumer = old.consumer AND i.message_id = old.message_id"
             ),
             insert: insert.clone(),
             insert_notify: format!(

@@ -5,8 +5,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use backstop_core::{Enqueued, NewTask, Notifier, StoreConfig, TaskId};
-use backstop_postgres::{PgOptions, PgStore};
+use backstop_core::{Enqueued, HandlerError, NewTask, Notifier, Processed, StoreConfig, TaskId};
+use backstop_postgres::{pg_handler, PgHandler, PgOptions, PgStore};
 use backstop_testkit::{Harness, TimeColumn, Unavailable};
 use tokio_postgres::NoTls;
 
@@ -34,6 +34,16 @@ impl Drop for Db {
             }
         });
     }
+}
+
+async fn ensure_biz(db: &Db) {
+    db.admin
+        .batch_execute(&format!(
+            "CREATE TABLE IF NOT EXISTS \"{}\".biz_order (key TEXT PRIMARY KEY)",
+            db.schema
+        ))
+        .await
+        .expect("create biz_order");
 }
 
 async fn connect(url: &str) -> tokio_postgres::Client {
@@ -107,13 +117,7 @@ impl Harness for PgHarness {
         task: NewTask,
         commit: bool,
     ) -> backstop_core::Result<Enqueued> {
-        db.admin
-            .batch_execute(&format!(
-                "CREATE TABLE IF NOT EXISTS \"{}\".biz_order (key TEXT PRIMARY KEY)",
-                db.schema
-            ))
-            .await
-            .expect("create biz_order");
+        ensure_biz(db).await;
         let mut client = store.client().await?;
         let tx = client.transaction().await.expect("begin");
         tx.execute(
@@ -144,6 +148,77 @@ impl Harness for PgHarness {
             .await
             .expect("count business rows");
         row.get::<_, i64>(0) == 1
+    }
+
+    async fn idempotent_business_row(
+        &self,
+        db: &Db,
+        store: &PgStore,
+        consumer: &str,
+        message_id: &str,
+        biz_row: &str,
+        fail: bool,
+    ) -> Result<Processed<()>, HandlerError> {
+        ensure_biz(db).await;
+        let sql = format!("INSERT INTO \"{}\".biz_order (key) VALUES ($1)", db.schema);
+        let row = biz_row.to_owned();
+        store
+            .run_idempotent(consumer, message_id, move |tx| {
+                Box::pin(async move {
+                    tx.execute(&sql, &[&row]).await?;
+                    if fail {
+                        return Err(HandlerError::retry("failed on purpose after the write"));
+                    }
+                    Ok(())
+                })
+            })
+            .await
+    }
+
+    async fn inbox_handler(&self, db: &Db) -> PgHandler {
+        ensure_biz(db).await;
+        let schema = db.schema.clone();
+        pg_handler(move |tx, message| {
+            let sql = format!("INSERT INTO \"{schema}\".biz_order (key) VALUES ($1)");
+            Box::pin(async move {
+                tx.execute(&sql, &[&message.biz_key]).await?;
+                if message.payload == "fail" {
+                    return Err(HandlerError::retry("failed on purpose after the write"));
+                }
+                Ok(())
+            })
+        })
+    }
+
+    async fn count_business_rows(&self, db: &Db, prefix: &str) -> u64 {
+        ensure_biz(db).await;
+        let row = db
+            .admin
+            .query_one(
+                &format!(
+                    "SELECT count(*) FROM \"{}\".biz_order WHERE left(key, length($1)) = $1",
+                    db.schema
+                ),
+                &[&prefix],
+            )
+            .await
+            .expect("count business rows");
+        row.get::<_, i64>(0) as u64
+    }
+
+    async fn backdate_inbox(&self, db: &Db, by: Duration) {
+        let micros = i64::try_from(by.as_micros()).expect("backdate within range");
+        db.admin
+            .execute(
+                &format!(
+                    "UPDATE \"{}\".backstop_task_inbox
+                     SET processed_at = processed_at - $1::bigint * interval '1 microsecond'",
+                    db.schema
+                ),
+                &[&micros],
+            )
+            .await
+            .expect("backdate the inbox");
     }
 
     fn notifier_service(&self) -> &'static str {

@@ -38,9 +38,12 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod inbox;
 mod pool;
 mod sql;
 mod writer;
+
+pub use inbox::{sqlite_handler, SqliteHandler};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

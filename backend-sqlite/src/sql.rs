@@ -24,6 +24,8 @@ pub(crate) struct Sql {
     pub stats_counts: String,
     pub stats_oldest_due: String,
     pub purge_succeeded: String,
+    pub inbox_insert: String,
+    pub inbox_purge: String,
     pub delete_succeeded: String,
 }
 
@@ -31,6 +33,7 @@ impl Sql {
     /// `table` must have passed `limits::check_identifier`.
     pub fn new(table: &str) -> Sql {
         let t = format!("\"{table}\"");
+        let ti = format!("\"{table}_inbox\"");
         // Every change to a running task is fenced by id, status and lease.
         let fenced = "WHERE id = ?2 AND status = 3 AND lease = ?3";
         Sql {
@@ -57,7 +60,25 @@ impl Sql {
                  CREATE UNIQUE INDEX IF NOT EXISTS \"{table}_uk_event_biz\" ON {t} (event_type, biz_key);
                  CREATE INDEX IF NOT EXISTS \"{table}_ix_claim\" ON {t} (status, next_run_at, id);
                  CREATE INDEX IF NOT EXISTS \"{table}_ix_claim_type\" ON {t} (status, event_type, next_run_at, id);
-                 CREATE INDEX IF NOT EXISTS \"{table}_ix_updated\" ON {t} (status, updated_at);"
+                 CREATE INDEX IF NOT EXISTS \"{table}_ix_updated\" ON {t} (status, updated_at);
+                 CREATE TABLE IF NOT EXISTS {ti} (
+                    consumer     TEXT    NOT NULL,
+                    message_id   TEXT    NOT NULL,
+                    processed_at INTEGER NOT NULL,
+                    PRIMARY KEY (consumer, message_id)
+                 ) WITHOUT ROWID;
+                 CREATE INDEX IF NOT EXISTS \"{table}_inbox_ix\" ON {ti} (processed_at);"
+            ),
+            // ?1 consumer ?2 message_id ?3 now: one row inserted, or none for a duplicate
+            inbox_insert: format!(
+                "INSERT INTO {ti} (consumer, message_id, processed_at) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (consumer, message_id) DO NOTHING"
+            ),
+            // ?1 cutoff ?2 limit
+            inbox_purge: format!(
+                "DELETE FROM {ti} WHERE (consumer, message_id) IN (
+                    SELECT consumer, message_id FROM {ti} WHERE processed_at < ?1
+                    ORDER BY processed_at LIMIT ?2)"
             ),
             // ?8 = now, ?9 = delay ms
             insert: format!(

@@ -5,11 +5,20 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use backstop_core::driver::millis;
-use backstop_core::{Enqueued, NewTask, StoreConfig, TaskId};
-use backstop_sqlite::{SqliteOptions, SqliteStore, Synchronous};
+use backstop_core::{Enqueued, HandlerError, NewTask, Processed, StoreConfig, TaskId};
+use backstop_sqlite::{sqlite_handler, SqliteHandler, SqliteOptions, SqliteStore, Synchronous};
 use backstop_testkit::{Harness, TimeColumn, Unavailable};
 
 struct SqliteHarness;
+
+fn ensure_biz(db: &Db) {
+    db.conn()
+        .execute(
+            "CREATE TABLE IF NOT EXISTS biz_order (key TEXT PRIMARY KEY)",
+            [],
+        )
+        .expect("create biz_order");
+}
 
 struct Db {
     _dir: tempfile::TempDir,
@@ -69,12 +78,7 @@ impl Harness for SqliteHarness {
         task: NewTask,
         commit: bool,
     ) -> backstop_core::Result<Enqueued> {
-        db.conn()
-            .execute(
-                "CREATE TABLE IF NOT EXISTS biz_order (key TEXT PRIMARY KEY)",
-                [],
-            )
-            .expect("create biz_order");
+        ensure_biz(db);
         let key = biz_row.to_owned();
         // The closure's error carries either the enqueue's error or the deliberate rollback.
         let r: Result<Enqueued, Outcome> = store
@@ -105,6 +109,64 @@ impl Harness for SqliteHarness {
             )
             .expect("count business rows");
         n == 1
+    }
+
+    async fn idempotent_business_row(
+        &self,
+        db: &Db,
+        store: &SqliteStore,
+        consumer: &str,
+        message_id: &str,
+        biz_row: &str,
+        fail: bool,
+    ) -> Result<Processed<()>, HandlerError> {
+        ensure_biz(db);
+        let row = biz_row.to_owned();
+        store
+            .run_idempotent(consumer, message_id, move |tx| {
+                tx.execute("INSERT INTO biz_order (key) VALUES (?1)", [&row])?;
+                if fail {
+                    return Err(HandlerError::retry("failed on purpose after the write"));
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    async fn inbox_handler(&self, db: &Db) -> SqliteHandler {
+        ensure_biz(db);
+        sqlite_handler(|tx, message| {
+            tx.execute(
+                "INSERT INTO biz_order (key) VALUES (?1)",
+                [&message.biz_key],
+            )?;
+            if message.payload == "fail" {
+                return Err(HandlerError::retry("failed on purpose after the write"));
+            }
+            Ok(())
+        })
+    }
+
+    async fn count_business_rows(&self, db: &Db, prefix: &str) -> u64 {
+        ensure_biz(db);
+        let n: i64 = db
+            .conn()
+            .query_row(
+                "SELECT COUNT(*) FROM biz_order WHERE substr(key, 1, length(?1)) = ?1",
+                [prefix],
+                |r| r.get(0),
+            )
+            .expect("count business rows");
+        n as u64
+    }
+
+    async fn backdate_inbox(&self, db: &Db, by: Duration) {
+        db.conn()
+            .execute(
+                "UPDATE backstop_task_inbox SET processed_at = processed_at - ?1",
+                [millis(by)],
+            )
+            .expect("backdate the inbox");
     }
 
     fn notifier_service(&self) -> &'static str {

@@ -497,6 +497,7 @@ pub mod prelude {
 #[doc(inline)]
 pub use crate::__setters as setters;
 pub use crate::notify::{Admit, Throttle};
+pub use crate::store::retry_contention;
 
 #[doc(hidden)]
 #[macro_export]

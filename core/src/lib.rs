@@ -14,6 +14,7 @@
 pub mod driver;
 mod engine;
 mod error;
+pub mod inbox;
 pub mod limits;
 mod model;
 mod notify;
@@ -24,6 +25,7 @@ pub use engine::{
     FnHandler, Handler, HandlerError, HandlerOptions, Json, JsonHandler, RunAhead,
 };
 pub use error::{BoxError, Error, ErrorKind, Result};
+pub use inbox::{Inbox, Message, Processed};
 pub use limits::StoreConfig;
 pub use model::{
     Backoff, Enqueued, Lease, Mark, MarkAction, NewTask, Owner, Recycled, RetryPolicy, Stats,

@@ -431,7 +431,24 @@ impl<B: Backend + ?Sized> TaskStore for B {
 /// Run one driver call as operation `op`: again (with backoff and jitter) while the
 /// database rolls it back on contention, up to the store's `contention_retries`; every
 /// error it returns names `op`.
-async fn run<T, F, Fut>(driver: &dyn Driver, op: &'static str, mut call: F) -> Result<T>
+async fn run<T, F, Fut>(driver: &dyn Driver, op: &'static str, call: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    retry_contention(driver.config(), op, call).await
+}
+
+/// Run `call` as operation `op`, again (backoff from 5 ms, doubling, with jitter) while it
+/// fails with temporary [`ErrorKind::Contention`], up to `config.contention_retries`
+/// times; then the error is persistent. Every error returned names `op`. The store's own
+/// retry, for backend operations outside [`TaskStore`] (an inbox's first statement, say);
+/// `call` must be safe to run again (the database rolled the failed try back).
+pub async fn retry_contention<T, F, Fut>(
+    config: &crate::limits::StoreConfig,
+    op: &'static str,
+    mut call: F,
+) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T>>,
@@ -439,7 +456,7 @@ where
     /// The first wait; each further one doubles, up to `MAX_BACKOFF`.
     const FIRST_BACKOFF: Duration = Duration::from_millis(5);
     const MAX_BACKOFF: Duration = Duration::from_secs(1);
-    let retries = driver.config().contention_retries;
+    let retries = config.contention_retries;
     let mut backoff = FIRST_BACKOFF;
     let mut attempt = 0;
     loop {

@@ -35,7 +35,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use backstop_core::async_trait;
-use backstop_core::{Enqueued, NewTask, Notifier, Owner, StoreConfig, Task, TaskId, TaskStore};
+use backstop_core::{
+    Enqueued, HandlerError, Inbox, NewTask, Notifier, Owner, Processed, StoreConfig, Task, TaskId,
+    TaskStore,
+};
 use chrono::{DateTime, Utc};
 
 /// Why a harness cannot give a database (for example: its server URL is not set).
@@ -67,8 +70,8 @@ impl TimeColumn {
 /// What a backend supplies to run the conformance suite.
 #[async_trait]
 pub trait Harness: Send + Sync + 'static {
-    /// The store under test.
-    type Store: TaskStore + Clone;
+    /// The store under test (its inbox too).
+    type Store: TaskStore + Clone + Inbox;
     /// One isolated database (a temp file, a schema, a database); cleans up on drop.
     type Db: Send + Sync + 'static;
 
@@ -106,6 +109,30 @@ pub trait Harness: Send + Sync + 'static {
 
     /// Whether the business row keyed `biz_row` exists.
     async fn business_row_exists(&self, db: &Self::Db, biz_row: &str) -> bool;
+
+    /// With the backend's native `run_idempotent(consumer, message_id, …)`: insert the
+    /// business row keyed `biz_row` (creating the harness's table if needed), then fail
+    /// with a retryable error when `fail` (after the write, which must roll back).
+    async fn idempotent_business_row(
+        &self,
+        db: &Self::Db,
+        store: &Self::Store,
+        consumer: &str,
+        message_id: &str,
+        biz_row: &str,
+        fail: bool,
+    ) -> Result<Processed<()>, HandlerError>;
+
+    /// A native inbox handler that inserts the business row keyed by the message's
+    /// `biz_key`, then fails with a retryable error when the payload is `"fail"`
+    /// (creating the harness's table if needed).
+    async fn inbox_handler(&self, db: &Self::Db) -> <Self::Store as Inbox>::Handler;
+
+    /// How many business rows have keys starting with `prefix`.
+    async fn count_business_rows(&self, db: &Self::Db, prefix: &str) -> u64;
+
+    /// Move every inbox row's `processed_at` (of the default table's inbox) back by `by`.
+    async fn backdate_inbox(&self, db: &Self::Db, by: Duration);
 
     /// What [`notifier`](Self::notifier) needs, as named in `BACKSTOP_TEST_REQUIRE`
     /// (`postgres` for `LISTEN`/`NOTIFY`, `redis` for pub/sub).

@@ -9,6 +9,7 @@
 
 pub mod claims;
 pub mod enqueue;
+pub mod inbox;
 pub mod marks;
 pub mod queries;
 pub mod recycle;

@@ -1,0 +1,147 @@
+//! The consumer's inbox on MySQL / MariaDB (see [`backstop_core::inbox`]).
+
+use std::time::Duration;
+
+use backstop_core::driver::retry_contention;
+use backstop_core::inbox::{inbox_key, inbox_purge};
+use backstop_core::{async_trait, Error, HandlerError, Inbox, Message, Processed, Result};
+use futures_util::future::BoxFuture;
+use sqlx::{MySql, MySqlConnection, Transaction};
+
+use crate::{micros, my_err, safe, MySqlStore};
+
+const OP: &str = "run_idempotent";
+
+/// A message handler of a consumer on MySQL: it gets the inbox's transaction (a
+/// connection inside it) for its business writes. Make one with [`mysql_handler`].
+pub type MySqlHandler = Box<
+    dyn for<'a> Fn(
+            &'a mut MySqlConnection,
+            &'a Message,
+        ) -> BoxFuture<'a, std::result::Result<(), HandlerError>>
+        + Send
+        + Sync,
+>;
+
+/// Box a closure as a [`MySqlHandler`].
+///
+/// ```
+/// use backstop_mysql::mysql_handler;
+/// let handler = mysql_handler(|conn, message| {
+///     Box::pin(async move {
+///         sqlx::query("UPDATE orders SET paid = 1 WHERE id = ?")
+///             .bind(&message.biz_key)
+///             .execute(conn)
+///             .await?;
+///         Ok(())
+///     })
+/// });
+/// # let _ = handler;
+/// ```
+pub fn mysql_handler<F>(f: F) -> MySqlHandler
+where
+    F: for<'a> Fn(
+            &'a mut MySqlConnection,
+            &'a Message,
+        ) -> BoxFuture<'a, std::result::Result<(), HandlerError>>
+        + Send
+        + Sync
+        + 'static,
+{
+    Box::new(f)
+}
+
+impl MySqlStore {
+    /// Run `f` once per `(consumer, message_id)` in effect: in one transaction, insert the
+    /// inbox row, then run `f` on the same transaction for the business writes, then
+    /// commit. A message already processed by `consumer` runs nothing and answers
+    /// [`Processed::Duplicate`]; when `f` fails everything rolls back, the inbox row too,
+    /// so a redelivery runs it again. A concurrent run of the same key waits for this one,
+    /// then sees a duplicate. For messages from any source: a broker, an HTTP callback.
+    ///
+    /// The inbox row is inserted with `INSERT IGNORE`, whose gap locks can deadlock when
+    /// several runs of one key race one that rolled back: that first statement is run
+    /// again on a deadlock (the store's `contention_retries`), before `f` ever runs. A
+    /// deadlock inside `f` is `f`'s to handle: keep the transaction short.
+    ///
+    /// An empty or over-long consumer or message id is `InvalidInput`, and nothing is
+    /// written. The error type is the caller's, as long as a backstop [`Error`] converts
+    /// into it.
+    pub async fn run_idempotent<T, E, F>(
+        &self,
+        consumer: &str,
+        message_id: &str,
+        f: F,
+    ) -> std::result::Result<Processed<T>, E>
+    where
+        E: From<Error>,
+        F: for<'a> FnOnce(&'a mut MySqlConnection) -> BoxFuture<'a, std::result::Result<T, E>>,
+    {
+        let Some(mut tx) = self.begin_inbox(consumer, message_id).await? else {
+            return Ok(Processed::Duplicate);
+        };
+        let value = f(&mut tx).await?;
+        tx.commit()
+            .await
+            .map_err(|e| my_err(e).with_operation(OP))?;
+        Ok(Processed::Done(value))
+    }
+
+    /// Begin the inbox transaction and insert the row of `(consumer, message_id)`;
+    /// `None` (and nothing written) when it exists.
+    async fn begin_inbox(
+        &self,
+        consumer: &str,
+        message_id: &str,
+    ) -> Result<Option<Transaction<'static, MySql>>> {
+        let key = inbox_key(consumer, message_id)?;
+        let sql = &self.inner.sql;
+        retry_contention(&self.inner.options.config, OP, || async {
+            let mut tx = self.inner.pool.begin().await.map_err(my_err)?;
+            let inserted = sqlx::query(safe(&sql.inbox_insert))
+                .bind(key.consumer)
+                .bind(key.message_id)
+                .execute(&mut *tx)
+                .await
+                .map_err(my_err)?
+                .rows_affected();
+            // dropping the transaction rolls it back: nothing was written
+            Ok((inserted == 1).then_some(tx))
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl Inbox for MySqlStore {
+    type Handler = MySqlHandler;
+
+    async fn process(
+        &self,
+        consumer: &str,
+        message: &Message,
+        handler: &MySqlHandler,
+    ) -> std::result::Result<Processed<()>, HandlerError> {
+        let Some(mut tx) = self.begin_inbox(consumer, &message.id).await? else {
+            return Ok(Processed::Duplicate);
+        };
+        handler(&mut tx, message).await?;
+        tx.commit()
+            .await
+            .map_err(|e| my_err(e).with_operation(OP))?;
+        Ok(Processed::Done(()))
+    }
+
+    async fn purge_inbox(&self, older_than: Duration, limit: usize) -> Result<u64> {
+        let Some(batch) = inbox_purge(older_than, limit)? else {
+            return Ok(0);
+        };
+        sqlx::query(safe(&self.inner.sql.inbox_purge))
+            .bind(micros(batch.older_than))
+            .bind(batch.limit as i64)
+            .execute(&self.inner.pool)
+            .await
+            .map(|d| d.rows_affected())
+            .map_err(|e| my_err(e).with_operation("purge_inbox"))
+    }
+}

@@ -1,0 +1,122 @@
+//! The consumer's inbox on SQLite (see [`backstop_core::inbox`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use backstop_core::driver::millis;
+use backstop_core::inbox::{inbox_key, inbox_purge};
+use backstop_core::{async_trait, Error, HandlerError, Inbox, Message, Processed, Result};
+use rusqlite::params;
+
+use crate::{db_err, now_ms, SqliteStore, SqliteTx};
+
+/// A message handler of a consumer on SQLite: it gets the inbox's transaction for its
+/// business writes, on the thread where the file's writes run (so it is synchronous:
+/// keep it short). Make one with [`sqlite_handler`].
+pub type SqliteHandler =
+    Arc<dyn Fn(&SqliteTx<'_>, &Message) -> std::result::Result<(), HandlerError> + Send + Sync>;
+
+/// Wrap a closure as a [`SqliteHandler`].
+///
+/// ```
+/// use backstop_sqlite::sqlite_handler;
+/// let handler = sqlite_handler(|tx, message| {
+///     tx.execute("UPDATE orders SET paid = 1 WHERE id = ?1", [&message.biz_key])?;
+///     Ok(())
+/// });
+/// # let _ = handler;
+/// ```
+pub fn sqlite_handler<F>(f: F) -> SqliteHandler
+where
+    F: Fn(&SqliteTx<'_>, &Message) -> std::result::Result<(), HandlerError> + Send + Sync + 'static,
+{
+    Arc::new(f)
+}
+
+impl SqliteStore {
+    /// Run `f` once per `(consumer, message_id)` in effect: in one `BEGIN IMMEDIATE`
+    /// transaction (see [`transaction`](Self::transaction)), insert the inbox row, then
+    /// run `f` for the business writes, then commit. A message already processed by
+    /// `consumer` runs nothing and answers [`Processed::Duplicate`]; when `f` fails
+    /// everything rolls back, the inbox row too, so a redelivery runs it again. Runs of
+    /// the same key are serialized by the file's write lock. For messages from any
+    /// source: a broker, an HTTP callback.
+    ///
+    /// An empty or over-long consumer or message id is `InvalidInput`, and nothing is
+    /// written. The error type is the caller's, as long as a backstop [`Error`] converts
+    /// into it.
+    ///
+    /// ```no_run
+    /// # async fn demo(store: backstop_sqlite::SqliteStore) -> backstop_core::Result<()> {
+    /// use backstop_core::Processed;
+    /// let done = store
+    ///     .run_idempotent("payments", "msg-7f3a", |tx| {
+    ///         tx.execute("UPDATE orders SET paid = 1 WHERE id = 42", [])
+    ///             .map_err(|e| backstop_core::Error::new(
+    ///                 backstop_core::ErrorKind::Unexpected, "pay", e.to_string()))?;
+    ///         Ok::<_, backstop_core::Error>(())
+    ///     })
+    ///     .await?;
+    /// assert!(matches!(done, Processed::Done(()) | Processed::Duplicate));
+    /// # Ok(()) }
+    /// ```
+    pub async fn run_idempotent<T, E, F>(
+        &self,
+        consumer: &str,
+        message_id: &str,
+        f: F,
+    ) -> std::result::Result<Processed<T>, E>
+    where
+        T: Send + 'static,
+        E: From<Error> + Send + 'static,
+        F: FnOnce(&SqliteTx<'_>) -> std::result::Result<T, E> + Send + 'static,
+    {
+        const OP: &str = "run_idempotent";
+        let key = inbox_key(consumer, message_id)?;
+        let (consumer, message_id) = (key.consumer.to_owned(), key.message_id.to_owned());
+        let sql = Arc::clone(&self.inner.sql);
+        self.transaction(move |tx| {
+            let inserted = tx
+                .prepare_cached(&sql.inbox_insert)
+                .and_then(|mut s| s.execute(params![consumer, message_id, now_ms()]))
+                .map_err(|e| E::from(db_err(OP, e)))?;
+            if inserted == 0 {
+                return Ok(Processed::Duplicate); // nothing written: the commit is empty
+            }
+            f(tx).map(Processed::Done)
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl Inbox for SqliteStore {
+    type Handler = SqliteHandler;
+
+    async fn process(
+        &self,
+        consumer: &str,
+        message: &Message,
+        handler: &SqliteHandler,
+    ) -> std::result::Result<Processed<()>, HandlerError> {
+        let (handler, owned) = (Arc::clone(handler), message.clone());
+        self.run_idempotent(consumer, &message.id, move |tx| handler(tx, &owned))
+            .await
+    }
+
+    async fn purge_inbox(&self, older_than: Duration, limit: usize) -> Result<u64> {
+        let Some(batch) = inbox_purge(older_than, limit)? else {
+            return Ok(0);
+        };
+        let (older_than, limit) = (batch.older_than, batch.limit as i64);
+        self.inner
+            .write("purge_inbox", move |sql, tx, now| {
+                let cutoff = now.saturating_sub(millis(older_than));
+                let n = tx
+                    .prepare_cached(&sql.inbox_purge)?
+                    .execute(params![cutoff, limit])?;
+                Ok(n as u64)
+            })
+            .await
+    }
+}
