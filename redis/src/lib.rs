@@ -5,13 +5,22 @@
 //! - [`RedisNotifier`]: wake-ups across processes over Redis pub/sub, for deployments
 //!   whose database has no notifications of its own (MySQL, SQLite). Published after
 //!   commit; fire-and-forget, so the poller stays the safety net.
+//! - [`StreamRelay`]: a ready-made handler that publishes tasks to a Redis stream, so the
+//!   task table is a transactional outbox for a broker.
+//! - [`StreamConsumer`]: a consumer-group reader that processes each message through the
+//!   database inbox ([`backstop_core::inbox`]): exactly once in effect.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod consumer;
 mod notify;
+mod relay;
+mod stream;
 
+pub use consumer::{ConsumerCounters, ConsumerOptions, StreamConsumer};
 pub use notify::RedisNotifier;
 pub use redis;
+pub use relay::{RelayOptions, StreamRelay};
 
 use backstop_core::{Error, ErrorKind};
 
