@@ -13,6 +13,7 @@ use tokio::task::JoinHandle;
 
 use crate::redis_err;
 use crate::stream::{autoclaim_reply, read_reply, Entry};
+use crate::KeyLock;
 
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -54,6 +55,12 @@ pub struct ConsumerOptions {
     /// Keep it longer than a message can be redelivered: the outbox's retry horizon plus
     /// the stream's retention.
     pub inbox_retention: Option<Duration>,
+    /// Hold a Redis lock on the message's business key for this long while handling it
+    /// (default `None`): for handlers with side effects outside the database. A message
+    /// whose key is locked by another consumer is left pending for a later delivery.
+    /// Must be longer than `handler_timeout`. The inbox stays the arbiter: see
+    /// [`KeyLock`](crate::KeyLock) for why the lock can only save work.
+    pub key_lock: Option<Duration>,
 }
 
 impl ConsumerOptions {
@@ -71,6 +78,7 @@ impl ConsumerOptions {
             max_deliveries: 5,
             dead_letter_stream: None,
             inbox_retention: Some(Duration::from_secs(14 * 24 * 3600)),
+            key_lock: None,
         }
     }
 
@@ -93,6 +101,8 @@ impl ConsumerOptions {
         dead_letter_stream: Option<String>,
         /// See [`inbox_retention`](Self::inbox_retention).
         inbox_retention: Option<Duration>,
+        /// See [`key_lock`](Self::key_lock).
+        key_lock: Option<Duration>,
     }
 
     /// The dead-letter stream.
@@ -131,6 +141,12 @@ impl ConsumerOptions {
                 ),
             ));
         }
+        if self.key_lock.is_some_and(|ttl| ttl <= self.handler_timeout) {
+            return Err(Error::config(
+                OP,
+                "key_lock must be longer than handler_timeout, or it would expire while the handler runs",
+            ));
+        }
         if self.max_deliveries == 0 {
             return Err(Error::config(OP, "max_deliveries must be at least 1"));
         }
@@ -154,6 +170,8 @@ pub struct ConsumerCounters {
     pub reclaimed: u64,
     /// Pending entries acknowledged away because the stream no longer holds them.
     pub trimmed_acked: u64,
+    /// Deliveries left pending because another consumer held the business key's lock.
+    pub lock_busy: u64,
     /// Redis or database errors outside handlers.
     pub errors: u64,
 }
@@ -166,6 +184,7 @@ struct Counters {
     dead_lettered: AtomicU64,
     reclaimed: AtomicU64,
     trimmed_acked: AtomicU64,
+    lock_busy: AtomicU64,
     errors: AtomicU64,
 }
 
@@ -179,6 +198,7 @@ impl Counters {
             dead_lettered: l(&self.dead_lettered),
             reclaimed: l(&self.reclaimed),
             trimmed_acked: l(&self.trimmed_acked),
+            lock_busy: l(&self.lock_busy),
             errors: l(&self.errors),
         }
     }
@@ -257,7 +277,17 @@ impl StreamConsumer {
             .map_err(|_| Error::config(OP, "start a consumer within a tokio runtime"))?;
         let (stop, stopped) = watch::channel(false);
         let counters = Arc::new(Counters::default());
+        let locks = options
+            .key_lock
+            .map(|_| {
+                KeyLock::open(
+                    url,
+                    format!("backstop:lock:{}:{}:", options.stream, options.group),
+                )
+            })
+            .transpose()?;
         let worker = Worker {
+            locks,
             client,
             inbox,
             handler,
@@ -296,6 +326,7 @@ impl StreamConsumer {
 }
 
 struct Worker<I: Inbox> {
+    locks: Option<KeyLock>,
     client: redis::Client,
     inbox: I,
     handler: I::Handler,
@@ -556,12 +587,34 @@ impl<I: Inbox> Worker<I> {
             self.dead_letter(&entry, deliveries, &why).await;
             return;
         }
+        let lock = match (&self.locks, self.options.key_lock) {
+            (Some(locks), Some(ttl)) => match locks.acquire(&message.biz_key, ttl).await {
+                Ok(Some(guard)) => Some(guard),
+                Ok(None) => {
+                    add(&self.counters.lock_busy, 1);
+                    tracing::debug!(consumer = %self.name, biz_key = %message.biz_key,
+                        "business key locked by another consumer: left pending");
+                    return;
+                }
+                Err(e) => {
+                    // the lock only saves work: go on without it, the inbox decides
+                    tracing::warn!(consumer = %self.name, error = %e, "key lock unavailable");
+                    None
+                }
+            },
+            _ => None,
+        };
         let outcome = tokio::time::timeout(
             self.options.handler_timeout,
             self.inbox
                 .process(&self.options.group, &message, &self.handler),
         )
         .await;
+        if let (Some(locks), Some(guard)) = (&self.locks, &lock) {
+            if let Err(e) = locks.release(guard).await {
+                tracing::debug!(error = %e, "releasing the key lock failed: it expires");
+            }
+        }
         let failure = match outcome {
             Ok(Ok(Processed::Done(()))) => {
                 add(&self.counters.processed, 1);

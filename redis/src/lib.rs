@@ -9,15 +9,19 @@
 //!   task table is a transactional outbox for a broker.
 //! - [`StreamConsumer`]: a consumer-group reader that processes each message through the
 //!   database inbox ([`backstop_core::inbox`]): exactly once in effect.
+//! - [`KeyLock`]: an optional lock on a business key for handlers with side effects
+//!   outside the database (the inbox stays the arbiter).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 mod consumer;
+mod lock;
 mod notify;
 mod relay;
 mod stream;
 
 pub use consumer::{ConsumerCounters, ConsumerOptions, StreamConsumer};
+pub use lock::{KeyLock, LockGuard};
 pub use notify::RedisNotifier;
 pub use redis;
 pub use relay::{RelayOptions, StreamRelay};

@@ -538,3 +538,88 @@ async fn consumer_refuses_a_reclaim_idle_within_the_handler_timeout() {
     assert_eq!(e.kind(), backstop_core::ErrorKind::Config);
     assert!(e.to_string().contains("reclaim_idle"), "{e}");
 }
+
+/// key lock: exclusive while held; released only by its own token (an expired lock
+/// taken by another holder is left alone); bad TTLs refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_lock_is_exclusive_and_released_by_its_holder_only() {
+    let Some(url) = redis_url("key_lock_is_exclusive_and_released_by_its_holder_only") else {
+        return;
+    };
+    let locks = backstop_redis::KeyLock::open(&url, format!("{}:", unique("lock"))).unwrap();
+    let a = locks
+        .acquire("k", Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("free");
+    assert!(locks
+        .acquire("k", Duration::from_secs(10))
+        .await
+        .unwrap()
+        .is_none());
+    assert!(locks.release(&a).await.unwrap());
+    // expired, then taken by b: a's late release must not free b's lock
+    let a = locks
+        .acquire("k", Duration::from_millis(50))
+        .await
+        .unwrap()
+        .expect("free");
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    let b = locks
+        .acquire("k", Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("expired");
+    assert!(!locks.release(&a).await.unwrap());
+    assert!(
+        locks
+            .acquire("k", Duration::from_secs(10))
+            .await
+            .unwrap()
+            .is_none(),
+        "b still holds it"
+    );
+    assert!(locks.release(&b).await.unwrap());
+    let e = locks.acquire("k", Duration::ZERO).await.unwrap_err();
+    assert_eq!(e.kind(), backstop_core::ErrorKind::InvalidInput);
+}
+
+/// key lock in the consumer: a message whose business key another holder locked is left
+/// pending (not run, not acknowledged), the others run; once the lock is released the
+/// message is taken over and runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_leaves_a_locked_business_key_pending() {
+    let Some(url) = redis_url("a_consumer_leaves_a_locked_business_key_pending") else {
+        return;
+    };
+    let stream = unique("locked");
+    let (_dir, store) = store().await;
+    let mut c = conn(&url).await;
+    let outside =
+        backstop_redis::KeyLock::open(&url, format!("backstop:lock:{stream}:pay:")).unwrap();
+    let held = outside
+        .acquire("order-m1", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .expect("free");
+    let consumer = StreamConsumer::start(
+        &url,
+        store.clone(),
+        effect("pay"),
+        fast(&stream, "pay").key_lock(Some(Duration::from_secs(5))),
+    )
+    .unwrap();
+    for i in 0..3 {
+        publish(&mut c, &stream, &format!("m{i}"), "{}").await;
+    }
+    until("the two free keys", || consumer.counters().processed == 2).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await; // past reclaim_idle: still locked
+    let k = consumer.counters();
+    assert!(k.lock_busy >= 1, "{k:?}");
+    assert_eq!(k.processed, 2);
+    assert_eq!(pending(&mut c, &stream, "pay").await, 1);
+    assert!(outside.release(&held).await.unwrap());
+    until_pending_zero(&mut c, &stream, &["pay"]).await;
+    assert_eq!(effects(&store, "pay").await, 3);
+    consumer.shutdown().await;
+}
