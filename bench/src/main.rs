@@ -9,6 +9,7 @@
 //! Writes `bench/results/latest.md` and `bench/results/latest.json`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark: a failed step is a failed run
 
+mod cross;
 mod raw;
 mod sys;
 
@@ -34,7 +35,8 @@ struct Args {
     backends: Vec<String>,
     drain_tasks: usize,
     out: std::path::PathBuf,
-    /// Run only these scenarios (run-ahead, drain, idle, scale, backlogs).
+    /// Run only these scenarios (run-ahead, drain, idle, scale, backlogs, wakeup, relay,
+    /// consume).
     only: Option<Vec<String>>,
     /// Also run apalis (bench/peer-apalis, built by scripts/bench --peer).
     peer: bool,
@@ -662,15 +664,15 @@ async fn peer(t: &Target, rows: &[Row], n: usize) -> Vec<Row> {
                 "--tasks",
                 count,
             ]) {
-                let idle = ours("idle latency");
+                let woken = ours("wake-up latency");
                 let f = |k: &str| v[k].as_f64().unwrap_or(0.0);
                 out.push(Row {
                     backend: t.backend.into(),
-                    scenario: "vs apalis + NOTIFY: one task at a time".into(),
-                    lat: idle.and_then(|r| r.lat),
+                    scenario: "vs apalis + NOTIFY: one task at a time, woken".into(),
+                    lat: woken.and_then(|r| r.lat),
                     base_lat: Some([f("p50_ms"), f("p95_ms"), f("p99_ms"), f("max_ms")]),
                     note:
-                        "“raw” latency is apalis-postgres 1.0 with pubsub: commit → handler start"
+                        "backstop: commit in A → start in B, woken by NOTIFY; “raw” latency is apalis-postgres 1.0 with pubsub: commit → handler start"
                             .into(),
                     ..Row::default()
                 });
@@ -792,6 +794,33 @@ async fn main() {
         }
         if a.runs("backlogs") {
             rows.extend(backlogs(&t, backlog, rounds).await.into_iter().map(report));
+        }
+        let redis = std::env::var("BACKSTOP_BENCH_REDIS_URL")
+            .ok()
+            .filter(|u| !u.is_empty());
+        let (wake, relayed, consumed) = if a.smoke {
+            (10, 200, 200)
+        } else {
+            (300, 20_000, 5_000)
+        };
+        if a.runs("wakeup") {
+            if let Some(r) = cross::wakeup_latency(&t, redis.as_deref(), wake).await {
+                rows.push(report(r));
+            }
+        }
+        match &redis {
+            Some(url) => {
+                if a.runs("relay") {
+                    rows.push(report(cross::relay_throughput(&t, url, relayed).await));
+                }
+                if a.runs("consume") {
+                    rows.push(report(cross::consumer_throughput(&t, url, consumed).await));
+                }
+            }
+            None if a.runs("relay") || a.runs("consume") => {
+                eprintln!("   relay and consume: BACKSTOP_BENCH_REDIS_URL is not set")
+            }
+            None => {}
         }
         if a.peer {
             rows.extend(peer(&t, &rows, a.drain_tasks).await.into_iter().map(report));
