@@ -59,6 +59,12 @@ pub(crate) fn dispatch<S: TaskStore + Clone>(
         async move {
             let outcome = run(&shared, &exec, &task, origin).await;
             let mark = outcome_mark(&exec, &task, outcome, &shared.counters);
+            if let (crate::model::MarkAction::Retry { delay, .. }, true) =
+                (&mark.action, task.has_attempts_left())
+            {
+                // run the retry when it is due, not at the next tick
+                shared.wake_after(*delay, &exec.event_type);
+            }
             drop(task);
             // The attempt is over: its executor slot is free for the next task while the
             // mark waits for its batch (bounded by `EngineConfig::max_unmarked`). The task stays held

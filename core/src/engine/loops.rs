@@ -118,6 +118,9 @@ impl Round {
 /// free capacity, and dispatches them. A batch that came back full polls again at once
 /// (drain) when capacity is free, or as soon as enough frees up.
 ///
+/// Between ticks it also polls an event type when a task this instance knows of
+/// becomes due (a retry it scheduled, a delayed task it enqueued).
+///
 /// Wake-ups never postpone the tick: a steady stream of them for one event type still
 /// lets every other type be polled each interval.
 pub(crate) async fn poller<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
@@ -129,10 +132,22 @@ pub(crate) async fn poller<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
     // would all run it at once, on the backlog they are about to drain.
     let mut last_gauges: Option<Instant> = None;
     loop {
-        let mut round = tokio::select! {
-            _ = tokio::time::sleep_until(next_tick) => Round::All,
-            _ = shared.wake.notified() => Round::Types(BTreeSet::new()),
-            _ = state.wait_for(|s| *s != State::Running) => return,
+        let mut round = loop {
+            let due = shared.next_due().filter(|d| *d < next_tick);
+            tokio::select! {
+                _ = tokio::time::sleep_until(due.unwrap_or(next_tick)) => {
+                    if due.is_none() {
+                        break Round::All;
+                    }
+                    let types = shared.take_due();
+                    if !types.is_empty() {
+                        break Round::Types(types);
+                    }
+                }
+                _ = shared.wake.notified() => break Round::Types(BTreeSet::new()),
+                _ = shared.due_changed.notified() => {} // look at the earliest again
+                _ = state.wait_for(|s| *s != State::Running) => return,
+            }
         };
         loop {
             if shared.state() != State::Running {

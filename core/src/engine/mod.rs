@@ -263,6 +263,12 @@ struct Shared<S> {
     wake: Notify,
     /// What the next poll round covers when it was woken early.
     hints: Mutex<Hints>,
+    /// When tasks this instance knows of become due (its retries, the delayed tasks it
+    /// enqueued), earliest first: the poller polls their event types then, rather than
+    /// at its next tick. Bounded by `MAX_DUE`; the tick covers whatever is dropped.
+    due: Mutex<BTreeSet<(tokio::time::Instant, String)>>,
+    /// Wakes the poller to look at `due` again (an earlier entry came in).
+    due_changed: Notify,
     /// Carries wake-ups between processes (see [`EngineBuilder::notifier`]).
     notifier: Option<Arc<dyn Notifier>>,
     archive: Option<Arc<dyn Archive>>,
@@ -279,9 +285,61 @@ struct Hints {
     types: BTreeSet<String>,
 }
 
+/// Most due times an engine remembers (see `Shared::due`).
+const MAX_DUE: usize = 1024;
+
+/// How long after a remembered due time the poller polls for it.
+const DUE_SLACK: Duration = Duration::from_millis(25);
+
 impl<S> Shared<S> {
     fn state(&self) -> State {
         *self.state.borrow()
+    }
+
+    /// Poll `event_type` when `after` has passed: a task of it this instance knows of
+    /// becomes due then. Only for types handled here, and only when sooner than the next
+    /// tick could matter (the tick polls every type anyway).
+    fn wake_after(&self, after: Duration, event_type: &str) {
+        if after >= self.config.poll_interval || !self.executors.contains_key(event_type) {
+            return;
+        }
+        // a little after: the database's due time is set when the mark (or insert) is
+        // applied, a moment after this call
+        let at = tokio::time::Instant::now() + after + DUE_SLACK;
+        let mut due = self.due.lock().unwrap_or_else(|p| p.into_inner());
+        if due.len() >= MAX_DUE {
+            match due.last() {
+                Some((last, _)) if *last > at => {
+                    due.pop_last();
+                }
+                _ => return,
+            }
+        }
+        let earliest = due.first().is_none_or(|(first, _)| at < *first);
+        due.insert((at, event_type.to_owned()));
+        drop(due);
+        if earliest {
+            self.due_changed.notify_one();
+        }
+    }
+
+    /// The earliest remembered due time.
+    fn next_due(&self) -> Option<tokio::time::Instant> {
+        let due = self.due.lock().unwrap_or_else(|p| p.into_inner());
+        due.first().map(|(at, _)| *at)
+    }
+
+    /// The event types whose remembered due time has come; forgets them.
+    fn take_due(&self) -> BTreeSet<String> {
+        let now = tokio::time::Instant::now();
+        let mut due = self.due.lock().unwrap_or_else(|p| p.into_inner());
+        let mut types = BTreeSet::new();
+        while due.first().is_some_and(|(at, _)| *at <= now) {
+            if let Some((_, t)) = due.pop_first() {
+                types.insert(t);
+            }
+        }
+        types
     }
 
     /// Poll every event type now.
@@ -422,6 +480,8 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
             state: watch::Sender::new(State::Running),
             wake: Notify::new(),
             hints: Mutex::new(Hints::default()),
+            due: Mutex::new(BTreeSet::new()),
+            due_changed: Notify::new(),
             notifier: self.notifier,
             archive: self.archive,
             completions,
@@ -601,10 +661,17 @@ impl<S: TaskStore + Clone> Engine<S> {
     /// Enqueue `task` in its own transaction, then [`run_now`](Self::run_now) — for callers
     /// without a transaction of their own. With business rows, enqueue on the backend's
     /// native transaction instead and call `run_now` after commit.
+    ///
+    /// A delayed task of an event type handled here is polled for when it becomes due,
+    /// not at the next tick.
     pub async fn enqueue(&self, task: NewTask) -> Result<(Enqueued, RunAhead)> {
+        let delay = task.due_delay();
         let enqueued = self.inner.shared.store.enqueue(task).await?;
         if enqueued.created {
             self.inner.shared.counters.enqueued(&enqueued.event_type);
+            if !delay.is_zero() {
+                self.inner.shared.wake_after(delay, &enqueued.event_type);
+            }
         }
         let run = self.run_now(&enqueued).await?;
         Ok((enqueued, run))

@@ -124,11 +124,13 @@ pub async fn engine_polls_at_once_after_its_listener_reconnects<H: Harness>(ctx:
     until_listening(&a, &calls).await;
 
     let (e, _) = a
-        .enqueue(a.task("WOKEN", "later").delay(Duration::from_millis(300)))
+        .enqueue(a.task("WOKEN", "later").delay(HOUR))
         .await
         .unwrap();
-    // B was woken for it but found it not yet due; once due, nothing announces it
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // B was woken for it but found it not due; made due now, nothing announces it
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    ctx.backdate(e.id, TimeColumn::NextRunAt, HOUR).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(calls.count("later"), 0, "nothing should have run it yet");
     let t = ctx.task(e.id).await;
     assert_eq!((t.status, t.attempts), (Status::Pending, 0));
@@ -144,4 +146,59 @@ pub async fn engine_polls_at_once_after_its_listener_reconnects<H: Harness>(ctx:
     );
     a.shutdown().await;
     b.shutdown().await;
+}
+
+/// in-process wake-ups: a retry this instance scheduled runs when it is due, not at the
+/// next tick (an hour away here), and so does a delayed task it enqueued.
+pub async fn engine_runs_its_retries_and_delayed_tasks_when_due<H: Harness>(ctx: &Ctx<H>) {
+    let calls = Calls::default();
+    let handler = recording(calls.clone(), |n, task| async move {
+        if n == 1 && task.biz_key == "retried" {
+            Err(HandlerError::retry_after(
+                Duration::from_millis(300),
+                "come back in 300 ms",
+            ))
+        } else {
+            Ok(())
+        }
+    });
+    let engine = Engine::builder(ctx.store.clone())
+        .config(idle_config())
+        .handler("SOON", handler, opts())
+        .start()
+        .unwrap();
+    let (retried, run) = engine
+        .enqueue(engine.task("SOON", "retried"))
+        .await
+        .unwrap();
+    assert_eq!(run, RunAhead::Started);
+    let t = wait_status(&ctx.store, retried.id, Status::Succeeded).await;
+    assert_eq!(t.attempts, 2);
+    let times = calls.times("retried");
+    let gap = times[1] - times[0];
+    assert!(
+        gap >= Duration::from_millis(300) && gap < Duration::from_secs(5),
+        "retry ran {gap:?} after the first attempt"
+    );
+
+    let t0 = Instant::now();
+    let (delayed, run) = engine
+        .enqueue(
+            engine
+                .task("SOON", "delayed")
+                .delay(Duration::from_millis(300)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(run, RunAhead::NotClaimed);
+    let t = wait_status(&ctx.store, delayed.id, Status::Succeeded).await;
+    assert_eq!(t.attempts, 1);
+    let ran = calls.times("delayed")[0] - t0;
+    assert!(
+        ran >= Duration::from_millis(300) && ran < Duration::from_secs(5),
+        "the delayed task ran after {ran:?}"
+    );
+    let c = engine.counters();
+    assert_eq!((c.run_ahead, c.polled, c.retried), (1, 2, 1), "{c:?}");
+    engine.shutdown().await;
 }
