@@ -42,3 +42,68 @@ pub(crate) fn redis_err(operation: &'static str, e: redis::RedisError) -> Error 
         .with_source(e)
         .with_temporary(temporary)
 }
+
+/// A multiplexed connection made on first use and shared by clones (a multiplexed
+/// connection serves concurrent commands: the lock is held only to get it, never across
+/// a command). After a connection error it is dropped and the next use reconnects.
+pub(crate) struct LazyConn {
+    client: redis::Client,
+    slot: tokio::sync::Mutex<Option<redis::aio::MultiplexedConnection>>,
+    timeout: std::time::Duration,
+}
+
+impl LazyConn {
+    /// Connections to `client` whose connects and commands time out after `timeout`.
+    pub fn new(client: redis::Client, timeout: std::time::Duration) -> Self {
+        Self {
+            client,
+            slot: tokio::sync::Mutex::new(None),
+            timeout,
+        }
+    }
+
+    async fn get(&self) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+        let mut slot = self.slot.lock().await;
+        if let Some(c) = slot.as_ref() {
+            return Ok(c.clone());
+        }
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(Some(self.timeout));
+        let c = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        *slot = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Run `cmd`; a connection error drops the connection for the next use to replace.
+    pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
+        let mut conn = self.get().await?;
+        let r = cmd.query_async::<T>(&mut conn).await;
+        if r.as_ref()
+            .is_err_and(|e| e.is_io_error() || e.is_timeout() || e.is_connection_dropped())
+        {
+            *self.slot.lock().await = None;
+        }
+        r
+    }
+
+    /// Run `script` with `key` and `arg`, as [`query`](Self::query).
+    pub async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        script: &redis::Script,
+        key: &str,
+        arg: &str,
+    ) -> redis::RedisResult<T> {
+        let mut conn = self.get().await?;
+        let r = script.key(key).arg(arg).invoke_async::<T>(&mut conn).await;
+        if r.as_ref()
+            .is_err_and(|e| e.is_io_error() || e.is_timeout() || e.is_connection_dropped())
+        {
+            *self.slot.lock().await = None;
+        }
+        r
+    }
+}

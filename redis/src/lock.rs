@@ -4,11 +4,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use backstop_core::{Error, Result};
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Value};
-use tokio::sync::Mutex;
+use redis::Value;
 
-use crate::redis_err;
+use crate::{redis_err, LazyConn};
 
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -63,9 +61,8 @@ impl LockGuard {
 /// # Ok(()) }
 /// ```
 pub struct KeyLock {
-    client: redis::Client,
     prefix: String,
-    conn: Mutex<Option<MultiplexedConnection>>,
+    conn: LazyConn,
     script: redis::Script,
 }
 
@@ -83,36 +80,10 @@ impl KeyLock {
         let client = redis::Client::open(url)
             .map_err(|e| Error::config("open_lock", format!("invalid Redis URL: {e}")))?;
         Ok(Self {
-            client,
+            conn: LazyConn::new(client, RESPONSE_TIMEOUT),
             prefix: prefix.into(),
-            conn: Mutex::new(None),
             script: redis::Script::new(RELEASE),
         })
-    }
-
-    async fn run<T>(
-        &self,
-        f: impl AsyncFnOnce(&mut MultiplexedConnection) -> redis::RedisResult<T>,
-    ) -> redis::RedisResult<T> {
-        let mut guard = self.conn.lock().await;
-        let conn = match guard.as_mut() {
-            Some(c) => c,
-            None => {
-                let config = AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(RESPONSE_TIMEOUT))
-                    .set_response_timeout(Some(RESPONSE_TIMEOUT));
-                let c = self
-                    .client
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await?;
-                guard.insert(c)
-            }
-        };
-        let r = f(conn).await;
-        if r.is_err() {
-            *guard = None;
-        }
-        r
     }
 
     /// Take the lock on `key` for `ttl` (at least 1 ms), or `None` when someone holds it.
@@ -128,17 +99,15 @@ impl KeyLock {
             key: format!("{}{key}", self.prefix),
             token: token(),
         };
-        let set = self
-            .run(async |c| {
-                redis::cmd("SET")
-                    .arg(&guard.key)
-                    .arg(&guard.token)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(ms as u64)
-                    .query_async::<Value>(c)
-                    .await
-            })
+        let mut set = redis::cmd("SET");
+        set.arg(&guard.key)
+            .arg(&guard.token)
+            .arg("NX")
+            .arg("PX")
+            .arg(ms as u64);
+        let set: Value = self
+            .conn
+            .query(&set)
             .await
             .map_err(|e| redis_err("lock", e))?;
         Ok(match set {
@@ -151,13 +120,8 @@ impl KeyLock {
     /// now be someone else's, which is left alone).
     pub async fn release(&self, guard: &LockGuard) -> Result<bool> {
         let deleted: i64 = self
-            .run(async |c| {
-                self.script
-                    .key(&guard.key)
-                    .arg(&guard.token)
-                    .invoke_async(c)
-                    .await
-            })
+            .conn
+            .invoke(&self.script, &guard.key, &guard.token)
             .await
             .map_err(|e| redis_err("unlock", e))?;
         Ok(deleted == 1)

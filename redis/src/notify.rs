@@ -2,13 +2,9 @@
 
 use std::time::Duration;
 
+use crate::{redis_err, LazyConn};
 use backstop_core::{async_trait, Error, ErrorKind, Notifier, Result, Wake, Wakes};
 use futures_util::StreamExt;
-use redis::aio::MultiplexedConnection;
-use redis::AsyncConnectionConfig;
-use tokio::sync::Mutex;
-
-use crate::redis_err;
 
 /// How often the listener checks that its subscription is alive (a half-open TCP
 /// connection delivers nothing and reports nothing).
@@ -40,7 +36,7 @@ pub struct RedisNotifier {
     client: redis::Client,
     channel: String,
     /// Shared by announcements; dropped after an error, so the next one reconnects.
-    publisher: Mutex<Option<MultiplexedConnection>>,
+    publisher: LazyConn,
 }
 
 impl std::fmt::Debug for RedisNotifier {
@@ -68,9 +64,9 @@ impl RedisNotifier {
             return Err(Error::config("open_notifier", "the channel name is empty"));
         }
         Ok(Self {
+            publisher: LazyConn::new(client.clone(), RESPONSE_TIMEOUT),
             client,
             channel,
-            publisher: Mutex::new(None),
         })
     }
 
@@ -80,29 +76,9 @@ impl RedisNotifier {
     }
 
     async fn publish(&self, event_type: &str) -> redis::RedisResult<()> {
-        let mut guard = self.publisher.lock().await;
-        let conn = match guard.as_mut() {
-            Some(c) => c,
-            None => {
-                let config = AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(RESPONSE_TIMEOUT))
-                    .set_response_timeout(Some(RESPONSE_TIMEOUT));
-                let c = self
-                    .client
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await?;
-                guard.insert(c)
-            }
-        };
-        let result: redis::RedisResult<i64> = redis::cmd("PUBLISH")
-            .arg(&self.channel)
-            .arg(event_type)
-            .query_async(conn)
-            .await;
-        if result.is_err() {
-            *guard = None;
-        }
-        result.map(|_| ())
+        let mut cmd = redis::cmd("PUBLISH");
+        cmd.arg(&self.channel).arg(event_type);
+        self.publisher.query::<i64>(&cmd).await.map(|_| ())
     }
 }
 

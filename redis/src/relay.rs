@@ -3,12 +3,10 @@
 use std::time::{Duration, Instant};
 
 use backstop_core::{async_trait, Error, Handler, HandlerError, Result, Task};
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Value};
-use tokio::sync::Mutex;
+use redis::Value;
 
-use crate::redis_err;
 use crate::stream::{parse_id, F_ID, F_KEY, F_PAYLOAD, F_TYPE, HEADER_PREFIX};
+use crate::{redis_err, LazyConn};
 
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -115,9 +113,8 @@ impl RelayOptions {
 /// # Ok(()) }
 /// ```
 pub struct StreamRelay {
-    client: redis::Client,
     options: RelayOptions,
-    conn: Mutex<Option<MultiplexedConnection>>,
+    conn: LazyConn,
     last_trim: std::sync::Mutex<Instant>,
 }
 
@@ -141,9 +138,8 @@ impl StreamRelay {
     pub fn new(client: redis::Client, options: RelayOptions) -> Result<Self> {
         options.validate()?;
         Ok(Self {
-            client,
+            conn: LazyConn::new(client, RESPONSE_TIMEOUT),
             options,
-            conn: Mutex::new(None),
             last_trim: std::sync::Mutex::new(Instant::now()),
         })
     }
@@ -164,27 +160,7 @@ impl StreamRelay {
     }
 
     async fn query(&self, cmd: &redis::Cmd) -> redis::RedisResult<Value> {
-        let mut guard = self.conn.lock().await;
-        let conn = match guard.as_mut() {
-            Some(c) => c,
-            None => {
-                let config = AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(RESPONSE_TIMEOUT))
-                    .set_response_timeout(Some(RESPONSE_TIMEOUT));
-                let c = self
-                    .client
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await?;
-                guard.insert(c)
-            }
-        };
-        let r = cmd.query_async::<Value>(conn).await;
-        if r.as_ref()
-            .is_err_and(|e| !e.is_unrecoverable_error() || e.is_io_error())
-        {
-            *guard = None; // reconnect next time
-        }
-        r
+        self.conn.query(cmd).await
     }
 
     /// Add `task`'s entry to the stream; its entry id.
