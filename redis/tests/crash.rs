@@ -6,9 +6,11 @@
 //! reaches the moment to die and waits; the parent kills it with SIGKILL there.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test code
 
+mod common;
+use common::{conn, redis_url, unique};
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use backstop_core::{
@@ -20,32 +22,6 @@ use backstop_redis::{ConsumerOptions, RelayOptions, StreamConsumer, StreamRelay}
 use backstop_sqlite::{sqlite_handler, SqliteHandler, SqliteStore};
 
 const PATIENCE: Duration = Duration::from_secs(30);
-
-fn required(service: &str) -> bool {
-    std::env::var("BACKSTOP_TEST_REQUIRE")
-        .map(|v| v.split(',').any(|b| b.trim().eq_ignore_ascii_case(service)))
-        .unwrap_or(false)
-}
-
-fn redis_url(case: &str) -> Option<String> {
-    match std::env::var("BACKSTOP_TEST_REDIS_URL") {
-        Ok(u) if !u.is_empty() => Some(u),
-        _ => {
-            assert!(!required("redis"), "redis is required for {case}");
-            eprintln!("SKIPPED {case}: BACKSTOP_TEST_REDIS_URL is not set");
-            None
-        }
-    }
-}
-
-fn unique(prefix: &str) -> String {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    format!(
-        "{prefix}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::SeqCst)
-    )
-}
 
 /// Announce the point reached, then wait to be killed.
 fn die_here(point: &str) -> ! {
@@ -220,14 +196,6 @@ fn run_child_until_killed(env: &[(&str, &str)], point: &str) {
     }
     let status = child.wait().unwrap();
     panic!("the child ended ({status}) before reaching {point}");
-}
-
-async fn conn(url: &str) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(url)
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
 }
 
 async fn setup() -> (tempfile::TempDir, String, SqliteStore) {

@@ -6,6 +6,9 @@
 //! test. Engines run on one SQLite file through two stores (two "processes").
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test code
 
+mod common;
+use common::required;
+
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -19,12 +22,6 @@ use backstop_redis::RedisNotifier;
 use backstop_sqlite::SqliteStore;
 
 const PATIENCE: Duration = Duration::from_secs(20);
-
-fn required(service: &str) -> bool {
-    std::env::var("BACKSTOP_TEST_REQUIRE")
-        .map(|v| v.split(',').any(|b| b.trim().eq_ignore_ascii_case(service)))
-        .unwrap_or(false)
-}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

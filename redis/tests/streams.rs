@@ -3,7 +3,9 @@
 //! take-over of dead consumers' entries, and the start-up drain.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test code
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+mod common;
+use common::{conn, redis_url, unique};
+
 use std::time::{Duration, Instant};
 
 use backstop_core::{Engine, EngineConfig, HandlerError, HandlerOptions, Status, TaskStore};
@@ -12,41 +14,6 @@ use backstop_redis::{ConsumerOptions, RelayOptions, StreamConsumer, StreamRelay}
 use backstop_sqlite::{sqlite_handler, SqliteStore};
 
 const PATIENCE: Duration = Duration::from_secs(20);
-
-fn required(service: &str) -> bool {
-    std::env::var("BACKSTOP_TEST_REQUIRE")
-        .map(|v| v.split(',').any(|b| b.trim().eq_ignore_ascii_case(service)))
-        .unwrap_or(false)
-}
-
-/// The test Redis's URL, or `None` (printed) when not set and not required.
-fn redis_url(case: &str) -> Option<String> {
-    match std::env::var("BACKSTOP_TEST_REDIS_URL") {
-        Ok(u) if !u.is_empty() => Some(u),
-        _ => {
-            assert!(!required("redis"), "redis is required for {case}");
-            eprintln!("SKIPPED {case}: BACKSTOP_TEST_REDIS_URL is not set");
-            None
-        }
-    }
-}
-
-fn unique(prefix: &str) -> String {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    format!(
-        "{prefix}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::SeqCst)
-    )
-}
-
-async fn conn(url: &str) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(url)
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
-}
 
 async fn cmd(c: &mut redis::aio::MultiplexedConnection, args: &[&str]) -> Value {
     let mut cmd = redis::cmd(args[0]);

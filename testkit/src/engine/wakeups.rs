@@ -24,6 +24,27 @@ async fn process_a<H: Harness>(ctx: &Ctx<H>, notifier: Arc<dyn Notifier>) -> Eng
         .unwrap()
 }
 
+/// Process A (see [`process_a`]) and process B: an idle engine on a store of its own
+/// handling `WOKEN`, listening; returned once B's listener is subscribed. `None` when the
+/// notifier's server is missing (printed).
+async fn processes<H: Harness>(
+    ctx: &Ctx<H>,
+    case: &str,
+) -> Option<(Engine<H::Store>, Engine<H::Store>, Calls)> {
+    let na = ctx.notifier(&ctx.store, case).await?;
+    let nb = ctx.notifier(&ctx.store, case).await?;
+    let a = process_a(ctx, na).await;
+    let calls = Calls::default();
+    let b = Engine::builder(ctx.new_store().await)
+        .config(idle_config())
+        .handler("WOKEN", succeeding(&calls), opts())
+        .notifier(nb)
+        .start()
+        .unwrap();
+    until_listening(&a, &calls).await;
+    Some((a, b, calls))
+}
+
 /// Enqueue probes through A until B runs one: B's listener is subscribed.
 async fn until_listening<S: TaskStore + Clone>(a: &Engine<S>, calls: &Calls) {
     let deadline = Instant::now() + PATIENCE;
@@ -51,22 +72,14 @@ async fn until_listening<S: TaskStore + Clone>(a: &Engine<S>, calls: &Calls) {
 pub async fn engine_starts_a_task_committed_by_another_process_without_a_poll<H: Harness>(
     ctx: &Ctx<H>,
 ) {
-    let case = "engine_starts_a_task_committed_by_another_process_without_a_poll";
-    let (Some(na), Some(nb)) = (
-        ctx.notifier(&ctx.store, case).await,
-        ctx.notifier(&ctx.store, case).await,
-    ) else {
+    let Some((a, b, calls)) = processes(
+        ctx,
+        "engine_starts_a_task_committed_by_another_process_without_a_poll",
+    )
+    .await
+    else {
         return;
     };
-    let a = process_a(ctx, na).await;
-    let calls = Calls::default();
-    let b = Engine::builder(ctx.new_store().await)
-        .config(idle_config())
-        .handler("WOKEN", succeeding(&calls), opts())
-        .notifier(nb)
-        .start()
-        .unwrap();
-    until_listening(&a, &calls).await;
     let before = b.counters();
 
     let mut slowest = Duration::ZERO;
@@ -106,22 +119,11 @@ pub async fn engine_starts_a_task_committed_by_another_process_without_a_poll<H:
 /// announced while not yet due) is found when B's listener loses its connection and
 /// reconnects: the reconnect polls every event type at once, not at the next tick.
 pub async fn engine_polls_at_once_after_its_listener_reconnects<H: Harness>(ctx: &Ctx<H>) {
-    let case = "engine_polls_at_once_after_its_listener_reconnects";
-    let (Some(na), Some(nb)) = (
-        ctx.notifier(&ctx.store, case).await,
-        ctx.notifier(&ctx.store, case).await,
-    ) else {
+    let Some((a, b, calls)) =
+        processes(ctx, "engine_polls_at_once_after_its_listener_reconnects").await
+    else {
         return;
     };
-    let a = process_a(ctx, na).await;
-    let calls = Calls::default();
-    let b = Engine::builder(ctx.new_store().await)
-        .config(idle_config())
-        .handler("WOKEN", succeeding(&calls), opts())
-        .notifier(nb)
-        .start()
-        .unwrap();
-    until_listening(&a, &calls).await;
 
     let (e, _) = a
         .enqueue(a.task("WOKEN", "later").delay(HOUR))
