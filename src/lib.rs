@@ -51,12 +51,13 @@ pub use backstop_core::{
     handler_fn, Archive, Engine, EngineBuilder, EngineConfig, EngineCounters, ErrorAction,
     FnHandler, Handler, HandlerError, HandlerOptions, Json, JsonHandler, RunAhead,
 };
-// Wake-ups across processes.
-pub use backstop_core::{Notifier, Wake, Wakes};
+// Wake-ups across processes, and the consumer's inbox.
+pub use backstop_core::{Inbox, Message, Notifier, Processed, Wake, Wakes};
 // The store contract and the task model.
 pub use backstop_core::{
-    Backoff, Enqueued, Lease, Mark, MarkAction, NewTask, Owner, Recycled, RetryPolicy, Stats,
-    Status, StatusCount, StoreConfig, Task, TaskFilter, TaskId, TaskStore, TaskStoreExt,
+    Audit, AuditEntry, Backoff, Enqueued, Lease, Mark, MarkAction, NewTask, Owner, Recycled,
+    RetryPolicy, Stats, Status, StatusCount, StoreConfig, Task, TaskFilter, TaskId, TaskStore,
+    TaskStoreExt,
 };
 // Errors.
 /// Re-exported so handlers (and backends) use the same `#[async_trait]` as the traits.

@@ -581,8 +581,10 @@ impl Driver for Inner {
             ));
         }
         let mut result = conn.execute(safe(&self.sql.schema)).await;
-        if result.is_ok() {
-            result = conn.execute(safe(&self.sql.inbox_schema)).await;
+        for more in [&self.sql.inbox_schema, &self.sql.audit_schema] {
+            if result.is_ok() {
+                result = conn.execute(safe(more)).await;
+            }
         }
         let _ = sqlx::query("SELECT RELEASE_LOCK(?)")
             .bind(&self.sql.lock_name)
@@ -798,11 +800,78 @@ impl Driver for Inner {
                 Ok(found)
             })
             .await?;
-        Ok(match (row, status) {
-            (Some(row), _) => Reset::Done(Box::new(raw_task(&row).map_err(my_err)?)),
-            (None, Some(code)) => Reset::Refused(code.into()),
-            (None, None) => Reset::Missing,
-        })
+        changed(row, status)
+    }
+
+    async fn cancel(&self, id: TaskId, audit: Checked<&Audit>) -> Result<Reset> {
+        let sql = &self.sql;
+        let audit = *audit;
+        // The change, its audit entry and the row read back in one transaction: the row
+        // lock keeps a claimer out until commit.
+        let (row, status) = self
+            .on_conn(|mut conn| async move {
+                let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+                let done = sqlx::query(safe(&sql.cancel))
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                if done.rows_affected() != 1 {
+                    let status: Option<i8> = sqlx::query_scalar(safe(&sql.status_of))
+                        .bind(id)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    return Ok((None, status));
+                }
+                audit_entry(sql, &mut tx, id, "cancel", audit).await?;
+                let row = sqlx::query(safe(&sql.get))
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok((row, None))
+            })
+            .await?;
+        changed(row, status)
+    }
+
+    async fn delete(&self, id: TaskId, audit: Checked<&Audit>) -> Result<Reset> {
+        let sql = &self.sql;
+        let audit = *audit;
+        let (row, status) = self
+            .on_conn(|mut conn| async move {
+                let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+                let Some(row) = sqlx::query(safe(&sql.get_for_update))
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await?
+                else {
+                    return Ok((None, None));
+                };
+                let status: i8 = row.try_get("status")?;
+                if status == Status::Running.code() as i8 {
+                    return Ok((None, Some(status)));
+                }
+                sqlx::query(safe(&sql.delete))
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                audit_entry(sql, &mut tx, id, "delete", audit).await?;
+                tx.commit().await?;
+                Ok((Some(row), None))
+            })
+            .await?;
+        changed(row, status)
+    }
+
+    async fn audit_log(&self, id: TaskId) -> Result<Vec<RawAudit>> {
+        sqlx::query(safe(&self.sql.audit_log))
+            .bind(id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(my_err)?
+            .iter()
+            .map(|r| RawAudit::read(&Cols(r)).map_err(my_err))
+            .collect()
     }
 
     async fn get(&self, id: TaskId) -> Result<Option<RawTask>> {
@@ -874,6 +943,33 @@ impl Driver for Inner {
             .map(|d| d.rows_affected())
             .map_err(my_err)
     }
+}
+
+/// Append an operator's audit entry on `tx`.
+async fn audit_entry(
+    sql: &Sql,
+    tx: &mut MySqlConnection,
+    id: TaskId,
+    action: &str,
+    audit: &Audit,
+) -> std::result::Result<(), sqlx::Error> {
+    sqlx::query(safe(&sql.audit_insert))
+        .bind(id)
+        .bind(action)
+        .bind(&audit.operator)
+        .bind(&audit.reason)
+        .execute(tx)
+        .await
+        .map(|_| ())
+}
+
+/// The answer of a fenced change: the row, or the status that refused it, or missing.
+fn changed(row: Option<MySqlRow>, status: Option<i8>) -> Result<Reset> {
+    Ok(match (row, status) {
+        (Some(row), _) => Reset::Done(Box::new(raw_task(&row).map_err(my_err)?)),
+        (None, Some(code)) => Reset::Refused(code.into()),
+        (None, None) => Reset::Missing,
+    })
 }
 
 /// Our SQL: built once from a validated identifier and fixed text; values are always bound.

@@ -4,7 +4,7 @@
 //! microseconds. Single-table `UPDATE` assignments are evaluated left to right in MySQL, so
 //! an assignment that reads a column comes before the one that changes it.
 
-use backstop_core::driver::COLUMNS;
+use backstop_core::driver::{AUDIT_COLUMNS, COLUMNS};
 
 pub(crate) struct Sql {
     table: String,
@@ -20,6 +20,18 @@ pub(crate) struct Sql {
     pub mark_fail: String,
     pub release: String,
     pub manual_reset: String,
+    /// id: pending or running → cancelled.
+    pub cancel: String,
+    /// id: the row, locked (for a delete).
+    pub get_for_update: String,
+    /// id.
+    pub delete: String,
+    /// task id, action, operator, reason.
+    pub audit_insert: String,
+    /// task id.
+    pub audit_log: String,
+    /// The audit table.
+    pub audit_schema: String,
     pub status_of: String,
     pub list: String,
     pub stats_counts: String,
@@ -38,6 +50,7 @@ impl Sql {
     pub fn new(table: &str) -> Sql {
         let t = format!("`{table}`");
         let ti = format!("`{table}_inbox`");
+        let ta = format!("`{table}_audit`");
         let fenced = "WHERE id = ? AND status = 3 AND lease = ?";
         Sql {
             table: t.clone(),
@@ -125,6 +138,28 @@ impl Sql {
                     OR (status = 3 AND updated_at < NOW(3) - INTERVAL ? MICROSECOND))"
             ),
             status_of: format!("SELECT status FROM {t} WHERE id = ?"),
+            cancel: format!(
+                "UPDATE {t} SET status = 4, lease = lease + 1, updated_at = NOW(3)
+                 WHERE id = ? AND status IN (0, 3)"
+            ),
+            get_for_update: format!("SELECT {COLUMNS} FROM {t} WHERE id = ? FOR UPDATE"),
+            delete: format!("DELETE FROM {t} WHERE id = ?"),
+            audit_insert: format!(
+                "INSERT INTO {ta} (task_id, action, operator, reason, at) VALUES (?, ?, ?, ?, NOW(3))"
+            ),
+            audit_log: format!("SELECT {AUDIT_COLUMNS} FROM {ta} WHERE task_id = ? ORDER BY id"),
+            audit_schema: format!(
+                "CREATE TABLE IF NOT EXISTS {ta} (
+                    id       BIGINT       NOT NULL AUTO_INCREMENT,
+                    task_id  BIGINT       NOT NULL,
+                    action   VARCHAR(16)  NOT NULL,
+                    operator VARCHAR(64)  NOT NULL,
+                    reason   TEXT         NOT NULL,
+                    at       DATETIME(3)  NOT NULL,
+                    PRIMARY KEY (id),
+                    KEY ix_task (task_id, id)
+                 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin"
+            ),
             // status, status, event_type, event_type, after_id, older µs, older µs, limit
             list: format!(
                 "SELECT {COLUMNS} FROM {t}

@@ -403,6 +403,19 @@ impl Inner {
         }
     }
 
+    /// The answer of a fenced change of task `id` whose statement returned `rows`: the
+    /// changed row, or why there was none (missing, or its status).
+    async fn changed(&self, id: TaskId, rows: Vec<RawTask>) -> Result<Reset> {
+        if let Some(row) = rows.into_iter().next() {
+            return Ok(Reset::Done(Box::new(row)));
+        }
+        let rows = self.query(&self.sql.status_of, &[&id]).await?;
+        Ok(match rows.first() {
+            None => Reset::Missing,
+            Some(r) => Reset::Refused(col::<i16>(r, 0)?.into()),
+        })
+    }
+
     /// Run one prepared statement on a pooled connection.
     async fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
         let client = self.client().await?;
@@ -545,14 +558,29 @@ impl Driver for Inner {
         let rows = self
             .tasks(&self.sql.manual_reset, &[&id, &millis(*stuck_after)])
             .await?;
-        if let Some(row) = rows.into_iter().next() {
-            return Ok(Reset::Done(Box::new(row)));
-        }
-        let rows = self.query(&self.sql.status_of, &[&id]).await?;
-        Ok(match rows.first() {
-            None => Reset::Missing,
-            Some(r) => Reset::Refused(col::<i16>(r, 0)?.into()),
-        })
+        self.changed(id, rows).await
+    }
+
+    async fn cancel(&self, id: TaskId, audit: Checked<&Audit>) -> Result<Reset> {
+        let rows = self
+            .tasks(&self.sql.cancel, &[&id, &audit.operator, &audit.reason])
+            .await?;
+        self.changed(id, rows).await
+    }
+
+    async fn delete(&self, id: TaskId, audit: Checked<&Audit>) -> Result<Reset> {
+        let rows = self
+            .tasks(&self.sql.delete, &[&id, &audit.operator, &audit.reason])
+            .await?;
+        self.changed(id, rows).await
+    }
+
+    async fn audit_log(&self, id: TaskId) -> Result<Vec<RawAudit>> {
+        self.query(&self.sql.audit_log, &[&id])
+            .await?
+            .iter()
+            .map(|r| RawAudit::read(&Cols(r)))
+            .collect()
     }
 
     async fn get(&self, id: TaskId) -> Result<Option<RawTask>> {

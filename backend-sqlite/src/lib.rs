@@ -541,14 +541,40 @@ impl Driver for Inner {
                 .prepare_cached(&sql.manual_reset)?
                 .query_row(params![now, id, cutoff], raw_task)
                 .optional()?;
-            if let Some(row) = reset {
-                return Ok(Reset::Done(Box::new(row)));
-            }
-            let status: Option<i64> = tx
-                .prepare_cached(&sql.status_of)?
-                .query_row(params![id], |r| r.get(0))
+            changed(sql, tx, id, reset)
+        })
+        .await
+    }
+
+    async fn cancel(&self, id: TaskId, audit: Checked<&Audit>) -> Result<Reset> {
+        let audit = audit.cloned();
+        self.write("cancel", move |sql, tx, now| {
+            let row = tx
+                .prepare_cached(&sql.cancel)?
+                .query_row(params![now, id], raw_task)
                 .optional()?;
-            Ok(status.map_or(Reset::Missing, Reset::Refused))
+            audited(sql, tx, id, "cancel", &audit.as_ref(), now, row)
+        })
+        .await
+    }
+
+    async fn delete(&self, id: TaskId, audit: Checked<&Audit>) -> Result<Reset> {
+        let audit = audit.cloned();
+        self.write("delete", move |sql, tx, now| {
+            let row = tx
+                .prepare_cached(&sql.delete)?
+                .query_row(params![id], raw_task)
+                .optional()?;
+            audited(sql, tx, id, "delete", &audit.as_ref(), now, row)
+        })
+        .await
+    }
+
+    async fn audit_log(&self, id: TaskId) -> Result<Vec<RawAudit>> {
+        self.read("audit_log", move |sql, conn, _| {
+            conn.prepare_cached(&sql.audit_log)?
+                .query_map(params![id], |r| RawAudit::read(&Cols(r)))?
+                .collect()
         })
         .await
     }
@@ -650,6 +676,46 @@ fn db_err(op: &'static str, e: rusqlite::Error) -> Error {
 }
 
 /// Read a row of [`COLUMNS`](backstop_core::driver::COLUMNS).
+/// The answer of a fenced change of task `id` whose statement returned `row` (in the
+/// change's transaction): the row, or why there was none.
+fn changed(
+    sql: &Sql,
+    tx: &Connection,
+    id: TaskId,
+    row: Option<RawTask>,
+) -> rusqlite::Result<Reset> {
+    if let Some(row) = row {
+        return Ok(Reset::Done(Box::new(row)));
+    }
+    let status: Option<i64> = tx
+        .prepare_cached(&sql.status_of)?
+        .query_row(params![id], |r| r.get(0))
+        .optional()?;
+    Ok(status.map_or(Reset::Missing, Reset::Refused))
+}
+
+/// [`changed`], with the operator's audit entry appended when the change was made.
+fn audited(
+    sql: &Sql,
+    tx: &Connection,
+    id: TaskId,
+    action: &str,
+    audit: &Audit,
+    now: i64,
+    row: Option<RawTask>,
+) -> rusqlite::Result<Reset> {
+    if row.is_some() {
+        tx.prepare_cached(&sql.audit_insert)?.execute(params![
+            id,
+            action,
+            audit.operator,
+            audit.reason,
+            now
+        ])?;
+    }
+    changed(sql, tx, id, row)
+}
+
 fn raw_task(r: &Row<'_>) -> rusqlite::Result<RawTask> {
     RawTask::read(&Cols(r))
 }

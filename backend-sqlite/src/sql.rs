@@ -3,7 +3,7 @@
 //! Times are Unix milliseconds (INTEGER); `now` is bound as a parameter read after the
 //! write lock is taken.
 
-use backstop_core::driver::COLUMNS;
+use backstop_core::driver::{AUDIT_COLUMNS, COLUMNS};
 
 pub(crate) struct Sql {
     table: String,
@@ -18,6 +18,14 @@ pub(crate) struct Sql {
     pub mark_fail: String,
     pub release: String,
     pub manual_reset: String,
+    /// ?1 now ?2 id: pending or running → cancelled.
+    pub cancel: String,
+    /// ?1 id: not running.
+    pub delete: String,
+    /// ?1 task id ?2 action ?3 operator ?4 reason ?5 now.
+    pub audit_insert: String,
+    /// ?1 task id.
+    pub audit_log: String,
     pub status_of: String,
     pub get: String,
     pub list: String,
@@ -34,6 +42,7 @@ impl Sql {
     pub fn new(table: &str) -> Sql {
         let t = format!("\"{table}\"");
         let ti = format!("\"{table}_inbox\"");
+        let ta = format!("\"{table}_audit\"");
         // Every change to a running task is fenced by id, status and lease.
         let fenced = "WHERE id = ?2 AND status = 3 AND lease = ?3";
         Sql {
@@ -67,7 +76,16 @@ impl Sql {
                     processed_at INTEGER NOT NULL,
                     PRIMARY KEY (consumer, message_id)
                  ) WITHOUT ROWID;
-                 CREATE INDEX IF NOT EXISTS \"{table}_inbox_ix\" ON {ti} (processed_at);"
+                 CREATE INDEX IF NOT EXISTS \"{table}_inbox_ix\" ON {ti} (processed_at);
+                 CREATE TABLE IF NOT EXISTS {ta} (
+                    id       INTEGER PRIMARY KEY AUTOINCREMENT,
+                    task_id  INTEGER NOT NULL,
+                    action   TEXT    NOT NULL,
+                    operator TEXT    NOT NULL,
+                    reason   TEXT    NOT NULL,
+                    at       INTEGER NOT NULL
+                 );
+                 CREATE INDEX IF NOT EXISTS \"{table}_audit_ix\" ON {ta} (task_id, id);"
             ),
             // ?1 consumer ?2 message_id ?3 now: one row inserted, or none for a duplicate
             inbox_insert: format!(
@@ -139,6 +157,16 @@ impl Sql {
                  RETURNING {COLUMNS}"
             ),
             status_of: format!("SELECT status FROM {t} WHERE id = ?1"),
+            cancel: format!(
+                "UPDATE {t} SET status = 4, lease = lease + 1, updated_at = ?1
+                 WHERE id = ?2 AND status IN (0, 3)
+                 RETURNING {COLUMNS}"
+            ),
+            delete: format!("DELETE FROM {t} WHERE id = ?1 AND status <> 3 RETURNING {COLUMNS}"),
+            audit_insert: format!(
+                "INSERT INTO {ta} (task_id, action, operator, reason, at) VALUES (?1, ?2, ?3, ?4, ?5)"
+            ),
+            audit_log: format!("SELECT {AUDIT_COLUMNS} FROM {ta} WHERE task_id = ?1 ORDER BY id"),
             get: format!("SELECT {COLUMNS} FROM {t} WHERE id = ?1"),
             list: format!(
                 "SELECT {COLUMNS} FROM {t}

@@ -48,7 +48,7 @@ use chrono::{DateTime, Utc};
 use crate::error::{Error, ErrorKind, Result};
 use crate::limits::StoreConfig;
 use crate::model::{
-    Backoff, Enqueued, Lease, Mark, NewTask, Owner, Recycled, RetryPolicy, Status, Task,
+    Audit, Backoff, Enqueued, Lease, Mark, NewTask, Owner, Recycled, RetryPolicy, Status, Task,
     TaskFilter, TaskId,
 };
 
@@ -123,15 +123,43 @@ pub struct Inserted {
     pub created: bool,
 }
 
-/// What a driver's reset did (see [`Driver::reset`]).
+/// What a driver's fenced change of one task did ([`Driver::reset`],
+/// [`Driver::cancel`], [`Driver::delete`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reset {
-    /// The task was reset; the row as the reset left it.
+    /// The task was changed: the row as the change left it (as it was, for a delete).
     Done(Box<RawTask>),
     /// No task has this id.
     Missing,
-    /// The task exists but may not be reset; its status code.
+    /// The task exists but may not be changed so; its status code.
     Refused(i64),
+}
+
+/// The audit table's columns, in the order [`RawAudit::read`] reads them.
+pub const AUDIT_COLUMNS: &str = "task_id, action, operator, reason, at";
+
+/// An audit log entry as a driver reads it (a row of [`AUDIT_COLUMNS`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)] // the columns of the audit table
+pub struct RawAudit {
+    pub task_id: TaskId,
+    pub action: String,
+    pub operator: String,
+    pub reason: String,
+    pub at: DateTime<Utc>,
+}
+
+impl RawAudit {
+    /// Read a row of [`AUDIT_COLUMNS`].
+    pub fn read<R: TaskRow + ?Sized>(r: &R) -> std::result::Result<RawAudit, R::Error> {
+        Ok(RawAudit {
+            task_id: r.int(0)?,
+            action: r.text(1)?,
+            operator: r.text(2)?,
+            reason: r.text(3)?,
+            at: r.time(4)?,
+        })
+    }
 }
 
 /// The task table's columns, in the order [`RawTask::read`] reads them: select (or
@@ -324,6 +352,20 @@ pub trait Driver: Send + Sync + 'static {
     /// most `MAX_INTERVAL`.
     async fn reset(&self, id: TaskId, stuck_after: Checked<Duration>) -> Result<Reset>;
 
+    /// [`cancel`](crate::TaskStore::cancel): if task `id` is pending or running, set it
+    /// cancelled (status 4), `lease + 1`, `updated_at = now`, and append an audit entry
+    /// (`cancel`, operator, reason, now) in the same transaction; return the row as
+    /// changed. Else say why not, writing nothing. Checked: the audit.
+    async fn cancel(&self, id: TaskId, audit: Checked<&Audit>) -> Result<Reset>;
+
+    /// [`delete`](crate::TaskStore::delete): if task `id` exists and is not running,
+    /// delete it and append an audit entry (`delete`) in the same transaction; return the
+    /// row as it was. Else say why not, writing nothing. Checked: the audit.
+    async fn delete(&self, id: TaskId, audit: Checked<&Audit>) -> Result<Reset>;
+
+    /// [`audit_log`](crate::TaskStore::audit_log): task `id`'s entries, oldest first.
+    async fn audit_log(&self, id: TaskId) -> Result<Vec<RawAudit>>;
+
     /// [`get`](crate::TaskStore::get).
     async fn get(&self, id: TaskId) -> Result<Option<RawTask>>;
 
@@ -467,11 +509,11 @@ pub fn millis(d: Duration) -> i64 {
 pub mod prelude {
     pub use super::{
         enqueue_on, enqueue_on_blocking, mark_rounds, millis, AgedBatch, Backend, Checked, Claim,
-        Driver, Inserted, RawStats, RawTask, Reset, TaskRow, COLUMNS,
+        Driver, Inserted, RawAudit, RawStats, RawTask, Reset, TaskRow, AUDIT_COLUMNS, COLUMNS,
     };
     pub use crate::{
-        async_trait, Enqueued, Error, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner, Recycled,
-        Result, Status, StoreConfig, TaskFilter, TaskId,
+        async_trait, Audit, Enqueued, Error, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner,
+        Recycled, Result, Status, StoreConfig, TaskFilter, TaskId,
     };
 }
 

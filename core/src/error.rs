@@ -129,6 +129,21 @@ impl Error {
         )
     }
 
+    /// The `Conflict` error of an operator's `action` (`cancel`, `delete`) refused
+    /// because of the task's status; nothing was changed.
+    pub fn change_refused(
+        operation: &'static str,
+        id: crate::TaskId,
+        status: crate::Status,
+        allowed: &str,
+    ) -> Self {
+        Self::new(
+            ErrorKind::Conflict,
+            operation,
+            format!("task {id} is {status}: only {allowed} tasks can be changed by {operation}; nothing was changed"),
+        )
+    }
+
     /// The `Conflict` error of a `manual_reset` refused because of the task's status.
     pub fn reset_refused(
         operation: &'static str,
@@ -140,6 +155,7 @@ impl Error {
             crate::Status::Pending => "it is already pending",
             crate::Status::Succeeded => "it has succeeded",
             crate::Status::Failed => "it changed while being reset",
+            crate::Status::Cancelled => "it was cancelled",
         };
         Self::new(
             ErrorKind::Conflict,

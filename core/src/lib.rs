@@ -28,8 +28,8 @@ pub use error::{BoxError, Error, ErrorKind, Result};
 pub use inbox::{Inbox, Message, Processed};
 pub use limits::StoreConfig;
 pub use model::{
-    Backoff, Enqueued, Lease, Mark, MarkAction, NewTask, Owner, Recycled, RetryPolicy, Stats,
-    Status, StatusCount, Task, TaskFilter, TaskId,
+    Audit, AuditEntry, Backoff, Enqueued, Lease, Mark, MarkAction, NewTask, Owner, Recycled,
+    RetryPolicy, Stats, Status, StatusCount, Task, TaskFilter, TaskId,
 };
 pub use notify::{Notifier, Wake, Wakes};
 pub use store::{TaskStore, TaskStoreExt};

@@ -100,6 +100,35 @@ pub(crate) fn check_limit(operation: &'static str, limit: usize) -> Result<()> {
     Ok(())
 }
 
+/// Longest operator name of an [`Audit`](crate::Audit), in bytes.
+pub const MAX_OPERATOR_BYTES: usize = 64;
+/// Longest reason of an [`Audit`](crate::Audit), in bytes.
+pub const MAX_REASON_BYTES: usize = 1024;
+
+/// Check an operator's [`Audit`](crate::Audit): a named operator without control
+/// characters, a reason of bounded size.
+pub(crate) fn check_audit(operation: &'static str, audit: &crate::Audit) -> Result<()> {
+    let op = &audit.operator;
+    if op.is_empty() || op.len() > MAX_OPERATOR_BYTES || op.chars().any(char::is_control) {
+        return Err(Error::invalid_input(
+            operation,
+            format!(
+                "the operator must be 1 to {MAX_OPERATOR_BYTES} bytes without control characters, got {op:?}"
+            ),
+        ));
+    }
+    if audit.reason.len() > MAX_REASON_BYTES {
+        return Err(Error::invalid_input(
+            operation,
+            format!(
+                "the reason must be at most {MAX_REASON_BYTES} bytes, got {}",
+                audit.reason.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Check the event types of a `grab_batch`: at most [`MAX_EVENT_TYPES`], each valid.
 pub(crate) fn check_event_types(operation: &'static str, event_types: &[String]) -> Result<()> {
     if event_types.len() > MAX_EVENT_TYPES {

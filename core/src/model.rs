@@ -29,24 +29,30 @@ pub enum Status {
     Failed,
     /// `3`: claimed by an engine instance (`owner`) and running under a `lease`.
     Running,
+    /// `4`: cancelled by an operator ([`cancel`](crate::TaskStore::cancel)); terminal,
+    /// never run again.
+    Cancelled,
 }
 
 impl Status {
     /// All statuses, in code order.
-    pub const ALL: [Status; 4] = [
+    pub const ALL: [Status; 5] = [
         Status::Pending,
         Status::Succeeded,
         Status::Failed,
         Status::Running,
+        Status::Cancelled,
     ];
 
-    /// The code stored in the database (0 pending, 1 succeeded, 2 failed, 3 running).
+    /// The code stored in the database (0 pending, 1 succeeded, 2 failed, 3 running,
+    /// 4 cancelled).
     pub fn code(self) -> i16 {
         match self {
             Status::Pending => 0,
             Status::Succeeded => 1,
             Status::Failed => 2,
             Status::Running => 3,
+            Status::Cancelled => 4,
         }
     }
 
@@ -63,6 +69,7 @@ impl Status {
             1 => Ok(Status::Succeeded),
             2 => Ok(Status::Failed),
             3 => Ok(Status::Running),
+            4 => Ok(Status::Cancelled),
             other => Err(Error::new(
                 crate::ErrorKind::Unexpected,
                 "decode_task",
@@ -79,6 +86,7 @@ impl fmt::Display for Status {
             Status::Succeeded => "succeeded",
             Status::Failed => "failed",
             Status::Running => "running",
+            Status::Cancelled => "cancelled",
         })
     }
 }
@@ -873,4 +881,48 @@ mod tests {
             assert_eq!(Status::from_code(s.code().into()).unwrap(), s);
         }
     }
+}
+
+/// Who changes a task by hand, and why: recorded in the task's audit log (see
+/// [`TaskStore::audit_log`](crate::TaskStore::audit_log)) in the same transaction as the
+/// change.
+///
+/// ```
+/// use backstop_core::Audit;
+/// let audit = Audit::new("alice", "the customer asked to stop the mailing");
+/// assert_eq!(audit.operator, "alice");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Audit {
+    /// Who (1 to 64 bytes, no control characters).
+    pub operator: String,
+    /// Why (at most 1024 bytes; may be empty).
+    pub reason: String,
+}
+
+impl Audit {
+    /// `operator` does it because of `reason`.
+    pub fn new(operator: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self {
+            operator: operator.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// One entry of a task's audit log: an operator's change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AuditEntry {
+    /// The task changed.
+    pub task_id: TaskId,
+    /// What was done (`cancel`, `delete`).
+    pub action: String,
+    /// Who did it.
+    pub operator: String,
+    /// Why.
+    pub reason: String,
+    /// When (database time).
+    pub at: DateTime<Utc>,
 }

@@ -11,8 +11,8 @@ use crate::driver::{
 use crate::error::{Error, ErrorKind, Result};
 use crate::limits;
 use crate::model::{
-    Enqueued, Lease, Mark, MarkAction, NewTask, Owner, Recycled, Stats, Status, StatusCount, Task,
-    TaskFilter, TaskId,
+    Audit, AuditEntry, Enqueued, Lease, Mark, MarkAction, NewTask, Owner, Recycled, Stats, Status,
+    StatusCount, Task, TaskFilter, TaskId,
 };
 
 /// Storage of tasks: the local message table.
@@ -149,6 +149,31 @@ pub trait TaskStore: Send + Sync + 'static {
     ///   pending, succeeded, or running with a live owner (nothing changes).
     async fn manual_reset(&self, id: TaskId, stuck_after: Duration) -> Result<Task>;
 
+    /// An operator's cancel: a pending or running task becomes cancelled, a terminal
+    /// state of its own; it is never claimed again.
+    ///
+    /// - Fenced against a concurrent claim: the change and its status check are one
+    ///   statement (or one locking transaction), so a claim either comes before (and the
+    ///   running task is cancelled) or finds the task cancelled.
+    /// - A running task's lease is bumped: its holder's heartbeats and completion are
+    ///   refused, so its outcome is never applied (the handler is not interrupted).
+    /// - The audit log gets an entry (`cancel`, operator, reason, database time) in the
+    ///   same transaction.
+    /// - Returns the task as cancelled. `NotFound` when there is no such task, `Conflict`
+    ///   when it is succeeded, failed or already cancelled; `InvalidInput` for a bad
+    ///   audit. Nothing is written then.
+    async fn cancel(&self, id: TaskId, audit: &Audit) -> Result<Task>;
+
+    /// An operator's delete: removes a task that is not running (cancel it first), and
+    /// records it in the audit log in the same transaction. Returns the task as it was.
+    /// `NotFound` when there is no such task, `Conflict` when it is running,
+    /// `InvalidInput` for a bad audit; nothing is written then.
+    async fn delete(&self, id: TaskId, audit: &Audit) -> Result<Task>;
+
+    /// The audit log of task `id` (operators' changes), oldest first; kept after the task
+    /// is deleted.
+    async fn audit_log(&self, id: TaskId) -> Result<Vec<AuditEntry>>;
+
     /// One task by id, or `None`.
     async fn get(&self, id: TaskId) -> Result<Option<Task>>;
 
@@ -246,6 +271,18 @@ impl<S: TaskStore + ?Sized> TaskStore for std::sync::Arc<S> {
     }
     async fn manual_reset(&self, id: TaskId, stuck_after: Duration) -> Result<Task> {
         (**self).manual_reset(id, stuck_after).await
+    }
+
+    async fn cancel(&self, id: TaskId, audit: &Audit) -> Result<Task> {
+        (**self).cancel(id, audit).await
+    }
+
+    async fn delete(&self, id: TaskId, audit: &Audit) -> Result<Task> {
+        (**self).delete(id, audit).await
+    }
+
+    async fn audit_log(&self, id: TaskId) -> Result<Vec<AuditEntry>> {
+        (**self).audit_log(id).await
     }
     async fn get(&self, id: TaskId) -> Result<Option<Task>> {
         (**self).get(id).await
@@ -366,6 +403,55 @@ impl<B: Backend + ?Sized> TaskStore for B {
             Reset::Missing => Err(Error::task_not_found(OP, id)),
             Reset::Refused(code) => Err(Error::reset_refused(OP, id, Status::from_code(code)?)),
         }
+    }
+
+    async fn cancel(&self, id: TaskId, audit: &Audit) -> Result<Task> {
+        const OP: &str = "cancel";
+        limits::check_audit(OP, audit)?;
+        let d = self.driver();
+        let audit = Checked::new(audit);
+        match run(d, OP, || d.cancel(id, audit)).await? {
+            Reset::Done(row) => row.decode(),
+            Reset::Missing => Err(Error::task_not_found(OP, id)),
+            Reset::Refused(code) => Err(Error::change_refused(
+                OP,
+                id,
+                Status::from_code(code)?,
+                "pending or running",
+            )),
+        }
+    }
+
+    async fn delete(&self, id: TaskId, audit: &Audit) -> Result<Task> {
+        const OP: &str = "delete";
+        limits::check_audit(OP, audit)?;
+        let d = self.driver();
+        let audit = Checked::new(audit);
+        match run(d, OP, || d.delete(id, audit)).await? {
+            Reset::Done(row) => row.decode(),
+            Reset::Missing => Err(Error::task_not_found(OP, id)),
+            Reset::Refused(code) => Err(Error::change_refused(
+                OP,
+                id,
+                Status::from_code(code)?,
+                "pending, succeeded, failed or cancelled (not running)",
+            )),
+        }
+    }
+
+    async fn audit_log(&self, id: TaskId) -> Result<Vec<AuditEntry>> {
+        let d = self.driver();
+        let rows = run(d, "audit_log", || d.audit_log(id)).await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| AuditEntry {
+                task_id: r.task_id,
+                action: r.action,
+                operator: r.operator,
+                reason: r.reason,
+                at: r.at,
+            })
+            .collect())
     }
 
     async fn get(&self, id: TaskId) -> Result<Option<Task>> {

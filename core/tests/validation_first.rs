@@ -10,14 +10,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use backstop_core::driver::{
-    AgedBatch, Backend, Checked, Claim, Driver, Inserted, RawStats, RawTask, Reset,
+    AgedBatch, Backend, Checked, Claim, Driver, Inserted, RawAudit, RawStats, RawTask, Reset,
 };
 use backstop_core::limits::{
     MAX_BATCH, MAX_ERROR_BYTES, MAX_EVENT_TYPES, MAX_EVENT_TYPE_BYTES, MAX_INTERVAL, MAX_LEASES,
+    MAX_OPERATOR_BYTES, MAX_REASON_BYTES,
 };
 use backstop_core::{
-    async_trait, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner, Recycled, Result, RetryPolicy,
-    StoreConfig, TaskFilter, TaskId, TaskStore,
+    async_trait, Audit, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner, Recycled, Result,
+    RetryPolicy, StoreConfig, TaskFilter, TaskId, TaskStore,
 };
 
 /// Fails the test when called with input outside the contract; counts its calls.
@@ -36,6 +37,13 @@ fn limit_ok(limit: usize) {
     assert!(
         (1..=MAX_BATCH).contains(&limit),
         "limit {limit} reached the driver"
+    );
+}
+
+fn audit_ok(a: &Audit) {
+    assert!(
+        (1..=MAX_OPERATOR_BYTES).contains(&a.operator.len()) && a.reason.len() <= MAX_REASON_BYTES,
+        "audit {a:?} reached the driver"
     );
 }
 
@@ -114,6 +122,23 @@ impl Driver for Tripwire {
         age_ok(*stuck_after);
         Ok(Reset::Missing)
     }
+    async fn cancel(&self, _id: TaskId, audit: Checked<&Audit>) -> Result<Reset> {
+        self.called();
+        audit_ok(&audit);
+        Ok(Reset::Missing)
+    }
+
+    async fn delete(&self, _id: TaskId, audit: Checked<&Audit>) -> Result<Reset> {
+        self.called();
+        audit_ok(&audit);
+        Ok(Reset::Missing)
+    }
+
+    async fn audit_log(&self, _id: TaskId) -> Result<Vec<RawAudit>> {
+        self.called();
+        Ok(Vec::new())
+    }
+
     async fn get(&self, _id: TaskId) -> Result<Option<RawTask>> {
         self.called();
         Ok(None)
@@ -224,6 +249,16 @@ async fn invalid_input_reaches_no_driver() {
     );
     refused(s.mark(&[Mark::retry(lease(1), too_old, "e")]).await, "mark");
     refused(s.manual_reset(1, too_old).await, "manual_reset");
+    let long_reason = "r".repeat(MAX_REASON_BYTES + 1);
+    for audit in [
+        Audit::new("", "why"),
+        Audit::new("o".repeat(MAX_OPERATOR_BYTES + 1), "why"),
+        Audit::new("bob\n", "why"),
+        Audit::new("bob", long_reason),
+    ] {
+        refused(s.cancel(1, &audit).await, "cancel");
+        refused(s.delete(1, &audit).await, "delete");
+    }
     refused(
         s.list(&TaskFilter::default().limit(MAX_BATCH + 1)).await,
         "list",
@@ -312,5 +347,8 @@ async fn input_at_the_limits_reaches_the_driver_checked() {
     .unwrap();
     s.purge_succeeded(MAX_INTERVAL, MAX_BATCH).await.unwrap();
     s.delete_succeeded(&vec![1; MAX_BATCH]).await.unwrap();
-    assert_eq!(s.calls(), 9);
+    let at_limits = Audit::new("o".repeat(MAX_OPERATOR_BYTES), "r".repeat(MAX_REASON_BYTES));
+    let missing = s.cancel(1, &at_limits).await.unwrap_err();
+    assert_eq!(missing.kind(), ErrorKind::NotFound);
+    assert_eq!(s.calls(), 10);
 }

@@ -363,7 +363,7 @@ pub(crate) async fn heartbeats<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
                             owner = %shared.owner,
                             task_id = lease.task_id,
                             lease = lease.token,
-                            "heartbeat found the lease gone while the handler runs: the task was recycled or reset; its result will be refused"
+                            "heartbeat found the lease gone while the handler runs: the task was recycled, reset or cancelled; its result will be refused"
                         );
                     }
                 }

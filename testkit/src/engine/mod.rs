@@ -311,6 +311,23 @@ impl<S: TaskStore> TaskStore for Gate<S> {
     async fn manual_reset(&self, id: TaskId, stuck_after: Duration) -> backstop_core::Result<Task> {
         self.inner.manual_reset(id, stuck_after).await
     }
+    async fn cancel(
+        &self,
+        id: TaskId,
+        audit: &backstop_core::Audit,
+    ) -> backstop_core::Result<Task> {
+        self.inner.cancel(id, audit).await
+    }
+    async fn delete(
+        &self,
+        id: TaskId,
+        audit: &backstop_core::Audit,
+    ) -> backstop_core::Result<Task> {
+        self.inner.delete(id, audit).await
+    }
+    async fn audit_log(&self, id: TaskId) -> backstop_core::Result<Vec<backstop_core::AuditEntry>> {
+        self.inner.audit_log(id).await
+    }
     async fn get(&self, id: TaskId) -> backstop_core::Result<Option<Task>> {
         self.inner.get(id).await
     }

@@ -11,6 +11,7 @@ pub mod claims;
 pub mod enqueue;
 pub mod inbox;
 pub mod marks;
+pub mod operators;
 pub mod queries;
 pub mod recycle;
 pub mod reset;

@@ -1,0 +1,227 @@
+//! Operators' changes: cancel and delete, fenced against claims, each recorded in the
+//! task's audit log in the same transaction.
+
+use super::*;
+use backstop_core::limits::MAX_OPERATOR_BYTES;
+use backstop_core::Audit;
+
+fn audit() -> Audit {
+    Audit::new("alice", "the customer withdrew the order")
+}
+
+/// cancel: a pending task becomes cancelled (lease bumped, the rest kept), is never
+/// claimed afterwards (by id or in a batch), and the audit log says who, what, why and
+/// when; stats count it as cancelled.
+pub async fn cancel_a_pending_task_never_runs_it<H: Harness>(ctx: &Ctx<H>) {
+    let id = ctx.enqueue("MAIL", "m1").await;
+    let before = Utc::now();
+    let t = ctx.store.cancel(id, &audit()).await.unwrap();
+    let after = Utc::now();
+    assert_eq!(
+        (t.id, t.status, t.attempts, t.lease),
+        (id, Status::Cancelled, 0, 1)
+    );
+    assert_between("updated_at", t.updated_at, before, after);
+    assert_eq!(ctx.task(id).await, t, "returned as stored");
+    assert!(ctx
+        .store
+        .grab_by_id(id, &ctx.owner)
+        .await
+        .unwrap()
+        .is_none());
+    let types = vec!["MAIL".to_owned()];
+    assert!(ctx
+        .store
+        .grab_batch(&ctx.owner, &types, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    let log = ctx.store.audit_log(id).await.unwrap();
+    assert_eq!(log.len(), 1);
+    let e = &log[0];
+    assert_eq!(
+        (
+            e.task_id,
+            e.action.as_str(),
+            e.operator.as_str(),
+            e.reason.as_str()
+        ),
+        (id, "cancel", "alice", "the customer withdrew the order")
+    );
+    assert_between("audit at", e.at, before, after);
+    assert_eq!(ctx.store.stats().await.unwrap().count(Status::Cancelled), 1);
+}
+
+/// cancel: a running task is cancelled too; its holder's heartbeat and completion are
+/// refused (the lease moved), so its outcome is never applied.
+pub async fn cancel_a_running_task_refuses_its_completion<H: Harness>(ctx: &Ctx<H>) {
+    let id = ctx.enqueue("MAIL", "m1").await;
+    let held = ctx.grab(id).await;
+    let t = ctx.store.cancel(id, &audit()).await.unwrap();
+    assert_eq!(
+        (t.status, t.attempts, t.lease),
+        (Status::Cancelled, 1, held.lease + 1)
+    );
+    assert_eq!(
+        ctx.store.heartbeat(&[held.lease()]).await.unwrap(),
+        vec![false]
+    );
+    assert_eq!(
+        ctx.store
+            .mark(&[Mark::success(held.lease())])
+            .await
+            .unwrap(),
+        vec![false]
+    );
+    let now = ctx.task(id).await;
+    assert_eq!((now.status, now.lease), (Status::Cancelled, held.lease + 1));
+}
+
+/// cancel: a succeeded, failed or cancelled task is refused as `Conflict` naming its
+/// status, a missing one as `NotFound`, bad audits as `InvalidInput`; nothing changes
+/// and nothing is logged.
+pub async fn cancel_refuses_finished_tasks_and_writes_nothing<H: Harness>(ctx: &Ctx<H>) {
+    let done = ctx.enqueue("MAIL", "done").await;
+    let l = ctx.grab(done).await.lease();
+    ctx.store.mark(&[Mark::success(l)]).await.unwrap();
+    let failed = ctx.enqueue("MAIL", "failed").await;
+    let l = ctx.grab(failed).await.lease();
+    ctx.store.mark(&[Mark::fail(l, "boom")]).await.unwrap();
+    let cancelled = ctx.enqueue("MAIL", "cancelled").await;
+    ctx.store.cancel(cancelled, &audit()).await.unwrap();
+    for (id, status) in [
+        (done, "succeeded"),
+        (failed, "failed"),
+        (cancelled, "cancelled"),
+    ] {
+        let before = ctx.task(id).await;
+        assert_conflict(ctx.store.cancel(id, &audit()).await, status);
+        assert_eq!(
+            ctx.task(id).await,
+            before,
+            "a refused cancel changed {status}"
+        );
+    }
+    assert_eq!(ctx.store.audit_log(done).await.unwrap(), vec![]);
+    assert_eq!(ctx.store.audit_log(cancelled).await.unwrap().len(), 1);
+    let missing = ctx.store.cancel(9_999_999, &audit()).await.unwrap_err();
+    assert_eq!(missing.kind(), ErrorKind::NotFound);
+    let pending = ctx.enqueue("MAIL", "pending").await;
+    for bad in [
+        Audit::new("", "why"),
+        Audit::new("o".repeat(MAX_OPERATOR_BYTES + 1), "why"),
+    ] {
+        assert_kind(
+            ctx.store.cancel(pending, &bad).await,
+            ErrorKind::InvalidInput,
+            "operator",
+        );
+        assert_kind(
+            ctx.store.delete(pending, &bad).await,
+            ErrorKind::InvalidInput,
+            "operator",
+        );
+    }
+    let t = ctx.task(pending).await;
+    assert_eq!((t.status, t.lease), (Status::Pending, 0));
+    assert_eq!(ctx.store.audit_log(pending).await.unwrap(), vec![]);
+}
+
+#[track_caller]
+fn assert_conflict(r: backstop_core::Result<Task>, status: &str) {
+    let e = r.expect_err("refused");
+    assert_eq!(e.kind(), ErrorKind::Conflict, "{e}");
+    assert!(e.to_string().contains(status), "{e} should name {status}");
+    assert!(!e.is_temporary());
+}
+
+/// cancel vs claim: an operator cancels every task while several claimers take them on
+/// their own connections. Each task ends cancelled, with one audit entry; every task a
+/// claimer got has its lease moved on by one, so none of their completions applies.
+pub async fn cancel_races_claims_and_no_claimed_completion_applies<H: Harness>(ctx: &Ctx<H>) {
+    const TASKS: usize = 40;
+    let mut ids = Vec::new();
+    for i in 0..TASKS {
+        ids.push(ctx.enqueue("RACE", &format!("r{i}")).await);
+    }
+    let claimers: Vec<_> = (0..3)
+        .map(|c| async move {
+            let store = ctx.new_store().await;
+            let me = owner(&format!("claimer-{c}"));
+            let types = vec!["RACE".to_owned()];
+            let mut got = Vec::new();
+            for _ in 0..20 {
+                got.extend(store.grab_batch(&me, &types, 2).await.unwrap());
+                tokio::task::yield_now().await;
+            }
+            got
+        })
+        .collect();
+    let canceller = async {
+        let store = ctx.new_store().await;
+        for id in &ids {
+            store.cancel(*id, &audit()).await.unwrap();
+        }
+    };
+    let (claimed, ()) = tokio::join!(futures_util::future::join_all(claimers), canceller);
+    let claimed: Vec<Task> = claimed.into_iter().flatten().collect();
+    for t in &claimed {
+        assert_eq!(t.status, Status::Running);
+        let now = ctx.task(t.id).await;
+        assert_eq!(
+            now.lease,
+            t.lease + 1,
+            "the cancel after the claim moved the lease"
+        );
+    }
+    let marks: Vec<Mark> = claimed.iter().map(|t| Mark::success(t.lease())).collect();
+    if !marks.is_empty() {
+        assert!(ctx.store.mark(&marks).await.unwrap().iter().all(|ok| !ok));
+    }
+    for id in &ids {
+        assert_eq!(ctx.task(*id).await.status, Status::Cancelled);
+        assert_eq!(ctx.store.audit_log(*id).await.unwrap().len(), 1);
+    }
+}
+
+/// delete: a task that is not running is removed (returned as it was) and the audit log
+/// keeps an entry; a running one is refused (cancel it first), a missing one is
+/// `NotFound`.
+pub async fn delete_removes_a_task_that_is_not_running<H: Harness>(ctx: &Ctx<H>) {
+    let pending = ctx.enqueue("MAIL", "p").await;
+    let failed = ctx.enqueue("MAIL", "f").await;
+    let l = ctx.grab(failed).await.lease();
+    ctx.store.mark(&[Mark::fail(l, "boom")]).await.unwrap();
+    for (id, status) in [(pending, Status::Pending), (failed, Status::Failed)] {
+        let before = ctx.task(id).await;
+        let gone = ctx.store.delete(id, &audit()).await.unwrap();
+        assert_eq!(gone, before, "returned as it was");
+        assert_eq!(gone.status, status);
+        assert!(ctx.store.get(id).await.unwrap().is_none());
+        let log = ctx.store.audit_log(id).await.unwrap();
+        assert_eq!(log.len(), 1);
+        assert_eq!(
+            (log[0].action.as_str(), log[0].operator.as_str()),
+            ("delete", "alice")
+        );
+    }
+    let running = ctx.enqueue("MAIL", "r").await;
+    let held = ctx.grab(running).await;
+    assert_conflict(ctx.store.delete(running, &audit()).await, "running");
+    assert_eq!(ctx.task(running).await, held);
+    // cancelled first, then it can go
+    ctx.store.cancel(running, &audit()).await.unwrap();
+    ctx.store.delete(running, &audit()).await.unwrap();
+    let actions: Vec<String> = ctx
+        .store
+        .audit_log(running)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.action)
+        .collect();
+    assert_eq!(actions, vec!["cancel", "delete"]);
+    let missing = ctx.store.delete(running, &audit()).await.unwrap_err();
+    assert_eq!(missing.kind(), ErrorKind::NotFound);
+    assert_eq!(ctx.count_all().await, 0);
+}
