@@ -894,6 +894,10 @@ impl Driver for Inner {
             .bind(filter.after_id.unwrap_or(i64::MIN))
             .bind(older)
             .bind(older)
+            .bind(filter.biz_key.as_deref())
+            .bind(filter.biz_key.as_deref())
+            .bind(filter.error_contains.as_deref())
+            .bind(filter.error_contains.as_deref())
             .bind(filter.limit as i64)
             .fetch_all(&self.pool)
             .await

@@ -166,6 +166,8 @@ impl Sql {
                  WHERE (? IS NULL OR status = ?) AND (? IS NULL OR event_type = ?)
                    AND id > ?
                    AND (? IS NULL OR updated_at < NOW(3) - INTERVAL ? MICROSECOND)
+                   AND (? IS NULL OR biz_key = ?)
+                   AND (? IS NULL OR LOCATE(?, last_error) > 0)
                  ORDER BY id LIMIT ?"
             ),
             stats_counts: format!(

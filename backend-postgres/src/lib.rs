@@ -599,6 +599,8 @@ impl Driver for Inner {
                 &after,
                 &(filter.limit as i64),
                 &older,
+                &filter.biz_key,
+                &filter.error_contains,
             ],
         )
         .await

@@ -292,13 +292,16 @@ impl Sql {
             ),
             status_of: format!("SELECT status FROM {t} WHERE id = $1"),
             get: format!("SELECT {COLUMNS} FROM {t} WHERE id = $1"),
-            // $1 status $2 event_type $3 after_id $4 limit $5 older_than ms
+            // $1 status $2 event_type $3 after_id $4 limit $5 older_than ms $6 biz_key
+            // $7 error text
             list: format!(
                 "SELECT {COLUMNS} FROM {t}
                  WHERE ($1::smallint IS NULL OR status = $1)
                    AND ($2::text IS NULL OR event_type = $2)
                    AND id > $3
                    AND ($5::bigint IS NULL OR updated_at < now() - $5::bigint {MS})
+                   AND ($6::text IS NULL OR biz_key = $6)
+                   AND ($7::text IS NULL OR strpos(last_error, $7) > 0)
                  ORDER BY id LIMIT $4"
             ),
             stats_counts: format!(

@@ -600,7 +600,9 @@ impl Driver for Inner {
                     filter.event_type,
                     filter.after_id.unwrap_or(i64::MIN),
                     filter.limit as i64,
-                    cutoff
+                    cutoff,
+                    filter.biz_key,
+                    filter.error_contains
                 ],
             )
         })

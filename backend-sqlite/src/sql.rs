@@ -172,6 +172,8 @@ impl Sql {
                 "SELECT {COLUMNS} FROM {t}
                  WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR event_type = ?2)
                    AND id > ?3 AND (?5 IS NULL OR updated_at < ?5)
+                   AND (?6 IS NULL OR biz_key = ?6)
+                   AND (?7 IS NULL OR instr(last_error, ?7) > 0)
                  ORDER BY id LIMIT ?4"
             ),
             stats_counts: format!(

@@ -155,8 +155,25 @@ pub(crate) fn check_filter(filter: &crate::TaskFilter) -> Result<()> {
     if let Some(d) = filter.older_than {
         check_duration(OP, "older_than", d)?;
     }
+    if let Some(k) = &filter.biz_key {
+        check_biz_key(OP, k)?;
+    }
+    if let Some(text) = &filter.error_contains {
+        if text.is_empty() || text.len() > MAX_ERROR_FILTER_BYTES {
+            return Err(Error::invalid_input(
+                OP,
+                format!(
+                    "error_contains must be 1 to {MAX_ERROR_FILTER_BYTES} bytes, got {}",
+                    text.len()
+                ),
+            ));
+        }
+    }
     Ok(())
 }
+
+/// Longest `error_contains` of a [`TaskFilter`](crate::TaskFilter), in bytes.
+pub const MAX_ERROR_FILTER_BYTES: usize = 200;
 
 /// Check a list of ids is not over [`MAX_BATCH`].
 pub(crate) fn check_ids(operation: &'static str, ids: &[crate::TaskId]) -> Result<()> {

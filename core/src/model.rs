@@ -682,6 +682,11 @@ pub struct TaskFilter {
     pub status: Option<Status>,
     /// Only this event type.
     pub event_type: Option<String>,
+    /// Only this business key (with `event_type`: the one task of that key).
+    pub biz_key: Option<String>,
+    /// Only tasks whose `last_error` contains this text (exactly: no wildcards, case
+    /// sensitive; 1 to 200 bytes).
+    pub error_contains: Option<String>,
     /// Only ids greater than this (for paging).
     pub after_id: Option<TaskId>,
     /// Only tasks whose `updated_at` is older than this (database time).
@@ -695,6 +700,8 @@ impl Default for TaskFilter {
         Self {
             status: None,
             event_type: None,
+            biz_key: None,
+            error_contains: None,
             after_id: None,
             older_than: None,
             limit: 100,
@@ -712,6 +719,18 @@ impl TaskFilter {
     /// Only tasks of `event_type`.
     pub fn event_type(mut self, event_type: impl Into<String>) -> Self {
         self.event_type = Some(event_type.into());
+        self
+    }
+
+    /// Only tasks of business key `biz_key`.
+    pub fn biz_key(mut self, biz_key: impl Into<String>) -> Self {
+        self.biz_key = Some(biz_key.into());
+        self
+    }
+
+    /// Only tasks whose last error contains `text`.
+    pub fn error_contains(mut self, text: impl Into<String>) -> Self {
+        self.error_contains = Some(text.into());
         self
     }
 

@@ -67,3 +67,71 @@ pub async fn list_filters_and_pages<H: Harness>(ctx: &Ctx<H>) {
     let f3 = TaskFilter::default().limit(MAX_BATCH + 1);
     assert_kind(ctx.store.list(&f3).await, ErrorKind::InvalidInput, "limit");
 }
+
+/// list: by business key (one key across event types, or the one task of a type and
+/// key) and by the text of the last error (exact substring: `%` and `_` are plain
+/// characters, case matters), combined with status and paging; bad filters refused.
+pub async fn list_finds_by_business_key_and_error_text<H: Harness>(ctx: &Ctx<H>) {
+    let a = ctx.enqueue("PAY", "order-7").await;
+    let b = ctx.enqueue("SHIP", "order-7").await;
+    let c = ctx.enqueue("PAY", "order-8").await;
+    for (id, error) in [(a, "gateway said 100% busy"), (c, "Gateway timeout")] {
+        let l = ctx.grab(id).await.lease();
+        ctx.store.mark(&[Mark::fail(l, error)]).await.unwrap();
+    }
+    let ids = |tasks: Vec<Task>| tasks.into_iter().map(|t| t.id).collect::<Vec<_>>();
+    let list = |f: TaskFilter| async move { ids(ctx.store.list(&f).await.unwrap()) };
+    assert_eq!(
+        list(TaskFilter::default().biz_key("order-7")).await,
+        vec![a, b]
+    );
+    assert_eq!(
+        list(TaskFilter::default().biz_key("order-7").event_type("SHIP")).await,
+        vec![b]
+    );
+    assert_eq!(
+        list(TaskFilter::default().biz_key("order-9")).await,
+        Vec::<TaskId>::new()
+    );
+    assert_eq!(
+        list(TaskFilter::default().error_contains("100% busy")).await,
+        vec![a]
+    );
+    assert_eq!(
+        list(TaskFilter::default().error_contains("%")).await,
+        vec![a]
+    );
+    assert_eq!(
+        list(TaskFilter::default().error_contains("_")).await,
+        Vec::<TaskId>::new()
+    );
+    assert_eq!(
+        list(TaskFilter::default().error_contains("gateway")).await,
+        vec![a]
+    );
+    assert_eq!(
+        list(
+            TaskFilter::default()
+                .error_contains("ateway")
+                .status(Status::Failed)
+        )
+        .await,
+        vec![a, c]
+    );
+    assert_eq!(
+        list(TaskFilter::default().error_contains("ateway").after_id(a)).await,
+        vec![c]
+    );
+    assert_kind(
+        ctx.store
+            .list(&TaskFilter::default().error_contains(""))
+            .await,
+        ErrorKind::InvalidInput,
+        "error_contains",
+    );
+    assert_kind(
+        ctx.store.list(&TaskFilter::default().biz_key("")).await,
+        ErrorKind::InvalidInput,
+        "biz_key",
+    );
+}
