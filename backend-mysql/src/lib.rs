@@ -436,6 +436,43 @@ impl Inner {
         f(conn).await.map_err(my_err)
     }
 
+    /// An operator's change of task `id`: the `update` (fenced by status), its audit
+    /// entry and the row read back, in one transaction (the row lock keeps a claimer out
+    /// until commit); or the status that refused it.
+    async fn audited_update<'q, F>(
+        &'q self,
+        id: TaskId,
+        action: &'static str,
+        audit: &'q Audit,
+        update: F,
+    ) -> Result<Reset>
+    where
+        F: FnOnce(&'q Sql) -> sqlx::query::Query<'q, MySql, sqlx::mysql::MySqlArguments>,
+    {
+        let sql = &self.sql;
+        let (row, status) = self
+            .on_conn(|mut conn| async move {
+                let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+                let done = update(sql).execute(&mut *tx).await?;
+                if done.rows_affected() != 1 {
+                    let status: Option<i8> = sqlx::query_scalar(safe(&sql.status_of))
+                        .bind(id)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    return Ok((None, status));
+                }
+                audit_entry(sql, &mut tx, id, action, audit).await?;
+                let row = sqlx::query(safe(&sql.get))
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok((row, None))
+            })
+            .await?;
+        changed(row, status)
+    }
+
     /// Apply marks round by round on `ex` (a transaction, or a connection when one
     /// statement does it all).
     async fn apply_marks(
@@ -804,34 +841,20 @@ impl Driver for Inner {
     }
 
     async fn cancel(&self, id: TaskId, audit: Checked<&Audit>) -> Result<Reset> {
-        let sql = &self.sql;
-        let audit = *audit;
-        // The change, its audit entry and the row read back in one transaction: the row
-        // lock keeps a claimer out until commit.
-        let (row, status) = self
-            .on_conn(|mut conn| async move {
-                let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-                let done = sqlx::query(safe(&sql.cancel))
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await?;
-                if done.rows_affected() != 1 {
-                    let status: Option<i8> = sqlx::query_scalar(safe(&sql.status_of))
-                        .bind(id)
-                        .fetch_optional(&mut *tx)
-                        .await?;
-                    return Ok((None, status));
-                }
-                audit_entry(sql, &mut tx, id, "cancel", audit).await?;
-                let row = sqlx::query(safe(&sql.get))
-                    .bind(id)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-                Ok((row, None))
-            })
-            .await?;
-        changed(row, status)
+        self.audited_update(id, "cancel", *audit, |sql| {
+            sqlx::query(safe(&sql.cancel)).bind(id)
+        })
+        .await
+    }
+
+    async fn retry(&self, id: TaskId, expected: [i16; 2], audit: Checked<&Audit>) -> Result<Reset> {
+        self.audited_update(id, "reset", *audit, |sql| {
+            sqlx::query(safe(&sql.retry))
+                .bind(id)
+                .bind(expected[0])
+                .bind(expected[1])
+        })
+        .await
     }
 
     async fn delete(&self, id: TaskId, audit: Checked<&Audit>) -> Result<Reset> {

@@ -26,6 +26,8 @@ pub(crate) struct Sql {
     pub get_for_update: String,
     /// id.
     pub delete: String,
+    /// id, two expected status codes.
+    pub retry: String,
     /// task id, action, operator, reason.
     pub audit_insert: String,
     /// task id.
@@ -144,6 +146,11 @@ impl Sql {
             ),
             get_for_update: format!("SELECT {COLUMNS} FROM {t} WHERE id = ? FOR UPDATE"),
             delete: format!("DELETE FROM {t} WHERE id = ?"),
+            retry: format!(
+                "UPDATE {t} SET status = 0, attempts = 0, next_run_at = NOW(3), owner = NULL,
+                    updated_at = NOW(3)
+                 WHERE id = ? AND status IN (?, ?)"
+            ),
             audit_insert: format!(
                 "INSERT INTO {ta} (task_id, action, operator, reason, at) VALUES (?, ?, ?, ?, NOW(3))"
             ),

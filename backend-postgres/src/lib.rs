@@ -575,6 +575,22 @@ impl Driver for Inner {
         self.changed(id, rows).await
     }
 
+    async fn retry(&self, id: TaskId, expected: [i16; 2], audit: Checked<&Audit>) -> Result<Reset> {
+        let rows = self
+            .tasks(
+                &self.sql.retry,
+                &[
+                    &id,
+                    &audit.operator,
+                    &audit.reason,
+                    &expected[0],
+                    &expected[1],
+                ],
+            )
+            .await?;
+        self.changed(id, rows).await
+    }
+
     async fn audit_log(&self, id: TaskId) -> Result<Vec<RawAudit>> {
         self.query(&self.sql.audit_log, &[&id])
             .await?

@@ -63,6 +63,8 @@ pub(crate) struct Sql {
     pub cancel: String,
     /// $1 id $2 operator $3 reason.
     pub delete: String,
+    /// $1 id $2 operator $3 reason $4 $5 expected status codes.
+    pub retry: String,
     /// $1 task id.
     pub audit_log: String,
     pub status_of: String,
@@ -167,6 +169,17 @@ impl Sql {
             ),
             audit_log: format!(
                 "SELECT {AUDIT_COLUMNS} FROM {ta} WHERE task_id = $1 ORDER BY id"
+            ),
+            retry: format!(
+                "WITH r AS (
+                    UPDATE {t} SET status = 0, attempts = 0, next_run_at = now(), owner = NULL,
+                        updated_at = now()
+                    WHERE id = $1 AND status IN ($4, $5)
+                    RETURNING {COLUMNS}),
+                 a AS (
+                    INSERT INTO {ta} (task_id, action, operator, reason, at)
+                    SELECT id, 'reset', $2, $3, now() FROM r)
+                 SELECT {COLUMNS} FROM r"
             ),
             inbox_insert: format!(
                 "INSERT INTO {ti} (consumer, message_id, processed_at) VALUES ($1, $2, now())

@@ -558,6 +558,18 @@ impl Driver for Inner {
         .await
     }
 
+    async fn retry(&self, id: TaskId, expected: [i16; 2], audit: Checked<&Audit>) -> Result<Reset> {
+        let audit = audit.cloned();
+        self.write("reset", move |sql, tx, now| {
+            let row = tx
+                .prepare_cached(&sql.retry)?
+                .query_row(params![now, id, expected[0], expected[1]], raw_task)
+                .optional()?;
+            audited(sql, tx, id, "reset", &audit.as_ref(), now, row)
+        })
+        .await
+    }
+
     async fn delete(&self, id: TaskId, audit: Checked<&Audit>) -> Result<Reset> {
         let audit = audit.cloned();
         self.write("delete", move |sql, tx, now| {

@@ -22,6 +22,8 @@ pub(crate) struct Sql {
     pub cancel: String,
     /// ?1 id: not running.
     pub delete: String,
+    /// ?1 now ?2 id ?3 ?4 expected status codes.
+    pub retry: String,
     /// ?1 task id ?2 action ?3 operator ?4 reason ?5 now.
     pub audit_insert: String,
     /// ?1 task id.
@@ -163,6 +165,12 @@ impl Sql {
                  RETURNING {COLUMNS}"
             ),
             delete: format!("DELETE FROM {t} WHERE id = ?1 AND status <> 3 RETURNING {COLUMNS}"),
+            retry: format!(
+                "UPDATE {t} SET status = 0, attempts = 0, next_run_at = ?1, owner = NULL,
+                    updated_at = ?1
+                 WHERE id = ?2 AND status IN (?3, ?4)
+                 RETURNING {COLUMNS}"
+            ),
             audit_insert: format!(
                 "INSERT INTO {ta} (task_id, action, operator, reason, at) VALUES (?1, ?2, ?3, ?4, ?5)"
             ),

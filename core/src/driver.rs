@@ -363,6 +363,13 @@ pub trait Driver: Send + Sync + 'static {
     /// row as it was. Else say why not, writing nothing. Checked: the audit.
     async fn delete(&self, id: TaskId, audit: Checked<&Audit>) -> Result<Reset>;
 
+    /// [`reset`](crate::TaskStore::reset): if task `id`'s status is one of `expected`
+    /// (codes of failed or cancelled; the two may be equal), set it pending with
+    /// `attempts = 0`, `next_run_at = now`, owner cleared, `updated_at = now` (`lease` and
+    /// `last_error` kept), and append an audit entry (`reset`) in the same transaction;
+    /// return the row as changed. Else say why not, writing nothing.
+    async fn retry(&self, id: TaskId, expected: [i16; 2], audit: Checked<&Audit>) -> Result<Reset>;
+
     /// [`audit_log`](crate::TaskStore::audit_log): task `id`'s entries, oldest first.
     async fn audit_log(&self, id: TaskId) -> Result<Vec<RawAudit>>;
 

@@ -174,6 +174,24 @@ pub trait TaskStore: Send + Sync + 'static {
     /// is deleted.
     async fn audit_log(&self, id: TaskId) -> Result<Vec<AuditEntry>>;
 
+    /// An operator's retry of one task: failed or cancelled → pending with
+    /// `attempts = 0`, due now, owner cleared, `last_error` kept for the record; audited
+    /// in the same transaction. Needs no engine setting: a running task is never reset
+    /// here (the dead-worker sweep recycles those whose owner died).
+    ///
+    /// Returns the task as reset. `NotFound` when there is no such task, `Conflict` when
+    /// it is pending, running or succeeded; nothing is written then.
+    async fn reset(&self, id: TaskId, audit: &Audit) -> Result<Task>;
+
+    /// Reset every failed or cancelled task matching `filter`, at most `filter.limit` per
+    /// call (page through with more calls), in id order. Each task is reset atomically
+    /// with its status checked again (the filter's status, or failed or cancelled), so
+    /// two operators resetting the same filter at once reset each task once: the one
+    /// that comes second finds it pending and skips it. Returns the tasks this call
+    /// reset; each has an audit entry. `InvalidInput` when the filter asks for another
+    /// status.
+    async fn reset_matching(&self, filter: &TaskFilter, audit: &Audit) -> Result<Vec<Task>>;
+
     /// One task by id, or `None`.
     async fn get(&self, id: TaskId) -> Result<Option<Task>>;
 
@@ -283,6 +301,14 @@ impl<S: TaskStore + ?Sized> TaskStore for std::sync::Arc<S> {
 
     async fn audit_log(&self, id: TaskId) -> Result<Vec<AuditEntry>> {
         (**self).audit_log(id).await
+    }
+
+    async fn reset(&self, id: TaskId, audit: &Audit) -> Result<Task> {
+        (**self).reset(id, audit).await
+    }
+
+    async fn reset_matching(&self, filter: &TaskFilter, audit: &Audit) -> Result<Vec<Task>> {
+        (**self).reset_matching(filter, audit).await
     }
     async fn get(&self, id: TaskId) -> Result<Option<Task>> {
         (**self).get(id).await
@@ -437,6 +463,68 @@ impl<B: Backend + ?Sized> TaskStore for B {
                 "pending, succeeded, failed or cancelled (not running)",
             )),
         }
+    }
+
+    async fn reset(&self, id: TaskId, audit: &Audit) -> Result<Task> {
+        const OP: &str = "reset";
+        limits::check_audit(OP, audit)?;
+        let d = self.driver();
+        let audit = Checked::new(audit);
+        let expected = [Status::Failed.code(), Status::Cancelled.code()];
+        match run(d, OP, || d.retry(id, expected, audit)).await? {
+            Reset::Done(row) => row.decode(),
+            Reset::Missing => Err(Error::task_not_found(OP, id)),
+            Reset::Refused(code) => Err(Error::change_refused(
+                OP,
+                id,
+                Status::from_code(code)?,
+                "failed or cancelled",
+            )),
+        }
+    }
+
+    async fn reset_matching(&self, filter: &TaskFilter, audit: &Audit) -> Result<Vec<Task>> {
+        const OP: &str = "reset_matching";
+        limits::check_audit(OP, audit)?;
+        limits::check_filter(filter).map_err(|e| e.with_operation(OP))?;
+        let expected =
+            match filter.status {
+                None => [Status::Failed.code(), Status::Cancelled.code()],
+                Some(s @ (Status::Failed | Status::Cancelled)) => [s.code(), s.code()],
+                Some(other) => return Err(Error::invalid_input(
+                    OP,
+                    format!(
+                        "only failed or cancelled tasks can be reset, the filter asks for {other}"
+                    ),
+                )),
+            };
+        if filter.limit == 0 {
+            return Ok(Vec::new());
+        }
+        let d = self.driver();
+        // The candidates, then each reset on its own with its status checked again: a
+        // task another operator reset meanwhile is refused and skipped.
+        let mut candidates = Vec::new();
+        for status in [expected[0], expected[1]] {
+            let mut f = filter.clone();
+            f.status = Some(Status::from_code(i64::from(status))?);
+            let f = Checked::new(&f);
+            candidates.extend(run(d, OP, || d.list(f)).await?);
+            if expected[0] == expected[1] {
+                break;
+            }
+        }
+        candidates.sort_by_key(|t| t.id);
+        candidates.truncate(filter.limit);
+        let audit = Checked::new(audit);
+        let mut reset = Vec::new();
+        for c in candidates {
+            match run(d, OP, || d.retry(c.id, expected, audit)).await? {
+                Reset::Done(row) => reset.push(row.decode()?),
+                Reset::Missing | Reset::Refused(_) => {} // changed meanwhile: not ours
+            }
+        }
+        Ok(reset)
     }
 
     async fn audit_log(&self, id: TaskId) -> Result<Vec<AuditEntry>> {

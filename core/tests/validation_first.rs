@@ -18,7 +18,7 @@ use backstop_core::limits::{
 };
 use backstop_core::{
     async_trait, Audit, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner, Recycled, Result,
-    RetryPolicy, StoreConfig, TaskFilter, TaskId, TaskStore,
+    RetryPolicy, Status, StoreConfig, TaskFilter, TaskId, TaskStore,
 };
 
 /// Fails the test when called with input outside the contract; counts its calls.
@@ -131,6 +131,18 @@ impl Driver for Tripwire {
     async fn delete(&self, _id: TaskId, audit: Checked<&Audit>) -> Result<Reset> {
         self.called();
         audit_ok(&audit);
+        Ok(Reset::Missing)
+    }
+
+    async fn retry(
+        &self,
+        _id: TaskId,
+        expected: [i16; 2],
+        audit: Checked<&Audit>,
+    ) -> Result<Reset> {
+        self.called();
+        audit_ok(&audit);
+        assert!(expected.iter().all(|c| [2, 4].contains(c)), "{expected:?}");
         Ok(Reset::Missing)
     }
 
@@ -258,7 +270,25 @@ async fn invalid_input_reaches_no_driver() {
     ] {
         refused(s.cancel(1, &audit).await, "cancel");
         refused(s.delete(1, &audit).await, "delete");
+        refused(s.reset(1, &audit).await, "reset");
+        refused(
+            s.reset_matching(&TaskFilter::default(), &audit).await,
+            "reset_matching",
+        );
     }
+    let ok = Audit::new("bob", "why");
+    for status in [Status::Pending, Status::Running, Status::Succeeded] {
+        refused(
+            s.reset_matching(&TaskFilter::default().status(status), &ok)
+                .await,
+            "reset_matching",
+        );
+    }
+    refused(
+        s.reset_matching(&TaskFilter::default().limit(MAX_BATCH + 1), &ok)
+            .await,
+        "reset_matching",
+    );
     refused(
         s.list(&TaskFilter::default().limit(MAX_BATCH + 1)).await,
         "list",

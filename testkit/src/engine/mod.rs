@@ -328,6 +328,16 @@ impl<S: TaskStore> TaskStore for Gate<S> {
     async fn audit_log(&self, id: TaskId) -> backstop_core::Result<Vec<backstop_core::AuditEntry>> {
         self.inner.audit_log(id).await
     }
+    async fn reset(&self, id: TaskId, audit: &backstop_core::Audit) -> backstop_core::Result<Task> {
+        self.inner.reset(id, audit).await
+    }
+    async fn reset_matching(
+        &self,
+        filter: &backstop_core::TaskFilter,
+        audit: &backstop_core::Audit,
+    ) -> backstop_core::Result<Vec<Task>> {
+        self.inner.reset_matching(filter, audit).await
+    }
     async fn get(&self, id: TaskId) -> backstop_core::Result<Option<Task>> {
         self.inner.get(id).await
     }

@@ -225,3 +225,155 @@ pub async fn delete_removes_a_task_that_is_not_running<H: Harness>(ctx: &Ctx<H>)
     assert_eq!(missing.kind(), ErrorKind::NotFound);
     assert_eq!(ctx.count_all().await, 0);
 }
+
+/// A task of `event_type`/`key` failed after `attempts` claims (the last with `error`).
+async fn failed_task<H: Harness>(ctx: &Ctx<H>, event_type: &str, key: &str) -> TaskId {
+    let id = ctx.enqueue(event_type, key).await;
+    let l = ctx.grab(id).await.lease();
+    ctx.store.mark(&[Mark::fail(l, "boom")]).await.unwrap();
+    id
+}
+
+/// reset: a failed or cancelled task goes back to pending with no attempts spent, due
+/// now, owner cleared, its last error kept for the record, and an audit entry; it needs
+/// no engine setting. Pending, running and succeeded tasks are refused (`Conflict`,
+/// nothing written), a missing one is `NotFound`.
+pub async fn reset_brings_back_failed_and_cancelled_tasks<H: Harness>(ctx: &Ctx<H>) {
+    let failed = failed_task(ctx, "PAY", "f").await;
+    let cancelled = ctx.enqueue("PAY", "c").await;
+    ctx.store.cancel(cancelled, &audit()).await.unwrap();
+    for (id, last_error) in [(failed, Some("boom")), (cancelled, None)] {
+        let before_change = ctx.task(id).await;
+        let t0 = Utc::now();
+        let t = ctx
+            .store
+            .reset(id, &Audit::new("bob", "fixed"))
+            .await
+            .unwrap();
+        let t1 = Utc::now();
+        assert_eq!(
+            (t.status, t.attempts, t.lease, t.owner.as_deref()),
+            (Status::Pending, 0, before_change.lease, None)
+        );
+        assert_eq!(t.last_error.as_deref(), last_error);
+        assert_between("next_run_at", t.next_run_at, t0, t1);
+        assert_eq!(ctx.task(id).await, t);
+        let log = ctx.store.audit_log(id).await.unwrap();
+        let last = log.last().unwrap();
+        assert_eq!(
+            (
+                last.action.as_str(),
+                last.operator.as_str(),
+                last.reason.as_str()
+            ),
+            ("reset", "bob", "fixed")
+        );
+        // it runs again
+        assert_eq!(ctx.grab(id).await.attempts, 1);
+    }
+    let pending = ctx.enqueue("PAY", "p").await;
+    let running = ctx.enqueue("PAY", "r").await;
+    ctx.grab(running).await;
+    let done = ctx.enqueue("PAY", "d").await;
+    let l = ctx.grab(done).await.lease();
+    ctx.store.mark(&[Mark::success(l)]).await.unwrap();
+    for (id, status) in [
+        (pending, "pending"),
+        (running, "running"),
+        (done, "succeeded"),
+    ] {
+        let before = ctx.task(id).await;
+        assert_conflict(ctx.store.reset(id, &audit()).await, status);
+        assert_eq!(ctx.task(id).await, before);
+        assert_eq!(ctx.store.audit_log(id).await.unwrap(), vec![]);
+    }
+    let missing = ctx.store.reset(9_999_999, &audit()).await.unwrap_err();
+    assert_eq!(missing.kind(), ErrorKind::NotFound);
+}
+
+/// reset_matching: resets the failed (or cancelled) tasks the filter matches, at most
+/// `limit` per call in id order, each with an audit entry; other event types and other
+/// statuses are untouched; a filter asking for another status is refused.
+pub async fn reset_matching_resets_a_filter_page_by_page<H: Harness>(ctx: &Ctx<H>) {
+    let mut pay = Vec::new();
+    for i in 0..5 {
+        pay.push(failed_task(ctx, "PAY", &format!("p{i}")).await);
+    }
+    let ship = failed_task(ctx, "SHIP", "s").await;
+    let cancelled = ctx.enqueue("PAY", "c").await;
+    ctx.store.cancel(cancelled, &audit()).await.unwrap();
+    let pending = ctx.enqueue("PAY", "waiting").await;
+    let filter = TaskFilter::default()
+        .event_type("PAY")
+        .status(Status::Failed)
+        .limit(3);
+    let ids = |ts: Vec<Task>| ts.into_iter().map(|t| t.id).collect::<Vec<_>>();
+    let first = ctx.store.reset_matching(&filter, &audit()).await.unwrap();
+    assert!(first
+        .iter()
+        .all(|t| t.status == Status::Pending && t.attempts == 0));
+    assert_eq!(ids(first), pay[..3].to_vec());
+    let second = ctx.store.reset_matching(&filter, &audit()).await.unwrap();
+    assert_eq!(ids(second), pay[3..].to_vec());
+    assert!(ctx
+        .store
+        .reset_matching(&filter, &audit())
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(ctx.task(ship).await.status, Status::Failed);
+    assert_eq!(ctx.task(cancelled).await.status, Status::Cancelled);
+    assert_eq!(ctx.task(pending).await.attempts, 0);
+    for id in &pay {
+        assert_eq!(ctx.store.audit_log(*id).await.unwrap().len(), 1);
+    }
+    // without a status: failed and cancelled alike
+    let both = ctx
+        .store
+        .reset_matching(&TaskFilter::default().limit(10), &audit())
+        .await
+        .unwrap();
+    assert_eq!(ids(both), vec![ship, cancelled]);
+    assert_kind(
+        ctx.store
+            .reset_matching(&TaskFilter::default().status(Status::Running), &audit())
+            .await,
+        ErrorKind::InvalidInput,
+        "only failed or cancelled",
+    );
+}
+
+/// reset_matching by two operators at once, on their own connections, over one filter:
+/// every matching task is reset exactly once (the two answers are disjoint and cover
+/// them all), with exactly one audit entry each.
+pub async fn two_operators_resetting_one_filter_reset_each_task_once<H: Harness>(ctx: &Ctx<H>) {
+    const TASKS: usize = 30;
+    let mut all = Vec::new();
+    for i in 0..TASKS {
+        all.push(failed_task(ctx, "BULK", &format!("b{i}")).await);
+    }
+    let filter = TaskFilter::default()
+        .event_type("BULK")
+        .status(Status::Failed)
+        .limit(100);
+    let operator = |name: &'static str| {
+        let filter = filter.clone();
+        async move {
+            let store = ctx.new_store().await;
+            store
+                .reset_matching(&filter, &Audit::new(name, "downstream fixed"))
+                .await
+                .unwrap()
+        }
+    };
+    let (a, b) = tokio::join!(operator("alice"), operator("bob"));
+    let mut got: Vec<TaskId> = a.iter().chain(b.iter()).map(|t| t.id).collect();
+    got.sort_unstable();
+    assert_eq!(got, all, "each task reset exactly once by one of the two");
+    for id in &all {
+        let log = ctx.store.audit_log(*id).await.unwrap();
+        assert_eq!(log.len(), 1, "task {id}: {log:?}");
+        let t = ctx.task(*id).await;
+        assert_eq!((t.status, t.attempts), (Status::Pending, 0));
+    }
+}
