@@ -470,7 +470,16 @@ pub(crate) fn check_task<'t>(
 }
 
 /// The answer of an enqueue that `inserted` `task`.
+///
+/// Every created task is counted here, whichever path inserted it (`TaskStore::enqueue`,
+/// `Engine::enqueue`, a backend's transactional enqueue), as `backstop_enqueued_total`
+/// by event type. The store cannot see the caller's commit: a task inserted in a
+/// transaction that then rolled back is counted too.
 pub(crate) fn enqueued(inserted: Inserted, task: &NewTask) -> Enqueued {
+    if inserted.created {
+        metrics::counter!("backstop_enqueued_total", "event_type" => task.event_type().to_owned())
+            .increment(1);
+    }
     Enqueued {
         id: inserted.id,
         created: inserted.created,

@@ -487,17 +487,18 @@ impl<B: Backend + ?Sized> TaskStore for B {
         const OP: &str = "reset_matching";
         limits::check_audit(OP, audit)?;
         limits::check_filter(filter).map_err(|e| e.with_operation(OP))?;
-        let expected =
-            match filter.status {
-                None => [Status::Failed.code(), Status::Cancelled.code()],
-                Some(s @ (Status::Failed | Status::Cancelled)) => [s.code(), s.code()],
-                Some(other) => return Err(Error::invalid_input(
+        let expected = match filter.status {
+            None => [Status::Failed.code(), Status::Cancelled.code()],
+            Some(s @ (Status::Failed | Status::Cancelled)) => [s.code(), s.code()],
+            Some(other) => {
+                return Err(Error::invalid_input(
                     OP,
                     format!(
                         "only failed or cancelled tasks can be reset, the filter asks for {other}"
                     ),
-                )),
-            };
+                ))
+            }
+        };
         if filter.limit == 0 {
             return Ok(Vec::new());
         }

@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct EngineCounters {
-    /// Tasks created through [`Engine::enqueue`](crate::Engine::enqueue).
+    /// Tasks created through [`Engine::enqueue`](crate::Engine::enqueue). (The
+    /// `backstop_enqueued_total` metric counts every path, at the store.)
     pub enqueued: u64,
     /// Tasks claimed by a run-ahead.
     pub run_ahead: u64,
@@ -93,6 +94,13 @@ impl Counters {
     fn add(&self, cell: &AtomicU64, metric: &'static str, event_type: &str, n: u64) {
         cell.fetch_add(n, Ordering::Relaxed);
         metrics::counter!(metric, "event_type" => event_type.to_owned()).increment(n);
+    }
+
+    /// Count a task created through [`Engine::enqueue`](crate::Engine::enqueue) in this
+    /// engine's counters only: the `backstop_enqueued_total` metric is counted by the
+    /// store for every path.
+    pub(crate) fn enqueued_here(&self) {
+        self.enqueued.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Count `n` recycled tasks (the sweep recycles across event types).

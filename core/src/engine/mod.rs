@@ -668,7 +668,7 @@ impl<S: TaskStore + Clone> Engine<S> {
         let delay = task.due_delay();
         let enqueued = self.inner.shared.store.enqueue(task).await?;
         if enqueued.created {
-            self.inner.shared.counters.enqueued(&enqueued.event_type);
+            self.inner.shared.counters.enqueued_here();
             if !delay.is_zero() {
                 self.inner.shared.wake_after(delay, &enqueued.event_type);
             }
