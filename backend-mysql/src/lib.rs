@@ -931,8 +931,13 @@ impl Driver for Inner {
             .map_err(my_err)
     }
 
-    async fn stats(&self) -> Result<RawStats> {
-        let counts = sqlx::query_as::<_, (String, i8, i64)>(safe(&self.sql.stats_counts))
+    async fn stats(&self, backlog_only: bool) -> Result<RawStats> {
+        let counts_sql = if backlog_only {
+            &self.sql.backlog_counts
+        } else {
+            &self.sql.stats_counts
+        };
+        let counts = sqlx::query_as::<_, (String, i8, i64)>(safe(counts_sql))
             .fetch_all(&self.pool)
             .await
             .map_err(my_err)?

@@ -37,6 +37,8 @@ pub(crate) struct Sql {
     pub status_of: String,
     pub list: String,
     pub stats_counts: String,
+    /// `stats_counts` without the succeeded rows, through the status indexes.
+    pub backlog_counts: String,
     pub stats_oldest_due: String,
     pub purge_succeeded: String,
     /// The inbox table (see `backstop_core::inbox`).
@@ -179,6 +181,11 @@ impl Sql {
             ),
             stats_counts: format!(
                 "SELECT event_type, status, COUNT(*) FROM {t}
+                 GROUP BY event_type, status ORDER BY event_type, status"
+            ),
+            backlog_counts: format!(
+                "SELECT event_type, status, COUNT(*) FROM {t}
+                 WHERE status IN (0, 2, 3, 4)
                  GROUP BY event_type, status ORDER BY event_type, status"
             ),
             stats_oldest_due: format!(

@@ -622,9 +622,14 @@ impl Driver for Inner {
         .await
     }
 
-    async fn stats(&self) -> Result<RawStats> {
+    async fn stats(&self, backlog_only: bool) -> Result<RawStats> {
+        let counts_sql = if backlog_only {
+            &self.sql.backlog_counts
+        } else {
+            &self.sql.stats_counts
+        };
         let counts = self
-            .query(&self.sql.stats_counts, &[])
+            .query(counts_sql, &[])
             .await?
             .iter()
             .map(|r| Ok((col(r, 0)?, i64::from(col::<i16>(r, 1)?), col::<i64>(r, 2)?)))

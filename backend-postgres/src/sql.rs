@@ -71,6 +71,8 @@ pub(crate) struct Sql {
     pub get: String,
     pub list: String,
     pub stats_counts: String,
+    /// `stats_counts` without the succeeded rows, through the status indexes.
+    pub backlog_counts: String,
     pub stats_oldest_due: String,
     pub purge_succeeded: String,
     pub delete_succeeded: String,
@@ -319,6 +321,11 @@ impl Sql {
             ),
             stats_counts: format!(
                 "SELECT event_type::text, status, count(*) FROM {t}
+                 GROUP BY event_type, status ORDER BY event_type, status"
+            ),
+            backlog_counts: format!(
+                "SELECT event_type::text, status, count(*) FROM {t}
+                 WHERE status IN (0, 2, 3, 4)
                  GROUP BY event_type, status ORDER BY event_type, status"
             ),
             stats_oldest_due: format!(

@@ -621,10 +621,15 @@ impl Driver for Inner {
         .await
     }
 
-    async fn stats(&self) -> Result<RawStats> {
-        self.read("stats", |sql, conn, now| {
+    async fn stats(&self, backlog_only: bool) -> Result<RawStats> {
+        self.read("stats", move |sql, conn, now| {
+            let counts_sql = if backlog_only {
+                &sql.backlog_counts
+            } else {
+                &sql.stats_counts
+            };
             let counts = conn
-                .prepare_cached(&sql.stats_counts)?
+                .prepare_cached(counts_sql)?
                 .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
             let oldest_due_pending_ms = conn

@@ -32,6 +32,8 @@ pub(crate) struct Sql {
     pub get: String,
     pub list: String,
     pub stats_counts: String,
+    /// `stats_counts` without the succeeded rows, through the status indexes.
+    pub backlog_counts: String,
     pub stats_oldest_due: String,
     pub purge_succeeded: String,
     pub inbox_insert: String,
@@ -186,6 +188,11 @@ impl Sql {
             ),
             stats_counts: format!(
                 "SELECT event_type, status, COUNT(*) FROM {t}
+                 GROUP BY event_type, status ORDER BY event_type, status"
+            ),
+            backlog_counts: format!(
+                "SELECT event_type, status, COUNT(*) FROM {t}
+                 WHERE status IN (0, 2, 3, 4)
                  GROUP BY event_type, status ORDER BY event_type, status"
             ),
             // ?1 now: how long the oldest due task has been due, in ms

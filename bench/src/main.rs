@@ -35,8 +35,8 @@ struct Args {
     backends: Vec<String>,
     drain_tasks: usize,
     out: std::path::PathBuf,
-    /// Run only these scenarios (run-ahead, drain, idle, scale, backlogs, wakeup, relay,
-    /// consume).
+    /// Run only these scenarios (run-ahead, drain, idle, scale, backlogs, counts, wakeup,
+    /// relay, consume).
     only: Option<Vec<String>>,
     /// Also run apalis (bench/peer-apalis, built by scripts/bench --peer).
     peer: bool,
@@ -528,6 +528,48 @@ async fn scale(t: &Target, small: usize, large: usize, rounds: usize) -> Row {
     }
 }
 
+/// The backlog counts (`TaskStore::backlog`, what the engine's gauges read) with
+/// `pending` pending tasks, next to the same with `succeeded` succeeded rows retained
+/// beside them: the ratio of the p50s should stay near 1.
+async fn counts(t: &Target, pending: usize, succeeded: usize, rounds: usize) -> Row {
+    let mut p50 = Vec::new();
+    let m = sys::Meter::start();
+    for retained in [0, succeeded] {
+        t.raw.reset().await;
+        if retained > 0 {
+            t.raw.bulk_insert(retained, 0).await;
+            t.raw.succeed_all().await;
+        }
+        t.raw.bulk_insert(pending, retained).await;
+        let store = t.store(2).await;
+        let mut h = histogram();
+        for _ in 0..rounds {
+            let t0 = Instant::now();
+            let b = store.backlog().await.expect("backlog");
+            record(&mut h, t0.elapsed());
+            assert_eq!(b.count(Status::Pending), pending as u64);
+        }
+        p50.push(h.value_at_quantile(0.5) as f64 / 1000.0);
+    }
+    let (rss, cpu) = m.stop();
+    t.raw.reset().await;
+    Row {
+        backend: t.backend.into(),
+        scenario: format!("backlog counts, {pending} pending, 0 vs {succeeded} succeeded"),
+        lat: Some([p50[1], 0.0, 0.0, 0.0]),
+        base_lat: Some([p50[0], 0.0, 0.0, 0.0]),
+        rss_mb: rss,
+        cpu_s: cpu,
+        note: format!(
+            "p50 {:.3} ms with none → {:.3} ms with {succeeded} succeeded: ×{:.2}",
+            p50[0],
+            p50[1],
+            p50[1] / p50[0]
+        ),
+        ..Row::default()
+    }
+}
+
 /// A second event type, for the backlog scenario.
 const OTHER: &str = "BENCH_OTHER";
 
@@ -791,6 +833,14 @@ async fn main() {
         }
         if a.runs("scale") {
             rows.push(report(scale(&t, small, large, rounds).await));
+        }
+        if a.runs("counts") {
+            let (pending, succeeded) = if a.smoke {
+                (100, 2000)
+            } else {
+                (10_000, 10_000_000)
+            };
+            rows.push(report(counts(&t, pending, succeeded, 50).await));
         }
         if a.runs("backlogs") {
             rows.extend(backlogs(&t, backlog, rounds).await.into_iter().map(report));

@@ -60,6 +60,8 @@ pub fn record(h: &mut Histogram<u64>, d: Duration) {
 pub trait Raw: Send + Sync {
     /// Empty the task and business tables.
     async fn reset(&self);
+    /// Mark every task of the table succeeded (one statement).
+    async fn succeed_all(&self);
     /// Insert `n` due pending tasks quickly (keys `b{start}`…).
     async fn bulk_insert(&self, n: usize, start: usize) {
         self.bulk_insert_of(EVENT, n, start, 0).await;
@@ -109,6 +111,17 @@ impl Raw for SqliteRaw {
                 "DELETE FROM {TABLE}; CREATE TABLE IF NOT EXISTS {ORDERS} (id TEXT PRIMARY KEY); DELETE FROM {ORDERS};"
             ))
             .expect("reset");
+        })
+        .await
+        .expect("join");
+    }
+
+    async fn succeed_all(&self) {
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || {
+            Self::conn(&path)
+                .execute(&format!("UPDATE {TABLE} SET status = 1"), [])
+                .expect("succeed all");
         })
         .await
         .expect("join");
@@ -291,6 +304,16 @@ impl Raw for PgRaw {
         ))
         .await
         .expect("reset");
+        c.batch_execute(&format!("VACUUM ANALYZE {TABLE}"))
+            .await
+            .expect("vacuum");
+    }
+
+    async fn succeed_all(&self) {
+        let c = self.client().await;
+        c.batch_execute(&format!("UPDATE {TABLE} SET status = 1"))
+            .await
+            .expect("succeed all");
         c.batch_execute(&format!("VACUUM ANALYZE {TABLE}"))
             .await
             .expect("vacuum");
@@ -534,6 +557,17 @@ impl Raw for MySqlRaw {
             .execute(&self.pool)
             .await
             .expect("truncate");
+    }
+
+    async fn succeed_all(&self) {
+        sqlx::query(q(format!("UPDATE {TABLE} SET status = 1")))
+            .execute(&self.pool)
+            .await
+            .expect("succeed all");
+        sqlx::query(q(format!("ANALYZE TABLE {TABLE}")))
+            .execute(&self.pool)
+            .await
+            .expect("analyze");
     }
 
     async fn bulk_insert_of(&self, event: &str, n: usize, start: usize, due_ago_s: i64) {

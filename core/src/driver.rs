@@ -380,8 +380,11 @@ pub trait Driver: Send + Sync + 'static {
     /// a valid event type, `older_than` at most `MAX_INTERVAL`.
     async fn list(&self, filter: Checked<&TaskFilter>) -> Result<Vec<RawTask>>;
 
-    /// [`stats`](crate::TaskStore::stats).
-    async fn stats(&self) -> Result<RawStats>;
+    /// [`stats`](crate::TaskStore::stats), or with `backlog_only`
+    /// [`backlog`](crate::TaskStore::backlog): the counts of every status but succeeded,
+    /// read through the status indexes (a cost that does not grow with the succeeded
+    /// rows retained).
+    async fn stats(&self, backlog_only: bool) -> Result<RawStats>;
 
     /// [`purge_succeeded`](crate::TaskStore::purge_succeeded). Checked: see [`AgedBatch`].
     async fn purge_succeeded(&self, batch: Checked<AgedBatch>) -> Result<u64>;

@@ -163,7 +163,7 @@ impl Driver for Tripwire {
         }
         Ok(Vec::new())
     }
-    async fn stats(&self) -> Result<RawStats> {
+    async fn stats(&self, _backlog_only: bool) -> Result<RawStats> {
         self.called();
         Ok(RawStats::default())
     }

@@ -127,9 +127,9 @@ pub(crate) async fn poller<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
     let mut state = shared.state.subscribe();
     let cfg = &shared.config;
     let mut next_tick = tokio::time::Instant::now() + cfg.first_poll_delay;
-    // The first gauge refresh waits one `gauge_interval` after the first poll:
-    // `stats()` counts the whole table, and instances that start together (a deploy)
-    // would all run it at once, on the backlog they are about to drain.
+    // The first gauge refresh waits one `gauge_interval` after the first poll: instances
+    // that start together (a deploy) would all count at once the backlog they are about
+    // to drain.
     let mut last_gauges: Option<Instant> = None;
     loop {
         let mut round = loop {
@@ -308,9 +308,10 @@ pub(crate) async fn listener<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
     }
 }
 
-/// Backlog gauges from the store's stats.
+/// Backlog gauges from the store's backlog counts (every status but succeeded: their
+/// cost follows the backlog, not the succeeded rows retained).
 async fn update_gauges<S: TaskStore + Clone>(shared: &Shared<S>) {
-    match shared.store.stats().await {
+    match shared.store.backlog().await {
         Ok(stats) => {
             for c in &stats.counts {
                 metrics::gauge!(
@@ -320,7 +321,7 @@ async fn update_gauges<S: TaskStore + Clone>(shared: &Shared<S>) {
                 )
                 .set(c.count as f64);
             }
-            for s in Status::ALL {
+            for s in Status::ALL.into_iter().filter(|s| *s != Status::Succeeded) {
                 metrics::gauge!("backstop_tasks_total", "status" => s.to_string())
                     .set(stats.count(s) as f64);
             }
@@ -333,7 +334,7 @@ async fn update_gauges<S: TaskStore + Clone>(shared: &Shared<S>) {
         }
         Err(e) => {
             shared.counters.store_errors("*");
-            tracing::debug!(error = %e, "stats failed");
+            tracing::debug!(error = %e, "backlog counts failed");
         }
     }
 }

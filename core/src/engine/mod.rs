@@ -99,10 +99,11 @@ pub struct EngineConfig {
     pub purge_interval: Duration,
     /// Rows one purge statement deletes (default 500).
     pub purge_batch: usize,
-    /// How often the poller refreshes the backlog gauges from `stats()` (default 15 s),
-    /// the first time one interval after the first poll. `stats()` counts the table, so
-    /// this is kept well above a short poll interval, and instances started together do
-    /// not all count the backlog they are about to drain.
+    /// How often the poller refreshes the backlog gauges from
+    /// [`backlog()`](crate::TaskStore::backlog) (default 15 s), the first time one
+    /// interval after the first poll. The counts follow the backlog (not the succeeded
+    /// rows retained); the interval keeps them well apart from a short poll interval, and
+    /// instances started together do not all count the backlog they are about to drain.
     pub gauge_interval: Duration,
     /// Most finished attempts whose outcomes (marks) may wait to be written at once
     /// (default 4096). Past it the poller claims no more until marks are applied, so an

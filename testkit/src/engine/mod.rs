@@ -347,6 +347,9 @@ impl<S: TaskStore> TaskStore for Gate<S> {
     async fn stats(&self) -> backstop_core::Result<backstop_core::Stats> {
         self.inner.stats().await
     }
+    async fn backlog(&self) -> backstop_core::Result<backstop_core::Stats> {
+        self.inner.backlog().await
+    }
     async fn purge_succeeded(
         &self,
         older_than: Duration,

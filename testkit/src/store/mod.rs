@@ -29,7 +29,7 @@ use backstop_core::{
 };
 use chrono::Utc;
 
-use crate::{assert_between, chrono_dur, Ctx, Harness, TimeColumn};
+use crate::{assert_between, chrono_dur, Ctx, Harness, TimeColumn, CLOCK_SLACK};
 
 pub(crate) const MINUTE: Duration = Duration::from_secs(60);
 

@@ -135,3 +135,68 @@ pub async fn list_finds_by_business_key_and_error_text<H: Harness>(ctx: &Ctx<H>)
         "biz_key",
     );
 }
+
+/// backlog: the counts of every status but succeeded, per event type, and the oldest
+/// due pending age — the same numbers `stats` has for them — without counting the
+/// succeeded rows.
+pub async fn backlog_counts_every_status_but_succeeded<H: Harness>(ctx: &Ctx<H>) {
+    for i in 0..3 {
+        let id = ctx.enqueue("PAY", &format!("done{i}")).await;
+        let l = ctx.grab(id).await.lease();
+        ctx.store.mark(&[Mark::success(l)]).await.unwrap();
+    }
+    let failed = ctx.enqueue("PAY", "failed").await;
+    let l = ctx.grab(failed).await.lease();
+    ctx.store.mark(&[Mark::fail(l, "boom")]).await.unwrap();
+    let running = ctx.enqueue("SHIP", "running").await;
+    ctx.grab(running).await;
+    let cancelled = ctx.enqueue("SHIP", "cancelled").await;
+    ctx.store
+        .cancel(cancelled, &backstop_core::Audit::new("ops", "test"))
+        .await
+        .unwrap();
+    let due = ctx.enqueue("SHIP", "due").await;
+    ctx.backdate(due, TimeColumn::NextRunAt, MINUTE).await;
+    ctx.store
+        .enqueue(NewTask::new("SHIP", "later").delay(HOUR))
+        .await
+        .unwrap();
+
+    let b = ctx.store.backlog().await.unwrap();
+    let s = ctx.store.stats().await.unwrap();
+    assert_eq!(
+        b.count(Status::Succeeded),
+        0,
+        "succeeded rows are not counted"
+    );
+    assert_eq!(s.count(Status::Succeeded), 3);
+    for status in [
+        Status::Pending,
+        Status::Running,
+        Status::Failed,
+        Status::Cancelled,
+    ] {
+        for et in ["PAY", "SHIP"] {
+            assert_eq!(
+                b.count_for(et, status),
+                s.count_for(et, status),
+                "{et} {status}"
+            );
+        }
+    }
+    assert_eq!(
+        (
+            b.count_for("PAY", Status::Failed),
+            b.count_for("SHIP", Status::Running),
+            b.count_for("SHIP", Status::Cancelled),
+            b.count_for("SHIP", Status::Pending)
+        ),
+        (1, 1, 1, 2)
+    );
+    let age = b.oldest_due_pending.expect("a due task");
+    assert!(age >= MINUTE && age < MINUTE + CLOCK_SLACK * 4, "{age:?}");
+    assert_eq!(
+        b.oldest_due_pending.map(|a| a.as_secs()),
+        s.oldest_due_pending.map(|a| a.as_secs())
+    );
+}
