@@ -60,15 +60,28 @@ pub fn record(h: &mut Histogram<u64>, d: Duration) {
 pub trait Raw: Send + Sync {
     /// Empty the task and business tables.
     async fn reset(&self);
-    /// Mark every task of the table succeeded (one statement).
-    async fn succeed_all(&self);
     /// Insert `n` due pending tasks quickly (keys `b{start}`…).
     async fn bulk_insert(&self, n: usize, start: usize) {
         self.bulk_insert_of(EVENT, n, start, 0).await;
     }
     /// Insert `n` pending tasks of `event` quickly (keys `b{start}`…), due `due_ago_s`
     /// seconds ago. `event` is one of the benchmark's constants (it is put in the SQL).
-    async fn bulk_insert_of(&self, event: &str, n: usize, start: usize, due_ago_s: i64);
+    async fn bulk_insert_of(&self, event: &str, n: usize, start: usize, due_ago_s: i64) {
+        self.bulk_insert_rows(event, n, start, due_ago_s, 0).await;
+    }
+    /// Insert `n` succeeded tasks (keys `b{start}`…), as retention keeps them.
+    async fn bulk_insert_succeeded(&self, n: usize, start: usize) {
+        self.bulk_insert_rows(EVENT, n, start, 0, 1).await;
+    }
+    /// Insert `n` tasks of `event` in `status` (a code) quickly.
+    async fn bulk_insert_rows(
+        &self,
+        event: &str,
+        n: usize,
+        start: usize,
+        due_ago_s: i64,
+        status: i16,
+    );
     /// `workers` loops of `each`: business row + task in one transaction, commit, claim it
     /// by id, mark it succeeded. Returns the elapsed time and commit→claimed latencies.
     async fn per_task(&self, workers: usize, each: usize) -> (Duration, Histogram<u64>);
@@ -116,18 +129,14 @@ impl Raw for SqliteRaw {
         .expect("join");
     }
 
-    async fn succeed_all(&self) {
-        let path = self.path.clone();
-        tokio::task::spawn_blocking(move || {
-            Self::conn(&path)
-                .execute(&format!("UPDATE {TABLE} SET status = 1"), [])
-                .expect("succeed all");
-        })
-        .await
-        .expect("join");
-    }
-
-    async fn bulk_insert_of(&self, event: &str, n: usize, start: usize, due_ago_s: i64) {
+    async fn bulk_insert_rows(
+        &self,
+        event: &str,
+        n: usize,
+        start: usize,
+        due_ago_s: i64,
+        status: i16,
+    ) {
         let path = self.path.clone();
         let event = event.to_owned();
         tokio::task::spawn_blocking(move || {
@@ -139,7 +148,7 @@ impl Raw for SqliteRaw {
                      INSERT INTO {TABLE} (event_type, biz_key, payload, status, attempts, max_attempts,
                         retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at, lease,
                         created_at, updated_at)
-                     SELECT '{event}', 'b' || x, '{{}}', 0, 0, 5, 'FIXED', 1000, 1000, ?4, 0, ?3, ?3 FROM s"
+                     SELECT '{event}', 'b' || x, '{{}}', {status}, 0, 5, 'FIXED', 1000, 1000, ?4, 0, ?3, ?3 FROM s"
                 ),
                 rusqlite::params![
                     start as i64,
@@ -309,17 +318,14 @@ impl Raw for PgRaw {
             .expect("vacuum");
     }
 
-    async fn succeed_all(&self) {
-        let c = self.client().await;
-        c.batch_execute(&format!("UPDATE {TABLE} SET status = 1"))
-            .await
-            .expect("succeed all");
-        c.batch_execute(&format!("VACUUM ANALYZE {TABLE}"))
-            .await
-            .expect("vacuum");
-    }
-
-    async fn bulk_insert_of(&self, event: &str, n: usize, start: usize, due_ago_s: i64) {
+    async fn bulk_insert_rows(
+        &self,
+        event: &str,
+        n: usize,
+        start: usize,
+        due_ago_s: i64,
+        status: i16,
+    ) {
         self.client()
             .await
             .execute(
@@ -327,7 +333,7 @@ impl Raw for PgRaw {
                     "INSERT INTO {TABLE} (event_type, biz_key, payload, status, attempts, max_attempts,
                         retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at, lease,
                         created_at, updated_at)
-                     SELECT '{event}', 'b' || x, '{{}}', 0, 0, 5, 'FIXED', 1000, 1000,
+                     SELECT '{event}', 'b' || x, '{{}}', {status}, 0, 5, 'FIXED', 1000, 1000,
                         now() - $3::bigint * interval '1 second', 0, now(), now()
                      FROM generate_series($1::bigint, $2::bigint) AS x"
                 ),
@@ -559,18 +565,14 @@ impl Raw for MySqlRaw {
             .expect("truncate");
     }
 
-    async fn succeed_all(&self) {
-        sqlx::query(q(format!("UPDATE {TABLE} SET status = 1")))
-            .execute(&self.pool)
-            .await
-            .expect("succeed all");
-        sqlx::query(q(format!("ANALYZE TABLE {TABLE}")))
-            .execute(&self.pool)
-            .await
-            .expect("analyze");
-    }
-
-    async fn bulk_insert_of(&self, event: &str, n: usize, start: usize, due_ago_s: i64) {
+    async fn bulk_insert_rows(
+        &self,
+        event: &str,
+        n: usize,
+        start: usize,
+        due_ago_s: i64,
+        status: i16,
+    ) {
         const CHUNK: usize = 5000;
         let mut i = start;
         let end = start + n;
@@ -579,7 +581,7 @@ impl Raw for MySqlRaw {
             let values = (i..hi)
                 .map(|x| {
                     format!(
-                        "('{event}','b{x}','{{}}',0,0,5,'FIXED',1000,1000,
+                        "('{event}','b{x}','{{}}',{status},0,5,'FIXED',1000,1000,
                           NOW(3) - INTERVAL {due_ago_s} SECOND,0,NOW(3),NOW(3))"
                     )
                 })
