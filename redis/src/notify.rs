@@ -6,9 +6,11 @@ use crate::{redis_err, LazyConn};
 use backstop_core::{async_trait, Error, ErrorKind, Notifier, Result, Wake, Wakes};
 use futures_util::StreamExt;
 
-/// How often the listener checks that its subscription is alive (a half-open TCP
-/// connection delivers nothing and reports nothing).
-const PING_EVERY: Duration = Duration::from_secs(15);
+/// How often the listener checks that its subscription is alive: a half-open TCP
+/// connection delivers nothing and reports nothing, and a subscription whose connection
+/// was closed has been seen (rarely) to stay silent instead of ending; the failed ping
+/// ends it, and the reconnect polls every event type.
+const PING_EVERY: Duration = Duration::from_secs(5);
 /// How long a command may take before the connection is taken as lost.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -97,8 +99,9 @@ impl Notifier for RedisNotifier {
             .map_err(|_| lost("connecting timed out"))?
             .map_err(|e| redis_err("listen", e))?;
         let (mut sink, mut stream) = pubsub.split();
-        sink.subscribe(&self.channel)
+        tokio::time::timeout(RESPONSE_TIMEOUT, sink.subscribe(&self.channel))
             .await
+            .map_err(|_| lost("no answer to SUBSCRIBE"))?
             .map_err(|e| redis_err("listen", e))?;
         wakes.send(Wake::All);
         let mut ping = tokio::time::interval(PING_EVERY);
