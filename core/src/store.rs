@@ -447,16 +447,8 @@ impl<B: Backend + ?Sized> TaskStore for B {
         limits::check_audit(OP, audit)?;
         let d = self.driver();
         let audit = Checked::new(audit);
-        match run(d, OP, || d.cancel(id, audit)).await? {
-            Reset::Done(row) => row.decode(),
-            Reset::Missing => Err(Error::task_not_found(OP, id)),
-            Reset::Refused(code) => Err(Error::change_refused(
-                OP,
-                id,
-                Status::from_code(code)?,
-                "pending or running",
-            )),
-        }
+        let answer = run(d, OP, || d.cancel(id, audit)).await?;
+        operator_change(OP, id, answer, "pending or running")
     }
 
     async fn delete(&self, id: TaskId, audit: &Audit) -> Result<Task> {
@@ -464,16 +456,13 @@ impl<B: Backend + ?Sized> TaskStore for B {
         limits::check_audit(OP, audit)?;
         let d = self.driver();
         let audit = Checked::new(audit);
-        match run(d, OP, || d.delete(id, audit)).await? {
-            Reset::Done(row) => row.decode(),
-            Reset::Missing => Err(Error::task_not_found(OP, id)),
-            Reset::Refused(code) => Err(Error::change_refused(
-                OP,
-                id,
-                Status::from_code(code)?,
-                "pending, succeeded, failed or cancelled (not running)",
-            )),
-        }
+        let answer = run(d, OP, || d.delete(id, audit)).await?;
+        operator_change(
+            OP,
+            id,
+            answer,
+            "pending, succeeded, failed or cancelled (not running)",
+        )
     }
 
     async fn reset(&self, id: TaskId, audit: &Audit) -> Result<Task> {
@@ -482,16 +471,8 @@ impl<B: Backend + ?Sized> TaskStore for B {
         let d = self.driver();
         let audit = Checked::new(audit);
         let expected = [Status::Failed.code(), Status::Cancelled.code()];
-        match run(d, OP, || d.retry(id, expected, audit)).await? {
-            Reset::Done(row) => row.decode(),
-            Reset::Missing => Err(Error::task_not_found(OP, id)),
-            Reset::Refused(code) => Err(Error::change_refused(
-                OP,
-                id,
-                Status::from_code(code)?,
-                "failed or cancelled",
-            )),
-        }
+        let answer = run(d, OP, || d.retry(id, expected, audit)).await?;
+        operator_change(OP, id, answer, "failed or cancelled")
     }
 
     async fn reset_matching(&self, filter: &TaskFilter, audit: &Audit) -> Result<Vec<Task>> {
@@ -648,6 +629,21 @@ where
             }
             Err(e) => return Err(e.with_operation(op)),
         }
+    }
+}
+
+/// The answer of an operator's change `op` of task `id`: the task as changed, or
+/// `NotFound`, or `Conflict` naming its status and the statuses `allowed`.
+fn operator_change(op: &'static str, id: TaskId, answer: Reset, allowed: &str) -> Result<Task> {
+    match answer {
+        Reset::Done(row) => row.decode(),
+        Reset::Missing => Err(Error::task_not_found(op, id)),
+        Reset::Refused(code) => Err(Error::change_refused(
+            op,
+            id,
+            Status::from_code(code)?,
+            allowed,
+        )),
     }
 }
 
