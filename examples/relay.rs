@@ -10,7 +10,8 @@
 //! ```sh
 //! # both services in one process (what scripts/test runs), Redis from BACKSTOP_REDIS_URL
 //! BACKSTOP_REDIS_URL=redis://127.0.0.1:6379 cargo run --example relay --all-features
-//! # or as two processes, each with its own database file
+//! # or as two processes, each with its own database file, meeting on the stream `orders`
+//! # (the payment service runs until stopped)
 //! BACKSTOP_ROLE=payments BACKSTOP_DB=payments.db BACKSTOP_REDIS_URL=… cargo run --example relay --all-features
 //! BACKSTOP_ROLE=orders   BACKSTOP_DB=orders.db   BACKSTOP_REDIS_URL=… cargo run --example relay --all-features
 //! ```
@@ -32,12 +33,28 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 const ORDERS: usize = 10;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() -> Result<(), BoxError> {
+async fn main() {
+    if let Err(e) = run().await {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+async fn run() -> Result<(), BoxError> {
     let redis = std::env::var("BACKSTOP_REDIS_URL")
         .map_err(|_| "set BACKSTOP_REDIS_URL to a Redis server (redis://host:port)")?;
-    // one stream per run, so runs do not see each other's orders
+    check_redis(&redis).await?;
+    let role = std::env::var("BACKSTOP_ROLE").unwrap_or_default();
     let run = format!("{}", std::process::id());
-    let stream = std::env::var("BACKSTOP_STREAM").unwrap_or_else(|_| format!("orders-{run}"));
+    // Two processes (a role each) meet on the stream `orders`; both services in one
+    // process use a stream of their own run, so runs do not see each other's orders.
+    let stream = std::env::var("BACKSTOP_STREAM").unwrap_or_else(|_| {
+        if role.is_empty() {
+            format!("orders-{run}")
+        } else {
+            "orders".to_owned()
+        }
+    });
     let temp = std::env::temp_dir().join(format!("backstop-relay-{run}"));
     std::fs::create_dir_all(&temp)?;
     let db = |default: &str| {
@@ -45,24 +62,42 @@ async fn main() -> Result<(), BoxError> {
             .map(Into::into)
             .unwrap_or_else(|_| temp.join(default))
     };
-    let result = match std::env::var("BACKSTOP_ROLE").as_deref() {
-        Ok("orders") => order_service(&db("orders.db"), &redis, &stream).await,
-        Ok("payments") => payment_service(&db("payments.db"), &redis, &stream, None).await,
-        _ => {
+    let result = match role.as_str() {
+        "orders" => order_service(&db("orders.db"), &redis, &stream).await,
+        "payments" => payment_service(&db("payments.db"), &redis, &stream, None).await,
+        "" => {
             // both: payments first (its group reads the stream from the start anyway)
             let payments = {
                 let (p, r, s) = (temp.join("payments.db"), redis.clone(), stream.clone());
                 tokio::spawn(async move { payment_service(&p, &r, &s, Some(ORDERS)).await })
             };
-            order_service(&temp.join("orders.db"), &redis, &stream).await?;
-            payments.await.map_err(|e| e.to_string())?
+            match order_service(&temp.join("orders.db"), &redis, &stream).await {
+                Ok(()) => payments.await.map_err(|e| e.to_string())?,
+                Err(e) => Err(e),
+            }
         }
+        other => Err(
+            format!("BACKSTOP_ROLE must be orders or payments (or unset), not {other:?}").into(),
+        ),
     };
     let _ = std::fs::remove_dir_all(&temp);
-    if let Err(e) = &result {
-        eprintln!("error: {e}");
-    }
     result
+}
+
+/// Say at once when Redis cannot be reached, rather than after the services' timeouts.
+async fn check_redis(url: &str) -> Result<(), BoxError> {
+    let client = backstop::redis::redis::Client::open(url)
+        .map_err(|e| format!("BACKSTOP_REDIS_URL {url:?} is not a Redis URL: {e}"))?;
+    match tokio::time::timeout(
+        Duration::from_secs(5),
+        client.get_multiplexed_async_connection(),
+    )
+    .await
+    {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(format!("cannot reach Redis at {url}: {e}").into()),
+        Err(_) => Err(format!("cannot reach Redis at {url}: no answer within 5 s").into()),
+    }
 }
 
 /// Places orders: each order row and its `OrderPlaced` task commit together; the engine
