@@ -5,15 +5,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use backstop_core::{Error, ErrorAction, ErrorKind, HandlerError, Inbox, Owner, Processed, Result};
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Value};
+use backstop_core::{Error, ErrorAction, HandlerError, Inbox, Owner, Processed, Result};
+use redis::Value;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::redis_err;
 use crate::stream::{autoclaim_reply, read_reply, Entry};
-use crate::KeyLock;
+use crate::{KeyLock, LazyConn};
 
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -288,15 +287,14 @@ impl StreamConsumer {
             .transpose()?;
         let worker = Worker {
             locks,
-            client,
+            reader: LazyConn::new(client.clone(), options.block + COMMAND_TIMEOUT),
+            commands: LazyConn::new(client, COMMAND_TIMEOUT),
             inbox,
             handler,
             dead: options.dead_letters(),
             options,
             name: name.clone(),
             counters: Arc::clone(&counters),
-            reader: None,
-            commands: None,
         };
         let task = runtime.spawn(worker.run(stopped));
         Ok(StreamConsumer {
@@ -327,17 +325,17 @@ impl StreamConsumer {
 
 struct Worker<I: Inbox> {
     locks: Option<KeyLock>,
-    client: redis::Client,
     inbox: I,
     handler: I::Handler,
     options: ConsumerOptions,
     dead: String,
     name: String,
     counters: Arc<Counters>,
-    /// Blocking reads: a connection of their own (a blocked read occupies it).
-    reader: Option<MultiplexedConnection>,
+    /// Blocking reads: a connection of their own (a blocked read occupies it), whose
+    /// response timeout is longer than `BLOCK`.
+    reader: LazyConn,
     /// Everything else.
-    commands: Option<MultiplexedConnection>,
+    commands: LazyConn,
 }
 
 /// Which connection a command runs on.
@@ -415,8 +413,8 @@ impl<I: Inbox> Worker<I> {
     ) {
         add(&self.counters.errors, 1);
         tracing::warn!(consumer = %self.name, error = %e, "stream consumer: reconnecting");
-        self.reader = None;
-        self.commands = None;
+        self.reader.reset().await;
+        self.commands.reset().await;
         tokio::select! {
             _ = tokio::time::sleep(*backoff) => {}
             _ = stopped.wait_for(|s| *s) => {}
@@ -424,31 +422,12 @@ impl<I: Inbox> Worker<I> {
         *backoff = (*backoff * 2).min(Duration::from_secs(5));
     }
 
-    async fn conn(&mut self, which: Conn) -> Result<&mut MultiplexedConnection> {
-        let (slot, timeout) = match which {
-            Conn::Reader => (&mut self.reader, self.options.block + COMMAND_TIMEOUT),
-            Conn::Commands => (&mut self.commands, COMMAND_TIMEOUT),
-        };
-        if slot.is_none() {
-            let config = AsyncConnectionConfig::new()
-                .set_connection_timeout(Some(COMMAND_TIMEOUT))
-                .set_response_timeout(Some(timeout));
-            let c = self
-                .client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await
-                .map_err(|e| redis_err("consume", e))?;
-            *slot = Some(c);
-        }
-        slot.as_mut()
-            .ok_or_else(|| Error::new(ErrorKind::Unexpected, "consume", "no connection"))
-    }
-
     async fn query(&mut self, which: Conn, cmd: &redis::Cmd) -> Result<Value> {
-        let conn = self.conn(which).await?;
-        cmd.query_async::<Value>(conn)
-            .await
-            .map_err(|e| redis_err("consume", e))
+        let conn = match which {
+            Conn::Reader => &self.reader,
+            Conn::Commands => &self.commands,
+        };
+        conn.query(cmd).await.map_err(|e| redis_err("consume", e))
     }
 
     async fn ensure_group(&mut self) -> Result<()> {
@@ -659,7 +638,6 @@ impl<I: Inbox> Worker<I> {
                 add(&self.counters.errors, 1);
                 tracing::warn!(consumer = %self.name, entry = %id, error = %e,
                     "XACK failed: the entry will be redelivered and found in the inbox");
-                self.commands = None;
                 false
             }
         }
@@ -691,7 +669,6 @@ impl<I: Inbox> Worker<I> {
                 add(&self.counters.errors, 1);
                 tracing::warn!(consumer = %self.name, entry = %entry.id, error = %e,
                     "dead-lettering failed: the entry stays pending");
-                self.commands = None;
             }
         }
     }

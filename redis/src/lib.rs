@@ -78,6 +78,11 @@ impl LazyConn {
         Ok(c)
     }
 
+    /// Drop the connection: the next use makes a new one.
+    pub async fn reset(&self) {
+        *self.slot.lock().await = None;
+    }
+
     /// Run `cmd`; a connection error drops the connection for the next use to replace.
     pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
         let mut conn = self.get().await?;
