@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use backstop::sqlite::SqliteStore;
 use backstop::{
-    handler_fn, Engine, EngineConfig, HandlerError, HandlerOptions, Json, JsonHandler, RetryPolicy,
-    Status, Task, TaskId, TaskStore,
+    handler_fn, Audit, Engine, EngineConfig, HandlerError, HandlerOptions, Json, JsonHandler,
+    RetryPolicy, Status, Task, TaskId, TaskStore,
 };
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -174,7 +174,10 @@ async fn run(dir: &std::path::Path) -> Result<(), BoxError> {
     log.say("ISSUE_INVOICE    parked as failed: an operator fixes the service and resets it");
     invoice_up.store(true, Ordering::SeqCst);
     store
-        .manual_reset(invoice_id, EngineConfig::default().dead_after)
+        .reset(
+            invoice_id,
+            &Audit::new("operator", "invoice service is back"),
+        )
         .await?;
     engine.poll_now();
     wait_for(&store, invoice_id, Status::Succeeded).await?;

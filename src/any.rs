@@ -111,6 +111,55 @@ pub async fn connect_with(url: &str, config: StoreConfig) -> Result<AnyStore> {
     }
 }
 
+/// The DDL [`TaskStore::migrate`] runs for the backend `url` names, with `config`'s table
+/// (on PostgreSQL in schema `public`), for a DBA to review or apply with their own tool.
+/// Nothing is connected: only the URL's scheme is read.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// let ddl = backstop::ddl("sqlite:app.db", &backstop::StoreConfig::default()).unwrap();
+/// assert!(ddl.starts_with("CREATE TABLE IF NOT EXISTS"));
+/// # }
+/// ```
+pub fn ddl(url: &str, config: &StoreConfig) -> Result<String> {
+    let _ = config; // unused when no backend feature is enabled
+    let scheme = url
+        .split(':')
+        .next()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    match scheme.as_str() {
+        "sqlite" => {
+            #[cfg(feature = "sqlite")]
+            return crate::sqlite::SqliteOptions::default()
+                .config(config.clone())
+                .ddl();
+            #[cfg(not(feature = "sqlite"))]
+            Err(missing_feature(url, "sqlite"))
+        }
+        "postgres" | "postgresql" => {
+            #[cfg(feature = "postgres")]
+            return crate::postgres::PgOptions::default()
+                .config(config.clone())
+                .ddl();
+            #[cfg(not(feature = "postgres"))]
+            Err(missing_feature(url, "postgres"))
+        }
+        "mysql" | "mariadb" => {
+            #[cfg(feature = "mysql")]
+            return crate::mysql::MySqlOptions::default()
+                .config(config.clone())
+                .ddl();
+            #[cfg(not(feature = "mysql"))]
+            Err(missing_feature(url, "mysql"))
+        }
+        _ => Err(Error::config(
+            "ddl",
+            format!("unknown database URL scheme in {url:?}: use sqlite:, postgres: or mysql:"),
+        )),
+    }
+}
+
 #[allow(dead_code)]
 fn missing_feature(url: &str, feature: &str) -> Error {
     Error::config(

@@ -65,7 +65,7 @@ pub use backstop_core::async_trait;
 pub use backstop_core::{BoxError, Error, ErrorKind, Result};
 
 mod any;
-pub use any::{connect, connect_with, AnyStore};
+pub use any::{connect, connect_with, ddl, AnyStore};
 
 /// The embedded SQLite backend (feature `sqlite`, on by default).
 #[cfg(feature = "sqlite")]
@@ -89,6 +89,13 @@ pub mod mysql {
 #[cfg(feature = "redis")]
 pub mod redis {
     pub use backstop_redis::*;
+}
+
+/// The operator's back office (feature `console`): the web console's axum `Router`,
+/// Prometheus metrics, and the actions the `backstop` CLI shares.
+#[cfg(feature = "console")]
+pub mod console {
+    pub use backstop_console::*;
 }
 
 /// The README's examples, compiled as doctests so they stay true.

@@ -181,6 +181,23 @@ impl MySqlOptions {
         self.config.table = table.into();
         self
     }
+
+    /// The DDL [`migrate`](backstop_core::TaskStore::migrate) runs for these options
+    /// (task table, indexes, inbox and audit tables), for a DBA to review or apply with
+    /// their own tool. Every statement is idempotent (`IF NOT EXISTS`). No connection is
+    /// needed.
+    ///
+    /// ```
+    /// let ddl = backstop_mysql::MySqlOptions::default().table("jobs").ddl().unwrap();
+    /// assert!(ddl.contains("CREATE TABLE IF NOT EXISTS `jobs`"));
+    /// ```
+    pub fn ddl(&self) -> Result<String> {
+        self.config.validate()?;
+        Ok({
+            let sql = Sql::new(&self.config.table);
+            ddl_script(&[&sql.schema, &sql.inbox_schema, &sql.audit_schema])
+        })
+    }
 }
 
 /// A [`TaskStore`] on MySQL or MariaDB. Cheap to clone (clones share the pool).

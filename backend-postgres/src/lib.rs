@@ -137,6 +137,22 @@ impl PgOptions {
         self
     }
 
+    /// The DDL [`migrate`](backstop_core::TaskStore::migrate) runs for these options
+    /// (schema, task table, indexes, inbox and audit tables), for a DBA to review or apply
+    /// with their own tool. Every statement is idempotent (`IF NOT EXISTS`). No
+    /// connection is needed.
+    ///
+    /// ```
+    /// let ddl = backstop_postgres::PgOptions::default().table("jobs").ddl().unwrap();
+    /// assert!(ddl.contains("CREATE TABLE IF NOT EXISTS \"public\".\"jobs\""));
+    /// ```
+    pub fn ddl(&self) -> Result<String> {
+        self.validate()?;
+        Ok(ddl_script(&[
+            &Sql::new(&self.schema, &self.config.table).schema
+        ]))
+    }
+
     fn validate(&self) -> Result<()> {
         self.config.validate()?;
         limits::check_identifier("open_store", "schema name", &self.schema)?;

@@ -144,6 +144,20 @@ impl SqliteOptions {
         self.config.table = table.into();
         self
     }
+
+    /// The DDL [`migrate`](backstop_core::TaskStore::migrate) runs for these options
+    /// (task table, indexes, inbox and audit tables), for a DBA to review or apply with
+    /// their own tool. Every statement is idempotent (`IF NOT EXISTS`). No connection is
+    /// needed.
+    ///
+    /// ```
+    /// let ddl = backstop_sqlite::SqliteOptions::default().table("jobs").ddl().unwrap();
+    /// assert!(ddl.contains("CREATE TABLE IF NOT EXISTS \"jobs\""));
+    /// ```
+    pub fn ddl(&self) -> Result<String> {
+        self.config.validate()?;
+        Ok(ddl_script(&[&Sql::new(&self.config.table).schema]))
+    }
 }
 
 /// A [`TaskStore`] on an SQLite database file. Cheap to clone (clones share the pool).

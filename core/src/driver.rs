@@ -523,12 +523,45 @@ pub fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// A backend's schema statements as a script for a person to read: one statement per
+/// paragraph, each ending in `;`, continuation lines indented by four spaces (closing
+/// parentheses flush left). `parts` are the strings the backend executes; statements are
+/// split at `;` (schema DDL has no `;` inside literals).
+///
+/// ```
+/// let script = backstop_core::driver::ddl_script(&[
+///     "CREATE TABLE t (\n        id INT\n     );\n     CREATE INDEX i\n        ON t (id)",
+/// ]);
+/// assert_eq!(script, "CREATE TABLE t (\n    id INT\n);\n\nCREATE INDEX i\n    ON t (id);\n");
+/// ```
+pub fn ddl_script(parts: &[&str]) -> String {
+    let mut out = Vec::new();
+    for statement in parts.iter().flat_map(|p| p.split(';')) {
+        let mut lines = statement.lines().map(str::trim).filter(|l| !l.is_empty());
+        let Some(first) = lines.next() else { continue };
+        let mut text = first.to_owned();
+        for line in lines {
+            text.push('\n');
+            if !line.starts_with(')') {
+                text.push_str("    ");
+            }
+            text.push_str(line);
+        }
+        text.push(';');
+        out.push(text);
+    }
+    let mut script = out.join("\n\n");
+    script.push('\n');
+    script
+}
+
 /// Everything a driver implementation names, in one import:
 /// `use backstop_core::driver::prelude::*;`.
 pub mod prelude {
     pub use super::{
-        enqueue_on, enqueue_on_blocking, mark_rounds, millis, AgedBatch, Backend, Checked, Claim,
-        Driver, Inserted, RawAudit, RawStats, RawTask, Reset, TaskRow, AUDIT_COLUMNS, COLUMNS,
+        ddl_script, enqueue_on, enqueue_on_blocking, mark_rounds, millis, AgedBatch, Backend,
+        Checked, Claim, Driver, Inserted, RawAudit, RawStats, RawTask, Reset, TaskRow,
+        AUDIT_COLUMNS, COLUMNS,
     };
     pub use crate::{
         async_trait, Audit, Enqueued, Error, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner,

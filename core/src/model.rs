@@ -91,6 +91,34 @@ impl fmt::Display for Status {
     }
 }
 
+/// Parses the names [`Display`](fmt::Display) writes (`pending`, `succeeded`, `failed`,
+/// `running`, `cancelled`), in any case; `canceled` is accepted too.
+///
+/// ```
+/// use backstop_core::Status;
+/// assert_eq!("Failed".parse::<Status>().unwrap(), Status::Failed);
+/// assert!("done".parse::<Status>().is_err());
+/// ```
+impl std::str::FromStr for Status {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Status> {
+        match s.to_ascii_lowercase().as_str() {
+            "pending" => Ok(Status::Pending),
+            "succeeded" => Ok(Status::Succeeded),
+            "failed" => Ok(Status::Failed),
+            "running" => Ok(Status::Running),
+            "cancelled" | "canceled" => Ok(Status::Cancelled),
+            _ => Err(Error::invalid_input(
+                "parse_status",
+                format!(
+                    "unknown status {s:?}: use pending, running, succeeded, failed or cancelled"
+                ),
+            )),
+        }
+    }
+}
+
 /// How long to wait before the next attempt after a failed one. Made with
 /// [`Backoff::fixed`] or [`Backoff::exponential`] (or through [`RetryPolicy`]); strategies
 /// and their settings may grow in minor versions.
@@ -927,6 +955,18 @@ impl Audit {
             operator: operator.into(),
             reason: reason.into(),
         }
+    }
+
+    /// The check every operator's change runs first: `InvalidInput` for an empty,
+    /// over-long or control-character operator, or an over-long reason.
+    ///
+    /// ```
+    /// use backstop_core::Audit;
+    /// assert!(Audit::new("alice", "").validate().is_ok());
+    /// assert!(Audit::new("", "why").validate().is_err());
+    /// ```
+    pub fn validate(&self) -> Result<()> {
+        crate::limits::check_audit("audit", self)
     }
 }
 

@@ -1,0 +1,534 @@
+//! The `backstop` command as a script runs it: the real binary against a real database
+//! (SQLite always; PostgreSQL and MySQL when their test servers are given), asserting
+//! what it prints, its exit codes, and the rows it leaves.
+#![allow(clippy::expect_used, clippy::unwrap_used)] // test code
+
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use backstop::{
+    AnyStore, NewTask, Owner, RetryPolicy, Status, StoreConfig, TaskStore, TaskStoreExt,
+};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_backstop");
+
+/// A database for one test: its URL and table, and a store on it.
+struct Db {
+    url: String,
+    table: String,
+    store: AnyStore,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Db {
+    fn cli(&self, args: &[&str]) -> Output {
+        Command::new(BIN)
+            .args(["--url", &self.url, "--table", &self.table])
+            .args(args)
+            .env_remove("BACKSTOP_URL")
+            .env_remove("BACKSTOP_TABLE")
+            .env("BACKSTOP_OPERATOR", "ci-operator")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run backstop")
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        let out = self.cli(&all);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("one JSON document")
+    }
+
+    /// A task that failed for good with `error`.
+    async fn failed(&self, event_type: &str, key: &str, error: &str) -> i64 {
+        let e = self
+            .store
+            .enqueue(
+                NewTask::new(event_type, key).retry(RetryPolicy::fixed(1, Duration::from_secs(1))),
+            )
+            .await
+            .unwrap();
+        let t = self
+            .store
+            .grab_by_id(e.id, &Owner::generate())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(self.store.mark_fail(t.lease(), error).await.unwrap());
+        e.id
+    }
+
+    async fn status(&self, id: i64) -> Option<Status> {
+        self.store.get(id).await.unwrap().map(|t| t.status)
+    }
+}
+
+/// The databases to run on: SQLite, and each server named by its URL variable (required
+/// when `BACKSTOP_TEST_REQUIRE` names it; skipped with a printed reason otherwise).
+async fn databases(test: &str) -> Vec<Db> {
+    let table = backstop_testkit::unique_name("cli");
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("cli.db").display());
+    let mut dbs = vec![(url, Some(dir))];
+    for (var, backend) in [
+        ("BACKSTOP_TEST_POSTGRES_URL", "postgres"),
+        ("BACKSTOP_TEST_MYSQL_URL", "mysql"),
+    ] {
+        match backstop_testkit::server_url(var) {
+            Ok(url) => dbs.push((url, None)),
+            Err(why) => {
+                assert!(
+                    !backstop_testkit::required(backend),
+                    "{backend} is required: {}",
+                    why.0
+                );
+                eprintln!("SKIPPED {test} on {backend}: {}", why.0);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (mut url, dir) in dbs {
+        if url.starts_with("mysql:") {
+            // the test server's URL names no database: one of this test's own
+            url = mysql_database(&url, &table).await;
+        }
+        let store = backstop::connect_with(&url, StoreConfig::default().table(table.clone()))
+            .await
+            .unwrap();
+        let db = Db {
+            url,
+            table: table.clone(),
+            store,
+            _dir: dir,
+        };
+        let m = db.cli(&["migrate"]);
+        assert!(m.status.success(), "{}", String::from_utf8_lossy(&m.stderr));
+        out.push(db);
+    }
+    out
+}
+
+/// A database named `name` on the MySQL server at `server` (created if missing), and its
+/// URL. Throwaway servers are dropped whole by `scripts/test`.
+async fn mysql_database(server: &str, name: &str) -> String {
+    use sqlx::Connection;
+    let mut conn = sqlx::MySqlConnection::connect(server).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "CREATE DATABASE IF NOT EXISTS `{name}`"
+    )))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    format!("{}/{name}", server.trim_end_matches('/'))
+}
+
+fn code(out: &Output) -> i32 {
+    out.status.code().expect("exited")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_shows_and_resets_failed_tasks() {
+    for db in databases("lists_shows_and_resets_failed_tasks").await {
+        let a = db
+            .failed("SEND_EMAIL", "order-1", "smtp: connection refused")
+            .await;
+        let b = db
+            .failed("SEND_EMAIL", "order-2", "smtp: mailbox full")
+            .await;
+        let other = db.failed("CHARGE", "order-1", "card declined").await;
+        let pending = db
+            .store
+            .enqueue(NewTask::new("SEND_EMAIL", "order-3"))
+            .await
+            .unwrap()
+            .id;
+
+        // list: filters, table and JSON
+        let out = db.cli(&[
+            "tasks",
+            "list",
+            "--status",
+            "failed",
+            "--event-type",
+            "SEND_EMAIL",
+        ]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let text = stdout(&out);
+        assert!(
+            text.contains("smtp: connection refused") && text.contains("smtp: mailbox full"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("card declined") && !text.contains("order-3"),
+            "{text}"
+        );
+        let listed = db.json(&["tasks", "list", "--status", "failed", "--error", "mailbox"]);
+        let ids: Vec<i64> = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["id"].as_i64().unwrap())
+            .collect();
+        assert_eq!(ids, vec![b]);
+        assert_eq!(listed[0]["last_error"], "smtp: mailbox full");
+        assert_eq!(listed[0]["status"], "failed");
+        // keyset paging
+        let page = db.json(&[
+            "tasks",
+            "list",
+            "--status",
+            "failed",
+            "--limit",
+            "1",
+            "--after",
+            &a.to_string(),
+        ]);
+        assert_eq!(page[0]["id"].as_i64(), Some(b));
+
+        // stats: the backlog by event type
+        let stats = db.json(&["stats"]);
+        let count = |et: &str, st: &str| {
+            stats["counts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["event_type"] == et && c["status"] == st)
+                .map(|c| c["count"].as_u64().unwrap())
+                .unwrap_or(0)
+        };
+        assert_eq!(
+            (
+                count("SEND_EMAIL", "failed"),
+                count("CHARGE", "failed"),
+                count("SEND_EMAIL", "pending")
+            ),
+            (2, 1, 1)
+        );
+
+        // a dry run changes nothing
+        let out = db.cli(&[
+            "tasks",
+            "reset",
+            "--event-type",
+            "SEND_EMAIL",
+            "--status",
+            "failed",
+            "--dry-run",
+        ]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert!(
+            stdout(&out).contains("would reset 2 task(s)"),
+            "{}",
+            stdout(&out)
+        );
+        assert_eq!(
+            (db.status(a).await, db.status(b).await),
+            (Some(Status::Failed), Some(Status::Failed))
+        );
+
+        // without a terminal and without --yes: refused, nothing changed
+        let out = db.cli(&[
+            "tasks",
+            "reset",
+            "--event-type",
+            "SEND_EMAIL",
+            "--status",
+            "failed",
+        ]);
+        assert_eq!(code(&out), 2);
+        assert!(stderr(&out).contains("--yes"), "{}", stderr(&out));
+        assert_eq!(db.status(a).await, Some(Status::Failed));
+
+        // the reset: both SEND_EMAIL tasks, not the CHARGE one; audited
+        let done = db.json(&[
+            "tasks",
+            "reset",
+            "--event-type",
+            "SEND_EMAIL",
+            "--status",
+            "failed",
+            "--yes",
+            "--reason",
+            "smtp fixed",
+        ]);
+        let reset: Vec<i64> = done["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["id"].as_i64().unwrap())
+            .collect();
+        assert_eq!(reset, vec![a, b]);
+        for id in [a, b] {
+            let t = db.store.get(id).await.unwrap().unwrap();
+            assert_eq!((t.status, t.attempts), (Status::Pending, 0));
+        }
+        assert_eq!(db.status(other).await, Some(Status::Failed));
+        let shown = db.json(&["tasks", "show", &a.to_string()]);
+        assert_eq!(shown["history"][0]["action"], "reset");
+        assert_eq!(shown["history"][0]["operator"], "ci-operator");
+        assert_eq!(shown["history"][0]["reason"], "smtp fixed");
+        let text = stdout(&db.cli(&["tasks", "show", &other.to_string()]));
+        assert!(
+            text.contains("card declined") && text.contains("1 of 1"),
+            "{text}"
+        );
+
+        // a second reset of the same filter finds nothing to do
+        let again = db.json(&[
+            "tasks",
+            "reset",
+            "--event-type",
+            "SEND_EMAIL",
+            "--status",
+            "failed",
+            "--yes",
+        ]);
+        assert_eq!(again["tasks"].as_array().map(Vec::len), Some(0));
+        // one task by id: a pending task cannot be reset (4), a missing one is 3
+        assert_eq!(
+            code(&db.cli(&["tasks", "reset", &pending.to_string(), "--yes"])),
+            4
+        );
+        assert_eq!(code(&db.cli(&["tasks", "reset", "999999", "--yes"])), 3);
+        assert_eq!(code(&db.cli(&["tasks", "show", "999999"])), 3);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancels_and_deletes_by_id_and_filter() {
+    for db in databases("cancels_and_deletes_by_id_and_filter").await {
+        let mut ids = Vec::new();
+        for k in 0..3 {
+            ids.push(
+                db.store
+                    .enqueue(NewTask::new("NIGHTLY", format!("k{k}")))
+                    .await
+                    .unwrap()
+                    .id,
+            );
+        }
+        let running = db
+            .store
+            .enqueue(NewTask::new("NIGHTLY", "busy"))
+            .await
+            .unwrap()
+            .id;
+        let held = db
+            .store
+            .grab_by_id(running, &Owner::generate())
+            .await
+            .unwrap()
+            .unwrap();
+
+        // cancel one by id, then the rest of the type by filter (the running one too)
+        let out = db.cli(&[
+            "tasks",
+            "cancel",
+            &ids[0].to_string(),
+            "--yes",
+            "--reason",
+            "bad batch",
+        ]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert_eq!(
+            code(&db.cli(&["tasks", "cancel", &ids[0].to_string(), "--yes"])),
+            4
+        );
+        let done = db.json(&["tasks", "cancel", "--event-type", "NIGHTLY", "--yes"]);
+        let mut cancelled: Vec<i64> = done["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["id"].as_i64().unwrap())
+            .collect();
+        cancelled.sort();
+        assert_eq!(cancelled, vec![ids[1], ids[2], running]);
+        for id in ids.iter().chain([&running]) {
+            assert_eq!(db.status(*id).await, Some(Status::Cancelled));
+        }
+        // the cancelled holder's completion is refused
+        assert!(!db.store.mark_success(held.lease()).await.unwrap());
+
+        // delete: refused by id and filter mixed; by filter it removes every cancelled one
+        assert_eq!(
+            code(&db.cli(&[
+                "tasks",
+                "delete",
+                &ids[0].to_string(),
+                "--status",
+                "cancelled"
+            ])),
+            2
+        );
+        let dry = db.json(&["tasks", "delete", "--status", "cancelled", "--dry-run"]);
+        assert_eq!(dry["tasks"].as_array().map(Vec::len), Some(4));
+        assert_eq!(db.status(ids[0]).await, Some(Status::Cancelled));
+        let gone = db.json(&[
+            "tasks",
+            "delete",
+            "--status",
+            "cancelled",
+            "--limit",
+            "3",
+            "--yes",
+        ]);
+        assert_eq!(gone["tasks"].as_array().map(Vec::len), Some(3));
+        let left = db.json(&["tasks", "list", "--event-type", "NIGHTLY"]);
+        assert_eq!(left.as_array().map(Vec::len), Some(1), "the cap of 3 held");
+        // the audit stays after the delete
+        let log = db.store.audit_log(ids[0]).await.unwrap();
+        let actions: Vec<&str> = log.iter().map(|e| e.action.as_str()).collect();
+        assert_eq!(actions, vec!["cancel", "delete"]);
+        assert_eq!(log[0].reason, "bad batch");
+
+        // no filter at all is refused, before anything is listed
+        let out = db.cli(&["tasks", "delete", "--yes"]);
+        assert_eq!(code(&out), 2);
+        assert!(
+            stderr(&out).contains("at least one filter"),
+            "{}",
+            stderr(&out)
+        );
+    }
+}
+
+#[tokio::test]
+async fn schema_usage_and_missing_databases() {
+    let run = |args: &[&str]| {
+        Command::new(BIN)
+            .args(args)
+            .env_remove("BACKSTOP_URL")
+            .env_remove("BACKSTOP_TABLE")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    // schema: per backend, without connecting (these hosts do not exist)
+    for (url, marker) in [
+        ("sqlite:nowhere/app.db", "INTEGER PRIMARY KEY AUTOINCREMENT"),
+        (
+            "postgres://nobody@db.invalid/app",
+            "GENERATED BY DEFAULT AS IDENTITY",
+        ),
+        ("mysql://nobody@db.invalid/app", "ENGINE = InnoDB"),
+    ] {
+        let out = run(&["--url", url, "--table", "jobs", "schema"]);
+        assert_eq!(code(&out), 0, "{url}: {}", stderr(&out));
+        let ddl = stdout(&out);
+        assert!(
+            ddl.contains(marker) && ddl.contains("jobs_audit") && ddl.contains("jobs_inbox"),
+            "{ddl}"
+        );
+        assert!(ddl.trim_end().ends_with(';'));
+    }
+    // an SQLite schema script applies as printed
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dba.db");
+    let ddl = stdout(&run(&["--url", "sqlite:x.db", "schema"]));
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(&ddl).unwrap();
+    drop(conn);
+    let url = format!("sqlite:{}", path.display());
+    let out = run(&["--url", &url, "tasks", "list"]);
+    assert_eq!(
+        (code(&out), stdout(&out).trim()),
+        (0, "(no tasks)"),
+        "{}",
+        stderr(&out)
+    );
+
+    // usage errors are 2, with a message
+    let out = run(&["stats"]);
+    assert_eq!(code(&out), 2);
+    assert!(stderr(&out).contains("BACKSTOP_URL"), "{}", stderr(&out));
+    assert_eq!(code(&run(&["--url", "mongodb://x", "stats"])), 2);
+    assert_eq!(
+        code(&run(&["--url", &url, "tasks", "list", "--status", "done"])),
+        2
+    );
+    assert_eq!(
+        code(&run(&[
+            "--url",
+            &url,
+            "tasks",
+            "list",
+            "--older-than",
+            "soon"
+        ])),
+        2
+    );
+    assert_eq!(code(&run(&["--url", &url, "tasks", "bogus"])), 2);
+    let out = run(&[
+        "--url",
+        &url,
+        "tasks",
+        "cancel",
+        "1",
+        "--yes",
+        "--operator",
+        "bad\nname",
+    ]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    // a missing SQLite file is not created by a read
+    let missing = dir.path().join("typo.db");
+    let out = run(&["--url", &format!("sqlite:{}", missing.display()), "stats"]);
+    assert_eq!(code(&out), 2);
+    assert!(!missing.exists());
+    // an unreachable server is 1, and says so
+    let out = run(&["--url", "postgres://nobody@127.0.0.1:1/app", "stats"]);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+}
+
+/// At a terminal (a pseudo-terminal made by util-linux `script`), an action shows what it
+/// would change and asks: anything but yes changes nothing (exit 5), yes applies it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asks_before_changing_at_a_terminal() {
+    let db = databases("asks_before_changing_at_a_terminal")
+        .await
+        .remove(0);
+    let id = db.failed("SEND_EMAIL", "order-9", "smtp: timeout").await;
+    let at_terminal = |answer: &str| {
+        let command = format!(
+            "{BIN} --url '{}' --table {} tasks reset --status failed --event-type SEND_EMAIL",
+            db.url, db.table
+        );
+        let mut child = Command::new("script")
+            .args(["-qec", &command, "/dev/null"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("util-linux script");
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(answer.as_bytes()).unwrap();
+        drop(stdin);
+        child.wait_with_output().unwrap()
+    };
+    let out = at_terminal("n\n");
+    assert_eq!(code(&out), 5, "{}", stdout(&out));
+    let screen = stdout(&out);
+    assert!(
+        screen.contains("Reset 1 task(s)? [y/N]") && screen.contains("smtp: timeout"),
+        "{screen}"
+    );
+    assert_eq!(db.status(id).await, Some(Status::Failed));
+    let out = at_terminal("y\n");
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    assert_eq!(db.status(id).await, Some(Status::Pending));
+}
