@@ -57,7 +57,7 @@ pub use backstop_core::{Inbox, Message, Notifier, Processed, Wake, Wakes};
 pub use backstop_core::{
     Audit, AuditEntry, Backoff, Enqueued, Lease, Mark, MarkAction, NewTask, Owner, Recycled,
     RetryPolicy, Stats, Status, StatusCount, StoreConfig, Task, TaskFilter, TaskId, TaskStore,
-    TaskStoreExt,
+    TaskStoreExt, Throughput,
 };
 // Errors.
 /// Re-exported so handlers (and backends) use the same `#[async_trait]` as the traits.

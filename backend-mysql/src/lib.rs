@@ -971,6 +971,22 @@ impl Driver for Inner {
         })
     }
 
+    async fn throughput(&self, b: Checked<Buckets>) -> Result<Vec<(String, i64, i64, i64)>> {
+        Ok(
+            sqlx::query_as::<_, (String, i8, i64, i64)>(safe(&self.sql.throughput))
+                .bind(millis(b.bucket))
+                .bind(micros(b.window))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(my_err)?
+                .into_iter()
+                .map(|(event_type, status, bucket, count)| {
+                    (event_type, status.into(), bucket, count)
+                })
+                .collect(),
+        )
+    }
+
     async fn purge_succeeded(&self, batch: Checked<AgedBatch>) -> Result<u64> {
         sqlx::query(safe(&self.sql.purge_succeeded))
             .bind(micros(batch.older_than))

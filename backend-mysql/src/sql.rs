@@ -40,6 +40,8 @@ pub(crate) struct Sql {
     /// `stats_counts` without the succeeded rows, through the status indexes.
     pub backlog_counts: String,
     pub stats_oldest_due: String,
+    /// bucket ms, window µs.
+    pub throughput: String,
     pub purge_succeeded: String,
     /// The inbox table (see `backstop_core::inbox`).
     pub inbox_schema: String,
@@ -187,6 +189,13 @@ impl Sql {
                 "SELECT event_type, status, COUNT(*) FROM {t}
                  WHERE status IN (0, 2, 3, 4)
                  GROUP BY event_type, status ORDER BY event_type, status"
+            ),
+            throughput: format!(
+                "SELECT event_type, status,
+                    CAST(FLOOR(TIMESTAMPDIFF(MICROSECOND, updated_at, NOW(3)) / 1000 / ?) AS SIGNED),
+                    COUNT(*)
+                 FROM {t} WHERE status IN (1, 2) AND updated_at >= NOW(3) - INTERVAL ? MICROSECOND
+                 GROUP BY 1, 2, 3"
             ),
             stats_oldest_due: format!(
                 "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, MIN(next_run_at), NOW(3)) / 1000 AS SIGNED)

@@ -661,6 +661,24 @@ impl Driver for Inner {
         })
     }
 
+    async fn throughput(&self, b: Checked<Buckets>) -> Result<Vec<(String, i64, i64, i64)>> {
+        self.query(
+            &self.sql.throughput,
+            &[&millis(b.window), &millis(b.bucket)],
+        )
+        .await?
+        .iter()
+        .map(|r| {
+            Ok((
+                col(r, 0)?,
+                i64::from(col::<i16>(r, 1)?),
+                col::<i64>(r, 2)?,
+                col::<i64>(r, 3)?,
+            ))
+        })
+        .collect()
+    }
+
     async fn purge_succeeded(&self, batch: Checked<AgedBatch>) -> Result<u64> {
         self.execute(
             &self.sql.purge_succeeded,

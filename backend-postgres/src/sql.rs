@@ -74,6 +74,8 @@ pub(crate) struct Sql {
     /// `stats_counts` without the succeeded rows, through the status indexes.
     pub backlog_counts: String,
     pub stats_oldest_due: String,
+    /// $1 window ms $2 bucket ms.
+    pub throughput: String,
     pub purge_succeeded: String,
     pub delete_succeeded: String,
     /// $1 consumer $2 message_id: one row inserted, or none for a duplicate.
@@ -331,6 +333,13 @@ impl Sql {
                 "SELECT event_type::text, status, count(*) FROM {t}
                  WHERE status <> 1
                  GROUP BY status, event_type ORDER BY event_type, status"
+            ),
+            throughput: format!(
+                "SELECT event_type, status,
+                    floor(extract(epoch FROM now() - updated_at) * 1000 / $2::bigint)::bigint,
+                    count(*)
+                 FROM {t} WHERE status IN (1, 2) AND updated_at >= now() - $1::bigint {MS}
+                 GROUP BY 1, 2, 3"
             ),
             stats_oldest_due: format!(
                 "SELECT (extract(epoch FROM now() - min(next_run_at)) * 1000)::bigint

@@ -657,6 +657,18 @@ impl Driver for Inner {
         .await
     }
 
+    async fn throughput(&self, b: Checked<Buckets>) -> Result<Vec<(String, i64, i64, i64)>> {
+        let (window, bucket) = (millis(b.window), millis(b.bucket));
+        self.read("throughput", move |sql, conn, now| {
+            conn.prepare_cached(&sql.throughput)?
+                .query_map(params![now, window, bucket], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .await
+    }
+
     async fn purge_succeeded(&self, batch: Checked<AgedBatch>) -> Result<u64> {
         let (older_than, limit) = (batch.older_than, batch.limit as i64);
         self.write("purge_succeeded", move |sql, tx, now| {

@@ -35,6 +35,8 @@ pub(crate) struct Sql {
     /// `stats_counts` without the succeeded rows, through the status indexes.
     pub backlog_counts: String,
     pub stats_oldest_due: String,
+    /// ?1 now ?2 window ms ?3 bucket ms.
+    pub throughput: String,
     pub purge_succeeded: String,
     pub inbox_insert: String,
     pub inbox_purge: String,
@@ -196,6 +198,11 @@ impl Sql {
                  GROUP BY event_type, status ORDER BY event_type, status"
             ),
             // ?1 now: how long the oldest due task has been due, in ms
+            throughput: format!(
+                "SELECT event_type, status, (?1 - updated_at) / ?3, COUNT(*)
+                 FROM {t} WHERE status IN (1, 2) AND updated_at >= ?1 - ?2
+                 GROUP BY 1, 2, 3"
+            ),
             stats_oldest_due: format!(
                 "SELECT ?1 - MIN(next_run_at) FROM {t} WHERE status = 0 AND next_run_at <= ?1"
             ),

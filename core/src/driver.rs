@@ -113,6 +113,18 @@ pub struct AgedBatch {
     pub limit: usize,
 }
 
+/// A window of recent time cut into buckets (see [`Driver::throughput`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Buckets {
+    /// How far back: at least one bucket, at most [`MAX_THROUGHPUT_BUCKETS`] buckets and
+    /// [`MAX_INTERVAL`](crate::limits::MAX_INTERVAL).
+    ///
+    /// [`MAX_THROUGHPUT_BUCKETS`]: crate::limits::MAX_THROUGHPUT_BUCKETS
+    pub window: Duration,
+    /// The bucket's width: at least one second.
+    pub bucket: Duration,
+}
+
 /// What a driver's insert did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Inserted {
@@ -389,6 +401,12 @@ pub trait Driver: Send + Sync + 'static {
     /// [`purge_succeeded`](crate::TaskStore::purge_succeeded). Checked: see [`AgedBatch`].
     async fn purge_succeeded(&self, batch: Checked<AgedBatch>) -> Result<u64>;
 
+    /// [`throughput`](crate::TaskStore::throughput): `(event_type, status code, bucket,
+    /// count)` of the succeeded (1) and failed (2) tasks whose `updated_at` is within
+    /// `window` of database time, the bucket being `⌊(now − updated_at) / bucket⌋`
+    /// (core clamps it into the window). Through the `(status, updated_at)` index.
+    async fn throughput(&self, buckets: Checked<Buckets>) -> Result<Vec<(String, i64, i64, i64)>>;
+
     /// [`delete_succeeded`](crate::TaskStore::delete_succeeded). Checked: 1 to
     /// `MAX_BATCH` ids.
     async fn delete_succeeded(&self, ids: Checked<&[TaskId]>) -> Result<u64>;
@@ -560,7 +578,7 @@ pub fn ddl_script(parts: &[&str]) -> String {
 pub mod prelude {
     pub use super::{
         ddl_script, enqueue_on, enqueue_on_blocking, mark_rounds, millis, AgedBatch, Backend,
-        Checked, Claim, Driver, Inserted, RawAudit, RawStats, RawTask, Reset, TaskRow,
+        Buckets, Checked, Claim, Driver, Inserted, RawAudit, RawStats, RawTask, Reset, TaskRow,
         AUDIT_COLUMNS, COLUMNS,
     };
     pub use crate::{

@@ -89,6 +89,34 @@ pub(crate) fn check_duration(operation: &'static str, what: &str, d: Duration) -
     Ok(())
 }
 
+/// Most buckets of a [`TaskStore::throughput`](crate::TaskStore::throughput) window.
+pub const MAX_THROUGHPUT_BUCKETS: u128 = 1440;
+
+/// Check a throughput window: a bucket of at least one second, a window of at least one
+/// bucket, at most [`MAX_THROUGHPUT_BUCKETS`] buckets and [`MAX_INTERVAL`].
+pub(crate) fn check_buckets(
+    operation: &'static str,
+    window: Duration,
+    bucket: Duration,
+) -> Result<()> {
+    check_duration(operation, "window", window)?;
+    if bucket < Duration::from_secs(1) || window < bucket {
+        return Err(Error::invalid_input(
+            operation,
+            format!("the bucket must be at least 1s and at most the window, got {bucket:?} of {window:?}"),
+        ));
+    }
+    if window.as_millis().div_ceil(bucket.as_millis()) > MAX_THROUGHPUT_BUCKETS {
+        return Err(Error::invalid_input(
+            operation,
+            format!(
+                "at most {MAX_THROUGHPUT_BUCKETS} buckets, got {window:?} in buckets of {bucket:?}"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Check a batch `limit` is at most [`MAX_BATCH`] (0 is allowed and means "nothing").
 pub(crate) fn check_limit(operation: &'static str, limit: usize) -> Result<()> {
     if limit > MAX_BATCH {

@@ -810,6 +810,22 @@ pub struct StatusCount {
     pub count: u64,
 }
 
+/// Tasks finished in one bucket of a window (see
+/// [`TaskStore::throughput`](crate::TaskStore::throughput)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Throughput {
+    /// The event type.
+    pub event_type: String,
+    /// [`Status::Succeeded`] or [`Status::Failed`] (parked for good).
+    pub status: Status,
+    /// Which bucket: 0 is the most recent (`[now − bucket, now]`), 1 the one before…
+    pub bucket: u32,
+    /// How many tasks of this event type reached this status in the bucket (and have not
+    /// changed since).
+    pub count: u64,
+}
+
 /// The answer of [`TaskStore::stats`].
 ///
 /// [`TaskStore::stats`]: crate::TaskStore::stats

@@ -6,13 +6,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::driver::{
-    check_task, enqueued, AgedBatch, Backend, Checked, Claim, Driver, RawStats, RawTask, Reset,
+    check_task, enqueued, AgedBatch, Backend, Buckets, Checked, Claim, Driver, RawStats, RawTask,
+    Reset,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::limits;
 use crate::model::{
     Audit, AuditEntry, Enqueued, Lease, Mark, MarkAction, NewTask, Owner, Recycled, Stats, Status,
-    StatusCount, Task, TaskFilter, TaskId,
+    StatusCount, Task, TaskFilter, TaskId, Throughput,
 };
 
 /// Storage of tasks: the local message table.
@@ -209,6 +210,16 @@ pub trait TaskStore: Send + Sync + 'static {
     /// rows retained (10 million cost what none do). `count(Succeeded)` is 0 here.
     async fn backlog(&self) -> Result<Stats>;
 
+    /// Tasks finished (succeeded, or failed for good) in the last `window` of database
+    /// time, counted per event type, status and `bucket` (0 the most recent) — a console's
+    /// throughput chart. Only non-zero counts are returned, ordered by event type, status
+    /// and bucket. A task counts where its `updated_at` falls, so one reset and finished
+    /// again counts once, at its last finish. Read through the `(status, updated_at)`
+    /// index: the cost follows the tasks finished in the window, not the rows retained.
+    /// `InvalidInput` unless `1s ≤ bucket ≤ window`, at most
+    /// [`MAX_THROUGHPUT_BUCKETS`](crate::limits::MAX_THROUGHPUT_BUCKETS) buckets.
+    async fn throughput(&self, window: Duration, bucket: Duration) -> Result<Vec<Throughput>>;
+
     /// Delete up to `limit` succeeded tasks whose `updated_at` is older than
     /// `older_than` (retention); returns how many were deleted. Never touches a task in
     /// any other status.
@@ -329,6 +340,9 @@ impl<S: TaskStore + ?Sized> TaskStore for std::sync::Arc<S> {
     }
     async fn backlog(&self) -> Result<Stats> {
         (**self).backlog().await
+    }
+    async fn throughput(&self, window: Duration, bucket: Duration) -> Result<Vec<Throughput>> {
+        (**self).throughput(window, bucket).await
     }
     async fn purge_succeeded(&self, older_than: Duration, limit: usize) -> Result<u64> {
         (**self).purge_succeeded(older_than, limit).await
@@ -560,6 +574,32 @@ impl<B: Backend + ?Sized> TaskStore for B {
     async fn backlog(&self) -> Result<Stats> {
         let d = self.driver();
         decode_stats(run(d, "backlog", || d.stats(true)).await?)
+    }
+
+    async fn throughput(&self, window: Duration, bucket: Duration) -> Result<Vec<Throughput>> {
+        const OP: &str = "throughput";
+        limits::check_buckets(OP, window, bucket)?;
+        let last = u32::try_from(window.as_millis().div_ceil(bucket.as_millis()) - 1).unwrap_or(0);
+        let d = self.driver();
+        let buckets = Checked::new(Buckets { window, bucket });
+        let rows = run(d, OP, || d.throughput(buckets)).await?;
+        // rows on a bucket's edge (or a clock step) may land one bucket out: clamp, merge
+        let mut merged: std::collections::BTreeMap<(String, i64, u32), u64> = Default::default();
+        for (event_type, code, bucket, count) in rows {
+            let b = u32::try_from(bucket.max(0)).unwrap_or(u32::MAX).min(last);
+            *merged.entry((event_type, code, b)).or_default() += u64::try_from(count).unwrap_or(0);
+        }
+        merged
+            .into_iter()
+            .map(|((event_type, code, bucket), count)| {
+                Ok(Throughput {
+                    event_type,
+                    status: Status::from_code(code)?,
+                    bucket,
+                    count,
+                })
+            })
+            .collect()
     }
 
     async fn purge_succeeded(&self, older_than: Duration, limit: usize) -> Result<u64> {

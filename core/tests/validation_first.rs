@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use backstop_core::driver::{
-    AgedBatch, Backend, Checked, Claim, Driver, Inserted, RawAudit, RawStats, RawTask, Reset,
+    AgedBatch, Backend, Buckets, Checked, Claim, Driver, Inserted, RawAudit, RawStats, RawTask,
+    Reset,
 };
 use backstop_core::limits::{
     MAX_BATCH, MAX_ERROR_BYTES, MAX_EVENT_TYPES, MAX_EVENT_TYPE_BYTES, MAX_INTERVAL, MAX_LEASES,
@@ -167,6 +168,12 @@ impl Driver for Tripwire {
         self.called();
         Ok(RawStats::default())
     }
+    async fn throughput(&self, b: Checked<Buckets>) -> Result<Vec<(String, i64, i64, i64)>> {
+        self.called();
+        age_ok(b.window);
+        assert!(b.bucket >= Duration::from_secs(1) && b.bucket <= b.window);
+        Ok(Vec::new())
+    }
     async fn purge_succeeded(&self, batch: Checked<AgedBatch>) -> Result<u64> {
         self.called();
         age_ok(batch.older_than);
@@ -310,6 +317,15 @@ async fn invalid_input_reaches_no_driver() {
         s.delete_succeeded(&vec![1; MAX_BATCH + 1]).await,
         "delete_succeeded",
     );
+    let (sec, hour) = (Duration::from_secs(1), Duration::from_secs(3600));
+    for (window, bucket) in [
+        (hour, Duration::from_millis(999)), // bucket under a second
+        (sec, Duration::from_secs(2)),      // bucket wider than the window
+        (Duration::from_secs(1441), sec),   // too many buckets
+        (too_old, too_old),
+    ] {
+        refused(s.throughput(window, bucket).await, "throughput");
+    }
     assert_eq!(s.calls(), 0, "bad input reached the driver");
 }
 
@@ -380,5 +396,8 @@ async fn input_at_the_limits_reaches_the_driver_checked() {
     let at_limits = Audit::new("o".repeat(MAX_OPERATOR_BYTES), "r".repeat(MAX_REASON_BYTES));
     let missing = s.cancel(1, &at_limits).await.unwrap_err();
     assert_eq!(missing.kind(), ErrorKind::NotFound);
-    assert_eq!(s.calls(), 10);
+    let sec = Duration::from_secs(1);
+    s.throughput(Duration::from_secs(1440), sec).await.unwrap();
+    s.throughput(sec, sec).await.unwrap();
+    assert_eq!(s.calls(), 12);
 }

@@ -350,6 +350,13 @@ impl<S: TaskStore> TaskStore for Gate<S> {
     async fn backlog(&self) -> backstop_core::Result<backstop_core::Stats> {
         self.inner.backlog().await
     }
+    async fn throughput(
+        &self,
+        window: Duration,
+        bucket: Duration,
+    ) -> backstop_core::Result<Vec<backstop_core::Throughput>> {
+        self.inner.throughput(window, bucket).await
+    }
     async fn purge_succeeded(
         &self,
         older_than: Duration,

@@ -200,3 +200,58 @@ pub async fn backlog_counts_every_status_but_succeeded<H: Harness>(ctx: &Ctx<H>)
         s.oldest_due_pending.map(|a| a.as_secs())
     );
 }
+
+/// throughput: tasks finished (succeeded, failed) per event type, status and bucket of
+/// the window, by `updated_at`; pending, running and cancelled ones and those finished
+/// before the window are not counted.
+pub async fn throughput_counts_finished_tasks_per_bucket<H: Harness>(ctx: &Ctx<H>) {
+    let minute = MINUTE;
+    let finish = |event_type: &'static str, key: String, ok: bool, ago: Duration| async move {
+        let id = ctx.enqueue(event_type, &key).await;
+        let l = ctx.grab(id).await.lease();
+        let mark = if ok {
+            Mark::success(l)
+        } else {
+            Mark::fail(l, "boom")
+        };
+        assert_eq!(ctx.store.mark(&[mark]).await.unwrap(), vec![true]);
+        if !ago.is_zero() {
+            ctx.backdate(id, TimeColumn::UpdatedAt, ago).await;
+        }
+    };
+    for i in 0..3 {
+        finish("PAY", format!("now{i}"), true, Duration::ZERO).await;
+    }
+    finish("PAY", "fail-now".into(), false, Duration::ZERO).await;
+    finish("PAY", "two-min".into(), true, 2 * minute + minute / 2).await;
+    finish("SHIP", "nine-min".into(), true, 9 * minute + minute / 2).await;
+    finish("SHIP", "too-old".into(), true, 11 * minute).await;
+    ctx.enqueue("SHIP", "pending").await;
+    let running = ctx.enqueue("SHIP", "running").await;
+    ctx.grab(running).await;
+
+    let got = ctx.store.throughput(10 * minute, minute).await.unwrap();
+    let seen: Vec<(&str, Status, u32, u64)> = got
+        .iter()
+        .map(|t| (t.event_type.as_str(), t.status, t.bucket, t.count))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            ("PAY", Status::Succeeded, 0, 3),
+            ("PAY", Status::Succeeded, 2, 1),
+            ("PAY", Status::Failed, 0, 1),
+            ("SHIP", Status::Succeeded, 9, 1),
+        ]
+    );
+    // one bucket for the whole window
+    let whole = ctx.store.throughput(HOUR, HOUR).await.unwrap();
+    let total: u64 = whole.iter().map(|t| t.count).sum();
+    assert_eq!(total, 7);
+    assert!(whole.iter().all(|t| t.bucket == 0));
+    assert_kind(
+        ctx.store.throughput(minute, HOUR).await,
+        ErrorKind::InvalidInput,
+        "at most the window",
+    );
+}
