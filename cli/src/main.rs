@@ -7,6 +7,7 @@
 //! backstop --url URL tasks reset --event-type SEND_EMAIL --status failed
 //! backstop --url URL migrate
 //! backstop --url URL schema
+//! BACKSTOP_CONSOLE_TOKEN=… backstop --url URL serve --listen 127.0.0.1:8080
 //! ```
 //!
 //! Exit codes (stable, for scripts): see [`Exit`].
@@ -21,8 +22,10 @@ use backstop::{
 };
 use clap::{Args, Parser, Subcommand};
 
+mod serve;
+
 /// The operator's command line of backstop: see what is stuck and why, reset, cancel or
-/// delete tasks, print counts and the schema.
+/// delete tasks, print counts and the schema, run the web console.
 ///
 /// Exit codes: 0 done; 1 the database failed (connect, query); 2 bad usage or input;
 /// 3 no such task; 4 the task's state does not allow the action; 5 declined at the
@@ -65,6 +68,10 @@ enum Command {
     Migrate,
     /// Print the DDL `migrate` runs for the URL's backend (nothing is connected).
     Schema,
+    /// Run the web console (and /metrics) standalone. The admin token is read from
+    /// BACKSTOP_CONSOLE_TOKEN (audited as BACKSTOP_CONSOLE_OPERATOR, default console), a
+    /// read-only token from BACKSTOP_CONSOLE_READ_TOKEN; it refuses to start without one.
+    Serve(serve::ServeArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -242,6 +249,7 @@ async fn run(cli: Cli) -> Outcome {
             }
             Ok(())
         }
+        Command::Serve(args) => serve::run(store, args).await,
         Command::Stats { all } => {
             let stats = if all {
                 store.stats().await?

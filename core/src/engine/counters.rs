@@ -3,6 +3,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::{Stats, Status};
+
 /// A snapshot of what one engine instance has done since it started.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -50,7 +52,7 @@ pub struct EngineCounters {
 }
 
 macro_rules! counters {
-    ($($field:ident => $metric:literal),+ $(,)?) => {
+    ($($field:ident => $metric:literal: $help:literal),+ $(,)?) => {
         #[derive(Default)]
         pub(crate) struct Counters { $($field: AtomicU64,)+ }
 
@@ -66,28 +68,139 @@ macro_rules! counters {
                 EngineCounters { $($field: self.$field.load(Ordering::Relaxed),)+ }
             }
         }
+
+        /// The counters' names and help texts.
+        const COUNTERS: &[(&str, &str)] = &[$(($metric, $help),)+];
     };
 }
 
 counters! {
-    enqueued => "backstop_enqueued_total",
-    run_ahead => "backstop_run_ahead_total",
-    polled => "backstop_polled_total",
-    succeeded => "backstop_succeeded_total",
-    skipped => "backstop_skipped_total",
-    retried => "backstop_retried_total",
-    failed => "backstop_failed_total",
-    rejected => "backstop_rejected_total",
-    released => "backstop_released_total",
-    recycled => "backstop_recycled_total",
-    stale_completions => "backstop_stale_completions_total",
-    leases_lost => "backstop_leases_lost_total",
-    panics => "backstop_panics_total",
-    timeouts => "backstop_timeouts_total",
-    store_errors => "backstop_store_errors_total",
-    wakeups => "backstop_wakeups_total",
-    notified => "backstop_notified_total",
-    notifier_errors => "backstop_notifier_errors_total",
+    enqueued => "backstop_enqueued_total": "Tasks created, by any path (counted by the store; a rolled-back transaction's too).",
+    run_ahead => "backstop_run_ahead_total": "Tasks claimed by a run-ahead after their commit.",
+    polled => "backstop_polled_total": "Tasks claimed by the poller.",
+    succeeded => "backstop_succeeded_total": "Attempts that succeeded (skips included).",
+    skipped => "backstop_skipped_total": "Attempts skipped because pre_check_skip found the business done.",
+    retried => "backstop_retried_total": "Failed attempts scheduled for a retry.",
+    failed => "backstop_failed_total": "Tasks parked as failed (permanent error or attempts exhausted).",
+    rejected => "backstop_rejected_total": "Run-aheads refused because the event type's executor was full (the poller runs them later).",
+    released => "backstop_released_total": "Tasks given back without spending an attempt (shutdown).",
+    recycled => "backstop_recycled_total": "Tasks of dead workers recycled by the sweep (event_type=\"*\").",
+    stale_completions => "backstop_stale_completions_total": "Completions refused because the lease was no longer current.",
+    leases_lost => "backstop_leases_lost_total": "Heartbeats that found the lease gone.",
+    panics => "backstop_panics_total": "Attempts whose handler panicked.",
+    timeouts => "backstop_timeouts_total": "Attempts abandoned at the handler timeout.",
+    store_errors => "backstop_store_errors_total": "Store errors met by the engine (claims, marks, heartbeats, counts).",
+    wakeups => "backstop_wakeups_total": "Wake-ups received from the notifier.",
+    notified => "backstop_notified_total": "Announcements made through the notifier.",
+    notifier_errors => "backstop_notifier_errors_total": "Notifier failures: announcements that failed, listener connections lost.",
+}
+
+/// The gauges and histograms the engine records, with their help texts (see
+/// [`describe_metrics`]).
+const OTHERS: &[(&str, &str, Kind)] = &[
+    (
+        "backstop_tasks",
+        "Tasks per event type and status (every status but succeeded), from the backlog counts.",
+        Kind::Gauge,
+    ),
+    (
+        "backstop_tasks_total",
+        "Tasks per status (every status but succeeded), from the backlog counts.",
+        Kind::Gauge,
+    ),
+    (
+        "backstop_oldest_due_pending_seconds",
+        "How long the oldest due pending task has been waiting.",
+        Kind::Gauge,
+    ),
+    (
+        "backstop_purged_total",
+        "Succeeded tasks purged after the retention period.",
+        Kind::Counter,
+    ),
+    (
+        "backstop_run_ahead_latency_seconds",
+        "From a task's creation to its run-ahead start.",
+        Kind::Histogram,
+    ),
+    (
+        "backstop_start_delay_seconds",
+        "From when a task was due to when its attempt started (run-ahead or poll).",
+        Kind::Histogram,
+    ),
+    (
+        "backstop_handler_duration_seconds",
+        "How long handlers ran.",
+        Kind::Histogram,
+    ),
+];
+
+enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+/// Describe every metric the engine and the stores record (help texts, and the unit of
+/// the `_seconds` ones) to the installed `metrics` recorder. Call it once after
+/// installing the recorder (`backstop-console`'s Prometheus setup does). Labels:
+/// `event_type` on the counters and histograms (`"*"` where a count spans types),
+/// `event_type` and `status` on `backstop_tasks`, `status` on `backstop_tasks_total`;
+/// never task ids or business keys.
+pub fn describe_metrics() {
+    for (name, help) in COUNTERS {
+        metrics::describe_counter!(*name, *help);
+    }
+    for (name, help, kind) in OTHERS {
+        match kind {
+            Kind::Counter => metrics::describe_counter!(*name, *help),
+            Kind::Gauge if name.ends_with("_seconds") => {
+                metrics::describe_gauge!(*name, metrics::Unit::Seconds, *help)
+            }
+            Kind::Gauge => metrics::describe_gauge!(*name, *help),
+            Kind::Histogram => metrics::describe_histogram!(*name, metrics::Unit::Seconds, *help),
+        }
+    }
+}
+
+/// Records a store's backlog counts ([`TaskStore::backlog`](crate::TaskStore::backlog))
+/// as the gauges `backstop_tasks{event_type, status}`, `backstop_tasks_total{status}` and
+/// `backstop_oldest_due_pending_seconds`. It remembers the label pairs it set, so a count
+/// that drops out of the answer (the last failed task of a type reset) reads 0, not its
+/// old value.
+#[derive(Debug, Default)]
+pub struct BacklogGauges {
+    seen: std::collections::BTreeSet<(String, Status)>,
+}
+
+impl BacklogGauges {
+    /// Set the gauges from `stats`.
+    pub fn record(&mut self, stats: &Stats) {
+        let mut now = std::collections::BTreeSet::new();
+        for c in &stats.counts {
+            if c.status == Status::Succeeded {
+                continue;
+            }
+            metrics::gauge!("backstop_tasks", "event_type" => c.event_type.clone(), "status" => c.status.to_string())
+                .set(c.count as f64);
+            now.insert((c.event_type.clone(), c.status));
+        }
+        for (event_type, status) in self.seen.difference(&now) {
+            metrics::gauge!("backstop_tasks", "event_type" => event_type.clone(), "status" => status.to_string())
+                .set(0.0);
+        }
+        self.seen = now;
+        for s in Status::ALL.into_iter().filter(|s| *s != Status::Succeeded) {
+            metrics::gauge!("backstop_tasks_total", "status" => s.to_string())
+                .set(stats.count(s) as f64);
+        }
+        metrics::gauge!("backstop_oldest_due_pending_seconds").set(
+            stats
+                .oldest_due_pending
+                .map(|d| d.as_secs_f64())
+                .unwrap_or(0.0),
+        );
+    }
 }
 
 impl Counters {

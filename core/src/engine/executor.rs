@@ -104,6 +104,10 @@ async fn run<S: TaskStore + Clone>(
         tracing::debug!("shutdown before the task started: releasing it");
         return Outcome::Released;
     };
+    let now = chrono::Utc::now();
+    let waited = (now - task.next_run_at).to_std().unwrap_or_default();
+    metrics::histogram!("backstop_start_delay_seconds", "event_type" => exec.event_type.clone())
+        .record(waited.as_secs_f64());
     if origin == Origin::RunAhead {
         let latency = (chrono::Utc::now() - task.created_at)
             .to_std()

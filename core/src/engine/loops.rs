@@ -131,6 +131,7 @@ pub(crate) async fn poller<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
     // that start together (a deploy) would all count at once the backlog they are about
     // to drain.
     let mut last_gauges: Option<Instant> = None;
+    let mut gauges = crate::BacklogGauges::default();
     loop {
         let mut round = loop {
             let due = shared.next_due().filter(|d| *d < next_tick);
@@ -162,9 +163,9 @@ pub(crate) async fn poller<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
                 None => return,
             };
             let gauges_due = last_gauges.get_or_insert_with(Instant::now);
-            if gauges_due.elapsed() >= cfg.gauge_interval {
+            if cfg.backlog_gauges && gauges_due.elapsed() >= cfg.gauge_interval {
                 last_gauges = Some(Instant::now());
-                update_gauges(&shared).await;
+                update_gauges(&shared, &mut gauges).await;
             }
             if poll_again {
                 tokio::task::yield_now().await;
@@ -310,28 +311,12 @@ pub(crate) async fn listener<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
 
 /// Backlog gauges from the store's backlog counts (every status but succeeded: their
 /// cost follows the backlog, not the succeeded rows retained).
-async fn update_gauges<S: TaskStore + Clone>(shared: &Shared<S>) {
+async fn update_gauges<S: TaskStore + Clone>(
+    shared: &Shared<S>,
+    gauges: &mut crate::BacklogGauges,
+) {
     match shared.store.backlog().await {
-        Ok(stats) => {
-            for c in &stats.counts {
-                metrics::gauge!(
-                    "backstop_tasks",
-                    "event_type" => c.event_type.clone(),
-                    "status" => c.status.to_string()
-                )
-                .set(c.count as f64);
-            }
-            for s in Status::ALL.into_iter().filter(|s| *s != Status::Succeeded) {
-                metrics::gauge!("backstop_tasks_total", "status" => s.to_string())
-                    .set(stats.count(s) as f64);
-            }
-            metrics::gauge!("backstop_oldest_due_pending_seconds").set(
-                stats
-                    .oldest_due_pending
-                    .map(|d| d.as_secs_f64())
-                    .unwrap_or(0.0),
-            );
-        }
+        Ok(stats) => gauges.record(&stats),
         Err(e) => {
             shared.counters.store_errors("*");
             tracing::debug!(error = %e, "backlog counts failed");

@@ -36,7 +36,7 @@ use async_trait::async_trait;
 use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::JoinHandle;
 
-pub use counters::EngineCounters;
+pub use counters::{describe_metrics, BacklogGauges, EngineCounters};
 pub use handler::{
     handler_fn, ErrorAction, FnHandler, Handler, HandlerError, HandlerOptions, Json, JsonHandler,
 };
@@ -105,6 +105,11 @@ pub struct EngineConfig {
     /// rows retained); the interval keeps them well apart from a short poll interval, and
     /// instances started together do not all count the backlog they are about to drain.
     pub gauge_interval: Duration,
+    /// Whether this instance refreshes the backlog gauges (default true). The counts are
+    /// the database's, not the instance's, so one refresher per database is enough: turn
+    /// them off on every instance but one, or on all of them when the console's
+    /// `/metrics` exports them (it refreshes them itself, at most every 15 s).
+    pub backlog_gauges: bool,
     /// Most finished attempts whose outcomes (marks) may wait to be written at once
     /// (default 4096). Past it the poller claims no more until marks are applied, so an
     /// engine whose store writes stall stops taking work instead of piling up outcomes:
@@ -129,6 +134,7 @@ impl Default for EngineConfig {
             purge_interval: Duration::from_secs(3600),
             purge_batch: 500,
             gauge_interval: Duration::from_secs(15),
+            backlog_gauges: true,
             max_unmarked: 4096,
         }
     }
@@ -160,6 +166,8 @@ impl EngineConfig {
         purge_batch: usize,
         /// See [`gauge_interval`](Self::gauge_interval).
         gauge_interval: Duration,
+        /// See [`backlog_gauges`](Self::backlog_gauges).
+        backlog_gauges: bool,
         /// See [`max_unmarked`](Self::max_unmarked).
         max_unmarked: usize,
     }

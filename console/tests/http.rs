@@ -1,0 +1,570 @@
+//! The console over HTTP (the real router, requests through tower): access (deny by
+//! default, 401 without a token, read-only refused every change), CSRF and same-origin
+//! checks, every action by id and in bulk with its audit entry, mounting under a prefix,
+//! sign-in cookies and the redaction hook. Against a real SQLite store.
+#![allow(clippy::expect_used, clippy::unwrap_used)] // test code
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{header, Method, Request, StatusCode};
+use axum::Router;
+use backstop_console::{Access, Console, TokenAuth};
+use backstop_core::{NewTask, Owner, RetryPolicy, Status, TaskStore, TaskStoreExt};
+use backstop_sqlite::SqliteStore;
+use tower::ServiceExt;
+
+const ADMIN: &str = "admin-token-0123456789";
+const READ: &str = "read-token-0123456789";
+
+struct Fixture {
+    store: SqliteStore,
+    _dir: tempfile::TempDir,
+}
+
+async fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("console.db"))
+        .await
+        .unwrap();
+    store.migrate().await.unwrap();
+    Fixture { store, _dir: dir }
+}
+
+impl Fixture {
+    fn console(&self) -> Console<SqliteStore> {
+        Console::new(self.store.clone()).authorizer(
+            TokenAuth::default()
+                .admin(ADMIN, "alice")
+                .unwrap()
+                .read_only(READ)
+                .unwrap(),
+        )
+    }
+
+    async fn failed(&self, event_type: &str, key: &str, error: &str) -> i64 {
+        let e = self
+            .store
+            .enqueue(
+                NewTask::new(event_type, key)
+                    .json(&serde_json::json!({"email": "ada@example.com"}))
+                    .retry(RetryPolicy::fixed(1, Duration::from_secs(1))),
+            )
+            .await
+            .unwrap();
+        let t = self
+            .store
+            .grab_by_id(e.id, &Owner::generate())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(self.store.mark_fail(t.lease(), error).await.unwrap());
+        e.id
+    }
+
+    async fn status(&self, id: i64) -> Option<Status> {
+        self.store.get(id).await.unwrap().map(|t| t.status)
+    }
+}
+
+/// A response: status, headers we look at, body text.
+struct Got {
+    status: StatusCode,
+    location: Option<String>,
+    cookie: Option<String>,
+    body: String,
+}
+
+async fn send(app: &Router, req: Request<Body>) -> Got {
+    let resp = app.clone().oneshot(req).await.unwrap();
+    let status = resp.status();
+    let header_text = |h| {
+        resp.headers()
+            .get(h)
+            .map(|v: &axum::http::HeaderValue| v.to_str().unwrap().to_owned())
+    };
+    let (location, cookie) = (
+        header_text(header::LOCATION),
+        header_text(header::SET_COOKIE),
+    );
+    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 22)
+        .await
+        .unwrap();
+    Got {
+        status,
+        location,
+        cookie,
+        body: String::from_utf8_lossy(&bytes).into_owned(),
+    }
+}
+
+fn get(path: &str, token: Option<&str>) -> Request<Body> {
+    let mut r = Request::builder()
+        .method(Method::GET)
+        .uri(path)
+        .header(header::HOST, "ops.test");
+    if let Some(t) = token {
+        r = r.header(header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    r.body(Body::empty()).unwrap()
+}
+
+fn post(path: &str, token: Option<&str>, form: &[(&str, &str)]) -> Request<Body> {
+    let body = serde_urlencoded::to_string(form).unwrap();
+    let mut r = Request::builder()
+        .method(Method::POST)
+        .uri(path)
+        .header(header::HOST, "ops.test")
+        .header(header::ORIGIN, "http://ops.test")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+    if let Some(t) = token {
+        r = r.header(header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    r.body(Body::from(body)).unwrap()
+}
+
+/// The CSRF token a page's form carries.
+fn csrf(page: &str) -> String {
+    let at = page
+        .find("name=csrf value=\"")
+        .expect("a form with a CSRF token")
+        + "name=csrf value=\"".len();
+    page[at..].split('"').next().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn denies_by_default_and_without_a_token() {
+    let f = fixture().await;
+    let id = f.failed("SEND_EMAIL", "order-1", "smtp down").await;
+    // no authorizer: nobody
+    let closed = Console::new(f.store.clone()).router();
+    assert_eq!(
+        send(&closed, get("/", Some(ADMIN))).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    let app = f.console().router();
+    for path in [
+        "/",
+        "/tasks",
+        &format!("/tasks/{id}"),
+        &format!("/tasks/{id}/confirm/reset"),
+        "/bulk?action=reset&status=failed",
+        "/metrics",
+    ] {
+        for token in [None, Some("wrong-token-0123456789")] {
+            let got = send(&app, get(path, token)).await;
+            assert_eq!(got.status, StatusCode::UNAUTHORIZED, "{path} {token:?}");
+            assert!(
+                got.body.contains("Sign in") && !got.body.contains("smtp down"),
+                "{path}"
+            );
+        }
+    }
+    let got = send(
+        &app,
+        post(
+            &format!("/tasks/{id}/reset"),
+            None,
+            &[("csrf", "x"), ("reason", "")],
+        ),
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::UNAUTHORIZED);
+    let got = send(
+        &app,
+        post("/bulk", None, &[("action", "reset"), ("status", "failed")]),
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(f.status(id).await, Some(Status::Failed));
+    // the sign-in page and the stylesheet are public
+    assert_eq!(send(&app, get("/login", None)).await.status, StatusCode::OK);
+    let css = send(&app, get("/assets/style.css", None)).await;
+    assert!(css.status == StatusCode::OK && css.body.contains(".status.failed"));
+}
+
+#[tokio::test]
+async fn read_only_sees_everything_and_changes_nothing() {
+    let f = fixture().await;
+    let id = f
+        .failed("SEND_EMAIL", "order-1", "smtp: connection refused")
+        .await;
+    let app = f.console().router();
+    let overview = send(&app, get("/", Some(READ))).await;
+    assert_eq!(overview.status, StatusCode::OK);
+    assert!(overview.body.contains("SEND_EMAIL") && overview.body.contains("read-only"));
+    let list = send(&app, get("/tasks?status=failed", Some(READ))).await;
+    assert!(list.body.contains("smtp: connection refused") && !list.body.contains("Bulk actions"));
+    let detail = send(&app, get(&format!("/tasks/{id}"), Some(READ))).await;
+    assert_eq!(detail.status, StatusCode::OK);
+    assert!(detail.body.contains("ada@example.com") && !detail.body.contains("/confirm/"));
+    assert_eq!(
+        send(&app, get(&format!("/tasks/{id}/confirm/reset"), Some(READ)))
+            .await
+            .status,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        send(&app, get("/bulk?action=reset&status=failed", Some(READ)))
+            .await
+            .status,
+        StatusCode::FORBIDDEN
+    );
+    // whatever token a read-only caller sends, no change is made
+    let token = "0".repeat(32);
+    let got = send(
+        &app,
+        post(
+            &format!("/tasks/{id}/reset"),
+            Some(READ),
+            &[("csrf", &token), ("reason", "")],
+        ),
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::FORBIDDEN);
+    let got = send(
+        &app,
+        post(
+            "/bulk",
+            Some(READ),
+            &[("action", "reset"), ("status", "failed"), ("csrf", &token)],
+        ),
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::FORBIDDEN);
+    assert_eq!(f.status(id).await, Some(Status::Failed));
+    assert!(f.store.audit_log(id).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn every_change_needs_the_csrf_token_and_the_same_origin() {
+    let f = fixture().await;
+    let id = f.failed("SEND_EMAIL", "order-1", "smtp down").await;
+    let app = f.console().router();
+    let page = send(
+        &app,
+        get(&format!("/tasks/{id}/confirm/reset"), Some(ADMIN)),
+    )
+    .await;
+    assert_eq!(page.status, StatusCode::OK);
+    let token = csrf(&page.body);
+    let path = format!("/tasks/{id}/reset");
+    for form in [
+        vec![("reason", "x")],
+        vec![("csrf", "0000"), ("reason", "x")],
+    ] {
+        assert_eq!(
+            send(&app, post(&path, Some(ADMIN), &form)).await.status,
+            StatusCode::FORBIDDEN
+        );
+    }
+    let mut evil = post(&path, Some(ADMIN), &[("csrf", &token)]);
+    evil.headers_mut()
+        .insert(header::ORIGIN, "https://evil.example".parse().unwrap());
+    assert_eq!(send(&app, evil).await.status, StatusCode::FORBIDDEN);
+    let mut cross = post(&path, Some(ADMIN), &[("csrf", &token)]);
+    cross
+        .headers_mut()
+        .insert("sec-fetch-site", "cross-site".parse().unwrap());
+    assert_eq!(send(&app, cross).await.status, StatusCode::FORBIDDEN);
+    let bulk = send(
+        &app,
+        post(
+            "/bulk",
+            Some(ADMIN),
+            &[("action", "reset"), ("status", "failed"), ("csrf", "0000")],
+        ),
+    )
+    .await;
+    assert_eq!(bulk.status, StatusCode::FORBIDDEN);
+    assert_eq!(f.status(id).await, Some(Status::Failed));
+    // the token of one operator is not another's
+    let other = Console::new(f.store.clone())
+        .authorizer(|_: &axum::http::request::Parts| Access::Admin {
+            operator: "mallory".into(),
+        })
+        .router();
+    let theirs = csrf(
+        &send(&other, get(&format!("/tasks/{id}/confirm/reset"), None))
+            .await
+            .body,
+    );
+    assert_ne!(theirs, token);
+    // and with all of it, the change is made
+    let ok = send(
+        &app,
+        post(
+            &path,
+            Some(ADMIN),
+            &[("csrf", &token), ("reason", "smtp fixed")],
+        ),
+    )
+    .await;
+    assert_eq!(ok.status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        ok.location.as_deref(),
+        Some(format!("/tasks/{id}?done=reset").as_str())
+    );
+    assert_eq!(f.status(id).await, Some(Status::Pending));
+}
+
+#[tokio::test]
+async fn every_action_by_id_and_in_bulk_is_applied_and_audited() {
+    let f = fixture().await;
+    let app = f.console().router();
+    let a = f.failed("SEND_EMAIL", "a", "smtp down").await;
+    let b = f.failed("SEND_EMAIL", "b", "smtp down").await;
+    let c = f.failed("CHARGE", "c", "card declined").await;
+    let p = f
+        .store
+        .enqueue(NewTask::new("SEND_EMAIL", "p"))
+        .await
+        .unwrap()
+        .id;
+    let token = csrf(
+        &send(&app, get(&format!("/tasks/{a}/confirm/reset"), Some(ADMIN)))
+            .await
+            .body,
+    );
+
+    // by id: cancel, reset, delete (with their confirmation pages)
+    for (id, action, after) in [
+        (p, "cancel", Some(Status::Cancelled)),
+        (p, "reset", Some(Status::Pending)),
+        (p, "cancel", Some(Status::Cancelled)),
+        (p, "delete", None),
+    ] {
+        let confirm = send(
+            &app,
+            get(&format!("/tasks/{id}/confirm/{action}"), Some(ADMIN)),
+        )
+        .await;
+        assert_eq!(confirm.status, StatusCode::OK, "{action}: {}", confirm.body);
+        let got = send(
+            &app,
+            post(
+                &format!("/tasks/{id}/{action}"),
+                Some(ADMIN),
+                &[("csrf", &token), ("reason", action)],
+            ),
+        )
+        .await;
+        assert_eq!(got.status, StatusCode::SEE_OTHER, "{action}: {}", got.body);
+        assert_eq!(f.status(id).await, after, "{action}");
+    }
+    let log: Vec<(String, String, String)> = f
+        .store
+        .audit_log(p)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.action, e.operator, e.reason))
+        .collect();
+    let want: Vec<(String, String, String)> = ["cancel", "reset", "cancel", "delete"]
+        .iter()
+        .map(|a| (a.to_string(), "alice".into(), a.to_string()))
+        .collect();
+    assert_eq!(log, want);
+    // an action the state does not allow: 409, nothing written
+    let got = send(
+        &app,
+        post(
+            &format!("/tasks/{a}/cancel"),
+            Some(ADMIN),
+            &[("csrf", &token)],
+        ),
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::CONFLICT);
+    assert_eq!(
+        send(
+            &app,
+            get(&format!("/tasks/{a}/confirm/cancel"), Some(ADMIN))
+        )
+        .await
+        .status,
+        StatusCode::CONFLICT
+    );
+    assert_eq!(
+        send(&app, get("/tasks/999999", Some(ADMIN))).await.status,
+        StatusCode::NOT_FOUND
+    );
+
+    // bulk: the confirmation lists the plan and changes nothing
+    let plan = send(
+        &app,
+        get(
+            "/bulk?action=reset&status=failed&event_type=SEND_EMAIL",
+            Some(ADMIN),
+        ),
+    )
+    .await;
+    assert_eq!(plan.status, StatusCode::OK);
+    assert!(
+        plan.body.contains("Reset 2 matching task(s)?"),
+        "{}",
+        plan.body
+    );
+    assert_eq!(
+        (f.status(a).await, f.status(b).await),
+        (Some(Status::Failed), Some(Status::Failed))
+    );
+    let done = send(
+        &app,
+        post(
+            "/bulk",
+            Some(ADMIN),
+            &[
+                ("action", "reset"),
+                ("status", "failed"),
+                ("event_type", "SEND_EMAIL"),
+                ("csrf", &token),
+                ("reason", "smtp back"),
+            ],
+        ),
+    )
+    .await;
+    assert_eq!(done.status, StatusCode::OK);
+    assert!(done.body.contains("Reset 2 task(s)"), "{}", done.body);
+    assert_eq!(
+        (f.status(a).await, f.status(b).await, f.status(c).await),
+        (
+            Some(Status::Pending),
+            Some(Status::Pending),
+            Some(Status::Failed)
+        )
+    );
+    assert_eq!(f.store.audit_log(a).await.unwrap()[0].reason, "smtp back");
+    // bulk cancel, then bulk delete of the cancelled
+    let done = send(
+        &app,
+        post(
+            "/bulk",
+            Some(ADMIN),
+            &[
+                ("action", "cancel"),
+                ("event_type", "SEND_EMAIL"),
+                ("csrf", &token),
+            ],
+        ),
+    )
+    .await;
+    assert!(done.body.contains("Cancelled 2 task(s)"), "{}", done.body);
+    let done = send(
+        &app,
+        post(
+            "/bulk",
+            Some(ADMIN),
+            &[
+                ("action", "delete"),
+                ("status", "cancelled"),
+                ("csrf", &token),
+            ],
+        ),
+    )
+    .await;
+    assert!(done.body.contains("Deleted 2 task(s)"), "{}", done.body);
+    assert_eq!((f.status(a).await, f.status(b).await), (None, None));
+    // a bulk action needs a filter
+    let got = send(
+        &app,
+        post(
+            "/bulk",
+            Some(ADMIN),
+            &[("action", "delete"), ("csrf", &token)],
+        ),
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::BAD_REQUEST);
+    assert_eq!(f.status(c).await, Some(Status::Failed));
+}
+
+#[tokio::test]
+async fn mounts_under_a_prefix_and_signs_in_with_a_cookie() {
+    let f = fixture().await;
+    let id = f.failed("SEND_EMAIL", "order-1", "smtp down").await;
+    let app = Router::new().nest("/ops/backstop", f.console().router());
+    let page = send(&app, get("/ops/backstop", Some(ADMIN))).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(
+        page.body.contains("href=\"/ops/backstop/tasks?")
+            && page.body.contains("/ops/backstop/assets/style.css"),
+        "{}",
+        page.body
+    );
+    let detail = send(&app, get(&format!("/ops/backstop/tasks/{id}"), Some(ADMIN))).await;
+    assert!(detail
+        .body
+        .contains(&format!("/ops/backstop/tasks/{id}/confirm/reset")));
+    // sign in: a wrong token is refused, the right one sets a cookie for the prefix
+    let bad = send(
+        &app,
+        post(
+            "/ops/backstop/login",
+            None,
+            &[("token", "nope-nope-nope-nope")],
+        ),
+    )
+    .await;
+    assert_eq!(bad.status, StatusCode::UNAUTHORIZED);
+    let ok = send(&app, post("/ops/backstop/login", None, &[("token", ADMIN)])).await;
+    assert_eq!(ok.status, StatusCode::SEE_OTHER);
+    let cookie = ok.cookie.expect("a cookie");
+    assert!(
+        cookie.contains("Path=/ops/backstop;")
+            && cookie.contains("HttpOnly")
+            && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    let pair = cookie.split(';').next().unwrap().to_owned();
+    let mut req = get("/ops/backstop/tasks?status=failed", None);
+    req.headers_mut()
+        .insert(header::COOKIE, pair.parse().unwrap());
+    let list = send(&app, req).await;
+    assert_eq!(list.status, StatusCode::OK);
+    assert!(list.body.contains("smtp down"));
+    // the action redirects inside the prefix
+    let confirm = send(
+        &app,
+        get(
+            &format!("/ops/backstop/tasks/{id}/confirm/reset"),
+            Some(ADMIN),
+        ),
+    )
+    .await;
+    let got = send(
+        &app,
+        post(
+            &format!("/ops/backstop/tasks/{id}/reset"),
+            Some(ADMIN),
+            &[("csrf", &csrf(&confirm.body))],
+        ),
+    )
+    .await;
+    assert_eq!(
+        got.location.as_deref(),
+        Some(format!("/ops/backstop/tasks/{id}?done=reset").as_str())
+    );
+}
+
+#[tokio::test]
+async fn the_redaction_hook_decides_what_of_a_payload_is_shown() {
+    let f = fixture().await;
+    let id = f.failed("SEND_EMAIL", "order-1", "smtp down").await;
+    let app = f
+        .console()
+        .redact(|t| {
+            if t.event_type == "SEND_EMAIL" {
+                "{\"email\":\"[redacted]\"}".into()
+            } else {
+                t.payload.clone()
+            }
+        })
+        .router();
+    let detail = send(&app, get(&format!("/tasks/{id}"), Some(ADMIN))).await;
+    assert!(
+        detail.body.contains("[redacted]") && !detail.body.contains("ada@example.com"),
+        "{}",
+        detail.body
+    );
+}
