@@ -177,3 +177,32 @@ start_redis() {
   export BACKSTOP_TEST_REDIS_SERVER="$(command -v redis-server)"
   require redis
 }
+
+# Debian's headless Chromium and its WebDriver, for the console's browser test
+# (cli/tests/browser.rs), installed when missing; `browser` becomes required.
+start_browser() {
+  if ! command -v chromedriver >/dev/null 2>&1 || ! command -v chromium >/dev/null 2>&1; then
+    log "installing chromium and chromium-driver (Debian packages)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+  fi
+  log "browser: $(chromium --version 2>/dev/null | head -n 1), $(chromedriver --version | cut -d' ' -f1-2)"
+  require browser
+}
+
+# promtool (Debian's prometheus package, installed when missing; no service is started),
+# to check and unit-test the alerting rules in deploy/prometheus.
+install_promtool() {
+  if ! command -v promtool >/dev/null 2>&1; then
+    log "installing prometheus (Debian package) for promtool"
+    local made_policy=
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+      printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+      chmod +x /usr/sbin/policy-rc.d
+      made_policy=1
+    fi
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+    [ -n "$made_policy" ] && rm -f /usr/sbin/policy-rc.d
+  fi
+}

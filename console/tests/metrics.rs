@@ -210,6 +210,28 @@ async fn the_scrape_counts_every_path_with_explicit_buckets_and_no_ids() {
     );
 }
 
+/// Every metric the alerting rules use is one backstop records (a renamed metric would
+/// leave a rule silently matching nothing).
+#[test]
+fn the_alerting_rules_use_recorded_metrics() {
+    let rules = include_str!("../../deploy/prometheus/backstop-alerts.yml");
+    let known = backstop_core::metric_names();
+    let mut used = 0;
+    for (i, _) in rules.match_indices("backstop_") {
+        let name: String = rules[i..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let base = name.strip_suffix("_bucket").unwrap_or(&name);
+        assert!(
+            known.contains(&base),
+            "the rules use {name}, which backstop does not record"
+        );
+        used += 1;
+    }
+    assert!(used >= 7, "{used}");
+}
+
 /// Backlog counts while one MAIL task is failed (made and removed again here).
 async fn backlog_with_failed(store: &SqliteStore) -> backstop_core::Stats {
     use backstop_core::{Owner, TaskStoreExt};

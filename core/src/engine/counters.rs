@@ -141,6 +141,16 @@ enum Kind {
     Histogram,
 }
 
+/// The name of every metric the engine and the stores record (the ones
+/// [`describe_metrics`] describes).
+pub fn metric_names() -> Vec<&'static str> {
+    COUNTERS
+        .iter()
+        .map(|(n, _)| *n)
+        .chain(OTHERS.iter().map(|(n, _, _)| *n))
+        .collect()
+}
+
 /// Describe every metric the engine and the stores record (help texts, and the unit of
 /// the `_seconds` ones) to the installed `metrics` recorder. Call it once after
 /// installing the recorder (`backstop-console`'s Prometheus setup does). Labels:

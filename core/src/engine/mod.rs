@@ -36,7 +36,7 @@ use async_trait::async_trait;
 use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::JoinHandle;
 
-pub use counters::{describe_metrics, BacklogGauges, EngineCounters};
+pub use counters::{describe_metrics, metric_names, BacklogGauges, EngineCounters};
 pub use handler::{
     handler_fn, ErrorAction, FnHandler, Handler, HandlerError, HandlerOptions, Json, JsonHandler,
 };
