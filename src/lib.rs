@@ -48,9 +48,9 @@
 pub use backstop_core::{driver, limits};
 // The engine and its handlers.
 pub use backstop_core::{
-    describe_metrics, handler_fn, metric_names, Archive, BacklogGauges, Engine, EngineBuilder,
-    EngineConfig, EngineCounters, ErrorAction, FnHandler, Handler, HandlerError, HandlerOptions,
-    Json, JsonHandler, RunAhead,
+    describe_metrics, handler_fn, is_lease_lost, lease_lost, metric_names, Archive, BacklogGauges,
+    Engine, EngineBuilder, EngineConfig, EngineCounters, ErrorAction, FnHandler, Handler,
+    HandlerError, HandlerOptions, Json, JsonHandler, RunAhead,
 };
 // Wake-ups across processes, and the consumer's inbox.
 pub use backstop_core::{Inbox, Message, Notifier, Processed, Wake, Wakes};

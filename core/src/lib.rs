@@ -21,9 +21,9 @@ mod notify;
 mod store;
 
 pub use engine::{
-    describe_metrics, handler_fn, metric_names, Archive, BacklogGauges, Engine, EngineBuilder,
-    EngineConfig, EngineCounters, ErrorAction, FnHandler, Handler, HandlerError, HandlerOptions,
-    Json, JsonHandler, RunAhead,
+    describe_metrics, handler_fn, is_lease_lost, lease_lost, metric_names, Archive, BacklogGauges,
+    Engine, EngineBuilder, EngineConfig, EngineCounters, ErrorAction, FnHandler, Handler,
+    HandlerError, HandlerOptions, Json, JsonHandler, RunAhead,
 };
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use inbox::{Inbox, Message, Processed};

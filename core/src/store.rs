@@ -157,7 +157,9 @@ pub trait TaskStore: Send + Sync + 'static {
     ///   statement (or one locking transaction), so a claim either comes before (and the
     ///   running task is cancelled) or finds the task cancelled.
     /// - A running task's lease is bumped: its holder's heartbeats and completion are
-    ///   refused, so its outcome is never applied (the handler is not interrupted).
+    ///   refused, so its outcome is never applied. The handler is not interrupted: an
+    ///   engine learns of it at its next heartbeat and tells the handler through
+    ///   [`lease_lost`](crate::lease_lost) (cooperative cancel).
     /// - The audit log gets an entry (`cancel`, operator, reason, database time) in the
     ///   same transaction.
     /// - Returns the task as cancelled. `NotFound` when there is no such task, `Conflict`

@@ -46,7 +46,7 @@ pub(crate) fn dispatch<S: TaskStore + Clone>(
     origin: Origin,
 ) {
     let lease = task.lease();
-    shared.tracker.started(lease);
+    let lost = shared.tracker.started(lease);
     let span = tracing::info_span!(
         "backstop.task",
         task_id = task.id,
@@ -57,7 +57,7 @@ pub(crate) fn dispatch<S: TaskStore + Clone>(
     );
     tokio::spawn(
         async move {
-            let outcome = run(&shared, &exec, &task, origin).await;
+            let outcome = super::attempt::scoped(lost, run(&shared, &exec, &task, origin)).await;
             let mark = outcome_mark(&exec, &task, outcome, &shared.counters);
             if let (crate::model::MarkAction::Retry { delay, .. }, true) =
                 (&mark.action, task.has_attempts_left())

@@ -21,6 +21,7 @@
 //! # Ok(()) }
 //! ```
 
+mod attempt;
 mod completer;
 mod counters;
 mod executor;
@@ -36,6 +37,7 @@ use async_trait::async_trait;
 use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::JoinHandle;
 
+pub use attempt::{is_lease_lost, lease_lost};
 pub use counters::{describe_metrics, metric_names, BacklogGauges, EngineCounters};
 pub use handler::{
     handler_fn, ErrorAction, FnHandler, Handler, HandlerError, HandlerOptions, Json, JsonHandler,

@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
@@ -35,10 +35,40 @@ enum Phase {
     Lost,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Held {
     lease: Lease,
     phase: Phase,
+    /// Raised when a heartbeat finds the lease gone (see [`crate::lease_lost`]).
+    lost: Arc<LeaseSignal>,
+}
+
+/// Raised once, when an attempt's lease is found gone; the handler may wait for it.
+#[derive(Debug, Default)]
+pub(crate) struct LeaseSignal {
+    raised: std::sync::atomic::AtomicBool,
+    notify: Notify,
+}
+
+impl LeaseSignal {
+    pub fn raise(&self) {
+        self.raised.store(true, Ordering::SeqCst);
+        self.notify.notify_waiters();
+    }
+
+    pub fn is_raised(&self) -> bool {
+        self.raised.load(Ordering::SeqCst)
+    }
+
+    pub async fn raised(&self) {
+        loop {
+            let notified = self.notify.notified();
+            if self.is_raised() {
+                return;
+            }
+            notified.await;
+        }
+    }
 }
 
 /// See the [module docs](self).
@@ -89,16 +119,20 @@ impl Tracker {
         ClaimGuard(self)
     }
 
-    /// A claimed task was handed to its executor.
-    pub fn started(&self, lease: Lease) {
+    /// A claimed task was handed to its executor. The signal is raised if a heartbeat
+    /// finds the lease gone while the handler runs.
+    pub fn started(&self, lease: Lease) -> Arc<LeaseSignal> {
         self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let lost = Arc::new(LeaseSignal::default());
         self.held().insert(
             lease.task_id,
             Held {
                 lease,
                 phase: Phase::Running,
+                lost: Arc::clone(&lost),
             },
         );
+        lost
     }
 
     /// The attempt under `lease` ended: its mark is on its way. The executor slot is
@@ -150,6 +184,7 @@ impl Tracker {
         match self.held().get_mut(&lease.task_id) {
             Some(h) if h.lease == lease && h.phase == Phase::Running => {
                 h.phase = Phase::Lost;
+                h.lost.raise();
                 true
             }
             _ => false,

@@ -300,3 +300,75 @@ pub async fn engine_counts_a_lost_lease_once<H: Harness>(ctx: &Ctx<H>) {
         "the loss and the refused completion: {warned:?}"
     );
 }
+
+/// an operator's cancel of a running task reaches its handler cooperatively: the handler
+/// is not interrupted, but at the next heartbeat `lease_lost()` completes inside it (and
+/// `is_lease_lost()` turns true); whatever it returns then is refused, so the task stays
+/// cancelled, counted as a lost lease and a stale completion.
+pub async fn engine_tells_a_running_handler_of_an_operator_cancel<H: Harness>(ctx: &Ctx<H>) {
+    let started = Arc::new(tokio::sync::Notify::new());
+    let learned: Arc<Mutex<Option<(Duration, bool)>>> = Arc::default();
+    let handler = {
+        let (started, learned) = (Arc::clone(&started), Arc::clone(&learned));
+        handler_fn(move |_task: Task| {
+            let (started, learned) = (Arc::clone(&started), Arc::clone(&learned));
+            async move {
+                assert!(!backstop_core::is_lease_lost());
+                started.notify_one();
+                let t0 = Instant::now();
+                tokio::select! {
+                    _ = backstop_core::lease_lost() => {
+                        *learned.lock().unwrap() = Some((t0.elapsed(), backstop_core::is_lease_lost()));
+                        Ok(()) // a success that must not be applied
+                    }
+                    _ = tokio::time::sleep(PATIENCE) => Err(HandlerError::retry("never told")),
+                }
+            }
+        })
+    };
+    let config = fast_config().heartbeat_interval(Duration::from_millis(100));
+    let engine = Engine::builder(ctx.store.clone())
+        .config(config)
+        .handler("LONG", handler, opts())
+        .start()
+        .unwrap();
+    let wait = started.notified();
+    let (enq, _) = engine
+        .enqueue(engine.task("LONG", "cancel-me"))
+        .await
+        .unwrap();
+    wait.await;
+    assert_eq!(ctx.task(enq.id).await.status, Status::Running);
+    let t = ctx
+        .store
+        .cancel(
+            enq.id,
+            &backstop_core::Audit::new("ops", "stop the mailing"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(t.status, Status::Cancelled);
+    eventually("the handler to learn of the cancel", || async {
+        learned.lock().unwrap().is_some()
+    })
+    .await;
+    let (after, flag) = learned.lock().unwrap().unwrap();
+    assert!(flag, "is_lease_lost() is true once lease_lost() completed");
+    assert!(
+        after < Duration::from_secs(5),
+        "learned at a heartbeat, not at the end: {after:?}"
+    );
+    eventually("the refused completion to be counted", || async {
+        engine.counters().stale_completions == 1
+    })
+    .await;
+    assert_eq!(engine.counters().leases_lost, 1);
+    let t = ctx.task(enq.id).await;
+    assert_eq!(
+        (t.status, t.attempts),
+        (Status::Cancelled, 1),
+        "the outcome was not applied"
+    );
+    assert!(!backstop_core::is_lease_lost(), "false outside an attempt");
+    engine.shutdown().await;
+}
