@@ -199,6 +199,9 @@ pub(crate) async fn poller<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
     }
 }
 
+/// How soon a poll of an event type that failed is tried again (when the tick is later).
+const CLAIM_RETRY: Duration = Duration::from_secs(1);
+
 /// One poll round: claim and dispatch per event type the round covers. Returns whether
 /// to poll again at once (a full batch with capacity left) and whether to wait for
 /// capacity (a full executor), or `None` when the engine stopped running.
@@ -252,7 +255,10 @@ async fn poll_round<S: TaskStore + Clone>(
             }
             Err(e) => {
                 shared.counters.store_errors(event_type);
-                tracing::warn!(error = %e, %event_type, "grab_batch failed");
+                tracing::warn!(error = %e, %event_type, "grab_batch failed: polling this type again in 1 s");
+                // a wake-up's poll that failed is not left for the next tick (which may
+                // be far away): this type is polled again shortly
+                shared.wake_after(CLAIM_RETRY, event_type);
             }
         }
     }

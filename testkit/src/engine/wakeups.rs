@@ -139,7 +139,19 @@ pub async fn engine_polls_at_once_after_its_listener_reconnects<H: Harness>(ctx:
 
     let errors = b.counters().notifier_errors;
     ctx.harness.cut_listeners(&ctx.db).await;
-    let t = wait_status(b.store(), e.id, Status::Succeeded).await;
+    let deadline = Instant::now() + PATIENCE;
+    let t = loop {
+        let t = ctx.task(e.id).await;
+        if t.status == Status::Succeeded {
+            break t;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "B did not run the task within {PATIENCE:?} of the cut: {t:?}; B: {:?}",
+            b.counters()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
     assert_eq!(t.attempts, 1);
     assert_eq!(t.owner.as_deref(), Some(b.owner().as_str()));
     assert!(
