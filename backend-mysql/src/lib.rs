@@ -924,24 +924,17 @@ impl Driver for Inner {
     }
 
     async fn list(&self, filter: Checked<&TaskFilter>) -> Result<Vec<RawTask>> {
-        let status = filter.status.map(Status::code);
-        let older = filter.older_than.map(micros);
-        let rows = sqlx::query(safe(&self.sql.list))
-            .bind(status)
-            .bind(status)
-            .bind(filter.event_type.as_deref())
-            .bind(filter.event_type.as_deref())
-            .bind(filter.after_id.unwrap_or(i64::MIN))
-            .bind(older)
-            .bind(older)
-            .bind(filter.biz_key.as_deref())
-            .bind(filter.biz_key.as_deref())
-            .bind(filter.error_contains.as_deref())
-            .bind(filter.error_contains.as_deref())
-            .bind(filter.limit as i64)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(my_err)?;
+        let (sql, args) = list_sql(&self.sql.list_select, &sql::LIST, &filter);
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for a in args {
+            query = match a {
+                ListArg::Status(s) => query.bind(s),
+                ListArg::Text(t) => query.bind(t),
+                ListArg::Age(d) => query.bind(micros(d)),
+                ListArg::Int(i) => query.bind(i),
+            };
+        }
+        let rows = query.fetch_all(&self.pool).await.map_err(my_err)?;
         rows.iter()
             .map(raw_task)
             .collect::<std::result::Result<_, _>>()

@@ -6,6 +6,13 @@
 
 use backstop_core::driver::{AUDIT_COLUMNS, COLUMNS};
 
+/// How a list statement spells what differs (see `list_sql`); an age is bound in µs.
+pub(crate) const LIST: backstop_core::driver::ListDialect = backstop_core::driver::ListDialect {
+    placeholder: |_| "?".to_owned(),
+    contains: |p| format!("LOCATE({p}, last_error) > 0"),
+    older_than: |p| format!("updated_at < NOW(3) - INTERVAL {p} MICROSECOND"),
+};
+
 pub(crate) struct Sql {
     table: String,
     pub lock_name: String,
@@ -35,7 +42,8 @@ pub(crate) struct Sql {
     /// The audit table.
     pub audit_schema: String,
     pub status_of: String,
-    pub list: String,
+    /// `SELECT … FROM table` of a list; see `LIST`.
+    pub list_select: String,
     pub stats_counts: String,
     /// `stats_counts` without the succeeded rows, through the status indexes.
     pub backlog_counts: String,
@@ -61,6 +69,10 @@ impl Sql {
         Sql {
             table: t.clone(),
             lock_name: format!("backstop:migrate:{table}"),
+            // The unique key leads with
+            // biz_key, so it also finds every task of a business key (an operator's search) with
+            // no index of its own; a table made before kept (event_type, biz_key) under the same
+            // name, and `IF NOT EXISTS` leaves the table so.
             // utf8mb4_bin: keys compare byte for byte, as on the other backends. The claim
             // indexes match the claim's ORDER BY exactly, so no filesort locks rows it
             // would then skip.
@@ -84,7 +96,7 @@ impl Sql {
                     created_at            DATETIME(3)  NOT NULL,
                     updated_at            DATETIME(3)  NOT NULL,
                     PRIMARY KEY (id),
-                    UNIQUE KEY uk_event_biz (event_type, biz_key),
+                    UNIQUE KEY uk_event_biz (biz_key, event_type),
                     KEY ix_claim_type (status, event_type, next_run_at, id),
                     KEY ix_claim (status, next_run_at, id),
                     KEY ix_updated (status, updated_at, id),
@@ -171,16 +183,7 @@ impl Sql {
                     KEY ix_task (task_id, id)
                  ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin"
             ),
-            // status, status, event_type, event_type, after_id, older µs, older µs, limit
-            list: format!(
-                "SELECT {COLUMNS} FROM {t}
-                 WHERE (? IS NULL OR status = ?) AND (? IS NULL OR event_type = ?)
-                   AND id > ?
-                   AND (? IS NULL OR updated_at < NOW(3) - INTERVAL ? MICROSECOND)
-                   AND (? IS NULL OR biz_key = ?)
-                   AND (? IS NULL OR LOCATE(?, last_error) > 0)
-                 ORDER BY id LIMIT ?"
-            ),
+            list_select: format!("SELECT {COLUMNS} FROM {t}"),
             stats_counts: format!(
                 "SELECT event_type, status, COUNT(*) FROM {t}
                  GROUP BY event_type, status ORDER BY event_type, status"

@@ -620,22 +620,20 @@ impl Driver for Inner {
     }
 
     async fn list(&self, filter: Checked<&TaskFilter>) -> Result<Vec<RawTask>> {
-        let status = filter.status.map(Status::code);
-        let after = filter.after_id.unwrap_or(i64::MIN);
-        let older = filter.older_than.map(millis);
-        self.tasks(
-            &self.sql.list,
-            &[
-                &status,
-                &filter.event_type,
-                &after,
-                &(filter.limit as i64),
-                &older,
-                &filter.biz_key,
-                &filter.error_contains,
-            ],
-        )
-        .await
+        let (sql, args) = list_sql(&self.sql.list_select, &sql::LIST, &filter);
+        let values: Vec<Box<dyn ToSql + Sync + Send>> = args
+            .into_iter()
+            .map(|a| -> Box<dyn ToSql + Sync + Send> {
+                match a {
+                    ListArg::Status(s) => Box::new(s),
+                    ListArg::Text(t) => Box::new(t.to_owned()),
+                    ListArg::Age(d) => Box::new(millis(d)),
+                    ListArg::Int(i) => Box::new(i),
+                }
+            })
+            .collect();
+        let params: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| &**v as _).collect();
+        self.tasks(&sql, &params).await
     }
 
     async fn stats(&self, backlog_only: bool) -> Result<RawStats> {

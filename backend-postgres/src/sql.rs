@@ -40,6 +40,13 @@ fn channel(schema: &str, table: &str) -> String {
     format!("{}#{hash:016x}", &full[..46])
 }
 
+/// How a list statement spells what differs (see `list_sql`).
+pub(crate) const LIST: backstop_core::driver::ListDialect = backstop_core::driver::ListDialect {
+    placeholder: |n| format!("${n}"),
+    contains: |p| format!("strpos(last_error, {p}) > 0"),
+    older_than: |p| format!("updated_at < now() - {p}::bigint {MS}"),
+};
+
 pub(crate) struct Sql {
     pub lock_key: String,
     pub schema: String,
@@ -69,7 +76,8 @@ pub(crate) struct Sql {
     pub audit_log: String,
     pub status_of: String,
     pub get: String,
-    pub list: String,
+    /// `SELECT … FROM table` of a list; see `LIST`.
+    pub list_select: String,
     pub stats_counts: String,
     /// `stats_counts` without the succeeded rows, through the status indexes.
     pub backlog_counts: String,
@@ -104,6 +112,10 @@ impl Sql {
         let channel = channel(schema, table);
         Sql {
             lock_key: format!("backstop:{schema}.{table}"),
+            // The unique key leads with
+            // biz_key, so it also finds every task of a business key (an operator's search) with
+            // no index of its own; a table made before kept (event_type, biz_key) under the same
+            // name, and `IF NOT EXISTS` leaves it so.
             // Partial indexes keep the hot paths small however many succeeded rows pile
             // up; fillfactor leaves room for HOT updates of the churning rows.
             schema: format!(
@@ -125,7 +137,7 @@ impl Sql {
                     last_error            TEXT,
                     created_at            TIMESTAMPTZ  NOT NULL,
                     updated_at            TIMESTAMPTZ  NOT NULL,
-                    CONSTRAINT \"{table}_uk_event_biz\" UNIQUE (event_type, biz_key)
+                    CONSTRAINT \"{table}_uk_event_biz\" UNIQUE (biz_key, event_type)
                  ) WITH (fillfactor = 80);
                  CREATE INDEX IF NOT EXISTS \"{table}_ix_claim\"
                     ON {t} (event_type, next_run_at, id) WHERE status = 0;
@@ -313,16 +325,7 @@ impl Sql {
             get: format!("SELECT {COLUMNS} FROM {t} WHERE id = $1"),
             // $1 status $2 event_type $3 after_id $4 limit $5 older_than ms $6 biz_key
             // $7 error text
-            list: format!(
-                "SELECT {COLUMNS} FROM {t}
-                 WHERE ($1::smallint IS NULL OR status = $1)
-                   AND ($2::text IS NULL OR event_type = $2)
-                   AND id > $3
-                   AND ($5::bigint IS NULL OR updated_at < now() - $5::bigint {MS})
-                   AND ($6::text IS NULL OR biz_key = $6)
-                   AND ($7::text IS NULL OR strpos(last_error, $7) > 0)
-                 ORDER BY id LIMIT $4"
-            ),
+            list_select: format!("SELECT {COLUMNS} FROM {t}"),
             stats_counts: format!(
                 "SELECT event_type::text, status, count(*) FROM {t}
                  GROUP BY event_type, status ORDER BY event_type, status"

@@ -433,7 +433,7 @@ fn insert(
 
 /// Rows of `stmt` run with `params`, read as tasks.
 fn tasks(
-    stmt: &mut rusqlite::CachedStatement<'_>,
+    stmt: &mut rusqlite::Statement<'_>,
     params: impl rusqlite::Params,
 ) -> rusqlite::Result<Vec<RawTask>> {
     stmt.query_map(params, raw_task)?.collect()
@@ -617,19 +617,20 @@ impl Driver for Inner {
     async fn list(&self, filter: Checked<&TaskFilter>) -> Result<Vec<RawTask>> {
         let filter = filter.into_inner().clone();
         self.read("list", move |sql, conn, now| {
-            let status = filter.status.map(|s| i64::from(s.code()));
-            let cutoff = filter.older_than.map(|d| now.saturating_sub(millis(d)));
+            let (text, args) = list_sql(&sql.list_select, &sql::LIST, &filter);
+            let values: Vec<rusqlite::types::Value> = args
+                .into_iter()
+                .map(|a| match a {
+                    ListArg::Status(s) => i64::from(s).into(),
+                    ListArg::Text(t) => t.to_owned().into(),
+                    ListArg::Age(d) => now.saturating_sub(millis(d)).into(),
+                    ListArg::Int(i) => i.into(),
+                })
+                .collect();
+            // not cached: up to 64 shapes would push the hot statements out of the cache
             tasks(
-                &mut conn.prepare_cached(&sql.list)?,
-                params![
-                    status,
-                    filter.event_type,
-                    filter.after_id.unwrap_or(i64::MIN),
-                    filter.limit as i64,
-                    cutoff,
-                    filter.biz_key,
-                    filter.error_contains
-                ],
+                &mut conn.prepare(&text)?,
+                rusqlite::params_from_iter(values),
             )
         })
         .await

@@ -5,6 +5,14 @@
 
 use backstop_core::driver::{AUDIT_COLUMNS, COLUMNS};
 
+/// How a list statement spells what differs (see `list_sql`); an age is bound as its
+/// cutoff (now − age, in ms).
+pub(crate) const LIST: backstop_core::driver::ListDialect = backstop_core::driver::ListDialect {
+    placeholder: |n| format!("?{n}"),
+    contains: |p| format!("instr(last_error, {p}) > 0"),
+    older_than: |p| format!("updated_at < {p}"),
+};
+
 pub(crate) struct Sql {
     table: String,
     pub schema: String,
@@ -30,7 +38,8 @@ pub(crate) struct Sql {
     pub audit_log: String,
     pub status_of: String,
     pub get: String,
-    pub list: String,
+    /// `SELECT … FROM table` of a list; see `LIST`.
+    pub list_select: String,
     pub stats_counts: String,
     /// `stats_counts` without the succeeded rows, through the status indexes.
     pub backlog_counts: String,
@@ -53,6 +62,10 @@ impl Sql {
         let fenced = "WHERE id = ?2 AND status = 3 AND lease = ?3";
         Sql {
             table: t.clone(),
+            // The unique key leads with
+            // biz_key, so it also finds every task of a business key (an operator's search) with
+            // no index of its own; a table made before kept (event_type, biz_key) under the same
+            // name, and `IF NOT EXISTS` leaves it so.
             schema: format!(
                 "CREATE TABLE IF NOT EXISTS {t} (
                     id                    INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -72,7 +85,7 @@ impl Sql {
                     created_at            INTEGER NOT NULL,
                     updated_at            INTEGER NOT NULL
                  );
-                 CREATE UNIQUE INDEX IF NOT EXISTS \"{table}_uk_event_biz\" ON {t} (event_type, biz_key);
+                 CREATE UNIQUE INDEX IF NOT EXISTS \"{table}_uk_event_biz\" ON {t} (biz_key, event_type);
                  CREATE INDEX IF NOT EXISTS \"{table}_ix_claim\" ON {t} (status, next_run_at, id);
                  CREATE INDEX IF NOT EXISTS \"{table}_ix_claim_type\" ON {t} (status, event_type, next_run_at, id);
                  CREATE INDEX IF NOT EXISTS \"{table}_ix_updated\" ON {t} (status, updated_at);
@@ -180,14 +193,7 @@ impl Sql {
             ),
             audit_log: format!("SELECT {AUDIT_COLUMNS} FROM {ta} WHERE task_id = ?1 ORDER BY id"),
             get: format!("SELECT {COLUMNS} FROM {t} WHERE id = ?1"),
-            list: format!(
-                "SELECT {COLUMNS} FROM {t}
-                 WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR event_type = ?2)
-                   AND id > ?3 AND (?5 IS NULL OR updated_at < ?5)
-                   AND (?6 IS NULL OR biz_key = ?6)
-                   AND (?7 IS NULL OR instr(last_error, ?7) > 0)
-                 ORDER BY id LIMIT ?4"
-            ),
+            list_select: format!("SELECT {COLUMNS} FROM {t}"),
             stats_counts: format!(
                 "SELECT event_type, status, COUNT(*) FROM {t}
                  GROUP BY event_type, status ORDER BY event_type, status"

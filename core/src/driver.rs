@@ -573,13 +573,111 @@ pub fn ddl_script(parts: &[&str]) -> String {
     script
 }
 
+/// One bound value of a list statement (see [`list_sql`]), in placeholder order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListArg<'a> {
+    /// A status code.
+    Status(i16),
+    /// An event type, a business key or an error text.
+    Text(&'a str),
+    /// `updated_at` older than this: the backend binds what its `older_than` spelling
+    /// needs (milliseconds, microseconds, a cutoff).
+    Age(Duration),
+    /// An id (`id > ?`) or the row limit.
+    Int(i64),
+}
+
+/// How a backend spells the parts of a list statement that differ.
+#[derive(Debug, Clone, Copy)]
+pub struct ListDialect {
+    /// The placeholder of the n-th argument, from 1: `$1`, `?1`, `?`.
+    pub placeholder: fn(usize) -> String,
+    /// The condition "`last_error` contains the text bound to `p`".
+    pub contains: fn(&str) -> String,
+    /// The condition "`updated_at` is older than the [`ListArg::Age`] bound to `p`".
+    pub older_than: fn(&str) -> String,
+}
+
+/// The statement [`Driver::list`] runs for `filter`: `select` (`SELECT … FROM table`)
+/// with only the conditions the filter sets, `ORDER BY id LIMIT`, and the arguments in
+/// placeholder order. One statement per shape of filter, so each gets a plan that walks
+/// the index its conditions allow (a status index, the key index), not one catch-all plan
+/// for every shape that walks the table. An error search without a status skips the
+/// succeeded rows (a success clears `last_error`), so it reads the backlog, not the rows
+/// retained.
+///
+/// ```
+/// use backstop_core::driver::{list_sql, ListArg, ListDialect};
+/// use backstop_core::{Status, TaskFilter};
+/// let pg = ListDialect {
+///     placeholder: |n| format!("${n}"),
+///     contains: |p| format!("strpos(last_error, {p}) > 0"),
+///     older_than: |p| format!("updated_at < now() - {p}"),
+/// };
+/// let f = TaskFilter::default().status(Status::Failed).limit(50);
+/// let (sql, args) = list_sql("SELECT id FROM t", &pg, &f);
+/// assert_eq!(sql, "SELECT id FROM t WHERE status = $1 ORDER BY id LIMIT $2");
+/// assert_eq!(args, vec![ListArg::Status(2), ListArg::Int(50)]);
+/// ```
+pub fn list_sql<'f>(
+    select: &str,
+    dialect: &ListDialect,
+    filter: &'f TaskFilter,
+) -> (String, Vec<ListArg<'f>>) {
+    let mut conditions = Vec::new();
+    let mut args = Vec::new();
+    let bind = |arg: ListArg<'f>, args: &mut Vec<ListArg<'f>>| {
+        args.push(arg);
+        (dialect.placeholder)(args.len())
+    };
+    match filter.status {
+        Some(s) => conditions.push(format!(
+            "status = {}",
+            bind(ListArg::Status(s.code()), &mut args)
+        )),
+        None if filter.error_contains.is_some() => conditions.push("status <> 1".to_owned()),
+        None => {}
+    }
+    if let Some(t) = &filter.event_type {
+        conditions.push(format!(
+            "event_type = {}",
+            bind(ListArg::Text(t), &mut args)
+        ));
+    }
+    if let Some(k) = &filter.biz_key {
+        conditions.push(format!("biz_key = {}", bind(ListArg::Text(k), &mut args)));
+    }
+    if let Some(e) = &filter.error_contains {
+        let p = bind(ListArg::Text(e), &mut args);
+        conditions.push((dialect.contains)(&p));
+    }
+    if let Some(age) = filter.older_than {
+        let p = bind(ListArg::Age(age), &mut args);
+        conditions.push((dialect.older_than)(&p));
+    }
+    if let Some(id) = filter.after_id {
+        conditions.push(format!("id > {}", bind(ListArg::Int(id), &mut args)));
+    }
+    let mut sql = select.to_owned();
+    if !conditions.is_empty() {
+        sql.push_str(" WHERE ");
+        sql.push_str(&conditions.join(" AND "));
+    }
+    let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
+    sql.push_str(&format!(
+        " ORDER BY id LIMIT {}",
+        bind(ListArg::Int(limit), &mut args)
+    ));
+    (sql, args)
+}
+
 /// Everything a driver implementation names, in one import:
 /// `use backstop_core::driver::prelude::*;`.
 pub mod prelude {
     pub use super::{
-        ddl_script, enqueue_on, enqueue_on_blocking, mark_rounds, millis, AgedBatch, Backend,
-        Buckets, Checked, Claim, Driver, Inserted, RawAudit, RawStats, RawTask, Reset, TaskRow,
-        AUDIT_COLUMNS, COLUMNS,
+        ddl_script, enqueue_on, enqueue_on_blocking, list_sql, mark_rounds, millis, AgedBatch,
+        Backend, Buckets, Checked, Claim, Driver, Inserted, ListArg, ListDialect, RawAudit,
+        RawStats, RawTask, Reset, TaskRow, AUDIT_COLUMNS, COLUMNS,
     };
     pub use crate::{
         async_trait, Audit, Enqueued, Error, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner,

@@ -137,6 +137,10 @@ pub async fn engine_polls_at_once_after_its_listener_reconnects<H: Harness>(ctx:
     let t = ctx.task(e.id).await;
     assert_eq!((t.status, t.attempts), (Status::Pending, 0));
 
+    // A has done its part. Stopped, so its own reconnect's poll does not run beside B's:
+    // a SKIP LOCKED claim passes over a row another claim's scan holds for a moment (its
+    // range's boundary record), and B would find nothing until its tick, an hour away.
+    a.shutdown().await;
     let errors = b.counters().notifier_errors;
     ctx.harness.cut_listeners(&ctx.db).await;
     let deadline = Instant::now() + PATIENCE;
@@ -158,7 +162,6 @@ pub async fn engine_polls_at_once_after_its_listener_reconnects<H: Harness>(ctx:
         b.counters().notifier_errors > errors,
         "B's listener should have seen its connection cut"
     );
-    a.shutdown().await;
     b.shutdown().await;
 }
 
