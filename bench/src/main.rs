@@ -531,8 +531,9 @@ async fn scale(t: &Target, small: usize, large: usize, rounds: usize) -> Row {
 /// The backlog counts (`TaskStore::backlog`, what the engine's gauges read) with
 /// `pending` pending tasks, next to the same with `succeeded` succeeded rows retained
 /// beside them: the ratio of the p50s should stay near 1.
-async fn counts(t: &Target, pending: usize, succeeded: usize, rounds: usize) -> Row {
+async fn counts(t: &Target, pending: usize, succeeded: usize, rounds: usize) -> Vec<Row> {
     let mut p50 = Vec::new();
+    let mut pages = Vec::new();
     let m = sys::Meter::start();
     for retained in [0, succeeded] {
         t.raw.reset().await;
@@ -551,10 +552,13 @@ async fn counts(t: &Target, pending: usize, succeeded: usize, rounds: usize) -> 
             assert_eq!(b.count(Status::Pending), pending as u64);
         }
         p50.push(h.value_at_quantile(0.5) as f64 / 1000.0);
+        if retained > 0 {
+            pages = console_pages(t, &store, retained, pending, rounds).await;
+        }
     }
     let (rss, cpu) = m.stop();
     t.raw.reset().await;
-    Row {
+    let mut rows = vec![Row {
         backend: t.backend.into(),
         scenario: format!("backlog counts, {pending} pending, 0 vs {succeeded} succeeded"),
         lat: Some([p50[1], 0.0, 0.0, 0.0]),
@@ -568,7 +572,76 @@ async fn counts(t: &Target, pending: usize, succeeded: usize, rounds: usize) -> 
             p50[1] / p50[0]
         ),
         ..Row::default()
+    }];
+    rows.extend(pages);
+    rows
+}
+
+/// The console's pages as it serves them (its Router, rendering included) with
+/// `succeeded` rows retained beside `pending` pending and 1 000 failed tasks: p50, p95,
+/// p99 and max of `rounds` requests per page. The goal: p99 under 100 ms at 10 million.
+async fn console_pages(
+    t: &Target,
+    store: &AnyStore,
+    succeeded: usize,
+    pending: usize,
+    rounds: usize,
+) -> Vec<Row> {
+    use tower::ServiceExt;
+    let failed = 1000;
+    t.raw
+        .bulk_insert_rows(OTHER, failed, succeeded + pending, 0, 2)
+        .await;
+    let app = backstop::console::Console::new(store.clone())
+        .authorizer(|_: &axum::http::request::Parts| backstop::console::Access::ReadOnly)
+        .router();
+    let middle = succeeded / 2;
+    let pages = [
+        "/".to_owned(),
+        "/tasks".to_owned(),
+        format!("/tasks?after={middle}"),
+        "/tasks?status=failed".to_owned(),
+        "/tasks?status=pending".to_owned(),
+        format!("/tasks?status=failed&event_type={OTHER}"),
+        format!("/tasks?key=b{middle}"),
+        format!("/tasks?event_type={EVENT}&key=b{middle}"),
+        "/tasks?error=timeout".to_owned(),
+        "/tasks?status=succeeded&older_than=1h".to_owned(),
+    ];
+    let mut rows = Vec::new();
+    for page in pages {
+        let mut h = histogram();
+        for _ in 0..rounds {
+            let req = axum::http::Request::get(page.as_str())
+                .body(axum::body::Body::empty())
+                .expect("request");
+            let t0 = Instant::now();
+            let resp = app.clone().oneshot(req).await.expect("answer");
+            let status = resp.status();
+            let body = axum::body::to_bytes(resp.into_body(), 1 << 24)
+                .await
+                .expect("body");
+            record(&mut h, t0.elapsed());
+            assert!(status.is_success(), "{page}: {status}");
+            assert!(!body.is_empty());
+        }
+        let q = |p: f64| h.value_at_quantile(p) as f64 / 1000.0;
+        let lat = [q(0.5), q(0.95), q(0.99), h.max() as f64 / 1000.0];
+        rows.push(Row {
+            backend: t.backend.into(),
+            scenario: format!(
+                "console {page}, {succeeded} succeeded + {pending} pending + {failed} failed"
+            ),
+            lat: Some(lat),
+            note: format!(
+                "p99 {:.1} ms (goal < 100 ms){}",
+                lat[2],
+                if lat[2] < 100.0 { "" } else { ": OVER" }
+            ),
+            ..Row::default()
+        });
     }
+    rows
 }
 
 /// A second event type, for the backlog scenario.
@@ -841,7 +914,12 @@ async fn main() {
             } else {
                 (10_000, 10_000_000)
             };
-            rows.push(report(counts(&t, pending, succeeded, 50).await));
+            rows.extend(
+                counts(&t, pending, succeeded, 50)
+                    .await
+                    .into_iter()
+                    .map(report),
+            );
         }
         if a.runs("backlogs") {
             rows.extend(backlogs(&t, backlog, rounds).await.into_iter().map(report));
