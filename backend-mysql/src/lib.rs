@@ -969,6 +969,9 @@ impl Driver for Inner {
             sqlx::query_as::<_, (String, i8, i64, i64)>(safe(&self.sql.throughput))
                 .bind(millis(b.bucket))
                 .bind(micros(b.window))
+                .bind(b.cap as i64)
+                .bind(micros(b.window))
+                .bind(b.cap as i64)
                 .fetch_all(&self.pool)
                 .await
                 .map_err(my_err)?

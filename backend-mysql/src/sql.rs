@@ -11,6 +11,7 @@ pub(crate) const LIST: backstop_core::driver::ListDialect = backstop_core::drive
     placeholder: |_| "?".to_owned(),
     contains: |p| format!("LOCATE({p}, last_error) > 0"),
     older_than: |p| format!("updated_at < NOW(3) - INTERVAL {p} MICROSECOND"),
+    backlog_order: "id",
 };
 
 pub(crate) struct Sql {
@@ -48,7 +49,7 @@ pub(crate) struct Sql {
     /// `stats_counts` without the succeeded rows, through the status indexes.
     pub backlog_counts: String,
     pub stats_oldest_due: String,
-    /// bucket ms, window µs.
+    /// bucket ms, window µs, cap, window µs, cap.
     pub throughput: String,
     pub purge_succeeded: String,
     /// The inbox table (see `backstop_core::inbox`).
@@ -197,7 +198,13 @@ impl Sql {
                 "SELECT event_type, status,
                     CAST(FLOOR(TIMESTAMPDIFF(MICROSECOND, updated_at, NOW(3)) / 1000 / ?) AS SIGNED),
                     COUNT(*)
-                 FROM {t} WHERE status IN (1, 2) AND updated_at >= NOW(3) - INTERVAL ? MICROSECOND
+                 FROM ((SELECT event_type, status, updated_at FROM {t}
+                        WHERE status = 1 AND updated_at >= NOW(3) - INTERVAL ? MICROSECOND
+                        ORDER BY updated_at DESC LIMIT ?)
+                       UNION ALL
+                       (SELECT event_type, status, updated_at FROM {t}
+                        WHERE status = 2 AND updated_at >= NOW(3) - INTERVAL ? MICROSECOND
+                        ORDER BY updated_at DESC LIMIT ?)) AS f
                  GROUP BY 1, 2, 3"
             ),
             stats_oldest_due: format!(

@@ -660,9 +660,10 @@ impl Driver for Inner {
     }
 
     async fn throughput(&self, b: Checked<Buckets>) -> Result<Vec<(String, i64, i64, i64)>> {
+        let cap = i64::try_from(b.cap).unwrap_or(i64::MAX);
         self.query(
             &self.sql.throughput,
-            &[&millis(b.window), &millis(b.bucket)],
+            &[&millis(b.window), &millis(b.bucket), &cap],
         )
         .await?
         .iter()

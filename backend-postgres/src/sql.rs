@@ -45,6 +45,10 @@ pub(crate) const LIST: backstop_core::driver::ListDialect = backstop_core::drive
     placeholder: |n| format!("${n}"),
     contains: |p| format!("strpos(last_error, {p}) > 0"),
     older_than: |p| format!("updated_at < now() - {p}::bigint {MS}"),
+    // pending tasks are the newest rows: a walk of the primary key from the oldest (the
+    // plan PostgreSQL picks for `ORDER BY id LIMIT n` when the status is rare) reads every
+    // retained row first
+    backlog_order: "id + 0",
 };
 
 pub(crate) struct Sql {
@@ -82,7 +86,7 @@ pub(crate) struct Sql {
     /// `stats_counts` without the succeeded rows, through the status indexes.
     pub backlog_counts: String,
     pub stats_oldest_due: String,
-    /// $1 window ms $2 bucket ms.
+    /// $1 window ms $2 bucket ms $3 cap per status.
     pub throughput: String,
     pub purge_succeeded: String,
     pub delete_succeeded: String,
@@ -341,7 +345,13 @@ impl Sql {
                 "SELECT event_type, status,
                     floor(extract(epoch FROM now() - updated_at) * 1000 / $2::bigint)::bigint,
                     count(*)
-                 FROM {t} WHERE status IN (1, 2) AND updated_at >= now() - $1::bigint {MS}
+                 FROM ((SELECT event_type, status, updated_at FROM {t}
+                        WHERE status = 1 AND updated_at >= now() - $1::bigint {MS}
+                        ORDER BY updated_at DESC LIMIT $3)
+                       UNION ALL
+                       (SELECT event_type, status, updated_at FROM {t}
+                        WHERE status = 2 AND updated_at >= now() - $1::bigint {MS}
+                        ORDER BY updated_at DESC LIMIT $3)) AS f
                  GROUP BY 1, 2, 3"
             ),
             stats_oldest_due: format!(

@@ -660,9 +660,10 @@ impl Driver for Inner {
 
     async fn throughput(&self, b: Checked<Buckets>) -> Result<Vec<(String, i64, i64, i64)>> {
         let (window, bucket) = (millis(b.window), millis(b.bucket));
+        let cap = i64::try_from(b.cap).unwrap_or(i64::MAX);
         self.read("throughput", move |sql, conn, now| {
             conn.prepare_cached(&sql.throughput)?
-                .query_map(params![now, window, bucket], |r| {
+                .query_map(params![now, window, bucket, cap], |r| {
                     Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
                 })?
                 .collect::<rusqlite::Result<Vec<_>>>()

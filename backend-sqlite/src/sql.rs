@@ -11,6 +11,7 @@ pub(crate) const LIST: backstop_core::driver::ListDialect = backstop_core::drive
     placeholder: |n| format!("?{n}"),
     contains: |p| format!("instr(last_error, {p}) > 0"),
     older_than: |p| format!("updated_at < {p}"),
+    backlog_order: "id",
 };
 
 pub(crate) struct Sql {
@@ -44,7 +45,7 @@ pub(crate) struct Sql {
     /// `stats_counts` without the succeeded rows, through the status indexes.
     pub backlog_counts: String,
     pub stats_oldest_due: String,
-    /// ?1 now ?2 window ms ?3 bucket ms.
+    /// ?1 now ?2 window ms ?3 bucket ms ?4 cap per status.
     pub throughput: String,
     pub purge_succeeded: String,
     pub inbox_insert: String,
@@ -205,8 +206,14 @@ impl Sql {
             ),
             // ?1 now: how long the oldest due task has been due, in ms
             throughput: format!(
-                "SELECT event_type, status, (?1 - updated_at) / ?3, COUNT(*)
-                 FROM {t} WHERE status IN (1, 2) AND updated_at >= ?1 - ?2
+                "SELECT event_type, status, (?1 - updated_at) / ?3, COUNT(*) FROM (
+                    SELECT * FROM (SELECT event_type, status, updated_at FROM {t}
+                        WHERE status = 1 AND updated_at >= ?1 - ?2
+                        ORDER BY updated_at DESC LIMIT ?4)
+                    UNION ALL
+                    SELECT * FROM (SELECT event_type, status, updated_at FROM {t}
+                        WHERE status = 2 AND updated_at >= ?1 - ?2
+                        ORDER BY updated_at DESC LIMIT ?4))
                  GROUP BY 1, 2, 3"
             ),
             stats_oldest_due: format!(

@@ -541,6 +541,20 @@ async fn overview<S: TaskStore + Clone + 'static>(
             .collect::<String>()
     );
     body.push_str("<p class=note>Succeeded tasks are not counted here (their count would scan the retained rows); finished tasks are counted over the last hour.</p>");
+    let cap = backstop_core::limits::MAX_THROUGHPUT_ROWS as u64;
+    for s in [Status::Succeeded, Status::Failed] {
+        let n: u64 = throughput
+            .iter()
+            .filter(|t| t.status == s)
+            .map(|t| t.count)
+            .sum();
+        if n >= cap {
+            let _ = write!(
+                body,
+                "<p class=note>Busy: only the most recent {cap} {s} tasks of the hour were counted; the older bars read low.</p>"
+            );
+        }
+    }
     page(&base, &caller, "Overview", &body).into_response()
 }
 
@@ -1150,7 +1164,17 @@ async fn login<S: TaskStore + Clone + 'static>(
         return login_response(&base, StatusCode::UNAUTHORIZED, "That token is not valid.");
     }
     let path = base.home();
-    let cookie = format!("{COOKIE}={token}; Path={path}; HttpOnly; SameSite=Strict");
+    // Secure when the browser came over HTTPS (directly, or through a proxy that says so)
+    let https = headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|p| p.eq_ignore_ascii_case("https"))
+        || headers
+            .get(header::ORIGIN)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|o| o.starts_with("https://"));
+    let secure = if https { "; Secure" } else { "" };
+    let cookie = format!("{COOKIE}={token}; Path={path}; HttpOnly; SameSite=Strict{secure}");
     let mut resp = Redirect::to(&path).into_response();
     if let Ok(v) = HeaderValue::from_str(&cookie) {
         resp.headers_mut().insert(header::SET_COOKIE, v);

@@ -516,6 +516,13 @@ async fn mounts_under_a_prefix_and_signs_in_with_a_cookie() {
             && cookie.contains("SameSite=Strict"),
         "{cookie}"
     );
+    assert!(!cookie.contains("Secure"), "plain HTTP: {cookie}");
+    let mut behind_tls = post("/ops/backstop/login", None, &[("token", ADMIN)]);
+    behind_tls
+        .headers_mut()
+        .insert("x-forwarded-proto", "https".parse().unwrap());
+    let tls_cookie = send(&app, behind_tls).await.cookie.expect("a cookie");
+    assert!(tls_cookie.contains("; Secure"), "{tls_cookie}");
     let pair = cookie.split(';').next().unwrap().to_owned();
     let mut req = get("/ops/backstop/tasks?status=failed", None);
     req.headers_mut()

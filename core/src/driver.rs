@@ -123,6 +123,9 @@ pub struct Buckets {
     pub window: Duration,
     /// The bucket's width: at least one second.
     pub bucket: Duration,
+    /// Count at most this many finished tasks per status, the most recent
+    /// ([`MAX_THROUGHPUT_ROWS`](crate::limits::MAX_THROUGHPUT_ROWS)).
+    pub cap: usize,
 }
 
 /// What a driver's insert did.
@@ -403,8 +406,9 @@ pub trait Driver: Send + Sync + 'static {
 
     /// [`throughput`](crate::TaskStore::throughput): `(event_type, status code, bucket,
     /// count)` of the succeeded (1) and failed (2) tasks whose `updated_at` is within
-    /// `window` of database time, the bucket being `⌊(now − updated_at) / bucket⌋`
-    /// (core clamps it into the window). Through the `(status, updated_at)` index.
+    /// `window` of database time, at most `cap` per status (the most recent), the bucket
+    /// being `⌊(now − updated_at) / bucket⌋` (core clamps it into the window). Through the
+    /// `(status, updated_at)` index, walked from the newest.
     async fn throughput(&self, buckets: Checked<Buckets>) -> Result<Vec<(String, i64, i64, i64)>>;
 
     /// [`delete_succeeded`](crate::TaskStore::delete_succeeded). Checked: 1 to
@@ -596,6 +600,11 @@ pub struct ListDialect {
     pub contains: fn(&str) -> String,
     /// The condition "`updated_at` is older than the [`ListArg::Age`] bound to `p`".
     pub older_than: fn(&str) -> String,
+    /// The order of a list bounded by the backlog (a status other than succeeded, or an
+    /// error search): `id`, or an expression of it when the planner would otherwise walk
+    /// the primary key from the oldest row to find the few newer ones (PostgreSQL: `id +
+    /// 0`, so it reads the status index and sorts what the backlog holds).
+    pub backlog_order: &'static str,
 }
 
 /// The statement [`Driver::list`] runs for `filter`: `select` (`SELECT … FROM table`)
@@ -613,10 +622,11 @@ pub struct ListDialect {
 ///     placeholder: |n| format!("${n}"),
 ///     contains: |p| format!("strpos(last_error, {p}) > 0"),
 ///     older_than: |p| format!("updated_at < now() - {p}"),
+///     backlog_order: "id + 0",
 /// };
 /// let f = TaskFilter::default().status(Status::Failed).limit(50);
 /// let (sql, args) = list_sql("SELECT id FROM t", &pg, &f);
-/// assert_eq!(sql, "SELECT id FROM t WHERE status = $1 ORDER BY id LIMIT $2");
+/// assert_eq!(sql, "SELECT id FROM t WHERE status = $1 ORDER BY id + 0 LIMIT $2");
 /// assert_eq!(args, vec![ListArg::Status(2), ListArg::Int(50)]);
 /// ```
 pub fn list_sql<'f>(
@@ -635,7 +645,16 @@ pub fn list_sql<'f>(
             "status = {}",
             bind(ListArg::Status(s.code()), &mut args)
         )),
-        None if filter.error_contains.is_some() => conditions.push("status <> 1".to_owned()),
+        // every status but succeeded, spelled as a list each backend's planner turns into
+        // index ranges (`<> 1` is a scan of the status index on SQLite)
+        None if filter.error_contains.is_some() => {
+            let codes: Vec<String> = Status::ALL
+                .iter()
+                .filter(|s| **s != Status::Succeeded)
+                .map(|s| s.code().to_string())
+                .collect();
+            conditions.push(format!("status IN ({})", codes.join(", ")))
+        }
         None => {}
     }
     if let Some(t) = &filter.event_type {
@@ -664,8 +683,13 @@ pub fn list_sql<'f>(
         sql.push_str(&conditions.join(" AND "));
     }
     let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
+    let bounded = match filter.status {
+        Some(s) => s != Status::Succeeded,
+        None => filter.error_contains.is_some(),
+    };
+    let order = if bounded { dialect.backlog_order } else { "id" };
     sql.push_str(&format!(
-        " ORDER BY id LIMIT {}",
+        " ORDER BY {order} LIMIT {}",
         bind(ListArg::Int(limit), &mut args)
     ));
     (sql, args)

@@ -89,6 +89,10 @@ pub(crate) fn check_duration(operation: &'static str, what: &str, d: Duration) -
     Ok(())
 }
 
+/// Most finished tasks per status [`TaskStore::throughput`](crate::TaskStore::throughput)
+/// counts (the most recent ones): its cost stays bounded however busy the system is.
+pub const MAX_THROUGHPUT_ROWS: usize = 20_000;
+
 /// Most buckets of a [`TaskStore::throughput`](crate::TaskStore::throughput) window.
 pub const MAX_THROUGHPUT_BUCKETS: u128 = 1440;
 

@@ -217,7 +217,11 @@ pub trait TaskStore: Send + Sync + 'static {
     /// throughput chart. Only non-zero counts are returned, ordered by event type, status
     /// and bucket. A task counts where its `updated_at` falls, so one reset and finished
     /// again counts once, at its last finish. Read through the `(status, updated_at)`
-    /// index: the cost follows the tasks finished in the window, not the rows retained.
+    /// index from the newest, at most
+    /// [`MAX_THROUGHPUT_ROWS`](crate::limits::MAX_THROUGHPUT_ROWS) per status: the cost
+    /// follows the tasks finished in the window up to that bound, never the rows retained;
+    /// past it (a busy system) the older buckets read low, and a status whose counts add
+    /// up to the bound was capped.
     /// `InvalidInput` unless `1s ≤ bucket ≤ window`, at most
     /// [`MAX_THROUGHPUT_BUCKETS`](crate::limits::MAX_THROUGHPUT_BUCKETS) buckets.
     async fn throughput(&self, window: Duration, bucket: Duration) -> Result<Vec<Throughput>>;
@@ -583,7 +587,11 @@ impl<B: Backend + ?Sized> TaskStore for B {
         limits::check_buckets(OP, window, bucket)?;
         let last = u32::try_from(window.as_millis().div_ceil(bucket.as_millis()) - 1).unwrap_or(0);
         let d = self.driver();
-        let buckets = Checked::new(Buckets { window, bucket });
+        let buckets = Checked::new(Buckets {
+            window,
+            bucket,
+            cap: limits::MAX_THROUGHPUT_ROWS,
+        });
         let rows = run(d, OP, || d.throughput(buckets)).await?;
         // rows on a bucket's edge (or a clock step) may land one bucket out: clamp, merge
         let mut merged: std::collections::BTreeMap<(String, i64, u32), u64> = Default::default();

@@ -172,6 +172,7 @@ impl Driver for Tripwire {
         self.called();
         age_ok(b.window);
         assert!(b.bucket >= Duration::from_secs(1) && b.bucket <= b.window);
+        assert_eq!(b.cap, backstop_core::limits::MAX_THROUGHPUT_ROWS);
         Ok(Vec::new())
     }
     async fn purge_succeeded(&self, batch: Checked<AgedBatch>) -> Result<u64> {
