@@ -26,6 +26,21 @@ free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
 }
 
+# Install Debian packages without starting their services (a policy-rc.d that refuses
+# every start, removed again unless it was there before).
+apt_install() {
+  local made_policy=
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod +x /usr/sbin/policy-rc.d
+    made_policy=1
+  fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+  [ -n "$made_policy" ] && rm -f /usr/sbin/policy-rc.d
+  return 0
+}
+
 # Run a command as the unprivileged `postgres` user when we are root (initdb and
 # postgres refuse to run as root).
 as_pg() {
@@ -93,16 +108,7 @@ start_mysql() {
   local dir port i user_opt=()
   if [ ! -x /usr/sbin/mariadbd ] || ! command -v mariadb-install-db >/dev/null 2>&1; then
     log "installing mariadb-server (Debian package)"
-    local made_policy=
-    if [ ! -e /usr/sbin/policy-rc.d ]; then
-      # keep the package from starting its own system-wide server
-      printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-      chmod +x /usr/sbin/policy-rc.d
-      made_policy=1
-    fi
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server >/dev/null
-    [ -n "$made_policy" ] && rm -f /usr/sbin/policy-rc.d
+    apt_install mariadb-server
   fi
   dir="$work/mysql"
   mkdir -p "$dir"
@@ -148,15 +154,7 @@ start_redis() {
   fi
   if ! command -v redis-server >/dev/null 2>&1; then
     log "installing redis-server (Debian package)"
-    local made_policy=
-    if [ ! -e /usr/sbin/policy-rc.d ]; then
-      printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-      chmod +x /usr/sbin/policy-rc.d
-      made_policy=1
-    fi
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
-    [ -n "$made_policy" ] && rm -f /usr/sbin/policy-rc.d
+    apt_install redis-server
   fi
   local dir port i
   dir="$work/redis"
@@ -183,8 +181,7 @@ start_redis() {
 start_browser() {
   if ! command -v chromedriver >/dev/null 2>&1 || ! command -v chromium >/dev/null 2>&1; then
     log "installing chromium and chromium-driver (Debian packages)"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+    apt_install chromium chromium-driver
   fi
   log "browser: $(chromium --version 2>/dev/null | head -n 1), $(chromedriver --version | cut -d' ' -f1-2)"
   require browser
@@ -195,14 +192,6 @@ start_browser() {
 install_promtool() {
   if ! command -v promtool >/dev/null 2>&1; then
     log "installing prometheus (Debian package) for promtool"
-    local made_policy=
-    if [ ! -e /usr/sbin/policy-rc.d ]; then
-      printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-      chmod +x /usr/sbin/policy-rc.d
-      made_policy=1
-    fi
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
-    [ -n "$made_policy" ] && rm -f /usr/sbin/policy-rc.d
+    apt_install --no-install-recommends prometheus
   fi
 }

@@ -52,11 +52,7 @@ pub async fn connect(url: &str) -> Result<AnyStore> {
 pub async fn connect_with(url: &str, config: StoreConfig) -> Result<AnyStore> {
     const OP: &str = "connect";
     let _ = &config; // unused when no backend feature is enabled
-    let scheme = url
-        .split(':')
-        .next()
-        .unwrap_or_default()
-        .to_ascii_lowercase();
+    let scheme = scheme(url);
     match scheme.as_str() {
         "sqlite" => {
             #[cfg(feature = "sqlite")]
@@ -123,11 +119,7 @@ pub async fn connect_with(url: &str, config: StoreConfig) -> Result<AnyStore> {
 /// ```
 pub fn ddl(url: &str, config: &StoreConfig) -> Result<String> {
     let _ = config; // unused when no backend feature is enabled
-    let scheme = url
-        .split(':')
-        .next()
-        .unwrap_or_default()
-        .to_ascii_lowercase();
+    let scheme = scheme(url);
     match scheme.as_str() {
         "sqlite" => {
             #[cfg(feature = "sqlite")]
@@ -158,6 +150,14 @@ pub fn ddl(url: &str, config: &StoreConfig) -> Result<String> {
             format!("unknown database URL scheme in {url:?}: use sqlite:, postgres: or mysql:"),
         )),
     }
+}
+
+/// The URL's scheme, lower case (`""` when it has none).
+fn scheme(url: &str) -> String {
+    url.split(':')
+        .next()
+        .unwrap_or_default()
+        .to_ascii_lowercase()
 }
 
 #[allow(dead_code)]

@@ -380,6 +380,18 @@ impl Caller {
             _ => None,
         }
     }
+
+    /// The operator, when this caller may change tasks (admin access, and the form's CSRF
+    /// token when one is sent); otherwise why not (for a 403 page).
+    fn may_change(&self, csrf: Option<&str>) -> Result<&str, &'static str> {
+        let operator = self
+            .admin()
+            .ok_or("Read-only access: changes need admin access.")?;
+        if let Some(sent) = csrf {
+            check_csrf(self, sent)?;
+        }
+        Ok(operator)
+    }
 }
 
 async fn guard<S: TaskStore + Clone + 'static>(
@@ -880,12 +892,8 @@ async fn confirm<S: TaskStore + Clone + 'static>(
     let Ok(action) = action.parse::<Action>() else {
         return page_error(&base, StatusCode::NOT_FOUND, "No such action.");
     };
-    if caller.admin().is_none() {
-        return page_error(
-            &base,
-            StatusCode::FORBIDDEN,
-            "Read-only access: changes need admin access.",
-        );
+    if let Err(why) = caller.may_change(None) {
+        return page_error(&base, StatusCode::FORBIDDEN, why);
     }
     let plan = match ops::plan(&inner.store, action, &Target::Id(id)).await {
         Ok(p) => p,
@@ -941,16 +949,10 @@ async fn act<S: TaskStore + Clone + 'static>(
     let Ok(action) = action.parse::<Action>() else {
         return page_error(&base, StatusCode::NOT_FOUND, "No such action.");
     };
-    let Some(operator) = caller.admin() else {
-        return page_error(
-            &base,
-            StatusCode::FORBIDDEN,
-            "Read-only access: changes need admin access.",
-        );
+    let operator = match caller.may_change(Some(&form.csrf)) {
+        Ok(operator) => operator,
+        Err(why) => return page_error(&base, StatusCode::FORBIDDEN, why),
     };
-    if let Err(why) = check_csrf(&caller, &form.csrf) {
-        return page_error(&base, StatusCode::FORBIDDEN, why);
-    }
     let audit = Audit::new(operator, form.reason);
     match ops::apply(&inner.store, action, &Target::Id(id), &audit).await {
         Ok(_) if action == Action::Delete => {
@@ -990,12 +992,8 @@ async fn bulk_confirm<S: TaskStore + Clone + 'static>(
     Query(form): Query<BulkForm>,
 ) -> Response {
     let b = &base.0;
-    if caller.admin().is_none() {
-        return page_error(
-            &base,
-            StatusCode::FORBIDDEN,
-            "Read-only access: changes need admin access.",
-        );
+    if let Err(why) = caller.may_change(None) {
+        return page_error(&base, StatusCode::FORBIDDEN, why);
     }
     let (action, target) = match bulk_target(&form) {
         Ok(x) => x,
@@ -1054,16 +1052,10 @@ async fn bulk<S: TaskStore + Clone + 'static>(
     Form(form): Form<BulkForm>,
 ) -> Response {
     let b = &base.0;
-    let Some(operator) = caller.admin() else {
-        return page_error(
-            &base,
-            StatusCode::FORBIDDEN,
-            "Read-only access: changes need admin access.",
-        );
+    let operator = match caller.may_change(Some(&form.csrf)) {
+        Ok(operator) => operator,
+        Err(why) => return page_error(&base, StatusCode::FORBIDDEN, why),
     };
-    if let Err(why) = check_csrf(&caller, &form.csrf) {
-        return page_error(&base, StatusCode::FORBIDDEN, why);
-    }
     let (action, target) = match bulk_target(&form) {
         Ok(x) => x,
         Err((code, why)) => return page_error(&base, code, &why),
