@@ -11,7 +11,9 @@ pub(crate) const LIST: backstop_core::driver::ListDialect = backstop_core::drive
     placeholder: |_| "?".to_owned(),
     contains: |p| format!("LOCATE({p}, last_error) > 0"),
     older_than: |p| format!("updated_at < NOW(3) - INTERVAL {p} MICROSECOND"),
-    backlog_order: "id",
+    // as on PostgreSQL: `ORDER BY id LIMIT n` walked the primary key through every
+    // succeeded row (an error search took seconds at 10M rows)
+    backlog_order: "id + 0",
 };
 
 pub(crate) struct Sql {
