@@ -883,7 +883,8 @@ async fn main() {
         };
         eprintln!("== {} ({})", t.backend, t.server);
         servers.push(format!("{}: {}", t.backend, t.server));
-        // the table, as the store makes it
+        // the tables, as this version of the store makes them
+        t.raw.drop_tables().await;
         t.store(1).await.migrate().await.expect("migrate");
         let (ra_total, idle, small, large, rounds, backlog) = if a.smoke {
             (64, 10, 100, 1000, 5, 200)

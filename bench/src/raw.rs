@@ -58,6 +58,9 @@ pub fn record(h: &mut Histogram<u64>, d: Duration) {
 
 #[async_trait]
 pub trait Raw: Send + Sync {
+    /// Drop the benchmark's tables, so the store makes them as this version does (a server
+    /// kept from an earlier run would otherwise keep an older schema).
+    async fn drop_tables(&self);
     /// Empty the task and business tables.
     async fn reset(&self);
     /// Insert `n` due pending tasks quickly (keys `b{start}`…).
@@ -116,6 +119,20 @@ impl SqliteRaw {
 
 #[async_trait]
 impl Raw for SqliteRaw {
+    async fn drop_tables(&self) {
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || {
+            Self::conn(&path)
+                .execute_batch(&format!(
+                    "DROP TABLE IF EXISTS {TABLE}; DROP TABLE IF EXISTS {TABLE}_inbox;
+                     DROP TABLE IF EXISTS {TABLE}_audit; DROP TABLE IF EXISTS {ORDERS};"
+                ))
+                .expect("drop tables");
+        })
+        .await
+        .expect("join");
+    }
+
     async fn reset(&self) {
         let path = self.path.clone();
         tokio::task::spawn_blocking(move || {
@@ -306,6 +323,16 @@ impl PgRaw {
 
 #[async_trait]
 impl Raw for PgRaw {
+    async fn drop_tables(&self) {
+        self.client()
+            .await
+            .batch_execute(&format!(
+                "DROP TABLE IF EXISTS {TABLE}, {TABLE}_inbox, {TABLE}_audit, {ORDERS}"
+            ))
+            .await
+            .expect("drop tables");
+    }
+
     async fn reset(&self) {
         let c = self.client().await;
         c.batch_execute(&format!(
@@ -548,6 +575,15 @@ impl MySqlRaw {
 
 #[async_trait]
 impl Raw for MySqlRaw {
+    async fn drop_tables(&self) {
+        sqlx::query(q(format!(
+            "DROP TABLE IF EXISTS {TABLE}, {TABLE}_inbox, {TABLE}_audit, {ORDERS}"
+        )))
+        .execute(&self.pool)
+        .await
+        .expect("drop tables");
+    }
+
     async fn reset(&self) {
         sqlx::query(q(format!("TRUNCATE TABLE {TABLE}")))
             .execute(&self.pool)
