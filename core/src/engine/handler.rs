@@ -24,8 +24,12 @@ pub enum ErrorAction {
     Fail,
 }
 
-/// The error a handler returns. Any `std::error::Error` converts into a retryable one, so
-/// `?` works in handlers; [`HandlerError::fail`] marks a permanent failure.
+/// The error a handler returns. Whatever converts into a
+/// `Box<dyn std::error::Error + Send + Sync>` converts into a retryable one, so `?` works in
+/// handlers on any `std::error::Error`, on `Box<dyn Error + Send + Sync>`, on
+/// `anyhow::Error` and on strings; the message recorded is the error and its source chain
+/// (`top: cause: root`), and the error itself is kept as [`cause`](Self::cause).
+/// [`HandlerError::fail`] marks a permanent failure.
 ///
 /// ```
 /// use std::time::Duration;
@@ -36,11 +40,14 @@ pub enum ErrorAction {
 /// let e: HandlerError = std::io::Error::other("connection reset").into();
 /// assert_eq!(e.action(), ErrorAction::Retry);
 /// assert_eq!(e.message(), "connection reset");
+/// let boxed: Box<dyn std::error::Error + Send + Sync> = "quota exceeded".into();
+/// assert_eq!(HandlerError::from(boxed).message(), "quota exceeded");
 /// ```
 #[derive(Debug)]
 pub struct HandlerError {
     action: ErrorAction,
     message: String,
+    cause: Option<crate::BoxError>,
 }
 
 impl HandlerError {
@@ -49,6 +56,7 @@ impl HandlerError {
         Self {
             action: ErrorAction::Retry,
             message: message.to_string(),
+            cause: None,
         }
     }
 
@@ -57,6 +65,7 @@ impl HandlerError {
         Self {
             action: ErrorAction::RetryAfter(delay),
             message: message.to_string(),
+            cause: None,
         }
     }
 
@@ -65,6 +74,7 @@ impl HandlerError {
         Self {
             action: ErrorAction::Fail,
             message: message.to_string(),
+            cause: None,
         }
     }
 
@@ -77,6 +87,24 @@ impl HandlerError {
     pub fn message(&self) -> &str {
         &self.message
     }
+
+    /// The error this one was converted from, with its source chain (none for one made
+    /// from a message).
+    pub fn cause(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
+        self.cause.as_deref()
+    }
+
+    /// The same failure, but permanent: no further attempts.
+    ///
+    /// ```
+    /// use backstop_core::{ErrorAction, HandlerError};
+    /// let e = HandlerError::from(std::io::Error::other("bad request")).permanent();
+    /// assert_eq!((e.action(), e.message()), (ErrorAction::Fail, "bad request"));
+    /// ```
+    pub fn permanent(mut self) -> Self {
+        self.action = ErrorAction::Fail;
+        self
+    }
 }
 
 impl fmt::Display for HandlerError {
@@ -85,8 +113,9 @@ impl fmt::Display for HandlerError {
     }
 }
 
-impl<E: std::error::Error + Send + Sync + 'static> From<E> for HandlerError {
+impl<E: Into<crate::BoxError>> From<E> for HandlerError {
     fn from(e: E) -> Self {
+        let e: crate::BoxError = e.into();
         let mut message = e.to_string();
         let mut source = e.source();
         while let Some(s) = source {
@@ -97,6 +126,7 @@ impl<E: std::error::Error + Send + Sync + 'static> From<E> for HandlerError {
         HandlerError {
             action: ErrorAction::Retry,
             message,
+            cause: Some(e),
         }
     }
 }
