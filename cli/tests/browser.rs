@@ -15,10 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use backstop::sqlite::SqliteStore;
-use backstop::{
-    handler_fn, Engine, EngineConfig, HandlerOptions, NewTask, Owner, RetryPolicy, Task, TaskStore,
-    TaskStoreExt,
-};
+use backstop::{handler_fn, Engine, EngineConfig, HandlerOptions, NewTask, Task, TaskStore};
 use base64::Engine as _;
 use serde_json::{json, Value};
 
@@ -250,20 +247,9 @@ fn the_standalone_console_lists_opens_and_resets_a_failed_task_in_a_browser() {
             ("order-42", "smtp: connection refused by mail.example.com"),
             ("order-43", "smtp: mailbox full"),
         ] {
-            let e = store
-                .enqueue(
-                    NewTask::new("SEND_EMAIL", key)
-                        .json(&json!({"to": "ada@example.com", "template": "order-confirmed"}))
-                        .retry(RetryPolicy::fixed(1, Duration::from_secs(1))),
-                )
-                .await
-                .unwrap();
-            let t = store
-                .grab_by_id(e.id, &Owner::generate())
-                .await
-                .unwrap()
-                .unwrap();
-            assert!(store.mark_fail(t.lease(), error).await.unwrap());
+            let task = NewTask::new("SEND_EMAIL", key)
+                .json(&json!({"to": "ada@example.com", "template": "order-confirmed"}));
+            backstop_testkit::park_failed(&store, task, error).await;
         }
         store
             .enqueue(NewTask::new("CHARGE", "order-44"))

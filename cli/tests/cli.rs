@@ -4,11 +4,8 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test code
 
 use std::process::{Command, Output, Stdio};
-use std::time::Duration;
 
-use backstop::{
-    AnyStore, NewTask, Owner, RetryPolicy, Status, StoreConfig, TaskStore, TaskStoreExt,
-};
+use backstop::{AnyStore, NewTask, Owner, Status, StoreConfig, TaskStore, TaskStoreExt};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_backstop");
@@ -48,21 +45,7 @@ impl Db {
 
     /// A task that failed for good with `error`.
     async fn failed(&self, event_type: &str, key: &str, error: &str) -> i64 {
-        let e = self
-            .store
-            .enqueue(
-                NewTask::new(event_type, key).retry(RetryPolicy::fixed(1, Duration::from_secs(1))),
-            )
-            .await
-            .unwrap();
-        let t = self
-            .store
-            .grab_by_id(e.id, &Owner::generate())
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(self.store.mark_fail(t.lease(), error).await.unwrap());
-        e.id
+        backstop_testkit::park_failed(&self.store, NewTask::new(event_type, key), error).await
     }
 
     async fn status(&self, id: i64) -> Option<Status> {

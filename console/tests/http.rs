@@ -4,13 +4,11 @@
 //! sign-in cookies and the redaction hook. Against a real SQLite store.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test code
 
-use std::time::Duration;
-
 use axum::body::Body;
 use axum::http::{header, Method, Request, StatusCode};
 use axum::Router;
 use backstop_console::{Access, Console, TokenAuth};
-use backstop_core::{NewTask, Owner, RetryPolicy, Status, TaskStore, TaskStoreExt};
+use backstop_core::{NewTask, Status, TaskStore};
 use backstop_sqlite::SqliteStore;
 use tower::ServiceExt;
 
@@ -43,23 +41,9 @@ impl Fixture {
     }
 
     async fn failed(&self, event_type: &str, key: &str, error: &str) -> i64 {
-        let e = self
-            .store
-            .enqueue(
-                NewTask::new(event_type, key)
-                    .json(&serde_json::json!({"email": "ada@example.com"}))
-                    .retry(RetryPolicy::fixed(1, Duration::from_secs(1))),
-            )
-            .await
-            .unwrap();
-        let t = self
-            .store
-            .grab_by_id(e.id, &Owner::generate())
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(self.store.mark_fail(t.lease(), error).await.unwrap());
-        e.id
+        let task =
+            NewTask::new(event_type, key).json(&serde_json::json!({"email": "ada@example.com"}));
+        backstop_testkit::park_failed(&self.store, task, error).await
     }
 
     async fn status(&self, id: i64) -> Option<Status> {

@@ -234,18 +234,8 @@ fn the_alerting_rules_use_recorded_metrics() {
 
 /// Backlog counts while one MAIL task is failed (made and removed again here).
 async fn backlog_with_failed(store: &SqliteStore) -> backstop_core::Stats {
-    use backstop_core::{Owner, TaskStoreExt};
-    let e = store
-        .enqueue(NewTask::new("MAIL", "again").retry(RetryPolicy::fixed(1, Duration::from_secs(1))))
-        .await
-        .unwrap();
-    let t = store
-        .grab_by_id(e.id, &Owner::generate())
-        .await
-        .unwrap()
-        .unwrap();
-    store.mark_fail(t.lease(), "x").await.unwrap();
+    let id = backstop_testkit::park_failed(store, NewTask::new("MAIL", "again"), "x").await;
     let stats = store.backlog().await.unwrap();
-    store.delete(e.id, &Audit::new("ops", "")).await.unwrap();
+    store.delete(id, &Audit::new("ops", "")).await.unwrap();
     stats
 }

@@ -319,6 +319,27 @@ where
     .join();
 }
 
+/// Enqueue `task` with one attempt, claim it and fail it with `error`: a task parked as
+/// failed, as an operator finds it. Returns its id.
+pub async fn park_failed<S: TaskStore + ?Sized>(store: &S, task: NewTask, error: &str) -> TaskId {
+    let e = store
+        .enqueue(task.retry(backstop_core::RetryPolicy::fixed(1, Duration::from_secs(1))))
+        .await
+        .expect("enqueue");
+    assert!(e.created, "task {} already exists", e.id);
+    let t = store
+        .grab_by_id(e.id, &backstop_core::Owner::generate())
+        .await
+        .expect("grab")
+        .expect("the task is due");
+    let marked = store
+        .mark(&[backstop_core::Mark::fail(t.lease(), error)])
+        .await
+        .expect("mark");
+    assert_eq!(marked, vec![true]);
+    e.id
+}
+
 /// Whether `backend` is named in `BACKSTOP_TEST_REQUIRE`.
 pub fn required(backend: &str) -> bool {
     std::env::var("BACKSTOP_TEST_REQUIRE")
