@@ -182,21 +182,28 @@ impl MySqlOptions {
         self
     }
 
-    /// The DDL [`migrate`](backstop_core::TaskStore::migrate) runs for these options
-    /// (task table, indexes, inbox and audit tables), for a DBA to review or apply with
-    /// their own tool. Every statement is idempotent (`IF NOT EXISTS`). No connection is
-    /// needed.
+    /// The DDL [`migrate`](backstop_core::TaskStore::migrate) runs for these options, for
+    /// a DBA to review or apply with their own tool: the version table, then every
+    /// migration in order (task table, indexes, inbox and audit tables, and the changes
+    /// since), each followed by the statement that records it. Apply it to an empty
+    /// database; to upgrade one, apply the migrations after the newest version its
+    /// `{table}_migrations` holds (or let `migrate` do it). No connection is needed.
     ///
     /// ```
     /// let ddl = backstop_mysql::MySqlOptions::default().table("jobs").ddl().unwrap();
     /// assert!(ddl.contains("CREATE TABLE IF NOT EXISTS `jobs`"));
+    /// assert!(ddl.contains("INSERT INTO `jobs_migrations`"));
     /// ```
     pub fn ddl(&self) -> Result<String> {
         self.config.validate()?;
-        Ok({
-            let sql = Sql::new(&self.config.table);
-            ddl_script(&[&sql.schema, &sql.inbox_schema, &sql.audit_schema])
-        })
+        let sql = Sql::new(&self.config.table);
+        let table = schema::version_table(&self.config.table);
+        Ok(schema::script(&sql.versions_setup, &sql.migrations, |m| {
+            format!(
+                "INSERT INTO `{table}` (version, name, applied_at) VALUES ({}, '{}', NOW(3))",
+                m.version, m.name
+            )
+        }))
     }
 }
 
@@ -613,13 +620,59 @@ async fn pick(
     Ok(due.into_iter().map(|(_, id)| id).collect())
 }
 
+impl Inner {
+    /// [`Driver::migrate`] under the migration lock. MySQL commits each DDL statement by
+    /// itself: each migration is recorded right after its statements, and a migration
+    /// whose one `ALTER TABLE` had applied before a crash (so its column or key exists
+    /// and the `ALTER` fails as a whole) is recorded as applied.
+    async fn migrate_locked(&self, conn: &mut sqlx::MySqlConnection, target: u32) -> Result<()> {
+        conn.execute(safe(&self.sql.versions_setup))
+            .await
+            .map_err(my_err)?;
+        let applied: Vec<i64> = sqlx::query_scalar(safe(&self.sql.versions_read))
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(my_err)?;
+        let table = &self.options.config.table;
+        for m in schema::pending(table, &applied, &self.sql.migrations, target)? {
+            for statement in &m.statements {
+                match conn.execute(safe(statement)).await {
+                    Ok(_) => {}
+                    // duplicate column, duplicate key name, no such column or key to drop
+                    Err(e)
+                        if m.version > 1
+                            && matches!(error_number(&e), Some(1060 | 1061 | 1091)) =>
+                    {
+                        tracing::warn!(table, version = m.version, error = %e,
+                            "migration had applied before (the process stopped before recording it); recording it now");
+                    }
+                    Err(e) => return Err(my_err(e)),
+                }
+            }
+            sqlx::query(safe(&self.sql.version_record))
+                .bind(m.version)
+                .bind(m.name)
+                .execute(&mut *conn)
+                .await
+                .map_err(my_err)?;
+            tracing::info!(
+                table,
+                version = m.version,
+                name = m.name,
+                "migration applied"
+            );
+        }
+        Ok(())
+    }
+}
+
 #[async_trait]
 impl Driver for Inner {
     fn config(&self) -> &StoreConfig {
         &self.options.config
     }
 
-    async fn migrate(&self) -> Result<()> {
+    async fn migrate(&self, target: u32) -> Result<()> {
         let mut conn = self.pool.acquire().await.map_err(my_err)?;
         // Serialize concurrent migrations across instances.
         let got: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, 60)")
@@ -634,17 +687,12 @@ impl Driver for Inner {
                 "another instance held the migration lock for 60 s",
             ));
         }
-        let mut result = conn.execute(safe(&self.sql.schema)).await;
-        for more in [&self.sql.inbox_schema, &self.sql.audit_schema] {
-            if result.is_ok() {
-                result = conn.execute(safe(more)).await;
-            }
-        }
+        let result = self.migrate_locked(&mut conn, target).await;
         let _ = sqlx::query("SELECT RELEASE_LOCK(?)")
             .bind(&self.sql.lock_name)
             .execute(&mut *conn)
             .await;
-        result.map(|_| ()).map_err(my_err)
+        result
     }
 
     async fn insert(&self, task: Checked<&NewTask>) -> Result<Inserted> {

@@ -4,6 +4,7 @@
 //! microseconds. Single-table `UPDATE` assignments are evaluated left to right in MySQL, so
 //! an assignment that reads a column comes before the one that changes it.
 
+use backstop_core::driver::schema::{version_table, Migration};
 use backstop_core::driver::{AUDIT_COLUMNS, COLUMNS};
 
 /// How a list statement spells what differs (see `list_sql`); an age is bound in µs.
@@ -19,7 +20,15 @@ pub(crate) const LIST: backstop_core::driver::ListDialect = backstop_core::drive
 pub(crate) struct Sql {
     table: String,
     pub lock_name: String,
-    pub schema: String,
+    /// The version table.
+    pub versions_setup: String,
+    /// The versions applied.
+    pub versions_read: String,
+    /// version, name.
+    pub version_record: String,
+    /// The schema's history; see `backstop_core::driver::schema`. Each migration after
+    /// the first is one `ALTER TABLE` (atomic in InnoDB).
+    pub migrations: Vec<Migration>,
     pub insert: String,
     pub find_by_key: String,
     pub grab_by_id: String,
@@ -42,8 +51,6 @@ pub(crate) struct Sql {
     pub audit_insert: String,
     /// task id.
     pub audit_log: String,
-    /// The audit table.
-    pub audit_schema: String,
     pub status_of: String,
     /// `SELECT … FROM table` of a list; see `LIST`.
     pub list_select: String,
@@ -54,8 +61,6 @@ pub(crate) struct Sql {
     /// bucket ms, window µs, cap, window µs, cap.
     pub throughput: String,
     pub purge_succeeded: String,
-    /// The inbox table (see `backstop_core::inbox`).
-    pub inbox_schema: String,
     /// consumer, message_id: one row inserted, or none for a duplicate.
     pub inbox_insert: String,
     /// older µs, limit.
@@ -68,19 +73,34 @@ impl Sql {
         let t = format!("`{table}`");
         let ti = format!("`{table}_inbox`");
         let ta = format!("`{table}_audit`");
+        let tv = format!("`{}`", version_table(table));
         let fenced = "WHERE id = ? AND status = 3 AND lease = ?";
         Sql {
             table: t.clone(),
             lock_name: format!("backstop:migrate:{table}"),
-            // The unique key leads with
-            // biz_key, so it also finds every task of a business key (an operator's search) with
-            // no index of its own; a table made before kept (event_type, biz_key) under the same
-            // name, and `IF NOT EXISTS` leaves the table so.
-            // utf8mb4_bin: keys compare byte for byte, as on the other backends. The claim
-            // indexes match the claim's ORDER BY exactly, so no filesort locks rows it
-            // would then skip.
-            schema: format!(
-                "CREATE TABLE IF NOT EXISTS {t} (
+            versions_setup: format!(
+                "CREATE TABLE IF NOT EXISTS {tv} (
+                    version    INT          NOT NULL,
+                    name       VARCHAR(200) NOT NULL,
+                    applied_at DATETIME(3)  NOT NULL,
+                    PRIMARY KEY (version)
+                 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin"
+            ),
+            versions_read: format!("SELECT CAST(version AS SIGNED) FROM {tv}"),
+            version_record: format!(
+                "INSERT INTO {tv} (version, name, applied_at) VALUES (?, ?, NOW(3))"
+            ),
+            migrations: vec![
+                // The schema before versioning, so a table made then is adopted as it
+                // stands. utf8mb4_bin: keys compare byte for byte, as on the other
+                // backends. The claim indexes match the claim's ORDER BY exactly, so no
+                // filesort locks rows it would then skip.
+                Migration {
+                    version: 1,
+                    name: "tasks, inbox and audit log",
+                    statements: vec![
+                        format!(
+                            "CREATE TABLE IF NOT EXISTS {t} (
                     id                    BIGINT       NOT NULL AUTO_INCREMENT,
                     event_type            VARCHAR(64)  NOT NULL,
                     biz_key               VARCHAR(128) NOT NULL,
@@ -99,13 +119,50 @@ impl Sql {
                     created_at            DATETIME(3)  NOT NULL,
                     updated_at            DATETIME(3)  NOT NULL,
                     PRIMARY KEY (id),
-                    UNIQUE KEY uk_event_biz (biz_key, event_type),
+                    UNIQUE KEY uk_event_biz (event_type, biz_key),
                     KEY ix_claim_type (status, event_type, next_run_at, id),
                     KEY ix_claim (status, next_run_at, id),
                     KEY ix_updated (status, updated_at, id),
                     KEY ix_claim_token (claim_token)
                  ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin"
-            ),
+                        ),
+                        format!(
+                            "CREATE TABLE IF NOT EXISTS {ti} (
+                    consumer     VARCHAR(128) NOT NULL,
+                    message_id   VARCHAR(191) NOT NULL,
+                    processed_at DATETIME(3)  NOT NULL,
+                    PRIMARY KEY (consumer, message_id),
+                    KEY ix_processed (processed_at)
+                 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin"
+                        ),
+                        format!(
+                            "CREATE TABLE IF NOT EXISTS {ta} (
+                    id       BIGINT       NOT NULL AUTO_INCREMENT,
+                    task_id  BIGINT       NOT NULL,
+                    action   VARCHAR(16)  NOT NULL,
+                    operator VARCHAR(64)  NOT NULL,
+                    reason   TEXT         NOT NULL,
+                    at       DATETIME(3)  NOT NULL,
+                    PRIMARY KEY (id),
+                    KEY ix_task (task_id, id)
+                 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin"
+                        ),
+                    ],
+                },
+                // The unique key leads with biz_key, so it also finds every task of a
+                // business key (an operator's search) with no index of its own. Rebuilt
+                // unconditionally (one atomic ALTER): a table made just before
+                // versioning may already have this order, and the rebuild is then only
+                // its cost.
+                Migration {
+                    version: 2,
+                    name: "unique key leads with biz_key",
+                    statements: vec![format!(
+                        "ALTER TABLE {t} DROP INDEX uk_event_biz,
+                            ADD UNIQUE KEY uk_event_biz (biz_key, event_type)"
+                    )],
+                },
+            ],
             // event_type, biz_key, payload, max_attempts, strategy, interval, max, delay µs
             insert: format!(
                 "INSERT INTO {t} (event_type, biz_key, payload, status, attempts, max_attempts,
@@ -174,18 +231,6 @@ impl Sql {
                 "INSERT INTO {ta} (task_id, action, operator, reason, at) VALUES (?, ?, ?, ?, NOW(3))"
             ),
             audit_log: format!("SELECT {AUDIT_COLUMNS} FROM {ta} WHERE task_id = ? ORDER BY id"),
-            audit_schema: format!(
-                "CREATE TABLE IF NOT EXISTS {ta} (
-                    id       BIGINT       NOT NULL AUTO_INCREMENT,
-                    task_id  BIGINT       NOT NULL,
-                    action   VARCHAR(16)  NOT NULL,
-                    operator VARCHAR(64)  NOT NULL,
-                    reason   TEXT         NOT NULL,
-                    at       DATETIME(3)  NOT NULL,
-                    PRIMARY KEY (id),
-                    KEY ix_task (task_id, id)
-                 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin"
-            ),
             list_select: format!("SELECT {COLUMNS} FROM {t}"),
             stats_counts: format!(
                 "SELECT event_type, status, COUNT(*) FROM {t}
@@ -217,15 +262,6 @@ impl Sql {
             purge_succeeded: format!(
                 "DELETE FROM {t} WHERE status = 1 AND updated_at < NOW(3) - INTERVAL ? MICROSECOND
                  ORDER BY updated_at, id LIMIT ?"
-            ),
-            inbox_schema: format!(
-                "CREATE TABLE IF NOT EXISTS {ti} (
-                    consumer     VARCHAR(128) NOT NULL,
-                    message_id   VARCHAR(191) NOT NULL,
-                    processed_at DATETIME(3)  NOT NULL,
-                    PRIMARY KEY (consumer, message_id),
-                    KEY ix_processed (processed_at)
-                 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin"
             ),
             // INSERT IGNORE only ignores the duplicate key here: the lengths were checked
             inbox_insert: format!(

@@ -113,6 +113,14 @@ impl Harness for MySqlHarness {
         .await
     }
 
+    async fn execute(&self, db: &Db, sql: &str) {
+        let sql = sql.replace("{now}", "UTC_TIMESTAMP(3)");
+        sqlx::query(AssertSqlSafe(sql.clone()))
+            .execute(&db.admin)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
     async fn backdate(&self, db: &Db, table: &str, id: TaskId, column: TimeColumn, by: Duration) {
         let col = column.name();
         let micros = i64::try_from(by.as_micros()).expect("backdate within range");

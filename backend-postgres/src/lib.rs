@@ -137,20 +137,32 @@ impl PgOptions {
         self
     }
 
-    /// The DDL [`migrate`](backstop_core::TaskStore::migrate) runs for these options
-    /// (schema, task table, indexes, inbox and audit tables), for a DBA to review or apply
-    /// with their own tool. Every statement is idempotent (`IF NOT EXISTS`). No
-    /// connection is needed.
+    /// The DDL [`migrate`](backstop_core::TaskStore::migrate) runs for these options, for
+    /// a DBA to review or apply with their own tool: the schema and the version table,
+    /// then every migration in order (task table, indexes, inbox and audit tables, and
+    /// the changes since), each followed by the statement that records it. Apply it to
+    /// an empty schema; to upgrade one, apply the migrations after the newest version
+    /// its `{table}_migrations` holds (or let `migrate` do it). No connection is needed.
     ///
     /// ```
     /// let ddl = backstop_postgres::PgOptions::default().table("jobs").ddl().unwrap();
     /// assert!(ddl.contains("CREATE TABLE IF NOT EXISTS \"public\".\"jobs\""));
+    /// assert!(ddl.contains("INSERT INTO \"public\".\"jobs_migrations\""));
     /// ```
     pub fn ddl(&self) -> Result<String> {
         self.validate()?;
-        Ok(ddl_script(&[
-            &Sql::new(&self.schema, &self.config.table).schema
-        ]))
+        let sql = Sql::new(&self.schema, &self.config.table);
+        let table = format!(
+            "\"{}\".\"{}\"",
+            self.schema,
+            schema::version_table(&self.config.table)
+        );
+        Ok(schema::script(&sql.versions_setup, &sql.migrations, |m| {
+            format!(
+                "INSERT INTO {table} (version, name, applied_at) VALUES ({}, '{}', now())",
+                m.version, m.name
+            )
+        }))
     }
 
     fn validate(&self) -> Result<()> {
@@ -473,8 +485,10 @@ impl Driver for Inner {
         &self.options.config
     }
 
-    async fn migrate(&self) -> Result<()> {
+    async fn migrate(&self, target: u32) -> Result<()> {
         let mut client = self.client().await?;
+        // One transaction for the lot: PostgreSQL's DDL is transactional, so the schema
+        // moves from one version to the target or not at all.
         let tx = client.transaction().await.map_err(pg_err)?;
         // Serialize concurrent migrations: CREATE … IF NOT EXISTS alone races on the
         // catalogs when two instances start together.
@@ -484,7 +498,32 @@ impl Driver for Inner {
         )
         .await
         .map_err(pg_err)?;
-        tx.batch_execute(&self.sql.schema).await.map_err(pg_err)?;
+        tx.batch_execute(&self.sql.versions_setup)
+            .await
+            .map_err(pg_err)?;
+        let applied: Vec<i64> = tx
+            .query(&self.sql.versions_read, &[])
+            .await
+            .map_err(pg_err)?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let table = &self.options.config.table;
+        for m in schema::pending(table, &applied, &self.sql.migrations, target)? {
+            for statement in &m.statements {
+                tx.batch_execute(statement).await.map_err(pg_err)?;
+            }
+            let version = i32::try_from(m.version).unwrap_or(i32::MAX);
+            tx.execute(&self.sql.version_record, &[&version, &m.name])
+                .await
+                .map_err(pg_err)?;
+            tracing::info!(
+                table,
+                version = m.version,
+                name = m.name,
+                "migration applied"
+            );
+        }
         tx.commit().await.map_err(pg_err)
     }
 

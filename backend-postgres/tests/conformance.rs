@@ -92,6 +92,17 @@ impl Harness for PgHarness {
         .await
     }
 
+    async fn execute(&self, db: &Db, sql: &str) {
+        let sql = sql.replace("{now}", "now()");
+        db.admin
+            .batch_execute(&format!(
+                "SET search_path TO \"{}\"; {sql}; RESET search_path",
+                db.schema
+            ))
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
     async fn backdate(&self, db: &Db, table: &str, id: TaskId, column: TimeColumn, by: Duration) {
         let col = column.name();
         let micros = i64::try_from(by.as_micros()).expect("backdate within range");

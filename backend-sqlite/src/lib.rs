@@ -145,18 +145,29 @@ impl SqliteOptions {
         self
     }
 
-    /// The DDL [`migrate`](backstop_core::TaskStore::migrate) runs for these options
-    /// (task table, indexes, inbox and audit tables), for a DBA to review or apply with
-    /// their own tool. Every statement is idempotent (`IF NOT EXISTS`). No connection is
-    /// needed.
+    /// The DDL [`migrate`](backstop_core::TaskStore::migrate) runs for these options, for
+    /// a DBA to review or apply with their own tool: the version table, then every
+    /// migration in order (task table, indexes, inbox and audit tables, and the changes
+    /// since), each followed by the statement that records it. Apply it to an empty
+    /// database; to upgrade one, apply the migrations after the newest version its
+    /// `{table}_migrations` holds (or let `migrate` do it). No connection is needed.
     ///
     /// ```
     /// let ddl = backstop_sqlite::SqliteOptions::default().table("jobs").ddl().unwrap();
     /// assert!(ddl.contains("CREATE TABLE IF NOT EXISTS \"jobs\""));
+    /// assert!(ddl.contains("INSERT INTO \"jobs_migrations\""));
     /// ```
     pub fn ddl(&self) -> Result<String> {
         self.config.validate()?;
-        Ok(ddl_script(&[&Sql::new(&self.config.table).schema]))
+        let sql = Sql::new(&self.config.table);
+        let table = schema::version_table(&self.config.table);
+        Ok(schema::script(&sql.versions_setup, &sql.migrations, |m| {
+            format!(
+                "INSERT INTO \"{table}\" (version, name, applied_at) \
+                 VALUES ({}, '{}', CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))",
+                m.version, m.name
+            )
+        }))
     }
 }
 
@@ -445,9 +456,38 @@ impl Driver for Inner {
         &self.config
     }
 
-    async fn migrate(&self) -> Result<()> {
-        self.write("migrate", |sql, tx, _| tx.execute_batch(&sql.schema))
-            .await
+    async fn migrate(&self, target: u32) -> Result<()> {
+        let table = self.config.table.clone();
+        // One transaction under the write lock: SQLite's DDL is transactional, so the
+        // schema moves from one version to the target or not at all.
+        self.write("migrate", move |sql, tx, now| {
+            tx.execute_batch(&sql.versions_setup)?;
+            let applied = tx
+                .prepare(&sql.versions_read)?
+                .query_map([], |r| r.get::<_, i64>(0))?
+                .collect::<rusqlite::Result<Vec<i64>>>()?;
+            let todo = match schema::pending(&table, &applied, &sql.migrations, target) {
+                Ok(todo) => todo,
+                Err(e) => return Ok(Err(e)),
+            };
+            for m in todo {
+                for statement in &m.statements {
+                    tx.execute_batch(statement)?;
+                }
+                tx.execute(
+                    &sql.version_record,
+                    rusqlite::params![m.version, m.name, now],
+                )?;
+                tracing::info!(
+                    table,
+                    version = m.version,
+                    name = m.name,
+                    "migration applied"
+                );
+            }
+            Ok(Ok(()))
+        })
+        .await?
     }
 
     async fn insert(&self, task: Checked<&NewTask>) -> Result<Inserted> {

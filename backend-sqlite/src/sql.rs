@@ -3,6 +3,7 @@
 //! Times are Unix milliseconds (INTEGER); `now` is bound as a parameter read after the
 //! write lock is taken.
 
+use backstop_core::driver::schema::{version_table, Migration};
 use backstop_core::driver::{AUDIT_COLUMNS, COLUMNS};
 
 /// How a list statement spells what differs (see `list_sql`); an age is bound as its
@@ -16,7 +17,14 @@ pub(crate) const LIST: backstop_core::driver::ListDialect = backstop_core::drive
 
 pub(crate) struct Sql {
     table: String,
-    pub schema: String,
+    /// The version table.
+    pub versions_setup: String,
+    /// The versions applied.
+    pub versions_read: String,
+    /// ?1 version ?2 name ?3 now.
+    pub version_record: String,
+    /// The schema's history; see `backstop_core::driver::schema`.
+    pub migrations: Vec<Migration>,
     pub insert: String,
     pub find_by_key: String,
     pub grab_by_id: String,
@@ -59,16 +67,30 @@ impl Sql {
         let t = format!("\"{table}\"");
         let ti = format!("\"{table}_inbox\"");
         let ta = format!("\"{table}_audit\"");
+        let tv = format!("\"{}\"", version_table(table));
         // Every change to a running task is fenced by id, status and lease.
         let fenced = "WHERE id = ?2 AND status = 3 AND lease = ?3";
         Sql {
             table: t.clone(),
-            // The unique key leads with
-            // biz_key, so it also finds every task of a business key (an operator's search) with
-            // no index of its own; a table made before kept (event_type, biz_key) under the same
-            // name, and `IF NOT EXISTS` leaves it so.
-            schema: format!(
-                "CREATE TABLE IF NOT EXISTS {t} (
+            versions_setup: format!(
+                "CREATE TABLE IF NOT EXISTS {tv} (
+                    version    INTEGER PRIMARY KEY,
+                    name       TEXT    NOT NULL,
+                    applied_at INTEGER NOT NULL
+                 )"
+            ),
+            versions_read: format!("SELECT version FROM {tv}"),
+            version_record: format!(
+                "INSERT INTO {tv} (version, name, applied_at) VALUES (?1, ?2, ?3)"
+            ),
+            migrations: vec![
+                // The schema before versioning, so a table made then is adopted as it
+                // stands.
+                Migration {
+                    version: 1,
+                    name: "tasks, inbox and audit log",
+                    statements: vec![format!(
+                        "CREATE TABLE IF NOT EXISTS {t} (
                     id                    INTEGER PRIMARY KEY AUTOINCREMENT,
                     event_type            TEXT    NOT NULL,
                     biz_key               TEXT    NOT NULL,
@@ -86,7 +108,7 @@ impl Sql {
                     created_at            INTEGER NOT NULL,
                     updated_at            INTEGER NOT NULL
                  );
-                 CREATE UNIQUE INDEX IF NOT EXISTS \"{table}_uk_event_biz\" ON {t} (biz_key, event_type);
+                 CREATE UNIQUE INDEX IF NOT EXISTS \"{table}_uk_event_biz\" ON {t} (event_type, biz_key);
                  CREATE INDEX IF NOT EXISTS \"{table}_ix_claim\" ON {t} (status, next_run_at, id);
                  CREATE INDEX IF NOT EXISTS \"{table}_ix_claim_type\" ON {t} (status, event_type, next_run_at, id);
                  CREATE INDEX IF NOT EXISTS \"{table}_ix_updated\" ON {t} (status, updated_at);
@@ -106,7 +128,23 @@ impl Sql {
                     at       INTEGER NOT NULL
                  );
                  CREATE INDEX IF NOT EXISTS \"{table}_audit_ix\" ON {ta} (task_id, id);"
-            ),
+                    )],
+                },
+                // The unique key leads with biz_key, so it also finds every task of a
+                // business key (an operator's search) with no index of its own. Rebuilt
+                // unconditionally: a table made just before versioning may already have
+                // this order, and the rebuild is then only its cost.
+                Migration {
+                    version: 2,
+                    name: "unique key leads with biz_key",
+                    statements: vec![
+                        format!("DROP INDEX IF EXISTS \"{table}_uk_event_biz\""),
+                        format!(
+                            "CREATE UNIQUE INDEX \"{table}_uk_event_biz\" ON {t} (biz_key, event_type)"
+                        ),
+                    ],
+                },
+            ],
             // ?1 consumer ?2 message_id ?3 now: one row inserted, or none for a duplicate
             inbox_insert: format!(
                 "INSERT INTO {ti} (consumer, message_id, processed_at) VALUES (?1, ?2, ?3)

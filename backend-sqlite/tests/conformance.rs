@@ -58,6 +58,16 @@ impl Harness for SqliteHarness {
         .await
     }
 
+    async fn execute(&self, db: &Db, sql: &str) {
+        let sql = sql.replace(
+            "{now}",
+            "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)",
+        );
+        db.conn()
+            .execute_batch(&sql)
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
     async fn backdate(&self, db: &Db, table: &str, id: TaskId, column: TimeColumn, by: Duration) {
         let col = column.name();
         let n = db

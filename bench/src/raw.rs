@@ -125,7 +125,8 @@ impl Raw for SqliteRaw {
             Self::conn(&path)
                 .execute_batch(&format!(
                     "DROP TABLE IF EXISTS {TABLE}; DROP TABLE IF EXISTS {TABLE}_inbox;
-                     DROP TABLE IF EXISTS {TABLE}_audit; DROP TABLE IF EXISTS {ORDERS};"
+                     DROP TABLE IF EXISTS {TABLE}_audit; DROP TABLE IF EXISTS {TABLE}_migrations;
+                     DROP TABLE IF EXISTS {ORDERS};"
                 ))
                 .expect("drop tables");
         })
@@ -327,7 +328,7 @@ impl Raw for PgRaw {
         self.client()
             .await
             .batch_execute(&format!(
-                "DROP TABLE IF EXISTS {TABLE}, {TABLE}_inbox, {TABLE}_audit, {ORDERS}"
+                "DROP TABLE IF EXISTS {TABLE}, {TABLE}_inbox, {TABLE}_audit, {TABLE}_migrations, {ORDERS}"
             ))
             .await
             .expect("drop tables");
@@ -577,7 +578,7 @@ impl MySqlRaw {
 impl Raw for MySqlRaw {
     async fn drop_tables(&self) {
         sqlx::query(q(format!(
-            "DROP TABLE IF EXISTS {TABLE}, {TABLE}_inbox, {TABLE}_audit, {ORDERS}"
+            "DROP TABLE IF EXISTS {TABLE}, {TABLE}_inbox, {TABLE}_audit, {TABLE}_migrations, {ORDERS}"
         )))
         .execute(&self.pool)
         .await

@@ -434,6 +434,20 @@ async fn schema_usage_and_missing_databases() {
         "{}",
         stderr(&out)
     );
+    // the script recorded every version, so `migrate` finds nothing left to apply
+    let out = run(&["--url", &url, "migrate"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let versions: Vec<i64> = conn
+        .prepare("SELECT version FROM backstop_task_migrations ORDER BY version")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let latest = i64::from(backstop::driver::schema::LATEST);
+    assert_eq!(versions, (1..=latest).collect::<Vec<_>>());
+    drop(conn);
 
     // usage errors are 2, with a message
     let out = run(&["stats"]);
@@ -514,4 +528,51 @@ async fn asks_before_changing_at_a_terminal() {
     let out = at_terminal("y\n");
     assert_eq!(code(&out), 0, "{}", stdout(&out));
     assert_eq!(db.status(id).await, Some(Status::Pending));
+}
+
+/// `backstop schema` prints a script a DBA can apply as printed, on every backend; it
+/// records every version, so `migrate` afterwards finds nothing to apply, and the store
+/// works on the tables it made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_script_applies_as_printed() {
+    for db in databases("schema_script_applies_as_printed").await {
+        let table = format!("{}_dba", db.table);
+        let out = Command::new(BIN)
+            .args(["--url", &db.url, "--table", &table, "schema"])
+            .env_remove("BACKSTOP_URL")
+            .env_remove("BACKSTOP_TABLE")
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let ddl = stdout(&out);
+        if let Some(path) = db.url.strip_prefix("sqlite:") {
+            rusqlite::Connection::open(path)
+                .unwrap()
+                .execute_batch(&ddl)
+                .unwrap();
+        } else if db.url.starts_with("postgres") {
+            use backstop::postgres::tokio_postgres;
+            let (client, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            client.batch_execute(&ddl).await.unwrap();
+        } else {
+            use sqlx::Connection;
+            let mut conn = sqlx::MySqlConnection::connect(&db.url).await.unwrap();
+            sqlx::raw_sql(sqlx::AssertSqlSafe(ddl.clone()))
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }
+        let store = backstop::connect_with(&db.url, StoreConfig::default().table(table.clone()))
+            .await
+            .unwrap();
+        // the store migrates and runs on the tables the script made
+        store.migrate().await.unwrap();
+        let e = store.enqueue(NewTask::new("E", "k")).await.unwrap();
+        assert!(e.created);
+        let again = store.enqueue(NewTask::new("E", "k")).await.unwrap();
+        assert_eq!((again.id, again.created), (e.id, false), "{}", db.url);
+    }
 }

@@ -37,6 +37,8 @@
 //! // `Driver::insert`, and names `enqueue` in any error.
 //! ```
 
+pub mod schema;
+
 use std::collections::HashSet;
 use std::future::Future;
 use std::ops::Deref;
@@ -322,9 +324,12 @@ pub trait Driver: Send + Sync + 'static {
     /// The store's settings (table, payload limit, retries).
     fn config(&self) -> &StoreConfig;
 
-    /// [`migrate`](crate::TaskStore::migrate): create the table and indexes if missing;
-    /// safe to run from several instances at once.
-    async fn migrate(&self) -> Result<()>;
+    /// [`migrate_to`](crate::TaskStore::migrate_to): under the migration lock, create the
+    /// version table if missing, read the versions applied, and apply what
+    /// [`schema::pending`] says is missing to reach `target`, each migration recorded in
+    /// the version table (see [`schema`] for the rules). Safe to run from several
+    /// instances at once.
+    async fn migrate(&self, target: u32) -> Result<()>;
 
     /// [`enqueue`](crate::TaskStore::enqueue): insert `task` pending (due at database-now
     /// plus its delay), or find the existing task with its `(event_type, biz_key)`.
@@ -699,9 +704,10 @@ pub fn list_sql<'f>(
 /// `use backstop_core::driver::prelude::*;`.
 pub mod prelude {
     pub use super::{
-        ddl_script, enqueue_on, enqueue_on_blocking, list_sql, mark_rounds, millis, AgedBatch,
-        Backend, Buckets, Checked, Claim, Driver, Inserted, ListArg, ListDialect, RawAudit,
-        RawStats, RawTask, Reset, TaskRow, AUDIT_COLUMNS, COLUMNS,
+        ddl_script, enqueue_on, enqueue_on_blocking, list_sql, mark_rounds, millis,
+        schema::{self, Migration},
+        AgedBatch, Backend, Buckets, Checked, Claim, Driver, Inserted, ListArg, ListDialect,
+        RawAudit, RawStats, RawTask, Reset, TaskRow, AUDIT_COLUMNS, COLUMNS,
     };
     pub use crate::{
         async_trait, Audit, Enqueued, Error, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner,

@@ -6,8 +6,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::driver::{
-    check_task, enqueued, AgedBatch, Backend, Buckets, Checked, Claim, Driver, RawStats, RawTask,
-    Reset,
+    check_task, enqueued, schema, AgedBatch, Backend, Buckets, Checked, Claim, Driver, RawStats,
+    RawTask, Reset,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::limits;
@@ -57,13 +57,29 @@ use crate::model::{
 /// [`ErrorKind::Config`]: crate::ErrorKind::Config
 #[async_trait]
 pub trait TaskStore: Send + Sync + 'static {
-    /// Create the task table and its indexes if they are missing.
+    /// Bring the schema (the task table, its indexes, the inbox and audit tables) to the
+    /// newest version this release knows, applying the numbered migrations it lacks.
     ///
-    /// - Idempotent: running it again (or from several instances) changes nothing.
+    /// - Idempotent: running it again (or from several instances at once) changes
+    ///   nothing; one instance applies, under a lock, and the others wait for it.
+    /// - Each migration applied is recorded in the version table `{table}_migrations`.
+    ///   A table made before versioning is adopted as it stands and upgraded.
+    /// - A schema migrated by a newer release is left as it is (with a warning): newer
+    ///   migrations only add, so this release keeps working on it.
     /// - Indexes: the claim order per event type `(event_type, next_run_at, id)` of pending
     ///   tasks, recycling and purging `(status, updated_at)`, and the unique
-    ///   `(event_type, biz_key)`.
+    ///   `(biz_key, event_type)`.
+    ///
+    /// The script a DBA can review or apply by hand is each backend's `ddl()`.
     async fn migrate(&self) -> Result<()>;
+
+    /// Apply the migrations up to schema `version` only (1 is the first), for tests of
+    /// an upgrade and for staged rollouts. The store's other operations need the newest
+    /// version ([`migrate`](Self::migrate)).
+    ///
+    /// - `InvalidInput` for a version this release does not know, writing nothing.
+    /// - A `version` at or below the one applied changes nothing (no downgrades).
+    async fn migrate_to(&self, version: u32) -> Result<()>;
 
     /// Insert a task in its own transaction.
     ///
@@ -289,6 +305,9 @@ impl<S: TaskStore + ?Sized> TaskStore for std::sync::Arc<S> {
     async fn migrate(&self) -> Result<()> {
         (**self).migrate().await
     }
+    async fn migrate_to(&self, version: u32) -> Result<()> {
+        (**self).migrate_to(version).await
+    }
     async fn enqueue(&self, task: NewTask) -> Result<Enqueued> {
         (**self).enqueue(task).await
     }
@@ -365,7 +384,21 @@ impl<S: TaskStore + ?Sized> TaskStore for std::sync::Arc<S> {
 impl<B: Backend + ?Sized> TaskStore for B {
     async fn migrate(&self) -> Result<()> {
         let d = self.driver();
-        run(d, "migrate", || d.migrate()).await
+        run(d, "migrate", || d.migrate(schema::LATEST)).await
+    }
+
+    async fn migrate_to(&self, version: u32) -> Result<()> {
+        let d = self.driver();
+        if version == 0 || version > schema::LATEST {
+            return Err(Error::invalid_input(
+                "migrate",
+                format!(
+                    "no schema version {version}: this release knows versions 1 to {}",
+                    schema::LATEST
+                ),
+            ));
+        }
+        run(d, "migrate", || d.migrate(version)).await
     }
 
     async fn enqueue(&self, task: NewTask) -> Result<Enqueued> {

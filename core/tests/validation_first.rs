@@ -57,7 +57,7 @@ impl Driver for Tripwire {
     fn config(&self) -> &StoreConfig {
         &self.config
     }
-    async fn migrate(&self) -> Result<()> {
+    async fn migrate(&self, _target: u32) -> Result<()> {
         self.called();
         Ok(())
     }
@@ -253,6 +253,12 @@ async fn invalid_input_reaches_no_driver() {
     refused(
         s.grab_batch(&owner, &["bad type".to_owned()], 1).await,
         "grab_batch",
+    );
+    refused(s.migrate_to(0).await, "migrate");
+    refused(
+        s.migrate_to(backstop_core::driver::schema::LATEST + 1)
+            .await,
+        "migrate",
     );
     refused(s.recycle_dead(too_old, 1).await, "recycle_dead");
     refused(

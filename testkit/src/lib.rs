@@ -95,6 +95,12 @@ pub trait Harness: Send + Sync + 'static {
         by: Duration,
     );
 
+    /// Run one SQL statement directly on `db` (for a case that builds a table as an
+    /// earlier release did). Table names in `sql` are unqualified (PostgreSQL runs it
+    /// with the case's schema as the search path), and `{now}` stands for the backend's
+    /// current time as the task table stores it.
+    async fn execute(&self, db: &Self::Db, sql: &str);
+
     /// In one native transaction: insert a business row keyed `biz_row` (into a table the
     /// harness owns), then enqueue `task` with the backend's transactional enqueue; commit
     /// when `commit`, else roll back. Returns what the enqueue answered.
@@ -338,6 +344,11 @@ pub async fn park_failed<S: TaskStore + ?Sized>(store: &S, task: NewTask, error:
         .expect("mark");
     assert_eq!(marked, vec![true]);
     e.id
+}
+
+/// The version table of task table `table`.
+pub fn version_table(table: &str) -> String {
+    backstop_core::driver::schema::version_table(table)
 }
 
 /// Whether `backend` is named in `BACKSTOP_TEST_REQUIRE`.

@@ -267,6 +267,9 @@ impl<S: TaskStore> TaskStore for Gate<S> {
     async fn migrate(&self) -> backstop_core::Result<()> {
         self.inner.migrate().await
     }
+    async fn migrate_to(&self, version: u32) -> backstop_core::Result<()> {
+        self.inner.migrate_to(version).await
+    }
     async fn enqueue(&self, task: NewTask) -> backstop_core::Result<backstop_core::Enqueued> {
         self.inner.enqueue(task).await
     }
