@@ -411,6 +411,7 @@ async fn insert(
         .bind(retry.backoff.strategy())
         .bind(millis(retry.backoff.interval()))
         .bind(millis(retry.backoff.max_interval()))
+        .bind(task.due_at().map(|t| t.naive_utc()))
         .bind(micros(task.due_delay()))
         .execute(&mut *conn)
         .await;

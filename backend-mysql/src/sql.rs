@@ -163,12 +163,14 @@ impl Sql {
                     )],
                 },
             ],
-            // event_type, biz_key, payload, max_attempts, strategy, interval, max, delay µs
+            // event_type, biz_key, payload, max_attempts, strategy, interval, max, run_at
+            // (NULL: use the delay; a time already past: now), delay µs
             insert: format!(
                 "INSERT INTO {t} (event_type, biz_key, payload, status, attempts, max_attempts,
                     retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at,
                     lease, created_at, updated_at)
-                 VALUES (?, ?, ?, 0, 0, ?, ?, ?, ?, NOW(3) + INTERVAL ? MICROSECOND, 0,
+                 VALUES (?, ?, ?, 0, 0, ?, ?, ?, ?,
+                    COALESCE(GREATEST(?, NOW(3)), NOW(3) + INTERVAL ? MICROSECOND), 0,
                     NOW(3), NOW(3))"
             ),
             // A locking read sees the latest committed row whatever the isolation level.

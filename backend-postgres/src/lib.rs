@@ -351,6 +351,7 @@ where
     let max_attempts = i32::try_from(retry.max_attempts).unwrap_or(i32::MAX);
     let (event_type, biz_key, payload) = (task.event_type(), task.biz_key(), task.payload());
     let strategy = retry.backoff.strategy();
+    let run_at = task.due_at();
     let mut params: Vec<(&(dyn ToSql + Sync), Type)> = vec![
         (&event_type, Type::VARCHAR),
         (&biz_key, Type::VARCHAR),
@@ -360,6 +361,7 @@ where
         (&interval, Type::INT8),
         (&max_interval, Type::INT8),
         (&delay, Type::INT8),
+        (&run_at, Type::TIMESTAMPTZ),
     ];
     let statement = if notify {
         params.push((&sql.channel, Type::TEXT));

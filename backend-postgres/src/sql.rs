@@ -64,7 +64,7 @@ pub(crate) struct Sql {
     pub migrations: Vec<Migration>,
     pub insert: String,
     /// `insert` that also announces the new task on `channel` (delivered at commit;
-    /// nothing on a duplicate). $9 is the channel.
+    /// nothing on a duplicate). $10 is the channel.
     pub insert_notify: String,
     pub find_by_key: String,
     /// The `LISTEN`/`NOTIFY` channel of this table.
@@ -113,12 +113,16 @@ impl Sql {
         let tv = format!("\"{schema}\".\"{}\"", version_table(table));
         let tc = t_columns();
         // $1 event_type $2 biz_key $3 payload $4 max_attempts $5 strategy
-        // $6 interval_ms $7 max_interval_ms $8 delay_ms
+        // $6 interval_ms $7 max_interval_ms $8 delay_ms $9 run_at (NULL: use the delay;
+        // a time already past: now)
         let insert = format!(
             "INSERT INTO {t} (event_type, biz_key, payload, status, attempts, max_attempts,
                 retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at,
                 lease, created_at, updated_at)
-             VALUES ($1, $2, $3, 0, 0, $4, $5, $6, $7, now() + $8::bigint {MS}, 0, now(), now())
+             VALUES ($1, $2, $3, 0, 0, $4, $5, $6, $7,
+                CASE WHEN $9::timestamptz IS NULL THEN now() + $8::bigint {MS}
+                    ELSE GREATEST($9::timestamptz, now()) END,
+                0, now(), now())
              ON CONFLICT (event_type, biz_key) DO NOTHING
              RETURNING id"
         );
@@ -256,7 +260,7 @@ impl Sql {
             insert: insert.clone(),
             insert_notify: format!(
                 "WITH ins AS ({insert})
-                 SELECT ins.id FROM ins CROSS JOIN LATERAL (SELECT pg_notify($9::text, $1::text)) AS n"
+                 SELECT ins.id FROM ins CROSS JOIN LATERAL (SELECT pg_notify($10::text, $1::text)) AS n"
             ),
             listen: format!("LISTEN \"{channel}\""),
             channel,

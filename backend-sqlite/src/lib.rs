@@ -427,6 +427,7 @@ fn insert(
                 millis(retry.backoff.max_interval()),
                 now,
                 millis(task.due_delay()),
+                task.due_at().map(|t| t.timestamp_millis()),
             ],
             |r| r.get(0),
         )

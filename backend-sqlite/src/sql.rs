@@ -157,11 +157,13 @@ impl Sql {
                     ORDER BY processed_at LIMIT ?2)"
             ),
             // ?8 = now, ?9 = delay ms
+            // ?8 now ?9 delay ms ?10 run_at ms (NULL: use the delay; a time already past:
+            // now; a NULL makes max() NULL)
             insert: format!(
                 "INSERT INTO {t} (event_type, biz_key, payload, status, attempts, max_attempts,
                     retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at,
                     lease, created_at, updated_at)
-                 VALUES (?1, ?2, ?3, 0, 0, ?4, ?5, ?6, ?7, ?8 + ?9, 0, ?8, ?8)
+                 VALUES (?1, ?2, ?3, 0, 0, ?4, ?5, ?6, ?7, COALESCE(max(?10, ?8), ?8 + ?9), 0, ?8, ?8)
                  ON CONFLICT (event_type, biz_key) DO NOTHING
                  RETURNING id"
             ),

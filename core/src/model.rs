@@ -490,6 +490,7 @@ pub struct NewTask {
     payload: std::result::Result<String, String>,
     retry: RetryPolicy,
     delay: Duration,
+    run_at: Option<DateTime<Utc>>,
 }
 
 impl NewTask {
@@ -502,6 +503,7 @@ impl NewTask {
             payload: Ok("{}".to_owned()),
             retry: RetryPolicy::default(),
             delay: Duration::ZERO,
+            run_at: None,
         }
     }
 
@@ -529,8 +531,28 @@ impl NewTask {
     }
 
     /// Make the task due `delay` after enqueue (database time) instead of at once.
+    /// Replaces a [`run_at`](Self::run_at) set before.
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = delay;
+        self.run_at = None;
+        self
+    }
+
+    /// Make the task due at `at`, an absolute time compared with the database's clock.
+    /// A time already past makes the task due at once (it is stored as the time of the
+    /// enqueue, so it neither jumps the queue nor skews the start-delay metric). At most
+    /// [`limits::MAX_INTERVAL`] ahead. Replaces a [`delay`](Self::delay) set before.
+    ///
+    /// ```
+    /// use chrono::{Duration, Utc};
+    /// use backstop_core::NewTask;
+    /// let at = Utc::now() + Duration::hours(2);
+    /// let task = NewTask::new("REMIND", "cart-7").run_at(at);
+    /// assert_eq!(task.due_at(), Some(at));
+    /// ```
+    pub fn run_at(mut self, at: DateTime<Utc>) -> Self {
+        self.run_at = Some(at);
+        self.delay = Duration::ZERO;
         self
     }
 
@@ -554,15 +576,29 @@ impl NewTask {
         &self.retry
     }
 
-    /// The delay before the task is due.
+    /// The delay before the task is due (zero when it has a [`due_at`](Self::due_at)).
     pub fn due_delay(&self) -> Duration {
         self.delay
+    }
+
+    /// The absolute time the task is due, when set with [`run_at`](Self::run_at).
+    pub fn due_at(&self) -> Option<DateTime<Utc>> {
+        self.run_at
+    }
+
+    /// About how long until the task is due, by this machine's clock (a hint for waking
+    /// a poller; the database decides).
+    pub fn due_in(&self) -> Duration {
+        match self.run_at {
+            Some(at) => (at - Utc::now()).to_std().unwrap_or(Duration::ZERO),
+            None => self.delay,
+        }
     }
 
     /// Check everything a store checks before writing: event type (1–64 bytes of
     /// `A–Z a–z 0–9 _ . : -`), business key (1–128 bytes, no control characters), a
     /// payload that serialized and fits `max_payload_bytes`, the retry policy, and a delay
-    /// of at most [`limits::MAX_INTERVAL`].
+    /// or a `run_at` of at most [`limits::MAX_INTERVAL`] ahead.
     pub fn validate(&self, max_payload_bytes: usize) -> Result<()> {
         const OP: &str = "enqueue";
         limits::check_event_type(OP, &self.event_type)?;
@@ -587,6 +623,7 @@ impl NewTask {
         }
         self.retry.validate(OP)?;
         limits::check_duration(OP, "delay", self.delay)?;
+        limits::check_duration(OP, "run_at (from now)", self.due_in())?;
         Ok(())
     }
 }

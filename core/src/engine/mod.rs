@@ -676,7 +676,7 @@ impl<S: TaskStore + Clone> Engine<S> {
     /// A delayed task of an event type handled here is polled for when it becomes due,
     /// not at the next tick.
     pub async fn enqueue(&self, task: NewTask) -> Result<(Enqueued, RunAhead)> {
-        let delay = task.due_delay();
+        let delay = task.due_in();
         let enqueued = self.inner.shared.store.enqueue(task).await?;
         if enqueued.created {
             self.inner.shared.counters.enqueued_here();

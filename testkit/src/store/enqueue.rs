@@ -119,6 +119,79 @@ pub async fn enqueue_with_delay_is_not_due_until_then<H: Harness>(ctx: &Ctx<H>) 
     assert_eq!(ctx.task(e.id).await, t, "a failed grab changes nothing");
 }
 
+/// enqueue with run_at: due at that absolute time (to the millisecond), on every enqueue
+/// path; a time already past is due at once, stored as the time of the enqueue; more
+/// than the longest interval ahead is refused.
+pub async fn enqueue_with_run_at_is_due_at_that_time<H: Harness>(ctx: &Ctx<H>) {
+    let ms = |t: chrono::DateTime<Utc>| t.timestamp_millis();
+    let at = Utc::now() + chrono::Duration::milliseconds(7_200_123);
+    let e = ctx
+        .store
+        .enqueue(NewTask::new("E", "later").run_at(at))
+        .await
+        .unwrap();
+    let t = ctx.task(e.id).await;
+    assert!(
+        (ms(t.next_run_at) - ms(at)).abs() <= 1,
+        "next_run_at {} for run_at {at}",
+        t.next_run_at
+    );
+    assert!(ctx
+        .store
+        .grab_by_id(e.id, &ctx.owner)
+        .await
+        .unwrap()
+        .is_none());
+    // in the caller's transaction too
+    let at2 = at + chrono::Duration::seconds(1);
+    let e2 = ctx
+        .enqueue_in_tx("order-at", NewTask::new("E", "in-tx").run_at(at2), true)
+        .await
+        .unwrap();
+    let t2 = ctx.task(e2.id).await;
+    assert!((ms(t2.next_run_at) - ms(at2)).abs() <= 1, "{}", t2.next_run_at);
+
+    // a time already past: due now, not an hour ago
+    let before = Utc::now();
+    let e = ctx
+        .store
+        .enqueue(NewTask::new("E", "past").run_at(before - chrono_dur(HOUR)))
+        .await
+        .unwrap();
+    let after = Utc::now();
+    let t = ctx.task(e.id).await;
+    assert_between("next_run_at", t.next_run_at, before, after);
+    assert_eq!(t.next_run_at, t.created_at);
+    let grabbed = ctx.grab(e.id).await;
+    assert_eq!(grabbed.status, Status::Running);
+
+    // the later of delay and run_at calls wins
+    let e = ctx
+        .store
+        .enqueue(
+            NewTask::new("E", "both")
+                .run_at(at)
+                .delay(Duration::from_secs(60)),
+        )
+        .await
+        .unwrap();
+    let t = ctx.task(e.id).await;
+    assert_eq!(t.next_run_at - t.created_at, chrono::Duration::seconds(60));
+
+    let count = ctx.count_all().await;
+    assert_kind(
+        ctx.store
+            .enqueue(
+                NewTask::new("E", "too-far")
+                    .run_at(Utc::now() + chrono::Duration::days(400)),
+            )
+            .await,
+        ErrorKind::InvalidInput,
+        "run_at",
+    );
+    assert_eq!(ctx.count_all().await, count, "nothing written");
+}
+
 /// enqueue: empty, over-long or oddly-charactered event types are refused; nothing written.
 pub async fn enqueue_rejects_bad_event_type_and_writes_nothing<H: Harness>(ctx: &Ctx<H>) {
     for bad in ["", &"E".repeat(65), "with space", "semi;colon", "ünï"] {
