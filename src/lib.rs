@@ -56,9 +56,9 @@ pub use backstop_core::{
 pub use backstop_core::{Inbox, Message, Notifier, Processed, Wake, Wakes};
 // The store contract and the task model.
 pub use backstop_core::{
-    Audit, AuditEntry, Backoff, Enqueued, Lease, Mark, MarkAction, NewTask, Owner, Recycled,
-    RetryPolicy, Stats, Status, StatusCount, StoreConfig, Task, TaskFilter, TaskId, TaskStore,
-    TaskStoreExt, Throughput,
+    Audit, AuditEntry, Backoff, Enqueued, Lease, Mark, MarkAction, NewTask, Owner, Priority,
+    Recycled, RetryPolicy, Stats, Status, StatusCount, StoreConfig, Task, TaskFilter, TaskId,
+    TaskStore, TaskStoreExt, Throughput,
 };
 // Errors.
 /// Re-exported so handlers (and backends) use the same `#[async_trait]` as the traits.

@@ -53,7 +53,7 @@ use chrono::NaiveDateTime;
 use sqlx::mysql::{MySqlConnectOptions, MySqlDatabaseError, MySqlPoolOptions, MySqlRow};
 use sqlx::{Executor, MySql, MySqlConnection, MySqlPool, Row};
 
-use sql::{LockWait, Sql};
+use sql::{LockWait, Sql, PRIORITY_LEVELS};
 
 /// A pooled connection idle at least this long is pinged before it is handed out.
 const IDLE_PING_AFTER: Duration = Duration::from_secs(1);
@@ -413,6 +413,8 @@ async fn insert(
         .bind(millis(retry.backoff.max_interval()))
         .bind(task.due_at().map(|t| t.naive_utc()))
         .bind(micros(task.due_delay()))
+        .bind(task.claim_priority().get())
+        .bind(retry.jitter_pct)
         .execute(&mut *conn)
         .await;
     match inserted {
@@ -593,10 +595,11 @@ impl Inner {
 /// How long a [`ClaimStrategy::QueueThenSkip`] claim queues behind another (seconds).
 const QUEUE_WAIT_S: u32 = 1;
 
-/// The claim's locking read of due task ids, oldest first: one ordered walk of the
-/// `(status, event_type, next_run_at, id)` index per event type, each stopping at
-/// `limit`, merged. The rows of a walk beyond the merged limit stay locked (unclaimed)
-/// until the claim's transaction ends.
+/// The claim's locking read of due task ids, in claim order `(priority, next_run_at,
+/// id)`: one ordered walk of the `(status, event_type, priority, next_run_at, id)` index
+/// per event type and priority level, each stopping at `limit`, merged. The rows of a
+/// walk beyond the merged limit stay locked (unclaimed) until the claim's transaction
+/// ends.
 async fn pick(
     sql: &Sql,
     conn: &mut MySqlConnection,
@@ -605,20 +608,18 @@ async fn pick(
     limit: usize,
 ) -> std::result::Result<Vec<i64>, sqlx::Error> {
     let text = sql.pick(wait);
-    let mut due: Vec<(chrono::NaiveDateTime, i64)> = Vec::new();
+    let mut due: Vec<(i8, chrono::NaiveDateTime, i64)> = Vec::new();
     for t in event_types {
-        let rows = sqlx::query_as::<_, (chrono::NaiveDateTime, i64)>(safe(&text))
-            .bind(t)
-            .bind(limit as i64)
-            .fetch_all(&mut *conn)
-            .await?;
-        due.extend(rows);
+        let mut q = sqlx::query_as::<_, (i8, chrono::NaiveDateTime, i64)>(safe(&text));
+        for _ in 0..PRIORITY_LEVELS {
+            q = q.bind(t).bind(limit as i64);
+        }
+        due.extend(q.fetch_all(&mut *conn).await?);
     }
-    if event_types.len() > 1 {
-        due.sort_unstable();
-        due.truncate(limit);
-    }
-    Ok(due.into_iter().map(|(_, id)| id).collect())
+    // (priority, next_run_at, id): the claim order
+    due.sort_unstable();
+    due.truncate(limit);
+    Ok(due.into_iter().map(|(_, _, id)| id).collect())
 }
 
 impl Inner {

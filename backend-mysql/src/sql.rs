@@ -17,6 +17,9 @@ pub(crate) const LIST: backstop_core::driver::ListDialect = backstop_core::drive
     backlog_order: "id + 0",
 };
 
+/// The priority levels (see `backstop_core::Priority`): a claim walks each.
+pub(crate) const PRIORITY_LEVELS: usize = 5;
+
 pub(crate) struct Sql {
     table: String,
     pub lock_name: String,
@@ -162,16 +165,29 @@ impl Sql {
                             ADD UNIQUE KEY uk_event_biz (biz_key, event_type)"
                     )],
                 },
+                // Priorities and retry jitter; the claim index gains the priority. One
+                // ALTER: the columns are added in place, the index is rebuilt.
+                Migration {
+                    version: 3,
+                    name: "priority and retry jitter",
+                    statements: vec![format!(
+                        "ALTER TABLE {t}
+                            ADD COLUMN priority TINYINT NOT NULL DEFAULT 2,
+                            ADD COLUMN retry_jitter_pct TINYINT NOT NULL DEFAULT 0,
+                            DROP INDEX ix_claim_type,
+                            ADD KEY ix_claim_type (status, event_type, priority, next_run_at, id)"
+                    )],
+                },
             ],
             // event_type, biz_key, payload, max_attempts, strategy, interval, max, run_at
-            // (NULL: use the delay; a time already past: now), delay µs
+            // (NULL: use the delay; a time already past: now), delay µs, priority, jitter %
             insert: format!(
                 "INSERT INTO {t} (event_type, biz_key, payload, status, attempts, max_attempts,
                     retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at,
-                    lease, created_at, updated_at)
+                    lease, created_at, updated_at, priority, retry_jitter_pct)
                  VALUES (?, ?, ?, 0, 0, ?, ?, ?, ?,
                     COALESCE(GREATEST(?, NOW(3)), NOW(3) + INTERVAL ? MICROSECOND), 0,
-                    NOW(3), NOW(3))"
+                    NOW(3), NOW(3), ?, ?)"
             ),
             // A locking read sees the latest committed row whatever the isolation level.
             find_by_key: format!(
@@ -280,11 +296,12 @@ impl Sql {
         vec!["?"; n].join(", ")
     }
 
-    /// The claim's locking read of one event type's due rows, in claim order, as
-    /// `(next_run_at, id)`: event type, limit. An ordered walk of the
-    /// `(status, event_type, next_run_at, id)` index that stops at the limit (no filesort,
-    /// so no row is locked and then skipped). What it does with rows another claim
-    /// holds: see [`LockWait`].
+    /// The claim's locking read of one event type's due rows, as
+    /// `(priority, next_run_at, id)`: (event type, limit) once per priority level. One
+    /// ordered walk of the `(status, event_type, priority, next_run_at, id)` index per
+    /// level, each stopping at the limit (no filesort, so no row is locked and then
+    /// skipped); the caller merges them in claim order. What it does with rows another
+    /// claim holds: see [`LockWait`].
     ///
     /// Not a single `UPDATE … ORDER BY next_run_at, id LIMIT n`: the update changes
     /// `status`, a column of the index it would scan, so MariaDB and MySQL collect every
@@ -292,13 +309,19 @@ impl Sql {
     /// lock) the whole backlog.
     pub fn pick(&self, wait: LockWait) -> String {
         let t = &self.table;
-        format!(
-            "SELECT next_run_at, id FROM {t} FORCE INDEX (ix_claim_type)
-             WHERE status = 0 AND event_type = ? AND next_run_at <= NOW(3)
-             ORDER BY next_run_at, id
-             LIMIT ? FOR UPDATE{}",
-            wait.clause()
-        )
+        let clause = wait.clause();
+        (0..PRIORITY_LEVELS)
+            .map(|level| {
+                format!(
+                    "(SELECT priority, next_run_at, id FROM {t} FORCE INDEX (ix_claim_type)
+                     WHERE status = 0 AND event_type = ? AND priority = {level}
+                       AND next_run_at <= NOW(3)
+                     ORDER BY next_run_at, id
+                     LIMIT ? FOR UPDATE{clause})"
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" UNION ALL ")
     }
 
     /// The dead-worker sweep's locking read: the oldest running rows not heartbeated for

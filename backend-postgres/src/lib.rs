@@ -352,6 +352,8 @@ where
     let (event_type, biz_key, payload) = (task.event_type(), task.biz_key(), task.payload());
     let strategy = retry.backoff.strategy();
     let run_at = task.due_at();
+    let priority = i16::from(task.claim_priority().get());
+    let jitter = i16::from(retry.jitter_pct);
     let mut params: Vec<(&(dyn ToSql + Sync), Type)> = vec![
         (&event_type, Type::VARCHAR),
         (&biz_key, Type::VARCHAR),
@@ -362,6 +364,8 @@ where
         (&max_interval, Type::INT8),
         (&delay, Type::INT8),
         (&run_at, Type::TIMESTAMPTZ),
+        (&priority, Type::INT2),
+        (&jitter, Type::INT2),
     ];
     let statement = if notify {
         params.push((&sql.channel, Type::TEXT));

@@ -15,6 +15,9 @@ fn t_columns() -> String {
 
 const MS: &str = "* interval '1 millisecond'";
 
+/// The priority levels, in claim order (see `backstop_core::Priority`).
+const LEVELS: &str = "'{0,1,2,3,4}'::smallint[]";
+
 /// The claim of the rows `picked` selects (and locks): $1 is the owner.
 fn claim(t: &str, tc: &str, picked: &str) -> String {
     format!(
@@ -64,7 +67,7 @@ pub(crate) struct Sql {
     pub migrations: Vec<Migration>,
     pub insert: String,
     /// `insert` that also announces the new task on `channel` (delivered at commit;
-    /// nothing on a duplicate). $10 is the channel.
+    /// nothing on a duplicate). $12 is the channel.
     pub insert_notify: String,
     pub find_by_key: String,
     /// The `LISTEN`/`NOTIFY` channel of this table.
@@ -114,15 +117,15 @@ impl Sql {
         let tc = t_columns();
         // $1 event_type $2 biz_key $3 payload $4 max_attempts $5 strategy
         // $6 interval_ms $7 max_interval_ms $8 delay_ms $9 run_at (NULL: use the delay;
-        // a time already past: now)
+        // a time already past: now) $10 priority $11 jitter %
         let insert = format!(
             "INSERT INTO {t} (event_type, biz_key, payload, status, attempts, max_attempts,
                 retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at,
-                lease, created_at, updated_at)
+                lease, created_at, updated_at, priority, retry_jitter_pct)
              VALUES ($1, $2, $3, 0, 0, $4, $5, $6, $7,
                 CASE WHEN $9::timestamptz IS NULL THEN now() + $8::bigint {MS}
                     ELSE GREATEST($9::timestamptz, now()) END,
-                0, now(), now())
+                0, now(), now(), $10, $11)
              ON CONFLICT (event_type, biz_key) DO NOTHING
              RETURNING id"
         );
@@ -208,6 +211,25 @@ impl Sql {
                             ADD CONSTRAINT \"{table}_uk_event_biz\" UNIQUE (biz_key, event_type)"
                     )],
                 },
+                // Priorities and retry jitter. Adding a column with a constant default
+                // rewrites nothing; the claim index gains the priority (built while the
+                // migration holds the table).
+                Migration {
+                    version: 3,
+                    name: "priority and retry jitter",
+                    statements: vec![
+                        format!(
+                            "ALTER TABLE {t}
+                                ADD COLUMN IF NOT EXISTS priority SMALLINT NOT NULL DEFAULT 2,
+                                ADD COLUMN IF NOT EXISTS retry_jitter_pct SMALLINT NOT NULL DEFAULT 0"
+                        ),
+                        format!(
+                            "CREATE INDEX IF NOT EXISTS \"{table}_ix_claim_pri\"
+                                ON {t} (event_type, priority, next_run_at, id) WHERE status = 0"
+                        ),
+                        format!("DROP INDEX IF EXISTS \"{schema}\".\"{table}_ix_claim\""),
+                    ],
+                },
             ],
             // the change and its audit entry in one statement
             cancel: format!(
@@ -260,7 +282,7 @@ impl Sql {
             insert: insert.clone(),
             insert_notify: format!(
                 "WITH ins AS ({insert})
-                 SELECT ins.id FROM ins CROSS JOIN LATERAL (SELECT pg_notify($10::text, $1::text)) AS n"
+                 SELECT ins.id FROM ins CROSS JOIN LATERAL (SELECT pg_notify($12::text, $1::text)) AS n"
             ),
             listen: format!("LISTEN \"{channel}\""),
             channel,
@@ -273,37 +295,45 @@ impl Sql {
             ),
             // $1 owner $2 event type $3 limit. The locking CTE is MATERIALIZED: its LIMIT
             // is evaluated once, so the claim never takes more than $3 rows; SKIP LOCKED
-            // lets claimers pass each other. One event type: an ordered walk of the
-            // partial index `(event_type, next_run_at, id) WHERE status = 0` that stops at
-            // the limit, whatever the backlog of this or other types.
+            // lets claimers pass each other. One ordered walk per priority level of the
+            // partial index `(event_type, priority, next_run_at, id) WHERE status = 0`,
+            // each stopping at the limit, merged: a claim reads at most levels × $3 rows
+            // whatever the backlog of this or other types. (A level's walk locks at most
+            // $3 rows, until the statement ends.)
             grab_one_type: claim(
                 &t,
                 &tc,
                 &format!(
-                    "SELECT id FROM {t}
-                    WHERE status = 0 AND event_type = $2 AND next_run_at <= now()
-                    ORDER BY next_run_at, id
-                    LIMIT $3
-                    FOR UPDATE SKIP LOCKED"
+                    "SELECT w.id FROM unnest({LEVELS}) AS p(priority)
+                    CROSS JOIN LATERAL (
+                        SELECT id, next_run_at FROM {t}
+                        WHERE status = 0 AND event_type = $2 AND priority = p.priority
+                          AND next_run_at <= now()
+                        ORDER BY next_run_at, id
+                        LIMIT $3
+                        FOR UPDATE SKIP LOCKED) AS w
+                    ORDER BY p.priority, w.next_run_at, w.id
+                    LIMIT $3"
                 ),
             ),
-            // $1 owner $2 event types $3 limit: one ordered walk per type (as above), the
-            // walks merged, the oldest $3 claimed. (`event_type = ANY($2)` cannot walk the
-            // index in order: it sorts or skips through every due row of the types.) A
-            // walk locks at most $3 rows, until the statement ends.
+            // $1 owner $2 event types $3 limit: one ordered walk per type and level (as
+            // above), the walks merged, the first $3 by (priority, next_run_at, id)
+            // claimed. (`event_type = ANY($2)` cannot walk the index in order: it sorts or
+            // skips through every due row of the types.)
             grab_many_types: claim(
                 &t,
                 &tc,
                 &format!(
                     "SELECT w.id FROM unnest($2::text[]) AS et(event_type)
+                    CROSS JOIN unnest({LEVELS}) AS p(priority)
                     CROSS JOIN LATERAL (
                         SELECT id, next_run_at FROM {t}
                         WHERE status = 0 AND event_type = et.event_type
-                          AND next_run_at <= now()
+                          AND priority = p.priority AND next_run_at <= now()
                         ORDER BY next_run_at, id
                         LIMIT $3
                         FOR UPDATE SKIP LOCKED) AS w
-                    ORDER BY w.next_run_at, w.id
+                    ORDER BY p.priority, w.next_run_at, w.id
                     LIMIT $3"
                 ),
             ),

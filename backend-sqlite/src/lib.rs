@@ -428,6 +428,8 @@ fn insert(
                 now,
                 millis(task.due_delay()),
                 task.due_at().map(|t| t.timestamp_millis()),
+                task.claim_priority().get(),
+                task.retry_policy().jitter_pct,
             ],
             |r| r.get(0),
         )

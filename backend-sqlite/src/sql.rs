@@ -15,6 +15,9 @@ pub(crate) const LIST: backstop_core::driver::ListDialect = backstop_core::drive
     backlog_order: "id",
 };
 
+/// The priority levels (see `backstop_core::Priority`): a claim walks each.
+const PRIORITY_LEVELS: usize = 5;
+
 pub(crate) struct Sql {
     table: String,
     /// The version table.
@@ -144,6 +147,22 @@ impl Sql {
                         ),
                     ],
                 },
+                // Priorities and retry jitter; the claim index gains the priority.
+                Migration {
+                    version: 3,
+                    name: "priority and retry jitter",
+                    statements: vec![
+                        format!("ALTER TABLE {t} ADD COLUMN priority INTEGER NOT NULL DEFAULT 2"),
+                        format!(
+                            "ALTER TABLE {t} ADD COLUMN retry_jitter_pct INTEGER NOT NULL DEFAULT 0"
+                        ),
+                        format!("DROP INDEX IF EXISTS \"{table}_ix_claim_type\""),
+                        format!(
+                            "CREATE INDEX \"{table}_ix_claim_type\"
+                                ON {t} (status, event_type, priority, next_run_at, id)"
+                        ),
+                    ],
+                },
             ],
             // ?1 consumer ?2 message_id ?3 now: one row inserted, or none for a duplicate
             inbox_insert: format!(
@@ -158,12 +177,13 @@ impl Sql {
             ),
             // ?8 = now, ?9 = delay ms
             // ?8 now ?9 delay ms ?10 run_at ms (NULL: use the delay; a time already past:
-            // now; a NULL makes max() NULL)
+            // now; a NULL makes max() NULL) ?11 priority ?12 jitter %
             insert: format!(
                 "INSERT INTO {t} (event_type, biz_key, payload, status, attempts, max_attempts,
                     retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at,
-                    lease, created_at, updated_at)
-                 VALUES (?1, ?2, ?3, 0, 0, ?4, ?5, ?6, ?7, COALESCE(max(?10, ?8), ?8 + ?9), 0, ?8, ?8)
+                    lease, created_at, updated_at, priority, retry_jitter_pct)
+                 VALUES (?1, ?2, ?3, 0, 0, ?4, ?5, ?6, ?7, COALESCE(max(?10, ?8), ?8 + ?9), 0, ?8, ?8,
+                    ?11, ?12)
                  ON CONFLICT (event_type, biz_key) DO NOTHING
                  RETURNING id"
             ),
@@ -269,29 +289,28 @@ impl Sql {
     }
 
     /// The batch claim for `n_types` event types: ?1 owner, ?2 now, ?3 limit, ?4.. types.
-    /// Each type's due rows are walked in the `(status, event_type, next_run_at, id)`
-    /// index up to the limit; several walks are merged by `(next_run_at, id)`, so a claim
-    /// never sorts the backlog. The whole statement runs under `BEGIN IMMEDIATE`, so no
-    /// other writer can claim the rows in between.
+    /// Each type's due rows of each priority level are walked in the `(status,
+    /// event_type, priority, next_run_at, id)` index up to the limit; the walks are merged
+    /// by `(priority, next_run_at, id)`, so a claim never sorts the backlog. The whole
+    /// statement runs under `BEGIN IMMEDIATE`, so no other writer can claim the rows in
+    /// between.
     pub fn grab_batch(&self, n_types: usize) -> String {
         let t = &self.table;
-        let walk = |i: usize| {
+        let walk = |i: usize, level: usize| {
             format!(
-                "SELECT id, next_run_at FROM {t}
-                 WHERE status = 0 AND event_type = ?{} AND next_run_at <= ?2
-                 ORDER BY next_run_at, id LIMIT ?3",
+                "SELECT id, priority, next_run_at FROM (
+                    SELECT id, priority, next_run_at FROM {t}
+                    WHERE status = 0 AND event_type = ?{} AND priority = {level}
+                      AND next_run_at <= ?2
+                    ORDER BY next_run_at, id LIMIT ?3)",
                 i + 4
             )
         };
-        let picked = if n_types == 1 {
-            walk(0)
-        } else {
-            let walks = (0..n_types)
-                .map(|i| format!("SELECT id, next_run_at FROM ({})", walk(i)))
-                .collect::<Vec<_>>()
-                .join(" UNION ALL ");
-            format!("{walks} ORDER BY next_run_at, id LIMIT ?3")
-        };
+        let walks = (0..n_types)
+            .flat_map(|i| (0..PRIORITY_LEVELS).map(move |level| walk(i, level)))
+            .collect::<Vec<_>>()
+            .join(" UNION ALL ");
+        let picked = format!("{walks} ORDER BY priority, next_run_at, id LIMIT ?3");
         format!(
             "UPDATE {t} SET status = 3, owner = ?1, attempts = attempts + 1,
                 lease = lease + 1, updated_at = ?2

@@ -50,8 +50,8 @@ use chrono::{DateTime, Utc};
 use crate::error::{Error, ErrorKind, Result};
 use crate::limits::StoreConfig;
 use crate::model::{
-    Audit, Backoff, Enqueued, Lease, Mark, NewTask, Owner, Recycled, RetryPolicy, Status, Task,
-    TaskFilter, TaskId,
+    Audit, Backoff, Enqueued, Lease, Mark, NewTask, Owner, Priority, Recycled, RetryPolicy, Status,
+    Task, TaskFilter, TaskId,
 };
 
 /// A value the store layer in core has checked against the contract's limits (see each
@@ -183,7 +183,7 @@ impl RawAudit {
 /// return) exactly these, in this order, for every statement shape that answers rows.
 pub const COLUMNS: &str = "id, event_type, biz_key, payload, status, attempts, \
     max_attempts, retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at, \
-    owner, lease, last_error, created_at, updated_at";
+    owner, lease, last_error, created_at, updated_at, priority, retry_jitter_pct";
 
 /// One row of [`COLUMNS`] as the database returned it, read column by column (`i` is the
 /// column's position). A driver implements it on its driver's row type, in its stored
@@ -223,6 +223,8 @@ pub struct RawTask {
     pub last_error: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    pub priority: i64,
+    pub retry_jitter_pct: i64,
 }
 
 impl RawTask {
@@ -245,6 +247,8 @@ impl RawTask {
             last_error: r.opt_text(13)?,
             created_at: r.time(14)?,
             updated_at: r.time(15)?,
+            priority: r.int(16)?,
+            retry_jitter_pct: r.int(17)?,
         })
     }
 
@@ -274,7 +278,15 @@ impl RawTask {
                     dur(self.retry_interval_ms, "retry_interval_ms")?,
                     dur(self.retry_max_interval_ms, "retry_max_interval_ms")?,
                 )?,
+                jitter_pct: u8::try_from(self.retry_jitter_pct)
+                    .ok()
+                    .filter(|p| *p <= 100)
+                    .ok_or_else(|| bad("retry_jitter_pct"))?,
             },
+            priority: u8::try_from(self.priority)
+                .ok()
+                .and_then(|p| Priority::new(p).ok())
+                .ok_or_else(|| bad("priority"))?,
             next_run_at: self.next_run_at,
             created_at: self.created_at,
             updated_at: self.updated_at,
@@ -342,13 +354,13 @@ pub trait Driver: Send + Sync + 'static {
     async fn claim_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<RawTask>>;
 
     /// [`grab_batch`](crate::TaskStore::grab_batch): claim up to `limit` due pending
-    /// tasks of `event_types` for `owner`, oldest `(next_run_at, id)` first, skipping rows
-    /// another claim holds. Checked: see [`Claim`].
+    /// tasks of `event_types` for `owner`, first by `(priority, next_run_at, id)`,
+    /// skipping rows another claim holds. Checked: see [`Claim`].
     ///
     /// The cost of a claim must not grow with the backlog of due tasks: each event type's
-    /// due rows are read in index order (`event_type, next_run_at, id`) and the read
-    /// stops at `limit`; several types are several such walks, merged — never a sort
-    /// of every due row.
+    /// due rows of each priority level ([`Priority::ALL`]) are read in index order
+    /// (`event_type, priority, next_run_at, id`) and the read stops at `limit`; the types
+    /// and levels are several such walks, merged — never a sort of every due row.
     async fn claim_batch(&self, claim: Checked<Claim<'_>>) -> Result<Vec<RawTask>>;
 
     /// [`recycle_dead`](crate::TaskStore::recycle_dead). Checked: see [`AgedBatch`]. The

@@ -29,8 +29,8 @@ pub use error::{BoxError, Error, ErrorKind, Result};
 pub use inbox::{Inbox, Message, Processed};
 pub use limits::StoreConfig;
 pub use model::{
-    Audit, AuditEntry, Backoff, Enqueued, Lease, Mark, MarkAction, NewTask, Owner, Recycled,
-    RetryPolicy, Stats, Status, StatusCount, Task, TaskFilter, TaskId, Throughput,
+    Audit, AuditEntry, Backoff, Enqueued, Lease, Mark, MarkAction, NewTask, Owner, Priority,
+    Recycled, RetryPolicy, Stats, Status, StatusCount, Task, TaskFilter, TaskId, Throughput,
 };
 pub use notify::{Notifier, Wake, Wakes};
 pub use store::{TaskStore, TaskStoreExt};

@@ -236,22 +236,36 @@ pub struct RetryPolicy {
     pub max_attempts: u32,
     /// The wait between attempts.
     pub backoff: Backoff,
+    /// How much of each wait is random, in percent (0 to 100): the wait after a failure
+    /// is drawn uniformly from `[w · (1 − jitter/100), w]`, where `w` is the backoff's
+    /// wait ([`delay_after`](Self::delay_after)). So a retry never waits longer than the
+    /// backoff says, and tasks that failed together (a downstream outage) come back
+    /// spread out instead of as one herd. Default: [`DEFAULT_JITTER_PCT`](Self::DEFAULT_JITTER_PCT)
+    /// for exponential backoff, 0 for fixed. A handler's explicit retry-after is never
+    /// jittered.
+    pub jitter_pct: u8,
 }
 
 impl RetryPolicy {
     /// The default cap on exponential backoff: 24 hours.
     pub const DEFAULT_MAX_INTERVAL: Duration = Duration::from_secs(24 * 3600);
 
-    /// Retry every `interval`, at most `max_attempts` starts in all.
+    /// The default jitter of exponential backoff: each wait is drawn from 75 % to 100 %
+    /// of the backoff's.
+    pub const DEFAULT_JITTER_PCT: u8 = 25;
+
+    /// Retry every `interval` (no jitter), at most `max_attempts` starts in all.
     pub fn fixed(max_attempts: u32, interval: Duration) -> Self {
         Self {
             max_attempts,
             backoff: Backoff::Fixed { interval },
+            jitter_pct: 0,
         }
     }
 
-    /// Retry after `initial`, `2·initial`, `4·initial`… capped at 24 h; at most
-    /// `max_attempts` starts in all.
+    /// Retry after `initial`, `2·initial`, `4·initial`… capped at 24 h, with
+    /// [`DEFAULT_JITTER_PCT`](Self::DEFAULT_JITTER_PCT) jitter; at most `max_attempts`
+    /// starts in all.
     pub fn exponential(max_attempts: u32, initial: Duration) -> Self {
         Self {
             max_attempts,
@@ -259,7 +273,38 @@ impl RetryPolicy {
                 initial,
                 max: Self::DEFAULT_MAX_INTERVAL,
             },
+            jitter_pct: Self::DEFAULT_JITTER_PCT,
         }
+    }
+
+    /// Set the jitter: `pct` percent of each wait is random (0 turns it off; at most
+    /// 100). See [`jitter_pct`](Self::jitter_pct).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use backstop_core::RetryPolicy;
+    /// let p = RetryPolicy::exponential(5, Duration::from_secs(10)).jitter(50);
+    /// for _ in 0..100 {
+    ///     let wait = p.retry_delay(2); // the backoff says 20 s
+    ///     assert!(wait >= Duration::from_secs(10) && wait <= Duration::from_secs(20));
+    /// }
+    /// assert_eq!(p.jitter(0).retry_delay(2), Duration::from_secs(20));
+    /// ```
+    pub fn jitter(mut self, pct: u8) -> Self {
+        self.jitter_pct = pct;
+        self
+    }
+
+    /// The wait before the next attempt after `attempt` attempts, jitter applied: drawn
+    /// uniformly from `[w · (1 − jitter/100), w]` where `w` is
+    /// [`delay_after(attempt)`](Self::delay_after).
+    pub fn retry_delay(&self, attempt: u32) -> Duration {
+        let wait = self.delay_after(attempt);
+        if self.jitter_pct == 0 {
+            return wait;
+        }
+        let span = wait.mul_f64(f64::from(self.jitter_pct.min(100)) / 100.0);
+        wait.saturating_sub(span.mul_f64(random_unit()))
     }
 
     /// Change the cap of an exponential backoff (no effect on a fixed one).
@@ -306,12 +351,30 @@ impl RetryPolicy {
                 format!("retry cap {max:?} is below the initial interval {interval:?}"),
             ));
         }
+        if self.jitter_pct > 100 {
+            return Err(Error::invalid_input(
+                operation,
+                format!("jitter must be 0 to 100 percent, got {}", self.jitter_pct),
+            ));
+        }
         Ok(())
     }
 }
 
+/// A number uniformly distributed in `[0, 1)`, from the standard library's per-process
+/// random hash keys (good enough to spread retries; not for anything secret).
+fn random_unit() -> f64 {
+    use std::collections::hash_map::RandomState;
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
+}
+
 impl Default for RetryPolicy {
-    /// 5 attempts, exponential backoff from 10 s, capped at 24 h.
+    /// 5 attempts, exponential backoff from 10 s, capped at 24 h, 25 % jitter.
     fn default() -> Self {
         Self::exponential(5, Duration::from_secs(10))
     }
@@ -347,6 +410,9 @@ pub struct Task {
     pub created_at: DateTime<Utc>,
     /// When the row last changed, or the last heartbeat (database time).
     pub updated_at: DateTime<Utc>,
+    /// Its claim order within its event type: due tasks of a lower priority number are
+    /// claimed first.
+    pub priority: Priority,
 }
 
 impl Task {
@@ -363,9 +429,10 @@ impl Task {
         self.attempts < self.retry.max_attempts
     }
 
-    /// The policy's wait before the next attempt, given the attempts made so far.
+    /// The policy's wait before the next attempt, given the attempts made so far, with
+    /// the policy's jitter ([`RetryPolicy::retry_delay`]).
     pub fn retry_delay(&self) -> Duration {
-        self.retry.delay_after(self.attempts)
+        self.retry.retry_delay(self.attempts)
     }
 
     /// Decode the JSON payload into `T`.
@@ -465,6 +532,81 @@ impl fmt::Display for Owner {
     }
 }
 
+/// A task's place in the claim order within its event type: of the due tasks of a type,
+/// those with the lowest priority number are claimed first, then the earliest due, then
+/// the oldest. Five levels, from [`CRITICAL`](Self::CRITICAL) (0) to [`BULK`](Self::BULK)
+/// (4); tasks are [`NORMAL`](Self::NORMAL) (2) unless told otherwise.
+///
+/// Priorities order claims within an event type only; types have their own executors
+/// and do not wait for each other. The number of levels is small on purpose: a claim
+/// reads each level's due tasks in index order and stops at its limit, so its cost stays
+/// independent of the backlog.
+///
+/// ```
+/// use backstop_core::Priority;
+/// assert!(Priority::HIGH < Priority::NORMAL);
+/// assert_eq!(Priority::new(4).unwrap(), Priority::BULK);
+/// assert!(Priority::new(5).is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Priority(u8);
+
+impl Priority {
+    /// 0: ahead of everything else of its type.
+    pub const CRITICAL: Priority = Priority(0);
+    /// 1.
+    pub const HIGH: Priority = Priority(1);
+    /// 2: the default.
+    pub const NORMAL: Priority = Priority(2);
+    /// 3.
+    pub const LOW: Priority = Priority(3);
+    /// 4: after everything else of its type.
+    pub const BULK: Priority = Priority(4);
+    /// Every level, in claim order.
+    pub const ALL: [Priority; 5] = [
+        Priority::CRITICAL,
+        Priority::HIGH,
+        Priority::NORMAL,
+        Priority::LOW,
+        Priority::BULK,
+    ];
+
+    /// The priority numbered `n` (0 to 4); `InvalidInput` otherwise.
+    pub fn new(n: u8) -> Result<Priority> {
+        if usize::from(n) < Priority::ALL.len() {
+            Ok(Priority(n))
+        } else {
+            Err(Error::invalid_input(
+                "priority",
+                format!("priority must be 0 (critical) to 4 (bulk), got {n}"),
+            ))
+        }
+    }
+
+    /// Its number, as stored (0 to 4).
+    pub fn get(self) -> u8 {
+        self.0
+    }
+}
+
+impl Default for Priority {
+    fn default() -> Self {
+        Priority::NORMAL
+    }
+}
+
+impl fmt::Display for Priority {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self.0 {
+            0 => "critical",
+            1 => "high",
+            2 => "normal",
+            3 => "low",
+            _ => "bulk",
+        })
+    }
+}
+
 /// A task to enqueue. Build it, then hand it to [`TaskStore::enqueue`] or a backend's
 /// transactional enqueue; the store validates it before writing anything.
 ///
@@ -491,6 +633,7 @@ pub struct NewTask {
     retry: RetryPolicy,
     delay: Duration,
     run_at: Option<DateTime<Utc>>,
+    priority: Priority,
 }
 
 impl NewTask {
@@ -504,6 +647,7 @@ impl NewTask {
             retry: RetryPolicy::default(),
             delay: Duration::ZERO,
             run_at: None,
+            priority: Priority::NORMAL,
         }
     }
 
@@ -554,6 +698,18 @@ impl NewTask {
         self.run_at = Some(at);
         self.delay = Duration::ZERO;
         self
+    }
+
+    /// Its claim order among the due tasks of its event type (default
+    /// [`Priority::NORMAL`]).
+    pub fn priority(mut self, priority: Priority) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// The priority.
+    pub fn claim_priority(&self) -> Priority {
+        self.priority
     }
 
     /// The handler key.

@@ -106,14 +106,17 @@ pub trait TaskStore: Send + Sync + 'static {
     ///
     /// - Due pending tasks only (`next_run_at <= now`), of `event_types` only; an empty
     ///   list or `limit = 0` claims nothing.
-    /// - Oldest first: ordered by `(next_run_at, id)`; the result is in that order.
+    /// - In claim order: the lowest [`Priority`](crate::Priority) number first, then the
+    ///   earliest due, then the oldest: `(priority, next_run_at, id)`; the result is in
+    ///   that order.
     /// - Each claimed task is changed as by [`grab_by_id`](Self::grab_by_id).
     /// - Concurrent callers never claim the same task; none claims more than `limit`.
     /// - `limit` is at most [`limits::MAX_BATCH`](crate::limits::MAX_BATCH); at most
     ///   [`limits::MAX_EVENT_TYPES`](crate::limits::MAX_EVENT_TYPES) event types, each
     ///   valid (a type named twice counts once).
     /// - The cost of a claim does not grow with the backlog of due tasks, of these event
-    ///   types or of others: each type's due tasks are read in order, up to the limit.
+    ///   types or of others: each type's due tasks of each priority level are read in
+    ///   order, up to the limit.
     async fn grab_batch(
         &self,
         owner: &Owner,
@@ -438,7 +441,7 @@ impl<B: Backend + ?Sized> TaskStore for B {
         });
         let rows = run(d, OP, || d.claim_batch(claim)).await?;
         let mut tasks = decode_all(rows)?;
-        tasks.sort_by_key(|t| (t.next_run_at, t.id));
+        tasks.sort_by_key(|t| (t.priority, t.next_run_at, t.id));
         Ok(tasks)
     }
 

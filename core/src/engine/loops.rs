@@ -36,6 +36,11 @@ async fn pause<S>(shared: &Shared<S>, state: &mut watch::Receiver<State>, d: Dur
 /// It runs apart from the poller so that a draining poller's claims never wait behind
 /// it (see `bench/NOTES.md`). Tasks it gives back are claimed by the next poll, which it
 /// triggers.
+///
+/// A sweep that recycled something sweeps again [`RESWEEP`] later (not a whole interval):
+/// the sweep passes over rows another transaction holds for a moment (`SKIP LOCKED`: a
+/// mark, a claim reading one row past the end of its range on MySQL), and dead tasks come
+/// in bursts (an instance died), so one it passed over is picked up then.
 pub(crate) async fn recycler<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
     let mut state = shared.state.subscribe();
     let cfg = &shared.config;
@@ -44,6 +49,7 @@ pub(crate) async fn recycler<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
         return;
     }
     loop {
+        let mut found = false;
         let full = match shared
             .store
             .recycle_dead(cfg.dead_after, cfg.recycle_batch)
@@ -51,6 +57,7 @@ pub(crate) async fn recycler<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
         {
             Ok(r) => {
                 if r.total() > 0 {
+                    found = true;
                     shared.counters.recycled_n(r.total());
                     tracing::warn!(
                         to_pending = r.to_pending,
@@ -76,11 +83,15 @@ pub(crate) async fn recycler<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
             tokio::task::yield_now().await;
             continue;
         }
-        if !pause(&shared, &mut state, every).await {
+        let next = if found { every.min(RESWEEP) } else { every };
+        if !pause(&shared, &mut state, next).await {
             return;
         }
     }
 }
+
+/// How soon a sweep that recycled something sweeps again (see [`recycler`]).
+const RESWEEP: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What one poll round covers.
 enum Round {

@@ -294,3 +294,48 @@ pub async fn engine_retry_after_overrides_the_backoff<H: Harness>(ctx: &Ctx<H>) 
     );
     engine.shutdown().await;
 }
+
+/// jitter: tasks that fail together come back spread over `[w · (1 − jitter), w]` (`w`
+/// the backoff's wait), never later than the backoff says.
+pub async fn engine_spreads_retries_of_tasks_that_failed_together<H: Harness>(ctx: &Ctx<H>) {
+    let calls = Calls::default();
+    let wait = Duration::from_secs(600);
+    let engine = Engine::builder(ctx.store.clone())
+        .config(no_poll_config())
+        .handler(
+            "PAY",
+            flaky(calls.clone(), 1),
+            opts().retry(RetryPolicy::exponential(3, wait).jitter(50)),
+        )
+        .start()
+        .unwrap();
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        let (e, run) = engine
+            .enqueue(engine.task("PAY", format!("o{i}")))
+            .await
+            .unwrap();
+        assert_eq!(run, RunAhead::Started);
+        ids.push(e.id);
+    }
+    let mut waits = std::collections::BTreeSet::new();
+    for id in ids {
+        eventually("the first attempt to fail", || async {
+            let t = ctx.store.get(id).await.unwrap().unwrap();
+            t.status == Status::Pending && t.attempts == 1
+        })
+        .await;
+        let t = ctx.task(id).await;
+        let waited = (t.next_run_at - t.updated_at).num_milliseconds();
+        assert!(
+            (300_000..=600_000).contains(&waited),
+            "task {id} waits {waited} ms; the backoff says 600 s, jitter 50 %"
+        );
+        waits.insert(waited);
+    }
+    assert!(
+        waits.len() >= 10,
+        "20 retries should be spread out, got {waits:?}"
+    );
+    engine.shutdown().await;
+}

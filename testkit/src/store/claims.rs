@@ -454,3 +454,124 @@ pub async fn concurrent_grab_by_id_has_one_winner<H: Harness>(ctx: &Ctx<H>) {
         assert_eq!(&stored, t);
     }
 }
+
+/// grab_batch: the lowest priority number first, then the earliest due, then the oldest;
+/// every level is claimable; a task not yet due waits whatever its priority; across
+/// event types the same order holds.
+pub async fn grab_batch_claims_by_priority_then_due_time_then_id<H: Harness>(ctx: &Ctx<H>) {
+    use backstop_core::Priority;
+    let put = |key: &'static str, p: Priority| async move {
+        let e = ctx
+            .store
+            .enqueue(NewTask::new("P", key).priority(p))
+            .await
+            .unwrap();
+        assert!(e.created);
+        e.id
+    };
+    let normal_1 = put("normal-1", Priority::NORMAL).await;
+    let bulk = put("bulk", Priority::BULK).await;
+    let normal_2 = put("normal-2", Priority::NORMAL).await;
+    let critical = put("critical", Priority::CRITICAL).await;
+    let high = put("high", Priority::HIGH).await;
+    let low = put("low", Priority::LOW).await;
+    // the later normal task has been due longer: due time beats id within a level
+    ctx.backdate(normal_2, TimeColumn::NextRunAt, MINUTE).await;
+    let not_due = ctx
+        .store
+        .enqueue(
+            NewTask::new("P", "critical-later")
+                .priority(Priority::CRITICAL)
+                .delay(HOUR),
+        )
+        .await
+        .unwrap()
+        .id;
+    assert_eq!(ctx.task(critical).await.priority, Priority::CRITICAL);
+    assert_eq!(ctx.task(bulk).await.priority, Priority::BULK);
+    assert_eq!(ctx.task(normal_1).await.priority, Priority::NORMAL);
+
+    let ids = |ts: Vec<Task>| ts.iter().map(|t| t.id).collect::<Vec<_>>();
+    let first = ctx
+        .store
+        .grab_batch(&ctx.owner, &["P".into()], 3)
+        .await
+        .unwrap();
+    assert_eq!(ids(first), vec![critical, high, normal_2]);
+    let rest = ctx
+        .store
+        .grab_batch(&ctx.owner, &["P".into()], 10)
+        .await
+        .unwrap();
+    assert_eq!(ids(rest), vec![normal_1, low, bulk]);
+    assert_eq!(ctx.task(not_due).await.status, Status::Pending);
+
+    // several event types: one order over all of them
+    let q_low = ctx
+        .store
+        .enqueue(NewTask::new("Q", "low").priority(Priority::LOW))
+        .await
+        .unwrap()
+        .id;
+    let p_bulk = put("bulk-2", Priority::BULK).await;
+    let q_high = ctx
+        .store
+        .enqueue(NewTask::new("Q", "high").priority(Priority::HIGH))
+        .await
+        .unwrap()
+        .id;
+    let p_normal = put("normal-3", Priority::NORMAL).await;
+    let both = ctx
+        .store
+        .grab_batch(&ctx.owner, &["P".into(), "Q".into()], 10)
+        .await
+        .unwrap();
+    assert_eq!(ids(both), vec![q_high, p_normal, q_low, p_bulk]);
+}
+
+/// A level's backlog does not hide another level's tasks: with more due tasks of one
+/// priority than the limit, a claim still takes the higher-priority ones first and the
+/// rest in order, each task once.
+pub async fn grab_batch_drains_every_priority_level_in_order<H: Harness>(ctx: &Ctx<H>) {
+    use backstop_core::Priority;
+    let mut expected: Vec<(Priority, TaskId)> = Vec::new();
+    for i in 0..60 {
+        let p = Priority::ALL[(i * 7) % Priority::ALL.len()];
+        let e = ctx
+            .store
+            .enqueue(NewTask::new("P", format!("k{i}")).priority(p))
+            .await
+            .unwrap();
+        expected.push((p, e.id));
+    }
+    // ids grow with enqueue order and every task is due at its enqueue: within a level,
+    // id order is due order (ties broken by id)
+    expected.sort();
+    let mut claimed = Vec::new();
+    loop {
+        let batch = ctx
+            .store
+            .grab_batch(&ctx.owner, &["P".into()], 7)
+            .await
+            .unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        assert!(batch.len() <= 7);
+        claimed.extend(batch.iter().map(|t| (t.priority, t.id)));
+    }
+    let by_level = |v: &[(Priority, TaskId)]| {
+        let mut v = v.to_vec();
+        v.sort();
+        v
+    };
+    assert_eq!(by_level(&claimed), expected, "each task once");
+    // claims came level by level
+    let levels: Vec<Priority> = claimed.iter().map(|(p, _)| *p).collect();
+    let mut sorted = levels.clone();
+    sorted.sort();
+    assert_eq!(
+        levels, sorted,
+        "a lower level was claimed before a higher one"
+    );
+}

@@ -149,7 +149,11 @@ pub async fn enqueue_with_run_at_is_due_at_that_time<H: Harness>(ctx: &Ctx<H>) {
         .await
         .unwrap();
     let t2 = ctx.task(e2.id).await;
-    assert!((ms(t2.next_run_at) - ms(at2)).abs() <= 1, "{}", t2.next_run_at);
+    assert!(
+        (ms(t2.next_run_at) - ms(at2)).abs() <= 1,
+        "{}",
+        t2.next_run_at
+    );
 
     // a time already past: due now, not an hour ago
     let before = Utc::now();
@@ -181,10 +185,7 @@ pub async fn enqueue_with_run_at_is_due_at_that_time<H: Harness>(ctx: &Ctx<H>) {
     let count = ctx.count_all().await;
     assert_kind(
         ctx.store
-            .enqueue(
-                NewTask::new("E", "too-far")
-                    .run_at(Utc::now() + chrono::Duration::days(400)),
-            )
+            .enqueue(NewTask::new("E", "too-far").run_at(Utc::now() + chrono::Duration::days(400)))
             .await,
         ErrorKind::InvalidInput,
         "run_at",
@@ -362,4 +363,35 @@ pub async fn concurrent_enqueue_of_one_key_creates_one_task<H: Harness>(ctx: &Ct
         assert_eq!(created, 1, "round {round}: exactly one creator");
     }
     assert_eq!(ctx.count_all().await, 5);
+}
+
+/// enqueue stores the retry policy's jitter (25 % by default for exponential backoff,
+/// none for fixed) and refuses more than 100 %; nothing written.
+pub async fn enqueue_stores_the_retry_jitter<H: Harness>(ctx: &Ctx<H>) {
+    let exp = RetryPolicy::exponential(4, Duration::from_secs(30));
+    assert_eq!(exp.jitter_pct, RetryPolicy::DEFAULT_JITTER_PCT);
+    for (key, policy, pct) in [
+        ("default", exp, RetryPolicy::DEFAULT_JITTER_PCT),
+        ("none", exp.jitter(0), 0),
+        ("full", exp.jitter(100), 100),
+        ("fixed", RetryPolicy::fixed(3, MINUTE), 0),
+    ] {
+        let e = ctx
+            .store
+            .enqueue(NewTask::new("J", key).retry(policy))
+            .await
+            .unwrap();
+        let t = ctx.task(e.id).await;
+        assert_eq!(t.retry, policy, "{key}");
+        assert_eq!(t.retry.jitter_pct, pct, "{key}");
+    }
+    let count = ctx.count_all().await;
+    assert_kind(
+        ctx.store
+            .enqueue(NewTask::new("J", "too-much").retry(exp.jitter(101)))
+            .await,
+        ErrorKind::InvalidInput,
+        "jitter",
+    );
+    assert_eq!(ctx.count_all().await, count);
 }

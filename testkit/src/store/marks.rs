@@ -127,11 +127,14 @@ pub async fn mark_retry_fixed_schedules_exact_delay<H: Harness>(ctx: &Ctx<H>) {
     }
 }
 
-/// mark_retry with the EXPONENTIAL policy: interval·2^(n−1), capped.
+/// mark_retry with the EXPONENTIAL policy: interval·2^(n−1), capped (jitter off, so the
+/// schedule is exact).
 pub async fn mark_retry_exponential_doubles_and_caps<H: Harness>(ctx: &Ctx<H>) {
     let initial = Duration::from_secs(10);
     let cap = Duration::from_secs(35);
-    let policy = RetryPolicy::exponential(6, initial).with_max_interval(cap);
+    let policy = RetryPolicy::exponential(6, initial)
+        .with_max_interval(cap)
+        .jitter(0);
     let e = ctx
         .store
         .enqueue(NewTask::new("E", "k").retry(policy))

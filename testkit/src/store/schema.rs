@@ -1,7 +1,7 @@
 //! Migration, store settings and the trait object.
 
 use backstop_core::driver::schema::LATEST;
-use backstop_core::Lease;
+use backstop_core::{Lease, Priority};
 
 use super::*;
 
@@ -138,9 +138,14 @@ pub async fn migrate_upgrades_a_table_of_every_earlier_version<H: Harness>(ctx: 
             (Status::Failed, 3, 3)
         );
         assert_eq!(failed.last_error.as_deref(), Some("boom"));
+        // rows from before jitter keep their exact schedule
         assert_eq!(
             failed.retry,
-            RetryPolicy::exponential(3, Duration::from_secs(10))
+            RetryPolicy::exponential(3, Duration::from_secs(10)).jitter(0)
+        );
+        assert_eq!(
+            (failed.priority, due.priority),
+            (Priority::NORMAL, Priority::NORMAL)
         );
         let busy = by_key["busy"];
         assert_eq!(
