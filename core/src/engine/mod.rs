@@ -243,6 +243,10 @@ pub enum RunAhead {
     Rejected,
     /// The engine is shutting down; the poller of a live instance will run the task.
     ShuttingDown,
+    /// The claim failed (the database did not answer, say): the failure is logged and
+    /// counted as a store error, and the task, committed and pending, waits for the
+    /// poller. Never an error of the caller's request.
+    Deferred,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -609,13 +613,35 @@ impl<S: TaskStore + Clone> Engine<S> {
     /// ([`RunAhead::NoHandler`], [`RunAhead::Rejected`]) is announced to the other
     /// processes, which start it within milliseconds; a failed announcement is logged and
     /// counted, never returned.
-    pub async fn run_now(&self, enqueued: &Enqueued) -> Result<RunAhead> {
-        let run = self.run_here(enqueued).await?;
+    ///
+    /// **Best effort, never an error.** The task is committed: whatever happens here, the
+    /// poller runs it. So a failed claim (a database blip right after the commit) is
+    /// logged, counted (`backstop_store_errors_total`) and answered as
+    /// [`RunAhead::Deferred`], and the caller's request, whose business rows committed,
+    /// goes on. Call it after the commit and move on:
+    ///
+    /// ```ignore
+    /// let enqueued = store.enqueue_tx(&tx, task).await?;
+    /// tx.commit().await?;
+    /// engine.run_now(&enqueued).await; // best effort: the poller is the safety net
+    /// ```
+    pub async fn run_now(&self, enqueued: &Enqueued) -> RunAhead {
+        let run = match self.run_here(enqueued).await {
+            Ok(run) => run,
+            Err(e) => {
+                let shared = &self.inner.shared;
+                shared.counters.store_errors(&enqueued.event_type);
+                tracing::warn!(owner = %shared.owner, task_id = enqueued.id,
+                    event_type = %enqueued.event_type, error = %e,
+                    "run-ahead claim failed: the task is committed and the poller will run it");
+                RunAhead::Deferred
+            }
+        };
         if matches!(run, RunAhead::NoHandler | RunAhead::Rejected) {
             // Another process may run it now: tell it (best effort, after commit).
             self.announce(&enqueued.event_type).await;
         }
-        Ok(run)
+        run
     }
 
     /// Announce through the notifier that tasks of `event_type` are ready; failures are
@@ -684,7 +710,7 @@ impl<S: TaskStore + Clone> Engine<S> {
                 self.inner.shared.wake_after(delay, &enqueued.event_type);
             }
         }
-        let run = self.run_now(&enqueued).await?;
+        let run = self.run_now(&enqueued).await;
         Ok((enqueued, run))
     }
 

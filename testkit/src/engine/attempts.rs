@@ -23,7 +23,7 @@ pub async fn engine_retries_with_backoff_then_succeeds<H: Harness>(ctx: &Ctx<H>)
     })
     .await;
     assert_eq!(
-        engine.run_now(&enq).await.unwrap(),
+        engine.run_now(&enq).await,
         RunAhead::NotClaimed,
         "a retry waits for its backoff; it is not run ahead"
     );

@@ -15,7 +15,7 @@ pub async fn engine_runs_a_task_ahead_right_after_commit<H: Harness>(ctx: &Ctx<H
         .enqueue_in_tx("order-1", engine.task("PAY", "o1"), true)
         .await
         .unwrap();
-    assert_eq!(engine.run_now(&enq).await.unwrap(), RunAhead::Started);
+    assert_eq!(engine.run_now(&enq).await, RunAhead::Started);
     let t = wait_status(&ctx.store, enq.id, Status::Succeeded).await;
     assert_eq!(t.attempts, 1);
     assert_eq!(t.owner.as_deref(), Some(engine.owner().as_str()));
@@ -84,10 +84,10 @@ pub async fn engine_duplicate_enqueue_never_runs_twice<H: Harness>(ctx: &Ctx<H>)
     // even while the first is still pending (not yet run)
     let p = ctx.store.enqueue(NewTask::new("PAY", "k2")).await.unwrap();
     let dup = ctx.store.enqueue(NewTask::new("PAY", "k2")).await.unwrap();
-    assert_eq!(engine.run_now(&dup).await.unwrap(), RunAhead::Duplicate);
-    assert_eq!(engine.run_now(&p).await.unwrap(), RunAhead::Started);
+    assert_eq!(engine.run_now(&dup).await, RunAhead::Duplicate);
+    assert_eq!(engine.run_now(&p).await, RunAhead::Started);
     wait_status(&ctx.store, p.id, Status::Succeeded).await;
-    assert_eq!(engine.run_now(&p).await.unwrap(), RunAhead::NotClaimed);
+    assert_eq!(engine.run_now(&p).await, RunAhead::NotClaimed);
     assert_eq!((calls.count("k"), calls.count("k2")), (1, 1));
     engine.shutdown().await;
 }
@@ -109,5 +109,41 @@ pub async fn engine_delayed_task_waits_for_its_time<H: Harness>(ctx: &Ctx<H>) {
     ctx.backdate(enq.id, TimeColumn::NextRunAt, HOUR).await;
     let t = wait_status(&ctx.store, enq.id, Status::Succeeded).await;
     assert_eq!(t.attempts, 1);
+    engine.shutdown().await;
+}
+
+/// run-ahead is best effort: a claim that fails after the caller's commit (here the
+/// table is briefly away) is logged and counted, answered `Deferred` (never an error of
+/// the caller's request), and the poller runs the task once the database is back.
+pub async fn engine_run_ahead_that_fails_defers_to_the_poller<H: Harness>(ctx: &Ctx<H>) {
+    let calls = Calls::default();
+    let engine = Engine::builder(ctx.store.clone())
+        .config(fast_config())
+        .handler("PAY", succeeding(&calls), opts())
+        .start()
+        .unwrap();
+    let e = ctx.store.enqueue(engine.task("PAY", "o1")).await.unwrap();
+    let table = &ctx.config.table;
+    ctx.harness
+        .execute(
+            &ctx.db,
+            &format!("ALTER TABLE {table} RENAME TO {table}_away"),
+        )
+        .await;
+    let run = engine.run_now(&e).await;
+    ctx.harness
+        .execute(
+            &ctx.db,
+            &format!("ALTER TABLE {table}_away RENAME TO {table}"),
+        )
+        .await;
+    assert_eq!(run, RunAhead::Deferred);
+    assert!(
+        engine.counters().store_errors >= 1,
+        "{:?}",
+        engine.counters()
+    );
+    let t = wait_status(&ctx.store, e.id, Status::Succeeded).await;
+    assert_eq!((t.attempts, calls.count("o1")), (1, 1));
     engine.shutdown().await;
 }

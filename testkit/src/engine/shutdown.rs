@@ -76,7 +76,7 @@ async fn until_shutting_down<S: TaskStore + Clone>(engine: &Engine<S>) {
     let probe = store.enqueue(NewTask::new("PROBE", "probe")).await.unwrap();
     assert!(!probe.created);
     eventually("shutdown to begin", || async {
-        engine.run_now(&probe).await.unwrap() == RunAhead::ShuttingDown
+        engine.run_now(&probe).await == RunAhead::ShuttingDown
     })
     .await;
 }
@@ -161,7 +161,7 @@ pub async fn engine_shutdown_waits_for_a_run_ahead_claim_in_flight<H: Harness>(c
     });
     gate.arrived(1).await;
     shut_down_across_the_gate(&engine, &gate).await;
-    assert_eq!(running_ahead.await.unwrap().unwrap(), RunAhead::Started);
+    assert_eq!(running_ahead.await.unwrap(), RunAhead::Started);
     assert_given_back(ctx, enq.id, &calls).await;
     let c = engine.counters();
     assert_eq!((c.run_ahead, c.released), (1, 1), "{c:?}");
