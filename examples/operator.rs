@@ -15,11 +15,29 @@
 use std::time::{Duration, Instant};
 
 use backstop::{
-    handler_fn, Engine, EngineConfig, HandlerError, HandlerOptions, RetryPolicy, Status, Task,
-    TaskStore,
+    kind_fn, Engine, EngineConfig, HandlerError, HandlerOptions, RetryPolicy, Status, Task,
+    TaskKind, TaskStore,
 };
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The task kind: a confirmation mail for an order.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SendEmail {
+    order: String,
+    to: String,
+    template: String,
+}
+
+impl TaskKind for SendEmail {
+    const EVENT_TYPE: &'static str = "SEND_EMAIL";
+    fn biz_key(&self) -> String {
+        self.order.clone()
+    }
+    fn retry() -> RetryPolicy {
+        RetryPolicy::fixed(2, Duration::from_millis(300))
+    }
+}
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
@@ -45,9 +63,8 @@ async fn run() -> Result<(), BoxError> {
                 .poll_interval(Duration::from_millis(200))
                 .first_poll_delay(Duration::from_millis(0)),
         )
-        .handler(
-            "SEND_EMAIL",
-            handler_fn(move |task: Task| async move {
+        .kind(
+            kind_fn(move |mail: SendEmail, task: Task| async move {
                 if !smtp_up {
                     println!(
                         "SEND_EMAIL {}: attempt {} failed",
@@ -58,12 +75,12 @@ async fn run() -> Result<(), BoxError> {
                     ));
                 }
                 println!(
-                    "SEND_EMAIL {}: sent (attempt {})",
-                    task.biz_key, task.attempts
+                    "SEND_EMAIL {}: sent {} to {} (attempt {})",
+                    task.biz_key, mail.template, mail.to, task.attempts
                 );
-                Ok(())
+                Ok::<_, HandlerError>(())
             }),
-            HandlerOptions::default().retry(RetryPolicy::fixed(2, Duration::from_millis(300))),
+            HandlerOptions::default(),
         )
         .start()?;
     let wanted = if smtp_up {
@@ -86,13 +103,11 @@ async fn run() -> Result<(), BoxError> {
             .ok_or("no task for order-42: run `operator fail` first")?
     } else {
         let (enqueued, _) = engine
-            .enqueue(
-                engine
-                    .task("SEND_EMAIL", "order-42")
-                    .json(&serde_json::json!({
-                        "to": "ada@example.com", "template": "order-confirmed"
-                    })),
-            )
+            .enqueue(SendEmail {
+                order: "order-42".into(),
+                to: "ada@example.com".into(),
+                template: "order-confirmed".into(),
+            })
             .await?;
         if !enqueued.created {
             return Err(format!(

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use backstop::sqlite::SqliteStore;
 use backstop::{
-    handler_fn, Audit, Engine, EngineConfig, HandlerError, HandlerOptions, Json, JsonHandler,
-    RetryPolicy, Status, Task, TaskId, TaskStore,
+    kind_fn, Audit, Engine, EngineConfig, HandlerError, HandlerOptions, NewTask, RetryPolicy,
+    Status, Task, TaskId, TaskKind, TaskStore,
 };
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -38,23 +38,49 @@ impl Log {
     }
 }
 
-#[derive(serde::Deserialize)]
-struct Pay {
+// The task kinds: each payload type carries its event type, business key and retry
+// policy, so the code that enqueues a task and its handler cannot disagree on them.
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct PayOrder {
     order_id: u64,
     amount_cents: u64,
 }
 
-struct PayHandler(Log);
+impl TaskKind for PayOrder {
+    const EVENT_TYPE: &'static str = "PAY_ORDER";
+    fn biz_key(&self) -> String {
+        format!("order-{}", self.order_id)
+    }
+}
 
-#[backstop::async_trait]
-impl JsonHandler for PayHandler {
-    type Payload = Pay;
-    async fn handle(&self, pay: Pay, task: &Task) -> Result<(), HandlerError> {
-        self.0.say(format!(
-            "PAY_ORDER        charged order {} ({} cents), attempt {}",
-            pay.order_id, pay.amount_cents, task.attempts
-        ));
-        Ok(())
+#[derive(serde::Serialize, serde::Deserialize)]
+struct NotifyWarehouse {
+    order_id: u64,
+}
+
+impl TaskKind for NotifyWarehouse {
+    const EVENT_TYPE: &'static str = "NOTIFY_WAREHOUSE";
+    fn biz_key(&self) -> String {
+        format!("order-{}", self.order_id)
+    }
+    fn retry() -> RetryPolicy {
+        RetryPolicy::fixed(5, Duration::from_millis(200))
+    }
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct IssueInvoice {
+    order_id: u64,
+}
+
+impl TaskKind for IssueInvoice {
+    const EVENT_TYPE: &'static str = "ISSUE_INVOICE";
+    fn biz_key(&self) -> String {
+        format!("order-{}", self.order_id)
+    }
+    fn retry() -> RetryPolicy {
+        RetryPolicy::fixed(2, Duration::from_millis(200))
     }
 }
 
@@ -80,23 +106,32 @@ async fn run(dir: &std::path::Path) -> Result<(), BoxError> {
 
     let warehouse_calls = Arc::new(AtomicUsize::new(0));
     let invoice_up = Arc::new(AtomicBool::new(false));
-    let retry = RetryPolicy::fixed(5, Duration::from_millis(200));
     let engine = Engine::builder(store.clone())
         .config(
             EngineConfig::default()
                 .poll_interval(Duration::from_millis(100))
                 .first_poll_delay(Duration::from_millis(100)),
         )
-        .handler(
-            "PAY_ORDER",
-            Json(PayHandler(log.clone())),
+        .kind(
+            {
+                let log = log.clone();
+                kind_fn(move |pay: PayOrder, task: Task| {
+                    let log = log.clone();
+                    async move {
+                        log.say(format!(
+                            "PAY_ORDER        charged order {} ({} cents), attempt {}",
+                            pay.order_id, pay.amount_cents, task.attempts
+                        ));
+                        Ok::<_, HandlerError>(())
+                    }
+                })
+            },
             HandlerOptions::default(),
         )
-        .handler(
-            "NOTIFY_WAREHOUSE",
+        .kind(
             {
                 let (log, calls) = (log.clone(), Arc::clone(&warehouse_calls));
-                handler_fn(move |task: Task| {
+                kind_fn(move |_: NotifyWarehouse, task: Task| {
                     let (log, calls) = (log.clone(), Arc::clone(&calls));
                     async move {
                         if calls.fetch_add(1, Ordering::SeqCst) < 2 {
@@ -114,13 +149,12 @@ async fn run(dir: &std::path::Path) -> Result<(), BoxError> {
                     }
                 })
             },
-            HandlerOptions::default().retry(retry),
+            HandlerOptions::default(),
         )
-        .handler(
-            "ISSUE_INVOICE",
+        .kind(
             {
                 let (log, up) = (log.clone(), Arc::clone(&invoice_up));
-                handler_fn(move |task: Task| {
+                kind_fn(move |_: IssueInvoice, task: Task| {
                     let (log, up) = (log.clone(), Arc::clone(&up));
                     async move {
                         if !up.load(Ordering::SeqCst) {
@@ -138,19 +172,18 @@ async fn run(dir: &std::path::Path) -> Result<(), BoxError> {
                     }
                 })
             },
-            HandlerOptions::default().retry(RetryPolicy::fixed(2, Duration::from_millis(200))),
+            HandlerOptions::default(),
         )
         .start()?;
 
     // 1. The order and its tasks in ONE local transaction; run ahead after commit.
     let (pay, notify, invoice) = (
-        engine
-            .task("PAY_ORDER", "order-42")
-            .json(&serde_json::json!({
-                "order_id": 42, "amount_cents": 450
-            })),
-        engine.task("NOTIFY_WAREHOUSE", "order-42"),
-        engine.task("ISSUE_INVOICE", "order-42"),
+        NewTask::of(&PayOrder {
+            order_id: 42,
+            amount_cents: 450,
+        }),
+        NewTask::of(&NotifyWarehouse { order_id: 42 }),
+        NewTask::of(&IssueInvoice { order_id: 42 }),
     );
     let enqueued = store
         .transaction(move |tx| {
@@ -164,7 +197,7 @@ async fn run(dir: &std::path::Path) -> Result<(), BoxError> {
         .await?;
     log.say("committed order 42 with 3 tasks");
     for e in &enqueued {
-        engine.run_now(e).await;
+        engine.run_now(e).await; // best effort: never fails; the poller is the safety net
     }
     let [pay_id, notify_id, invoice_id] = [enqueued[0].id, enqueued[1].id, enqueued[2].id];
 

@@ -26,7 +26,9 @@ use std::time::{Duration, Instant};
 
 use backstop::redis::{ConsumerOptions, RelayOptions, StreamConsumer, StreamRelay};
 use backstop::sqlite::{sqlite_handler, SqliteStore};
-use backstop::{Engine, EngineConfig, HandlerError, HandlerOptions, NewTask, Status, TaskStore};
+use backstop::{
+    Engine, EngineConfig, HandlerError, HandlerOptions, NewTask, Status, TaskKind, TaskStore,
+};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -100,6 +102,21 @@ async fn check_redis(url: &str) -> Result<(), BoxError> {
     }
 }
 
+/// The event the order service publishes: a task kind (its payload type names its event
+/// type and business key), relayed to the stream as it is.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct OrderPlaced {
+    order_id: String,
+    amount: i64,
+}
+
+impl TaskKind for OrderPlaced {
+    const EVENT_TYPE: &'static str = "OrderPlaced";
+    fn biz_key(&self) -> String {
+        self.order_id.clone()
+    }
+}
+
 /// Places orders: each order row and its `OrderPlaced` task commit together; the engine
 /// relays the tasks to the stream.
 async fn order_service(db: &Path, redis: &str, stream: &str) -> Result<(), BoxError> {
@@ -117,7 +134,7 @@ async fn order_service(db: &Path, redis: &str, stream: &str) -> Result<(), BoxEr
     let engine = Engine::builder(store.clone())
         .config(EngineConfig::default().first_poll_delay(Duration::from_millis(200)))
         .handler(
-            "OrderPlaced",
+            OrderPlaced::EVENT_TYPE,
             relay,
             HandlerOptions::default().concurrency(4),
         )
@@ -126,12 +143,10 @@ async fn order_service(db: &Path, redis: &str, stream: &str) -> Result<(), BoxEr
     let mut tasks = Vec::new();
     for n in 0..ORDERS {
         let order_id = format!("order-{n}");
-        let task = engine
-            .task("OrderPlaced", order_id.clone())
-            .payload_raw(format!(
-                "{{\"order_id\":\"{order_id}\",\"amount\":{}}}",
-                100 + n
-            ));
+        let task = NewTask::of(&OrderPlaced {
+            order_id: order_id.clone(),
+            amount: 100 + n as i64,
+        });
         let enqueued = place_order(&store, order_id, 100 + n as i64, task).await?;
         engine.run_now(&enqueued).await; // best effort: the poller is the safety net
         tasks.push(enqueued.id);

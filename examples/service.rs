@@ -15,18 +15,29 @@
 use std::time::{Duration, Instant};
 
 use backstop::{
-    AnyStore, Engine, EngineConfig, Enqueued, HandlerError, HandlerOptions, Json, JsonHandler,
-    NewTask, RetryPolicy, Status, Task, TaskStore,
+    AnyStore, Engine, EngineConfig, Enqueued, HandlerError, HandlerOptions, JsonHandler, NewTask,
+    RetryPolicy, Status, Task, TaskKind, TaskStore,
 };
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 const ORDERS: usize = 20;
 
+/// The task kind: its payload, event type, business key and retry policy in one place.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Ship {
     order_id: String,
     item: String,
+}
+
+impl TaskKind for Ship {
+    const EVENT_TYPE: &'static str = "SHIP_ORDER";
+    fn biz_key(&self) -> String {
+        self.order_id.clone()
+    }
+    fn retry() -> RetryPolicy {
+        RetryPolicy::exponential(5, Duration::from_millis(200))
+    }
 }
 
 /// Marks the order shipped. Idempotent: running it twice leaves the same row.
@@ -100,12 +111,9 @@ async fn run(url: &str) -> Result<(), BoxError> {
                 .poll_interval(Duration::from_millis(200))
                 .first_poll_delay(Duration::from_millis(200)),
         )
-        .handler(
-            "SHIP_ORDER",
-            Json(ShipOrder(store.clone())),
-            HandlerOptions::default()
-                .concurrency(8)
-                .retry(RetryPolicy::exponential(5, Duration::from_millis(200))),
+        .kind(
+            ShipOrder(store.clone()),
+            HandlerOptions::default().concurrency(8),
         )
         .start()?;
 
@@ -113,12 +121,12 @@ async fn run(url: &str) -> Result<(), BoxError> {
     let mut ids = Vec::new();
     for n in 0..ORDERS {
         let order_id = format!("{run_id}-{n}");
-        let task = engine.task("SHIP_ORDER", order_id.clone()).json(&Ship {
+        let task = NewTask::of(&Ship {
             order_id: order_id.clone(),
             item: format!("item {n}"),
         });
         let enqueued = place_order(&store, &order_id, task).await?;
-        engine.run_now(&enqueued).await;
+        engine.run_now(&enqueued).await; // best effort: never fails; the poller is the safety net
         ids.push(enqueued.id);
     }
 

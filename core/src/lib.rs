@@ -15,18 +15,20 @@ pub mod driver;
 mod engine;
 mod error;
 pub mod inbox;
+mod kind;
 pub mod limits;
 mod model;
 mod notify;
 mod store;
 
 pub use engine::{
-    describe_metrics, handler_fn, is_lease_lost, lease_lost, metric_names, Archive, BacklogGauges,
-    Engine, EngineBuilder, EngineConfig, EngineCounters, ErrorAction, FnHandler, Handler,
-    HandlerError, HandlerOptions, Json, JsonHandler, RunAhead,
+    describe_metrics, handler_fn, is_lease_lost, kind_fn, lease_lost, metric_names, Archive,
+    BacklogGauges, Engine, EngineBuilder, EngineConfig, EngineCounters, ErrorAction, FnHandler,
+    Handler, HandlerError, HandlerOptions, Json, JsonHandler, KindFn, RunAhead,
 };
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use inbox::{Inbox, Message, Processed};
+pub use kind::{register_kind, TaskKind};
 pub use limits::StoreConfig;
 pub use model::{
     Audit, AuditEntry, Backoff, Enqueued, Lease, Mark, MarkAction, NewTask, Owner, Priority,

@@ -630,7 +630,8 @@ pub struct NewTask {
     event_type: String,
     biz_key: String,
     payload: std::result::Result<String, String>,
-    retry: RetryPolicy,
+    /// `None`: the kind's policy if its event type has a registered kind, else the default.
+    retry: Option<RetryPolicy>,
     delay: Duration,
     run_at: Option<DateTime<Utc>>,
     priority: Priority,
@@ -638,13 +639,15 @@ pub struct NewTask {
 
 impl NewTask {
     /// A task for handler `event_type` about business object `biz_key`, with an empty
-    /// JSON object as payload, the default [`RetryPolicy`] and no delay.
+    /// JSON object as payload, no delay, and the retry policy of the event type's
+    /// [kind](crate::TaskKind) when one is known to this process (else the default
+    /// [`RetryPolicy`]).
     pub fn new(event_type: impl Into<String>, biz_key: impl Into<String>) -> Self {
         Self {
             event_type: event_type.into(),
             biz_key: biz_key.into(),
             payload: Ok("{}".to_owned()),
-            retry: RetryPolicy::default(),
+            retry: None,
             delay: Duration::ZERO,
             run_at: None,
             priority: Priority::NORMAL,
@@ -668,9 +671,20 @@ impl NewTask {
         self
     }
 
-    /// The retry policy stored with the task.
+    /// The task of a [kind](crate::TaskKind): its event type, business key, JSON
+    /// payload, retry policy and priority all come from `kind` (and the kind becomes
+    /// known to this process, see [`register_kind`](crate::register_kind)).
+    pub fn of<K: crate::TaskKind>(kind: &K) -> Self {
+        crate::register_kind::<K>();
+        NewTask::new(K::EVENT_TYPE, kind.biz_key())
+            .json(kind)
+            .retry(K::retry())
+            .priority(kind.priority())
+    }
+
+    /// The retry policy stored with the task (instead of its kind's or the default).
     pub fn retry(mut self, policy: RetryPolicy) -> Self {
-        self.retry = policy;
+        self.retry = Some(policy);
         self
     }
 
@@ -727,9 +741,13 @@ impl NewTask {
         self.payload.as_deref().unwrap_or("")
     }
 
-    /// The retry policy.
-    pub fn retry_policy(&self) -> &RetryPolicy {
-        &self.retry
+    /// The retry policy stored with the task: the one set with [`retry`](Self::retry),
+    /// else that of the event type's [kind](crate::TaskKind) if one is known to this
+    /// process, else the default.
+    pub fn retry_policy(&self) -> RetryPolicy {
+        self.retry
+            .or_else(|| crate::kind::policy_of(&self.event_type))
+            .unwrap_or_default()
     }
 
     /// The delay before the task is due (zero when it has a [`due_at`](Self::due_at)).
@@ -777,10 +795,17 @@ impl NewTask {
             }
             Ok(_) => {}
         }
-        self.retry.validate(OP)?;
+        self.retry_policy().validate(OP)?;
         limits::check_duration(OP, "delay", self.delay)?;
         limits::check_duration(OP, "run_at (from now)", self.due_in())?;
         Ok(())
+    }
+}
+
+impl<K: crate::TaskKind> From<K> for NewTask {
+    /// [`NewTask::of`].
+    fn from(kind: K) -> Self {
+        NewTask::of(&kind)
     }
 }
 

@@ -247,6 +247,53 @@ where
     }
 }
 
+/// A handler for a [kind](crate::TaskKind) from an async closure over the decoded
+/// payload and the task: register it with [`EngineBuilder::kind`](crate::EngineBuilder::kind).
+/// A payload that does not decode as `K` fails the task permanently (retrying cannot fix
+/// it).
+///
+/// ```
+/// use backstop_core::{kind_fn, HandlerError, Task, TaskKind};
+///
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// struct Ship { order_id: u64 }
+/// impl TaskKind for Ship {
+///     const EVENT_TYPE: &'static str = "SHIP";
+///     fn biz_key(&self) -> String { self.order_id.to_string() }
+/// }
+///
+/// let handler = kind_fn(|ship: Ship, task: Task| async move {
+///     println!("shipping order {} (attempt {})", ship.order_id, task.attempts);
+///     Ok::<_, HandlerError>(())
+/// });
+/// # let _ = handler;
+/// ```
+pub fn kind_fn<K, F, Fut>(f: F) -> KindFn<K, F, Fut>
+where
+    K: crate::TaskKind,
+    F: Fn(K, Task) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = std::result::Result<(), HandlerError>> + Send + 'static,
+{
+    KindFn(f, PhantomData)
+}
+
+/// See [`kind_fn`].
+pub struct KindFn<K, F, Fut>(F, PhantomData<fn(K) -> Fut>);
+
+#[async_trait]
+impl<K, F, Fut> JsonHandler for KindFn<K, F, Fut>
+where
+    K: crate::TaskKind,
+    F: Fn(K, Task) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = std::result::Result<(), HandlerError>> + Send + 'static,
+{
+    type Payload = K;
+
+    async fn handle(&self, payload: K, task: &Task) -> std::result::Result<(), HandlerError> {
+        (self.0)(payload, task.clone()).await
+    }
+}
+
 /// How one event type runs. Start from `Default` and use the setters (see
 /// [`EngineConfig`](crate::EngineConfig) for the style every options type follows).
 ///

@@ -40,7 +40,8 @@ use tokio::task::JoinHandle;
 pub use attempt::{is_lease_lost, lease_lost};
 pub use counters::{describe_metrics, metric_names, BacklogGauges, EngineCounters};
 pub use handler::{
-    handler_fn, ErrorAction, FnHandler, Handler, HandlerError, HandlerOptions, Json, JsonHandler,
+    handler_fn, kind_fn, ErrorAction, FnHandler, Handler, HandlerError, HandlerOptions, Json,
+    JsonHandler, KindFn,
 };
 
 use crate::error::{BoxError, Error, Result};
@@ -428,6 +429,41 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
         self
     }
 
+    /// Register the handler of [kind](crate::TaskKind) `H::Payload`: its event type and
+    /// retry policy come from the kind (`options.retry` is replaced by
+    /// [`TaskKind::retry`](crate::TaskKind::retry), so the handler and the tasks cannot
+    /// disagree), the payload is decoded as the kind (a payload that does not decode
+    /// fails the task permanently), and the kind becomes known to the process (tasks of
+    /// its event type built by name get its policy).
+    ///
+    /// ```
+    /// use backstop_core::{kind_fn, Engine, HandlerError, HandlerOptions, Task, TaskKind};
+    /// # #[derive(serde::Serialize, serde::Deserialize)]
+    /// # struct Ship { order_id: u64 }
+    /// # impl TaskKind for Ship {
+    /// #     const EVENT_TYPE: &'static str = "SHIP";
+    /// #     fn biz_key(&self) -> String { self.order_id.to_string() }
+    /// # }
+    /// # fn demo<S: backstop_core::TaskStore + Clone>(store: S) -> backstop_core::Result<()> {
+    /// let engine = Engine::builder(store)
+    ///     .kind(
+    ///         kind_fn(|ship: Ship, _task: Task| async move { Ok::<_, HandlerError>(()) }),
+    ///         HandlerOptions::default().concurrency(8),
+    ///     )
+    ///     .start()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn kind<H>(self, handler: H, options: HandlerOptions) -> Self
+    where
+        H: JsonHandler,
+        H::Payload: crate::TaskKind,
+    {
+        use crate::TaskKind;
+        crate::register_kind::<H::Payload>();
+        let options = options.retry(<H::Payload as TaskKind>::retry());
+        self.handler(<H::Payload as TaskKind>::EVENT_TYPE, Json(handler), options)
+    }
+
     /// Listen to `notifier` for tasks committed by other processes (start them within
     /// milliseconds instead of at the next poll), and announce through it the tasks this
     /// engine enqueues but does not run itself (no handler here, executor full).
@@ -701,7 +737,8 @@ impl<S: TaskStore + Clone> Engine<S> {
     ///
     /// A delayed task of an event type handled here is polled for when it becomes due,
     /// not at the next tick.
-    pub async fn enqueue(&self, task: NewTask) -> Result<(Enqueued, RunAhead)> {
+    pub async fn enqueue(&self, task: impl Into<NewTask>) -> Result<(Enqueued, RunAhead)> {
+        let task = task.into();
         let delay = task.due_in();
         let enqueued = self.inner.shared.store.enqueue(task).await?;
         if enqueued.created {
