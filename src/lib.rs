@@ -57,7 +57,7 @@ pub use backstop_core::{
 pub use backstop_core::{Inbox, Message, Notifier, Processed, Wake, Wakes};
 // The store contract and the task model.
 pub use backstop_core::{
-    Audit, AuditEntry, Backoff, Enqueued, Lease, Mark, MarkAction, NewTask, Owner, Priority,
+    Audit, AuditEntry, Backoff, Dedup, Enqueued, Lease, Mark, MarkAction, NewTask, Owner, Priority,
     Recycled, RetryPolicy, Stats, Status, StatusCount, StoreConfig, Task, TaskFilter, TaskId,
     TaskStore, TaskStoreExt, Throughput,
 };

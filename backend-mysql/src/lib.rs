@@ -403,47 +403,62 @@ async fn insert(
     task: Checked<&NewTask>,
 ) -> Result<Inserted> {
     let retry = task.retry_policy();
-    let inserted = sqlx::query(safe(&sql.insert))
-        .bind(task.event_type())
-        .bind(task.biz_key())
-        .bind(task.payload())
-        .bind(i64::from(retry.max_attempts))
-        .bind(retry.backoff.strategy())
-        .bind(millis(retry.backoff.interval()))
-        .bind(millis(retry.backoff.max_interval()))
-        .bind(task.due_at().map(|t| t.naive_utc()))
-        .bind(micros(task.due_delay()))
-        .bind(task.claim_priority().get())
-        .bind(retry.jitter_pct)
-        .execute(&mut *conn)
-        .await;
-    match inserted {
-        Ok(done) => Ok(Inserted {
-            id: i64::try_from(done.last_insert_id()).unwrap_or(i64::MAX),
-            created: true,
-        }),
-        Err(e) if error_number(&e) == Some(1062) => {
-            let id: Option<i64> = sqlx::query_scalar(safe(&sql.find_by_key))
-                .bind(task.event_type())
-                .bind(task.biz_key())
-                .fetch_optional(&mut *conn)
-                .await
-                .map_err(my_err)?;
-            let id = id.ok_or_else(|| {
-                Error::new(
-                    ErrorKind::Conflict,
-                    "enqueue",
-                    format!(
-                        "task {}/{} conflicted but then vanished; retry",
-                        task.event_type(),
-                        task.biz_key()
-                    ),
-                )
-                .with_temporary(true)
-            })?;
-            Ok(Inserted { id, created: false })
-        }
-        Err(e) => Err(my_err(e)),
+    let mut keyed = KeyedInsert::new(&task);
+    let mut step = keyed.first();
+    loop {
+        step = match step {
+            InsertStep::Insert => {
+                let inserted = sqlx::query(safe(&sql.insert))
+                    .bind(task.event_type())
+                    .bind(task.biz_key())
+                    .bind(task.payload())
+                    .bind(i64::from(retry.max_attempts))
+                    .bind(retry.backoff.strategy())
+                    .bind(millis(retry.backoff.interval()))
+                    .bind(millis(retry.backoff.max_interval()))
+                    .bind(task.due_at().map(|t| t.naive_utc()))
+                    .bind(micros(task.due_delay()))
+                    .bind(task.claim_priority().get())
+                    .bind(retry.jitter_pct)
+                    .execute(&mut *conn)
+                    .await;
+                match inserted {
+                    Ok(done) => keyed.inserted(Some(
+                        i64::try_from(done.last_insert_id()).unwrap_or(i64::MAX),
+                    ))?,
+                    // a duplicate key rolls back the statement only, not the transaction
+                    Err(e) if error_number(&e) == Some(1062) => keyed.inserted(None)?,
+                    Err(e) => return Err(my_err(e)),
+                }
+            }
+            InsertStep::ReadExisting => {
+                let row: Option<(i64, i64, i64)> = sqlx::query_as(safe(&sql.existing))
+                    .bind(task.event_type())
+                    .bind(task.biz_key())
+                    .fetch_optional(&mut *conn)
+                    .await
+                    .map_err(my_err)?;
+                keyed.existing(row.map(|(id, status, age_ms)| Existing { id, status, age_ms }))?
+            }
+            InsertStep::Release(id) => {
+                sqlx::query(safe(&sql.release_key))
+                    .bind(id)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(my_err)?;
+                keyed.released()?
+            }
+            InsertStep::Replace(id) => {
+                let done = sqlx::query(safe(&sql.replace_payload))
+                    .bind(task.payload())
+                    .bind(id)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(my_err)?;
+                keyed.replaced(done.rows_affected() == 1)?
+            }
+            InsertStep::Done(inserted) => return Ok(inserted),
+        };
     }
 }
 

@@ -33,7 +33,12 @@ pub(crate) struct Sql {
     /// the first is one `ALTER TABLE` (atomic in InnoDB).
     pub migrations: Vec<Migration>,
     pub insert: String,
-    pub find_by_key: String,
+    /// event_type, biz_key: the task holding the key, locked: id, status, age ms.
+    pub existing: String,
+    /// id: free the key a finished task holds.
+    pub release_key: String,
+    /// payload, id: replace a pending task's payload.
+    pub replace_payload: String,
     pub grab_by_id: String,
     pub get: String,
     pub select_by_token: String,
@@ -178,6 +183,19 @@ impl Sql {
                             ADD KEY ix_claim_type (status, event_type, priority, next_run_at, id)"
                     )],
                 },
+                // Dedup rules: the unique key gains `dedup_slot`, 0 for the task that
+                // holds the key; a finished task's key is freed by moving it to a slot of
+                // its own (its id) when a new enqueue's rule allows a new task.
+                Migration {
+                    version: 4,
+                    name: "dedup rules",
+                    statements: vec![format!(
+                        "ALTER TABLE {t}
+                            ADD COLUMN dedup_slot BIGINT NOT NULL DEFAULT 0,
+                            DROP INDEX uk_event_biz,
+                            ADD UNIQUE KEY uk_event_biz (biz_key, event_type, dedup_slot)"
+                    )],
+                },
             ],
             // event_type, biz_key, payload, max_attempts, strategy, interval, max, run_at
             // (NULL: use the delay; a time already past: now), delay µs, priority, jitter %
@@ -190,8 +208,15 @@ impl Sql {
                     NOW(3), NOW(3), ?, ?)"
             ),
             // A locking read sees the latest committed row whatever the isolation level.
-            find_by_key: format!(
-                "SELECT id FROM {t} WHERE event_type = ? AND biz_key = ? LOCK IN SHARE MODE"
+            existing: format!(
+                "SELECT id, CAST(status AS SIGNED),
+                    CAST(TIMESTAMPDIFF(MICROSECOND, created_at, NOW(3)) DIV 1000 AS SIGNED)
+                 FROM {t} WHERE event_type = ? AND biz_key = ? AND dedup_slot = 0
+                 FOR UPDATE"
+            ),
+            release_key: format!("UPDATE {t} SET dedup_slot = id WHERE id = ? AND dedup_slot = 0"),
+            replace_payload: format!(
+                "UPDATE {t} SET payload = ?, updated_at = NOW(3) WHERE id = ? AND status = 0"
             ),
             // owner, id
             grab_by_id: format!(

@@ -373,37 +373,56 @@ where
     } else {
         &sql.insert
     };
-    let inserted = client
-        .query_opt_typed(statement, &params)
-        .await
-        .map_err(pg_err)?;
-    if let Some(row) = inserted {
-        return Ok(Inserted {
-            id: col(&row, 0)?,
-            created: true,
-        });
+    let key = [
+        (&event_type as &(dyn ToSql + Sync), Type::VARCHAR),
+        (&biz_key, Type::VARCHAR),
+    ];
+    let mut keyed = KeyedInsert::new(&task);
+    let mut step = keyed.first();
+    loop {
+        step = match step {
+            InsertStep::Insert => {
+                let row = client
+                    .query_opt_typed(statement, &params)
+                    .await
+                    .map_err(pg_err)?;
+                keyed.inserted(row.map(|r| col(&r, 0)).transpose()?)?
+            }
+            InsertStep::ReadExisting => {
+                let row = client
+                    .query_opt_typed(&sql.existing, &key)
+                    .await
+                    .map_err(pg_err)?;
+                let existing = match row {
+                    Some(r) => Some(Existing {
+                        id: col(&r, 0)?,
+                        status: col(&r, 1)?,
+                        age_ms: col(&r, 2)?,
+                    }),
+                    None => None,
+                };
+                keyed.existing(existing)?
+            }
+            InsertStep::Release(id) => {
+                client
+                    .query_opt_typed(&sql.release_key, &[(&id, Type::INT8)])
+                    .await
+                    .map_err(pg_err)?;
+                keyed.released()?
+            }
+            InsertStep::Replace(id) => {
+                let row = client
+                    .query_opt_typed(
+                        &sql.replace_payload,
+                        &[(&id, Type::INT8), (&payload, Type::TEXT)],
+                    )
+                    .await
+                    .map_err(pg_err)?;
+                keyed.replaced(row.is_some())?
+            }
+            InsertStep::Done(inserted) => return Ok(inserted),
+        };
     }
-    let row = client
-        .query_opt_typed(
-            &sql.find_by_key,
-            &[(&event_type, Type::VARCHAR), (&biz_key, Type::VARCHAR)],
-        )
-        .await
-        .map_err(pg_err)?
-        .ok_or_else(|| {
-            Error::new(
-                ErrorKind::Conflict,
-                "enqueue",
-                format!(
-                    "task {event_type}/{biz_key} conflicted but is not visible to this transaction (isolation above READ COMMITTED?); retry"
-                ),
-            )
-            .with_temporary(true)
-        })?;
-    Ok(Inserted {
-        id: col(&row, 0)?,
-        created: false,
-    })
 }
 
 impl Inner {

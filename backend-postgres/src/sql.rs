@@ -69,7 +69,12 @@ pub(crate) struct Sql {
     /// `insert` that also announces the new task on `channel` (delivered at commit;
     /// nothing on a duplicate). $12 is the channel.
     pub insert_notify: String,
-    pub find_by_key: String,
+    /// $1 event_type $2 biz_key: the task holding the key, locked: id, status, age ms.
+    pub existing: String,
+    /// $1 id: free the key a finished task holds.
+    pub release_key: String,
+    /// $1 id $2 payload: replace a pending task's payload.
+    pub replace_payload: String,
     /// The `LISTEN`/`NOTIFY` channel of this table.
     pub channel: String,
     /// `LISTEN` on `channel`.
@@ -126,7 +131,7 @@ impl Sql {
                 CASE WHEN $9::timestamptz IS NULL THEN now() + $8::bigint {MS}
                     ELSE GREATEST($9::timestamptz, now()) END,
                 0, now(), now(), $10, $11)
-             ON CONFLICT (event_type, biz_key) DO NOTHING
+             ON CONFLICT (biz_key, event_type, dedup_slot) DO NOTHING
              RETURNING id"
         );
         let channel = channel(schema, table);
@@ -230,6 +235,20 @@ impl Sql {
                         format!("DROP INDEX IF EXISTS \"{schema}\".\"{table}_ix_claim\""),
                     ],
                 },
+                // Dedup rules: the unique key gains `dedup_slot`, 0 for the task that
+                // holds the key; a finished task's key is freed by moving it to a slot of
+                // its own (its id) when a new enqueue's rule allows a new task.
+                Migration {
+                    version: 4,
+                    name: "dedup rules",
+                    statements: vec![format!(
+                        "ALTER TABLE {t}
+                            ADD COLUMN IF NOT EXISTS dedup_slot BIGINT NOT NULL DEFAULT 0,
+                            DROP CONSTRAINT \"{table}_uk_event_biz\",
+                            ADD CONSTRAINT \"{table}_uk_event_biz\"
+                                UNIQUE (biz_key, event_type, dedup_slot)"
+                    )],
+                },
             ],
             // the change and its audit entry in one statement
             cancel: format!(
@@ -286,7 +305,19 @@ impl Sql {
             ),
             listen: format!("LISTEN \"{channel}\""),
             channel,
-            find_by_key: format!("SELECT id FROM {t} WHERE event_type = $1 AND biz_key = $2"),
+            existing: format!(
+                "SELECT id, status::bigint,
+                    (extract(epoch FROM now() - created_at) * 1000)::bigint
+                 FROM {t} WHERE event_type = $1 AND biz_key = $2 AND dedup_slot = 0
+                 FOR UPDATE"
+            ),
+            release_key: format!(
+                "UPDATE {t} SET dedup_slot = id WHERE id = $1 AND dedup_slot = 0 RETURNING id"
+            ),
+            replace_payload: format!(
+                "UPDATE {t} SET payload = $2, updated_at = now() WHERE id = $1 AND status = 0
+                 RETURNING id"
+            ),
             grab_by_id: format!(
                 "UPDATE {t} SET status = 3, owner = $2, attempts = attempts + 1,
                     lease = lease + 1, updated_at = now()

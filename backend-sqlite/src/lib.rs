@@ -268,7 +268,7 @@ impl SqliteStore {
     ///   [`transaction`](Self::transaction) or `spawn_blocking`.
     pub fn enqueue_tx(&self, tx: &Transaction<'_>, task: &NewTask) -> Result<Enqueued> {
         enqueue_on_blocking(&self.inner.config, task, |task| {
-            insert(&self.inner.sql, tx, task, now_ms()).map_err(|e| db_err("enqueue", e))
+            insert(&self.inner.sql, tx, task, now_ms())
         })
     }
 
@@ -407,42 +407,71 @@ impl<'a> std::ops::Deref for SqliteTx<'a> {
 }
 
 /// The insert shape, on any connection (the store's writer, or the caller's transaction).
-fn insert(
-    sql: &Sql,
-    conn: &Connection,
-    task: Checked<&NewTask>,
-    now: i64,
-) -> rusqlite::Result<Inserted> {
+fn insert(sql: &Sql, conn: &Connection, task: Checked<&NewTask>, now: i64) -> Result<Inserted> {
     let retry = task.retry_policy();
-    let inserted: Option<i64> = conn
-        .prepare_cached(&sql.insert)?
-        .query_row(
-            params![
-                task.event_type(),
-                task.biz_key(),
-                task.payload(),
-                i64::from(retry.max_attempts),
-                retry.backoff.strategy(),
-                millis(retry.backoff.interval()),
-                millis(retry.backoff.max_interval()),
-                now,
-                millis(task.due_delay()),
-                task.due_at().map(|t| t.timestamp_millis()),
-                task.claim_priority().get(),
-                task.retry_policy().jitter_pct,
-            ],
-            |r| r.get(0),
-        )
-        .optional()?;
-    Ok(match inserted {
-        Some(id) => Inserted { id, created: true },
-        None => Inserted {
-            id: conn
-                .prepare_cached(&sql.find_by_key)?
-                .query_row(params![task.event_type(), task.biz_key()], |r| r.get(0))?,
-            created: false,
-        },
-    })
+    let err = |e| db_err("enqueue", e);
+    let mut keyed = KeyedInsert::new(&task);
+    let mut step = keyed.first();
+    loop {
+        step = match step {
+            InsertStep::Insert => {
+                let id: Option<i64> = conn
+                    .prepare_cached(&sql.insert)
+                    .and_then(|mut st| {
+                        st.query_row(
+                            params![
+                                task.event_type(),
+                                task.biz_key(),
+                                task.payload(),
+                                i64::from(retry.max_attempts),
+                                retry.backoff.strategy(),
+                                millis(retry.backoff.interval()),
+                                millis(retry.backoff.max_interval()),
+                                now,
+                                millis(task.due_delay()),
+                                task.due_at().map(|t| t.timestamp_millis()),
+                                task.claim_priority().get(),
+                                retry.jitter_pct,
+                            ],
+                            |r| r.get(0),
+                        )
+                        .optional()
+                    })
+                    .map_err(err)?;
+                keyed.inserted(id)?
+            }
+            InsertStep::ReadExisting => {
+                let row = conn
+                    .prepare_cached(&sql.existing)
+                    .and_then(|mut st| {
+                        st.query_row(params![task.event_type(), task.biz_key(), now], |r| {
+                            Ok(Existing {
+                                id: r.get(0)?,
+                                status: r.get(1)?,
+                                age_ms: r.get(2)?,
+                            })
+                        })
+                        .optional()
+                    })
+                    .map_err(err)?;
+                keyed.existing(row)?
+            }
+            InsertStep::Release(id) => {
+                conn.prepare_cached(&sql.release_key)
+                    .and_then(|mut st| st.execute(params![id]))
+                    .map_err(err)?;
+                keyed.released()?
+            }
+            InsertStep::Replace(id) => {
+                let n = conn
+                    .prepare_cached(&sql.replace_payload)
+                    .and_then(|mut st| st.execute(params![id, task.payload(), now]))
+                    .map_err(err)?;
+                keyed.replaced(n == 1)?
+            }
+            InsertStep::Done(inserted) => return Ok(inserted),
+        };
+    }
 }
 
 /// Rows of `stmt` run with `params`, read as tasks.
@@ -496,9 +525,9 @@ impl Driver for Inner {
     async fn insert(&self, task: Checked<&NewTask>) -> Result<Inserted> {
         let task = task.cloned();
         self.write("enqueue", move |sql, tx, now| {
-            insert(sql, tx, task.as_ref(), now)
+            Ok(insert(sql, tx, task.as_ref(), now))
         })
-        .await
+        .await?
     }
 
     async fn claim_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<RawTask>> {

@@ -29,7 +29,12 @@ pub(crate) struct Sql {
     /// The schema's history; see `backstop_core::driver::schema`.
     pub migrations: Vec<Migration>,
     pub insert: String,
-    pub find_by_key: String,
+    /// ?1 event_type ?2 biz_key ?3 now: the task holding the key: id, status, age ms.
+    pub existing: String,
+    /// ?1 id: free the key a finished task holds.
+    pub release_key: String,
+    /// ?1 id ?2 payload ?3 now: replace a pending task's payload.
+    pub replace_payload: String,
     pub grab_by_id: String,
     pub recycle_dead: String,
     pub heartbeat: String,
@@ -163,6 +168,21 @@ impl Sql {
                         ),
                     ],
                 },
+                // Dedup rules: the unique key gains `dedup_slot`, 0 for the task that
+                // holds the key; a finished task's key is freed by moving it to a slot of
+                // its own (its id) when a new enqueue's rule allows a new task.
+                Migration {
+                    version: 4,
+                    name: "dedup rules",
+                    statements: vec![
+                        format!("ALTER TABLE {t} ADD COLUMN dedup_slot INTEGER NOT NULL DEFAULT 0"),
+                        format!("DROP INDEX IF EXISTS \"{table}_uk_event_biz\""),
+                        format!(
+                            "CREATE UNIQUE INDEX \"{table}_uk_event_biz\"
+                                ON {t} (biz_key, event_type, dedup_slot)"
+                        ),
+                    ],
+                },
             ],
             // ?1 consumer ?2 message_id ?3 now: one row inserted, or none for a duplicate
             inbox_insert: format!(
@@ -184,10 +204,17 @@ impl Sql {
                     lease, created_at, updated_at, priority, retry_jitter_pct)
                  VALUES (?1, ?2, ?3, 0, 0, ?4, ?5, ?6, ?7, COALESCE(max(?10, ?8), ?8 + ?9), 0, ?8, ?8,
                     ?11, ?12)
-                 ON CONFLICT (event_type, biz_key) DO NOTHING
+                 ON CONFLICT (biz_key, event_type, dedup_slot) DO NOTHING
                  RETURNING id"
             ),
-            find_by_key: format!("SELECT id FROM {t} WHERE event_type = ?1 AND biz_key = ?2"),
+            existing: format!(
+                "SELECT id, status, ?3 - created_at FROM {t}
+                 WHERE event_type = ?1 AND biz_key = ?2 AND dedup_slot = 0"
+            ),
+            release_key: format!("UPDATE {t} SET dedup_slot = id WHERE id = ?1 AND dedup_slot = 0"),
+            replace_payload: format!(
+                "UPDATE {t} SET payload = ?2, updated_at = ?3 WHERE id = ?1 AND status = 0"
+            ),
             grab_by_id: format!(
                 "UPDATE {t} SET status = 3, owner = ?1, attempts = attempts + 1,
                     lease = lease + 1, updated_at = ?2

@@ -7,7 +7,7 @@ use std::sync::{OnceLock, RwLock};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::model::{Priority, RetryPolicy};
+use crate::model::{Dedup, Priority, RetryPolicy};
 
 /// A kind of task: its payload type, and what every task of it shares.
 ///
@@ -52,6 +52,7 @@ use crate::model::{Priority, RetryPolicy};
 ///   instead of the default: a task enqueued by name inside a business transaction runs
 ///   under the same policy as one enqueued through the typed API. An explicit `.retry(..)`
 ///   always wins.
+/// - The same holds for the kind's [`dedup`](Self::dedup) rule.
 /// - Two kinds claiming one event type with different policies is a programming error:
 ///   the first registered is kept and the conflict is logged.
 pub trait TaskKind: Serialize + DeserializeOwned + Send + Sync + 'static {
@@ -71,10 +72,17 @@ pub trait TaskKind: Serialize + DeserializeOwned + Send + Sync + 'static {
     fn priority(&self) -> Priority {
         Priority::NORMAL
     }
+
+    /// When an enqueue of the same business key is a duplicate (default
+    /// [`Dedup::WhileActive`]).
+    fn dedup() -> Dedup {
+        Dedup::WhileActive
+    }
 }
 
 struct Known {
     policy: RetryPolicy,
+    dedup: Dedup,
     kind: &'static str,
 }
 
@@ -106,9 +114,18 @@ pub fn register_kind<K: TaskKind>() {
     if let Ok(mut known) = registry().write() {
         known.entry(K::EVENT_TYPE).or_insert(Known {
             policy: K::retry(),
+            dedup: K::dedup(),
             kind,
         });
     }
+}
+
+/// The dedup rule of the kind registered for `event_type`, if any.
+pub(crate) fn dedup_of(event_type: &str) -> Option<Dedup> {
+    registry()
+        .read()
+        .ok()
+        .and_then(|k| k.get(event_type).map(|k| k.dedup))
 }
 
 /// The retry policy of the kind registered for `event_type`, if any.

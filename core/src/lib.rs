@@ -31,7 +31,7 @@ pub use inbox::{Inbox, Message, Processed};
 pub use kind::{register_kind, TaskKind};
 pub use limits::StoreConfig;
 pub use model::{
-    Audit, AuditEntry, Backoff, Enqueued, Lease, Mark, MarkAction, NewTask, Owner, Priority,
+    Audit, AuditEntry, Backoff, Dedup, Enqueued, Lease, Mark, MarkAction, NewTask, Owner, Priority,
     Recycled, RetryPolicy, Stats, Status, StatusCount, Task, TaskFilter, TaskId, Throughput,
 };
 pub use notify::{Notifier, Wake, Wakes};

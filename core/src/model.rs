@@ -607,6 +607,63 @@ impl fmt::Display for Priority {
     }
 }
 
+/// When an enqueue with the same `(event_type, biz_key)` as an existing task is a
+/// duplicate (answered with the existing task, nothing written) rather than a new task.
+///
+/// | rule | a duplicate while the existing task is… | after that, the same key… |
+/// |---|---|---|
+/// | [`WhileActive`](Self::WhileActive) (default) | pending or running | makes a new task (the finished one stays, for the record) |
+/// | [`Window(d)`](Self::Window) | pending or running, or created less than `d` ago | makes a new task |
+/// | [`Forever`](Self::Forever) | in the table at all (until purged or deleted) | is a duplicate |
+///
+/// The rule is the new enqueue's, applied to the task it meets. On a duplicate the caller
+/// learns the existing task's id and status ([`Enqueued`]) and may have the payload of a
+/// pending one replaced ([`NewTask::replace_pending`]).
+///
+/// ```
+/// use std::time::Duration;
+/// use backstop_core::{Dedup, NewTask};
+/// let task = NewTask::new("SYNC_ACCOUNT", "acct-9").dedup(Dedup::Window(Duration::from_secs(600)));
+/// assert_eq!(task.dedup_rule(), Dedup::Window(Duration::from_secs(600)));
+/// assert_eq!(NewTask::new("E", "k").dedup_rule(), Dedup::WhileActive);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Dedup {
+    /// A duplicate while the existing task is pending or running.
+    #[default]
+    WhileActive,
+    /// A duplicate while the existing task is pending or running, or was created less
+    /// than this long ago (database time).
+    Window(Duration),
+    /// A duplicate as long as the existing task's row exists.
+    Forever,
+}
+
+impl Dedup {
+    /// Whether a new enqueue under this rule is a duplicate of an existing task in
+    /// `status`, created `age` ago.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use backstop_core::{Dedup, Status};
+    /// let minute = Duration::from_secs(60);
+    /// assert!(Dedup::WhileActive.is_duplicate(Status::Running, minute));
+    /// assert!(!Dedup::WhileActive.is_duplicate(Status::Succeeded, minute));
+    /// assert!(Dedup::Window(2 * minute).is_duplicate(Status::Succeeded, minute));
+    /// assert!(!Dedup::Window(minute / 2).is_duplicate(Status::Failed, minute));
+    /// assert!(Dedup::Forever.is_duplicate(Status::Cancelled, 1000 * minute));
+    /// ```
+    pub fn is_duplicate(self, status: Status, age: Duration) -> bool {
+        let active = matches!(status, Status::Pending | Status::Running);
+        match self {
+            Dedup::WhileActive => active,
+            Dedup::Window(window) => active || age < window,
+            Dedup::Forever => true,
+        }
+    }
+}
+
 /// A task to enqueue. Build it, then hand it to [`TaskStore::enqueue`] or a backend's
 /// transactional enqueue; the store validates it before writing anything.
 ///
@@ -635,6 +692,9 @@ pub struct NewTask {
     delay: Duration,
     run_at: Option<DateTime<Utc>>,
     priority: Priority,
+    /// `None`: the kind's rule if its event type has a registered kind, else the default.
+    dedup: Option<Dedup>,
+    replace_pending: bool,
 }
 
 impl NewTask {
@@ -651,6 +711,8 @@ impl NewTask {
             delay: Duration::ZERO,
             run_at: None,
             priority: Priority::NORMAL,
+            dedup: None,
+            replace_pending: false,
         }
     }
 
@@ -679,6 +741,7 @@ impl NewTask {
         NewTask::new(K::EVENT_TYPE, kind.biz_key())
             .json(kind)
             .retry(K::retry())
+            .dedup(K::dedup())
             .priority(kind.priority())
     }
 
@@ -724,6 +787,34 @@ impl NewTask {
     /// The priority.
     pub fn claim_priority(&self) -> Priority {
         self.priority
+    }
+
+    /// When an enqueue of the same key is a duplicate (see [`Dedup`]; default
+    /// [`Dedup::WhileActive`], or the kind's rule).
+    pub fn dedup(mut self, rule: Dedup) -> Self {
+        self.dedup = Some(rule);
+        self
+    }
+
+    /// The dedup rule: the one set with [`dedup`](Self::dedup), else that of the event
+    /// type's [kind](crate::TaskKind) if one is known to this process, else the default.
+    pub fn dedup_rule(&self) -> Dedup {
+        self.dedup
+            .or_else(|| crate::kind::dedup_of(&self.event_type))
+            .unwrap_or_default()
+    }
+
+    /// On a duplicate of a *pending* task, replace its payload with this task's (the
+    /// latest state wins: a settings sync, a search-index update). A running or finished
+    /// task is never changed. [`Enqueued::replaced`] says whether it happened.
+    pub fn replace_pending(mut self, replace: bool) -> Self {
+        self.replace_pending = replace;
+        self
+    }
+
+    /// Whether a duplicate of a pending task replaces its payload.
+    pub fn replaces_pending(&self) -> bool {
+        self.replace_pending
     }
 
     /// The handler key.
@@ -798,6 +889,9 @@ impl NewTask {
         self.retry_policy().validate(OP)?;
         limits::check_duration(OP, "delay", self.delay)?;
         limits::check_duration(OP, "run_at (from now)", self.due_in())?;
+        if let Dedup::Window(w) = self.dedup_rule() {
+            limits::check_duration(OP, "dedup window", w)?;
+        }
         Ok(())
     }
 }
@@ -815,11 +909,18 @@ impl<K: crate::TaskKind> From<K> for NewTask {
 pub struct Enqueued {
     /// The task's id (the existing one for a duplicate).
     pub id: TaskId,
-    /// `true` when this call inserted the row; `false` when a task with the same
-    /// `(event_type, biz_key)` already existed (it is left unchanged).
+    /// `true` when this call inserted the row; `false` when it was a duplicate of an
+    /// existing task with the same `(event_type, biz_key)` under the task's [`Dedup`]
+    /// rule (left unchanged, unless [`replaced`](Self::replaced)).
     pub created: bool,
     /// The task's event type (so a run-ahead knows its executor before claiming).
     pub event_type: String,
+    /// The task's status: pending for a new task; the existing task's, as the enqueue
+    /// found it, for a duplicate.
+    pub status: Status,
+    /// Whether a duplicate replaced the payload of the pending task it met (asked for
+    /// with [`NewTask::replace_pending`]).
+    pub replaced: bool,
 }
 
 /// What to do with a running task, named by its lease. See [`TaskStore::mark`].

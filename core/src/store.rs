@@ -66,9 +66,9 @@ pub trait TaskStore: Send + Sync + 'static {
     ///   A table made before versioning is adopted as it stands and upgraded.
     /// - A schema migrated by a newer release is left as it is (with a warning): newer
     ///   migrations only add, so this release keeps working on it.
-    /// - Indexes: the claim order per event type `(event_type, next_run_at, id)` of pending
-    ///   tasks, recycling and purging `(status, updated_at)`, and the unique
-    ///   `(biz_key, event_type)`.
+    /// - Indexes: the claim order per event type `(event_type, priority, next_run_at, id)`
+    ///   of pending tasks, recycling and purging `(status, updated_at)`, and the unique
+    ///   `(biz_key, event_type, dedup_slot)`.
     ///
     /// The script a DBA can review or apply by hand is each backend's `ddl()`.
     async fn migrate(&self) -> Result<()>;
@@ -84,9 +84,16 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Insert a task in its own transaction.
     ///
     /// - The new task is pending, `attempts = 0`, `lease = 0`, no owner, due at
-    ///   database-now plus the task's delay.
-    /// - Idempotent on `(event_type, biz_key)`: when a task with that key exists, nothing
-    ///   is changed and its id is returned with `created = false`.
+    ///   database-now plus the task's delay (or at its `run_at`), with its priority and
+    ///   retry policy.
+    /// - Idempotent on `(event_type, biz_key)` under the task's [`Dedup`](crate::Dedup)
+    ///   rule: when the task holding that key is a duplicate by the rule (by default:
+    ///   it is pending or running), nothing is written and its id and status are
+    ///   returned with `created = false` — its payload replaced if the task asked for it
+    ///   ([`NewTask::replace_pending`]) and it is still pending. Otherwise (say it
+    ///   succeeded) a new task is inserted and the finished one keeps its row.
+    /// - Of concurrent enqueues of one key, at most one inserts; the others are its
+    ///   duplicates.
     /// - Invalid input is refused with `InvalidInput` and nothing is written.
     ///
     /// Backends also offer a *transactional* enqueue on their native transaction, so the
@@ -408,7 +415,7 @@ impl<B: Backend + ?Sized> TaskStore for B {
         let d = self.driver();
         let checked = check_task(d.config(), &task)?;
         let inserted = run(d, "enqueue", || d.insert(checked)).await?;
-        Ok(enqueued(inserted, &task))
+        enqueued(inserted, &task)
     }
 
     async fn grab_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<Task>> {

@@ -76,19 +76,14 @@ fn every_created_task_is_counted_once_whatever_path_inserted_it() {
             .unwrap();
         rt.block_on(async {
             let task = NewTask::new("PAY", "o1");
-            let created = enqueue_on(&config, &task, |_| async {
-                Ok(Inserted {
-                    id: 1,
-                    created: true,
-                })
-            })
-            .await
-            .unwrap();
+            let created = enqueue_on(&config, &task, |_| async { Ok(Inserted::created(1)) })
+                .await
+                .unwrap();
             assert!(created.created);
             let duplicate = enqueue_on(&config, &task, |_| async {
                 Ok(Inserted {
-                    id: 1,
                     created: false,
+                    ..Inserted::created(1)
                 })
             })
             .await
@@ -96,13 +91,7 @@ fn every_created_task_is_counted_once_whatever_path_inserted_it() {
             assert!(!duplicate.created);
         });
         let ship = NewTask::new("SHIP", "o1");
-        enqueue_on_blocking(&config, &ship, |_| {
-            Ok(Inserted {
-                id: 2,
-                created: true,
-            })
-        })
-        .unwrap();
+        enqueue_on_blocking(&config, &ship, |_| Ok(Inserted::created(2))).unwrap();
     });
     assert_eq!(counts.get("backstop_enqueued_total", "PAY"), 1);
     assert_eq!(counts.get("backstop_enqueued_total", "SHIP"), 1);

@@ -65,10 +65,7 @@ impl Driver for Tripwire {
         self.called();
         task.validate(self.config.max_payload_bytes)
             .expect("an invalid task reached the driver");
-        Ok(Inserted {
-            id: 1,
-            created: true,
-        })
+        Ok(Inserted::created(1))
     }
     async fn claim_by_id(&self, _id: TaskId, _owner: &Owner) -> Result<Option<RawTask>> {
         self.called();

@@ -68,7 +68,8 @@ pub async fn engine_rejects_run_ahead_when_executor_full_and_polls_it_later<H: H
     engine.shutdown().await;
 }
 
-/// a duplicate enqueue never runs the task twice.
+/// a duplicate enqueue never runs the task twice; once the task finished, the same key
+/// runs again only when the enqueue's dedup rule allows a new task.
 pub async fn engine_duplicate_enqueue_never_runs_twice<H: Harness>(ctx: &Ctx<H>) {
     let calls = Calls::default();
     let engine = Engine::builder(ctx.store.clone())
@@ -78,9 +79,20 @@ pub async fn engine_duplicate_enqueue_never_runs_twice<H: Harness>(ctx: &Ctx<H>)
         .unwrap();
     let (first, r1) = engine.enqueue(engine.task("PAY", "k")).await.unwrap();
     wait_status(&ctx.store, first.id, Status::Succeeded).await;
-    let (second, r2) = engine.enqueue(engine.task("PAY", "k")).await.unwrap();
+    let forever = engine.task("PAY", "k").dedup(backstop_core::Dedup::Forever);
+    let (second, r2) = engine.enqueue(forever).await.unwrap();
     assert_eq!((r1, r2), (RunAhead::Started, RunAhead::Duplicate));
-    assert_eq!((second.id, second.created), (first.id, false));
+    assert_eq!(
+        (second.id, second.created, second.status),
+        (first.id, false, Status::Succeeded)
+    );
+    assert_eq!(calls.count("k"), 1);
+    // the default rule: unique while pending or running, so a finished key runs again
+    let (third, r3) = engine.enqueue(engine.task("PAY", "k")).await.unwrap();
+    assert!(third.created && third.id != first.id, "{third:?}");
+    assert_eq!(r3, RunAhead::Started);
+    wait_status(&ctx.store, third.id, Status::Succeeded).await;
+    assert_eq!(calls.count("k"), 2);
     // even while the first is still pending (not yet run)
     let p = ctx.store.enqueue(NewTask::new("PAY", "k2")).await.unwrap();
     let dup = ctx.store.enqueue(NewTask::new("PAY", "k2")).await.unwrap();
@@ -88,7 +100,7 @@ pub async fn engine_duplicate_enqueue_never_runs_twice<H: Harness>(ctx: &Ctx<H>)
     assert_eq!(engine.run_now(&p).await, RunAhead::Started);
     wait_status(&ctx.store, p.id, Status::Succeeded).await;
     assert_eq!(engine.run_now(&p).await, RunAhead::NotClaimed);
-    assert_eq!((calls.count("k"), calls.count("k2")), (1, 1));
+    assert_eq!((calls.count("k"), calls.count("k2")), (2, 1));
     engine.shutdown().await;
 }
 
