@@ -59,7 +59,7 @@ pub use backstop_core::{Inbox, Message, Notifier, Processed, Wake, Wakes};
 pub use backstop_core::{
     Audit, AuditEntry, Backoff, Dedup, Enqueued, Lease, Mark, MarkAction, NewTask, Owner, Priority,
     Recycled, RetryPolicy, Stats, Status, StatusCount, StoreConfig, Task, TaskFilter, TaskId,
-    TaskStore, TaskStoreExt, Throughput,
+    TaskStore, TaskStoreExt, Throughput, WhenParked,
 };
 // Errors.
 /// Re-exported so handlers (and backends) use the same `#[async_trait]` as the traits.

@@ -404,6 +404,8 @@ async fn insert(
 ) -> Result<Inserted> {
     let retry = task.retry_policy();
     let mut keyed = KeyedInsert::new(&task);
+    let status = keyed.initial_status();
+    let order_block = i8::from(task.parked_policy() == WhenParked::Block);
     let mut step = keyed.first();
     loop {
         step = match step {
@@ -420,6 +422,9 @@ async fn insert(
                     .bind(micros(task.due_delay()))
                     .bind(task.claim_priority().get())
                     .bind(retry.jitter_pct)
+                    .bind(status)
+                    .bind(task.order())
+                    .bind(order_block)
                     .execute(&mut *conn)
                     .await;
                 match inserted {
@@ -457,7 +462,70 @@ async fn insert(
                     .map_err(my_err)?;
                 keyed.replaced(done.rows_affected() == 1)?
             }
+            InsertStep::ReleaseKey => {
+                let promoted = match task.order() {
+                    Some(key) => release_key(sql, conn, key).await?,
+                    None => None,
+                };
+                keyed.promoted(promoted)?
+            }
             InsertStep::Done(inserted) => return Ok(inserted),
+        };
+    }
+}
+
+/// [`KeyRelease`] for order key `key` on `conn`, which must be inside a transaction.
+async fn release_key(sql: &Sql, conn: &mut MySqlConnection, key: &str) -> Result<Option<TaskId>> {
+    let mut release = KeyRelease::new();
+    let mut step = release.first();
+    loop {
+        step = match step {
+            ReleaseStep::LockKey => {
+                sqlx::query(safe(&sql.key_insert))
+                    .bind(key)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(my_err)?;
+                let row: Option<i64> = sqlx::query_scalar(safe(&sql.key_lock))
+                    .bind(key)
+                    .fetch_optional(&mut *conn)
+                    .await
+                    .map_err(my_err)?;
+                release.locked(row.is_some())?
+            }
+            ReleaseStep::ReadBlocker => {
+                let row: Option<i64> = sqlx::query_scalar(safe(&sql.key_blocker))
+                    .bind(key)
+                    .fetch_optional(&mut *conn)
+                    .await
+                    .map_err(my_err)?;
+                release.blocker(row.is_some())
+            }
+            ReleaseStep::ReadNext => {
+                let row: Option<i64> = sqlx::query_scalar(safe(&sql.key_next))
+                    .bind(key)
+                    .fetch_optional(&mut *conn)
+                    .await
+                    .map_err(my_err)?;
+                release.next(row)
+            }
+            ReleaseStep::Promote(id) => {
+                let done = sqlx::query(safe(&sql.key_promote))
+                    .bind(id)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(my_err)?;
+                release.promoted(done.rows_affected() == 1)?
+            }
+            ReleaseStep::DropKey => {
+                sqlx::query(safe(&sql.key_drop))
+                    .bind(key)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(my_err)?;
+                release.dropped()
+            }
+            ReleaseStep::Done(promoted) => return Ok(promoted),
         };
     }
 }
@@ -714,7 +782,14 @@ impl Driver for Inner {
 
     async fn insert(&self, task: Checked<&NewTask>) -> Result<Inserted> {
         let mut conn = self.pool.acquire().await.map_err(my_err)?;
-        insert(&self.sql, &mut conn, task).await
+        if task.order().is_none() {
+            return insert(&self.sql, &mut conn, task).await;
+        }
+        // a task with an order key in a transaction, so its key's lock is held throughout
+        let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(my_err)?;
+        let inserted = insert(&self.sql, &mut tx, task).await?;
+        tx.commit().await.map_err(my_err)?;
+        Ok(inserted)
     }
 
     async fn claim_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<RawTask>> {
@@ -1067,6 +1142,28 @@ impl Driver for Inner {
         q.execute(&self.pool)
             .await
             .map(|d| d.rows_affected())
+            .map_err(my_err)
+    }
+
+    async fn release_keys(&self, keys: Checked<&[String]>) -> Result<Vec<TaskId>> {
+        let mut conn = self.pool.acquire().await.map_err(my_err)?;
+        let mut promoted = Vec::new();
+        for key in keys.iter() {
+            let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(my_err)?;
+            let id = release_key(&self.sql, &mut tx, key).await?;
+            tx.commit().await.map_err(my_err)?;
+            promoted.extend(id);
+        }
+        Ok(promoted)
+    }
+
+    async fn order_keys(&self, after: Option<&str>, limit: Checked<usize>) -> Result<Vec<String>> {
+        let mut conn = self.pool.acquire().await.map_err(my_err)?;
+        sqlx::query_scalar(safe(&self.sql.keys_page))
+            .bind(after.unwrap_or(""))
+            .bind(i64::try_from(*limit).unwrap_or(i64::MAX))
+            .fetch_all(&mut *conn)
+            .await
             .map_err(my_err)
     }
 }

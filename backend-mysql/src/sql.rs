@@ -17,6 +17,9 @@ pub(crate) const LIST: backstop_core::driver::ListDialect = backstop_core::drive
     backlog_order: "id + 0",
 };
 
+/// The status a reset task takes: pending, or waiting (in line again) with an order key.
+const RESET_STATUS: &str = "CASE WHEN order_key IS NULL THEN 0 ELSE 5 END";
+
 /// The priority levels (see `backstop_core::Priority`): a claim walks each.
 pub(crate) const PRIORITY_LEVELS: usize = 5;
 
@@ -39,6 +42,20 @@ pub(crate) struct Sql {
     pub release_key: String,
     /// payload, id: replace a pending task's payload.
     pub replace_payload: String,
+    /// order key: insert it into the keys table if missing.
+    pub key_insert: String,
+    /// order key: lock its row (a row when there).
+    pub key_lock: String,
+    /// order key: a task in the way (pending, running, parked and blocking).
+    pub key_blocker: String,
+    /// order key: the first waiting task, locked.
+    pub key_next: String,
+    /// id: waiting → pending.
+    pub key_promote: String,
+    /// order key.
+    pub key_drop: String,
+    /// after, limit: keys in order.
+    pub keys_page: String,
     pub grab_by_id: String,
     pub get: String,
     pub select_by_token: String,
@@ -82,6 +99,7 @@ impl Sql {
         let ti = format!("`{table}_inbox`");
         let ta = format!("`{table}_audit`");
         let tv = format!("`{}`", version_table(table));
+        let tk = format!("`{table}_keys`");
         let fenced = "WHERE id = ? AND status = 3 AND lease = ?";
         Sql {
             table: t.clone(),
@@ -196,16 +214,39 @@ impl Sql {
                             ADD UNIQUE KEY uk_event_biz (biz_key, event_type, dedup_slot)"
                     )],
                 },
+                // Order keys: tasks of one key run one at a time, in order. Status 5
+                // (waiting) for the tasks queued behind the key's current one; a table
+                // of keys with work left, whose rows are the keys' locks.
+                Migration {
+                    version: 5,
+                    name: "order keys",
+                    statements: vec![
+                        format!(
+                            "ALTER TABLE {t}
+                                ADD COLUMN order_key VARCHAR(128) NULL,
+                                ADD COLUMN order_block TINYINT NOT NULL DEFAULT 1,
+                                ADD KEY ix_order (order_key, status, id)"
+                        ),
+                        format!(
+                            "CREATE TABLE IF NOT EXISTS {tk} (
+                                order_key VARCHAR(128) NOT NULL,
+                                PRIMARY KEY (order_key)
+                             ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin"
+                        ),
+                    ],
+                },
             ],
             // event_type, biz_key, payload, max_attempts, strategy, interval, max, run_at
-            // (NULL: use the delay; a time already past: now), delay µs, priority, jitter %
+            // (NULL: use the delay; a time already past: now), delay µs, priority, jitter %,
+            // status, order_key, order_block
             insert: format!(
-                "INSERT INTO {t} (event_type, biz_key, payload, status, attempts, max_attempts,
+                "INSERT INTO {t} (event_type, biz_key, payload, attempts, max_attempts,
                     retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at,
-                    lease, created_at, updated_at, priority, retry_jitter_pct)
-                 VALUES (?, ?, ?, 0, 0, ?, ?, ?, ?,
+                    lease, created_at, updated_at, priority, retry_jitter_pct, status, order_key,
+                    order_block)
+                 VALUES (?, ?, ?, 0, ?, ?, ?, ?,
                     COALESCE(GREATEST(?, NOW(3)), NOW(3) + INTERVAL ? MICROSECOND), 0,
-                    NOW(3), NOW(3), ?, ?)"
+                    NOW(3), NOW(3), ?, ?, ?, ?, ?)"
             ),
             // A locking read sees the latest committed row whatever the isolation level.
             existing: format!(
@@ -215,6 +256,25 @@ impl Sql {
                  FOR UPDATE"
             ),
             release_key: format!("UPDATE {t} SET dedup_slot = id WHERE id = ? AND dedup_slot = 0"),
+            key_insert: format!("INSERT IGNORE INTO {tk} (order_key) VALUES (?)"),
+            key_lock: format!("SELECT 1 FROM {tk} WHERE order_key = ? FOR UPDATE"),
+            key_blocker: format!(
+                "SELECT id FROM {t}
+                 WHERE order_key = ? AND (status IN (0, 3) OR (status = 2 AND order_block = 1))
+                 LIMIT 1 LOCK IN SHARE MODE"
+            ),
+            key_next: format!(
+                "SELECT id FROM {t} WHERE order_key = ? AND status = 5 ORDER BY id LIMIT 1 FOR UPDATE"
+            ),
+            key_promote: format!(
+                "UPDATE {t} SET status = 0, next_run_at = GREATEST(next_run_at, NOW(3)),
+                    updated_at = NOW(3)
+                 WHERE id = ? AND status = 5"
+            ),
+            key_drop: format!("DELETE FROM {tk} WHERE order_key = ?"),
+            keys_page: format!(
+                "SELECT order_key FROM {tk} WHERE order_key > ? ORDER BY order_key LIMIT ?"
+            ),
             replace_payload: format!(
                 "UPDATE {t} SET payload = ?, updated_at = NOW(3) WHERE id = ? AND status = 0"
             ),
@@ -253,21 +313,21 @@ impl Sql {
             ),
             // id, stuck_after µs
             manual_reset: format!(
-                "UPDATE {t} SET status = 0, attempts = 0, next_run_at = NOW(3), owner = NULL,
-                    updated_at = NOW(3)
+                "UPDATE {t} SET status = {RESET_STATUS}, attempts = 0, next_run_at = NOW(3),
+                    owner = NULL, updated_at = NOW(3)
                  WHERE id = ? AND (status = 2
                     OR (status = 3 AND updated_at < NOW(3) - INTERVAL ? MICROSECOND))"
             ),
             status_of: format!("SELECT status FROM {t} WHERE id = ?"),
             cancel: format!(
                 "UPDATE {t} SET status = 4, lease = lease + 1, updated_at = NOW(3)
-                 WHERE id = ? AND status IN (0, 3)"
+                 WHERE id = ? AND status IN (0, 3, 5)"
             ),
             get_for_update: format!("SELECT {COLUMNS} FROM {t} WHERE id = ? FOR UPDATE"),
             delete: format!("DELETE FROM {t} WHERE id = ?"),
             retry: format!(
-                "UPDATE {t} SET status = 0, attempts = 0, next_run_at = NOW(3), owner = NULL,
-                    updated_at = NOW(3)
+                "UPDATE {t} SET status = {RESET_STATUS}, attempts = 0, next_run_at = NOW(3),
+                    owner = NULL, updated_at = NOW(3)
                  WHERE id = ? AND status IN (?, ?)"
             ),
             audit_insert: format!(
@@ -281,7 +341,7 @@ impl Sql {
             ),
             backlog_counts: format!(
                 "SELECT event_type, status, COUNT(*) FROM {t}
-                 WHERE status IN (0, 2, 3, 4)
+                 WHERE status IN (0, 2, 3, 4, 5)
                  GROUP BY event_type, status ORDER BY event_type, status"
             ),
             throughput: format!(

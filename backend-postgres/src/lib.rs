@@ -354,6 +354,10 @@ where
     let run_at = task.due_at();
     let priority = i16::from(task.claim_priority().get());
     let jitter = i16::from(retry.jitter_pct);
+    let mut keyed = KeyedInsert::new(&task);
+    let status = keyed.initial_status();
+    let order_key = task.order();
+    let order_block = i16::from(task.parked_policy() == WhenParked::Block);
     let mut params: Vec<(&(dyn ToSql + Sync), Type)> = vec![
         (&event_type, Type::VARCHAR),
         (&biz_key, Type::VARCHAR),
@@ -366,6 +370,9 @@ where
         (&run_at, Type::TIMESTAMPTZ),
         (&priority, Type::INT2),
         (&jitter, Type::INT2),
+        (&status, Type::INT2),
+        (&order_key, Type::VARCHAR),
+        (&order_block, Type::INT2),
     ];
     let statement = if notify {
         params.push((&sql.channel, Type::TEXT));
@@ -377,7 +384,6 @@ where
         (&event_type as &(dyn ToSql + Sync), Type::VARCHAR),
         (&biz_key, Type::VARCHAR),
     ];
-    let mut keyed = KeyedInsert::new(&task);
     let mut step = keyed.first();
     loop {
         step = match step {
@@ -420,7 +426,64 @@ where
                     .map_err(pg_err)?;
                 keyed.replaced(row.is_some())?
             }
+            InsertStep::ReleaseKey => {
+                let promoted = match order_key {
+                    Some(key) => release_key(sql, client, key).await?,
+                    None => None,
+                };
+                keyed.promoted(promoted)?
+            }
             InsertStep::Done(inserted) => return Ok(inserted),
+        };
+    }
+}
+
+/// [`KeyRelease`] for order key `key` on `client`, which must be inside a transaction.
+async fn release_key<C>(sql: &Sql, client: &C, key: &str) -> Result<Option<TaskId>>
+where
+    C: PgExecutor + ?Sized,
+{
+    let k = [(&key as &(dyn ToSql + Sync), Type::VARCHAR)];
+    let mut release = KeyRelease::new();
+    let mut step = release.first();
+    loop {
+        step = match step {
+            ReleaseStep::LockKey => {
+                let row = client
+                    .query_opt_typed(&sql.key_lock, &k)
+                    .await
+                    .map_err(pg_err)?;
+                release.locked(row.is_some())?
+            }
+            ReleaseStep::ReadBlocker => {
+                let row = client
+                    .query_opt_typed(&sql.key_blocker, &k)
+                    .await
+                    .map_err(pg_err)?;
+                release.blocker(row.is_some())
+            }
+            ReleaseStep::ReadNext => {
+                let row = client
+                    .query_opt_typed(&sql.key_next, &k)
+                    .await
+                    .map_err(pg_err)?;
+                release.next(row.map(|r| col(&r, 0)).transpose()?)
+            }
+            ReleaseStep::Promote(id) => {
+                let row = client
+                    .query_opt_typed(&sql.key_promote, &[(&id, Type::INT8)])
+                    .await
+                    .map_err(pg_err)?;
+                release.promoted(row.is_some())?
+            }
+            ReleaseStep::DropKey => {
+                client
+                    .query_opt_typed(&sql.key_drop, &k)
+                    .await
+                    .map_err(pg_err)?;
+                release.dropped()
+            }
+            ReleaseStep::Done(promoted) => return Ok(promoted),
         };
     }
 }
@@ -553,9 +616,17 @@ impl Driver for Inner {
     }
 
     async fn insert(&self, task: Checked<&NewTask>) -> Result<Inserted> {
-        // One statement in autocommit, or two (insert, then the existing id) on conflict.
+        // One statement in autocommit (more on a conflict, each guarded on its own); a
+        // task with an order key in a transaction, so its key's lock is held throughout.
         let notify = self.notify_now(task.event_type());
-        insert(&self.sql, &self.client().await?, task, notify).await
+        let mut client = self.client().await?;
+        if task.order().is_none() {
+            return insert(&self.sql, &client, task, notify).await;
+        }
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let inserted = insert(&self.sql, &tx, task, notify).await?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok(inserted)
     }
 
     async fn claim_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<RawTask>> {
@@ -752,6 +823,26 @@ impl Driver for Inner {
 
     async fn delete_succeeded(&self, ids: Checked<&[TaskId]>) -> Result<u64> {
         self.execute(&self.sql.delete_succeeded, &[&*ids]).await
+    }
+
+    async fn release_keys(&self, keys: Checked<&[String]>) -> Result<Vec<TaskId>> {
+        let mut client = self.client().await?;
+        let mut promoted = Vec::new();
+        for key in keys.iter() {
+            let tx = client.transaction().await.map_err(pg_err)?;
+            let id = release_key(&self.sql, &tx, key).await?;
+            tx.commit().await.map_err(pg_err)?;
+            promoted.extend(id);
+        }
+        Ok(promoted)
+    }
+
+    async fn order_keys(&self, after: Option<&str>, limit: Checked<usize>) -> Result<Vec<String>> {
+        let limit = i64::try_from(*limit).unwrap_or(i64::MAX);
+        let rows = self
+            .query(&self.sql.keys_page, &[&after.unwrap_or(""), &limit])
+            .await?;
+        rows.iter().map(|r| col(r, 0)).collect()
     }
 }
 

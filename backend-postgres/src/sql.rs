@@ -15,6 +15,9 @@ fn t_columns() -> String {
 
 const MS: &str = "* interval '1 millisecond'";
 
+/// The status a reset task takes: pending, or waiting (in line again) with an order key.
+const RESET_STATUS: &str = "CASE WHEN order_key IS NULL THEN 0 ELSE 5 END";
+
 /// The priority levels, in claim order (see `backstop_core::Priority`).
 const LEVELS: &str = "'{0,1,2,3,4}'::smallint[]";
 
@@ -67,7 +70,7 @@ pub(crate) struct Sql {
     pub migrations: Vec<Migration>,
     pub insert: String,
     /// `insert` that also announces the new task on `channel` (delivered at commit;
-    /// nothing on a duplicate). $12 is the channel.
+    /// nothing on a duplicate). $15 is the channel.
     pub insert_notify: String,
     /// $1 event_type $2 biz_key: the task holding the key, locked: id, status, age ms.
     pub existing: String,
@@ -75,6 +78,18 @@ pub(crate) struct Sql {
     pub release_key: String,
     /// $1 id $2 payload: replace a pending task's payload.
     pub replace_payload: String,
+    /// $1 order key: insert it if missing and lock it; a row when locked.
+    pub key_lock: String,
+    /// $1 order key: a task in the way (pending, running, parked and blocking).
+    pub key_blocker: String,
+    /// $1 order key: the first waiting task, locked.
+    pub key_next: String,
+    /// $1 id: waiting → pending.
+    pub key_promote: String,
+    /// $1 order key.
+    pub key_drop: String,
+    /// $1 after (text, '' for none) $2 limit: keys in order.
+    pub keys_page: String,
     /// The `LISTEN`/`NOTIFY` channel of this table.
     pub channel: String,
     /// `LISTEN` on `channel`.
@@ -119,18 +134,21 @@ impl Sql {
         let ti = format!("\"{schema}\".\"{table}_inbox\"");
         let ta = format!("\"{schema}\".\"{table}_audit\"");
         let tv = format!("\"{schema}\".\"{}\"", version_table(table));
+        let tk = format!("\"{schema}\".\"{table}_keys\"");
         let tc = t_columns();
         // $1 event_type $2 biz_key $3 payload $4 max_attempts $5 strategy
         // $6 interval_ms $7 max_interval_ms $8 delay_ms $9 run_at (NULL: use the delay;
-        // a time already past: now) $10 priority $11 jitter %
+        // a time already past: now) $10 priority $11 jitter % $12 status $13 order_key
+        // $14 order_block
         let insert = format!(
             "INSERT INTO {t} (event_type, biz_key, payload, status, attempts, max_attempts,
                 retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at,
-                lease, created_at, updated_at, priority, retry_jitter_pct)
-             VALUES ($1, $2, $3, 0, 0, $4, $5, $6, $7,
+                lease, created_at, updated_at, priority, retry_jitter_pct, order_key,
+                order_block)
+             VALUES ($1, $2, $3, $12, 0, $4, $5, $6, $7,
                 CASE WHEN $9::timestamptz IS NULL THEN now() + $8::bigint {MS}
                     ELSE GREATEST($9::timestamptz, now()) END,
-                0, now(), now(), $10, $11)
+                0, now(), now(), $10, $11, $13, $14)
              ON CONFLICT (biz_key, event_type, dedup_slot) DO NOTHING
              RETURNING id"
         );
@@ -249,12 +267,35 @@ impl Sql {
                                 UNIQUE (biz_key, event_type, dedup_slot)"
                     )],
                 },
+                // Order keys: tasks of one key run one at a time, in order. Status 5
+                // (waiting) for the tasks queued behind the key's current one; a table
+                // of keys with work left, whose rows are the keys' locks.
+                Migration {
+                    version: 5,
+                    name: "order keys",
+                    statements: vec![
+                        format!(
+                            "ALTER TABLE {t}
+                                ADD COLUMN IF NOT EXISTS order_key VARCHAR(128),
+                                ADD COLUMN IF NOT EXISTS order_block SMALLINT NOT NULL DEFAULT 1"
+                        ),
+                        format!(
+                            "CREATE INDEX IF NOT EXISTS \"{table}_ix_order\"
+                                ON {t} (order_key, status, id) WHERE order_key IS NOT NULL"
+                        ),
+                        format!(
+                            "CREATE TABLE IF NOT EXISTS {tk} (
+                                order_key VARCHAR(128) PRIMARY KEY
+                             )"
+                        ),
+                    ],
+                },
             ],
             // the change and its audit entry in one statement
             cancel: format!(
                 "WITH c AS (
                     UPDATE {t} SET status = 4, lease = lease + 1, updated_at = now()
-                    WHERE id = $1 AND status IN (0, 3)
+                    WHERE id = $1 AND status IN (0, 3, 5)
                     RETURNING {COLUMNS}),
                  a AS (
                     INSERT INTO {ta} (task_id, action, operator, reason, at)
@@ -275,8 +316,8 @@ impl Sql {
             ),
             retry: format!(
                 "WITH r AS (
-                    UPDATE {t} SET status = 0, attempts = 0, next_run_at = now(), owner = NULL,
-                        updated_at = now()
+                    UPDATE {t} SET status = {RESET_STATUS}, attempts = 0, next_run_at = now(),
+                        owner = NULL, updated_at = now()
                     WHERE id = $1 AND status IN ($4, $5)
                     RETURNING {COLUMNS}),
                  a AS (
@@ -301,7 +342,7 @@ impl Sql {
             insert: insert.clone(),
             insert_notify: format!(
                 "WITH ins AS ({insert})
-                 SELECT ins.id FROM ins CROSS JOIN LATERAL (SELECT pg_notify($12::text, $1::text)) AS n"
+                 SELECT ins.id FROM ins CROSS JOIN LATERAL (SELECT pg_notify($15::text, $1::text)) AS n"
             ),
             listen: format!("LISTEN \"{channel}\""),
             channel,
@@ -310,6 +351,31 @@ impl Sql {
                     (extract(epoch FROM now() - created_at) * 1000)::bigint
                  FROM {t} WHERE event_type = $1 AND biz_key = $2 AND dedup_slot = 0
                  FOR UPDATE"
+            ),
+            key_lock: format!(
+                "WITH ins AS (
+                    INSERT INTO {tk} (order_key) VALUES ($1) ON CONFLICT DO NOTHING
+                    RETURNING order_key),
+                 sel AS (SELECT order_key FROM {tk} WHERE order_key = $1 FOR UPDATE)
+                 SELECT 1 FROM ins UNION ALL SELECT 1 FROM sel LIMIT 1"
+            ),
+            key_blocker: format!(
+                "SELECT id FROM {t}
+                 WHERE order_key = $1 AND (status IN (0, 3) OR (status = 2 AND order_block = 1))
+                 LIMIT 1 FOR SHARE"
+            ),
+            key_next: format!(
+                "SELECT id FROM {t} WHERE order_key = $1 AND status = 5
+                 ORDER BY id LIMIT 1 FOR UPDATE"
+            ),
+            key_promote: format!(
+                "UPDATE {t} SET status = 0, next_run_at = GREATEST(next_run_at, now()),
+                    updated_at = now()
+                 WHERE id = $1 AND status = 5 RETURNING id"
+            ),
+            key_drop: format!("DELETE FROM {tk} WHERE order_key = $1"),
+            keys_page: format!(
+                "SELECT order_key::text FROM {tk} WHERE order_key > $1 ORDER BY order_key LIMIT $2"
             ),
             release_key: format!(
                 "UPDATE {t} SET dedup_slot = id WHERE id = $1 AND dedup_slot = 0 RETURNING id"
@@ -420,8 +486,8 @@ impl Sql {
             ),
             // $1 id, $2 stuck_after ms
             manual_reset: format!(
-                "UPDATE {t} SET status = 0, attempts = 0, next_run_at = now(), owner = NULL,
-                    updated_at = now()
+                "UPDATE {t} SET status = {RESET_STATUS}, attempts = 0, next_run_at = now(),
+                    owner = NULL, updated_at = now()
                  WHERE id = $1 AND (status = 2
                     OR (status = 3 AND updated_at < now() - $2::bigint {MS}))
                  RETURNING {COLUMNS}"

@@ -432,6 +432,9 @@ fn insert(sql: &Sql, conn: &Connection, task: Checked<&NewTask>, now: i64) -> Re
                                 task.due_at().map(|t| t.timestamp_millis()),
                                 task.claim_priority().get(),
                                 retry.jitter_pct,
+                                keyed.initial_status(),
+                                task.order(),
+                                i64::from(task.parked_policy() == WhenParked::Block),
                             ],
                             |r| r.get(0),
                         )
@@ -469,7 +472,60 @@ fn insert(sql: &Sql, conn: &Connection, task: Checked<&NewTask>, now: i64) -> Re
                     .map_err(err)?;
                 keyed.replaced(n == 1)?
             }
+            InsertStep::ReleaseKey => {
+                let promoted = match task.order() {
+                    Some(key) => release_key(sql, conn, key, now)?,
+                    None => None,
+                };
+                keyed.promoted(promoted)?
+            }
             InsertStep::Done(inserted) => return Ok(inserted),
+        };
+    }
+}
+
+/// [`KeyRelease`] for order key `key`, inside the write transaction (which is the key's
+/// lock: one writer at a time).
+fn release_key(sql: &Sql, conn: &Connection, key: &str, now: i64) -> Result<Option<TaskId>> {
+    let mut release = KeyRelease::new();
+    let mut step = release.first();
+    let err = |e| db_err("release_order_keys", e);
+    loop {
+        step = match step {
+            ReleaseStep::LockKey => {
+                conn.prepare_cached(&sql.key_insert)
+                    .and_then(|mut st| st.execute(params![key]))
+                    .map_err(err)?;
+                release.locked(true)?
+            }
+            ReleaseStep::ReadBlocker => {
+                let row: Option<i64> = conn
+                    .prepare_cached(&sql.key_blocker)
+                    .and_then(|mut st| st.query_row(params![key], |r| r.get(0)).optional())
+                    .map_err(err)?;
+                release.blocker(row.is_some())
+            }
+            ReleaseStep::ReadNext => {
+                let row: Option<i64> = conn
+                    .prepare_cached(&sql.key_next)
+                    .and_then(|mut st| st.query_row(params![key], |r| r.get(0)).optional())
+                    .map_err(err)?;
+                release.next(row)
+            }
+            ReleaseStep::Promote(id) => {
+                let n = conn
+                    .prepare_cached(&sql.key_promote)
+                    .and_then(|mut st| st.execute(params![id, now]))
+                    .map_err(err)?;
+                release.promoted(n == 1)?
+            }
+            ReleaseStep::DropKey => {
+                conn.prepare_cached(&sql.key_drop)
+                    .and_then(|mut st| st.execute(params![key]))
+                    .map_err(err)?;
+                release.dropped()
+            }
+            ReleaseStep::Done(promoted) => return Ok(promoted),
         };
     }
 }
@@ -764,6 +820,32 @@ impl Driver for Inner {
                 n += stmt.execute(params![id])? as u64;
             }
             Ok(n)
+        })
+        .await
+    }
+
+    async fn release_keys(&self, keys: Checked<&[String]>) -> Result<Vec<TaskId>> {
+        let keys = keys.to_vec();
+        self.write("release_order_keys", move |sql, tx, now| {
+            let mut promoted = Vec::new();
+            for key in &keys {
+                match release_key(sql, tx, key, now) {
+                    Ok(id) => promoted.extend(id),
+                    Err(e) => return Ok(Err(e)),
+                }
+            }
+            Ok(Ok(promoted))
+        })
+        .await?
+    }
+
+    async fn order_keys(&self, after: Option<&str>, limit: Checked<usize>) -> Result<Vec<String>> {
+        let after = after.unwrap_or("").to_owned();
+        let limit = i64::try_from(*limit).unwrap_or(i64::MAX);
+        self.read("order_keys", move |sql, conn, _| {
+            conn.prepare_cached(&sql.keys_page)?
+                .query_map(params![after, limit], |r| r.get(0))?
+                .collect()
         })
         .await
     }

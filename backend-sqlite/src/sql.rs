@@ -15,6 +15,9 @@ pub(crate) const LIST: backstop_core::driver::ListDialect = backstop_core::drive
     backlog_order: "id",
 };
 
+/// The status a reset task takes: pending, or waiting (in line again) with an order key.
+const RESET_STATUS: &str = "CASE WHEN order_key IS NULL THEN 0 ELSE 5 END";
+
 /// The priority levels (see `backstop_core::Priority`): a claim walks each.
 const PRIORITY_LEVELS: usize = 5;
 
@@ -35,6 +38,18 @@ pub(crate) struct Sql {
     pub release_key: String,
     /// ?1 id ?2 payload ?3 now: replace a pending task's payload.
     pub replace_payload: String,
+    /// ?1 order key: insert it into the keys table if missing.
+    pub key_insert: String,
+    /// ?1 order key: a task in the way (pending, running, parked and blocking).
+    pub key_blocker: String,
+    /// ?1 order key: the first waiting task.
+    pub key_next: String,
+    /// ?1 id ?2 now: waiting → pending.
+    pub key_promote: String,
+    /// ?1 order key.
+    pub key_drop: String,
+    /// ?1 after ?2 limit: keys in order.
+    pub keys_page: String,
     pub grab_by_id: String,
     pub recycle_dead: String,
     pub heartbeat: String,
@@ -76,6 +91,7 @@ impl Sql {
         let ti = format!("\"{table}_inbox\"");
         let ta = format!("\"{table}_audit\"");
         let tv = format!("\"{}\"", version_table(table));
+        let tk = format!("\"{table}_keys\"");
         // Every change to a running task is fenced by id, status and lease.
         let fenced = "WHERE id = ?2 AND status = 3 AND lease = ?3";
         Sql {
@@ -183,6 +199,26 @@ impl Sql {
                         ),
                     ],
                 },
+                // Order keys: tasks of one key run one at a time, in order. Status 5
+                // (waiting) for the tasks queued behind the key's current one; a table
+                // of keys with work left (the write lock serializes their releases).
+                Migration {
+                    version: 5,
+                    name: "order keys",
+                    statements: vec![
+                        format!("ALTER TABLE {t} ADD COLUMN order_key TEXT"),
+                        format!(
+                            "ALTER TABLE {t} ADD COLUMN order_block INTEGER NOT NULL DEFAULT 1"
+                        ),
+                        format!(
+                            "CREATE INDEX \"{table}_ix_order\" ON {t} (order_key, status, id)
+                                WHERE order_key IS NOT NULL"
+                        ),
+                        format!(
+                            "CREATE TABLE IF NOT EXISTS {tk} (order_key TEXT PRIMARY KEY) WITHOUT ROWID"
+                        ),
+                    ],
+                },
             ],
             // ?1 consumer ?2 message_id ?3 now: one row inserted, or none for a duplicate
             inbox_insert: format!(
@@ -197,13 +233,15 @@ impl Sql {
             ),
             // ?8 = now, ?9 = delay ms
             // ?8 now ?9 delay ms ?10 run_at ms (NULL: use the delay; a time already past:
-            // now; a NULL makes max() NULL) ?11 priority ?12 jitter %
+            // now; a NULL makes max() NULL) ?11 priority ?12 jitter % ?13 status ?14 order_key
+            // ?15 order_block
             insert: format!(
                 "INSERT INTO {t} (event_type, biz_key, payload, status, attempts, max_attempts,
                     retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at,
-                    lease, created_at, updated_at, priority, retry_jitter_pct)
-                 VALUES (?1, ?2, ?3, 0, 0, ?4, ?5, ?6, ?7, COALESCE(max(?10, ?8), ?8 + ?9), 0, ?8, ?8,
-                    ?11, ?12)
+                    lease, created_at, updated_at, priority, retry_jitter_pct, order_key,
+                    order_block)
+                 VALUES (?1, ?2, ?3, ?13, 0, ?4, ?5, ?6, ?7, COALESCE(max(?10, ?8), ?8 + ?9), 0, ?8, ?8,
+                    ?11, ?12, ?14, ?15)
                  ON CONFLICT (biz_key, event_type, dedup_slot) DO NOTHING
                  RETURNING id"
             ),
@@ -212,6 +250,23 @@ impl Sql {
                  WHERE event_type = ?1 AND biz_key = ?2 AND dedup_slot = 0"
             ),
             release_key: format!("UPDATE {t} SET dedup_slot = id WHERE id = ?1 AND dedup_slot = 0"),
+            key_insert: format!("INSERT OR IGNORE INTO {tk} (order_key) VALUES (?1)"),
+            key_blocker: format!(
+                "SELECT id FROM {t}
+                 WHERE order_key = ?1 AND (status IN (0, 3) OR (status = 2 AND order_block = 1))
+                 LIMIT 1"
+            ),
+            key_next: format!(
+                "SELECT id FROM {t} WHERE order_key = ?1 AND status = 5 ORDER BY id LIMIT 1"
+            ),
+            key_promote: format!(
+                "UPDATE {t} SET status = 0, next_run_at = max(next_run_at, ?2), updated_at = ?2
+                 WHERE id = ?1 AND status = 5"
+            ),
+            key_drop: format!("DELETE FROM {tk} WHERE order_key = ?1"),
+            keys_page: format!(
+                "SELECT order_key FROM {tk} WHERE order_key > ?1 ORDER BY order_key LIMIT ?2"
+            ),
             replace_payload: format!(
                 "UPDATE {t} SET payload = ?2, updated_at = ?3 WHERE id = ?1 AND status = 0"
             ),
@@ -258,21 +313,21 @@ impl Sql {
             ),
             // ?1 now, ?2 id, ?3 stuck cutoff
             manual_reset: format!(
-                "UPDATE {t} SET status = 0, attempts = 0, next_run_at = ?1, owner = NULL,
-                    updated_at = ?1
+                "UPDATE {t} SET status = {RESET_STATUS}, attempts = 0, next_run_at = ?1,
+                    owner = NULL, updated_at = ?1
                  WHERE id = ?2 AND (status = 2 OR (status = 3 AND updated_at < ?3))
                  RETURNING {COLUMNS}"
             ),
             status_of: format!("SELECT status FROM {t} WHERE id = ?1"),
             cancel: format!(
                 "UPDATE {t} SET status = 4, lease = lease + 1, updated_at = ?1
-                 WHERE id = ?2 AND status IN (0, 3)
+                 WHERE id = ?2 AND status IN (0, 3, 5)
                  RETURNING {COLUMNS}"
             ),
             delete: format!("DELETE FROM {t} WHERE id = ?1 AND status <> 3 RETURNING {COLUMNS}"),
             retry: format!(
-                "UPDATE {t} SET status = 0, attempts = 0, next_run_at = ?1, owner = NULL,
-                    updated_at = ?1
+                "UPDATE {t} SET status = {RESET_STATUS}, attempts = 0, next_run_at = ?1,
+                    owner = NULL, updated_at = ?1
                  WHERE id = ?2 AND status IN (?3, ?4)
                  RETURNING {COLUMNS}"
             ),
@@ -288,7 +343,7 @@ impl Sql {
             ),
             backlog_counts: format!(
                 "SELECT event_type, status, COUNT(*) FROM {t}
-                 WHERE status IN (0, 2, 3, 4)
+                 WHERE status IN (0, 2, 3, 4, 5)
                  GROUP BY event_type, status ORDER BY event_type, status"
             ),
             // ?1 now: how long the oldest due task has been due, in ms

@@ -126,6 +126,7 @@ impl Raw for SqliteRaw {
                 .execute_batch(&format!(
                     "DROP TABLE IF EXISTS {TABLE}; DROP TABLE IF EXISTS {TABLE}_inbox;
                      DROP TABLE IF EXISTS {TABLE}_audit; DROP TABLE IF EXISTS {TABLE}_migrations;
+                     DROP TABLE IF EXISTS {TABLE}_keys;
                      DROP TABLE IF EXISTS {ORDERS};"
                 ))
                 .expect("drop tables");
@@ -328,7 +329,7 @@ impl Raw for PgRaw {
         self.client()
             .await
             .batch_execute(&format!(
-                "DROP TABLE IF EXISTS {TABLE}, {TABLE}_inbox, {TABLE}_audit, {TABLE}_migrations, {ORDERS}"
+                "DROP TABLE IF EXISTS {TABLE}, {TABLE}_inbox, {TABLE}_audit, {TABLE}_migrations, {TABLE}_keys, {ORDERS}"
             ))
             .await
             .expect("drop tables");
@@ -578,7 +579,7 @@ impl MySqlRaw {
 impl Raw for MySqlRaw {
     async fn drop_tables(&self) {
         sqlx::query(q(format!(
-            "DROP TABLE IF EXISTS {TABLE}, {TABLE}_inbox, {TABLE}_audit, {TABLE}_migrations, {ORDERS}"
+            "DROP TABLE IF EXISTS {TABLE}, {TABLE}_inbox, {TABLE}_audit, {TABLE}_migrations, {TABLE}_keys, {ORDERS}"
         )))
         .execute(&self.pool)
         .await

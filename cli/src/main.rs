@@ -243,8 +243,10 @@ async fn run(cli: Cli) -> Outcome {
                 println!("{}", serde_json::json!({ "migrated": true }));
             } else {
                 println!(
-                    "migrated: tables {0}, {0}_inbox and {0}_audit are in place",
-                    cli.table
+                    "migrated to schema version {1}: tables {0}, {0}_inbox, {0}_audit and \
+                     {0}_keys are in place (versions in {0}_migrations)",
+                    cli.table,
+                    backstop::driver::schema::LATEST
                 );
             }
             Ok(())

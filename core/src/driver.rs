@@ -51,7 +51,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::limits::StoreConfig;
 use crate::model::{
     Audit, Backoff, Enqueued, Lease, Mark, NewTask, Owner, Priority, Recycled, RetryPolicy, Status,
-    Task, TaskFilter, TaskId,
+    Task, TaskFilter, TaskId, WhenParked,
 };
 
 /// A value the store layer in core has checked against the contract's limits (see each
@@ -188,6 +188,10 @@ pub enum InsertStep {
     /// (`WHERE id = ? AND status = 0`; `updated_at` = now); answer
     /// [`KeyedInsert::replaced`] with whether a row changed.
     Replace(TaskId),
+    /// The new task has an order key (it was inserted waiting, status 5): run
+    /// [`KeyRelease`] for its key on the same connection, then answer
+    /// [`KeyedInsert::promoted`] with the task it promoted, if any.
+    ReleaseKey,
     /// Done: the answer of the insert.
     Done(Inserted),
 }
@@ -223,6 +227,7 @@ pub struct KeyedInsert<'t> {
     rule: crate::Dedup,
     rounds: u32,
     last: Option<Existing>,
+    new_id: Option<TaskId>,
 }
 
 impl<'t> KeyedInsert<'t> {
@@ -238,6 +243,7 @@ impl<'t> KeyedInsert<'t> {
             rule: task.dedup_rule(),
             rounds: 0,
             last: None,
+            new_id: None,
         }
     }
 
@@ -246,13 +252,47 @@ impl<'t> KeyedInsert<'t> {
         InsertStep::Insert
     }
 
+    /// The status a new row is inserted with: pending (0), or waiting (5) for a task with
+    /// an order key (the release that follows makes it pending when it is first in line).
+    pub fn initial_status(&self) -> i16 {
+        match self.task.order() {
+            Some(_) => Status::Waiting.code(),
+            None => Status::Pending.code(),
+        }
+    }
+
     /// The insert answered `id` (`None`: the key is held).
     pub fn inserted(&mut self, id: Option<TaskId>) -> Result<InsertStep> {
         self.rounds += 1;
         Ok(match id {
+            Some(id) if self.task.order().is_some() => {
+                self.new_id = Some(id);
+                InsertStep::ReleaseKey
+            }
             Some(id) => InsertStep::Done(Inserted::created(id)),
             None => InsertStep::ReadExisting,
         })
+    }
+
+    /// The order key's release after the insert promoted `promoted` (`None`: nothing, the
+    /// new task waits behind an earlier one).
+    pub fn promoted(&mut self, promoted: Option<TaskId>) -> Result<InsertStep> {
+        let id = self.new_id.ok_or_else(|| {
+            Error::new(
+                ErrorKind::Unexpected,
+                "enqueue",
+                "the order key was released before the task was inserted",
+            )
+        })?;
+        let status = if promoted == Some(id) {
+            Status::Pending
+        } else {
+            Status::Waiting
+        };
+        Ok(InsertStep::Done(Inserted {
+            status: status.code(),
+            ..Inserted::created(id)
+        }))
     }
 
     /// The locking read answered `row` (`None`: the task holding the key went away).
@@ -326,6 +366,126 @@ pub enum Reset {
     Refused(i64),
 }
 
+/// A step of [`KeyRelease`] for the driver to run, in one transaction (the caller's, for
+/// an enqueue).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseStep {
+    /// Lock the order key: insert it into the keys table if missing (doing nothing on a
+    /// conflict), then read it with a locking read (`FOR UPDATE`; SQLite's write lock is
+    /// enough); answer [`KeyRelease::locked`] with whether the row was there (a
+    /// concurrent release may have just deleted it).
+    LockKey,
+    /// Is a task of the key in the way: pending or running, or failed and blocking
+    /// (`status IN (0, 3) OR (status = 2 AND order_block = 1)`)? A locking read (`FOR
+    /// SHARE`), which sees the latest committed rows; answer [`KeyRelease::blocker`].
+    ReadBlocker,
+    /// The first waiting task of the key (`status = 5`, lowest id), locked; answer
+    /// [`KeyRelease::next`].
+    ReadNext,
+    /// Make task `id` pending: `status = 0`, `next_run_at` = the later of its own and
+    /// now, `updated_at` = now, `WHERE id = ? AND status = 5`; answer
+    /// [`KeyRelease::promoted`] with whether a row changed.
+    Promote(TaskId),
+    /// Nothing of the key is left to run: delete its row from the keys table; answer
+    /// [`KeyRelease::dropped`].
+    DropKey,
+    /// Done: the task made pending, if any.
+    Done(Option<TaskId>),
+}
+
+/// The one protocol that moves an order key along (see
+/// [`NewTask::order_key`](crate::NewTask::order_key)), which every driver runs with its own
+/// SQL: under the key's lock, if no task of the key is in the way, make its first waiting
+/// task pending. Run after a task of the key is enqueued (in the enqueue's transaction),
+/// after one finishes, and by the engine's key sweep; idempotent.
+///
+/// Enqueues and releases of one key serialize on the key's row, so two tasks of a key are
+/// never pending or running at once, whatever commits when.
+///
+/// ```
+/// use backstop_core::driver::{KeyRelease, ReleaseStep};
+/// let mut r = KeyRelease::new();
+/// assert_eq!(r.first(), ReleaseStep::LockKey);
+/// assert_eq!(r.locked(true).unwrap(), ReleaseStep::ReadBlocker);
+/// assert_eq!(r.blocker(false), ReleaseStep::ReadNext);
+/// assert_eq!(r.next(Some(9)), ReleaseStep::Promote(9));
+/// assert_eq!(r.promoted(true).unwrap(), ReleaseStep::Done(Some(9)));
+/// ```
+#[derive(Debug, Default)]
+pub struct KeyRelease {
+    rounds: u32,
+    candidate: Option<TaskId>,
+}
+
+impl KeyRelease {
+    /// Most rounds (a lock row deleted under us, a candidate taken by another release)
+    /// before giving up with a temporary `Conflict`.
+    const MAX_ROUNDS: u32 = 8;
+
+    /// A release of one key.
+    pub fn new() -> Self {
+        KeyRelease::default()
+    }
+
+    /// The first step: [`ReleaseStep::LockKey`].
+    pub fn first(&self) -> ReleaseStep {
+        ReleaseStep::LockKey
+    }
+
+    /// The locking read found the key's row (`false`: deleted meanwhile; lock again).
+    pub fn locked(&mut self, found: bool) -> Result<ReleaseStep> {
+        if found {
+            return Ok(ReleaseStep::ReadBlocker);
+        }
+        self.again()
+    }
+
+    /// Whether a task of the key is in the way.
+    pub fn blocker(&mut self, found: bool) -> ReleaseStep {
+        if found {
+            ReleaseStep::Done(None)
+        } else {
+            ReleaseStep::ReadNext
+        }
+    }
+
+    /// The first waiting task of the key, if any.
+    pub fn next(&mut self, id: Option<TaskId>) -> ReleaseStep {
+        self.candidate = id;
+        match id {
+            Some(id) => ReleaseStep::Promote(id),
+            None => ReleaseStep::DropKey,
+        }
+    }
+
+    /// Whether the promotion changed the row (`false`: it is no longer waiting; look
+    /// again).
+    pub fn promoted(&mut self, applied: bool) -> Result<ReleaseStep> {
+        if applied {
+            return Ok(ReleaseStep::Done(self.candidate));
+        }
+        self.again().map(|_| ReleaseStep::ReadBlocker)
+    }
+
+    /// The key's row was deleted.
+    pub fn dropped(&mut self) -> ReleaseStep {
+        ReleaseStep::Done(None)
+    }
+
+    fn again(&mut self) -> Result<ReleaseStep> {
+        self.rounds += 1;
+        if self.rounds >= Self::MAX_ROUNDS {
+            return Err(Error::new(
+                ErrorKind::Conflict,
+                "release_order_keys",
+                "an order key kept changing under its release; retry",
+            )
+            .with_temporary(true));
+        }
+        Ok(ReleaseStep::LockKey)
+    }
+}
+
 /// The audit table's columns, in the order [`RawAudit::read`] reads them.
 pub const AUDIT_COLUMNS: &str = "task_id, action, operator, reason, at";
 
@@ -357,7 +517,8 @@ impl RawAudit {
 /// return) exactly these, in this order, for every statement shape that answers rows.
 pub const COLUMNS: &str = "id, event_type, biz_key, payload, status, attempts, \
     max_attempts, retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at, \
-    owner, lease, last_error, created_at, updated_at, priority, retry_jitter_pct";
+    owner, lease, last_error, created_at, updated_at, priority, retry_jitter_pct, order_key, \
+    order_block";
 
 /// One row of [`COLUMNS`] as the database returned it, read column by column (`i` is the
 /// column's position). A driver implements it on its driver's row type, in its stored
@@ -399,6 +560,8 @@ pub struct RawTask {
     pub updated_at: DateTime<Utc>,
     pub priority: i64,
     pub retry_jitter_pct: i64,
+    pub order_key: Option<String>,
+    pub order_block: i64,
 }
 
 impl RawTask {
@@ -423,6 +586,8 @@ impl RawTask {
             updated_at: r.time(15)?,
             priority: r.int(16)?,
             retry_jitter_pct: r.int(17)?,
+            order_key: r.opt_text(18)?,
+            order_block: r.int(19)?,
         })
     }
 
@@ -461,6 +626,11 @@ impl RawTask {
                 .ok()
                 .and_then(|p| Priority::new(p).ok())
                 .ok_or_else(|| bad("priority"))?,
+            when_parked: match self.order_block {
+                0 => WhenParked::Skip,
+                _ => WhenParked::Block,
+            },
+            order_key: self.order_key,
             next_run_at: self.next_run_at,
             created_at: self.created_at,
             updated_at: self.updated_at,
@@ -605,6 +775,15 @@ pub trait Driver: Send + Sync + 'static {
     /// [`delete_succeeded`](crate::TaskStore::delete_succeeded). Checked: 1 to
     /// `MAX_BATCH` ids.
     async fn delete_succeeded(&self, ids: Checked<&[TaskId]>) -> Result<u64>;
+
+    /// [`release_order_keys`](crate::TaskStore::release_order_keys): run [`KeyRelease`]
+    /// for each key, in the order given (sorted and distinct), each in a transaction of
+    /// its own; the tasks made pending. Checked: 1 to `MAX_BATCH` valid keys.
+    async fn release_keys(&self, keys: Checked<&[String]>) -> Result<Vec<TaskId>>;
+
+    /// [`order_keys`](crate::TaskStore::order_keys): up to `limit` keys of the keys table
+    /// greater than `after`, in order. Checked: `limit` 1 to `MAX_BATCH`.
+    async fn order_keys(&self, after: Option<&str>, limit: Checked<usize>) -> Result<Vec<String>>;
 }
 
 /// A backend's store: it names its [`Driver`], and core implements
@@ -895,12 +1074,12 @@ pub mod prelude {
         ddl_script, enqueue_on, enqueue_on_blocking, list_sql, mark_rounds, millis,
         schema::{self, Migration},
         AgedBatch, Backend, Buckets, Checked, Claim, Driver, Existing, InsertStep, Inserted,
-        KeyedInsert, ListArg, ListDialect, RawAudit, RawStats, RawTask, Reset, TaskRow,
-        AUDIT_COLUMNS, COLUMNS,
+        KeyRelease, KeyedInsert, ListArg, ListDialect, RawAudit, RawStats, RawTask, ReleaseStep,
+        Reset, TaskRow, AUDIT_COLUMNS, COLUMNS,
     };
     pub use crate::{
         async_trait, Audit, Enqueued, Error, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner,
-        Recycled, Result, Status, StoreConfig, TaskFilter, TaskId,
+        Recycled, Result, Status, StoreConfig, TaskFilter, TaskId, WhenParked,
     };
 }
 

@@ -156,6 +156,7 @@ impl Error {
             crate::Status::Succeeded => "it has succeeded",
             crate::Status::Failed => "it changed while being reset",
             crate::Status::Cancelled => "it was cancelled",
+            crate::Status::Waiting => "it is waiting for an earlier task of its order key",
         };
         Self::new(
             ErrorKind::Conflict,

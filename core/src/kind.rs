@@ -78,6 +78,12 @@ pub trait TaskKind: Serialize + DeserializeOwned + Send + Sync + 'static {
     fn dedup() -> Dedup {
         Dedup::WhileActive
     }
+
+    /// The order key of this task, if it must run in order with the other tasks of the
+    /// key (see [`NewTask::order_key`](crate::NewTask::order_key)); default none.
+    fn order_key(&self) -> Option<String> {
+        None
+    }
 }
 
 struct Known {

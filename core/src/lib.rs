@@ -33,6 +33,7 @@ pub use limits::StoreConfig;
 pub use model::{
     Audit, AuditEntry, Backoff, Dedup, Enqueued, Lease, Mark, MarkAction, NewTask, Owner, Priority,
     Recycled, RetryPolicy, Stats, Status, StatusCount, Task, TaskFilter, TaskId, Throughput,
+    WhenParked,
 };
 pub use notify::{Notifier, Wake, Wakes};
 pub use store::{TaskStore, TaskStoreExt};

@@ -78,6 +78,20 @@ pub(crate) fn check_biz_key(operation: &'static str, biz_key: &str) -> Result<()
     Ok(())
 }
 
+/// Check an order key: 1 to [`MAX_BIZ_KEY_BYTES`] bytes, no control characters.
+pub(crate) fn check_order_key(operation: &'static str, key: &str) -> Result<()> {
+    if key.is_empty() || key.len() > MAX_BIZ_KEY_BYTES || key.chars().any(char::is_control) {
+        return Err(Error::invalid_input(
+            operation,
+            format!(
+                "order_key must be 1 to {MAX_BIZ_KEY_BYTES} bytes without control characters, got {} bytes",
+                key.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Check a delay or age argument is at most [`MAX_INTERVAL`].
 pub(crate) fn check_duration(operation: &'static str, what: &str, d: Duration) -> Result<()> {
     if d > MAX_INTERVAL {

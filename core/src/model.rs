@@ -32,20 +32,24 @@ pub enum Status {
     /// `4`: cancelled by an operator ([`cancel`](crate::TaskStore::cancel)); terminal,
     /// never run again.
     Cancelled,
+    /// `5`: queued behind an earlier task of its order key ([`NewTask::order_key`]);
+    /// becomes pending when the tasks before it are done.
+    Waiting,
 }
 
 impl Status {
     /// All statuses, in code order.
-    pub const ALL: [Status; 5] = [
+    pub const ALL: [Status; 6] = [
         Status::Pending,
         Status::Succeeded,
         Status::Failed,
         Status::Running,
         Status::Cancelled,
+        Status::Waiting,
     ];
 
     /// The code stored in the database (0 pending, 1 succeeded, 2 failed, 3 running,
-    /// 4 cancelled).
+    /// 4 cancelled, 5 waiting).
     pub fn code(self) -> i16 {
         match self {
             Status::Pending => 0,
@@ -53,6 +57,7 @@ impl Status {
             Status::Failed => 2,
             Status::Running => 3,
             Status::Cancelled => 4,
+            Status::Waiting => 5,
         }
     }
 
@@ -70,6 +75,7 @@ impl Status {
             2 => Ok(Status::Failed),
             3 => Ok(Status::Running),
             4 => Ok(Status::Cancelled),
+            5 => Ok(Status::Waiting),
             other => Err(Error::new(
                 crate::ErrorKind::Unexpected,
                 "decode_task",
@@ -87,12 +93,13 @@ impl fmt::Display for Status {
             Status::Failed => "failed",
             Status::Running => "running",
             Status::Cancelled => "cancelled",
+            Status::Waiting => "waiting",
         })
     }
 }
 
 /// Parses the names [`Display`](fmt::Display) writes (`pending`, `succeeded`, `failed`,
-/// `running`, `cancelled`), in any case; `canceled` is accepted too.
+/// `running`, `cancelled`, `waiting`), in any case; `canceled` is accepted too.
 ///
 /// ```
 /// use backstop_core::Status;
@@ -109,10 +116,11 @@ impl std::str::FromStr for Status {
             "failed" => Ok(Status::Failed),
             "running" => Ok(Status::Running),
             "cancelled" | "canceled" => Ok(Status::Cancelled),
+            "waiting" => Ok(Status::Waiting),
             _ => Err(Error::invalid_input(
                 "parse_status",
                 format!(
-                    "unknown status {s:?}: use pending, running, succeeded, failed or cancelled"
+                    "unknown status {s:?}: use pending, waiting, running, succeeded, failed or cancelled"
                 ),
             )),
         }
@@ -413,6 +421,11 @@ pub struct Task {
     /// Its claim order within its event type: due tasks of a lower priority number are
     /// claimed first.
     pub priority: Priority,
+    /// Its order key: tasks of one key run one at a time, in enqueue order (see
+    /// [`NewTask::order_key`]).
+    pub order_key: Option<String>,
+    /// What this task, parked as failed, does to the tasks of its order key behind it.
+    pub when_parked: WhenParked,
 }
 
 impl Task {
@@ -607,13 +620,26 @@ impl fmt::Display for Priority {
     }
 }
 
+/// What a task of an order key that parks as failed does to the tasks of the key queued
+/// behind it (see [`NewTask::order_key`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum WhenParked {
+    /// They wait until an operator resets (then it runs again first) or deletes or
+    /// cancels it. The default: order is kept.
+    #[default]
+    Block,
+    /// They go on; a reset later runs it after the tasks queued at that time.
+    Skip,
+}
+
 /// When an enqueue with the same `(event_type, biz_key)` as an existing task is a
 /// duplicate (answered with the existing task, nothing written) rather than a new task.
 ///
 /// | rule | a duplicate while the existing task is… | after that, the same key… |
 /// |---|---|---|
-/// | [`WhileActive`](Self::WhileActive) (default) | pending or running | makes a new task (the finished one stays, for the record) |
-/// | [`Window(d)`](Self::Window) | pending or running, or created less than `d` ago | makes a new task |
+/// | [`WhileActive`](Self::WhileActive) (default) | pending, waiting or running | makes a new task (the finished one stays, for the record) |
+/// | [`Window(d)`](Self::Window) | pending, waiting or running, or created less than `d` ago | makes a new task |
 /// | [`Forever`](Self::Forever) | in the table at all (until purged or deleted) | is a duplicate |
 ///
 /// The rule is the new enqueue's, applied to the task it meets. On a duplicate the caller
@@ -655,7 +681,7 @@ impl Dedup {
     /// assert!(Dedup::Forever.is_duplicate(Status::Cancelled, 1000 * minute));
     /// ```
     pub fn is_duplicate(self, status: Status, age: Duration) -> bool {
-        let active = matches!(status, Status::Pending | Status::Running);
+        let active = matches!(status, Status::Pending | Status::Running | Status::Waiting);
         match self {
             Dedup::WhileActive => active,
             Dedup::Window(window) => active || age < window,
@@ -695,6 +721,8 @@ pub struct NewTask {
     /// `None`: the kind's rule if its event type has a registered kind, else the default.
     dedup: Option<Dedup>,
     replace_pending: bool,
+    order_key: Option<String>,
+    when_parked: WhenParked,
 }
 
 impl NewTask {
@@ -713,6 +741,8 @@ impl NewTask {
             priority: Priority::NORMAL,
             dedup: None,
             replace_pending: false,
+            order_key: None,
+            when_parked: WhenParked::Block,
         }
     }
 
@@ -738,11 +768,15 @@ impl NewTask {
     /// known to this process, see [`register_kind`](crate::register_kind)).
     pub fn of<K: crate::TaskKind>(kind: &K) -> Self {
         crate::register_kind::<K>();
-        NewTask::new(K::EVENT_TYPE, kind.biz_key())
+        let task = NewTask::new(K::EVENT_TYPE, kind.biz_key())
             .json(kind)
             .retry(K::retry())
             .dedup(K::dedup())
-            .priority(kind.priority())
+            .priority(kind.priority());
+        match kind.order_key() {
+            Some(key) => task.order_key(key),
+            None => task,
+        }
     }
 
     /// The retry policy stored with the task (instead of its kind's or the default).
@@ -815,6 +849,48 @@ impl NewTask {
     /// Whether a duplicate of a pending task replaces its payload.
     pub fn replaces_pending(&self) -> bool {
         self.replace_pending
+    }
+
+    /// Run this task in order with the other tasks of `key` (an aggregate: an order, an
+    /// account), whatever their event types: one at a time, in enqueue order, across
+    /// every engine instance. Tasks of other keys are unaffected.
+    ///
+    /// - A task enqueued while an earlier one of its key is pending, running or blocking
+    ///   waits ([`Status::Waiting`]); it becomes pending when those are done (succeeded,
+    ///   cancelled, deleted, or parked with [`WhenParked::Skip`]).
+    /// - A task that fails with retries left keeps its place: the tasks behind it wait.
+    /// - One parked as failed blocks them until an operator resets it (default), or lets
+    ///   them go on ([`when_parked`](Self::when_parked)).
+    /// - The order is the order in which the enqueues commit (one enqueue at a time per
+    ///   key: concurrent transactions enqueueing for one key wait for each other).
+    ///
+    /// 1 to 128 bytes, no control characters.
+    ///
+    /// ```
+    /// use backstop_core::NewTask;
+    /// let task = NewTask::new("SHIP", "order-7").order_key("order-7");
+    /// assert_eq!(task.order(), Some("order-7"));
+    /// ```
+    pub fn order_key(mut self, key: impl Into<String>) -> Self {
+        self.order_key = Some(key.into());
+        self
+    }
+
+    /// The order key, if any.
+    pub fn order(&self) -> Option<&str> {
+        self.order_key.as_deref()
+    }
+
+    /// What this task, parked as failed, does to the tasks of its order key behind it
+    /// (default [`WhenParked::Block`]).
+    pub fn when_parked(mut self, policy: WhenParked) -> Self {
+        self.when_parked = policy;
+        self
+    }
+
+    /// The parked policy.
+    pub fn parked_policy(&self) -> WhenParked {
+        self.when_parked
     }
 
     /// The handler key.
@@ -891,6 +967,9 @@ impl NewTask {
         limits::check_duration(OP, "run_at (from now)", self.due_in())?;
         if let Dedup::Window(w) = self.dedup_rule() {
             limits::check_duration(OP, "dedup window", w)?;
+        }
+        if let Some(key) = &self.order_key {
+            limits::check_order_key(OP, key)?;
         }
         Ok(())
     }

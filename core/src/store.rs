@@ -176,8 +176,9 @@ pub trait TaskStore: Send + Sync + 'static {
     ///   pending, succeeded, or running with a live owner (nothing changes).
     async fn manual_reset(&self, id: TaskId, stuck_after: Duration) -> Result<Task>;
 
-    /// An operator's cancel: a pending or running task becomes cancelled, a terminal
-    /// state of its own; it is never claimed again.
+    /// An operator's cancel: a pending, waiting or running task becomes cancelled, a
+    /// terminal state of its own; it is never claimed again (and the next task of its
+    /// order key, if any, goes on).
     ///
     /// - Fenced against a concurrent claim: the change and its status check are one
     ///   statement (or one locking transaction), so a claim either comes before (and the
@@ -205,7 +206,8 @@ pub trait TaskStore: Send + Sync + 'static {
 
     /// An operator's retry of one task: failed or cancelled → pending with
     /// `attempts = 0`, due now, owner cleared, `last_error` kept for the record; audited
-    /// in the same transaction. Needs no engine setting: a running task is never reset
+    /// in the same transaction. A task with an order key goes back in line: pending if
+    /// it is first (as a parked task that blocks its key is), else waiting. Needs no engine setting: a running task is never reset
     /// here (the dead-worker sweep recycles those whose owner died).
     ///
     /// Returns the task as reset. `NotFound` when there is no such task, `Conflict` when
@@ -261,6 +263,29 @@ pub trait TaskStore: Send + Sync + 'static {
     /// A listed task in any other status (reset, say, since it was read) is kept. Used by
     /// retention with an archive callback: list, archive, then delete exactly those.
     async fn delete_succeeded(&self, ids: &[TaskId]) -> Result<u64>;
+
+    /// Move these order keys along (see [`NewTask::order_key`](crate::NewTask::order_key)):
+    /// for each key with no task in the way (pending, running, or parked and blocking),
+    /// its first waiting task (lowest id) becomes pending, due at the later of its
+    /// `next_run_at` and now. Returns the tasks made pending, so a caller can run them
+    /// ahead.
+    ///
+    /// - Marks do not move keys along: the engine calls this after it records outcomes
+    ///   of tasks with order keys; operators' changes (cancel, delete, reset) do it
+    ///   themselves; the engine's key sweep ([`order_keys`](Self::order_keys)) catches
+    ///   what a crash in between left behind.
+    /// - Idempotent and safe to race: of concurrent releases and enqueues of one key,
+    ///   one at a time holds the key's lock, so never two tasks of a key are pending or
+    ///   running at once.
+    /// - At most [`MAX_BATCH`](crate::limits::MAX_BATCH) valid keys (duplicates count
+    ///   once); `InvalidInput` otherwise, nothing written.
+    async fn release_order_keys(&self, keys: &[String]) -> Result<Vec<TaskId>>;
+
+    /// Up to `limit` (1 to [`MAX_BATCH`](crate::limits::MAX_BATCH)) order keys that have
+    /// tasks not yet done, greater than `after`, in order: the engine's key sweep pages
+    /// through them and releases each page. (Keys are listed from a table of their own,
+    /// so the page costs what it holds.)
+    async fn order_keys(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>>;
 }
 
 /// Conveniences over [`TaskStore`], for every store (including `dyn TaskStore`).
@@ -385,6 +410,12 @@ impl<S: TaskStore + ?Sized> TaskStore for std::sync::Arc<S> {
     async fn delete_succeeded(&self, ids: &[TaskId]) -> Result<u64> {
         (**self).delete_succeeded(ids).await
     }
+    async fn release_order_keys(&self, keys: &[String]) -> Result<Vec<TaskId>> {
+        (**self).release_order_keys(keys).await
+    }
+    async fn order_keys(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>> {
+        (**self).order_keys(after, limit).await
+    }
 }
 
 /// The contract, implemented once for every backend: check the input, shortcut empty
@@ -499,7 +530,7 @@ impl<B: Backend + ?Sized> TaskStore for B {
         let d = self.driver();
         let stuck_after = Checked::new(stuck_after);
         match run(d, OP, || d.reset(id, stuck_after)).await? {
-            Reset::Done(row) => row.decode(),
+            Reset::Done(row) => reread_after_release(self, OP, row.decode()?).await,
             Reset::Missing => Err(Error::task_not_found(OP, id)),
             Reset::Refused(code) => Err(Error::reset_refused(OP, id, Status::from_code(code)?)),
         }
@@ -511,7 +542,9 @@ impl<B: Backend + ?Sized> TaskStore for B {
         let d = self.driver();
         let audit = Checked::new(audit);
         let answer = run(d, OP, || d.cancel(id, audit)).await?;
-        operator_change(OP, id, answer, "pending or running")
+        let task = operator_change(OP, id, answer, "pending, waiting or running")?;
+        move_key_along(self, OP, &task).await?;
+        Ok(task)
     }
 
     async fn delete(&self, id: TaskId, audit: &Audit) -> Result<Task> {
@@ -520,12 +553,14 @@ impl<B: Backend + ?Sized> TaskStore for B {
         let d = self.driver();
         let audit = Checked::new(audit);
         let answer = run(d, OP, || d.delete(id, audit)).await?;
-        operator_change(
+        let task = operator_change(
             OP,
             id,
             answer,
-            "pending, succeeded, failed or cancelled (not running)",
-        )
+            "pending, waiting, succeeded, failed or cancelled (not running)",
+        )?;
+        move_key_along(self, OP, &task).await?;
+        Ok(task)
     }
 
     async fn reset(&self, id: TaskId, audit: &Audit) -> Result<Task> {
@@ -535,7 +570,8 @@ impl<B: Backend + ?Sized> TaskStore for B {
         let audit = Checked::new(audit);
         let expected = [Status::Failed.code(), Status::Cancelled.code()];
         let answer = run(d, OP, || d.retry(id, expected, audit)).await?;
-        operator_change(OP, id, answer, "failed or cancelled")
+        let task = operator_change(OP, id, answer, "failed or cancelled")?;
+        reread_after_release(self, OP, task).await
     }
 
     async fn reset_matching(&self, filter: &TaskFilter, audit: &Audit) -> Result<Vec<Task>> {
@@ -576,7 +612,9 @@ impl<B: Backend + ?Sized> TaskStore for B {
         let mut reset = Vec::new();
         for c in candidates {
             match run(d, OP, || d.retry(c.id, expected, audit)).await? {
-                Reset::Done(row) => reset.push(row.decode()?),
+                Reset::Done(row) => {
+                    reset.push(reread_after_release(self, OP, row.decode()?).await?)
+                }
                 Reset::Missing | Reset::Refused(_) => {} // changed meanwhile: not ours
             }
         }
@@ -674,6 +712,43 @@ impl<B: Backend + ?Sized> TaskStore for B {
         let ids = Checked::new(ids);
         run(d, OP, || d.delete_succeeded(ids)).await
     }
+
+    async fn release_order_keys(&self, keys: &[String]) -> Result<Vec<TaskId>> {
+        const OP: &str = "release_order_keys";
+        if keys.len() > limits::MAX_BATCH {
+            return Err(Error::invalid_input(
+                OP,
+                format!(
+                    "at most {} keys per call, got {}",
+                    limits::MAX_BATCH,
+                    keys.len()
+                ),
+            ));
+        }
+        for k in keys {
+            limits::check_order_key(OP, k)?;
+        }
+        let mut keys = keys.to_vec();
+        keys.sort_unstable();
+        keys.dedup();
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let d = self.driver();
+        let keys = Checked::new(keys.as_slice());
+        run(d, OP, || d.release_keys(keys)).await
+    }
+
+    async fn order_keys(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>> {
+        const OP: &str = "order_keys";
+        limits::check_limit(OP, limit)?;
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let d = self.driver();
+        let limit = Checked::new(limit);
+        run(d, OP, || d.order_keys(after, limit)).await
+    }
 }
 
 /// Run one driver call as operation `op`: again (with backoff and jitter) while the
@@ -727,6 +802,40 @@ where
 
 /// The answer of an operator's change `op` of task `id`: the task as changed, or
 /// `NotFound`, or `Conflict` naming its status and the statuses `allowed`.
+/// After an operator's change of a task with an order key: move the key along (the
+/// task may have left the way, or, reset, joined the line).
+async fn move_key_along<S: TaskStore + ?Sized>(
+    store: &S,
+    op: &'static str,
+    task: &Task,
+) -> Result<()> {
+    if let Some(key) = &task.order_key {
+        store
+            .release_order_keys(std::slice::from_ref(key))
+            .await
+            .map_err(|e| e.with_operation(op))?;
+    }
+    Ok(())
+}
+
+/// [`move_key_along`] for a reset task (reset into the line as waiting), answered as it
+/// then is: pending if it was first in line.
+async fn reread_after_release<S: TaskStore + ?Sized>(
+    store: &S,
+    op: &'static str,
+    task: Task,
+) -> Result<Task> {
+    if task.order_key.is_none() {
+        return Ok(task);
+    }
+    move_key_along(store, op, &task).await?;
+    Ok(store
+        .get(task.id)
+        .await
+        .map_err(|e| e.with_operation(op))?
+        .unwrap_or(task))
+}
+
 fn operator_change(op: &'static str, id: TaskId, answer: Reset, allowed: &str) -> Result<Task> {
     match answer {
         Reset::Done(row) => row.decode(),

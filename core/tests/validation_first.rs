@@ -183,6 +183,16 @@ impl Driver for Tripwire {
         assert!((1..=MAX_BATCH).contains(&ids.len()));
         Ok(0)
     }
+    async fn release_keys(&self, keys: Checked<&[String]>) -> Result<Vec<TaskId>> {
+        self.called();
+        assert!((1..=MAX_BATCH).contains(&keys.len()));
+        Ok(Vec::new())
+    }
+    async fn order_keys(&self, _after: Option<&str>, limit: Checked<usize>) -> Result<Vec<String>> {
+        self.called();
+        limit_ok(*limit);
+        Ok(Vec::new())
+    }
 }
 
 struct Store(Tripwire);
@@ -258,6 +268,20 @@ async fn invalid_input_reaches_no_driver() {
         "migrate",
     );
     refused(s.recycle_dead(too_old, 1).await, "recycle_dead");
+    refused(
+        s.release_order_keys(&["".to_owned()]).await,
+        "release_order_keys",
+    );
+    refused(
+        s.release_order_keys(&vec!["k".to_owned(); MAX_BATCH + 1])
+            .await,
+        "release_order_keys",
+    );
+    refused(s.order_keys(None, MAX_BATCH + 1).await, "order_keys");
+    refused(
+        s.enqueue(NewTask::new("E", "k").order_key("")).await,
+        "enqueue",
+    );
     refused(
         s.recycle_dead(Duration::ZERO, MAX_BATCH + 1).await,
         "recycle_dead",

@@ -32,6 +32,8 @@ const LINGER_YIELDS: usize = 4;
 pub(crate) struct Completion {
     pub mark: Mark,
     pub event_type: Arc<str>,
+    /// The task's order key, when this outcome may let the key's next task go.
+    pub order_key: Option<String>,
 }
 
 pub(crate) type Queue = mpsc::UnboundedSender<Completion>;
@@ -87,10 +89,14 @@ async fn flusher<S: TaskStore + Clone>(
 async fn apply<S: TaskStore + Clone>(shared: &Shared<S>, batch: Vec<Completion>) {
     let marks: Vec<Mark> = batch.iter().map(|c| c.mark.clone()).collect();
     let mut backoff = Duration::from_millis(50);
+    let mut keys = Vec::new();
     for attempt in 1..=4 {
         match shared.store.mark(&marks).await {
             Ok(flags) => {
                 for (c, applied) in batch.iter().zip(flags) {
+                    if applied {
+                        keys.extend(c.order_key.clone());
+                    }
                     if !applied {
                         shared.counters.stale_completions(&c.event_type);
                         tracing::warn!(
@@ -118,4 +124,7 @@ async fn apply<S: TaskStore + Clone>(shared: &Shared<S>, batch: Vec<Completion>)
     }
     let leases: Vec<_> = batch.iter().map(|c| c.mark.lease).collect();
     shared.tracker.finished(&leases);
+    if !keys.is_empty() {
+        super::loops::release_keys(shared, &keys).await;
+    }
 }

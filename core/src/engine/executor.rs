@@ -59,12 +59,21 @@ pub(crate) fn dispatch<S: TaskStore + Clone>(
         async move {
             let outcome = super::attempt::scoped(lost, run(&shared, &exec, &task, origin)).await;
             let mark = outcome_mark(&exec, &task, outcome, &shared.counters);
+            let retry_later = task.has_attempts_left();
             if let (crate::model::MarkAction::Retry { delay, .. }, true) =
-                (&mark.action, task.has_attempts_left())
+                (&mark.action, retry_later)
             {
                 // run the retry when it is due, not at the next tick
                 shared.wake_after(*delay, &exec.event_type);
             }
+            // Whether the outcome may let the next task of the task's order key go: it
+            // left the way (succeeded, failed), unless it stays in line (a retry with
+            // attempts left, a release).
+            let order_key = match &mark.action {
+                crate::model::MarkAction::Release => None,
+                crate::model::MarkAction::Retry { .. } if retry_later => None,
+                _ => task.order_key.clone(),
+            };
             drop(task);
             // The attempt is over: its executor slot is free for the next task while the
             // mark waits for its batch (bounded by `EngineConfig::max_unmarked`). The task stays held
@@ -76,6 +85,7 @@ pub(crate) fn dispatch<S: TaskStore + Clone>(
             let completion = Completion {
                 mark,
                 event_type: Arc::clone(&exec.event_type_arc),
+                order_key,
             };
             if let Err(unsent) = shared.completions.send(completion) {
                 shared.tracker.finished(&[unsent.0.mark.lease]);

@@ -48,8 +48,10 @@ pub(crate) async fn recycler<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
     if !pause(&shared, &mut state, cfg.first_poll_delay).await {
         return;
     }
+    let mut key_cursor: Option<String> = None;
     loop {
         let mut found = false;
+        sweep_keys(&shared, &mut key_cursor).await;
         let full = match shared
             .store
             .recycle_dead(cfg.dead_after, cfg.recycle_batch)
@@ -89,6 +91,52 @@ pub(crate) async fn recycler<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
         }
     }
 }
+
+/// Move these order keys along after their tasks finished (best effort: a failure is
+/// logged and the key sweep catches up); wake the poller for the tasks made pending.
+pub(crate) async fn release_keys<S: TaskStore + Clone>(shared: &Shared<S>, keys: &[String]) {
+    for chunk in keys.chunks(crate::limits::MAX_BATCH) {
+        match shared.store.release_order_keys(chunk).await {
+            Ok(promoted) if !promoted.is_empty() => shared.wake_all(),
+            Ok(_) => {}
+            Err(e) => {
+                shared.counters.store_errors("*");
+                tracing::warn!(error = %e, keys = chunk.len(),
+                    "could not move order keys along; the key sweep will");
+            }
+        }
+    }
+}
+
+/// One page of the key sweep: release up to [`KEY_SWEEP_PAGE`] order keys after
+/// `cursor`, and move the cursor (back to the start after the last page). A task whose
+/// key was not moved along (its engine died between recording the outcome and releasing
+/// the key, or the dead-worker sweep parked it) is found within one pass over the keys.
+async fn sweep_keys<S: TaskStore + Clone>(shared: &Shared<S>, cursor: &mut Option<String>) {
+    match shared
+        .store
+        .order_keys(cursor.as_deref(), KEY_SWEEP_PAGE)
+        .await
+    {
+        Ok(page) => {
+            *cursor = if page.len() < KEY_SWEEP_PAGE {
+                None
+            } else {
+                page.last().cloned()
+            };
+            if !page.is_empty() {
+                release_keys(shared, &page).await;
+            }
+        }
+        Err(e) => {
+            shared.counters.store_errors("*");
+            tracing::warn!(error = %e, "order_keys failed");
+        }
+    }
+}
+
+/// Keys per page of the key sweep.
+const KEY_SWEEP_PAGE: usize = 100;
 
 /// How soon a sweep that recycled something sweeps again (see [`recycler`]).
 const RESWEEP: std::time::Duration = std::time::Duration::from_secs(1);

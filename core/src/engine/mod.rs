@@ -234,7 +234,8 @@ pub enum RunAhead {
     Started,
     /// The enqueue found an existing task: it is not run again.
     Duplicate,
-    /// Not claimed: the task is not due yet (delayed), or another instance has it.
+    /// Not claimed: the task is not due yet (delayed), waits behind an earlier task of its
+    /// order key, or another instance has it.
     NotClaimed,
     /// This engine has no handler for the event type; the task waits for an instance that
     /// has one.
@@ -705,6 +706,10 @@ impl<S: TaskStore + Clone> Engine<S> {
         };
         if !enqueued.created {
             return Ok(RunAhead::Duplicate);
+        }
+        if enqueued.status == crate::Status::Waiting {
+            // queued behind an earlier task of its order key: not claimable yet
+            return Ok(RunAhead::NotClaimed);
         }
         let Some(exec) = shared.executors.get(&enqueued.event_type) else {
             return Ok(RunAhead::NoHandler);

@@ -10,6 +10,7 @@ pub mod attempts;
 pub mod config;
 pub mod kinds;
 pub mod leases;
+pub mod order;
 pub mod poller;
 pub mod retention;
 pub mod run_ahead;
@@ -270,6 +271,16 @@ impl<S: TaskStore> TaskStore for Gate<S> {
     }
     async fn migrate_to(&self, version: u32) -> backstop_core::Result<()> {
         self.inner.migrate_to(version).await
+    }
+    async fn release_order_keys(&self, keys: &[String]) -> backstop_core::Result<Vec<TaskId>> {
+        self.inner.release_order_keys(keys).await
+    }
+    async fn order_keys(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> backstop_core::Result<Vec<String>> {
+        self.inner.order_keys(after, limit).await
     }
     async fn enqueue(&self, task: NewTask) -> backstop_core::Result<backstop_core::Enqueued> {
         self.inner.enqueue(task).await

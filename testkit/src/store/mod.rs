@@ -13,6 +13,7 @@ pub mod enqueue;
 pub mod inbox;
 pub mod marks;
 pub mod operators;
+pub mod order;
 pub mod queries;
 pub mod recycle;
 pub mod reset;
