@@ -15,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use backstop::{
-    kind_fn, Engine, EngineConfig, HandlerError, HandlerOptions, RetryPolicy, Status, Task,
+    kind_fn, Context, Engine, EngineConfig, HandlerError, HandlerOptions, RetryPolicy, Status,
     TaskKind, TaskStore,
 };
 
@@ -64,11 +64,12 @@ async fn run() -> Result<(), BoxError> {
                 .first_poll_delay(Duration::from_millis(0)),
         )
         .kind(
-            kind_fn(move |mail: SendEmail, task: Task| async move {
+            kind_fn(move |mail: SendEmail, cx: Context| async move {
                 if !smtp_up {
                     println!(
                         "SEND_EMAIL {}: attempt {} failed",
-                        task.biz_key, task.attempts
+                        cx.task().biz_key,
+                        cx.task().attempts
                     );
                     return Err(HandlerError::retry(
                         "smtp: connection refused by mail.example.com",
@@ -76,7 +77,10 @@ async fn run() -> Result<(), BoxError> {
                 }
                 println!(
                     "SEND_EMAIL {}: sent {} to {} (attempt {})",
-                    task.biz_key, mail.template, mail.to, task.attempts
+                    cx.task().biz_key,
+                    mail.template,
+                    mail.to,
+                    cx.task().attempts
                 );
                 Ok::<_, HandlerError>(())
             }),

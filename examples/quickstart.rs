@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use backstop::sqlite::SqliteStore;
 use backstop::{
-    kind_fn, Audit, Engine, EngineConfig, HandlerError, HandlerOptions, NewTask, RetryPolicy,
-    Status, Task, TaskId, TaskKind, TaskStore,
+    kind_fn, Audit, Context, Engine, EngineConfig, HandlerError, HandlerOptions, NewTask,
+    RetryPolicy, Status, TaskId, TaskKind, TaskStore,
 };
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -115,12 +115,14 @@ async fn run(dir: &std::path::Path) -> Result<(), BoxError> {
         .kind(
             {
                 let log = log.clone();
-                kind_fn(move |pay: PayOrder, task: Task| {
+                kind_fn(move |pay: PayOrder, cx: Context| {
                     let log = log.clone();
                     async move {
                         log.say(format!(
                             "PAY_ORDER        charged order {} ({} cents), attempt {}",
-                            pay.order_id, pay.amount_cents, task.attempts
+                            pay.order_id,
+                            pay.amount_cents,
+                            cx.task().attempts
                         ));
                         Ok::<_, HandlerError>(())
                     }
@@ -131,19 +133,19 @@ async fn run(dir: &std::path::Path) -> Result<(), BoxError> {
         .kind(
             {
                 let (log, calls) = (log.clone(), Arc::clone(&warehouse_calls));
-                kind_fn(move |_: NotifyWarehouse, task: Task| {
+                kind_fn(move |_: NotifyWarehouse, cx: Context| {
                     let (log, calls) = (log.clone(), Arc::clone(&calls));
                     async move {
                         if calls.fetch_add(1, Ordering::SeqCst) < 2 {
                             log.say(format!(
                                 "NOTIFY_WAREHOUSE timed out (attempt {}), will retry",
-                                task.attempts
+                                cx.task().attempts
                             ));
                             return Err(HandlerError::retry("warehouse timed out"));
                         }
                         log.say(format!(
                             "NOTIFY_WAREHOUSE notified (attempt {})",
-                            task.attempts
+                            cx.task().attempts
                         ));
                         Ok(())
                     }
@@ -154,19 +156,20 @@ async fn run(dir: &std::path::Path) -> Result<(), BoxError> {
         .kind(
             {
                 let (log, up) = (log.clone(), Arc::clone(&invoice_up));
-                kind_fn(move |_: IssueInvoice, task: Task| {
+                kind_fn(move |_: IssueInvoice, cx: Context| {
                     let (log, up) = (log.clone(), Arc::clone(&up));
                     async move {
                         if !up.load(Ordering::SeqCst) {
                             log.say(format!(
                                 "ISSUE_INVOICE    invoice service down (attempt {} of {})",
-                                task.attempts, task.retry.max_attempts
+                                cx.task().attempts,
+                                cx.task().retry.max_attempts
                             ));
                             return Err(HandlerError::retry("invoice service unavailable"));
                         }
                         log.say(format!(
                             "ISSUE_INVOICE    invoice issued (attempt {})",
-                            task.attempts
+                            cx.task().attempts
                         ));
                         Ok(())
                     }

@@ -49,9 +49,9 @@ pub use backstop_core::{driver, limits};
 // The engine and its handlers.
 pub use backstop_core::{
     describe_metrics, handler_fn, is_lease_lost, kind_fn, lease_lost, metric_names, register_kind,
-    Archive, BacklogGauges, Engine, EngineBuilder, EngineConfig, EngineCounters, ErrorAction,
-    FnHandler, Handler, HandlerError, HandlerOptions, Json, JsonHandler, KindFn, RunAhead,
-    TaskKind,
+    Archive, BacklogGauges, Cancelled, Context, Engine, EngineBuilder, EngineConfig,
+    EngineCounters, ErrorAction, FnHandler, Handler, HandlerError, HandlerOptions, Json,
+    JsonHandler, KindFn, RunAhead, TaskKind,
 };
 // Wake-ups across processes, and the consumer's inbox.
 pub use backstop_core::{Inbox, Message, Notifier, Processed, Wake, Wakes};

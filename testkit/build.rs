@@ -37,6 +37,16 @@ fn main() {
                 path.display()
             );
             let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+            // a case's signature on one line (rustfmt splits a long one: shorten the name),
+            // so none is silently left out
+            for l in text.lines().filter(|l| l.starts_with("pub async fn ")) {
+                assert!(
+                    l.contains("<H: Harness>("),
+                    "{}: `{l}` is not a case signature on one line \
+                     (`pub async fn name<H: Harness>(ctx: &Ctx<H>)`): shorten the name",
+                    path.display()
+                );
+            }
             let cases: Vec<&str> = text
                 .lines()
                 .filter_map(|l| l.strip_prefix("pub async fn "))

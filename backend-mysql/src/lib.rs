@@ -388,6 +388,40 @@ impl MySqlStore {
         })
         .await
     }
+
+    /// Inside a handler: record the running task's success on the handler's transaction,
+    /// with its business writes and the follow-up tasks it enqueued there
+    /// ([`enqueue_tx`](Self::enqueue_tx)) — all commit together or not at all (see
+    /// [`complete_on`](backstop_core::driver::complete_on)). `Conflict` when the
+    /// attempt's lease is gone: return the error and the transaction rolls back.
+    ///
+    /// ```no_run
+    /// # use backstop_core::{Context, HandlerError, NewTask};
+    /// # async fn handler(store: backstop_mysql::MySqlStore, cx: Context) -> Result<(), HandlerError> {
+    /// let mut tx = store.pool().begin().await?;
+    /// sqlx::query("UPDATE orders SET shipped = TRUE WHERE id = 42").execute(&mut *tx).await?;
+    /// store.enqueue_tx(&mut tx, &NewTask::new("NOTIFY_CUSTOMER", "order-42")).await?;
+    /// store.complete_tx(&mut tx, &cx).await?;
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn complete_tx(
+        &self,
+        conn: &mut MySqlConnection,
+        cx: &backstop_core::Context,
+    ) -> Result<()> {
+        let sql = &self.inner.sql;
+        complete_on(cx, |lease| async move {
+            let done = sqlx::query(safe(&sql.complete))
+                .bind(lease.task_id)
+                .bind(lease.token)
+                .execute(&mut *conn)
+                .await
+                .map_err(my_err)?;
+            Ok(done.rows_affected() == 1)
+        })
+        .await
+    }
 }
 
 impl Backend for MySqlStore {

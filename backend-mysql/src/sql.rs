@@ -42,6 +42,8 @@ pub(crate) struct Sql {
     pub release_key: String,
     /// payload, id: replace a pending task's payload.
     pub replace_payload: String,
+    /// id, lease: a running task's success, on the handler's transaction.
+    pub complete: String,
     /// order key: insert it into the keys table if missing.
     pub key_insert: String,
     /// order key: lock its row (a row when there).
@@ -257,6 +259,9 @@ impl Sql {
             ),
             release_key: format!("UPDATE {t} SET dedup_slot = id WHERE id = ? AND dedup_slot = 0"),
             key_insert: format!("INSERT IGNORE INTO {tk} (order_key) VALUES (?)"),
+            complete: format!(
+                "UPDATE {t} SET status = 1, last_error = NULL, updated_at = NOW(3) {fenced}"
+            ),
             key_lock: format!("SELECT 1 FROM {tk} WHERE order_key = ? FOR UPDATE"),
             key_blocker: format!(
                 "SELECT id FROM {t}

@@ -163,6 +163,26 @@ impl Harness for MySqlHarness {
         Ok(enqueued)
     }
 
+    async fn complete_with_business_row(
+        &self,
+        db: &Db,
+        store: &MySqlStore,
+        cx: &backstop_core::Context,
+        biz_row: &str,
+        follow_up: NewTask,
+    ) -> Result<(), HandlerError> {
+        ensure_biz(db).await;
+        let mut tx = store.pool().begin().await?;
+        store.enqueue_tx(&mut tx, &follow_up).await?;
+        store.complete_tx(&mut tx, cx).await?;
+        sqlx::query("INSERT INTO biz_order (k) VALUES (?)")
+            .bind(biz_row)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
     async fn business_row_exists(&self, db: &Db, biz_row: &str) -> bool {
         let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM biz_order WHERE k = ?")
             .bind(biz_row)

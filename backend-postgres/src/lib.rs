@@ -328,6 +328,41 @@ impl PgStore {
         })
         .await
     }
+
+    /// Inside a handler: record the running task's success on the handler's transaction,
+    /// with its business writes and the follow-up tasks it enqueued there
+    /// ([`enqueue_tx`](Self::enqueue_tx)) — all commit together or not at all (see
+    /// [`complete_on`](backstop_core::driver::complete_on)). `Conflict` when the
+    /// attempt's lease is gone: return the error and the transaction rolls back.
+    ///
+    /// ```no_run
+    /// # use backstop_core::{Context, HandlerError, NewTask};
+    /// # async fn handler(store: backstop_postgres::PgStore, cx: Context) -> Result<(), HandlerError> {
+    /// let mut client = store.client().await?;
+    /// let tx = client.transaction().await?;
+    /// tx.execute("UPDATE orders SET shipped = true WHERE id = 42", &[]).await?;
+    /// store.enqueue_tx(&tx, &NewTask::new("NOTIFY_CUSTOMER", "order-42")).await?;
+    /// store.complete_tx(&tx, &cx).await?;
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn complete_tx<C>(&self, client: &C, cx: &backstop_core::Context) -> Result<()>
+    where
+        C: PgExecutor + ?Sized,
+    {
+        let sql = &self.inner.sql;
+        complete_on(cx, |lease| async move {
+            let row = client
+                .query_opt_typed(
+                    &sql.complete,
+                    &[(&lease.task_id, Type::INT8), (&lease.token, Type::INT8)],
+                )
+                .await
+                .map_err(pg_err)?;
+            Ok(row.is_some())
+        })
+        .await
+    }
 }
 
 impl Backend for PgStore {

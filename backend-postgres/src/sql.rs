@@ -78,6 +78,8 @@ pub(crate) struct Sql {
     pub release_key: String,
     /// $1 id $2 payload: replace a pending task's payload.
     pub replace_payload: String,
+    /// $1 id $2 lease: a running task's success, on the handler's transaction.
+    pub complete: String,
     /// $1 order key: insert it if missing and lock it; a row when locked.
     pub key_lock: String,
     /// $1 order key: a task in the way (pending, running, parked and blocking).
@@ -351,6 +353,10 @@ impl Sql {
                     (extract(epoch FROM now() - created_at) * 1000)::bigint
                  FROM {t} WHERE event_type = $1 AND biz_key = $2 AND dedup_slot = 0
                  FOR UPDATE"
+            ),
+            complete: format!(
+                "UPDATE {t} SET status = 1, last_error = NULL, updated_at = now()
+                 WHERE id = $1 AND status = 3 AND lease = $2 RETURNING id"
             ),
             key_lock: format!(
                 "WITH ins AS (

@@ -146,6 +146,28 @@ impl Harness for PgHarness {
         Ok(enqueued)
     }
 
+    async fn complete_with_business_row(
+        &self,
+        db: &Db,
+        store: &PgStore,
+        cx: &backstop_core::Context,
+        biz_row: &str,
+        follow_up: NewTask,
+    ) -> Result<(), HandlerError> {
+        ensure_biz(db).await;
+        let mut client = store.client().await?;
+        let tx = client.transaction().await?;
+        store.enqueue_tx(&tx, &follow_up).await?;
+        store.complete_tx(&tx, cx).await?;
+        tx.execute(
+            &format!("INSERT INTO \"{}\".biz_order (key) VALUES ($1)", db.schema),
+            &[&biz_row],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
     async fn business_row_exists(&self, db: &Db, biz_row: &str) -> bool {
         let row = db
             .admin

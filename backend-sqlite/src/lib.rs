@@ -397,6 +397,36 @@ impl SqliteTx<'_> {
     pub fn enqueue(&self, task: &NewTask) -> Result<Enqueued> {
         self.store.enqueue_tx(self.tx, task)
     }
+
+    /// Inside a handler: record the running task's success in this transaction, with the
+    /// handler's business writes and the follow-up tasks it enqueued here — all commit
+    /// together or not at all (see [`complete_on`](backstop_core::driver::complete_on)).
+    /// `Conflict` when the attempt's lease is gone: return the error and the transaction
+    /// rolls back.
+    ///
+    /// ```no_run
+    /// # use backstop_core::{Context, HandlerError, NewTask};
+    /// # async fn handler(store: backstop_sqlite::SqliteStore, cx: Context) -> Result<(), HandlerError> {
+    /// store
+    ///     .transaction(move |tx| {
+    ///         tx.execute("UPDATE orders SET shipped = 1 WHERE id = 42", [])?;
+    ///         tx.enqueue(&NewTask::new("NOTIFY_CUSTOMER", "order-42"))?;
+    ///         tx.complete(&cx)?;
+    ///         Ok::<_, HandlerError>(())
+    ///     })
+    ///     .await
+    /// # }
+    /// ```
+    pub fn complete(&self, cx: &backstop_core::Context) -> Result<()> {
+        let sql = &self.store.inner.sql;
+        complete_on_blocking(cx, |lease| {
+            self.tx
+                .prepare_cached(&sql.mark_success)
+                .and_then(|mut st| st.execute(params![now_ms(), lease.task_id, lease.token]))
+                .map(|n| n == 1)
+                .map_err(|e| db_err("complete_tx", e))
+        })
+    }
 }
 
 impl<'a> std::ops::Deref for SqliteTx<'a> {

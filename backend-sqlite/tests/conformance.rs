@@ -109,6 +109,26 @@ impl Harness for SqliteHarness {
         }
     }
 
+    async fn complete_with_business_row(
+        &self,
+        db: &Db,
+        store: &SqliteStore,
+        cx: &backstop_core::Context,
+        biz_row: &str,
+        follow_up: NewTask,
+    ) -> Result<(), HandlerError> {
+        ensure_biz(db);
+        let (cx, key) = (cx.clone(), biz_row.to_owned());
+        store
+            .transaction(move |tx| {
+                tx.enqueue(&follow_up)?;
+                tx.complete(&cx)?;
+                tx.execute("INSERT INTO biz_order (key) VALUES (?1)", [&key])?;
+                Ok::<_, HandlerError>(())
+            })
+            .await
+    }
+
     async fn business_row_exists(&self, db: &Db, biz_row: &str) -> bool {
         let n: i64 = db
             .conn()

@@ -855,6 +855,64 @@ where
     enqueued(inserted, task)
 }
 
+/// A backend's completion of a running task on the handler's own transaction
+/// (`complete_tx`): `mark` runs the fenced success mark (`status = 1` where the task is
+/// running under `lease`) on the caller's transaction and answers whether a row changed.
+/// Applied, the attempt's [`Context`](crate::Context) records it, so the engine does not
+/// mark the task again; the handler commits its business writes, the follow-up tasks it
+/// enqueued on the same transaction and the success together. Not applied (the lease is
+/// gone: cancelled, reset, recycled), a `Conflict` error: the handler's `?` rolls the
+/// whole transaction back.
+///
+/// ```
+/// # use backstop_core::{driver::complete_on, Context, ErrorKind};
+/// # async fn demo(cx: &Context) -> backstop_core::Result<()> {
+/// // on the handler's transaction, after its business writes:
+/// complete_on(cx, |lease| async move {
+///     // UPDATE … SET status = 1 WHERE id = lease.task_id AND status = 3 AND lease = lease.token
+///     Ok(true)
+/// })
+/// .await?;
+/// // … then commit.
+/// # Ok(()) }
+/// ```
+pub async fn complete_on<F, Fut>(cx: &crate::Context, mark: F) -> Result<()>
+where
+    F: FnOnce(Lease) -> Fut,
+    Fut: Future<Output = Result<bool>>,
+{
+    let applied = mark(cx.lease())
+        .await
+        .map_err(|e| e.with_operation("complete_tx"))?;
+    completed(cx, applied)
+}
+
+/// [`complete_on`] for a backend whose calls block (an embedded database).
+pub fn complete_on_blocking<F>(cx: &crate::Context, mark: F) -> Result<()>
+where
+    F: FnOnce(Lease) -> Result<bool>,
+{
+    let applied = mark(cx.lease()).map_err(|e| e.with_operation("complete_tx"))?;
+    completed(cx, applied)
+}
+
+fn completed(cx: &crate::Context, applied: bool) -> Result<()> {
+    if !applied {
+        let lease = cx.lease();
+        return Err(Error::new(
+            ErrorKind::Conflict,
+            "complete_tx",
+            format!(
+                "task {} is no longer running under lease {} (cancelled, reset or recycled): \
+                 its outcome is refused; roll the transaction back",
+                lease.task_id, lease.token
+            ),
+        ));
+    }
+    cx.set_completed();
+    Ok(())
+}
+
 /// `task` checked against the store's limits, as `enqueue` checks it.
 pub(crate) fn check_task<'t>(
     config: &StoreConfig,
@@ -1071,7 +1129,8 @@ pub fn list_sql<'f>(
 /// `use backstop_core::driver::prelude::*;`.
 pub mod prelude {
     pub use super::{
-        ddl_script, enqueue_on, enqueue_on_blocking, list_sql, mark_rounds, millis,
+        complete_on, complete_on_blocking, ddl_script, enqueue_on, enqueue_on_blocking, list_sql,
+        mark_rounds, millis,
         schema::{self, Migration},
         AgedBatch, Backend, Buckets, Checked, Claim, Driver, Existing, InsertStep, Inserted,
         KeyRelease, KeyedInsert, ListArg, ListDialect, RawAudit, RawStats, RawTask, ReleaseStep,

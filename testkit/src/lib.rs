@@ -113,6 +113,19 @@ pub trait Harness: Send + Sync + 'static {
         commit: bool,
     ) -> backstop_core::Result<Enqueued>;
 
+    /// Inside a handler's attempt `cx`, in one native transaction: enqueue `follow_up`,
+    /// record the running task's success with the backend's `complete_tx`, then insert
+    /// the business row keyed `biz_row` (which fails when the row exists) and commit.
+    /// On any error everything rolls back and the error is returned.
+    async fn complete_with_business_row(
+        &self,
+        db: &Self::Db,
+        store: &Self::Store,
+        cx: &backstop_core::Context,
+        biz_row: &str,
+        follow_up: NewTask,
+    ) -> Result<(), HandlerError>;
+
     /// Whether the business row keyed `biz_row` exists.
     async fn business_row_exists(&self, db: &Self::Db, biz_row: &str) -> bool;
 

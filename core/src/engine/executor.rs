@@ -34,6 +34,8 @@ enum Outcome {
     TimedOut,
     /// Never started, or interrupted by shutdown: give the task back.
     Released,
+    /// The handler recorded its own success in its transaction (`complete_tx`).
+    CompletedInTx,
 }
 
 /// Hand a claimed task to its executor. `slot` is the executor capacity the caller
@@ -47,6 +49,13 @@ pub(crate) fn dispatch<S: TaskStore + Clone>(
 ) {
     let lease = task.lease();
     let lost = shared.tracker.started(lease);
+    let cx = super::Context::new(
+        task.clone(),
+        Arc::clone(&lost),
+        shared.state.subscribe(),
+        Arc::clone(&shared.dyn_store),
+        Arc::clone(&shared.states),
+    );
     let span = tracing::info_span!(
         "backstop.task",
         task_id = task.id,
@@ -57,7 +66,25 @@ pub(crate) fn dispatch<S: TaskStore + Clone>(
     );
     tokio::spawn(
         async move {
-            let outcome = super::attempt::scoped(lost, run(&shared, &exec, &task, origin)).await;
+            let attempt = cx.clone().scope(run(&shared, &exec, &task, origin));
+            let mut outcome = super::attempt::scoped(lost, attempt).await;
+            if matches!(outcome, Outcome::Done) && cx.is_completed() {
+                outcome = Outcome::CompletedInTx;
+            }
+            drop(cx);
+            if let Outcome::CompletedInTx = outcome {
+                // Recorded, with the handler's own writes: nothing to mark.
+                shared.counters.succeeded(&exec.event_type);
+                tracing::debug!("task succeeded (completed in the handler's transaction)");
+                shared.tracker.attempt_ended(lease);
+                drop(slot);
+                shared.tracker.slot_freed();
+                shared.tracker.finished(&[lease]);
+                if let Some(key) = task.order_key.clone() {
+                    super::loops::release_keys(&shared, &[key]).await;
+                }
+                return;
+            }
             let mark = outcome_mark(&exec, &task, outcome, &shared.counters);
             let retry_later = task.has_attempts_left();
             if let (crate::model::MarkAction::Retry { delay, .. }, true) =
@@ -213,5 +240,7 @@ fn outcome_mark(exec: &Executor, task: &Task, outcome: Outcome, c: &Counters) ->
             c.released(et);
             Mark::release(lease)
         }
+        // handled before a mark is made; marked as a success should it ever get here
+        Outcome::CompletedInTx => Mark::success(lease),
     }
 }

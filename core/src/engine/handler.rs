@@ -248,12 +248,13 @@ where
 }
 
 /// A handler for a [kind](crate::TaskKind) from an async closure over the decoded
-/// payload and the task: register it with [`EngineBuilder::kind`](crate::EngineBuilder::kind).
+/// payload and the attempt's [`Context`](crate::Context) (the task is `cx.task()`):
+/// register it with [`EngineBuilder::kind`](crate::EngineBuilder::kind).
 /// A payload that does not decode as `K` fails the task permanently (retrying cannot fix
 /// it).
 ///
 /// ```
-/// use backstop_core::{kind_fn, HandlerError, Task, TaskKind};
+/// use backstop_core::{kind_fn, Context, HandlerError, TaskKind};
 ///
 /// #[derive(serde::Serialize, serde::Deserialize)]
 /// struct Ship { order_id: u64 }
@@ -262,8 +263,8 @@ where
 ///     fn biz_key(&self) -> String { self.order_id.to_string() }
 /// }
 ///
-/// let handler = kind_fn(|ship: Ship, task: Task| async move {
-///     println!("shipping order {} (attempt {})", ship.order_id, task.attempts);
+/// let handler = kind_fn(|ship: Ship, cx: Context| async move {
+///     println!("shipping order {} (attempt {})", ship.order_id, cx.task().attempts);
 ///     Ok::<_, HandlerError>(())
 /// });
 /// # let _ = handler;
@@ -271,7 +272,7 @@ where
 pub fn kind_fn<K, F, Fut>(f: F) -> KindFn<K, F, Fut>
 where
     K: crate::TaskKind,
-    F: Fn(K, Task) -> Fut + Send + Sync + 'static,
+    F: Fn(K, super::Context) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = std::result::Result<(), HandlerError>> + Send + 'static,
 {
     KindFn(f, PhantomData)
@@ -284,13 +285,19 @@ pub struct KindFn<K, F, Fut>(F, PhantomData<fn(K) -> Fut>);
 impl<K, F, Fut> JsonHandler for KindFn<K, F, Fut>
 where
     K: crate::TaskKind,
-    F: Fn(K, Task) -> Fut + Send + Sync + 'static,
+    F: Fn(K, super::Context) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = std::result::Result<(), HandlerError>> + Send + 'static,
 {
     type Payload = K;
 
     async fn handle(&self, payload: K, task: &Task) -> std::result::Result<(), HandlerError> {
-        (self.0)(payload, task.clone()).await
+        let cx = super::Context::current().ok_or_else(|| {
+            HandlerError::fail(format!(
+                "task {}: a kind handler runs inside an engine's attempt",
+                task.id
+            ))
+        })?;
+        (self.0)(payload, cx).await
     }
 }
 

@@ -23,6 +23,7 @@
 
 mod attempt;
 mod completer;
+mod context;
 mod counters;
 mod executor;
 mod handler;
@@ -38,6 +39,7 @@ use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::JoinHandle;
 
 pub use attempt::{is_lease_lost, lease_lost};
+pub use context::{Cancelled, Context};
 pub use counters::{describe_metrics, metric_names, BacklogGauges, EngineCounters};
 pub use handler::{
     handler_fn, kind_fn, ErrorAction, FnHandler, Handler, HandlerError, HandlerOptions, Json,
@@ -291,6 +293,10 @@ struct Shared<S> {
     archive: Option<Arc<dyn Archive>>,
     /// Marks on their way to the completion flushers.
     completions: completer::Queue,
+    /// The store, for the handlers' contexts.
+    dyn_store: Arc<dyn TaskStore>,
+    /// The application's shared values (see [`EngineBuilder::state`]).
+    states: Arc<context::States>,
 }
 
 /// Event types the poller was asked to poll before its next tick.
@@ -409,6 +415,7 @@ pub struct EngineBuilder<S> {
     handlers: Vec<(String, Arc<dyn Handler>, HandlerOptions)>,
     archive: Option<Arc<dyn Archive>>,
     notifier: Option<Arc<dyn Notifier>>,
+    states: context::States,
 }
 
 impl<S: TaskStore + Clone> EngineBuilder<S> {
@@ -463,6 +470,23 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
         crate::register_kind::<H::Payload>();
         let options = options.retry(<H::Payload as TaskKind>::retry());
         self.handler(<H::Payload as TaskKind>::EVENT_TYPE, Json(handler), options)
+    }
+
+    /// Share `value` with every handler: [`Context::state::<T>()`](Context::state) returns
+    /// it (one value per type; a second of the same type replaces the first). For what a
+    /// handler needs beside its payload: a client pool, settings, a mailer.
+    ///
+    /// ```
+    /// # fn demo<S: backstop_core::TaskStore + Clone>(store: S) {
+    /// struct Mailer { host: String }
+    /// let builder = backstop_core::Engine::builder(store)
+    ///     .state(Mailer { host: "smtp.example.com".into() });
+    /// # let _ = builder;
+    /// # }
+    /// ```
+    pub fn state<T: Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.states.insert(value);
+        self
     }
 
     /// Listen to `notifier` for tasks committed by other processes (start them within
@@ -521,7 +545,10 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
         let owner = self.config.owner.clone().unwrap_or_else(Owner::generate);
         let (completions, completion_rx) = tokio::sync::mpsc::unbounded_channel();
         let max_unmarked = self.config.max_unmarked;
+        let dyn_store: Arc<dyn TaskStore> = Arc::new(self.store.clone());
         let shared = Arc::new(Shared {
+            dyn_store,
+            states: Arc::new(self.states),
             store: self.store,
             config: self.config,
             owner,
@@ -610,6 +637,7 @@ impl<S: TaskStore + Clone> Engine<S> {
             handlers: Vec::new(),
             archive: None,
             notifier: None,
+            states: context::States::default(),
         }
     }
 

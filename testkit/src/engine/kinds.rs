@@ -39,7 +39,7 @@ pub async fn engine_runs_typed_kinds_with_the_kinds_policy<H: Harness>(ctx: &Ctx
         .kind(
             kind_fn({
                 let seen = Arc::clone(&seen);
-                move |charge: Charge, _task: Task| {
+                move |charge: Charge, _cx: backstop_core::Context| {
                     let seen = Arc::clone(&seen);
                     async move {
                         seen.lock().unwrap().push(charge);

@@ -8,6 +8,7 @@
 
 pub mod attempts;
 pub mod config;
+pub mod context;
 pub mod kinds;
 pub mod leases;
 pub mod order;
