@@ -443,6 +443,13 @@ async fn insert(
     let mut step = keyed.first();
     loop {
         step = match step {
+            InsertStep::LockKey => {
+                let locked = match task.order() {
+                    Some(key) => lock_key(sql, conn, key).await?,
+                    None => true,
+                };
+                keyed.key_locked(locked)?
+            }
             InsertStep::Insert => {
                 let inserted = sqlx::query(safe(&sql.insert))
                     .bind(task.event_type())
@@ -459,6 +466,7 @@ async fn insert(
                     .bind(status)
                     .bind(task.order())
                     .bind(order_block)
+                    .bind(task.attempt_timeout().map(millis))
                     .execute(&mut *conn)
                     .await;
                 match inserted {
@@ -508,25 +516,25 @@ async fn insert(
     }
 }
 
+/// Lock order key `key` (its row in the keys table, inserted if missing) until the
+/// transaction `conn` is in ends; `false` when the row went away meanwhile.
+async fn lock_key(sql: &Sql, conn: &mut MySqlConnection, key: &str) -> Result<bool> {
+    // the upsert holds the row's exclusive lock whether it inserted or found it
+    sqlx::query(safe(&sql.key_insert))
+        .bind(key)
+        .execute(&mut *conn)
+        .await
+        .map_err(my_err)?;
+    Ok(true)
+}
+
 /// [`KeyRelease`] for order key `key` on `conn`, which must be inside a transaction.
 async fn release_key(sql: &Sql, conn: &mut MySqlConnection, key: &str) -> Result<Option<TaskId>> {
     let mut release = KeyRelease::new();
     let mut step = release.first();
     loop {
         step = match step {
-            ReleaseStep::LockKey => {
-                sqlx::query(safe(&sql.key_insert))
-                    .bind(key)
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(my_err)?;
-                let row: Option<i64> = sqlx::query_scalar(safe(&sql.key_lock))
-                    .bind(key)
-                    .fetch_optional(&mut *conn)
-                    .await
-                    .map_err(my_err)?;
-                release.locked(row.is_some())?
-            }
+            ReleaseStep::LockKey => release.locked(lock_key(sql, conn, key).await?)?,
             ReleaseStep::ReadBlocker => {
                 let row: Option<i64> = sqlx::query_scalar(safe(&sql.key_blocker))
                     .bind(key)
@@ -1304,6 +1312,9 @@ impl TaskRow for Cols<'_> {
         self.0.try_get(i)
     }
     fn opt_text(&self, i: usize) -> std::result::Result<Option<String>, sqlx::Error> {
+        self.0.try_get(i)
+    }
+    fn opt_int(&self, i: usize) -> std::result::Result<Option<i64>, sqlx::Error> {
         self.0.try_get(i)
     }
     fn time(&self, i: usize) -> std::result::Result<chrono::DateTime<chrono::Utc>, sqlx::Error> {

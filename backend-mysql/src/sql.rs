@@ -44,10 +44,8 @@ pub(crate) struct Sql {
     pub replace_payload: String,
     /// id, lease: a running task's success, on the handler's transaction.
     pub complete: String,
-    /// order key: insert it into the keys table if missing.
+    /// order key: insert it into the keys table if missing, and lock its row.
     pub key_insert: String,
-    /// order key: lock its row (a row when there).
-    pub key_lock: String,
     /// order key: a task in the way (pending, running, parked and blocking).
     pub key_blocker: String,
     /// order key: the first waiting task, locked.
@@ -237,18 +235,24 @@ impl Sql {
                         ),
                     ],
                 },
+                // A task's own attempt timeout (NULL: its event type's).
+                Migration {
+                    version: 6,
+                    name: "per-task timeout",
+                    statements: vec![format!("ALTER TABLE {t} ADD COLUMN timeout_ms BIGINT NULL")],
+                },
             ],
             // event_type, biz_key, payload, max_attempts, strategy, interval, max, run_at
             // (NULL: use the delay; a time already past: now), delay µs, priority, jitter %,
-            // status, order_key, order_block
+            // status, order_key, order_block, timeout ms
             insert: format!(
                 "INSERT INTO {t} (event_type, biz_key, payload, attempts, max_attempts,
                     retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at,
                     lease, created_at, updated_at, priority, retry_jitter_pct, status, order_key,
-                    order_block)
+                    order_block, timeout_ms)
                  VALUES (?, ?, ?, 0, ?, ?, ?, ?,
                     COALESCE(GREATEST(?, NOW(3)), NOW(3) + INTERVAL ? MICROSECOND), 0,
-                    NOW(3), NOW(3), ?, ?, ?, ?, ?)"
+                    NOW(3), NOW(3), ?, ?, ?, ?, ?, ?)"
             ),
             // A locking read sees the latest committed row whatever the isolation level.
             existing: format!(
@@ -258,11 +262,16 @@ impl Sql {
                  FOR UPDATE"
             ),
             release_key: format!("UPDATE {t} SET dedup_slot = id WHERE id = ? AND dedup_slot = 0"),
-            key_insert: format!("INSERT IGNORE INTO {tk} (order_key) VALUES (?)"),
+            // An upsert, not INSERT IGNORE: a duplicate takes the row's exclusive lock at
+            // once (INSERT IGNORE takes a shared one, and two waiters upgrading it
+            // deadlock), so this one statement is the key's lock.
+            key_insert: format!(
+                "INSERT INTO {tk} (order_key) VALUES (?)
+                 ON DUPLICATE KEY UPDATE order_key = order_key"
+            ),
             complete: format!(
                 "UPDATE {t} SET status = 1, last_error = NULL, updated_at = NOW(3) {fenced}"
             ),
-            key_lock: format!("SELECT 1 FROM {tk} WHERE order_key = ? FOR UPDATE"),
             key_blocker: format!(
                 "SELECT id FROM {t}
                  WHERE order_key = ? AND (status IN (0, 3) OR (status = 2 AND order_block = 1))

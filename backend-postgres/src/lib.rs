@@ -393,6 +393,7 @@ where
     let status = keyed.initial_status();
     let order_key = task.order();
     let order_block = i16::from(task.parked_policy() == WhenParked::Block);
+    let timeout_ms = task.attempt_timeout().map(millis);
     let mut params: Vec<(&(dyn ToSql + Sync), Type)> = vec![
         (&event_type, Type::VARCHAR),
         (&biz_key, Type::VARCHAR),
@@ -408,6 +409,7 @@ where
         (&status, Type::INT2),
         (&order_key, Type::VARCHAR),
         (&order_block, Type::INT2),
+        (&timeout_ms, Type::INT8),
     ];
     let statement = if notify {
         params.push((&sql.channel, Type::TEXT));
@@ -422,6 +424,13 @@ where
     let mut step = keyed.first();
     loop {
         step = match step {
+            InsertStep::LockKey => {
+                let locked = match order_key {
+                    Some(key) => lock_key(sql, client, key).await?,
+                    None => true,
+                };
+                keyed.key_locked(locked)?
+            }
             InsertStep::Insert => {
                 let row = client
                     .query_opt_typed(statement, &params)
@@ -473,6 +482,22 @@ where
     }
 }
 
+/// Lock order key `key` (its row in the keys table, inserted if missing) until the
+/// transaction `client` is in ends; `false` when the row went away meanwhile.
+async fn lock_key<C>(sql: &Sql, client: &C, key: &str) -> Result<bool>
+where
+    C: PgExecutor + ?Sized,
+{
+    let row = client
+        .query_opt_typed(
+            &sql.key_lock,
+            &[(&key as &(dyn ToSql + Sync), Type::VARCHAR)],
+        )
+        .await
+        .map_err(pg_err)?;
+    Ok(row.is_some())
+}
+
 /// [`KeyRelease`] for order key `key` on `client`, which must be inside a transaction.
 async fn release_key<C>(sql: &Sql, client: &C, key: &str) -> Result<Option<TaskId>>
 where
@@ -483,13 +508,7 @@ where
     let mut step = release.first();
     loop {
         step = match step {
-            ReleaseStep::LockKey => {
-                let row = client
-                    .query_opt_typed(&sql.key_lock, &k)
-                    .await
-                    .map_err(pg_err)?;
-                release.locked(row.is_some())?
-            }
+            ReleaseStep::LockKey => release.locked(lock_key(sql, client, key).await?)?,
             ReleaseStep::ReadBlocker => {
                 let row = client
                     .query_opt_typed(&sql.key_blocker, &k)
@@ -1004,6 +1023,9 @@ impl TaskRow for Cols<'_> {
         col(self.0, i)
     }
     fn opt_text(&self, i: usize) -> Result<Option<String>> {
+        col(self.0, i)
+    }
+    fn opt_int(&self, i: usize) -> Result<Option<i64>> {
         col(self.0, i)
     }
     fn time(&self, i: usize) -> Result<chrono::DateTime<chrono::Utc>> {

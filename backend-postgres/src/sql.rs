@@ -70,7 +70,7 @@ pub(crate) struct Sql {
     pub migrations: Vec<Migration>,
     pub insert: String,
     /// `insert` that also announces the new task on `channel` (delivered at commit;
-    /// nothing on a duplicate). $15 is the channel.
+    /// nothing on a duplicate). $16 is the channel.
     pub insert_notify: String,
     /// $1 event_type $2 biz_key: the task holding the key, locked: id, status, age ms.
     pub existing: String,
@@ -141,16 +141,16 @@ impl Sql {
         // $1 event_type $2 biz_key $3 payload $4 max_attempts $5 strategy
         // $6 interval_ms $7 max_interval_ms $8 delay_ms $9 run_at (NULL: use the delay;
         // a time already past: now) $10 priority $11 jitter % $12 status $13 order_key
-        // $14 order_block
+        // $14 order_block $15 timeout_ms
         let insert = format!(
             "INSERT INTO {t} (event_type, biz_key, payload, status, attempts, max_attempts,
                 retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at,
                 lease, created_at, updated_at, priority, retry_jitter_pct, order_key,
-                order_block)
+                order_block, timeout_ms)
              VALUES ($1, $2, $3, $12, 0, $4, $5, $6, $7,
                 CASE WHEN $9::timestamptz IS NULL THEN now() + $8::bigint {MS}
                     ELSE GREATEST($9::timestamptz, now()) END,
-                0, now(), now(), $10, $11, $13, $14)
+                0, now(), now(), $10, $11, $13, $14, $15)
              ON CONFLICT (biz_key, event_type, dedup_slot) DO NOTHING
              RETURNING id"
         );
@@ -292,6 +292,14 @@ impl Sql {
                         ),
                     ],
                 },
+                // A task's own attempt timeout (NULL: its event type's).
+                Migration {
+                    version: 6,
+                    name: "per-task timeout",
+                    statements: vec![format!(
+                        "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS timeout_ms BIGINT"
+                    )],
+                },
             ],
             // the change and its audit entry in one statement
             cancel: format!(
@@ -344,7 +352,7 @@ impl Sql {
             insert: insert.clone(),
             insert_notify: format!(
                 "WITH ins AS ({insert})
-                 SELECT ins.id FROM ins CROSS JOIN LATERAL (SELECT pg_notify($15::text, $1::text)) AS n"
+                 SELECT ins.id FROM ins CROSS JOIN LATERAL (SELECT pg_notify($16::text, $1::text)) AS n"
             ),
             listen: format!("LISTEN \"{channel}\""),
             channel,

@@ -444,6 +444,8 @@ fn insert(sql: &Sql, conn: &Connection, task: Checked<&NewTask>, now: i64) -> Re
     let mut step = keyed.first();
     loop {
         step = match step {
+            // the write transaction holds the whole file: the key needs no lock of its own
+            InsertStep::LockKey => keyed.key_locked(true)?,
             InsertStep::Insert => {
                 let id: Option<i64> = conn
                     .prepare_cached(&sql.insert)
@@ -465,6 +467,7 @@ fn insert(sql: &Sql, conn: &Connection, task: Checked<&NewTask>, now: i64) -> Re
                                 keyed.initial_status(),
                                 task.order(),
                                 i64::from(task.parked_policy() == WhenParked::Block),
+                                task.attempt_timeout().map(millis),
                             ],
                             |r| r.get(0),
                         )
@@ -963,6 +966,9 @@ impl TaskRow for Cols<'_, '_> {
         self.0.get(i)
     }
     fn opt_text(&self, i: usize) -> rusqlite::Result<Option<String>> {
+        self.0.get(i)
+    }
+    fn opt_int(&self, i: usize) -> rusqlite::Result<Option<i64>> {
         self.0.get(i)
     }
     fn time(&self, i: usize) -> rusqlite::Result<DateTime<Utc>> {

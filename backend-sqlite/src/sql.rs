@@ -219,6 +219,12 @@ impl Sql {
                         ),
                     ],
                 },
+                // A task's own attempt timeout (NULL: its event type's).
+                Migration {
+                    version: 6,
+                    name: "per-task timeout",
+                    statements: vec![format!("ALTER TABLE {t} ADD COLUMN timeout_ms INTEGER")],
+                },
             ],
             // ?1 consumer ?2 message_id ?3 now: one row inserted, or none for a duplicate
             inbox_insert: format!(
@@ -234,14 +240,14 @@ impl Sql {
             // ?8 = now, ?9 = delay ms
             // ?8 now ?9 delay ms ?10 run_at ms (NULL: use the delay; a time already past:
             // now; a NULL makes max() NULL) ?11 priority ?12 jitter % ?13 status ?14 order_key
-            // ?15 order_block
+            // ?15 order_block ?16 timeout ms
             insert: format!(
                 "INSERT INTO {t} (event_type, biz_key, payload, status, attempts, max_attempts,
                     retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at,
                     lease, created_at, updated_at, priority, retry_jitter_pct, order_key,
-                    order_block)
+                    order_block, timeout_ms)
                  VALUES (?1, ?2, ?3, ?13, 0, ?4, ?5, ?6, ?7, COALESCE(max(?10, ?8), ?8 + ?9), 0, ?8, ?8,
-                    ?11, ?12, ?14, ?15)
+                    ?11, ?12, ?14, ?15, ?16)
                  ON CONFLICT (biz_key, event_type, dedup_slot) DO NOTHING
                  RETURNING id"
             ),

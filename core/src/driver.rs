@@ -172,6 +172,10 @@ pub struct Existing {
 /// (the caller's transaction, or the store's own).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InsertStep {
+    /// The task has an order key: lock the key first (as [`ReleaseStep::LockKey`]), so
+    /// the tasks of a key get their ids in the order their enqueues hold the key (and
+    /// commit); answer [`KeyedInsert::key_locked`].
+    LockKey,
     /// Insert the task with `dedup_slot = 0`, doing nothing on a conflict of the unique
     /// key `(biz_key, event_type, dedup_slot)`; answer [`KeyedInsert::inserted`] with the
     /// new id, or `None` on a conflict.
@@ -210,7 +214,7 @@ pub enum InsertStep {
 ///
 /// let task = NewTask::new("E", "k").dedup(Dedup::WhileActive);
 /// let mut insert = KeyedInsert::new(&task);
-/// assert_eq!(insert.first(), InsertStep::Insert);
+/// assert_eq!(insert.first(), InsertStep::Insert); // no order key: no key lock first
 /// // the key is held by a succeeded task: it is freed and the insert tried again
 /// assert_eq!(insert.inserted(None).unwrap(), InsertStep::ReadExisting);
 /// let old = Existing { id: 7, status: 1, age_ms: 10 };
@@ -247,9 +251,26 @@ impl<'t> KeyedInsert<'t> {
         }
     }
 
-    /// The first step: [`InsertStep::Insert`].
+    /// The first step: [`InsertStep::LockKey`] for a task with an order key, else
+    /// [`InsertStep::Insert`].
     pub fn first(&self) -> InsertStep {
-        InsertStep::Insert
+        match self.task.order() {
+            Some(_) => InsertStep::LockKey,
+            None => InsertStep::Insert,
+        }
+    }
+
+    /// The order key's locking read found its row (`false`: deleted meanwhile; lock
+    /// again).
+    pub fn key_locked(&mut self, found: bool) -> Result<InsertStep> {
+        if found {
+            return Ok(InsertStep::Insert);
+        }
+        self.rounds += 1;
+        if self.rounds >= Self::MAX_ROUNDS {
+            return self.again();
+        }
+        Ok(InsertStep::LockKey)
     }
 
     /// The status a new row is inserted with: pending (0), or waiting (5) for a task with
@@ -518,7 +539,7 @@ impl RawAudit {
 pub const COLUMNS: &str = "id, event_type, biz_key, payload, status, attempts, \
     max_attempts, retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at, \
     owner, lease, last_error, created_at, updated_at, priority, retry_jitter_pct, order_key, \
-    order_block";
+    order_block, timeout_ms";
 
 /// One row of [`COLUMNS`] as the database returned it, read column by column (`i` is the
 /// column's position). A driver implements it on its driver's row type, in its stored
@@ -532,6 +553,8 @@ pub trait TaskRow {
     fn text(&self, i: usize) -> std::result::Result<String, Self::Error>;
     /// A text column that may be NULL.
     fn opt_text(&self, i: usize) -> std::result::Result<Option<String>, Self::Error>;
+    /// An integer column that may be NULL.
+    fn opt_int(&self, i: usize) -> std::result::Result<Option<i64>, Self::Error>;
     /// A timestamp column.
     fn time(&self, i: usize) -> std::result::Result<DateTime<Utc>, Self::Error>;
 }
@@ -562,6 +585,7 @@ pub struct RawTask {
     pub retry_jitter_pct: i64,
     pub order_key: Option<String>,
     pub order_block: i64,
+    pub timeout_ms: Option<i64>,
 }
 
 impl RawTask {
@@ -588,6 +612,7 @@ impl RawTask {
             retry_jitter_pct: r.int(17)?,
             order_key: r.opt_text(18)?,
             order_block: r.int(19)?,
+            timeout_ms: r.opt_int(20)?,
         })
     }
 
@@ -631,6 +656,10 @@ impl RawTask {
                 _ => WhenParked::Block,
             },
             order_key: self.order_key,
+            timeout: match self.timeout_ms {
+                Some(ms) => Some(dur(ms, "timeout_ms")?),
+                None => None,
+            },
             next_run_at: self.next_run_at,
             created_at: self.created_at,
             updated_at: self.updated_at,

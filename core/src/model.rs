@@ -426,6 +426,9 @@ pub struct Task {
     pub order_key: Option<String>,
     /// What this task, parked as failed, does to the tasks of its order key behind it.
     pub when_parked: WhenParked,
+    /// Its own attempt timeout, overriding its event type's
+    /// ([`HandlerOptions::timeout`](crate::HandlerOptions::timeout)).
+    pub timeout: Option<Duration>,
 }
 
 impl Task {
@@ -723,6 +726,7 @@ pub struct NewTask {
     replace_pending: bool,
     order_key: Option<String>,
     when_parked: WhenParked,
+    timeout: Option<Duration>,
 }
 
 impl NewTask {
@@ -743,6 +747,7 @@ impl NewTask {
             replace_pending: false,
             order_key: None,
             when_parked: WhenParked::Block,
+            timeout: None,
         }
     }
 
@@ -893,6 +898,19 @@ impl NewTask {
         self.when_parked
     }
 
+    /// This task's attempt timeout, instead of its event type's
+    /// ([`HandlerOptions::timeout`](crate::HandlerOptions::timeout)): for the one export
+    /// that is known to take an hour. 1 ms to [`limits::MAX_INTERVAL`].
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// The task's own attempt timeout, if any.
+    pub fn attempt_timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
     /// The handler key.
     pub fn event_type(&self) -> &str {
         &self.event_type
@@ -970,6 +988,15 @@ impl NewTask {
         }
         if let Some(key) = &self.order_key {
             limits::check_order_key(OP, key)?;
+        }
+        if let Some(t) = self.timeout {
+            if t < Duration::from_millis(1) {
+                return Err(Error::invalid_input(
+                    OP,
+                    format!("timeout must be at least 1 ms, got {t:?}"),
+                ));
+            }
+            limits::check_duration(OP, "timeout", t)?;
         }
         Ok(())
     }

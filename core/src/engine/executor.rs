@@ -163,7 +163,7 @@ async fn run<S: TaskStore + Clone>(
         handler.handle(task).await.map(|()| false)
     })
     .catch_unwind();
-    let timeout = exec.options.timeout;
+    let timeout = task.timeout.unwrap_or(exec.options.timeout);
     let outcome = tokio::select! {
         r = attempt => match r {
             Ok(Ok(true)) => Outcome::Skipped,
@@ -233,7 +233,10 @@ fn outcome_mark(exec: &Executor, task: &Task, outcome: Outcome, c: &Counters) ->
             c.timeouts(et);
             retry(
                 task.retry_delay(),
-                format!("timed out after {:?}", exec.options.timeout),
+                format!(
+                    "timed out after {:?}",
+                    task.timeout.unwrap_or(exec.options.timeout)
+                ),
             )
         }
         Outcome::Released => {

@@ -339,3 +339,69 @@ pub async fn engine_spreads_retries_of_tasks_that_failed_together<H: Harness>(ct
     );
     engine.shutdown().await;
 }
+
+/// a task's own timeout overrides its event type's, shorter or longer; it is stored with
+/// the task and named in the error.
+pub async fn engine_applies_a_tasks_own_timeout<H: Harness>(ctx: &Ctx<H>) {
+    let slow = || {
+        handler_fn(|_task: Task| async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            Ok::<_, HandlerError>(())
+        })
+    };
+    let once = RetryPolicy::fixed(1, Duration::ZERO);
+    let engine = Engine::builder(ctx.store.clone())
+        .config(no_poll_config())
+        .handler("LONG_DEFAULT", slow(), opts().retry(once))
+        .handler(
+            "SHORT_DEFAULT",
+            slow(),
+            opts().retry(once).timeout(Duration::from_millis(100)),
+        )
+        .start()
+        .unwrap();
+    let short = engine
+        .task("LONG_DEFAULT", "a")
+        .timeout(Duration::from_millis(50));
+    let (a, _) = engine.enqueue(short).await.unwrap();
+    assert_eq!(
+        ctx.task(a.id).await.timeout,
+        Some(Duration::from_millis(50))
+    );
+    let long = engine
+        .task("SHORT_DEFAULT", "b")
+        .timeout(Duration::from_secs(5));
+    let (b, _) = engine.enqueue(long).await.unwrap();
+    let (c, _) = engine
+        .enqueue(engine.task("SHORT_DEFAULT", "c"))
+        .await
+        .unwrap();
+    assert_eq!(ctx.task(c.id).await.timeout, None);
+    let ta = wait_status(&ctx.store, a.id, Status::Failed).await;
+    assert!(
+        ta.last_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("timed out after 50ms"),
+        "{:?}",
+        ta.last_error
+    );
+    wait_status(&ctx.store, b.id, Status::Succeeded).await;
+    let tc = wait_status(&ctx.store, c.id, Status::Failed).await;
+    assert!(
+        tc.last_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("timed out after 100ms"),
+        "{:?}",
+        tc.last_error
+    );
+    let bad = engine
+        .enqueue(engine.task("SHORT_DEFAULT", "d").timeout(Duration::ZERO))
+        .await;
+    assert_eq!(
+        bad.unwrap_err().kind(),
+        backstop_core::ErrorKind::InvalidInput
+    );
+    engine.shutdown().await;
+}
