@@ -55,6 +55,8 @@ pub use backstop_core::{
 };
 // Wake-ups across processes, and the consumer's inbox.
 pub use backstop_core::{Inbox, Message, Notifier, Processed, Wake, Wakes};
+// Periodic tasks.
+pub use backstop_core::{Missed, Periodic, Schedule};
 // The store contract and the task model.
 pub use backstop_core::{
     Audit, AuditEntry, Backoff, Dedup, Enqueued, Lease, Mark, MarkAction, NewTask, Owner, Priority,

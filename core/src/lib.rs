@@ -19,6 +19,7 @@ mod kind;
 pub mod limits;
 mod model;
 mod notify;
+mod schedule;
 mod store;
 
 pub use engine::{
@@ -37,6 +38,7 @@ pub use model::{
     WhenParked,
 };
 pub use notify::{Notifier, Wake, Wakes};
+pub use schedule::{Missed, Periodic, Schedule};
 pub use store::{TaskStore, TaskStoreExt};
 
 /// Re-exported so implementors use the same `#[async_trait]` as the trait.

@@ -751,6 +751,12 @@ impl NewTask {
         }
     }
 
+    /// The same task under another business key (a periodic task's tick).
+    pub(crate) fn with_biz_key(mut self, biz_key: String) -> Self {
+        self.biz_key = biz_key;
+        self
+    }
+
     /// Serialize `value` as the JSON payload. A value that fails to serialize is
     /// reported by [`validate`](Self::validate) (and so by the store) as invalid input.
     pub fn json<T: serde::Serialize + ?Sized>(mut self, value: &T) -> Self {

@@ -135,6 +135,69 @@ async fn sweep_keys<S: TaskStore + Clone>(shared: &Shared<S>, cursor: &mut Optio
     }
 }
 
+/// The periodic tasks' clock: at each tick of each [`Periodic`](crate::Periodic), enqueue
+/// its task (keyed by the tick, so of all the instances firing it one inserts), then
+/// sleep until the next tick. A tick whose enqueue fails is tried again a second later,
+/// until the next tick replaces it. When ticks were slept through (a pause), the latest
+/// one is fired and the older ones skipped.
+pub(crate) async fn scheduler<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
+    use crate::Missed;
+    let mut state = shared.state.subscribe();
+    let start = chrono::Utc::now();
+    // the earliest tick each periodic may fire next
+    let mut next: Vec<chrono::DateTime<chrono::Utc>> = shared
+        .periodic
+        .iter()
+        .map(|p| match p.missed_policy() {
+            Missed::CatchUpOne => p.schedule().at_or_before(start),
+            _ => p.schedule().after(start),
+        })
+        .collect();
+    loop {
+        let now = chrono::Utc::now();
+        let mut failed = false;
+        for (p, next) in shared.periodic.iter().zip(next.iter_mut()) {
+            let due = p.schedule().at_or_before(now);
+            if due < *next {
+                continue;
+            }
+            let task = p.task_at(due);
+            let event_type = task.event_type().to_owned();
+            match shared.store.enqueue(task).await {
+                Ok(e) => {
+                    if e.created {
+                        tracing::debug!(periodic = p.name(), tick = %due, task_id = e.id,
+                            "periodic task enqueued");
+                        shared.wake_after(Duration::ZERO, &event_type);
+                    }
+                    *next = p.schedule().after(due);
+                }
+                Err(e) => {
+                    failed = true;
+                    shared.counters.store_errors(&event_type);
+                    tracing::warn!(periodic = p.name(), tick = %due, error = %e,
+                        "could not enqueue a periodic task; trying again");
+                }
+            }
+        }
+        let now = chrono::Utc::now();
+        let wait = next
+            .iter()
+            .map(|n| (*n - now).to_std().unwrap_or(Duration::ZERO))
+            .min()
+            .unwrap_or(SCHEDULER_MAX_SLEEP)
+            .clamp(Duration::from_millis(1), SCHEDULER_MAX_SLEEP);
+        let wait = if failed { SCHEDULER_MAX_SLEEP } else { wait };
+        if !pause(&shared, &mut state, wait).await {
+            return;
+        }
+    }
+}
+
+/// The longest the scheduler sleeps (so a failed tick is retried, and a clock that
+/// jumps is noticed, within it).
+const SCHEDULER_MAX_SLEEP: Duration = Duration::from_secs(1);
+
 /// Keys per page of the key sweep.
 const KEY_SWEEP_PAGE: usize = 100;
 

@@ -297,6 +297,8 @@ struct Shared<S> {
     dyn_store: Arc<dyn TaskStore>,
     /// The application's shared values (see [`EngineBuilder::state`]).
     states: Arc<context::States>,
+    /// The periodic tasks this instance fires.
+    periodic: Vec<crate::Periodic>,
 }
 
 /// Event types the poller was asked to poll before its next tick.
@@ -416,6 +418,7 @@ pub struct EngineBuilder<S> {
     archive: Option<Arc<dyn Archive>>,
     notifier: Option<Arc<dyn Notifier>>,
     states: context::States,
+    periodic: Vec<crate::Periodic>,
 }
 
 impl<S: TaskStore + Clone> EngineBuilder<S> {
@@ -470,6 +473,15 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
         crate::register_kind::<H::Payload>();
         let options = options.retry(<H::Payload as TaskKind>::retry());
         self.handler(<H::Payload as TaskKind>::EVENT_TYPE, Json(handler), options)
+    }
+
+    /// Fire `periodic` on its schedule from this engine (see [`Periodic`](crate::Periodic)):
+    /// register it on every instance that may fire it; each tick is enqueued once
+    /// whatever the number of instances. Its event type needs a handler somewhere in the
+    /// fleet, not necessarily here.
+    pub fn periodic(mut self, periodic: crate::Periodic) -> Self {
+        self.periodic.push(periodic);
+        self
     }
 
     /// Share `value` with every handler: [`Context::state::<T>()`](Context::state) returns
@@ -539,6 +551,16 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
         }
         let mut event_types: Vec<String> = executors.keys().cloned().collect();
         event_types.sort();
+        let mut names = std::collections::HashSet::new();
+        for p in &self.periodic {
+            p.validate(limits::MAX_PAYLOAD_LIMIT)?;
+            if !names.insert(p.name().to_owned()) {
+                return Err(Error::config(
+                    OP,
+                    format!("two periodic tasks named {:?}", p.name()),
+                ));
+            }
+        }
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
             Error::config(OP, "Engine::start must be called within a tokio runtime")
         })?;
@@ -549,6 +571,7 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
         let shared = Arc::new(Shared {
             dyn_store,
             states: Arc::new(self.states),
+            periodic: self.periodic,
             store: self.store,
             config: self.config,
             owner,
@@ -573,6 +596,9 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
         ];
         if shared.config.retention.is_some() {
             jobs.push(runtime.spawn(loops::retention(Arc::clone(&shared))));
+        }
+        if !shared.periodic.is_empty() {
+            jobs.push(runtime.spawn(loops::scheduler(Arc::clone(&shared))));
         }
         if shared.notifier.is_some() {
             jobs.push(runtime.spawn(loops::listener(Arc::clone(&shared))));
@@ -638,6 +664,7 @@ impl<S: TaskStore + Clone> Engine<S> {
             archive: None,
             notifier: None,
             states: context::States::default(),
+            periodic: Vec::new(),
         }
     }
 

@@ -12,6 +12,7 @@ pub mod context;
 pub mod kinds;
 pub mod leases;
 pub mod order;
+pub mod periodic;
 pub mod poller;
 pub mod retention;
 pub mod run_ahead;

@@ -1,0 +1,148 @@
+//! Periodic tasks: each tick fires once across instances, with no leader.
+
+use backstop_core::{Missed, Periodic, Schedule};
+
+use super::*;
+
+/// three instances fire one periodic task every 100 ms for 30 ticks: every tick between
+/// the first and the last runs exactly once (no tick twice, none skipped), each at or
+/// after its tick.
+pub async fn engine_fires_each_periodic_tick_once_across_instances<H: Harness>(ctx: &Ctx<H>) {
+    let interval = Duration::from_millis(100);
+    let ran: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    let late: Arc<AtomicUsize> = Arc::default();
+    let make = || {
+        let (ran, late) = (Arc::clone(&ran), Arc::clone(&late));
+        handler_fn(move |task: Task| {
+            let (ran, late) = (Arc::clone(&ran), Arc::clone(&late));
+            async move {
+                if chrono::Utc::now() + chrono_dur(Duration::from_millis(250)) < task.next_run_at {
+                    late.fetch_add(1, Ordering::SeqCst); // ran well before its tick
+                }
+                *ran.lock().unwrap().entry(task.biz_key.clone()).or_default() += 1;
+                Ok(())
+            }
+        })
+    };
+    let periodic = Periodic::new(
+        "heartbeat-report",
+        Schedule::every(interval).unwrap(),
+        NewTask::new("TICK", "-").json(&"report"),
+    );
+    let mut engines = Vec::new();
+    for _ in 0..3 {
+        let store = ctx.new_store().await;
+        engines.push(
+            Engine::builder(store)
+                .config(fast_config().first_poll_delay(Duration::ZERO))
+                .handler("TICK", make(), opts())
+                .periodic(periodic.clone())
+                .start()
+                .unwrap(),
+        );
+    }
+    eventually("30 ticks to run", || async {
+        ran.lock().unwrap().len() >= 30
+    })
+    .await;
+    for e in &engines {
+        e.shutdown().await;
+    }
+    let ran = ran.lock().unwrap().clone();
+    let mut ticks: Vec<chrono::DateTime<chrono::Utc>> = ran
+        .keys()
+        .map(|k| {
+            let t = k.strip_prefix("heartbeat-report@").unwrap();
+            chrono::DateTime::parse_from_rfc3339(t).unwrap().to_utc()
+        })
+        .collect();
+    ticks.sort();
+    for (key, n) in ran.iter() {
+        assert_eq!(*n, 1, "tick {key} ran {n} times");
+    }
+    for w in ticks.windows(2) {
+        assert_eq!(
+            w[1] - w[0],
+            chrono_dur(interval),
+            "a tick was skipped between {} and {}",
+            w[0],
+            w[1]
+        );
+    }
+    assert_eq!(late.load(Ordering::SeqCst), 0);
+    // each tick is one row, keyed by its tick, due at its tick
+    let rows = ctx
+        .store
+        .list(
+            &backstop_core::TaskFilter::default()
+                .event_type("TICK")
+                .limit(1000),
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), ran.len());
+    for t in rows {
+        let tick = t.biz_key.strip_prefix("heartbeat-report@").unwrap();
+        let tick = chrono::DateTime::parse_from_rfc3339(tick).unwrap().to_utc();
+        assert!(t.next_run_at >= tick - chrono_dur(crate::CLOCK_SLACK));
+        assert_eq!(t.payload, "\"report\"");
+    }
+}
+
+/// missed ticks: `Skip` fires nothing at start, `CatchUpOne` fires the latest past tick
+/// at start — once, however many instances start.
+pub async fn engine_handles_missed_ticks_by_policy<H: Harness>(ctx: &Ctx<H>) {
+    let hourly = Schedule::every(HOUR).unwrap();
+    let template = || NewTask::new("HOURLY", "-");
+    let start = |periodic: Periodic| {
+        let store = ctx.store.clone();
+        async move {
+            Engine::builder(store)
+                .config(no_poll_config())
+                .handler("HOURLY", handler_fn(|_t: Task| async { Ok(()) }), opts())
+                .periodic(periodic)
+                .start()
+                .unwrap()
+        }
+    };
+    let skip = start(Periodic::new("skipper", hourly.clone(), template())).await;
+    let a = start(Periodic::new("catcher", hourly.clone(), template()).missed(Missed::CatchUpOne))
+        .await;
+    let b = start(Periodic::new("catcher", hourly.clone(), template()).missed(Missed::CatchUpOne))
+        .await;
+    let last_tick = hourly.at_or_before(chrono::Utc::now());
+    eventually("the missed tick to be enqueued", || async {
+        !ctx.store
+            .list(&backstop_core::TaskFilter::default().event_type("HOURLY"))
+            .await
+            .unwrap()
+            .is_empty()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let rows = ctx
+        .store
+        .list(&backstop_core::TaskFilter::default().event_type("HOURLY"))
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(
+        rows[0].biz_key,
+        format!(
+            "catcher@{}",
+            last_tick.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+        )
+    );
+    for e in [skip, a, b] {
+        e.shutdown().await;
+    }
+    // a bad name or template is refused at start
+    let bad = Engine::builder(ctx.store.clone())
+        .handler("HOURLY", handler_fn(|_t: Task| async { Ok(()) }), opts())
+        .periodic(Periodic::new("has space", hourly.clone(), template()))
+        .start();
+    assert_eq!(
+        bad.err().map(|e| e.kind()),
+        Some(backstop_core::ErrorKind::Config)
+    );
+}
