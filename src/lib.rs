@@ -59,9 +59,9 @@ pub use backstop_core::{Inbox, Message, Notifier, Processed, Wake, Wakes};
 pub use backstop_core::{Missed, Periodic, Schedule};
 // The store contract and the task model.
 pub use backstop_core::{
-    Audit, AuditEntry, Backoff, Dedup, Enqueued, Lease, Mark, MarkAction, NewTask, Owner, Priority,
-    Recycled, RetryPolicy, Stats, Status, StatusCount, StoreConfig, Task, TaskFilter, TaskId,
-    TaskStore, TaskStoreExt, Throughput, WhenParked,
+    Audit, AuditEntry, Backoff, Dedup, Enqueued, EventTypeSeen, Lease, Mark, MarkAction, NewTask,
+    Owner, Priority, Recycled, RetryPolicy, Stats, Status, StatusCount, StoreConfig, Task,
+    TaskFilter, TaskId, TaskStore, TaskStoreExt, Throughput, WhenParked,
 };
 // Errors.
 /// Re-exported so handlers (and backends) use the same `#[async_trait]` as the traits.

@@ -49,7 +49,7 @@ use std::time::Duration;
 use backstop_core::driver::prelude::*;
 #[cfg(doc)]
 use backstop_core::TaskStore;
-use chrono::NaiveDateTime;
+use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::mysql::{MySqlConnectOptions, MySqlDatabaseError, MySqlPoolOptions, MySqlRow};
 use sqlx::{Executor, MySql, MySqlConnection, MySqlPool, Row};
 
@@ -1197,6 +1197,31 @@ impl Driver for Inner {
             promoted.extend(id);
         }
         Ok(promoted)
+    }
+
+    async fn register_types(&self, event_types: Checked<&[String]>) -> Result<()> {
+        let mut conn = self.pool.acquire().await.map_err(my_err)?;
+        for t in event_types.iter() {
+            sqlx::query(safe(&self.sql.types_register))
+                .bind(t)
+                .execute(&mut *conn)
+                .await
+                .map_err(my_err)?;
+        }
+        Ok(())
+    }
+
+    async fn types(&self) -> Result<Vec<(String, DateTime<Utc>, DateTime<Utc>)>> {
+        let mut conn = self.pool.acquire().await.map_err(my_err)?;
+        let rows: Vec<(String, NaiveDateTime, NaiveDateTime)> =
+            sqlx::query_as(safe(&self.sql.types_list))
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(my_err)?;
+        Ok(rows
+            .into_iter()
+            .map(|(t, f, l)| (t, f.and_utc(), l.and_utc()))
+            .collect())
     }
 
     async fn order_keys(&self, after: Option<&str>, limit: Checked<usize>) -> Result<Vec<String>> {

@@ -44,6 +44,10 @@ pub(crate) struct Sql {
     pub replace_payload: String,
     /// id, lease: a running task's success, on the handler's transaction.
     pub complete: String,
+    /// event type: upsert into the handlers table.
+    pub types_register: String,
+    /// The handlers table.
+    pub types_list: String,
     /// order key: insert it into the keys table if missing, and lock its row.
     pub key_insert: String,
     /// order key: a task in the way (pending, running, parked and blocking).
@@ -100,6 +104,7 @@ impl Sql {
         let ta = format!("`{table}_audit`");
         let tv = format!("`{}`", version_table(table));
         let tk = format!("`{table}_keys`");
+        let th = format!("`{table}_handlers`");
         let fenced = "WHERE id = ? AND status = 3 AND lease = ?";
         Sql {
             table: t.clone(),
@@ -241,6 +246,19 @@ impl Sql {
                     name: "per-task timeout",
                     statements: vec![format!("ALTER TABLE {t} ADD COLUMN timeout_ms BIGINT NULL")],
                 },
+                // The event types the fleet's engines have handlers for.
+                Migration {
+                    version: 7,
+                    name: "handled event types",
+                    statements: vec![format!(
+                        "CREATE TABLE IF NOT EXISTS {th} (
+                            event_type    VARCHAR(64) NOT NULL,
+                            first_seen_at DATETIME(3) NOT NULL,
+                            last_seen_at  DATETIME(3) NOT NULL,
+                            PRIMARY KEY (event_type)
+                         ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin"
+                    )],
+                },
             ],
             // event_type, biz_key, payload, max_attempts, strategy, interval, max, run_at
             // (NULL: use the delay; a time already past: now), delay µs, priority, jitter %,
@@ -269,6 +287,12 @@ impl Sql {
                 "INSERT INTO {tk} (order_key) VALUES (?)
                  ON DUPLICATE KEY UPDATE order_key = order_key"
             ),
+            types_register: format!(
+                "INSERT INTO {th} (event_type, first_seen_at, last_seen_at)
+                 VALUES (?, NOW(3), NOW(3))
+                 ON DUPLICATE KEY UPDATE last_seen_at = NOW(3)"
+            ),
+            types_list: format!("SELECT event_type, first_seen_at, last_seen_at FROM {th}"),
             complete: format!(
                 "UPDATE {t} SET status = 1, last_error = NULL, updated_at = NOW(3) {fenced}"
             ),

@@ -52,6 +52,7 @@ use backstop_core::driver::{Admit, Throttle};
 use backstop_core::limits;
 #[cfg(doc)]
 use backstop_core::TaskStore;
+use chrono::{DateTime, Utc};
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
@@ -889,6 +890,19 @@ impl Driver for Inner {
             promoted.extend(id);
         }
         Ok(promoted)
+    }
+
+    async fn register_types(&self, event_types: Checked<&[String]>) -> Result<()> {
+        self.execute(&self.sql.types_register, &[&*event_types])
+            .await
+            .map(|_| ())
+    }
+
+    async fn types(&self) -> Result<Vec<(String, DateTime<Utc>, DateTime<Utc>)>> {
+        let rows = self.query(&self.sql.types_list, &[]).await?;
+        rows.iter()
+            .map(|r| Ok((col(r, 0)?, col(r, 1)?, col(r, 2)?)))
+            .collect()
     }
 
     async fn order_keys(&self, after: Option<&str>, limit: Checked<usize>) -> Result<Vec<String>> {

@@ -80,6 +80,10 @@ pub(crate) struct Sql {
     pub replace_payload: String,
     /// $1 id $2 lease: a running task's success, on the handler's transaction.
     pub complete: String,
+    /// $1 event types: upsert into the handlers table.
+    pub types_register: String,
+    /// The handlers table.
+    pub types_list: String,
     /// $1 order key: insert it if missing and lock it; a row when locked.
     pub key_lock: String,
     /// $1 order key: a task in the way (pending, running, parked and blocking).
@@ -137,6 +141,7 @@ impl Sql {
         let ta = format!("\"{schema}\".\"{table}_audit\"");
         let tv = format!("\"{schema}\".\"{}\"", version_table(table));
         let tk = format!("\"{schema}\".\"{table}_keys\"");
+        let th = format!("\"{schema}\".\"{table}_handlers\"");
         let tc = t_columns();
         // $1 event_type $2 biz_key $3 payload $4 max_attempts $5 strategy
         // $6 interval_ms $7 max_interval_ms $8 delay_ms $9 run_at (NULL: use the delay;
@@ -300,6 +305,18 @@ impl Sql {
                         "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS timeout_ms BIGINT"
                     )],
                 },
+                // The event types the fleet's engines have handlers for.
+                Migration {
+                    version: 7,
+                    name: "handled event types",
+                    statements: vec![format!(
+                        "CREATE TABLE IF NOT EXISTS {th} (
+                            event_type    VARCHAR(64) PRIMARY KEY,
+                            first_seen_at TIMESTAMPTZ NOT NULL,
+                            last_seen_at  TIMESTAMPTZ NOT NULL
+                         )"
+                    )],
+                },
             ],
             // the change and its audit entry in one statement
             cancel: format!(
@@ -361,6 +378,14 @@ impl Sql {
                     (extract(epoch FROM now() - created_at) * 1000)::bigint
                  FROM {t} WHERE event_type = $1 AND biz_key = $2 AND dedup_slot = 0
                  FOR UPDATE"
+            ),
+            types_register: format!(
+                "INSERT INTO {th} (event_type, first_seen_at, last_seen_at)
+                 SELECT et, now(), now() FROM unnest($1::text[]) AS t(et)
+                 ON CONFLICT (event_type) DO UPDATE SET last_seen_at = now()"
+            ),
+            types_list: format!(
+                "SELECT event_type::text, first_seen_at, last_seen_at FROM {th}"
             ),
             complete: format!(
                 "UPDATE {t} SET status = 1, last_error = NULL, updated_at = now()

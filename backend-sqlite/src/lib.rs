@@ -872,6 +872,42 @@ impl Driver for Inner {
         .await?
     }
 
+    async fn register_types(&self, event_types: Checked<&[String]>) -> Result<()> {
+        let types = event_types.to_vec();
+        self.write("register_event_types", move |sql, tx, now| {
+            let mut stmt = tx.prepare_cached(&sql.types_register)?;
+            for t in &types {
+                stmt.execute(params![t, now])?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn types(&self) -> Result<Vec<(String, DateTime<Utc>, DateTime<Utc>)>> {
+        let rows: Vec<(String, i64, i64)> = self
+            .read("event_types", |sql, conn, _| {
+                conn.prepare_cached(&sql.types_list)?
+                    .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                    .collect()
+            })
+            .await?;
+        rows.into_iter()
+            .map(|(t, f, l)| {
+                let time = |ms: i64| {
+                    DateTime::from_timestamp_millis(ms).ok_or_else(|| {
+                        Error::new(
+                            ErrorKind::Unexpected,
+                            "event_types",
+                            format!("bad time {ms}"),
+                        )
+                    })
+                };
+                Ok((t, time(f)?, time(l)?))
+            })
+            .collect()
+    }
+
     async fn order_keys(&self, after: Option<&str>, limit: Checked<usize>) -> Result<Vec<String>> {
         let after = after.unwrap_or("").to_owned();
         let limit = i64::try_from(*limit).unwrap_or(i64::MAX);

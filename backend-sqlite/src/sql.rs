@@ -38,6 +38,10 @@ pub(crate) struct Sql {
     pub release_key: String,
     /// ?1 id ?2 payload ?3 now: replace a pending task's payload.
     pub replace_payload: String,
+    /// ?1 event type ?2 now: upsert into the handlers table.
+    pub types_register: String,
+    /// The handlers table.
+    pub types_list: String,
     /// ?1 order key: insert it into the keys table if missing.
     pub key_insert: String,
     /// ?1 order key: a task in the way (pending, running, parked and blocking).
@@ -92,6 +96,7 @@ impl Sql {
         let ta = format!("\"{table}_audit\"");
         let tv = format!("\"{}\"", version_table(table));
         let tk = format!("\"{table}_keys\"");
+        let th = format!("\"{table}_handlers\"");
         // Every change to a running task is fenced by id, status and lease.
         let fenced = "WHERE id = ?2 AND status = 3 AND lease = ?3";
         Sql {
@@ -225,6 +230,18 @@ impl Sql {
                     name: "per-task timeout",
                     statements: vec![format!("ALTER TABLE {t} ADD COLUMN timeout_ms INTEGER")],
                 },
+                // The event types the fleet's engines have handlers for.
+                Migration {
+                    version: 7,
+                    name: "handled event types",
+                    statements: vec![format!(
+                        "CREATE TABLE IF NOT EXISTS {th} (
+                            event_type    TEXT    PRIMARY KEY,
+                            first_seen_at INTEGER NOT NULL,
+                            last_seen_at  INTEGER NOT NULL
+                         ) WITHOUT ROWID"
+                    )],
+                },
             ],
             // ?1 consumer ?2 message_id ?3 now: one row inserted, or none for a duplicate
             inbox_insert: format!(
@@ -257,6 +274,11 @@ impl Sql {
             ),
             release_key: format!("UPDATE {t} SET dedup_slot = id WHERE id = ?1 AND dedup_slot = 0"),
             key_insert: format!("INSERT OR IGNORE INTO {tk} (order_key) VALUES (?1)"),
+            types_register: format!(
+                "INSERT INTO {th} (event_type, first_seen_at, last_seen_at) VALUES (?1, ?2, ?2)
+                 ON CONFLICT (event_type) DO UPDATE SET last_seen_at = ?2"
+            ),
+            types_list: format!("SELECT event_type, first_seen_at, last_seen_at FROM {th}"),
             key_blocker: format!(
                 "SELECT id FROM {t}
                  WHERE order_key = ?1 AND (status IN (0, 3) OR (status = 2 AND order_block = 1))

@@ -21,9 +21,7 @@ use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
-use backstop_core::{
-    Audit, BacklogGauges, Error, ErrorKind, Stats, Status, Task, TaskFilter, TaskStore,
-};
+use backstop_core::{Audit, BacklogGauges, Error, ErrorKind, Status, Task, TaskFilter, TaskStore};
 use serde::{Deserialize, Serialize};
 
 use crate::metrics::Metrics;
@@ -1103,19 +1101,27 @@ async fn metrics<S: TaskStore + Clone + 'static>(
             g.0.is_none_or(|at| at.elapsed() >= Duration::from_secs(15))
         };
         if due {
-            match inner.store.backlog().await {
-                Ok(stats) => record(&inner, &stats),
+            let read = async {
+                let stats = inner.store.backlog().await?;
+                let handled = inner.store.event_types().await?;
+                Ok::<_, Error>((stats, handled))
+            };
+            match read.await {
+                Ok((stats, handled)) => {
+                    let handled = handled.into_iter().map(|t| t.event_type).collect();
+                    let mut g = inner.gauges.lock().unwrap_or_else(|p| p.into_inner());
+                    g.0 = Some(Instant::now());
+                    g.1.record(&stats);
+                    for (event_type, waiting) in g.1.record_unhandled(&stats, &handled) {
+                        tracing::warn!(%event_type, waiting,
+                            "tasks wait for an event type no engine has a handler for");
+                    }
+                }
                 Err(e) => tracing::warn!(error = %e, "backlog counts for /metrics failed"),
             }
         }
     }
     m.response().into_response()
-}
-
-fn record<S>(inner: &Inner<S>, stats: &Stats) {
-    let mut g = inner.gauges.lock().unwrap_or_else(|p| p.into_inner());
-    g.0 = Some(Instant::now());
-    g.1.record(stats);
 }
 
 // ---------------------------------------------------------------------------------------

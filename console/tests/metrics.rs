@@ -98,8 +98,23 @@ async fn the_scrape_counts_every_path_with_explicit_buckets_and_no_ids() {
     }
     engine.shutdown().await;
     assert!(store.get(e.id).await.unwrap().is_some());
+    // a task of an event type no engine has a handler for (the engine registered MAIL)
+    store
+        .enqueue(NewTask::new("MAIL_TYPO", "lost"))
+        .await
+        .unwrap();
 
     let page = scrape(&app).await;
+    assert_eq!(
+        value(&page, "backstop_unhandled_tasks{event_type=\"MAIL_TYPO\"}"),
+        Some(1.0),
+        "{page}"
+    );
+    assert_eq!(
+        value(&page, "backstop_unhandled_tasks{event_type=\"MAIL\"}"),
+        None,
+        "{page}"
+    );
     assert_eq!(
         value(&page, "backstop_enqueued_total{event_type=\"MAIL\"}"),
         Some(3.0),

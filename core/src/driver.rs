@@ -813,6 +813,15 @@ pub trait Driver: Send + Sync + 'static {
     /// [`order_keys`](crate::TaskStore::order_keys): up to `limit` keys of the keys table
     /// greater than `after`, in order. Checked: `limit` 1 to `MAX_BATCH`.
     async fn order_keys(&self, after: Option<&str>, limit: Checked<usize>) -> Result<Vec<String>>;
+
+    /// [`register_event_types`](crate::TaskStore::register_event_types): upsert each type
+    /// into the handlers table (`first_seen_at` kept, `last_seen_at` = now). Checked: 1 to
+    /// `MAX_EVENT_TYPES` distinct valid types.
+    async fn register_types(&self, event_types: Checked<&[String]>) -> Result<()>;
+
+    /// [`event_types`](crate::TaskStore::event_types): every row of the handlers table as
+    /// `(event_type, first_seen_at, last_seen_at)`.
+    async fn types(&self) -> Result<Vec<(String, DateTime<Utc>, DateTime<Utc>)>>;
 }
 
 /// A backend's store: it names its [`Driver`], and core implements

@@ -33,9 +33,9 @@ pub use inbox::{Inbox, Message, Processed};
 pub use kind::{register_kind, TaskKind};
 pub use limits::StoreConfig;
 pub use model::{
-    Audit, AuditEntry, Backoff, Dedup, Enqueued, Lease, Mark, MarkAction, NewTask, Owner, Priority,
-    Recycled, RetryPolicy, Stats, Status, StatusCount, Task, TaskFilter, TaskId, Throughput,
-    WhenParked,
+    Audit, AuditEntry, Backoff, Dedup, Enqueued, EventTypeSeen, Lease, Mark, MarkAction, NewTask,
+    Owner, Priority, Recycled, RetryPolicy, Stats, Status, StatusCount, Task, TaskFilter, TaskId,
+    Throughput, WhenParked,
 };
 pub use notify::{Notifier, Wake, Wakes};
 pub use schedule::{Missed, Periodic, Schedule};

@@ -1257,6 +1257,19 @@ pub struct Throughput {
     pub count: u64,
 }
 
+/// An event type some engine of the fleet has a handler for (see
+/// [`TaskStore::event_types`](crate::TaskStore::event_types)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EventTypeSeen {
+    /// The event type.
+    pub event_type: String,
+    /// When an engine with a handler for it first started (database time).
+    pub first_seen: DateTime<Utc>,
+    /// When one last started or said it still runs (database time).
+    pub last_seen: DateTime<Utc>,
+}
+
 /// The answer of [`TaskStore::stats`].
 ///
 /// [`TaskStore::stats`]: crate::TaskStore::stats

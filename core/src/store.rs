@@ -12,8 +12,8 @@ use crate::driver::{
 use crate::error::{Error, ErrorKind, Result};
 use crate::limits;
 use crate::model::{
-    Audit, AuditEntry, Enqueued, Lease, Mark, MarkAction, NewTask, Owner, Recycled, Stats, Status,
-    StatusCount, Task, TaskFilter, TaskId, Throughput,
+    Audit, AuditEntry, Enqueued, EventTypeSeen, Lease, Mark, MarkAction, NewTask, Owner, Recycled,
+    Stats, Status, StatusCount, Task, TaskFilter, TaskId, Throughput,
 };
 
 /// Storage of tasks: the local message table.
@@ -286,6 +286,17 @@ pub trait TaskStore: Send + Sync + 'static {
     /// through them and releases each page. (Keys are listed from a table of their own,
     /// so the page costs what it holds.)
     async fn order_keys(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>>;
+
+    /// Record that an engine with handlers for `event_types` runs (it calls this when it
+    /// starts, and now and then while it runs): the fleet's handled types, so a task of a
+    /// type no engine handles (a typo) can be reported instead of waiting forever. At
+    /// most [`MAX_EVENT_TYPES`](crate::limits::MAX_EVENT_TYPES) valid types;
+    /// `InvalidInput` otherwise, nothing written.
+    async fn register_event_types(&self, event_types: &[String]) -> Result<()>;
+
+    /// The event types some engine has registered (see
+    /// [`register_event_types`](Self::register_event_types)), in order.
+    async fn event_types(&self) -> Result<Vec<EventTypeSeen>>;
 }
 
 /// Conveniences over [`TaskStore`], for every store (including `dyn TaskStore`).
@@ -415,6 +426,12 @@ impl<S: TaskStore + ?Sized> TaskStore for std::sync::Arc<S> {
     }
     async fn order_keys(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>> {
         (**self).order_keys(after, limit).await
+    }
+    async fn register_event_types(&self, event_types: &[String]) -> Result<()> {
+        (**self).register_event_types(event_types).await
+    }
+    async fn event_types(&self) -> Result<Vec<EventTypeSeen>> {
+        (**self).event_types().await
     }
 }
 
@@ -737,6 +754,34 @@ impl<B: Backend + ?Sized> TaskStore for B {
         let d = self.driver();
         let keys = Checked::new(keys.as_slice());
         run(d, OP, || d.release_keys(keys)).await
+    }
+
+    async fn register_event_types(&self, event_types: &[String]) -> Result<()> {
+        const OP: &str = "register_event_types";
+        limits::check_event_types(OP, event_types)?;
+        let mut types = event_types.to_vec();
+        types.sort_unstable();
+        types.dedup();
+        if types.is_empty() {
+            return Ok(());
+        }
+        let d = self.driver();
+        let types = Checked::new(types.as_slice());
+        run(d, OP, || d.register_types(types)).await
+    }
+
+    async fn event_types(&self) -> Result<Vec<EventTypeSeen>> {
+        let d = self.driver();
+        let mut rows = run(d, "event_types", || d.types()).await?;
+        rows.sort();
+        Ok(rows
+            .into_iter()
+            .map(|(event_type, first_seen, last_seen)| EventTypeSeen {
+                event_type,
+                first_seen,
+                last_seen,
+            })
+            .collect())
     }
 
     async fn order_keys(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>> {

@@ -188,6 +188,23 @@ impl Driver for Tripwire {
         assert!((1..=MAX_BATCH).contains(&keys.len()));
         Ok(Vec::new())
     }
+    async fn register_types(&self, event_types: Checked<&[String]>) -> Result<()> {
+        self.called();
+        assert!((1..=backstop_core::limits::MAX_EVENT_TYPES).contains(&event_types.len()));
+        Ok(())
+    }
+    async fn types(
+        &self,
+    ) -> Result<
+        Vec<(
+            String,
+            chrono::DateTime<chrono::Utc>,
+            chrono::DateTime<chrono::Utc>,
+        )>,
+    > {
+        self.called();
+        Ok(Vec::new())
+    }
     async fn order_keys(&self, _after: Option<&str>, limit: Checked<usize>) -> Result<Vec<String>> {
         self.called();
         limit_ok(*limit);
@@ -278,6 +295,10 @@ async fn invalid_input_reaches_no_driver() {
         "release_order_keys",
     );
     refused(s.order_keys(None, MAX_BATCH + 1).await, "order_keys");
+    refused(
+        s.register_event_types(&["bad type".to_owned()]).await,
+        "register_event_types",
+    );
     refused(
         s.enqueue(NewTask::new("E", "k").order_key("")).await,
         "enqueue",

@@ -114,6 +114,11 @@ const OTHERS: &[(&str, &str, Kind)] = &[
         Kind::Gauge,
     ),
     (
+        "backstop_unhandled_tasks",
+        "Pending or waiting tasks per event type that no engine of the fleet has a handler for (a typo, a handler not deployed): they would wait forever.",
+        Kind::Gauge,
+    ),
+    (
         "backstop_purged_total",
         "Succeeded tasks purged after the retention period.",
         Kind::Counter,
@@ -178,12 +183,67 @@ pub fn describe_metrics() {
 /// `backstop_oldest_due_pending_seconds`. It remembers the label pairs it set, so a count
 /// that drops out of the answer (the last failed task of a type reset) reads 0, not its
 /// old value.
+///
+/// With the fleet's handled event types ([`refresh`](Self::refresh)), also
+/// `backstop_unhandled_tasks{event_type}`: pending or waiting tasks of types no engine has
+/// registered a handler for.
 #[derive(Debug, Default)]
 pub struct BacklogGauges {
     seen: std::collections::BTreeSet<(String, Status)>,
+    unhandled: std::collections::BTreeSet<String>,
 }
 
 impl BacklogGauges {
+    /// Read the backlog and the fleet's handled event types from `store` and set the
+    /// gauges. Returns the event types that just became unhandled (tasks wait, and no
+    /// engine has a handler for them): log them. Refreshed by one engine per database
+    /// ([`EngineConfig::backlog_gauges`](crate::EngineConfig::backlog_gauges)) or by the
+    /// console's `/metrics`.
+    pub async fn refresh<S: crate::TaskStore + ?Sized>(
+        &mut self,
+        store: &S,
+    ) -> crate::Result<Vec<(String, u64)>> {
+        let stats = store.backlog().await?;
+        self.record(&stats);
+        let handled: std::collections::BTreeSet<String> = store
+            .event_types()
+            .await?
+            .into_iter()
+            .map(|t| t.event_type)
+            .collect();
+        Ok(self.record_unhandled(&stats, &handled))
+    }
+
+    /// Set `backstop_unhandled_tasks` from `stats` and the fleet's `handled` event types;
+    /// returns the types that just became unhandled, with their waiting counts.
+    pub fn record_unhandled(
+        &mut self,
+        stats: &Stats,
+        handled: &std::collections::BTreeSet<String>,
+    ) -> Vec<(String, u64)> {
+        let mut counts: std::collections::BTreeMap<String, u64> = Default::default();
+        for c in &stats.counts {
+            if matches!(c.status, Status::Pending | Status::Waiting)
+                && !handled.contains(&c.event_type)
+            {
+                *counts.entry(c.event_type.clone()).or_default() += c.count;
+            }
+        }
+        let mut new = Vec::new();
+        for (event_type, n) in &counts {
+            metrics::gauge!("backstop_unhandled_tasks", "event_type" => event_type.clone())
+                .set(*n as f64);
+            if !self.unhandled.contains(event_type) {
+                new.push((event_type.clone(), *n));
+            }
+        }
+        for gone in self.unhandled.iter().filter(|t| !counts.contains_key(*t)) {
+            metrics::gauge!("backstop_unhandled_tasks", "event_type" => gone.clone()).set(0.0);
+        }
+        self.unhandled = counts.into_keys().collect();
+        new
+    }
+
     /// Set the gauges from `stats`.
     pub fn record(&mut self, stats: &Stats) {
         let mut now = std::collections::BTreeSet::new();

@@ -49,8 +49,20 @@ pub(crate) async fn recycler<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
         return;
     }
     let mut key_cursor: Option<String> = None;
+    let mut registered: Option<std::time::Instant> = None;
     loop {
         let mut found = false;
+        if registered.is_none_or(|at| at.elapsed() >= REGISTER_EVERY) {
+            // the fleet's handled types: this instance's, now and then again
+            match shared.store.register_event_types(&shared.event_types).await {
+                Ok(()) => registered = Some(std::time::Instant::now()),
+                Err(e) => {
+                    shared.counters.store_errors("*");
+                    tracing::warn!(owner = %shared.owner, error = %e,
+                        "could not register this engine's event types; trying again");
+                }
+            }
+        }
         sweep_keys(&shared, &mut key_cursor).await;
         let full = match shared
             .store
@@ -197,6 +209,9 @@ pub(crate) async fn scheduler<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
 /// The longest the scheduler sleeps (so a failed tick is retried, and a clock that
 /// jumps is noticed, within it).
 const SCHEDULER_MAX_SLEEP: Duration = Duration::from_secs(1);
+
+/// How often an engine registers its event types again (their `last_seen`).
+const REGISTER_EVERY: Duration = Duration::from_secs(3600);
 
 /// Keys per page of the key sweep.
 const KEY_SWEEP_PAGE: usize = 100;
@@ -443,8 +458,14 @@ async fn update_gauges<S: TaskStore + Clone>(
     shared: &Shared<S>,
     gauges: &mut crate::BacklogGauges,
 ) {
-    match shared.store.backlog().await {
-        Ok(stats) => gauges.record(&stats),
+    match gauges.refresh(&shared.store).await {
+        Ok(unhandled) => {
+            for (event_type, waiting) in unhandled {
+                tracing::warn!(owner = %shared.owner, %event_type, waiting,
+                    "tasks wait for an event type no engine has a handler for (a typo? a \
+                     handler not deployed?): they will not run until one does");
+            }
+        }
         Err(e) => {
             shared.counters.store_errors("*");
             tracing::debug!(error = %e, "backlog counts failed");

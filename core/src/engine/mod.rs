@@ -448,7 +448,7 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
     /// its event type built by name get its policy).
     ///
     /// ```
-    /// use backstop_core::{kind_fn, Engine, HandlerError, HandlerOptions, Task, TaskKind};
+    /// use backstop_core::{kind_fn, Context, Engine, HandlerError, HandlerOptions, TaskKind};
     /// # #[derive(serde::Serialize, serde::Deserialize)]
     /// # struct Ship { order_id: u64 }
     /// # impl TaskKind for Ship {
@@ -458,7 +458,7 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
     /// # fn demo<S: backstop_core::TaskStore + Clone>(store: S) -> backstop_core::Result<()> {
     /// let engine = Engine::builder(store)
     ///     .kind(
-    ///         kind_fn(|ship: Ship, _task: Task| async move { Ok::<_, HandlerError>(()) }),
+    ///         kind_fn(|ship: Ship, _cx: Context| async move { Ok::<_, HandlerError>(()) }),
     ///         HandlerOptions::default().concurrency(8),
     ///     )
     ///     .start()?;

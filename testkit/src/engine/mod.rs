@@ -277,6 +277,12 @@ impl<S: TaskStore> TaskStore for Gate<S> {
     async fn release_order_keys(&self, keys: &[String]) -> backstop_core::Result<Vec<TaskId>> {
         self.inner.release_order_keys(keys).await
     }
+    async fn register_event_types(&self, event_types: &[String]) -> backstop_core::Result<()> {
+        self.inner.register_event_types(event_types).await
+    }
+    async fn event_types(&self) -> backstop_core::Result<Vec<backstop_core::EventTypeSeen>> {
+        self.inner.event_types().await
+    }
     async fn order_keys(
         &self,
         after: Option<&str>,

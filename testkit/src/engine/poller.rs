@@ -202,3 +202,54 @@ pub async fn engine_stops_claiming_while_marks_stall<H: Harness>(ctx: &Ctx<H>) {
     assert_eq!(engine.counters().succeeded, total as u64);
     engine.shutdown().await;
 }
+
+/// an engine registers the event types it handles; tasks of a type no engine handles
+/// are reported (a warning; `backstop_unhandled_tasks`), not left waiting silently.
+pub async fn engine_reports_tasks_no_engine_can_run<H: Harness>(ctx: &Ctx<H>) {
+    let logs = crate::logs::capture();
+    let calls = Calls::default();
+    let engine = Engine::builder(ctx.store.clone())
+        .config(
+            fast_config()
+                .first_poll_delay(Duration::ZERO)
+                .gauge_interval(Duration::from_millis(50)),
+        )
+        .handler("KNOWN", succeeding(&calls), opts())
+        .start()
+        .unwrap();
+    eventually("the engine to register its event types", || async {
+        ctx.store
+            .event_types()
+            .await
+            .unwrap()
+            .iter()
+            .any(|t| t.event_type == "KNOWN")
+    })
+    .await;
+    ctx.store
+        .enqueue(NewTask::new("KNOWN_TYPO", "lost"))
+        .await
+        .unwrap();
+    let owner = engine.owner().to_string();
+    eventually("a warning about the unhandled event type", || async {
+        logs.of(&owner)
+            .iter()
+            .any(|m| m.contains("no engine has a handler for"))
+    })
+    .await;
+    let warned = logs
+        .of(&owner)
+        .iter()
+        .filter(|m| m.contains("no engine has a handler for"))
+        .count();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        logs.of(&owner)
+            .iter()
+            .filter(|m| m.contains("no engine has a handler for"))
+            .count(),
+        warned,
+        "warned once, not at every refresh"
+    );
+    engine.shutdown().await;
+}

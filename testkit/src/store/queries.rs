@@ -255,3 +255,37 @@ pub async fn throughput_counts_finished_tasks_per_bucket<H: Harness>(ctx: &Ctx<H
         "at most the window",
     );
 }
+
+/// register_event_types records the fleet's handled types: first seen kept, last seen
+/// moved on; bad types refused, nothing written.
+pub async fn register_event_types_records_the_fleets_handlers<H: Harness>(ctx: &Ctx<H>) {
+    assert!(ctx.store.event_types().await.unwrap().is_empty());
+    let t0 = Utc::now();
+    ctx.store
+        .register_event_types(&["PAY".into(), "MAIL".into(), "PAY".into()])
+        .await
+        .unwrap();
+    let first = ctx.store.event_types().await.unwrap();
+    let names: Vec<&str> = first.iter().map(|t| t.event_type.as_str()).collect();
+    assert_eq!(names, vec!["MAIL", "PAY"]);
+    for t in &first {
+        assert_between("first_seen", t.first_seen, t0, Utc::now());
+        assert_eq!(t.first_seen, t.last_seen);
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    ctx.store
+        .register_event_types(&["PAY".into(), "SHIP".into()])
+        .await
+        .unwrap();
+    let second = ctx.store.event_types().await.unwrap();
+    assert_eq!(second.len(), 3);
+    let pay = second.iter().find(|t| t.event_type == "PAY").unwrap();
+    assert_eq!(pay.first_seen, first[1].first_seen);
+    assert!(pay.last_seen > first[1].last_seen);
+    assert_kind(
+        ctx.store.register_event_types(&["bad type".into()]).await,
+        ErrorKind::InvalidInput,
+        "event_type",
+    );
+    assert_eq!(ctx.store.event_types().await.unwrap().len(), 3);
+}
