@@ -317,6 +317,24 @@ impl Sql {
                          )"
                     )],
                 },
+                // The oldest-due index, `(next_run_at, id) WHERE status = 0`, matched a
+                // claim's `ORDER BY next_run_at, id`: on a generic plan, with statistics
+                // saying every row has the one event type and priority there are, the
+                // planner walked it and filtered out the other priority levels' walks
+                // row by row (a claim read the whole backlog). The index that reads the
+                // oldest due task now has a predicate no claim implies (`dedup_slot >= 0`,
+                // true of every row), so claims can only use the claim index.
+                Migration {
+                    version: 8,
+                    name: "oldest-due index out of reach of claims",
+                    statements: vec![
+                        format!(
+                            "CREATE INDEX IF NOT EXISTS \"{table}_ix_oldest_due\"
+                                ON {t} (next_run_at) WHERE status = 0 AND dedup_slot >= 0"
+                        ),
+                        format!("DROP INDEX IF EXISTS \"{schema}\".\"{table}_ix_due\""),
+                    ],
+                },
             ],
             // the change and its audit entry in one statement
             cancel: format!(
@@ -562,7 +580,7 @@ impl Sql {
             ),
             stats_oldest_due: format!(
                 "SELECT (extract(epoch FROM now() - min(next_run_at)) * 1000)::bigint
-                 FROM {t} WHERE status = 0 AND next_run_at <= now()"
+                 FROM {t} WHERE status = 0 AND dedup_slot >= 0 AND next_run_at <= now()"
             ),
             purge_succeeded: format!(
                 "WITH old AS MATERIALIZED (

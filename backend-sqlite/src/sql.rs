@@ -242,6 +242,13 @@ impl Sql {
                          ) WITHOUT ROWID"
                     )],
                 },
+                // (PostgreSQL moved its oldest-due index out of the claims' reach; claims
+                // here name their index.)
+                Migration {
+                    version: 8,
+                    name: "oldest-due index out of reach of claims",
+                    statements: vec![],
+                },
             ],
             // ?1 consumer ?2 message_id ?3 now: one row inserted, or none for a duplicate
             inbox_insert: format!(

@@ -35,7 +35,7 @@ struct Args {
     backends: Vec<String>,
     drain_tasks: usize,
     out: std::path::PathBuf,
-    /// Run only these scenarios (run-ahead, drain, idle, scale, backlogs, counts, wakeup,
+    /// Run only these scenarios (run-ahead, drain, ordered, idle, scale, backlogs, counts, wakeup,
     /// relay, consume).
     only: Option<Vec<String>>,
     /// Also run apalis (bench/peer-apalis, built by scripts/bench --peer).
@@ -386,10 +386,15 @@ async fn run_ahead(t: &Target, producers: usize, total: usize) -> Row {
     }
 }
 
-/// N due tasks, E engines with a short poll interval drain them.
-async fn drain(t: &Target, engines: usize, n: usize) -> Row {
+/// N due tasks, E engines with a short poll interval drain them. With `keys`, the tasks
+/// are spread over that many order keys (each key's tasks one at a time, in order); the
+/// baseline stays the plain raw drain.
+async fn drain(t: &Target, engines: usize, n: usize, keys: Option<usize>) -> Row {
     t.raw.reset().await;
-    t.raw.bulk_insert(n, 0).await;
+    match keys {
+        Some(k) => t.raw.bulk_insert_ordered(n, k).await,
+        None => t.raw.bulk_insert(n, 0).await,
+    }
     let done = Arc::new(AtomicUsize::new(0));
     let m = sys::Meter::start();
     let started = Instant::now();
@@ -433,14 +438,27 @@ async fn drain(t: &Target, engines: usize, n: usize) -> Row {
     t.raw.reset().await;
     t.raw.bulk_insert(n, 0).await;
     let base = t.raw.drain(engines, 100).await;
+    let (scenario, note) = match keys {
+        Some(k) => (
+            format!("ordered drain {n} over {k} keys, {engines} engine(s)"),
+            format!(
+                "each key's tasks one at a time, in order; raw: the plain drain ({engines} \
+                 worker(s), no order keys)"
+            ),
+        ),
+        None => (
+            format!("drain {n}, {engines} engine(s)"),
+            format!("batch 100; raw: {engines} worker(s) claiming + completing batches"),
+        ),
+    };
     Row {
         backend: t.backend.into(),
-        scenario: format!("drain {n}, {engines} engine(s)"),
+        scenario,
         tps: Some(n as f64 / elapsed.as_secs_f64()),
         base_tps: Some(n as f64 / base.as_secs_f64()),
         rss_mb: rss,
         cpu_s: cpu,
-        note: format!("batch 100; raw: {engines} worker(s) claiming + completing batches"),
+        note,
         ..Row::default()
     }
 }
@@ -899,7 +917,14 @@ async fn main() {
         }
         if a.runs("drain") {
             for &engines in &a.engines {
-                let r = repeated(a.repeat, || drain(&t, engines, a.drain_tasks)).await;
+                let r = repeated(a.repeat, || drain(&t, engines, a.drain_tasks, None)).await;
+                rows.push(report(r));
+            }
+        }
+        if a.runs("ordered") {
+            let keys = if a.smoke { 20 } else { 1000 };
+            for &engines in &a.engines {
+                let r = repeated(a.repeat, || drain(&t, engines, a.drain_tasks, Some(keys))).await;
                 rows.push(report(r));
             }
         }

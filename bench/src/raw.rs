@@ -85,6 +85,10 @@ pub trait Raw: Send + Sync {
         due_ago_s: i64,
         status: i16,
     );
+    /// Insert `n` due tasks over `keys` order keys (`k0`…): each key's first task pending,
+    /// the rest waiting behind it, the keys in the keys table — as `n` ordered enqueues
+    /// leave them.
+    async fn bulk_insert_ordered(&self, n: usize, keys: usize);
     /// `workers` loops of `each`: business row + task in one transaction, commit, claim it
     /// by id, mark it succeeded. Returns the elapsed time and commit→claimed latencies.
     async fn per_task(&self, workers: usize, each: usize) -> (Duration, Histogram<u64>);
@@ -140,7 +144,8 @@ impl Raw for SqliteRaw {
         tokio::task::spawn_blocking(move || {
             let c = Self::conn(&path);
             c.execute_batch(&format!(
-                "DELETE FROM {TABLE}; CREATE TABLE IF NOT EXISTS {ORDERS} (id TEXT PRIMARY KEY); DELETE FROM {ORDERS};"
+                "DELETE FROM {TABLE}; DELETE FROM {TABLE}_keys;
+                 CREATE TABLE IF NOT EXISTS {ORDERS} (id TEXT PRIMARY KEY); DELETE FROM {ORDERS};"
             ))
             .expect("reset");
         })
@@ -182,6 +187,23 @@ impl Raw for SqliteRaw {
         .expect("join");
     }
 
+    async fn bulk_insert_ordered(&self, n: usize, keys: usize) {
+        self.bulk_insert_rows(EVENT, n, 0, 0, 5).await;
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || {
+            Self::conn(&path)
+                .execute_batch(&format!(
+                    "UPDATE {TABLE} SET order_key = 'k' || (id % {keys});
+                     UPDATE {TABLE} SET status = 0
+                        WHERE id IN (SELECT min(id) FROM {TABLE} GROUP BY order_key);
+                     INSERT OR IGNORE INTO {TABLE}_keys SELECT DISTINCT order_key FROM {TABLE};"
+                ))
+                .expect("ordered");
+        })
+        .await
+        .expect("join");
+    }
+
     async fn per_task(&self, workers: usize, each: usize) -> (Duration, Histogram<u64>) {
         let started = Instant::now();
         let mut handles = Vec::new();
@@ -205,7 +227,7 @@ impl Raw for SqliteRaw {
                                     max_attempts, retry_strategy, retry_interval_ms, retry_max_interval_ms,
                                     next_run_at, lease, created_at, updated_at)
                                  VALUES ('{EVENT}', ?1, '{{}}', 0, 0, 5, 'FIXED', 1000, 1000, ?2, 0, ?2, ?2)
-                                 ON CONFLICT (event_type, biz_key) DO NOTHING RETURNING id"
+                                 ON CONFLICT (biz_key, event_type, dedup_slot) DO NOTHING RETURNING id"
                             ),
                             rusqlite::params![key, now],
                             |r| r.get(0),
@@ -268,7 +290,8 @@ impl Raw for SqliteRaw {
                                 "UPDATE {TABLE} SET status = 3, owner = 'raw', attempts = attempts + 1,
                                     lease = lease + 1, updated_at = ?1
                                  WHERE id IN (SELECT id FROM {TABLE} WHERE status = 0 AND next_run_at <= ?1
-                                    AND event_type IN ('{EVENT}') ORDER BY next_run_at, id LIMIT ?2)
+                                    AND event_type IN ('{EVENT}') AND priority = 2
+                                    ORDER BY next_run_at, id LIMIT ?2)
                                  RETURNING {COLUMNS}"
                             ))
                             .expect("prepare");
@@ -338,7 +361,8 @@ impl Raw for PgRaw {
     async fn reset(&self) {
         let c = self.client().await;
         c.batch_execute(&format!(
-            "TRUNCATE {TABLE}; CREATE TABLE IF NOT EXISTS {ORDERS} (id TEXT PRIMARY KEY); TRUNCATE {ORDERS};"
+            "TRUNCATE {TABLE}; TRUNCATE {TABLE}_keys;
+             CREATE TABLE IF NOT EXISTS {ORDERS} (id TEXT PRIMARY KEY); TRUNCATE {ORDERS};"
         ))
         .await
         .expect("reset");
@@ -377,6 +401,22 @@ impl Raw for PgRaw {
             .expect("analyze");
     }
 
+    async fn bulk_insert_ordered(&self, n: usize, keys: usize) {
+        self.bulk_insert_rows(EVENT, n, 0, 0, 5).await;
+        self.client()
+            .await
+            .batch_execute(&format!(
+                "UPDATE {TABLE} SET order_key = 'k' || (id % {keys});
+                 UPDATE {TABLE} SET status = 0
+                    WHERE id IN (SELECT min(id) FROM {TABLE} GROUP BY order_key);
+                 INSERT INTO {TABLE}_keys SELECT DISTINCT order_key FROM {TABLE}
+                    ON CONFLICT DO NOTHING;
+                 ANALYZE {TABLE}"
+            ))
+            .await
+            .expect("ordered");
+    }
+
     async fn per_task(&self, workers: usize, each: usize) -> (Duration, Histogram<u64>) {
         let mut clients = Vec::new();
         for _ in 0..workers {
@@ -396,7 +436,7 @@ impl Raw for PgRaw {
                             retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at, lease,
                             created_at, updated_at)
                          VALUES ('{EVENT}', $1, '{{}}', 0, 0, 5, 'FIXED', 1000, 1000, now(), 0, now(), now())
-                         ON CONFLICT (event_type, biz_key) DO NOTHING RETURNING id"
+                         ON CONFLICT (biz_key, event_type, dedup_slot) DO NOTHING RETURNING id"
                     ))
                     .await
                     .expect("prepare");
@@ -448,7 +488,8 @@ impl Raw for PgRaw {
                     .prepare(&format!(
                         "WITH picked AS MATERIALIZED (
                             SELECT id FROM {TABLE} WHERE status = 0 AND event_type = $1
-                              AND next_run_at <= now() ORDER BY next_run_at, id LIMIT $2
+                              AND priority = 2 AND next_run_at <= now()
+                            ORDER BY next_run_at, id LIMIT $2
                             FOR UPDATE SKIP LOCKED)
                          UPDATE {TABLE} AS t SET status = 3, owner = 'raw', attempts = t.attempts + 1,
                             lease = t.lease + 1, updated_at = now()
@@ -587,10 +628,12 @@ impl Raw for MySqlRaw {
     }
 
     async fn reset(&self) {
-        sqlx::query(q(format!("TRUNCATE TABLE {TABLE}")))
-            .execute(&self.pool)
-            .await
-            .expect("truncate");
+        for t in [TABLE.to_owned(), format!("{TABLE}_keys")] {
+            sqlx::query(q(format!("TRUNCATE TABLE {t}")))
+                .execute(&self.pool)
+                .await
+                .expect("truncate");
+        }
         sqlx::query(q(format!(
             "CREATE TABLE IF NOT EXISTS {ORDERS} (id VARCHAR(64) PRIMARY KEY) ENGINE = InnoDB"
         )))
@@ -639,6 +682,23 @@ impl Raw for MySqlRaw {
             .execute(&self.pool)
             .await
             .expect("analyze");
+    }
+
+    async fn bulk_insert_ordered(&self, n: usize, keys: usize) {
+        self.bulk_insert_rows(EVENT, n, 0, 0, 5).await;
+        for sql in [
+            format!("UPDATE {TABLE} SET order_key = CONCAT('k', id % {keys})"),
+            format!(
+                "UPDATE {TABLE} AS t JOIN (SELECT MIN(id) AS id FROM {TABLE} GROUP BY order_key) AS m
+                    ON t.id = m.id SET t.status = 0"
+            ),
+            format!("INSERT IGNORE INTO {TABLE}_keys SELECT DISTINCT order_key FROM {TABLE}"),
+        ] {
+            sqlx::query(q(sql))
+                .execute(&self.pool)
+                .await
+                .expect("ordered");
+        }
     }
 
     async fn per_task(&self, workers: usize, each: usize) -> (Duration, Histogram<u64>) {
@@ -707,7 +767,8 @@ impl Raw for MySqlRaw {
                         let mut tx = sqlx::Connection::begin(&mut *conn).await?;
                         let ids: Vec<i64> = sqlx::query_scalar(q(format!(
                             "SELECT id FROM {TABLE} FORCE INDEX (ix_claim_type)
-                             WHERE status = 0 AND event_type IN ('{EVENT}') AND next_run_at <= NOW(3)
+                             WHERE status = 0 AND event_type IN ('{EVENT}') AND priority = 2
+                               AND next_run_at <= NOW(3)
                              ORDER BY next_run_at, id LIMIT ? FOR UPDATE {lock_wait}"
                         )))
                         .bind(batch as i64)
