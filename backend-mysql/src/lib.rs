@@ -721,8 +721,9 @@ impl Inner {
 const QUEUE_WAIT_S: u32 = 1;
 
 /// The claim's locking read of due task ids, in claim order `(priority, next_run_at,
-/// id)`: one ordered walk of the `(status, event_type, priority, next_run_at, id)` index
-/// per event type and priority level, each stopping at `limit`, merged. The rows of a
+/// id)`: for each event type, which levels have a due task (one dive per level, no
+/// locks), then one ordered walk of the `(status, event_type, priority, next_run_at, id)`
+/// index per such level, each stopping at `limit`, merged. The rows of a
 /// walk beyond the merged limit stay locked (unclaimed) until the claim's transaction
 /// ends.
 async fn pick(
@@ -732,11 +733,26 @@ async fn pick(
     event_types: &[String],
     limit: usize,
 ) -> std::result::Result<Vec<i64>, sqlx::Error> {
-    let text = sql.pick(wait);
     let mut due: Vec<(i8, chrono::NaiveDateTime, i64)> = Vec::new();
+    let probe = sql.due_levels();
     for t in event_types {
-        let mut q = sqlx::query_as::<_, (i8, chrono::NaiveDateTime, i64)>(safe(&text));
+        let mut q = sqlx::query(safe(&probe));
         for _ in 0..PRIORITY_LEVELS {
+            q = q.bind(t);
+        }
+        let row = q.fetch_one(&mut *conn).await?;
+        let mut levels = Vec::new();
+        for i in 0..PRIORITY_LEVELS {
+            if let Some(level) = row.try_get::<Option<i64>, _>(i)? {
+                levels.push(i8::try_from(level).unwrap_or(i8::MAX));
+            }
+        }
+        if levels.is_empty() {
+            continue;
+        }
+        let text = sql.pick(wait, &levels);
+        let mut q = sqlx::query_as::<_, (i8, chrono::NaiveDateTime, i64)>(safe(&text));
+        for _ in &levels {
             q = q.bind(t).bind(limit as i64);
         }
         due.extend(q.fetch_all(&mut *conn).await?);

@@ -427,9 +427,9 @@ impl Sql {
     }
 
     /// The claim's locking read of one event type's due rows, as
-    /// `(priority, next_run_at, id)`: (event type, limit) once per priority level. One
-    /// ordered walk of the `(status, event_type, priority, next_run_at, id)` index per
-    /// level, each stopping at the limit (no filesort, so no row is locked and then
+    /// `(priority, next_run_at, id)`: (event type, limit) once per level of `levels` (the
+    /// ones [`due_levels`](Self::due_levels) found). One ordered walk of the `(status,
+    /// event_type, priority, next_run_at, id)` index per level, each stopping at the limit (no filesort, so no row is locked and then
     /// skipped); the caller merges them in claim order. What it does with rows another
     /// claim holds: see [`LockWait`].
     ///
@@ -437,10 +437,11 @@ impl Sql {
     /// `status`, a column of the index it would scan, so MariaDB and MySQL collect every
     /// due row before applying the LIMIT ("Using buffer"), and each claim would read (and
     /// lock) the whole backlog.
-    pub fn pick(&self, wait: LockWait) -> String {
+    pub fn pick(&self, wait: LockWait, levels: &[i8]) -> String {
         let t = &self.table;
         let clause = wait.clause();
-        (0..PRIORITY_LEVELS)
+        levels
+            .iter()
             .map(|level| {
                 format!(
                     "(SELECT priority, next_run_at, id FROM {t} FORCE INDEX (ix_claim_type)
@@ -452,6 +453,26 @@ impl Sql {
             })
             .collect::<Vec<_>>()
             .join(" UNION ALL ")
+    }
+
+    /// Which priority levels of one event type have a due task (the event type, once per
+    /// level): one index dive per level, no locks, in one round trip. The locking walks
+    /// then run for those levels only — almost always one, none on an idle poll — so an
+    /// empty level's walk never locks the record past its range (another level's head, a
+    /// running row a mark is changing).
+    pub fn due_levels(&self) -> String {
+        let t = &self.table;
+        let probes = (0..PRIORITY_LEVELS)
+            .map(|level| {
+                format!(
+                    "(SELECT {level} FROM {t} FORCE INDEX (ix_claim_type)
+                      WHERE status = 0 AND event_type = ? AND priority = {level}
+                        AND next_run_at <= NOW(3) LIMIT 1)"
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!("SELECT {probes}")
     }
 
     /// The dead-worker sweep's locking read: the oldest running rows not heartbeated for
