@@ -392,7 +392,7 @@ impl MySqlStore {
     /// Inside a handler: record the running task's success on the handler's transaction,
     /// with its business writes and the follow-up tasks it enqueued there
     /// ([`enqueue_tx`](Self::enqueue_tx)) — all commit together or not at all (see
-    /// [`complete_on`](backstop_core::driver::complete_on)). `Conflict` when the
+    /// [`complete_on`]). `Conflict` when the
     /// attempt's lease is gone: return the error and the transaction rolls back.
     ///
     /// ```no_run

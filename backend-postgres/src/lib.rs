@@ -263,7 +263,7 @@ impl PgStore {
         })
     }
 
-    /// A [`Notifier`] for engines on this store: it listens for the announcements the
+    /// A [`Notifier`](backstop_core::Notifier) for engines on this store: it listens for the announcements the
     /// store makes inside enqueue transactions (see [`PgOptions::notify`]) on a
     /// dedicated connection of its own (not a pooled one), made like the store's.
     ///
@@ -333,7 +333,7 @@ impl PgStore {
     /// Inside a handler: record the running task's success on the handler's transaction,
     /// with its business writes and the follow-up tasks it enqueued there
     /// ([`enqueue_tx`](Self::enqueue_tx)) — all commit together or not at all (see
-    /// [`complete_on`](backstop_core::driver::complete_on)). `Conflict` when the
+    /// [`complete_on`]). `Conflict` when the
     /// attempt's lease is gone: return the error and the transaction rolls back.
     ///
     /// ```no_run

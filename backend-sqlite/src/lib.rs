@@ -400,7 +400,7 @@ impl SqliteTx<'_> {
 
     /// Inside a handler: record the running task's success in this transaction, with the
     /// handler's business writes and the follow-up tasks it enqueued here — all commit
-    /// together or not at all (see [`complete_on`](backstop_core::driver::complete_on)).
+    /// together or not at all (see [`complete_on`]).
     /// `Conflict` when the attempt's lease is gone: return the error and the transaction
     /// rolls back.
     ///
