@@ -243,8 +243,8 @@ async fn run(cli: Cli) -> Outcome {
                 println!("{}", serde_json::json!({ "migrated": true }));
             } else {
                 println!(
-                    "migrated to schema version {1}: tables {0}, {0}_inbox, {0}_audit and \
-                     {0}_keys are in place (versions in {0}_migrations)",
+                    "migrated to schema version {1}: tables {0}, {0}_inbox, {0}_audit, \
+                     {0}_keys and {0}_handlers are in place (versions in {0}_migrations)",
                     cli.table,
                     backstop::driver::schema::LATEST
                 );
