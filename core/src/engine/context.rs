@@ -93,7 +93,7 @@ pub struct Context {
 }
 
 struct Inner {
-    task: Task,
+    task: Arc<Task>,
     lost: Arc<LeaseSignal>,
     engine: watch::Receiver<State>,
     store: Arc<dyn TaskStore>,
@@ -117,7 +117,7 @@ tokio::task_local! {
 
 impl Context {
     pub(super) fn new(
-        task: Task,
+        task: Arc<Task>,
         lost: Arc<LeaseSignal>,
         engine: watch::Receiver<State>,
         store: Arc<dyn TaskStore>,

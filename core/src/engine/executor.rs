@@ -49,8 +49,10 @@ pub(crate) fn dispatch<S: TaskStore + Clone>(
 ) {
     let lease = task.lease();
     let lost = shared.tracker.started(lease);
+    // shared with the attempt's context: no copy of the payload per task
+    let task = Arc::new(task);
     let cx = super::Context::new(
-        task.clone(),
+        Arc::clone(&task),
         Arc::clone(&lost),
         shared.state.subscribe(),
         Arc::clone(&shared.dyn_store),
