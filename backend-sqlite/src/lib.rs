@@ -56,7 +56,7 @@ use chrono::{DateTime, Utc};
 use rusqlite::{params, Connection, OptionalExtension, Row, Transaction};
 
 use pool::{Pool, Settings};
-use sql::Sql;
+use sql::{Sql, PRIORITY_LEVELS};
 use writer::Writer;
 
 /// How durable a commit is (SQLite's `PRAGMA synchronous` in WAL mode).
@@ -634,9 +634,32 @@ impl Driver for Inner {
         let types = claim.event_types.to_vec();
         let limit = claim.limit as i64;
         self.write("grab_batch", move |sql, tx, now| {
-            let mut stmt = tx.prepare_cached(&sql.grab_batch(types.len()))?;
+            // which (event type, level) pairs have due tasks; then walk only those
+            let mut probe = tx.prepare_cached(&sql.due_levels)?;
+            let mut bound: Vec<&String> = Vec::new();
+            let mut walks = Vec::new();
+            for t in &types {
+                let levels = probe.query_row(params![t, now], |r| {
+                    (0..PRIORITY_LEVELS)
+                        .map(|i| r.get::<_, Option<i64>>(i))
+                        .collect::<rusqlite::Result<Vec<_>>>()
+                })?;
+                let present: Vec<usize> = levels
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|l| usize::try_from(l).ok())
+                    .collect();
+                if !present.is_empty() {
+                    walks.extend(present.into_iter().map(|l| (bound.len(), l)));
+                    bound.push(t);
+                }
+            }
+            if walks.is_empty() {
+                return Ok(Vec::new());
+            }
+            let mut stmt = tx.prepare_cached(&sql.grab_batch(&walks))?;
             let mut values: Vec<&dyn rusqlite::ToSql> = vec![&owner, &now, &limit];
-            values.extend(types.iter().map(|t| t as &dyn rusqlite::ToSql));
+            values.extend(bound.iter().map(|t| *t as &dyn rusqlite::ToSql));
             tasks(&mut stmt, values.as_slice())
         })
         .await

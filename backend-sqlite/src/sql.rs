@@ -2,6 +2,14 @@
 //!
 //! Times are Unix milliseconds (INTEGER); `now` is bound as a parameter read after the
 //! write lock is taken.
+//!
+//! **A bound limit is written `LIMIT CAST(?n AS INTEGER)`, never `LIMIT ?n`.** SQLite's
+//! planner reads the value bound to a bare `LIMIT ?n` and marks the statement to be
+//! compiled again whenever that parameter is bound anew, so a cached statement was
+//! re-prepared at every call: for the claim (five index walks merged), the parse and
+//! plan cost more than the claim's own reads, on the writer thread every process write
+//! waits for. The cast keeps the value out of the planner's reach. The test
+//! `bound_limits_do_not_recompile` holds every statement of this module to it.
 
 use backstop_core::driver::schema::{version_table, Migration};
 use backstop_core::driver::{AUDIT_COLUMNS, COLUMNS};
@@ -19,7 +27,7 @@ pub(crate) const LIST: backstop_core::driver::ListDialect = backstop_core::drive
 const RESET_STATUS: &str = "CASE WHEN order_key IS NULL THEN 0 ELSE 5 END";
 
 /// The priority levels (see `backstop_core::Priority`): a claim walks each.
-const PRIORITY_LEVELS: usize = 5;
+pub(crate) const PRIORITY_LEVELS: usize = 5;
 
 pub(crate) struct Sql {
     table: String,
@@ -31,6 +39,8 @@ pub(crate) struct Sql {
     pub version_record: String,
     /// The schema's history; see `backstop_core::driver::schema`.
     pub migrations: Vec<Migration>,
+    /// ?1 event type ?2 now: which priority levels have a due task (see `grab_batch`).
+    pub due_levels: String,
     pub insert: String,
     /// ?1 event_type ?2 biz_key ?3 now: the task holding the key: id, status, age ms.
     pub existing: String,
@@ -101,6 +111,7 @@ impl Sql {
         let fenced = "WHERE id = ?2 AND status = 3 AND lease = ?3";
         Sql {
             table: t.clone(),
+            due_levels: Self::due_levels(&t),
             versions_setup: format!(
                 "CREATE TABLE IF NOT EXISTS {tv} (
                     version    INTEGER PRIMARY KEY,
@@ -249,6 +260,13 @@ impl Sql {
                     name: "oldest-due index out of reach of claims",
                     statements: vec![],
                 },
+                // (MySQL's order index stopped changing with the status of tasks without
+                // a key; the partial index here never held them.)
+                Migration {
+                    version: 9,
+                    name: "order index untouched by tasks without a key",
+                    statements: vec![],
+                },
             ],
             // ?1 consumer ?2 message_id ?3 now: one row inserted, or none for a duplicate
             inbox_insert: format!(
@@ -259,7 +277,7 @@ impl Sql {
             inbox_purge: format!(
                 "DELETE FROM {ti} WHERE (consumer, message_id) IN (
                     SELECT consumer, message_id FROM {ti} WHERE processed_at < ?1
-                    ORDER BY processed_at LIMIT ?2)"
+                    ORDER BY processed_at LIMIT CAST(?2 AS INTEGER))"
             ),
             // ?8 = now, ?9 = delay ms
             // ?8 now ?9 delay ms ?10 run_at ms (NULL: use the delay; a time already past:
@@ -300,7 +318,7 @@ impl Sql {
             ),
             key_drop: format!("DELETE FROM {tk} WHERE order_key = ?1"),
             keys_page: format!(
-                "SELECT order_key FROM {tk} WHERE order_key > ?1 ORDER BY order_key LIMIT ?2"
+                "SELECT order_key FROM {tk} WHERE order_key > ?1 ORDER BY order_key LIMIT CAST(?2 AS INTEGER)"
             ),
             replace_payload: format!(
                 "UPDATE {t} SET payload = ?2, updated_at = ?3 WHERE id = ?1 AND status = 0"
@@ -322,7 +340,7 @@ impl Sql {
                     owner = NULL,
                     updated_at = ?1
                  WHERE id IN (SELECT id FROM {t} WHERE status = 3 AND updated_at < ?2
-                              ORDER BY updated_at, id LIMIT ?3)
+                              ORDER BY updated_at, id LIMIT CAST(?3 AS INTEGER))
                    AND status = 3 AND updated_at < ?2
                  RETURNING status"
             ),
@@ -386,11 +404,11 @@ impl Sql {
                 "SELECT event_type, status, (?1 - updated_at) / ?3, COUNT(*) FROM (
                     SELECT * FROM (SELECT event_type, status, updated_at FROM {t}
                         WHERE status = 1 AND updated_at >= ?1 - ?2
-                        ORDER BY updated_at DESC LIMIT ?4)
+                        ORDER BY updated_at DESC LIMIT CAST(?4 AS INTEGER))
                     UNION ALL
                     SELECT * FROM (SELECT event_type, status, updated_at FROM {t}
                         WHERE status = 2 AND updated_at >= ?1 - ?2
-                        ORDER BY updated_at DESC LIMIT ?4))
+                        ORDER BY updated_at DESC LIMIT CAST(?4 AS INTEGER)))
                  GROUP BY 1, 2, 3"
             ),
             stats_oldest_due: format!(
@@ -399,40 +417,115 @@ impl Sql {
             purge_succeeded: format!(
                 "DELETE FROM {t} WHERE id IN (
                     SELECT id FROM {t} WHERE status = 1 AND updated_at < ?1
-                    ORDER BY updated_at, id LIMIT ?2)"
+                    ORDER BY updated_at, id LIMIT CAST(?2 AS INTEGER))"
             ),
             delete_succeeded: format!("DELETE FROM {t} WHERE id = ?1 AND status = 1"),
         }
     }
 
-    /// The batch claim for `n_types` event types: ?1 owner, ?2 now, ?3 limit, ?4.. types.
-    /// Each type's due rows of each priority level are walked in the `(status,
-    /// event_type, priority, next_run_at, id)` index up to the limit; the walks are merged
-    /// by `(priority, next_run_at, id)`, so a claim never sorts the backlog. The whole
-    /// statement runs under `BEGIN IMMEDIATE`, so no other writer can claim the rows in
-    /// between.
-    pub fn grab_batch(&self, n_types: usize) -> String {
+    /// Which priority levels of one event type have a due task: ?1 event type, ?2 now;
+    /// one column per level, the level or NULL. One index dive per level (a few
+    /// microseconds each), so the claim walks only the levels that have work: almost
+    /// always one, none on an idle poll.
+    fn due_levels(t: &str) -> String {
+        let probes = (0..PRIORITY_LEVELS)
+            .map(|level| {
+                format!(
+                    "(SELECT {level} FROM {t}
+                      WHERE status = 0 AND event_type = ?1 AND priority = {level}
+                        AND next_run_at <= ?2 LIMIT 1)"
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!("SELECT {probes}")
+    }
+
+    /// The batch claim of the `walks` that [`due_levels`](Self::due_levels) found: each
+    /// `(i, level)` walks the due rows of event type `?{i + 4}` at that priority level in
+    /// the `(status, event_type, priority, next_run_at, id)` index, up to the limit; the
+    /// walks are merged by `(priority, next_run_at, id)`, so a claim never sorts the
+    /// backlog (one walk, the common case, needs no merge at all). ?1 owner, ?2 now, ?3
+    /// limit, ?4.. the event types. The whole statement runs under `BEGIN IMMEDIATE`, so
+    /// no other writer can claim the rows in between.
+    pub fn grab_batch(&self, walks: &[(usize, usize)]) -> String {
         let t = &self.table;
-        let walk = |i: usize, level: usize| {
+        let walk = |&(i, level): &(usize, usize)| {
             format!(
-                "SELECT id, priority, next_run_at FROM (
-                    SELECT id, priority, next_run_at FROM {t}
-                    WHERE status = 0 AND event_type = ?{} AND priority = {level}
-                      AND next_run_at <= ?2
-                    ORDER BY next_run_at, id LIMIT ?3)",
+                "SELECT id, priority, next_run_at FROM {t}
+                 WHERE status = 0 AND event_type = ?{} AND priority = {level}
+                   AND next_run_at <= ?2
+                 ORDER BY next_run_at, id LIMIT CAST(?3 AS INTEGER)",
                 i + 4
             )
         };
-        let walks = (0..n_types)
-            .flat_map(|i| (0..PRIORITY_LEVELS).map(move |level| walk(i, level)))
-            .collect::<Vec<_>>()
-            .join(" UNION ALL ");
-        let picked = format!("{walks} ORDER BY priority, next_run_at, id LIMIT ?3");
+        let picked = match walks {
+            [one] => walk(one),
+            _ => {
+                let walks = walks
+                    .iter()
+                    .map(|w| format!("SELECT id, priority, next_run_at FROM ({})", walk(w)))
+                    .collect::<Vec<_>>()
+                    .join(" UNION ALL ");
+                format!("{walks} ORDER BY priority, next_run_at, id LIMIT CAST(?3 AS INTEGER)")
+            }
+        };
         format!(
             "UPDATE {t} SET status = 3, owner = ?1, attempts = attempts + 1,
                 lease = lease + 1, updated_at = ?2
              WHERE id IN (SELECT id FROM ({picked}))
              RETURNING {COLUMNS}"
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Sql;
+    use rusqlite::{Connection, StatementStatus};
+
+    /// No statement of this module binds a bare `LIMIT ?n` (see the module docs).
+    #[test]
+    fn bound_limits_do_not_recompile() {
+        let source = include_str!("sql.rs");
+        let bare: Vec<&str> = source
+            .lines()
+            .filter(|l| {
+                l.split("LIMIT ?")
+                    .skip(1)
+                    .any(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
+            })
+            .collect();
+        assert!(bare.is_empty(), "bare bound limits: {bare:?}");
+
+        // and the claim, bound again with other values, runs without being compiled again
+        let c = Connection::open_in_memory().expect("open");
+        let sql = Sql::new("t");
+        for m in &sql.migrations {
+            for s in &m.statements {
+                c.execute_batch(s).expect("migrate");
+            }
+        }
+        c.execute_batch(
+            "INSERT INTO t (event_type, biz_key, payload, max_attempts, retry_strategy,
+                retry_interval_ms, retry_max_interval_ms, next_run_at, created_at, updated_at)
+             VALUES ('a', 'k1', '{}', 3, 'fixed', 1, 1, 0, 0, 0),
+                    ('a', 'k2', '{}', 3, 'fixed', 1, 1, 0, 0, 0),
+                    ('a', 'k3', '{}', 3, 'fixed', 1, 1, 0, 0, 0)",
+        )
+        .expect("insert");
+        let mut claim = c.prepare(&sql.grab_batch(&[(0, 2)])).expect("prepare");
+        // three due tasks: claims of 1, 2 and 5 take 1, 2 and none
+        for (now, limit, taken) in [(10_i64, 1_i64, 1), (11, 2, 2), (12, 5, 0)] {
+            let ids = claim
+                .query_map(rusqlite::params!["me", now, limit, "a"], |r| {
+                    r.get::<_, i64>(0)
+                })
+                .expect("claim")
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .expect("rows");
+            assert_eq!(ids.len(), taken);
+        }
+        assert_eq!(claim.get_status(StatementStatus::RePrepare), 0);
     }
 }

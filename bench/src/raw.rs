@@ -284,6 +284,8 @@ impl Raw for SqliteRaw {
                         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
                         .expect("begin");
                     let now = Self::now();
+                    // (a bare `LIMIT ?2` would be compiled again at every call: see the
+                    // SQLite backend's `sql.rs`)
                     let claimed: Vec<(i64, i64)> = {
                         let mut st = tx
                             .prepare_cached(&format!(
@@ -291,7 +293,7 @@ impl Raw for SqliteRaw {
                                     lease = lease + 1, updated_at = ?1
                                  WHERE id IN (SELECT id FROM {TABLE} WHERE status = 0 AND next_run_at <= ?1
                                     AND event_type IN ('{EVENT}') AND priority = 2
-                                    ORDER BY next_run_at, id LIMIT ?2)
+                                    ORDER BY next_run_at, id LIMIT CAST(?2 AS INTEGER))
                                  RETURNING {COLUMNS}"
                             ))
                             .expect("prepare");
