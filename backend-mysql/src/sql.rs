@@ -266,6 +266,23 @@ impl Sql {
                     name: "oldest-due index out of reach of claims",
                     statements: vec![],
                 },
+                // InnoDB has no partial index: `ix_order (order_key, status, id)` held an
+                // entry for every task, keyed or not, and every claim and mark rewrote it
+                // (a status change), a sixth index write per change that cost the plain
+                // drain 15–25%. The index now reads a virtual column that is NULL for a
+                // task without an order key, so its entry never changes; for a keyed task
+                // it is the status, and the key queries read it instead.
+                Migration {
+                    version: 9,
+                    name: "order index untouched by tasks without a key",
+                    statements: vec![format!(
+                        "ALTER TABLE {t}
+                            ADD COLUMN order_status TINYINT
+                                AS (IF(order_key IS NULL, NULL, status)) VIRTUAL,
+                            DROP INDEX ix_order,
+                            ADD KEY ix_order (order_key, order_status, id)"
+                    )],
+                },
             ],
             // event_type, biz_key, payload, max_attempts, strategy, interval, max, run_at
             // (NULL: use the delay; a time already past: now), delay µs, priority, jitter %,
@@ -305,11 +322,13 @@ impl Sql {
             ),
             key_blocker: format!(
                 "SELECT id FROM {t}
-                 WHERE order_key = ? AND (status IN (0, 3) OR (status = 2 AND order_block = 1))
+                 WHERE order_key = ?
+                   AND (order_status IN (0, 3) OR (order_status = 2 AND order_block = 1))
                  LIMIT 1 LOCK IN SHARE MODE"
             ),
             key_next: format!(
-                "SELECT id FROM {t} WHERE order_key = ? AND status = 5 ORDER BY id LIMIT 1 FOR UPDATE"
+                "SELECT id FROM {t} WHERE order_key = ? AND order_status = 5
+                 ORDER BY id LIMIT 1 FOR UPDATE"
             ),
             key_promote: format!(
                 "UPDATE {t} SET status = 0, next_run_at = GREATEST(next_run_at, NOW(3)),

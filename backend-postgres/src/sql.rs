@@ -335,6 +335,13 @@ impl Sql {
                         format!("DROP INDEX IF EXISTS \"{schema}\".\"{table}_ix_due\""),
                     ],
                 },
+                // (MySQL's order index stopped changing with the status of tasks without
+                // a key; the partial index here never held them.)
+                Migration {
+                    version: 9,
+                    name: "order index untouched by tasks without a key",
+                    statements: vec![],
+                },
             ],
             // the change and its audit entry in one statement
             cancel: format!(
