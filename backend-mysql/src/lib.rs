@@ -572,6 +572,68 @@ async fn release_key(sql: &Sql, conn: &mut MySqlConnection, key: &str) -> Result
     }
 }
 
+/// [`KeysRelease`] for `keys` (sorted, distinct) on `conn`, which must be inside a
+/// transaction; the caller commits. Lists are padded to a few statement sizes
+/// ([`padded`]); a repeated key or id changes nothing.
+async fn release_keys_at_once(
+    sql: &Sql,
+    conn: &mut MySqlConnection,
+    keys: &[String],
+) -> Result<KeysRelease> {
+    let mut release = KeysRelease::new(keys.to_vec());
+    let mut step = release.first();
+    loop {
+        step = match step {
+            KeysStep::InsertKeys(k) => {
+                let text = sql.keys_upsert(bucket(k.len()));
+                let mut q = sqlx::query(safe(&text));
+                for key in padded(&k) {
+                    q = q.bind(key);
+                }
+                q.execute(&mut *conn).await.map_err(my_err)?;
+                release.inserted()
+            }
+            // the upsert holds every key's exclusive lock, whether it inserted it or not
+            KeysStep::LockKeys(k) => release.locked(k),
+            KeysStep::ReadBlockers(k) => {
+                let text = sql.keys_blockers(bucket(k.len()));
+                let mut q = sqlx::query_scalar::<_, String>(safe(&text));
+                for key in padded(&k) {
+                    q = q.bind(key);
+                }
+                release.blockers(q.fetch_all(&mut *conn).await.map_err(my_err)?)
+            }
+            KeysStep::ReadNext(k) => {
+                let text = sql.keys_next(bucket(k.len()));
+                let mut q = sqlx::query_as::<_, (String, i64)>(safe(&text));
+                for key in padded(&k) {
+                    q = q.bind(key);
+                }
+                release.next(q.fetch_all(&mut *conn).await.map_err(my_err)?)
+            }
+            KeysStep::Promote(ids) => {
+                let text = sql.keys_promote(bucket(ids.len()));
+                let mut q = sqlx::query(safe(&text));
+                for id in padded(&ids) {
+                    q = q.bind(id);
+                }
+                let done = q.execute(&mut *conn).await.map_err(my_err)?;
+                release.promoted(done.rows_affected())?
+            }
+            KeysStep::DropKeys(k) => {
+                let text = sql.keys_drop(bucket(k.len()));
+                let mut q = sqlx::query(safe(&text));
+                for key in padded(&k) {
+                    q = q.bind(key);
+                }
+                q.execute(&mut *conn).await.map_err(my_err)?;
+                release.dropped()
+            }
+            KeysStep::Done => return Ok(release),
+        };
+    }
+}
+
 impl Inner {
     /// A fresh claim token: tags the rows one statement changes.
     fn token(&self) -> i64 {
@@ -1206,7 +1268,25 @@ impl Driver for Inner {
     async fn release_keys(&self, keys: Checked<&[String]>) -> Result<Vec<TaskId>> {
         let mut conn = self.pool.acquire().await.map_err(my_err)?;
         let mut promoted = Vec::new();
-        for key in keys.iter() {
+        let mut one_by_one = keys.to_vec();
+        if keys.len() > 1 {
+            let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(my_err)?;
+            match release_keys_at_once(&self.sql, &mut tx, &keys).await {
+                Ok(release) => {
+                    tx.commit().await.map_err(my_err)?;
+                    promoted.extend_from_slice(release.promoted_ids());
+                    one_by_one = release.leftover().to_vec();
+                }
+                // a deadlock the server broke, a lost race: one key at a time instead
+                Err(e) if e.is_temporary() => {
+                    tracing::debug!(error = %e, keys = keys.len(),
+                        "releasing order keys together failed; releasing them one by one");
+                    tx.rollback().await.map_err(my_err)?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        for key in &one_by_one {
             let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(my_err)?;
             let id = release_key(&self.sql, &mut tx, key).await?;
             tx.commit().await.map_err(my_err)?;

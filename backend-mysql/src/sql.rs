@@ -25,6 +25,8 @@ pub(crate) const PRIORITY_LEVELS: usize = 5;
 
 pub(crate) struct Sql {
     table: String,
+    /// The order keys table.
+    keys_table: String,
     pub lock_name: String,
     /// The version table.
     pub versions_setup: String,
@@ -108,6 +110,7 @@ impl Sql {
         let fenced = "WHERE id = ? AND status = 3 AND lease = ?";
         Sql {
             table: t.clone(),
+            keys_table: tk.clone(),
             lock_name: format!("backstop:migrate:{table}"),
             versions_setup: format!(
                 "CREATE TABLE IF NOT EXISTS {tv} (
@@ -443,6 +446,59 @@ impl Sql {
 
     fn placeholders(n: usize) -> String {
         vec!["?"; n].join(", ")
+    }
+
+    /// Insert-or-lock `n` order keys (sorted), as `key_insert` does for one: each row's
+    /// exclusive lock, taken in key order (see `KeysRelease`).
+    pub fn keys_upsert(&self, n: usize) -> String {
+        format!(
+            "INSERT INTO {} (order_key) VALUES {}
+             ON DUPLICATE KEY UPDATE order_key = order_key",
+            self.keys_table,
+            vec!["(?)"; n].join(", ")
+        )
+    }
+
+    /// The keys of the tasks in the way among `n` keys (a locking read, as `key_blocker`).
+    pub fn keys_blockers(&self, n: usize) -> String {
+        format!(
+            "SELECT order_key FROM {} FORCE INDEX (ix_order)
+             WHERE order_key IN ({})
+               AND (order_status IN (0, 3) OR (order_status = 2 AND order_block = 1))
+             LOCK IN SHARE MODE",
+            self.table,
+            Self::placeholders(n)
+        )
+    }
+
+    /// `(key, first waiting task)` of each of `n` keys, the task locked.
+    pub fn keys_next(&self, n: usize) -> String {
+        let one = format!(
+            "(SELECT order_key, id FROM {} WHERE order_key = ? AND order_status = 5
+              ORDER BY id LIMIT 1 FOR UPDATE)",
+            self.table
+        );
+        vec![one; n].join(" UNION ALL ")
+    }
+
+    /// `n` waiting tasks → pending (as `key_promote`).
+    pub fn keys_promote(&self, n: usize) -> String {
+        format!(
+            "UPDATE {} SET status = 0, next_run_at = GREATEST(next_run_at, NOW(3)),
+                updated_at = NOW(3)
+             WHERE id IN ({}) AND status = 5",
+            self.table,
+            Self::placeholders(n)
+        )
+    }
+
+    /// Delete `n` keys from the keys table.
+    pub fn keys_drop(&self, n: usize) -> String {
+        format!(
+            "DELETE FROM {} WHERE order_key IN ({})",
+            self.keys_table,
+            Self::placeholders(n)
+        )
     }
 
     /// The claim's locking read of one event type's due rows, as

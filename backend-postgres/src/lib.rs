@@ -543,6 +543,68 @@ where
     }
 }
 
+/// [`KeysRelease`] for `keys` (sorted, distinct) on `tx`; the caller commits.
+async fn release_keys_at_once(
+    sql: &Sql,
+    tx: &tokio_postgres::Transaction<'_>,
+    keys: &[String],
+) -> Result<KeysRelease> {
+    let text_array = Type::TEXT_ARRAY;
+    let keys_of =
+        |rows: Vec<Row>| -> Result<Vec<String>> { rows.iter().map(|r| col(r, 0)).collect() };
+    let mut release = KeysRelease::new(keys.to_vec());
+    let mut step = release.first();
+    loop {
+        step = match step {
+            KeysStep::InsertKeys(k) => {
+                tx.query_typed(&sql.keys_insert, &[(&k, text_array.clone())])
+                    .await
+                    .map_err(pg_err)?;
+                release.inserted()
+            }
+            KeysStep::LockKeys(k) => {
+                let rows = tx
+                    .query_typed(&sql.keys_lock, &[(&k, text_array.clone())])
+                    .await
+                    .map_err(pg_err)?;
+                release.locked(keys_of(rows)?)
+            }
+            KeysStep::ReadBlockers(k) => {
+                let rows = tx
+                    .query_typed(&sql.keys_blockers, &[(&k, text_array.clone())])
+                    .await
+                    .map_err(pg_err)?;
+                release.blockers(keys_of(rows)?)
+            }
+            KeysStep::ReadNext(k) => {
+                let rows = tx
+                    .query_typed(&sql.keys_next, &[(&k, text_array.clone())])
+                    .await
+                    .map_err(pg_err)?;
+                let first = rows
+                    .iter()
+                    .map(|r| Ok((col(r, 0)?, col(r, 1)?)))
+                    .collect::<Result<Vec<_>>>()?;
+                release.next(first)
+            }
+            KeysStep::Promote(ids) => {
+                let rows = tx
+                    .query_typed(&sql.keys_promote, &[(&ids, Type::INT8_ARRAY)])
+                    .await
+                    .map_err(pg_err)?;
+                release.promoted(rows.len() as u64)?
+            }
+            KeysStep::DropKeys(k) => {
+                tx.query_typed(&sql.keys_drop, &[(&k, text_array.clone())])
+                    .await
+                    .map_err(pg_err)?;
+                release.dropped()
+            }
+            KeysStep::Done => return Ok(release),
+        };
+    }
+}
+
 impl Inner {
     /// Whether this enqueue announces its task (inside its transaction). When the
     /// throttle holds it back, a trailing `NOTIFY` is sent at the end of the window on a
@@ -883,7 +945,25 @@ impl Driver for Inner {
     async fn release_keys(&self, keys: Checked<&[String]>) -> Result<Vec<TaskId>> {
         let mut client = self.client().await?;
         let mut promoted = Vec::new();
-        for key in keys.iter() {
+        let mut one_by_one = keys.to_vec();
+        if keys.len() > 1 {
+            let tx = client.transaction().await.map_err(pg_err)?;
+            match release_keys_at_once(&self.sql, &tx, &keys).await {
+                Ok(release) => {
+                    tx.commit().await.map_err(pg_err)?;
+                    promoted.extend_from_slice(release.promoted_ids());
+                    one_by_one = release.leftover().to_vec();
+                }
+                // a deadlock the server broke, a lost race: one key at a time instead
+                Err(e) if e.is_temporary() => {
+                    tracing::debug!(error = %e, keys = keys.len(),
+                        "releasing order keys together failed; releasing them one by one");
+                    tx.rollback().await.map_err(pg_err)?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        for key in &one_by_one {
             let tx = client.transaction().await.map_err(pg_err)?;
             let id = release_key(&self.sql, &tx, key).await?;
             tx.commit().await.map_err(pg_err)?;

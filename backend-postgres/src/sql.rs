@@ -94,6 +94,18 @@ pub(crate) struct Sql {
     pub key_promote: String,
     /// $1 order key.
     pub key_drop: String,
+    /// $1 order keys (sorted): insert the missing ones (see `KeysRelease`).
+    pub keys_insert: String,
+    /// $1 order keys: lock their rows in key order; the keys found.
+    pub keys_lock: String,
+    /// $1 order keys: the keys of the tasks in the way (locked for share).
+    pub keys_blockers: String,
+    /// $1 order keys: (key, first waiting task) of each, the task locked.
+    pub keys_next: String,
+    /// $1 ids: waiting → pending.
+    pub keys_promote: String,
+    /// $1 order keys.
+    pub keys_drop: String,
     /// $1 after (text, '' for none) $2 limit: keys in order.
     pub keys_page: String,
     /// The `LISTEN`/`NOTIFY` channel of this table.
@@ -438,6 +450,33 @@ impl Sql {
                  WHERE id = $1 AND status = 5 RETURNING id"
             ),
             key_drop: format!("DELETE FROM {tk} WHERE order_key = $1"),
+            keys_insert: format!(
+                "INSERT INTO {tk} (order_key)
+                 SELECT k FROM unnest($1::text[]) AS u(k) ORDER BY k
+                 ON CONFLICT DO NOTHING"
+            ),
+            keys_lock: format!(
+                "SELECT order_key::text FROM {tk} WHERE order_key = ANY($1::text[])
+                 ORDER BY order_key FOR UPDATE"
+            ),
+            keys_blockers: format!(
+                "SELECT order_key::text FROM {t}
+                 WHERE order_key = ANY($1::text[])
+                   AND (status IN (0, 3) OR (status = 2 AND order_block = 1))
+                 FOR SHARE"
+            ),
+            keys_next: format!(
+                "SELECT u.k, w.id FROM unnest($1::text[]) AS u(k)
+                 CROSS JOIN LATERAL (
+                    SELECT id FROM {t} WHERE order_key = u.k AND status = 5
+                    ORDER BY id LIMIT 1 FOR UPDATE) AS w"
+            ),
+            keys_promote: format!(
+                "UPDATE {t} SET status = 0, next_run_at = GREATEST(next_run_at, now()),
+                    updated_at = now()
+                 WHERE id = ANY($1::bigint[]) AND status = 5 RETURNING id"
+            ),
+            keys_drop: format!("DELETE FROM {tk} WHERE order_key = ANY($1::text[])"),
             keys_page: format!(
                 "SELECT order_key::text FROM {tk} WHERE order_key > $1 ORDER BY order_key LIMIT $2"
             ),

@@ -39,7 +39,7 @@
 
 pub mod schema;
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::future::Future;
 use std::ops::Deref;
 use std::time::Duration;
@@ -507,6 +507,177 @@ impl KeyRelease {
     }
 }
 
+/// A step of [`KeysRelease`] for the driver to run, all in one transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeysStep {
+    /// Insert each key into the keys table, doing nothing for those already there (in
+    /// the order given); answer [`KeysRelease::inserted`].
+    InsertKeys(Vec<String>),
+    /// Lock the keys' rows with a locking read in key order (`ORDER BY order_key FOR
+    /// UPDATE`); answer [`KeysRelease::locked`] with the keys found (one just deleted by a
+    /// concurrent release is not, and is left for a release of its own).
+    LockKeys(Vec<String>),
+    /// The tasks in the way, as for [`ReleaseStep::ReadBlocker`] (a locking read, `FOR
+    /// SHARE`), of all these keys; answer [`KeysRelease::blockers`] with their keys
+    /// (repeats allowed).
+    ReadBlockers(Vec<String>),
+    /// The first waiting task (`status = 5`, lowest id) of each of these keys, locked
+    /// (`FOR UPDATE`); answer [`KeysRelease::next`] with `(key, id)` pairs.
+    ReadNext(Vec<String>),
+    /// Make these tasks pending, as [`ReleaseStep::Promote`] does for one (`WHERE id IN
+    /// (…) AND status = 5`); answer [`KeysRelease::promoted`] with how many rows changed.
+    Promote(Vec<TaskId>),
+    /// Delete these keys' rows from the keys table (nothing of them is left to run);
+    /// answer [`KeysRelease::dropped`].
+    DropKeys(Vec<String>),
+    /// Done: commit; then release each of [`KeysRelease::leftover`] with [`KeyRelease`].
+    Done,
+}
+
+/// [`KeyRelease`] for many keys at once, set-based: a fixed number of statements in one
+/// transaction, whatever the number of keys, where one release per key costs a
+/// transaction of four or five statements each. The engine releases the keys of every
+/// batch of outcomes it records, so this is what an ordered drain's speed rests on.
+///
+/// The keys must be sorted and distinct: every release locks key rows in key order, so
+/// two batch releases of overlapping keys wait for each other instead of deadlocking. A
+/// key row deleted between the insert and the lock is left over for a release of its
+/// own. A driver whose batch fails with a temporary error (a deadlock the database broke,
+/// say) rolls back and releases the keys one by one: the batch is an optimization, the
+/// per-key protocol the definition.
+///
+/// ```
+/// use backstop_core::driver::{KeysRelease, KeysStep};
+/// let keys = vec!["a".to_string(), "b".to_string(), "c".to_string()];
+/// let mut r = KeysRelease::new(keys.clone());
+/// assert_eq!(r.first(), KeysStep::InsertKeys(keys.clone()));
+/// assert_eq!(r.inserted(), KeysStep::LockKeys(keys.clone()));
+/// assert_eq!(r.locked(keys.clone()), KeysStep::ReadBlockers(keys.clone()));
+/// // "a" has a task running; "b" has one waiting; "c" has nothing left
+/// assert_eq!(r.blockers(vec!["a".into()]), KeysStep::ReadNext(vec!["b".into(), "c".into()]));
+/// assert_eq!(r.next(vec![("b".into(), 7)]), KeysStep::Promote(vec![7]));
+/// assert_eq!(r.promoted(1).unwrap(), KeysStep::DropKeys(vec!["c".into()]));
+/// assert_eq!(r.dropped(), KeysStep::Done);
+/// assert_eq!(r.promoted_ids(), &[7]);
+/// assert!(r.leftover().is_empty());
+/// ```
+#[derive(Debug)]
+pub struct KeysRelease {
+    keys: Vec<String>,
+    leftover: Vec<String>,
+    promoted: Vec<TaskId>,
+    to_drop: Vec<String>,
+}
+
+impl KeysRelease {
+    /// A release of `keys` (sorted and distinct).
+    pub fn new(keys: Vec<String>) -> Self {
+        KeysRelease {
+            keys,
+            leftover: Vec::new(),
+            promoted: Vec::new(),
+            to_drop: Vec::new(),
+        }
+    }
+
+    /// The first step: [`KeysStep::InsertKeys`].
+    pub fn first(&self) -> KeysStep {
+        KeysStep::InsertKeys(self.keys.clone())
+    }
+
+    /// The keys are in the keys table.
+    pub fn inserted(&mut self) -> KeysStep {
+        KeysStep::LockKeys(self.keys.clone())
+    }
+
+    /// The keys whose rows the locking read found (and now holds).
+    pub fn locked(&mut self, found: Vec<String>) -> KeysStep {
+        let found: BTreeSet<String> = found.into_iter().collect();
+        self.leftover = self
+            .keys
+            .iter()
+            .filter(|k| !found.contains(*k))
+            .cloned()
+            .collect();
+        self.keys.retain(|k| found.contains(k));
+        if self.keys.is_empty() {
+            return KeysStep::Done;
+        }
+        KeysStep::ReadBlockers(self.keys.clone())
+    }
+
+    /// The keys that have a task in the way: they stay as they are.
+    pub fn blockers(&mut self, blocked: Vec<String>) -> KeysStep {
+        let blocked: BTreeSet<String> = blocked.into_iter().collect();
+        self.keys.retain(|k| !blocked.contains(k));
+        if self.keys.is_empty() {
+            return KeysStep::Done;
+        }
+        KeysStep::ReadNext(self.keys.clone())
+    }
+
+    /// The first waiting task of each free key that has one.
+    pub fn next(&mut self, first: Vec<(String, TaskId)>) -> KeysStep {
+        let with_next: BTreeSet<&str> = first.iter().map(|(k, _)| k.as_str()).collect();
+        self.to_drop = self
+            .keys
+            .iter()
+            .filter(|k| !with_next.contains(k.as_str()))
+            .cloned()
+            .collect();
+        self.promoted = first.into_iter().map(|(_, id)| id).collect();
+        self.promoted.sort_unstable();
+        self.promoted.dedup();
+        if !self.promoted.is_empty() {
+            return KeysStep::Promote(self.promoted.clone());
+        }
+        self.drop_step()
+    }
+
+    /// How many of the tasks the promotion changed. They were locked by the read that
+    /// found them waiting, so all of them; fewer is a temporary `Conflict` (the driver
+    /// rolls back and releases the keys one by one).
+    pub fn promoted(&mut self, changed: u64) -> Result<KeysStep> {
+        if changed != self.promoted.len() as u64 {
+            return Err(Error::new(
+                ErrorKind::Conflict,
+                "release_order_keys",
+                format!(
+                    "{changed} of {} waiting tasks were promoted; retry",
+                    self.promoted.len()
+                ),
+            )
+            .with_temporary(true));
+        }
+        Ok(self.drop_step())
+    }
+
+    /// The keys without work left were deleted.
+    pub fn dropped(&mut self) -> KeysStep {
+        self.to_drop.clear();
+        KeysStep::Done
+    }
+
+    fn drop_step(&mut self) -> KeysStep {
+        if self.to_drop.is_empty() {
+            KeysStep::Done
+        } else {
+            KeysStep::DropKeys(self.to_drop.clone())
+        }
+    }
+
+    /// The tasks made pending (once [`KeysStep::Done`]).
+    pub fn promoted_ids(&self) -> &[TaskId] {
+        &self.promoted
+    }
+
+    /// The keys whose rows were gone at the lock: release each on its own, after the
+    /// commit.
+    pub fn leftover(&self) -> &[String] {
+        &self.leftover
+    }
+}
+
 /// The audit table's columns, in the order [`RawAudit::read`] reads them.
 pub const AUDIT_COLUMNS: &str = "task_id, action, operator, reason, at";
 
@@ -807,7 +978,8 @@ pub trait Driver: Send + Sync + 'static {
 
     /// [`release_order_keys`](crate::TaskStore::release_order_keys): run [`KeyRelease`]
     /// for each key, in the order given (sorted and distinct), each in a transaction of
-    /// its own; the tasks made pending. Checked: 1 to `MAX_BATCH` valid keys.
+    /// its own, or [`KeysRelease`] for all of them in one; the tasks made pending.
+    /// Checked: 1 to `MAX_BATCH` valid keys.
     async fn release_keys(&self, keys: Checked<&[String]>) -> Result<Vec<TaskId>>;
 
     /// [`order_keys`](crate::TaskStore::order_keys): up to `limit` keys of the keys table
@@ -1171,8 +1343,8 @@ pub mod prelude {
         mark_rounds, millis,
         schema::{self, Migration},
         AgedBatch, Backend, Buckets, Checked, Claim, Driver, Existing, InsertStep, Inserted,
-        KeyRelease, KeyedInsert, ListArg, ListDialect, RawAudit, RawStats, RawTask, ReleaseStep,
-        Reset, TaskRow, AUDIT_COLUMNS, COLUMNS,
+        KeyRelease, KeyedInsert, KeysRelease, KeysStep, ListArg, ListDialect, RawAudit, RawStats,
+        RawTask, ReleaseStep, Reset, TaskRow, AUDIT_COLUMNS, COLUMNS,
     };
     pub use crate::{
         async_trait, Audit, Enqueued, Error, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner,

@@ -265,3 +265,73 @@ pub async fn order_key_races_keep_one_task_in_front<H: Harness>(ctx: &Ctx<H>) {
     }
     assert!(claim_all(ctx).await.is_empty());
 }
+
+/// one call releases many keys in each state at once: a key whose head runs or is parked
+/// (blocking) stays as it is, a key whose head finished hands its turn to its next task,
+/// a key with nothing left (or never used) leaves the keys table; four racing calls over
+/// the same keys promote each task once.
+pub async fn release_many_keys_at_once<H: Harness>(ctx: &Ctx<H>) {
+    let running = put(ctx, "m1", "m1-1").await.id;
+    let behind_running = put(ctx, "m1", "m1-2").await.id;
+    let done = put(ctx, "m2", "m2-1").await.id;
+    let next = put(ctx, "m2", "m2-2").await.id;
+    let last = put(ctx, "m3", "m3-1").await.id;
+    let parked = put(ctx, "m4", "m4-1").await.id;
+    let behind_parked = put(ctx, "m4", "m4-2").await.id;
+    let pending = put(ctx, "m5", "m5-1").await.id;
+    let behind_pending = put(ctx, "m5", "m5-2").await.id;
+    ctx.grab(running).await;
+    for id in [done, last] {
+        let t = ctx.grab(id).await;
+        assert!(ctx.store.mark_success(t.lease()).await.unwrap());
+    }
+    let t = ctx.grab(parked).await;
+    assert!(ctx.store.mark_fail(t.lease(), "parked").await.unwrap());
+    let keys: Vec<String> = ["ghost", "m1", "m2", "m3", "m4", "m5"]
+        .iter()
+        .map(|k| k.to_string())
+        .collect();
+    let promoted = ctx.store.release_order_keys(&keys).await.unwrap();
+    assert_eq!(promoted, vec![next]);
+    let states = [
+        (running, Status::Running),
+        (behind_running, Status::Waiting),
+        (next, Status::Pending),
+        (parked, Status::Failed),
+        (behind_parked, Status::Waiting),
+        (pending, Status::Pending),
+        (behind_pending, Status::Waiting),
+    ];
+    for (id, want) in states {
+        assert_eq!(status(ctx, id).await, want, "task {id}");
+    }
+    assert_eq!(
+        ctx.store.order_keys(None, 10).await.unwrap(),
+        ["m1", "m2", "m4", "m5"],
+        "m3 and the unused key have nothing left"
+    );
+
+    // racing releases: each waiting task is promoted by exactly one of them
+    let mut heads = Vec::new();
+    let mut seconds = Vec::new();
+    let race_keys: Vec<String> = (0..12).map(|i| format!("r{i:02}")).collect();
+    for k in &race_keys {
+        heads.push(put(ctx, k, &format!("{k}-1")).await.id);
+        seconds.push(put(ctx, k, &format!("{k}-2")).await.id);
+    }
+    for id in &heads {
+        let t = ctx.grab(*id).await;
+        assert!(ctx.store.mark_success(t.lease()).await.unwrap());
+    }
+    let calls = (0..4).map(|_| ctx.store.release_order_keys(&race_keys));
+    let mut all: Vec<TaskId> = futures_util::future::join_all(calls)
+        .await
+        .into_iter()
+        .flat_map(|r| r.unwrap())
+        .collect();
+    all.sort_unstable();
+    assert_eq!(all, seconds, "each second task promoted once");
+    for id in &seconds {
+        assert_eq!(status(ctx, *id).await, Status::Pending);
+    }
+}
