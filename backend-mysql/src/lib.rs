@@ -580,53 +580,64 @@ async fn release_keys_at_once(
     conn: &mut MySqlConnection,
     keys: &[String],
 ) -> Result<KeysRelease> {
+    // each statement binds one padded list: its text for the list's bucket, then the list
+    fn list<'q, T>(
+        text: &'q str,
+        items: &'q [T],
+    ) -> sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments>
+    where
+        T: sqlx::Encode<'q, sqlx::MySql> + sqlx::Type<sqlx::MySql> + Sync,
+    {
+        padded(items).fold(sqlx::query(safe(text)), |q, item| q.bind(item))
+    }
     let mut release = KeysRelease::new(keys.to_vec());
     let mut step = release.first();
     loop {
         step = match step {
             KeysStep::InsertKeys(k) => {
                 let text = sql.keys_upsert(bucket(k.len()));
-                let mut q = sqlx::query(safe(&text));
-                for key in padded(&k) {
-                    q = q.bind(key);
-                }
-                q.execute(&mut *conn).await.map_err(my_err)?;
+                list(&text, &k).execute(&mut *conn).await.map_err(my_err)?;
                 release.inserted()
             }
             // the upsert holds every key's exclusive lock, whether it inserted it or not
             KeysStep::LockKeys(k) => release.locked(k),
             KeysStep::ReadBlockers(k) => {
                 let text = sql.keys_blockers(bucket(k.len()));
-                let mut q = sqlx::query_scalar::<_, String>(safe(&text));
-                for key in padded(&k) {
-                    q = q.bind(key);
-                }
-                release.blockers(q.fetch_all(&mut *conn).await.map_err(my_err)?)
+                let rows = list(&text, &k)
+                    .fetch_all(&mut *conn)
+                    .await
+                    .map_err(my_err)?;
+                let blocked = rows
+                    .iter()
+                    .map(|r| r.try_get::<String, _>(0))
+                    .collect::<std::result::Result<Vec<_>, _>>()
+                    .map_err(my_err)?;
+                release.blockers(blocked)
             }
             KeysStep::ReadNext(k) => {
                 let text = sql.keys_next(bucket(k.len()));
-                let mut q = sqlx::query_as::<_, (String, i64)>(safe(&text));
-                for key in padded(&k) {
-                    q = q.bind(key);
-                }
-                release.next(q.fetch_all(&mut *conn).await.map_err(my_err)?)
+                let rows = list(&text, &k)
+                    .fetch_all(&mut *conn)
+                    .await
+                    .map_err(my_err)?;
+                let first = rows
+                    .iter()
+                    .map(|r| Ok((r.try_get::<String, _>(0)?, r.try_get::<i64, _>(1)?)))
+                    .collect::<std::result::Result<Vec<_>, sqlx::Error>>()
+                    .map_err(my_err)?;
+                release.next(first)
             }
             KeysStep::Promote(ids) => {
                 let text = sql.keys_promote(bucket(ids.len()));
-                let mut q = sqlx::query(safe(&text));
-                for id in padded(&ids) {
-                    q = q.bind(id);
-                }
-                let done = q.execute(&mut *conn).await.map_err(my_err)?;
+                let done = list(&text, &ids)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(my_err)?;
                 release.promoted(done.rows_affected())?
             }
             KeysStep::DropKeys(k) => {
                 let text = sql.keys_drop(bucket(k.len()));
-                let mut q = sqlx::query(safe(&text));
-                for key in padded(&k) {
-                    q = q.bind(key);
-                }
-                q.execute(&mut *conn).await.map_err(my_err)?;
+                list(&text, &k).execute(&mut *conn).await.map_err(my_err)?;
                 release.dropped()
             }
             KeysStep::Done => return Ok(release),

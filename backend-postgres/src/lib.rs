@@ -549,7 +549,17 @@ async fn release_keys_at_once(
     tx: &tokio_postgres::Transaction<'_>,
     keys: &[String],
 ) -> Result<KeysRelease> {
-    let text_array = Type::TEXT_ARRAY;
+    // every statement takes one array: the keys (text[]) or the ids (bigint[])
+    async fn run<T: ToSql + Sync>(
+        tx: &tokio_postgres::Transaction<'_>,
+        statement: &str,
+        array: &T,
+        array_type: Type,
+    ) -> Result<Vec<Row>> {
+        tx.query_typed(statement, &[(array, array_type)])
+            .await
+            .map_err(pg_err)
+    }
     let keys_of =
         |rows: Vec<Row>| -> Result<Vec<String>> { rows.iter().map(|r| col(r, 0)).collect() };
     let mut release = KeysRelease::new(keys.to_vec());
@@ -557,30 +567,17 @@ async fn release_keys_at_once(
     loop {
         step = match step {
             KeysStep::InsertKeys(k) => {
-                tx.query_typed(&sql.keys_insert, &[(&k, text_array.clone())])
-                    .await
-                    .map_err(pg_err)?;
+                run(tx, &sql.keys_insert, &k, Type::TEXT_ARRAY).await?;
                 release.inserted()
             }
-            KeysStep::LockKeys(k) => {
-                let rows = tx
-                    .query_typed(&sql.keys_lock, &[(&k, text_array.clone())])
-                    .await
-                    .map_err(pg_err)?;
-                release.locked(keys_of(rows)?)
-            }
-            KeysStep::ReadBlockers(k) => {
-                let rows = tx
-                    .query_typed(&sql.keys_blockers, &[(&k, text_array.clone())])
-                    .await
-                    .map_err(pg_err)?;
-                release.blockers(keys_of(rows)?)
-            }
+            KeysStep::LockKeys(k) => release.locked(keys_of(
+                run(tx, &sql.keys_lock, &k, Type::TEXT_ARRAY).await?,
+            )?),
+            KeysStep::ReadBlockers(k) => release.blockers(keys_of(
+                run(tx, &sql.keys_blockers, &k, Type::TEXT_ARRAY).await?,
+            )?),
             KeysStep::ReadNext(k) => {
-                let rows = tx
-                    .query_typed(&sql.keys_next, &[(&k, text_array.clone())])
-                    .await
-                    .map_err(pg_err)?;
+                let rows = run(tx, &sql.keys_next, &k, Type::TEXT_ARRAY).await?;
                 let first = rows
                     .iter()
                     .map(|r| Ok((col(r, 0)?, col(r, 1)?)))
@@ -588,16 +585,11 @@ async fn release_keys_at_once(
                 release.next(first)
             }
             KeysStep::Promote(ids) => {
-                let rows = tx
-                    .query_typed(&sql.keys_promote, &[(&ids, Type::INT8_ARRAY)])
-                    .await
-                    .map_err(pg_err)?;
+                let rows = run(tx, &sql.keys_promote, &ids, Type::INT8_ARRAY).await?;
                 release.promoted(rows.len() as u64)?
             }
             KeysStep::DropKeys(k) => {
-                tx.query_typed(&sql.keys_drop, &[(&k, text_array.clone())])
-                    .await
-                    .map_err(pg_err)?;
+                run(tx, &sql.keys_drop, &k, Type::TEXT_ARRAY).await?;
                 release.dropped()
             }
             KeysStep::Done => return Ok(release),
