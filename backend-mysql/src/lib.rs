@@ -764,28 +764,47 @@ impl Inner {
         Ok(flags)
     }
 
-    /// Rows of the statement `text` with `ids` bound (padded to its bucket), read as
-    /// tasks.
-    async fn claim_ids(
+    /// Claim the rows [`pick`] locked (`at`: its read's `NOW(3)`): one update, and the
+    /// rows as it left them, without reading them back. The claim's locks keep every
+    /// picked row pending until commit, so the update applies to all of them; if it ever
+    /// did not, the rows are read back by this claim's token.
+    async fn claim_picked(
         &self,
         tx: &mut MySqlConnection,
         owner: &Owner,
-        ids: &[i64],
+        mut rows: Vec<RawTask>,
+        at: NaiveDateTime,
     ) -> std::result::Result<Vec<RawTask>, sqlx::Error> {
         let sql = &self.sql;
         let token = self.token();
+        let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
         let text = sql.claim_ids(bucket(ids.len()));
-        let mut q = sqlx::query(safe(&text)).bind(owner.as_str()).bind(token);
-        for id in padded(ids) {
+        let mut q = sqlx::query(safe(&text))
+            .bind(owner.as_str())
+            .bind(token)
+            .bind(at);
+        for id in padded(&ids) {
             q = q.bind(id);
         }
-        q.execute(&mut *tx).await?;
+        let done = q.execute(&mut *tx).await?;
+        if done.rows_affected() == ids.len() as u64 {
+            for r in &mut rows {
+                r.status = i64::from(Status::Running.code());
+                r.owner = Some(owner.as_str().to_owned());
+                r.attempts += 1;
+                r.lease += 1;
+                r.updated_at = at.and_utc();
+            }
+            return Ok(rows);
+        }
         // Exactly the rows this call claimed: tagged with its token (inside the claim's
         // transaction, so no other claim can have re-tagged them).
-        let rows = sqlx::query(safe(&sql.select_by_token))
-            .bind(token)
-            .fetch_all(&mut *tx)
-            .await?;
+        let text = sql.rows_with_token(bucket(ids.len()));
+        let mut q = sqlx::query(safe(&text)).bind(token);
+        for id in padded(&ids) {
+            q = q.bind(id);
+        }
+        let rows = q.fetch_all(&mut *tx).await?;
         rows.iter().map(raw_task).collect()
     }
 }
@@ -793,47 +812,36 @@ impl Inner {
 /// How long a [`ClaimStrategy::QueueThenSkip`] claim queues behind another (seconds).
 const QUEUE_WAIT_S: u32 = 1;
 
-/// The claim's locking read of due task ids, in claim order `(priority, next_run_at,
-/// id)`: for each event type, which levels have a due task (one dive per level, no
-/// locks), then one ordered walk of the `(status, event_type, priority, next_run_at, id)`
-/// index per such level, each stopping at `limit`, merged. The rows of a
-/// walk beyond the merged limit stay locked (unclaimed) until the claim's transaction
-/// ends.
+/// The claim's locking read of due tasks, in claim order `(priority, next_run_at, id)`,
+/// whole (the claim's update then needs no read back), with the read's `NOW(3)`: for
+/// each event type, one ordered walk of the `(status, event_type, priority, next_run_at,
+/// id)` index per level the transaction's opening found due (see [`Sql::pick`]), each
+/// stopping at `limit`, merged. The rows of a walk beyond the merged limit stay locked
+/// (unclaimed) until the claim's transaction ends.
 async fn pick(
     sql: &Sql,
     conn: &mut MySqlConnection,
     wait: LockWait,
     event_types: &[String],
     limit: usize,
-) -> std::result::Result<Vec<i64>, sqlx::Error> {
-    let mut due: Vec<(i8, chrono::NaiveDateTime, i64)> = Vec::new();
-    let probe = sql.due_levels();
-    for t in event_types {
-        let mut q = sqlx::query(safe(&probe));
+) -> std::result::Result<(Vec<RawTask>, Option<NaiveDateTime>), sqlx::Error> {
+    let mut due: Vec<RawTask> = Vec::new();
+    let mut at = None;
+    for (i, t) in event_types.iter().enumerate() {
+        let text = sql.pick(wait, i);
+        let mut q = sqlx::query(safe(&text));
         for _ in 0..PRIORITY_LEVELS {
-            q = q.bind(t);
-        }
-        let row = q.fetch_one(&mut *conn).await?;
-        let mut levels = Vec::new();
-        for i in 0..PRIORITY_LEVELS {
-            if let Some(level) = row.try_get::<Option<i64>, _>(i)? {
-                levels.push(i8::try_from(level).unwrap_or(i8::MAX));
-            }
-        }
-        if levels.is_empty() {
-            continue;
-        }
-        let text = sql.pick(wait, &levels);
-        let mut q = sqlx::query_as::<_, (i8, chrono::NaiveDateTime, i64)>(safe(&text));
-        for _ in &levels {
             q = q.bind(t).bind(limit as i64);
         }
-        due.extend(q.fetch_all(&mut *conn).await?);
+        for row in q.fetch_all(&mut *conn).await? {
+            due.push(raw_task(&row)?);
+            // the last read's time: no earlier than any picked row's due time
+            at = Some(row.try_get::<NaiveDateTime, _>(COLUMN_COUNT)?);
+        }
     }
-    // (priority, next_run_at, id): the claim order
-    due.sort_unstable();
+    due.sort_unstable_by_key(|r| (r.priority, r.next_run_at, r.id));
     due.truncate(limit);
-    Ok(due.into_iter().map(|(_, _, id)| id).collect())
+    Ok((due, at))
 }
 
 impl Inner {
@@ -957,25 +965,29 @@ impl Driver for Inner {
             ClaimStrategy::QueueThenSkip => LockWait::UpTo(QUEUE_WAIT_S),
             _ => LockWait::Queue,
         };
+        let Some(begin) = sql.claim_begin(types) else {
+            return Err(Error::invalid_input(
+                "claim",
+                "an event type has a character outside letters, digits, '_', '.', ':' and '-'",
+            ));
+        };
+        let begin = begin.as_str();
         self.on_conn(|mut conn| async move {
-            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-            let ids = match pick(sql, &mut tx, first, types, limit).await {
+            let mut tx = sqlx::Connection::begin_with(&mut *conn, safe(begin)).await?;
+            let (picked, at) = match pick(sql, &mut tx, first, types, limit).await {
                 // Held past the wait: a stalled claimer. Start over, passing it.
                 Err(e) if matches!(first, LockWait::UpTo(_)) && error_number(&e) == Some(1205) => {
                     tx.rollback().await?;
-                    tx = sqlx::Connection::begin(&mut *conn).await?;
+                    tx = sqlx::Connection::begin_with(&mut *conn, safe(begin)).await?;
                     pick(sql, &mut tx, LockWait::Skip, types, limit).await?
                 }
                 picked => picked?,
             };
-            let rows = if ids.is_empty() {
-                Vec::new()
-            } else {
-                match self.claim_ids(&mut tx, owner, &ids).await {
-                    Ok(rows) => rows,
-                    // a row that does not decode: report it as such (after rollback)
-                    Err(e) => return Err(e),
+            let rows = match at {
+                Some(at) if !picked.is_empty() => {
+                    self.claim_picked(&mut tx, owner, picked, at).await?
                 }
+                _ => Vec::new(),
             };
             tx.commit().await?;
             Ok(rows)

@@ -362,6 +362,12 @@ impl Sql {
                     name: "order index untouched by tasks without a key",
                     statements: vec![],
                 },
+                // (MySQL dropped the index of a column only it has.)
+                Migration {
+                    version: 10,
+                    name: "claim token unindexed",
+                    statements: vec![],
+                },
             ],
             // the change and its audit entry in one statement
             cancel: format!(

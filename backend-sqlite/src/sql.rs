@@ -267,6 +267,12 @@ impl Sql {
                     name: "order index untouched by tasks without a key",
                     statements: vec![],
                 },
+                // (MySQL dropped the index of a column only it has.)
+                Migration {
+                    version: 10,
+                    name: "claim token unindexed",
+                    statements: vec![],
+                },
             ],
             // ?1 consumer ?2 message_id ?3 now: one row inserted, or none for a duplicate
             inbox_insert: format!(

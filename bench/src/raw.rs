@@ -767,21 +767,26 @@ impl Raw for MySqlRaw {
                     // A deadlock (1213) between racing workers is retried, as the store does.
                     let claim = async {
                         let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-                        let ids: Vec<i64> = sqlx::query_scalar(q(format!(
-                            "SELECT id FROM {TABLE} FORCE INDEX (ix_claim_type)
+                        // the whole rows, locked: the update applies to all of them, so
+                        // they need no read back (the store does the same)
+                        let picked: Vec<(i64, i64)> = sqlx::query(q(format!(
+                            "SELECT {COLUMNS} FROM {TABLE} FORCE INDEX (ix_claim_type)
                              WHERE status = 0 AND event_type IN ('{EVENT}') AND priority = 2
                                AND next_run_at <= NOW(3)
                              ORDER BY next_run_at, id LIMIT ? FOR UPDATE {lock_wait}"
                         )))
                         .bind(batch as i64)
                         .fetch_all(&mut *tx)
-                        .await?;
-                        if ids.is_empty() {
+                        .await?
+                        .iter()
+                        .map(read_mysql)
+                        .collect();
+                        if picked.is_empty() {
                             tx.commit().await?;
                             return Ok(None);
                         }
                         // placeholders, as the store does: one prepared statement per batch size
-                        let list = vec!["?"; ids.len()].join(",");
+                        let list = vec!["?"; picked.len()].join(",");
                         let t = token.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let mut claim = sqlx::query(q(format!(
                             "UPDATE {TABLE} SET status = 3, owner = 'raw', attempts = attempts + 1,
@@ -789,20 +794,18 @@ impl Raw for MySqlRaw {
                              WHERE id IN ({list}) AND status = 0"
                         )))
                         .bind(t);
-                        for id in &ids {
+                        for (id, _) in &picked {
                             claim = claim.bind(id);
                         }
-                        claim.execute(&mut *tx).await?;
-                        // the claimed rows, read back by the claim's token (as the store does)
-                        let claimed: Vec<(i64, i64)> = sqlx::query(q(format!(
-                            "SELECT {COLUMNS} FROM {TABLE} WHERE claim_token = ?"
-                        )))
-                        .bind(t)
-                        .fetch_all(&mut *tx)
-                        .await?
-                        .iter()
-                        .map(read_mysql)
-                        .collect();
+                        let done = claim.execute(&mut *tx).await?;
+                        check(
+                            done.rows_affected() == picked.len() as u64,
+                            "all picked claimed",
+                        );
+                        let claimed: Vec<(i64, i64)> = picked
+                            .into_iter()
+                            .map(|(id, lease)| (id, lease + 1))
+                            .collect();
                         tx.commit().await?;
                         Ok::<_, sqlx::Error>(Some(claimed))
                     }

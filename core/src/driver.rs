@@ -712,6 +712,10 @@ pub const COLUMNS: &str = "id, event_type, biz_key, payload, status, attempts, \
     owner, lease, last_error, created_at, updated_at, priority, retry_jitter_pct, order_key, \
     order_block, timeout_ms";
 
+/// How many columns [`COLUMNS`] names: the position of a column a statement selects
+/// after them.
+pub const COLUMN_COUNT: usize = 21;
+
 /// One row of [`COLUMNS`] as the database returned it, read column by column (`i` is the
 /// column's position). A driver implements it on its driver's row type, in its stored
 /// form: any integer width as `i64`, times as UTC.
@@ -1344,7 +1348,7 @@ pub mod prelude {
         schema::{self, Migration},
         AgedBatch, Backend, Buckets, Checked, Claim, Driver, Existing, InsertStep, Inserted,
         KeyRelease, KeyedInsert, KeysRelease, KeysStep, ListArg, ListDialect, RawAudit, RawStats,
-        RawTask, ReleaseStep, Reset, TaskRow, AUDIT_COLUMNS, COLUMNS,
+        RawTask, ReleaseStep, Reset, TaskRow, AUDIT_COLUMNS, COLUMNS, COLUMN_COUNT,
     };
     pub use crate::{
         async_trait, Audit, Enqueued, Error, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner,
@@ -1386,4 +1390,14 @@ macro_rules! __setters {
             self
         }
     )+};
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn column_count_counts_columns() {
+        assert_eq!(COLUMNS.split(',').count(), COLUMN_COUNT);
+    }
 }

@@ -90,7 +90,9 @@ pub async fn grab_by_id_ignores_tasks_not_pending<H: Harness>(ctx: &Ctx<H>) {
     assert!(ctx.store.get(987_654_321).await.unwrap().is_none());
 }
 
-/// grab_batch: oldest next_run_at first, id breaks ties; result in that order.
+/// grab_batch: oldest next_run_at first, id breaks ties; result in that order; each
+/// returned task is exactly what is stored (running, attempts and lease bumped, owner and
+/// updated_at set, the rest untouched).
 pub async fn grab_batch_claims_oldest_first<H: Harness>(ctx: &Ctx<H>) {
     let mut ids = Vec::new();
     for i in 0..6 {
@@ -114,16 +116,34 @@ pub async fn grab_batch_claims_oldest_first<H: Harness>(ctx: &Ctx<H>) {
         ctx.backdate(*id, TimeColumn::NextRunAt, diff).await;
         assert_eq!(ctx.task(*id).await.next_run_at, base);
     }
+    let mut before = Vec::new();
+    for id in &ids {
+        before.push(ctx.task(*id).await);
+    }
+    let t0 = Utc::now();
     let got = ctx
         .store
         .grab_batch(&ctx.owner, &["E".into()], 3)
         .await
         .unwrap();
+    let t1 = Utc::now();
     let got_ids: Vec<TaskId> = got.iter().map(|t| t.id).collect();
     assert_eq!(got_ids, vec![ids[5], ids[4], ids[0]]);
     for t in &got {
         assert_eq!((t.status, t.attempts, t.lease), (Status::Running, 1, 1));
         assert_eq!(t.owner.as_deref(), Some("testkit-owner"));
+        assert_between("updated_at", t.updated_at, t0, t1);
+        assert_eq!(
+            &ctx.task(t.id).await,
+            t,
+            "the returned task is what is stored"
+        );
+        let was = before.iter().find(|b| b.id == t.id).expect("enqueued");
+        assert_eq!(
+            (&t.payload, t.next_run_at, t.created_at, t.priority),
+            (&was.payload, was.next_run_at, was.created_at, was.priority),
+            "a claim changes only the claim's columns"
+        );
     }
     let next = ctx
         .store
