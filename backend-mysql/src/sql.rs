@@ -6,6 +6,7 @@
 
 use backstop_core::driver::schema::{version_table, Migration};
 use backstop_core::driver::{AUDIT_COLUMNS, COLUMNS};
+use backstop_core::limits::is_event_type_char;
 
 /// How a list statement spells what differs (see `list_sql`); an age is bound in µs.
 pub(crate) const LIST: backstop_core::driver::ListDialect = backstop_core::driver::ListDialect {
@@ -564,10 +565,7 @@ impl Sql {
         let mut probes = Vec::new();
         let mut vars = Vec::new();
         for (i, e) in event_types.iter().enumerate() {
-            if !e
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-'))
-            {
+            if !e.chars().all(is_event_type_char) {
                 return None;
             }
             for level in 0..PRIORITY_LEVELS {

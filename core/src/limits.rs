@@ -33,6 +33,19 @@ pub const MAX_LEASES: usize = 10_000;
 /// PostgreSQL's 63-byte identifiers.
 pub const MAX_IDENTIFIER_BYTES: usize = 48;
 
+/// Whether `c` may appear in an event type: an ASCII letter or digit, `_`, `.`, `:` or
+/// `-`. None of them can end or escape an SQL string literal, so a driver may write a
+/// checked event type into a statement as a literal.
+///
+/// ```
+/// use backstop_core::limits::is_event_type_char;
+/// assert!("orders.created:v2".chars().all(is_event_type_char));
+/// assert!(!is_event_type_char('\''));
+/// ```
+pub fn is_event_type_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-')
+}
+
 /// Check an event type: 1–64 bytes of ASCII letters, digits, `_`, `.`, `:` or `-`.
 pub(crate) fn check_event_type(operation: &'static str, event_type: &str) -> Result<()> {
     if event_type.is_empty() || event_type.len() > MAX_EVENT_TYPE_BYTES {
@@ -44,10 +57,7 @@ pub(crate) fn check_event_type(operation: &'static str, event_type: &str) -> Res
             ),
         ));
     }
-    if let Some(c) = event_type
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-')))
-    {
+    if let Some(c) = event_type.chars().find(|c| !is_event_type_char(*c)) {
         return Err(Error::invalid_input(
             operation,
             format!(
