@@ -282,6 +282,7 @@ impl MySqlStore {
         }
         let connect = MySqlConnectOptions::from_str(url)
             .map_err(|e| Error::config(OP, format!("invalid MySQL URL: {e}")).with_source(e))?;
+        first_connection(&connect, options.acquire_timeout).await?;
         let pool = MySqlPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
@@ -1437,6 +1438,73 @@ fn my_err(e: sqlx::Error) -> Error {
         _ => (ErrorKind::Unexpected, "MySQL driver error".to_owned()),
     };
     Error::new(kind, "mysql", format!("{what}: {e}")).with_source(e)
+}
+
+/// Open one connection outside the pool and close it, so a store that cannot connect
+/// says why. The pool reports any failed connect as "pool timed out while waiting for an
+/// open connection", and only after its acquire timeout. A refused connection is
+/// temporary, and so is a connect timeout. A host that does not resolve, refused
+/// credentials or a missing database are configuration errors. The message names the
+/// server and the user, never the password.
+async fn first_connection(connect: &MySqlConnectOptions, timeout: Duration) -> Result<()> {
+    const OP: &str = "open_store";
+    let server = format!(
+        "{}:{} as user {:?}",
+        connect.get_host(),
+        connect.get_port(),
+        connect.get_username()
+    );
+    let attempt = sqlx::ConnectOptions::connect(connect);
+    let e = match tokio::time::timeout(timeout, attempt).await {
+        Ok(Ok(conn)) => {
+            let _ = sqlx::Connection::close(conn).await;
+            return Ok(());
+        }
+        Ok(Err(e)) => e,
+        Err(_) => {
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                OP,
+                format!("connecting to MySQL at {server} took over {timeout:?}"),
+            ))
+        }
+    };
+    let cause = match &e {
+        sqlx::Error::Io(io) => match io.kind() {
+            std::io::ErrorKind::ConnectionRefused => Some((
+                ErrorKind::Unavailable,
+                "connection refused (is the server running, on that port?)",
+            )),
+            std::io::ErrorKind::TimedOut => Some((ErrorKind::Unavailable, "connect timed out")),
+            // the resolver's "failed to lookup address information"
+            _ if io.to_string().contains("lookup") => Some((
+                ErrorKind::Config,
+                "unknown host (check the URL's host name)",
+            )),
+            _ => None,
+        },
+        sqlx::Error::Database(_) => match error_number(&e) {
+            Some(1045) => Some((
+                ErrorKind::Config,
+                "access denied (check the URL's user and password)",
+            )),
+            Some(1049) => Some((
+                ErrorKind::Config,
+                "unknown database (create it, or check the URL's path)",
+            )),
+            _ => None,
+        },
+        _ => None,
+    };
+    Err(match cause {
+        Some((kind, why)) => Error::new(
+            kind,
+            OP,
+            format!("cannot connect to MySQL at {server}: {why}: {e}"),
+        )
+        .with_source(e),
+        None => my_err(e).with_operation(OP),
+    })
 }
 
 /// Read a row of [`COLUMNS`](backstop_core::driver::COLUMNS).
