@@ -219,6 +219,7 @@ impl PgStore {
         let pg_config = tokio_postgres::Config::from_str(url).map_err(|e| {
             Error::config(OP, format!("invalid PostgreSQL URL: {e}")).with_source(e)
         })?;
+        first_connection(&pg_config, options.acquire_timeout).await?;
         let manager = Manager::from_config(
             pg_config.clone(),
             NoTls,
@@ -1030,6 +1031,91 @@ async fn mark_round<C: GenericClient + Sync>(
 
 /// Map a tokio-postgres error to a backstop error, classifying the transient ones as
 /// temporary and the rolled-back conflicts as contention. (The store names the operation.)
+/// Open one connection outside the pool and close it, so a store that cannot connect
+/// says why. The pool reports a failed connect as "error occurred while creating a new
+/// object: error connecting to server", with the cause only in its source chain. A
+/// refused connection and a connect timeout are temporary. A host that does not resolve,
+/// refused credentials or a missing database are configuration errors. The message
+/// names the server and the user, never the password.
+async fn first_connection(config: &tokio_postgres::Config, timeout: Duration) -> Result<()> {
+    const OP: &str = "open_store";
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .zip(config.get_ports().iter().chain(std::iter::repeat(&5432)))
+        .map(|(h, p)| match h {
+            tokio_postgres::config::Host::Tcp(name) => format!("{name}:{p}"),
+            #[cfg(unix)]
+            tokio_postgres::config::Host::Unix(dir) => format!("{}:{p}", dir.display()),
+        })
+        .collect();
+    let server = format!(
+        "{} as user {:?}",
+        hosts.join(","),
+        config.get_user().unwrap_or("(default)")
+    );
+    let e = match tokio::time::timeout(timeout, config.connect(NoTls)).await {
+        Ok(Ok((client, connection))) => {
+            drop(client);
+            // the connection ends once its client is gone
+            let _ = connection.await;
+            return Ok(());
+        }
+        Ok(Err(e)) => e,
+        Err(_) => {
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                OP,
+                format!("connecting to PostgreSQL at {server} took over {timeout:?}"),
+            ))
+        }
+    };
+    let io = std::iter::successors(std::error::Error::source(&e), |s| s.source())
+        .find_map(|s| s.downcast_ref::<std::io::Error>());
+    let cause = match (e.code(), io) {
+        (Some(c), _) if *c == SqlState::INVALID_CATALOG_NAME => Some((
+            ErrorKind::Config,
+            "unknown database (create it, or check the URL's path)",
+        )),
+        (Some(c), _)
+            if *c == SqlState::INVALID_PASSWORD
+                || *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION =>
+        {
+            Some((
+                ErrorKind::Config,
+                "access denied (check the URL's user and password)",
+            ))
+        }
+        (None, Some(io)) if io.kind() == std::io::ErrorKind::ConnectionRefused => Some((
+            ErrorKind::Unavailable,
+            "connection refused (is the server running, on that port?)",
+        )),
+        (None, Some(io)) if io.kind() == std::io::ErrorKind::TimedOut => {
+            Some((ErrorKind::Unavailable, "connect timed out"))
+        }
+        // the resolver's "failed to lookup address information"
+        (None, Some(io)) if io.to_string().contains("lookup") => Some((
+            ErrorKind::Config,
+            "unknown host (check the URL's host name)",
+        )),
+        _ => None,
+    };
+    let detail = match (e.as_db_error(), io) {
+        (Some(db), _) => db.message().to_owned(),
+        (None, Some(io)) => io.to_string(),
+        (None, None) => e.to_string(),
+    };
+    Err(match cause {
+        Some((kind, why)) => Error::new(
+            kind,
+            OP,
+            format!("cannot connect to PostgreSQL at {server}: {why}: {detail}"),
+        )
+        .with_source(e),
+        None => pg_err(e).with_operation(OP),
+    })
+}
+
 fn pg_err(e: tokio_postgres::Error) -> Error {
     let (kind, what) = match e.code() {
         None if e.is_closed() => (
