@@ -223,6 +223,19 @@ impl SqliteStore {
                 "max_connections must be at least 1",
             ));
         }
+        // A missing directory is the caller's to create: retrying cannot help (SQLite
+        // would report it as "unable to open database file", which reads as temporary).
+        if let Some(dir) = path.as_deref().and_then(Path::parent) {
+            if !dir.as_os_str().is_empty() && !dir.is_dir() {
+                return Err(Error::config(
+                    "open_store",
+                    format!(
+                        "no directory {} for the database file (create it first)",
+                        dir.display()
+                    ),
+                ));
+            }
+        }
         let max = if path.is_none() {
             1
         } else {
