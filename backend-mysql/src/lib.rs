@@ -1462,47 +1462,27 @@ async fn first_connection(connect: &MySqlConnectOptions, timeout: Duration) -> R
         }
         Ok(Err(e)) => e,
         Err(_) => {
-            return Err(Error::new(
-                ErrorKind::Unavailable,
-                OP,
-                format!("connecting to MySQL at {server} took over {timeout:?}"),
+            return Err(ConnectFailure::TimedOut.error(
+                "MySQL",
+                &server,
+                format!("no answer in {timeout:?}"),
             ))
         }
     };
     let cause = match &e {
-        sqlx::Error::Io(io) => match io.kind() {
-            std::io::ErrorKind::ConnectionRefused => Some((
-                ErrorKind::Unavailable,
-                "connection refused (is the server running, on that port?)",
-            )),
-            std::io::ErrorKind::TimedOut => Some((ErrorKind::Unavailable, "connect timed out")),
-            // the resolver's "failed to lookup address information"
-            _ if io.to_string().contains("lookup") => Some((
-                ErrorKind::Config,
-                "unknown host (check the URL's host name)",
-            )),
-            _ => None,
-        },
+        sqlx::Error::Io(io) => ConnectFailure::of_io(io),
         sqlx::Error::Database(_) => match error_number(&e) {
-            Some(1045) => Some((
-                ErrorKind::Config,
-                "access denied (check the URL's user and password)",
-            )),
-            Some(1049) => Some((
-                ErrorKind::Config,
-                "unknown database (create it, or check the URL's path)",
-            )),
+            Some(1045) => Some(ConnectFailure::AccessDenied),
+            Some(1049) => Some(ConnectFailure::UnknownDatabase),
             _ => None,
         },
         _ => None,
     };
     Err(match cause {
-        Some((kind, why)) => Error::new(
-            kind,
-            OP,
-            format!("cannot connect to MySQL at {server}: {why}: {e}"),
-        )
-        .with_source(e),
+        Some(cause) => {
+            let detail = e.to_string();
+            cause.error("MySQL", &server, detail).with_source(e)
+        }
         None => my_err(e).with_operation(OP),
     })
 }

@@ -1063,41 +1063,26 @@ async fn first_connection(config: &tokio_postgres::Config, timeout: Duration) ->
         }
         Ok(Err(e)) => e,
         Err(_) => {
-            return Err(Error::new(
-                ErrorKind::Unavailable,
-                OP,
-                format!("connecting to PostgreSQL at {server} took over {timeout:?}"),
+            return Err(ConnectFailure::TimedOut.error(
+                "PostgreSQL",
+                &server,
+                format!("no answer in {timeout:?}"),
             ))
         }
     };
     let io = std::iter::successors(std::error::Error::source(&e), |s| s.source())
         .find_map(|s| s.downcast_ref::<std::io::Error>());
     let cause = match (e.code(), io) {
-        (Some(c), _) if *c == SqlState::INVALID_CATALOG_NAME => Some((
-            ErrorKind::Config,
-            "unknown database (create it, or check the URL's path)",
-        )),
+        (Some(c), _) if *c == SqlState::INVALID_CATALOG_NAME => {
+            Some(ConnectFailure::UnknownDatabase)
+        }
         (Some(c), _)
             if *c == SqlState::INVALID_PASSWORD
                 || *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION =>
         {
-            Some((
-                ErrorKind::Config,
-                "access denied (check the URL's user and password)",
-            ))
+            Some(ConnectFailure::AccessDenied)
         }
-        (None, Some(io)) if io.kind() == std::io::ErrorKind::ConnectionRefused => Some((
-            ErrorKind::Unavailable,
-            "connection refused (is the server running, on that port?)",
-        )),
-        (None, Some(io)) if io.kind() == std::io::ErrorKind::TimedOut => {
-            Some((ErrorKind::Unavailable, "connect timed out"))
-        }
-        // the resolver's "failed to lookup address information"
-        (None, Some(io)) if io.to_string().contains("lookup") => Some((
-            ErrorKind::Config,
-            "unknown host (check the URL's host name)",
-        )),
+        (None, Some(io)) => ConnectFailure::of_io(io),
         _ => None,
     };
     let detail = match (e.as_db_error(), io) {
@@ -1106,12 +1091,7 @@ async fn first_connection(config: &tokio_postgres::Config, timeout: Duration) ->
         (None, None) => e.to_string(),
     };
     Err(match cause {
-        Some((kind, why)) => Error::new(
-            kind,
-            OP,
-            format!("cannot connect to PostgreSQL at {server}: {why}: {detail}"),
-        )
-        .with_source(e),
+        Some(cause) => cause.error("PostgreSQL", &server, detail).with_source(e),
         None => pg_err(e).with_operation(OP),
     })
 }

@@ -712,6 +712,75 @@ pub const COLUMNS: &str = "id, event_type, biz_key, payload, status, attempts, \
     owner, lease, last_error, created_at, updated_at, priority, retry_jitter_pct, order_key, \
     order_block, timeout_ms";
 
+/// Why a store's first connection failed, as its driver read the error: the one
+/// wording and [`ErrorKind`] of each cause on every backend. A refused connection and a
+/// connect timeout are temporary; an unknown host, refused credentials and a missing
+/// database are configuration errors (retrying cannot help).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConnectFailure {
+    /// Nothing accepted the connection at that address.
+    Refused,
+    /// The connect did not complete in time.
+    TimedOut,
+    /// The host name does not resolve.
+    UnknownHost,
+    /// The server refused the user or password.
+    AccessDenied,
+    /// The database named in the URL does not exist.
+    UnknownDatabase,
+}
+
+impl ConnectFailure {
+    /// The error of `open_store`: `backend` (as users name it), `server` (host, port and
+    /// user; never the password), the cause, then `detail` (the driver's own words).
+    ///
+    /// ```
+    /// use backstop_core::driver::ConnectFailure;
+    /// use backstop_core::ErrorKind;
+    /// let e = ConnectFailure::Refused.error("MySQL", "127.0.0.1:1 as user \"app\"", "os error 111");
+    /// assert_eq!(e.kind(), ErrorKind::Unavailable);
+    /// assert!(e.to_string().contains("cannot connect to MySQL at 127.0.0.1:1"));
+    /// ```
+    pub fn error(self, backend: &str, server: &str, detail: impl std::fmt::Display) -> Error {
+        let (kind, why) = match self {
+            ConnectFailure::Refused => (
+                ErrorKind::Unavailable,
+                "connection refused (is the server running, on that port?)",
+            ),
+            ConnectFailure::TimedOut => (ErrorKind::Unavailable, "connect timed out"),
+            ConnectFailure::UnknownHost => (
+                ErrorKind::Config,
+                "unknown host (check the URL's host name)",
+            ),
+            ConnectFailure::AccessDenied => (
+                ErrorKind::Config,
+                "access denied (check the URL's user and password)",
+            ),
+            ConnectFailure::UnknownDatabase => (
+                ErrorKind::Config,
+                "unknown database (create it, or check the URL's path)",
+            ),
+        };
+        Error::new(
+            kind,
+            "open_store",
+            format!("cannot connect to {backend} at {server}: {why}: {detail}"),
+        )
+    }
+
+    /// The cause of a failed connect's I/O error, if it is one of these.
+    pub fn of_io(e: &std::io::Error) -> Option<ConnectFailure> {
+        match e.kind() {
+            std::io::ErrorKind::ConnectionRefused => Some(ConnectFailure::Refused),
+            std::io::ErrorKind::TimedOut => Some(ConnectFailure::TimedOut),
+            // the resolver's "failed to lookup address information"
+            _ if e.to_string().contains("lookup") => Some(ConnectFailure::UnknownHost),
+            _ => None,
+        }
+    }
+}
+
 /// How many columns [`COLUMNS`] names: the position of a column a statement selects
 /// after them.
 pub const COLUMN_COUNT: usize = 21;
@@ -1346,9 +1415,9 @@ pub mod prelude {
         complete_on, complete_on_blocking, ddl_script, enqueue_on, enqueue_on_blocking, list_sql,
         mark_rounds, millis,
         schema::{self, Migration},
-        AgedBatch, Backend, Buckets, Checked, Claim, Driver, Existing, InsertStep, Inserted,
-        KeyRelease, KeyedInsert, KeysRelease, KeysStep, ListArg, ListDialect, RawAudit, RawStats,
-        RawTask, ReleaseStep, Reset, TaskRow, AUDIT_COLUMNS, COLUMNS, COLUMN_COUNT,
+        AgedBatch, Backend, Buckets, Checked, Claim, ConnectFailure, Driver, Existing, InsertStep,
+        Inserted, KeyRelease, KeyedInsert, KeysRelease, KeysStep, ListArg, ListDialect, RawAudit,
+        RawStats, RawTask, ReleaseStep, Reset, TaskRow, AUDIT_COLUMNS, COLUMNS, COLUMN_COUNT,
     };
     pub use crate::{
         async_trait, Audit, Enqueued, Error, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner,
