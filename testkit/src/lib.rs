@@ -437,3 +437,63 @@ macro_rules! __stamp_cases {
         }
     )+};
 }
+
+/// The password [`BadUrls`] carry, which no error may print.
+pub const WRONG_PASSWORD: &str = "s3cr3t-wrong";
+
+/// URLs a store must fail to connect to, each with [`WRONG_PASSWORD`] where it has a
+/// password.
+#[derive(Debug, Clone)]
+pub struct BadUrls {
+    /// Nothing listens there: `127.0.0.1:1`.
+    pub refused: String,
+    /// The test server with a wrong password (or an unknown user).
+    pub denied: String,
+    /// The test server, a database that does not exist.
+    pub missing_database: String,
+}
+
+/// A store that cannot connect says why at once (not a pool timeout after the acquire
+/// timeout), whether retrying can help, and never prints the password: `connect` opens
+/// a store on a URL with an acquire timeout of 20 s.
+pub async fn assert_connect_errors<F, Fut>(connect: F, urls: BadUrls)
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = backstop_core::Result<()>>,
+{
+    use backstop_core::ErrorKind;
+    let failed = |url: String| {
+        let attempt = connect(url.clone());
+        async move {
+            let started = std::time::Instant::now();
+            let Err(e) = attempt.await else {
+                panic!("connecting to {url} must fail");
+            };
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "reported at once, not after the acquire timeout: {:?}",
+                started.elapsed()
+            );
+            assert!(
+                !e.to_string().contains(WRONG_PASSWORD),
+                "no password in {e}"
+            );
+            e
+        }
+    };
+    let e = failed(urls.refused).await;
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+    assert!(e.is_temporary());
+    assert!(e.to_string().contains("connection refused"), "{e}");
+    assert!(e.to_string().contains("127.0.0.1:1"), "{e}");
+
+    let e = failed(urls.denied).await;
+    assert_eq!(e.kind(), ErrorKind::Config, "{e}");
+    assert!(!e.is_temporary());
+    assert!(e.to_string().contains("access denied"), "{e}");
+
+    let e = failed(urls.missing_database).await;
+    assert_eq!(e.kind(), ErrorKind::Config, "{e}");
+    assert!(!e.is_temporary());
+    assert!(e.to_string().contains("unknown database"), "{e}");
+}
