@@ -383,11 +383,7 @@ impl MySqlStore {
     ///   returned as is (and never retried here: a deadlock rolled back the caller's
     ///   whole transaction, which only the caller can run again).
     pub async fn enqueue_tx(&self, conn: &mut MySqlConnection, task: &NewTask) -> Result<Enqueued> {
-        let sql = &self.inner.sql;
-        enqueue_on(&self.inner.options.config, task, move |task| async move {
-            insert(sql, conn, task).await
-        })
-        .await
+        self.enqueue_in(conn, task).await
     }
 
     /// Inside a handler: record the running task's success on the handler's transaction,
@@ -411,17 +407,7 @@ impl MySqlStore {
         conn: &mut MySqlConnection,
         cx: &backstop_core::Context,
     ) -> Result<()> {
-        let sql = &self.inner.sql;
-        complete_on(cx, |lease| async move {
-            let done = sqlx::query(safe(&sql.complete))
-                .bind(lease.task_id)
-                .bind(lease.token)
-                .execute(&mut *conn)
-                .await
-                .map_err(my_err)?;
-            Ok(done.rows_affected() == 1)
-        })
-        .await
+        self.complete_in(conn, cx).await
     }
 }
 
@@ -431,89 +417,77 @@ impl Backend for MySqlStore {
     }
 }
 
-/// The insert shape, on any connection (a pooled one, or the caller's transaction).
-async fn insert(
-    sql: &Sql,
-    conn: &mut MySqlConnection,
-    task: Checked<&NewTask>,
-) -> Result<Inserted> {
-    let retry = task.retry_policy();
-    let mut keyed = KeyedInsert::new(&task);
-    let status = keyed.initial_status();
-    let order_block = i8::from(task.parked_policy() == WhenParked::Block);
-    let mut step = keyed.first();
-    loop {
-        step = match step {
-            InsertStep::LockKey => {
-                let locked = match task.order() {
-                    Some(key) => lock_key(sql, conn, key).await?,
-                    None => true,
-                };
-                keyed.key_locked(locked)?
+/// The enqueue's statements in MySQL's SQL (run by core's [`EnqueuePlan`] on sqlx). The
+/// insert fails on a duplicate key (error 1062, which MySQL rolls back as one statement,
+/// leaving the caller's transaction intact), answered as [`Answer::DuplicateKey`]; the
+/// existing task is then read with a locking read, so it is seen whatever the isolation
+/// level.
+impl EnqueueSql for Inner {
+    fn dialect(&self) -> Dialect {
+        Dialect::MySql
+    }
+
+    fn statement<'a>(&'a self, step: EnqueueStep<'a>, task: Checked<&'a NewTask>) -> Statement<'a> {
+        let sql = &self.sql;
+        let update = |text: &'a str, params| Statement::new(text, params, Returns::RowsAffected);
+        let row = |text: &'a str, params| Statement::new(text, params, Returns::Row);
+        let key = |k| vec![Value::Text(Some(k))];
+        let id = |id| vec![Value::BigInt(Some(id))];
+        match step {
+            EnqueueStep::Insert { status } => {
+                let retry = task.retry_policy();
+                let params = vec![
+                    Value::Text(Some(task.event_type())),
+                    Value::Text(Some(task.biz_key())),
+                    Value::Text(Some(task.payload())),
+                    Value::BigInt(Some(i64::from(retry.max_attempts))),
+                    Value::Text(Some(retry.backoff.strategy())),
+                    Value::BigInt(Some(millis(retry.backoff.interval()))),
+                    Value::BigInt(Some(millis(retry.backoff.max_interval()))),
+                    Value::Timestamp(task.due_at()),
+                    Value::BigInt(Some(micros(task.due_delay()))),
+                    Value::SmallInt(Some(i16::from(task.claim_priority().get()))),
+                    Value::SmallInt(Some(i16::from(retry.jitter_pct))),
+                    Value::SmallInt(Some(status)),
+                    Value::Text(task.order()),
+                    Value::SmallInt(Some(i16::from(task.parked_policy() == WhenParked::Block))),
+                    Value::BigInt(task.attempt_timeout().map(millis)),
+                ];
+                Statement::new(&sql.insert, params, Returns::InsertId)
             }
-            InsertStep::Insert => {
-                let inserted = sqlx::query(safe(&sql.insert))
-                    .bind(task.event_type())
-                    .bind(task.biz_key())
-                    .bind(task.payload())
-                    .bind(i64::from(retry.max_attempts))
-                    .bind(retry.backoff.strategy())
-                    .bind(millis(retry.backoff.interval()))
-                    .bind(millis(retry.backoff.max_interval()))
-                    .bind(task.due_at().map(|t| t.naive_utc()))
-                    .bind(micros(task.due_delay()))
-                    .bind(task.claim_priority().get())
-                    .bind(retry.jitter_pct)
-                    .bind(status)
-                    .bind(task.order())
-                    .bind(order_block)
-                    .bind(task.attempt_timeout().map(millis))
-                    .execute(&mut *conn)
-                    .await;
-                match inserted {
-                    Ok(done) => keyed.inserted(Some(
-                        i64::try_from(done.last_insert_id()).unwrap_or(i64::MAX),
-                    ))?,
-                    // a duplicate key rolls back the statement only, not the transaction
-                    Err(e) if error_number(&e) == Some(1062) => keyed.inserted(None)?,
-                    Err(e) => return Err(my_err(e)),
-                }
-            }
-            InsertStep::ReadExisting => {
-                let row: Option<(i64, i64, i64)> = sqlx::query_as(safe(&sql.existing))
-                    .bind(task.event_type())
-                    .bind(task.biz_key())
-                    .fetch_optional(&mut *conn)
-                    .await
-                    .map_err(my_err)?;
-                keyed.existing(row.map(|(id, status, age_ms)| Existing { id, status, age_ms }))?
-            }
-            InsertStep::Release(id) => {
-                sqlx::query(safe(&sql.release_key))
-                    .bind(id)
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(my_err)?;
-                keyed.released()?
-            }
-            InsertStep::Replace(id) => {
-                let done = sqlx::query(safe(&sql.replace_payload))
-                    .bind(task.payload())
-                    .bind(id)
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(my_err)?;
-                keyed.replaced(done.rows_affected() == 1)?
-            }
-            InsertStep::ReleaseKey => {
-                let promoted = match task.order() {
-                    Some(key) => release_key(sql, conn, key).await?,
-                    None => None,
-                };
-                keyed.promoted(promoted)?
-            }
-            InsertStep::Done(inserted) => return Ok(inserted),
-        };
+            EnqueueStep::ReadExisting => row(
+                &sql.existing,
+                vec![
+                    Value::Text(Some(task.event_type())),
+                    Value::Text(Some(task.biz_key())),
+                ],
+            ),
+            EnqueueStep::Release(task_id) => update(&sql.release_key, id(task_id)),
+            EnqueueStep::Replace(task_id) => update(
+                &sql.replace_payload,
+                vec![
+                    Value::Text(Some(task.payload())),
+                    Value::BigInt(Some(task_id)),
+                ],
+            ),
+            // the upsert holds the row's exclusive lock whether it inserted or found it
+            EnqueueStep::LockKey(k) => update(&sql.key_insert, key(k)),
+            EnqueueStep::KeyBlocker(k) => row(&sql.key_blocker, key(k)),
+            EnqueueStep::KeyNext(k) => row(&sql.key_next, key(k)),
+            EnqueueStep::KeyPromote(task_id) => update(&sql.key_promote, id(task_id)),
+            EnqueueStep::KeyDrop(k) => update(&sql.key_drop, key(k)),
+        }
+    }
+
+    fn complete(&self, lease: Lease) -> Statement<'_> {
+        Statement::new(
+            &self.sql.complete,
+            vec![
+                Value::BigInt(Some(lease.task_id)),
+                Value::BigInt(Some(lease.token)),
+            ],
+            Returns::RowsAffected,
+        )
     }
 }
 
@@ -920,14 +894,18 @@ impl Driver for Inner {
         result
     }
 
+    fn enqueue_sql(&self) -> &dyn EnqueueSql {
+        self
+    }
+
     async fn insert(&self, task: Checked<&NewTask>) -> Result<Inserted> {
         let mut conn = self.pool.acquire().await.map_err(my_err)?;
         if task.order().is_none() {
-            return insert(&self.sql, &mut conn, task).await;
+            return EnqueuePlan::new(self, task).run(&mut *conn).await;
         }
         // a task with an order key in a transaction, so its key's lock is held throughout
         let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(my_err)?;
-        let inserted = insert(&self.sql, &mut tx, task).await?;
+        let inserted = EnqueuePlan::new(self, task).run(&mut *tx).await?;
         tx.commit().await.map_err(my_err)?;
         Ok(inserted)
     }
@@ -1402,42 +1380,10 @@ fn error_number(e: &sqlx::Error) -> Option<u16> {
     }
 }
 
-/// Map a sqlx error to a backstop error, classifying transient ones as temporary and
-/// the rolled-back conflicts as contention. (The store names the operation.)
+/// A sqlx error as a backstop error (core's table of MySQL's error numbers). The store
+/// names the operation.
 fn my_err(e: sqlx::Error) -> Error {
-    let (kind, what) = match &e {
-        sqlx::Error::Database(_) => {
-            let n = error_number(&e).unwrap_or(0);
-            let kind = match n {
-                // deadlock (the transaction is rolled back), lock wait timeout (the
-                // statement is; the driver then drops the transaction, rolling back the rest)
-                1213 | 1205 => ErrorKind::Contention,
-                1040 | 1053 | 2006 | 2013 | 1927 => ErrorKind::Unavailable,
-                1062 => ErrorKind::Conflict,
-                1146 | 1049 | 1142 | 1044 | 1045 => ErrorKind::Config,
-                1406 | 1366 | 1292 | 1264 => ErrorKind::InvalidInput,
-                _ => ErrorKind::Unexpected,
-            };
-            let hint = match n {
-                1213 => " (deadlock)",
-                1205 => " (lock wait timeout)",
-                1146 => " (has `migrate` run?)",
-                _ => "",
-            };
-            (kind, format!("MySQL error {n}{hint}"))
-        }
-        sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed
-        | sqlx::Error::Protocol(_) => {
-            (ErrorKind::Unavailable, "MySQL connection failed".to_owned())
-        }
-        sqlx::Error::Configuration(_) => (ErrorKind::Config, "MySQL configuration".to_owned()),
-        _ => (ErrorKind::Unexpected, "MySQL driver error".to_owned()),
-    };
-    Error::new(kind, "mysql", format!("{what}: {e}")).with_source(e)
+    backstop_core::tx::sqlx_error(e)
 }
 
 /// Open one connection outside the pool and close it, so a store that cannot connect

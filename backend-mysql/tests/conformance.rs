@@ -5,15 +5,66 @@
 
 use std::time::Duration;
 
+use backstop_core::tx::{Answer, Dialect, Returns, Statement, Value};
 use backstop_core::{Enqueued, HandlerError, NewTask, Processed, StoreConfig, TaskId};
+use backstop_core::{Transactional, TxConnection};
 use backstop_mysql::{mysql_handler, ClaimStrategy, MySqlHandler, MySqlOptions, MySqlStore};
-use backstop_testkit::{Harness, TimeColumn, Unavailable};
+use backstop_testkit::{Harness, TimeColumn, TxPath, Unavailable};
 use sqlx::mysql::MySqlPoolOptions;
 use sqlx::{AssertSqlSafe, MySqlPool};
 
 const URL_VAR: &str = "BACKSTOP_TEST_MYSQL_URL";
 
 struct MySqlHarness(ClaimStrategy);
+
+/// The application's own code running the store's statements on its transaction, as a
+/// user of a driver backstop has no support for would write it (here sqlx's raw API).
+struct AppConn<'a, 'c>(&'a mut sqlx::Transaction<'c, sqlx::MySql>);
+
+#[backstop_testkit::async_trait]
+impl TxConnection for AppConn<'_, '_> {
+    fn dialect(&self) -> Dialect {
+        Dialect::MySql
+    }
+
+    async fn run(&mut self, statement: &Statement<'_>) -> backstop_core::Result<Answer> {
+        let mut query = sqlx::query(AssertSqlSafe(statement.sql()));
+        for v in statement.params() {
+            query = match *v {
+                Value::SmallInt(n) => query.bind(n),
+                Value::Int(n) => query.bind(n),
+                Value::BigInt(n) => query.bind(n),
+                Value::Text(t) => query.bind(t),
+                Value::Timestamp(t) => query.bind(t.map(|t| t.naive_utc())),
+            };
+        }
+        let fail = |e: sqlx::Error| {
+            backstop_core::Error::new(backstop_core::ErrorKind::Unavailable, "app", e.to_string())
+        };
+        let conn = &mut **self.0;
+        match statement.returns() {
+            Returns::Row => {
+                let row = query.fetch_optional(&mut *conn).await.map_err(fail)?;
+                let row = row.map(|r| {
+                    use sqlx::Row;
+                    (0..r.len()).map(|i| r.get::<i64, _>(i)).collect()
+                });
+                Ok(Answer::Row(row))
+            }
+            Returns::RowsAffected => {
+                let done = query.execute(&mut *conn).await.map_err(fail)?;
+                Ok(Answer::RowsAffected(done.rows_affected()))
+            }
+            Returns::InsertId => match query.execute(&mut *conn).await {
+                Ok(done) => Ok(Answer::InsertId(done.last_insert_id() as i64)),
+                Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("23000") => {
+                    Ok(Answer::DuplicateKey)
+                }
+                Err(e) => Err(fail(e)),
+            },
+        }
+    }
+}
 
 async fn ensure_biz(db: &Db) {
     sqlx::query(
@@ -146,15 +197,33 @@ impl Harness for MySqlHarness {
         biz_row: &str,
         task: NewTask,
         commit: bool,
+        path: TxPath,
     ) -> backstop_core::Result<Enqueued> {
+        use sqlx::Connection;
         ensure_biz(db).await;
-        let mut tx = store.pool().begin().await.expect("begin");
+        // the store's pool (native), or a connection of the application's own
+        let mut own = match path {
+            TxPath::Native => None,
+            TxPath::Sqlx | TxPath::Statements => Some(
+                sqlx::MySqlConnection::connect(&db.url())
+                    .await
+                    .expect("connect"),
+            ),
+        };
+        let mut tx = match own.as_mut() {
+            None => store.pool().begin().await.expect("begin"),
+            Some(conn) => conn.begin().await.expect("begin"),
+        };
         sqlx::query("INSERT INTO biz_order (k) VALUES (?)")
             .bind(biz_row)
             .execute(&mut *tx)
             .await
             .expect("insert business row");
-        let enqueued = store.enqueue_tx(&mut tx, &task).await?;
+        let enqueued = match path {
+            TxPath::Native => store.enqueue_tx(&mut tx, &task).await?,
+            TxPath::Sqlx => store.enqueue_in(&mut *tx, &task).await?,
+            TxPath::Statements => store.enqueue_in(&mut AppConn(&mut tx), &task).await?,
+        };
         if commit {
             tx.commit().await.expect("commit");
         } else {

@@ -323,12 +323,7 @@ impl PgStore {
     where
         C: PgExecutor + ?Sized,
     {
-        let inner = &self.inner;
-        enqueue_on(&inner.options.config, task, |task| {
-            let notify = inner.notify_now(task.event_type());
-            insert(&inner.sql, client, task, notify)
-        })
-        .await
+        self.enqueue_in(&mut OnClient(client), task).await
     }
 
     /// Inside a handler: record the running task's success on the handler's transaction,
@@ -352,18 +347,7 @@ impl PgStore {
     where
         C: PgExecutor + ?Sized,
     {
-        let sql = &self.inner.sql;
-        complete_on(cx, |lease| async move {
-            let row = client
-                .query_opt_typed(
-                    &sql.complete,
-                    &[(&lease.task_id, Type::INT8), (&lease.token, Type::INT8)],
-                )
-                .await
-                .map_err(pg_err)?;
-            Ok(row.is_some())
-        })
-        .await
+        self.complete_in(&mut OnClient(client), cx).await
     }
 }
 
@@ -373,114 +357,112 @@ impl Backend for PgStore {
     }
 }
 
-/// The insert shape, on any connection (a pooled one, or the caller's transaction).
-/// With `notify`, the task is also announced on the table's channel (at commit).
-async fn insert<C>(sql: &Sql, client: &C, task: Checked<&NewTask>, notify: bool) -> Result<Inserted>
-where
-    C: PgExecutor + ?Sized,
-{
-    let retry = task.retry_policy();
-    let (interval, max_interval, delay) = (
-        millis(retry.backoff.interval()),
-        millis(retry.backoff.max_interval()),
-        millis(task.due_delay()),
-    );
-    let max_attempts = i32::try_from(retry.max_attempts).unwrap_or(i32::MAX);
-    let (event_type, biz_key, payload) = (task.event_type(), task.biz_key(), task.payload());
-    let strategy = retry.backoff.strategy();
-    let run_at = task.due_at();
-    let priority = i16::from(task.claim_priority().get());
-    let jitter = i16::from(retry.jitter_pct);
-    let mut keyed = KeyedInsert::new(&task);
-    let status = keyed.initial_status();
-    let order_key = task.order();
-    let order_block = i16::from(task.parked_policy() == WhenParked::Block);
-    let timeout_ms = task.attempt_timeout().map(millis);
-    let mut params: Vec<(&(dyn ToSql + Sync), Type)> = vec![
-        (&event_type, Type::VARCHAR),
-        (&biz_key, Type::VARCHAR),
-        (&payload, Type::TEXT),
-        (&max_attempts, Type::INT4),
-        (&strategy, Type::VARCHAR),
-        (&interval, Type::INT8),
-        (&max_interval, Type::INT8),
-        (&delay, Type::INT8),
-        (&run_at, Type::TIMESTAMPTZ),
-        (&priority, Type::INT2),
-        (&jitter, Type::INT2),
-        (&status, Type::INT2),
-        (&order_key, Type::VARCHAR),
-        (&order_block, Type::INT2),
-        (&timeout_ms, Type::INT8),
-    ];
-    let statement = if notify {
-        params.push((&sql.channel, Type::TEXT));
-        &sql.insert_notify
-    } else {
-        &sql.insert
-    };
-    let key = [
-        (&event_type as &(dyn ToSql + Sync), Type::VARCHAR),
-        (&biz_key, Type::VARCHAR),
-    ];
-    let mut step = keyed.first();
-    loop {
-        step = match step {
-            InsertStep::LockKey => {
-                let locked = match order_key {
-                    Some(key) => lock_key(sql, client, key).await?,
-                    None => true,
-                };
-                keyed.key_locked(locked)?
+/// The enqueue's statements in PostgreSQL's SQL (run by core's [`EnqueuePlan`]). Every
+/// statement returns a row (`RETURNING`), so each is answered with its first row.
+impl EnqueueSql for Inner {
+    fn dialect(&self) -> Dialect {
+        Dialect::Postgres
+    }
+
+    fn statement<'a>(&'a self, step: EnqueueStep<'a>, task: Checked<&'a NewTask>) -> Statement<'a> {
+        let sql = &self.sql;
+        let row = |text: &'a str, params| Statement::new(text, params, Returns::Row);
+        let key = |k| vec![Value::Text(Some(k))];
+        let id = |id| vec![Value::BigInt(Some(id))];
+        match step {
+            EnqueueStep::Insert { status } => {
+                let retry = task.retry_policy();
+                let mut params = vec![
+                    Value::Text(Some(task.event_type())),
+                    Value::Text(Some(task.biz_key())),
+                    Value::Text(Some(task.payload())),
+                    Value::Int(Some(i32::try_from(retry.max_attempts).unwrap_or(i32::MAX))),
+                    Value::Text(Some(retry.backoff.strategy())),
+                    Value::BigInt(Some(millis(retry.backoff.interval()))),
+                    Value::BigInt(Some(millis(retry.backoff.max_interval()))),
+                    Value::BigInt(Some(millis(task.due_delay()))),
+                    Value::Timestamp(task.due_at()),
+                    Value::SmallInt(Some(i16::from(task.claim_priority().get()))),
+                    Value::SmallInt(Some(i16::from(retry.jitter_pct))),
+                    Value::SmallInt(Some(status)),
+                    Value::Text(task.order()),
+                    Value::SmallInt(Some(i16::from(task.parked_policy() == WhenParked::Block))),
+                    Value::BigInt(task.attempt_timeout().map(millis)),
+                ];
+                // announced at commit on the table's channel
+                if self.notify_now(task.event_type()) {
+                    params.push(Value::Text(Some(&sql.channel)));
+                    row(&sql.insert_notify, params)
+                } else {
+                    row(&sql.insert, params)
+                }
             }
-            InsertStep::Insert => {
-                let row = client
-                    .query_opt_typed(statement, &params)
-                    .await
-                    .map_err(pg_err)?;
-                keyed.inserted(row.map(|r| col(&r, 0)).transpose()?)?
-            }
-            InsertStep::ReadExisting => {
-                let row = client
-                    .query_opt_typed(&sql.existing, &key)
-                    .await
-                    .map_err(pg_err)?;
-                let existing = match row {
-                    Some(r) => Some(Existing {
-                        id: col(&r, 0)?,
-                        status: col(&r, 1)?,
-                        age_ms: col(&r, 2)?,
-                    }),
-                    None => None,
-                };
-                keyed.existing(existing)?
-            }
-            InsertStep::Release(id) => {
-                client
-                    .query_opt_typed(&sql.release_key, &[(&id, Type::INT8)])
-                    .await
-                    .map_err(pg_err)?;
-                keyed.released()?
-            }
-            InsertStep::Replace(id) => {
-                let row = client
-                    .query_opt_typed(
-                        &sql.replace_payload,
-                        &[(&id, Type::INT8), (&payload, Type::TEXT)],
-                    )
-                    .await
-                    .map_err(pg_err)?;
-                keyed.replaced(row.is_some())?
-            }
-            InsertStep::ReleaseKey => {
-                let promoted = match order_key {
-                    Some(key) => release_key(sql, client, key).await?,
-                    None => None,
-                };
-                keyed.promoted(promoted)?
-            }
-            InsertStep::Done(inserted) => return Ok(inserted),
+            EnqueueStep::ReadExisting => row(
+                &sql.existing,
+                vec![
+                    Value::Text(Some(task.event_type())),
+                    Value::Text(Some(task.biz_key())),
+                ],
+            ),
+            EnqueueStep::Release(task_id) => row(&sql.release_key, id(task_id)),
+            EnqueueStep::Replace(task_id) => row(
+                &sql.replace_payload,
+                vec![
+                    Value::BigInt(Some(task_id)),
+                    Value::Text(Some(task.payload())),
+                ],
+            ),
+            EnqueueStep::LockKey(k) => row(&sql.key_lock, key(k)),
+            EnqueueStep::KeyBlocker(k) => row(&sql.key_blocker, key(k)),
+            EnqueueStep::KeyNext(k) => row(&sql.key_next, key(k)),
+            EnqueueStep::KeyPromote(task_id) => row(&sql.key_promote, id(task_id)),
+            EnqueueStep::KeyDrop(k) => row(&sql.key_drop, key(k)),
+        }
+    }
+
+    fn complete(&self, lease: Lease) -> Statement<'_> {
+        Statement::new(
+            &self.sql.complete,
+            vec![
+                Value::BigInt(Some(lease.task_id)),
+                Value::BigInt(Some(lease.token)),
+            ],
+            Returns::Row,
+        )
+    }
+}
+
+/// A tokio-postgres or deadpool connection as a [`TxConnection`] (see [`PgExecutor`]).
+struct OnClient<'c, C: ?Sized>(&'c C);
+
+#[async_trait]
+impl<C: PgExecutor + ?Sized> TxConnection for OnClient<'_, C> {
+    fn dialect(&self) -> Dialect {
+        Dialect::Postgres
+    }
+
+    async fn run(&mut self, statement: &Statement<'_>) -> Result<Answer> {
+        let params: Vec<(&(dyn ToSql + Sync), Type)> = statement
+            .params()
+            .iter()
+            .map(|value| match value {
+                Value::SmallInt(v) => (v as &(dyn ToSql + Sync), Type::INT2),
+                Value::Int(v) => (v as &(dyn ToSql + Sync), Type::INT4),
+                Value::BigInt(v) => (v as &(dyn ToSql + Sync), Type::INT8),
+                Value::Timestamp(v) => (v as &(dyn ToSql + Sync), Type::TIMESTAMPTZ),
+                Value::Text(v) => (v as &(dyn ToSql + Sync), Type::TEXT),
+            })
+            .collect();
+        let row = self
+            .0
+            .query_opt_typed(statement.sql(), &params)
+            .await
+            .map_err(pg_err)?;
+        let columns = match row {
+            Some(r) => Some((0..r.len()).map(|i| col(&r, i)).collect::<Result<_>>()?),
+            None => None,
         };
+        Ok(Answer::Row(columns))
     }
 }
 
@@ -725,16 +707,21 @@ impl Driver for Inner {
         tx.commit().await.map_err(pg_err)
     }
 
+    fn enqueue_sql(&self) -> &dyn EnqueueSql {
+        self
+    }
+
     async fn insert(&self, task: Checked<&NewTask>) -> Result<Inserted> {
         // One statement in autocommit (more on a conflict, each guarded on its own); a
         // task with an order key in a transaction, so its key's lock is held throughout.
-        let notify = self.notify_now(task.event_type());
         let mut client = self.client().await?;
         if task.order().is_none() {
-            return insert(&self.sql, &client, task, notify).await;
+            return EnqueuePlan::new(self, task)
+                .run(&mut OnClient(&client))
+                .await;
         }
         let tx = client.transaction().await.map_err(pg_err)?;
-        let inserted = insert(&self.sql, &tx, task, notify).await?;
+        let inserted = EnqueuePlan::new(self, task).run(&mut OnClient(&tx)).await?;
         tx.commit().await.map_err(pg_err)?;
         Ok(inserted)
     }
@@ -1107,39 +1094,11 @@ fn pg_err(e: tokio_postgres::Error) -> Error {
             "PostgreSQL connection failed".to_owned(),
         ),
         Some(code) => {
-            let c = code.code();
-            let kind = if *code == SqlState::T_R_SERIALIZATION_FAILURE
-                || *code == SqlState::T_R_DEADLOCK_DETECTED
-                || *code == SqlState::LOCK_NOT_AVAILABLE
-            {
-                // the transaction was aborted: nothing it did is applied
-                ErrorKind::Contention
-            } else if *code == SqlState::QUERY_CANCELED
-                || *code == SqlState::TOO_MANY_CONNECTIONS
-                || c.starts_with("08") // connection exception
-                || c.starts_with("57P") // operator intervention (admin shutdown…)
-                || c.starts_with("53")
-            // insufficient resources
-            {
-                ErrorKind::Unavailable
-            } else if *code == SqlState::UNIQUE_VIOLATION {
-                ErrorKind::Conflict
-            } else if *code == SqlState::UNDEFINED_TABLE || *code == SqlState::INVALID_SCHEMA_NAME {
-                ErrorKind::Config
-            } else if c.starts_with("22") {
-                ErrorKind::InvalidInput
-            } else {
-                ErrorKind::Unexpected
-            };
-            (kind, format!("PostgreSQL error {c}"))
+            let (kind, hint) = backstop_core::driver::postgres_error_kind(code.code());
+            (kind, format!("PostgreSQL error {}{hint}", code.code()))
         }
     };
-    let hint = if kind == ErrorKind::Config {
-        " (has `migrate` run?)"
-    } else {
-        ""
-    };
-    Error::new(kind, "postgres", format!("{what}{hint}: {e}")).with_source(e)
+    Error::new(kind, "postgres", format!("{what}: {e}")).with_source(e)
 }
 
 /// Column `i` of `r`, or an `Unexpected` error naming it.

@@ -447,7 +447,7 @@ impl Sql {
                     INSERT INTO {tk} (order_key) VALUES ($1) ON CONFLICT DO NOTHING
                     RETURNING order_key),
                  sel AS (SELECT order_key FROM {tk} WHERE order_key = $1 FOR UPDATE)
-                 SELECT 1 FROM ins UNION ALL SELECT 1 FROM sel LIMIT 1"
+                 SELECT 1::bigint FROM ins UNION ALL SELECT 1::bigint FROM sel LIMIT 1"
             ),
             key_blocker: format!(
                 "SELECT id FROM {t}

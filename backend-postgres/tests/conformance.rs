@@ -5,9 +5,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use backstop_core::tx::{Answer, Dialect, Returns, Statement, Value};
 use backstop_core::{Enqueued, HandlerError, NewTask, Notifier, Processed, StoreConfig, TaskId};
+use backstop_core::{Transactional, TxConnection};
 use backstop_postgres::{pg_handler, PgHandler, PgOptions, PgStore};
-use backstop_testkit::{Harness, TimeColumn, Unavailable};
+use backstop_testkit::{Harness, TimeColumn, TxPath, Unavailable};
 use tokio_postgres::NoTls;
 
 const URL_VAR: &str = "BACKSTOP_TEST_POSTGRES_URL";
@@ -44,6 +46,66 @@ async fn ensure_biz(db: &Db) {
         ))
         .await
         .expect("create biz_order");
+}
+
+async fn finish_tokio(tx: tokio_postgres::Transaction<'_>, commit: bool) {
+    if commit {
+        tx.commit().await.expect("commit");
+    } else {
+        tx.rollback().await.expect("rollback");
+    }
+}
+
+/// The application's own tokio-postgres transaction running the store's statements, as a
+/// user of a driver backstop has no support for would write it: each statement is sent
+/// with its parameters' types, and its first row read as integers.
+struct AppConn<'a, 'c>(&'a tokio_postgres::Transaction<'c>);
+
+#[backstop_testkit::async_trait]
+impl TxConnection for AppConn<'_, '_> {
+    fn dialect(&self) -> Dialect {
+        Dialect::Postgres
+    }
+
+    async fn run(&mut self, statement: &Statement<'_>) -> backstop_core::Result<Answer> {
+        use tokio_postgres::types::{ToSql, Type};
+        let params: Vec<(&(dyn ToSql + Sync), Type)> = statement
+            .params()
+            .iter()
+            .map(|v| -> (&(dyn ToSql + Sync), Type) {
+                match v {
+                    Value::SmallInt(n) => (n, Type::INT2),
+                    Value::Int(n) => (n, Type::INT4),
+                    Value::BigInt(n) => (n, Type::INT8),
+                    Value::Text(t) => (t, Type::TEXT),
+                    Value::Timestamp(t) => (t, Type::TIMESTAMPTZ),
+                }
+            })
+            .collect();
+        let fail = |e: tokio_postgres::Error| {
+            backstop_core::Error::new(backstop_core::ErrorKind::Unavailable, "app", e.to_string())
+        };
+        match statement.returns() {
+            Returns::Row => {
+                let row = self
+                    .0
+                    .query_typed_opt(statement.sql(), &params)
+                    .await
+                    .map_err(fail)?;
+                Ok(Answer::Row(row.map(|r| {
+                    (0..r.len()).map(|i| r.get::<_, i64>(i)).collect()
+                })))
+            }
+            _ => {
+                let n = self
+                    .0
+                    .execute_typed(statement.sql(), &params)
+                    .await
+                    .map_err(fail)?;
+                Ok(Answer::RowsAffected(n))
+            }
+        }
+    }
 }
 
 async fn connect(url: &str) -> tokio_postgres::Client {
@@ -127,23 +189,55 @@ impl Harness for PgHarness {
         biz_row: &str,
         task: NewTask,
         commit: bool,
+        path: TxPath,
     ) -> backstop_core::Result<Enqueued> {
         ensure_biz(db).await;
-        let mut client = store.client().await?;
-        let tx = client.transaction().await.expect("begin");
-        tx.execute(
-            &format!("INSERT INTO \"{}\".biz_order (key) VALUES ($1)", db.schema),
-            &[&biz_row],
-        )
-        .await
-        .expect("insert business row");
-        let enqueued = store.enqueue_tx(&tx, &task).await?;
-        if commit {
-            tx.commit().await.expect("commit");
-        } else {
-            tx.rollback().await.expect("rollback");
+        let insert_biz = format!("INSERT INTO \"{}\".biz_order (key) VALUES ($1)", db.schema);
+        match path {
+            TxPath::Native => {
+                let mut client = store.client().await?;
+                let tx = client.transaction().await.expect("begin");
+                tx.execute(&insert_biz, &[&biz_row])
+                    .await
+                    .expect("insert business row");
+                let enqueued = store.enqueue_tx(&tx, &task).await?;
+                if commit {
+                    tx.commit().await.expect("commit");
+                } else {
+                    tx.rollback().await.expect("rollback");
+                }
+                Ok(enqueued)
+            }
+            TxPath::Sqlx => {
+                use sqlx::Connection;
+                let mut conn = sqlx::PgConnection::connect(&db.url)
+                    .await
+                    .expect("sqlx connect");
+                let mut tx = conn.begin().await.expect("begin");
+                sqlx::query(sqlx::AssertSqlSafe(insert_biz))
+                    .bind(biz_row)
+                    .execute(&mut *tx)
+                    .await
+                    .expect("insert business row");
+                let enqueued = store.enqueue_in(&mut *tx, &task).await?;
+                if commit {
+                    tx.commit().await.expect("commit");
+                } else {
+                    tx.rollback().await.expect("rollback");
+                }
+                Ok(enqueued)
+            }
+            TxPath::Statements => {
+                let mut client = connect(&db.url).await;
+                let tx = client.transaction().await.expect("begin");
+                tx.execute(&insert_biz, &[&biz_row])
+                    .await
+                    .expect("insert business row");
+                let enqueued = store.enqueue_in(&mut AppConn(&tx), &task).await?;
+                finish_tokio(tx, commit).await;
+                Ok(enqueued)
+            }
         }
-        Ok(enqueued)
     }
 
     async fn complete_with_business_row(

@@ -280,9 +280,7 @@ impl SqliteStore {
     /// - This is a blocking call, like every rusqlite call: in async code run it inside
     ///   [`transaction`](Self::transaction) or `spawn_blocking`.
     pub fn enqueue_tx(&self, tx: &Transaction<'_>, task: &NewTask) -> Result<Enqueued> {
-        enqueue_on_blocking(&self.inner.config, task, |task| {
-            insert(&self.inner.sql, tx, task, now_ms())
-        })
+        self.enqueue_blocking(&mut OnConn(tx), task)
     }
 
     /// Run `f` in a `BEGIN IMMEDIATE` transaction where the store's writes run (the
@@ -310,11 +308,17 @@ impl SqliteStore {
                     Ok(tx) => tx,
                     Err(e) => return Ok(Err(E::from(db_err("transaction", e)))),
                 };
-                let r = f(&SqliteTx {
+                let handle = SqliteTx {
                     tx: &tx,
                     store: &store,
-                });
+                    rollback: std::cell::Cell::new(false),
+                };
+                let r = f(&handle);
                 Ok(match r {
+                    Ok(v) if handle.rollback.get() => tx
+                        .rollback()
+                        .map(|()| v)
+                        .map_err(|e| E::from(db_err("transaction", e))),
                     Ok(v) => tx
                         .commit()
                         .map(|()| v)
@@ -403,9 +407,29 @@ impl Inner {
 pub struct SqliteTx<'a> {
     tx: &'a Transaction<'a>,
     store: &'a SqliteStore,
+    rollback: std::cell::Cell<bool>,
 }
 
 impl SqliteTx<'_> {
+    /// Roll the transaction back when the closure returns, even with `Ok` (returning
+    /// `Err` rolls back too): for a dry run, or a decision made after the writes.
+    ///
+    /// ```no_run
+    /// # async fn demo(store: backstop_sqlite::SqliteStore) -> backstop_core::Result<()> {
+    /// let e = store
+    ///     .transaction(|tx| {
+    ///         let e = tx.enqueue(&backstop_core::NewTask::new("PAY", "order-1"))?;
+    ///         tx.rollback(); // nothing of this transaction is kept
+    ///         Ok::<_, backstop_core::Error>(e)
+    ///     })
+    ///     .await?;
+    /// assert!(store.get(e.id).await?.is_none());
+    /// # Ok(()) }
+    /// ```
+    pub fn rollback(&self) {
+        self.rollback.set(true);
+    }
+
     /// Enqueue `task` in this transaction (see [`SqliteStore::enqueue_tx`]).
     pub fn enqueue(&self, task: &NewTask) -> Result<Enqueued> {
         self.store.enqueue_tx(self.tx, task)
@@ -431,14 +455,7 @@ impl SqliteTx<'_> {
     /// # }
     /// ```
     pub fn complete(&self, cx: &backstop_core::Context) -> Result<()> {
-        let sql = &self.store.inner.sql;
-        complete_on_blocking(cx, |lease| {
-            self.tx
-                .prepare_cached(&sql.mark_success)
-                .and_then(|mut st| st.execute(params![now_ms(), lease.task_id, lease.token]))
-                .map(|n| n == 1)
-                .map_err(|e| db_err("complete_tx", e))
-        })
+        self.store.complete_blocking(&mut OnConn(self.tx), cx)
     }
 }
 
@@ -449,84 +466,127 @@ impl<'a> std::ops::Deref for SqliteTx<'a> {
     }
 }
 
-/// The insert shape, on any connection (the store's writer, or the caller's transaction).
-fn insert(sql: &Sql, conn: &Connection, task: Checked<&NewTask>, now: i64) -> Result<Inserted> {
-    let retry = task.retry_policy();
-    let err = |e| db_err("enqueue", e);
-    let mut keyed = KeyedInsert::new(&task);
-    let mut step = keyed.first();
-    loop {
-        step = match step {
+/// The enqueue's statements in SQLite's SQL (run by core's [`EnqueuePlan`]). Times are
+/// this machine's clock in milliseconds, read when each statement is made (inside the
+/// write transaction).
+impl EnqueueSql for Sql {
+    fn dialect(&self) -> Dialect {
+        Dialect::Sqlite
+    }
+
+    fn statement<'a>(&'a self, step: EnqueueStep<'a>, task: Checked<&'a NewTask>) -> Statement<'a> {
+        let now = Value::BigInt(Some(now_ms()));
+        let update = |text: &'a str, params| Statement::new(text, params, Returns::RowsAffected);
+        let row = |text: &'a str, params| Statement::new(text, params, Returns::Row);
+        let key = |k| vec![Value::Text(Some(k))];
+        match step {
+            EnqueueStep::Insert { status } => {
+                let retry = task.retry_policy();
+                let params = vec![
+                    Value::Text(Some(task.event_type())),
+                    Value::Text(Some(task.biz_key())),
+                    Value::Text(Some(task.payload())),
+                    Value::BigInt(Some(i64::from(retry.max_attempts))),
+                    Value::Text(Some(retry.backoff.strategy())),
+                    Value::BigInt(Some(millis(retry.backoff.interval()))),
+                    Value::BigInt(Some(millis(retry.backoff.max_interval()))),
+                    now,
+                    Value::BigInt(Some(millis(task.due_delay()))),
+                    Value::BigInt(task.due_at().map(|t| t.timestamp_millis())),
+                    Value::SmallInt(Some(i16::from(task.claim_priority().get()))),
+                    Value::SmallInt(Some(i16::from(retry.jitter_pct))),
+                    Value::SmallInt(Some(status)),
+                    Value::Text(task.order()),
+                    Value::SmallInt(Some(i16::from(task.parked_policy() == WhenParked::Block))),
+                    Value::BigInt(task.attempt_timeout().map(millis)),
+                ];
+                row(&self.insert, params)
+            }
+            EnqueueStep::ReadExisting => row(
+                &self.existing,
+                vec![
+                    Value::Text(Some(task.event_type())),
+                    Value::Text(Some(task.biz_key())),
+                    now,
+                ],
+            ),
+            EnqueueStep::Release(id) => update(&self.release_key, vec![Value::BigInt(Some(id))]),
+            EnqueueStep::Replace(id) => update(
+                &self.replace_payload,
+                vec![
+                    Value::BigInt(Some(id)),
+                    Value::Text(Some(task.payload())),
+                    now,
+                ],
+            ),
             // the write transaction holds the whole file: the key needs no lock of its own
-            InsertStep::LockKey => keyed.key_locked(true)?,
-            InsertStep::Insert => {
-                let id: Option<i64> = conn
-                    .prepare_cached(&sql.insert)
-                    .and_then(|mut st| {
-                        st.query_row(
-                            params![
-                                task.event_type(),
-                                task.biz_key(),
-                                task.payload(),
-                                i64::from(retry.max_attempts),
-                                retry.backoff.strategy(),
-                                millis(retry.backoff.interval()),
-                                millis(retry.backoff.max_interval()),
-                                now,
-                                millis(task.due_delay()),
-                                task.due_at().map(|t| t.timestamp_millis()),
-                                task.claim_priority().get(),
-                                retry.jitter_pct,
-                                keyed.initial_status(),
-                                task.order(),
-                                i64::from(task.parked_policy() == WhenParked::Block),
-                                task.attempt_timeout().map(millis),
-                            ],
-                            |r| r.get(0),
-                        )
-                        .optional()
-                    })
-                    .map_err(err)?;
-                keyed.inserted(id)?
+            EnqueueStep::LockKey(k) => update(&self.key_insert, key(k)),
+            EnqueueStep::KeyBlocker(k) => row(&self.key_blocker, key(k)),
+            EnqueueStep::KeyNext(k) => row(&self.key_next, key(k)),
+            EnqueueStep::KeyPromote(id) => {
+                update(&self.key_promote, vec![Value::BigInt(Some(id)), now])
             }
-            InsertStep::ReadExisting => {
-                let row = conn
-                    .prepare_cached(&sql.existing)
-                    .and_then(|mut st| {
-                        st.query_row(params![task.event_type(), task.biz_key(), now], |r| {
-                            Ok(Existing {
-                                id: r.get(0)?,
-                                status: r.get(1)?,
-                                age_ms: r.get(2)?,
-                            })
-                        })
-                        .optional()
-                    })
-                    .map_err(err)?;
-                keyed.existing(row)?
-            }
-            InsertStep::Release(id) => {
-                conn.prepare_cached(&sql.release_key)
-                    .and_then(|mut st| st.execute(params![id]))
-                    .map_err(err)?;
-                keyed.released()?
-            }
-            InsertStep::Replace(id) => {
-                let n = conn
-                    .prepare_cached(&sql.replace_payload)
-                    .and_then(|mut st| st.execute(params![id, task.payload(), now]))
-                    .map_err(err)?;
-                keyed.replaced(n == 1)?
-            }
-            InsertStep::ReleaseKey => {
-                let promoted = match task.order() {
-                    Some(key) => release_key(sql, conn, key, now)?,
-                    None => None,
-                };
-                keyed.promoted(promoted)?
-            }
-            InsertStep::Done(inserted) => return Ok(inserted),
-        };
+            EnqueueStep::KeyDrop(k) => update(&self.key_drop, key(k)),
+        }
+    }
+
+    fn complete(&self, lease: Lease) -> Statement<'_> {
+        Statement::new(
+            &self.mark_success,
+            vec![
+                Value::BigInt(Some(now_ms())),
+                Value::BigInt(Some(lease.task_id)),
+                Value::BigInt(Some(lease.token)),
+            ],
+            Returns::RowsAffected,
+        )
+    }
+}
+
+/// A rusqlite connection (the store's writer, or the caller's transaction) as a
+/// [`BlockingTxConnection`].
+struct OnConn<'c>(&'c Connection);
+
+impl BlockingTxConnection for OnConn<'_> {
+    fn dialect(&self) -> Dialect {
+        Dialect::Sqlite
+    }
+
+    fn run(&mut self, statement: &Statement<'_>) -> Result<Answer> {
+        run_statement(self.0, statement).map_err(|e| db_err("enqueue", e))
+    }
+}
+
+/// One [`Statement`] on a rusqlite connection.
+fn run_statement(conn: &Connection, statement: &Statement<'_>) -> rusqlite::Result<Answer> {
+    let mut st = conn.prepare_cached(statement.sql())?;
+    for (i, value) in statement.params().iter().enumerate() {
+        let at = i + 1;
+        match *value {
+            Value::SmallInt(v) => st.raw_bind_parameter(at, v)?,
+            Value::Int(v) => st.raw_bind_parameter(at, v)?,
+            Value::BigInt(v) => st.raw_bind_parameter(at, v)?,
+            Value::Text(v) => st.raw_bind_parameter(at, v)?,
+            Value::Timestamp(v) => st.raw_bind_parameter(at, v.map(|t| t.timestamp_millis()))?,
+        }
+    }
+    match statement.returns() {
+        Returns::Row => {
+            let mut rows = st.raw_query();
+            let columns = match rows.next()? {
+                Some(row) => Some(
+                    (0..row.as_ref().column_count())
+                        .map(|i| row.get::<_, i64>(i))
+                        .collect::<rusqlite::Result<Vec<_>>>()?,
+                ),
+                None => None,
+            };
+            Ok(Answer::Row(columns))
+        }
+        Returns::RowsAffected | Returns::InsertId => {
+            let n = st.raw_execute()?;
+            Ok(Answer::RowsAffected(n as u64))
+        }
     }
 }
 
@@ -624,10 +684,14 @@ impl Driver for Inner {
         .await?
     }
 
+    fn enqueue_sql(&self) -> &dyn EnqueueSql {
+        &*self.sql
+    }
+
     async fn insert(&self, task: Checked<&NewTask>) -> Result<Inserted> {
         let task = task.cloned();
-        self.write("enqueue", move |sql, tx, now| {
-            Ok(insert(sql, tx, task.as_ref(), now))
+        self.write("enqueue", move |sql, tx, _| {
+            Ok(EnqueuePlan::new(sql, task.as_ref()).run_blocking(&mut OnConn(tx)))
         })
         .await?
     }
@@ -963,21 +1027,11 @@ fn now_ms() -> i64 {
 
 /// Map a rusqlite error to a backstop error of operation `op`.
 fn db_err(op: &'static str, e: rusqlite::Error) -> Error {
-    use rusqlite::ErrorCode;
-    let (kind, msg) = match e.sqlite_error_code() {
-        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => (
-            ErrorKind::Unavailable,
-            "the database is busy (locked by another writer)",
-        ),
-        Some(ErrorCode::CannotOpen | ErrorCode::SystemIoFailure | ErrorCode::DiskFull) => {
-            (ErrorKind::Unavailable, "the database file is not usable")
-        }
-        Some(ErrorCode::ReadOnly | ErrorCode::PermissionDenied) => {
-            (ErrorKind::Config, "the database is read-only")
-        }
-        Some(ErrorCode::ConstraintViolation) => (ErrorKind::Conflict, "a constraint was violated"),
-        _ => (ErrorKind::Unexpected, "SQLite failed"),
+    let code = match &e {
+        rusqlite::Error::SqliteFailure(f, _) => f.extended_code,
+        _ => 0,
     };
+    let (kind, msg) = backstop_core::driver::sqlite_error_kind(code);
     Error::new(kind, op, format!("{msg}: {e}")).with_source(e)
 }
 

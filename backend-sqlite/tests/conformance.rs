@@ -5,9 +5,60 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use backstop_core::driver::millis;
+use backstop_core::tx::{Answer, Dialect, Returns, Statement, Value};
+use backstop_core::{BlockingTxConnection, Transactional};
 use backstop_core::{Enqueued, HandlerError, NewTask, Processed, StoreConfig, TaskId};
 use backstop_sqlite::{sqlite_handler, SqliteHandler, SqliteOptions, SqliteStore, Synchronous};
-use backstop_testkit::{Harness, TimeColumn, Unavailable};
+use backstop_testkit::{Harness, TimeColumn, TxPath, Unavailable};
+
+/// The application's own rusqlite connection running the store's statements, as a user
+/// of a driver backstop has no support for would write it.
+struct AppConn<'c>(&'c rusqlite::Connection);
+
+impl BlockingTxConnection for AppConn<'_> {
+    fn dialect(&self) -> Dialect {
+        Dialect::Sqlite
+    }
+
+    fn run(&mut self, statement: &Statement<'_>) -> backstop_core::Result<Answer> {
+        let fail = |e: rusqlite::Error| {
+            backstop_core::Error::new(backstop_core::ErrorKind::Unexpected, "app", e.to_string())
+        };
+        let params: Vec<Box<dyn rusqlite::ToSql>> = statement
+            .params()
+            .iter()
+            .map(|v| -> Box<dyn rusqlite::ToSql> {
+                match *v {
+                    Value::SmallInt(n) => Box::new(n),
+                    Value::Int(n) => Box::new(n),
+                    Value::BigInt(n) => Box::new(n),
+                    Value::Text(t) => Box::new(t.map(str::to_owned)),
+                    Value::Timestamp(t) => Box::new(t.map(|t| t.timestamp_millis())),
+                }
+            })
+            .collect();
+        let params = rusqlite::params_from_iter(params.iter());
+        match statement.returns() {
+            Returns::Row => {
+                use rusqlite::OptionalExtension;
+                let row = self
+                    .0
+                    .query_row(statement.sql(), params, |r| {
+                        (0..r.as_ref().column_count())
+                            .map(|i| r.get::<_, i64>(i))
+                            .collect()
+                    })
+                    .optional()
+                    .map_err(fail)?;
+                Ok(Answer::Row(row))
+            }
+            _ => {
+                let n = self.0.execute(statement.sql(), params).map_err(fail)?;
+                Ok(Answer::RowsAffected(n as u64))
+            }
+        }
+    }
+}
 
 struct SqliteHarness;
 
@@ -87,25 +138,62 @@ impl Harness for SqliteHarness {
         biz_row: &str,
         task: NewTask,
         commit: bool,
+        path: TxPath,
     ) -> backstop_core::Result<Enqueued> {
         ensure_biz(db);
         let key = biz_row.to_owned();
-        // The closure's error carries either the enqueue's error or the deliberate rollback.
-        let r: Result<Enqueued, Outcome> = store
-            .transaction(move |tx| {
-                tx.execute("INSERT INTO biz_order (key) VALUES (?1)", [&key])
+        let insert_biz = "INSERT INTO biz_order (key) VALUES (?1)";
+        match path {
+            TxPath::Native => {
+                store
+                    .transaction(move |tx| {
+                        tx.execute(insert_biz, [&key]).expect("insert business row");
+                        let e = tx.enqueue(&task)?;
+                        if !commit {
+                            tx.rollback();
+                        }
+                        Ok(e)
+                    })
+                    .await
+            }
+            TxPath::Sqlx => {
+                use sqlx::Connection;
+                let url = format!("sqlite://{}", db.path.display());
+                let mut conn = sqlx::SqliteConnection::connect(&url)
+                    .await
+                    .expect("sqlx connect");
+                let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.expect("begin");
+                sqlx::query(insert_biz)
+                    .bind(&key)
+                    .execute(&mut *tx)
+                    .await
                     .expect("insert business row");
-                let e = tx.enqueue(&task).map_err(Outcome::Failed)?;
+                let e = store.enqueue_in(&mut *tx, &task).await?;
                 if commit {
-                    Ok(e)
+                    tx.commit().await.expect("commit");
                 } else {
-                    Err(Outcome::RolledBack(e))
+                    tx.rollback().await.expect("rollback");
                 }
-            })
-            .await;
-        match r {
-            Ok(e) | Err(Outcome::RolledBack(e)) => Ok(e),
-            Err(Outcome::Failed(e)) => Err(e),
+                Ok(e)
+            }
+            TxPath::Statements => {
+                let store = store.clone();
+                let path = db.path.clone();
+                tokio::task::spawn_blocking(move || {
+                    let mut conn = rusqlite::Connection::open(path).expect("open");
+                    let tx = conn
+                        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                        .expect("begin");
+                    tx.execute(insert_biz, [&key]).expect("insert business row");
+                    let e = store.enqueue_blocking(&mut AppConn(&tx), &task)?;
+                    if commit {
+                        tx.commit().expect("commit");
+                    }
+                    Ok(e)
+                })
+                .await
+                .expect("join")
+            }
         }
     }
 
@@ -213,17 +301,6 @@ impl Harness for SqliteHarness {
 
     async fn cut_listeners(&self, db: &Db) {
         backstop_testkit::redis::cut_listeners(&db.path.display().to_string()).await
-    }
-}
-
-enum Outcome {
-    RolledBack(Enqueued),
-    Failed(backstop_core::Error),
-}
-
-impl From<backstop_core::Error> for Outcome {
-    fn from(e: backstop_core::Error) -> Self {
-        Outcome::Failed(e)
     }
 }
 

@@ -37,7 +37,10 @@
 //! // `Driver::insert`, and names `enqueue` in any error.
 //! ```
 
+mod classify;
 pub mod schema;
+
+pub use classify::{mysql_error_kind, postgres_error_kind, sqlite_error_kind};
 
 use std::collections::{BTreeSet, HashSet};
 use std::future::Future;
@@ -53,6 +56,7 @@ use crate::model::{
     Audit, Backoff, Enqueued, Lease, Mark, NewTask, Owner, Priority, Recycled, RetryPolicy, Status,
     Task, TaskFilter, TaskId, WhenParked,
 };
+pub use crate::tx::{EnqueuePlan, EnqueueSql, EnqueueStep};
 
 /// A value the store layer in core has checked against the contract's limits (see each
 /// [`Driver`] method for what was checked). A driver reads it (`Deref`) but cannot make
@@ -1067,6 +1071,11 @@ pub trait Driver: Send + Sync + 'static {
     /// [`event_types`](crate::TaskStore::event_types): every row of the handlers table as
     /// `(event_type, first_seen_at, last_seen_at)`.
     async fn types(&self) -> Result<Vec<(String, DateTime<Utc>, DateTime<Utc>)>>;
+
+    /// The statements of an enqueue and of a completion on the caller's transaction
+    /// ([`Transactional`](crate::Transactional)), in this backend's SQL. `insert` runs
+    /// the same statements on the store's own connection.
+    fn enqueue_sql(&self) -> &dyn EnqueueSql;
 }
 
 /// A backend's store: it names its [`Driver`], and core implements
@@ -1415,9 +1424,14 @@ pub mod prelude {
         complete_on, complete_on_blocking, ddl_script, enqueue_on, enqueue_on_blocking, list_sql,
         mark_rounds, millis,
         schema::{self, Migration},
-        AgedBatch, Backend, Buckets, Checked, Claim, ConnectFailure, Driver, Existing, InsertStep,
-        Inserted, KeyRelease, KeyedInsert, KeysRelease, KeysStep, ListArg, ListDialect, RawAudit,
-        RawStats, RawTask, ReleaseStep, Reset, TaskRow, AUDIT_COLUMNS, COLUMNS, COLUMN_COUNT,
+        AgedBatch, Backend, Buckets, Checked, Claim, ConnectFailure, Driver, EnqueuePlan,
+        EnqueueSql, EnqueueStep, Existing, InsertStep, Inserted, KeyRelease, KeyedInsert,
+        KeysRelease, KeysStep, ListArg, ListDialect, RawAudit, RawStats, RawTask, ReleaseStep,
+        Reset, TaskRow, AUDIT_COLUMNS, COLUMNS, COLUMN_COUNT,
+    };
+    pub use crate::tx::{
+        Answer, BlockingTxConnection, Dialect, Returns, Statement, Transactional, TxConnection,
+        Value,
     };
     pub use crate::{
         async_trait, Audit, Enqueued, Error, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner,

@@ -21,6 +21,7 @@ mod model;
 mod notify;
 mod schedule;
 mod store;
+pub mod tx;
 
 pub use engine::{
     describe_metrics, handler_fn, is_lease_lost, kind_fn, lease_lost, metric_names, Archive,
@@ -40,6 +41,7 @@ pub use model::{
 pub use notify::{Notifier, Wake, Wakes};
 pub use schedule::{Missed, Periodic, Schedule};
 pub use store::{TaskStore, TaskStoreExt};
+pub use tx::{BlockingTxConnection, Transactional, TxConnection};
 
 /// Re-exported so implementors use the same `#[async_trait]` as the trait.
 pub use async_trait::async_trait;

@@ -10,17 +10,19 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use backstop_core::driver::{
-    AgedBatch, Backend, Buckets, Checked, Claim, Driver, Inserted, RawAudit, RawStats, RawTask,
-    Reset,
+    AgedBatch, Backend, Buckets, Checked, Claim, Driver, EnqueueSql, EnqueueStep, Inserted,
+    RawAudit, RawStats, RawTask, Reset,
 };
 use backstop_core::limits::{
     MAX_BATCH, MAX_ERROR_BYTES, MAX_EVENT_TYPES, MAX_EVENT_TYPE_BYTES, MAX_INTERVAL, MAX_LEASES,
     MAX_OPERATOR_BYTES, MAX_REASON_BYTES,
 };
+use backstop_core::tx::{Answer, Dialect, Returns, Statement};
 use backstop_core::{
     async_trait, Audit, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner, Recycled, Result,
     RetryPolicy, Status, StoreConfig, TaskFilter, TaskId, TaskStore,
 };
+use backstop_core::{Transactional, TxConnection};
 
 /// Fails the test when called with input outside the contract; counts its calls.
 struct Tripwire {
@@ -52,10 +54,48 @@ fn age_ok(d: Duration) {
     assert!(d <= MAX_INTERVAL, "age {d:?} reached the driver");
 }
 
+/// The enqueue's statements: building one counts as a call, and checks the task.
+impl EnqueueSql for Tripwire {
+    fn dialect(&self) -> Dialect {
+        Dialect::Postgres
+    }
+    fn statement<'a>(
+        &'a self,
+        _step: EnqueueStep<'a>,
+        task: Checked<&'a NewTask>,
+    ) -> Statement<'a> {
+        self.called();
+        task.validate(self.config.max_payload_bytes)
+            .expect("an invalid task reached the driver");
+        Statement::new("INSERT", Vec::new(), Returns::Row)
+    }
+    fn complete(&self, _lease: Lease) -> Statement<'_> {
+        self.called();
+        Statement::new("UPDATE", Vec::new(), Returns::Row)
+    }
+}
+
+/// A caller's connection that answers every statement with a new task 1, counting runs.
+struct Conn(usize);
+
+#[async_trait]
+impl TxConnection for Conn {
+    fn dialect(&self) -> Dialect {
+        Dialect::Postgres
+    }
+    async fn run(&mut self, _statement: &Statement<'_>) -> Result<Answer> {
+        self.0 += 1;
+        Ok(Answer::Row(Some(vec![1])))
+    }
+}
+
 #[async_trait]
 impl Driver for Tripwire {
     fn config(&self) -> &StoreConfig {
         &self.config
+    }
+    fn enqueue_sql(&self) -> &dyn EnqueueSql {
+        self
     }
     async fn migrate(&self, _target: u32) -> Result<()> {
         self.called();
@@ -263,6 +303,10 @@ async fn invalid_input_reaches_no_driver() {
         NewTask::new("E", "k").retry(RetryPolicy::fixed(0, Duration::ZERO)),
         NewTask::new("E", "k").delay(too_old),
     ] {
+        // in the caller's transaction too: nothing reaches its connection
+        let mut conn = Conn(0);
+        refused(s.enqueue_in(&mut conn, &task).await, "enqueue");
+        assert_eq!(conn.0, 0, "{task:?} reached the caller's connection");
         refused(s.enqueue(task).await, "enqueue");
     }
     let types = |n: usize| (0..n).map(|i| format!("T{i}")).collect::<Vec<_>>();
@@ -410,6 +454,10 @@ async fn input_at_the_limits_reaches_the_driver_checked() {
         .await
         .unwrap();
     assert!(enq.created);
+    let mut conn = Conn(0);
+    let at_limits = NewTask::new("a".repeat(MAX_EVENT_TYPE_BYTES), "k").delay(MAX_INTERVAL);
+    let enq = s.enqueue_in(&mut conn, &at_limits).await.unwrap();
+    assert_eq!((enq.id, enq.created, conn.0), (1, true, 1));
     // duplicate types arrive once each
     let types = vec!["B".to_owned(), "A".to_owned(), "B".to_owned()];
     s.grab_batch(&owner, &types, MAX_BATCH).await.unwrap();
@@ -448,5 +496,5 @@ async fn input_at_the_limits_reaches_the_driver_checked() {
     let sec = Duration::from_secs(1);
     s.throughput(Duration::from_secs(1440), sec).await.unwrap();
     s.throughput(sec, sec).await.unwrap();
-    assert_eq!(s.calls(), 12);
+    assert_eq!(s.calls(), 13, "one more: the enqueue_in statement");
 }

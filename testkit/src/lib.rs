@@ -101,9 +101,10 @@ pub trait Harness: Send + Sync + 'static {
     /// current time as the task table stores it.
     async fn execute(&self, db: &Self::Db, sql: &str);
 
-    /// In one native transaction: insert a business row keyed `biz_row` (into a table the
-    /// harness owns), then enqueue `task` with the backend's transactional enqueue; commit
-    /// when `commit`, else roll back. Returns what the enqueue answered.
+    /// In one transaction opened as `path` says: insert a business row keyed `biz_row`
+    /// (into a table the harness owns), then enqueue `task` in it the way `path` names;
+    /// commit when `commit`, else roll back. Returns what the enqueue answered; on an
+    /// error the transaction rolls back.
     async fn enqueue_with_business_row(
         &self,
         db: &Self::Db,
@@ -111,6 +112,7 @@ pub trait Harness: Send + Sync + 'static {
         biz_row: &str,
         task: NewTask,
         commit: bool,
+        path: TxPath,
     ) -> backstop_core::Result<Enqueued>;
 
     /// Inside a handler's attempt `cx`, in one native transaction: enqueue `follow_up`,
@@ -289,8 +291,20 @@ impl<H: Harness> Ctx<H> {
         task: NewTask,
         commit: bool,
     ) -> backstop_core::Result<Enqueued> {
+        self.enqueue_in_tx_via(TxPath::Native, biz_row, task, commit)
+            .await
+    }
+
+    /// [`enqueue_in_tx`](Self::enqueue_in_tx) along `path`.
+    pub async fn enqueue_in_tx_via(
+        &self,
+        path: TxPath,
+        biz_row: &str,
+        task: NewTask,
+        commit: bool,
+    ) -> backstop_core::Result<Enqueued> {
         self.harness
-            .enqueue_with_business_row(&self.db, &self.store, biz_row, task, commit)
+            .enqueue_with_business_row(&self.db, &self.store, biz_row, task, commit, path)
             .await
     }
 
@@ -298,6 +312,37 @@ impl<H: Harness> Ctx<H> {
     pub async fn count_all(&self) -> u64 {
         let s = self.store.stats().await.expect("stats");
         s.counts.iter().map(|c| c.count).sum()
+    }
+}
+
+/// A way an application writes a task in its own transaction. Every harness supports
+/// each: the transactional cases run along all of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxPath {
+    /// The backend's own API: `PgStore::enqueue_tx` on the store's pooled tokio-postgres
+    /// transaction, `SqliteStore::transaction`, `MySqlStore::enqueue_tx`.
+    Native,
+    /// [`Transactional::enqueue_in`](backstop_core::Transactional::enqueue_in) on a
+    /// `sqlx::Transaction` of a sqlx pool or connection the application opened itself.
+    Sqlx,
+    /// `enqueue_in` (or `enqueue_blocking`) on a connection of another driver, through a
+    /// [`TxConnection`](backstop_core::TxConnection) the application wrote: the
+    /// statements and their parameters, run by the application's own code.
+    Statements,
+}
+
+impl TxPath {
+    /// Every path.
+    pub const ALL: [TxPath; 3] = [TxPath::Native, TxPath::Sqlx, TxPath::Statements];
+}
+
+impl std::fmt::Display for TxPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TxPath::Native => "native",
+            TxPath::Sqlx => "sqlx",
+            TxPath::Statements => "statements",
+        })
     }
 }
 

@@ -19,6 +19,7 @@ pub mod recycle;
 pub mod reset;
 pub mod retention;
 pub mod schema;
+pub mod transactional;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

@@ -1,0 +1,148 @@
+//! sqlx's connections as [`TxConnection`]s (features `sqlx-postgres`, `sqlx-mysql`,
+//! `sqlx-sqlite`), and what sqlx's errors mean.
+
+use async_trait::async_trait;
+
+use super::{Answer, Dialect, Returns, Statement, TxConnection, Value};
+use crate::error::{Error, ErrorKind, Result};
+
+/// A sqlx error as a backstop error: the database's code read with the table of its
+/// database ([`postgres_error_kind`](crate::driver::postgres_error_kind) and friends), a
+/// failed or lost connection `Unavailable` (temporary), a bad option `Config`. The
+/// caller names the operation.
+pub fn sqlx_error(e: sqlx::Error) -> Error {
+    let (kind, what) = match &e {
+        sqlx::Error::Database(db) => database_kind(&**db),
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Protocol(_) => (ErrorKind::Unavailable, "connection failed".to_owned()),
+        sqlx::Error::Configuration(_) => (ErrorKind::Config, "configuration".to_owned()),
+        _ => (ErrorKind::Unexpected, "driver error".to_owned()),
+    };
+    Error::new(kind, "sqlx", format!("{what}: {e}")).with_source(e)
+}
+
+fn database_kind(db: &dyn sqlx::error::DatabaseError) -> (ErrorKind, String) {
+    #[cfg(feature = "sqlx-postgres")]
+    if let Some(pg) = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
+        let (kind, hint) = crate::driver::postgres_error_kind(pg.code());
+        return (kind, format!("PostgreSQL error {}{hint}", pg.code()));
+    }
+    #[cfg(feature = "sqlx-mysql")]
+    if let Some(my) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+        let (kind, hint) = crate::driver::mysql_error_kind(my.number());
+        return (kind, format!("MySQL error {}{hint}", my.number()));
+    }
+    #[cfg(feature = "sqlx-sqlite")]
+    if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+        let code = db.code().and_then(|c| c.parse().ok()).unwrap_or(0);
+        let (kind, what) = crate::driver::sqlite_error_kind(code);
+        return (kind, what.to_owned());
+    }
+    (ErrorKind::Unexpected, "database error".to_owned())
+}
+
+/// The first row's columns, each a 64-bit integer.
+fn columns<R: sqlx::Row>(row: R) -> Result<Vec<i64>>
+where
+    usize: sqlx::ColumnIndex<R>,
+    i64: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    (0..row.len())
+        .map(|i| row.try_get::<i64, usize>(i).map_err(sqlx_error))
+        .collect()
+}
+
+fn is_duplicate_key(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())
+}
+
+/// `TxConnection` for one sqlx database: its connection, transaction and pooled
+/// connection. `$insert_id` reads the id an insert made from its query result.
+macro_rules! sqlx_connection {
+    ($db:ty, $conn:ty, $dialect:expr, $insert_id:expr) => {
+        #[async_trait]
+        impl TxConnection for $conn {
+            fn dialect(&self) -> Dialect {
+                $dialect
+            }
+
+            async fn run(&mut self, statement: &Statement<'_>) -> Result<Answer> {
+                let mut query = sqlx::query::<$db>(sqlx::AssertSqlSafe(statement.sql()));
+                for value in statement.params() {
+                    query = match *value {
+                        Value::SmallInt(v) => query.bind(v),
+                        Value::Int(v) => query.bind(v),
+                        Value::BigInt(v) => query.bind(v),
+                        Value::Text(v) => query.bind(v),
+                        Value::Timestamp(v) => query.bind(v),
+                    };
+                }
+                match statement.returns() {
+                    Returns::Row => {
+                        let row = query.fetch_optional(&mut *self).await.map_err(sqlx_error)?;
+                        Ok(Answer::Row(row.map(columns).transpose()?))
+                    }
+                    Returns::RowsAffected => {
+                        let done = query.execute(&mut *self).await.map_err(sqlx_error)?;
+                        Ok(Answer::RowsAffected(done.rows_affected()))
+                    }
+                    Returns::InsertId => match query.execute(&mut *self).await {
+                        Ok(done) => Ok(Answer::InsertId(($insert_id)(&done))),
+                        Err(e) if is_duplicate_key(&e) => Ok(Answer::DuplicateKey),
+                        Err(e) => Err(sqlx_error(e)),
+                    },
+                }
+            }
+        }
+
+        #[async_trait]
+        impl TxConnection for sqlx::Transaction<'_, $db> {
+            fn dialect(&self) -> Dialect {
+                $dialect
+            }
+            async fn run(&mut self, statement: &Statement<'_>) -> Result<Answer> {
+                let conn: &mut $conn = self;
+                conn.run(statement).await
+            }
+        }
+
+        #[async_trait]
+        impl TxConnection for sqlx::pool::PoolConnection<$db> {
+            fn dialect(&self) -> Dialect {
+                $dialect
+            }
+            async fn run(&mut self, statement: &Statement<'_>) -> Result<Answer> {
+                let conn: &mut $conn = self;
+                conn.run(statement).await
+            }
+        }
+    };
+}
+
+#[cfg(feature = "sqlx-postgres")]
+sqlx_connection!(
+    sqlx::Postgres,
+    sqlx::PgConnection,
+    Dialect::Postgres,
+    |_: &sqlx::postgres::PgQueryResult| -1
+);
+
+#[cfg(feature = "sqlx-mysql")]
+sqlx_connection!(
+    sqlx::MySql,
+    sqlx::MySqlConnection,
+    Dialect::MySql,
+    |done: &sqlx::mysql::MySqlQueryResult| i64::try_from(done.last_insert_id()).unwrap_or(i64::MAX)
+);
+
+#[cfg(feature = "sqlx-sqlite")]
+sqlx_connection!(
+    sqlx::Sqlite,
+    sqlx::SqliteConnection,
+    Dialect::Sqlite,
+    |done: &sqlx::sqlite::SqliteQueryResult| done.last_insert_rowid()
+);
