@@ -85,12 +85,18 @@ impl TaskKind for IssueInvoice {
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() -> Result<(), BoxError> {
+async fn main() {
     let dir = std::env::temp_dir().join(format!("backstop-quickstart-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let result = run(&dir).await;
-    std::fs::remove_dir_all(&dir)?;
-    result
+    let result = match std::fs::create_dir_all(&dir) {
+        Ok(()) => run(&dir).await,
+        Err(e) => Err(format!("cannot create {}: {e}", dir.display()).into()),
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    // errors as a user reads them (Display), not as a debugger does
+    if let Err(e) = result {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
 }
 
 async fn run(dir: &std::path::Path) -> Result<(), BoxError> {

@@ -84,18 +84,22 @@ impl JsonHandler for ShipOrder {
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() -> Result<(), BoxError> {
+async fn main() {
     let temp = std::env::temp_dir().join(format!("backstop-service-{}", std::process::id()));
     let url = match std::env::var("BACKSTOP_URL") {
         Ok(url) if !url.is_empty() => url,
-        _ => {
-            std::fs::create_dir_all(&temp)?;
-            format!("sqlite:{}", temp.join("orders.db").display())
-        }
+        _ => format!("sqlite:{}", temp.join("orders.db").display()),
     };
-    let result = run(&url).await;
+    let result = match std::fs::create_dir_all(&temp) {
+        Ok(()) => run(&url).await,
+        Err(e) => Err(format!("cannot create {}: {e}", temp.display()).into()),
+    };
     let _ = std::fs::remove_dir_all(&temp);
-    result
+    // errors as a user reads them (Display), not as a debugger does
+    if let Err(e) = result {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
 }
 
 async fn run(url: &str) -> Result<(), BoxError> {

@@ -41,6 +41,31 @@ pub async fn connect(url: &str) -> Result<AnyStore> {
 /// A scheme whose feature is not enabled, or an unknown one, is a `Config` error.
 /// Call [`TaskStore::migrate`] before first use.
 ///
+/// # Options in the URL
+///
+/// The store's options ride in the URL's query, beside the driver's own parameters
+/// (`sslmode=…`, `ssl-mode=…`), so a URL alone configures a deployment:
+///
+/// | parameter | backends | meaning |
+/// |---|---|---|
+/// | `table=jobs` | all | the task table (overrides `config`'s) |
+/// | `max_connections=8` | all | most pooled connections |
+/// | `acquire_timeout=5s` | PostgreSQL, MySQL | wait for a pooled connection (`ms` or `s`) |
+/// | `schema=jobs` | PostgreSQL | the table's schema |
+/// | `notify=false` | PostgreSQL | no `NOTIFY` at enqueue (behind PgBouncer) |
+/// | `claim=skip_locked` | MySQL | `auto`, `ordered_update`, `skip_locked`, `queue_then_skip` |
+/// | `busy_timeout=30s` | SQLite | wait for the file's write lock |
+/// | `synchronous=normal` | SQLite | `full` (default) or `normal` |
+///
+/// A bad value, or a parameter of another backend, is a `Config` error naming it; nothing
+/// is connected.
+///
+/// ```no_run
+/// # async fn demo() -> backstop::Result<()> {
+/// let store = backstop::connect("postgres://app@db/app?schema=jobs&max_connections=8").await?;
+/// # Ok(()) }
+/// ```
+///
 /// ```no_run
 /// # async fn demo() -> backstop::Result<()> {
 /// use backstop::TaskStore;
@@ -51,15 +76,22 @@ pub async fn connect(url: &str) -> Result<AnyStore> {
 /// ```
 pub async fn connect_with(url: &str, config: StoreConfig) -> Result<AnyStore> {
     const OP: &str = "connect";
+    let (url, options) = UrlOptions::split(url)?;
+    let url = url.as_str();
+    let mut config = config;
+    if let Some(table) = &options.table {
+        config.table = table.clone();
+    }
     let _ = &config; // unused when no backend feature is enabled
     let scheme = scheme(url);
+    options.check(&scheme)?;
     match scheme.as_str() {
         "sqlite" => {
             #[cfg(feature = "sqlite")]
             {
                 let rest = &url["sqlite:".len()..];
                 if rest == ":memory:" || rest == "//:memory:" {
-                    let _ = config; // an in-memory store always uses the default table
+                    let _ = (config, options); // an in-memory store always uses the defaults
                     return Ok(AnyStore::Sqlite(
                         crate::sqlite::SqliteStore::open_in_memory().await?,
                     ));
@@ -68,7 +100,17 @@ pub async fn connect_with(url: &str, config: StoreConfig) -> Result<AnyStore> {
                 if path.is_empty() {
                     return Err(Error::config(OP, format!("no file path in {url:?}")));
                 }
-                let options = crate::sqlite::SqliteOptions::default().config(config);
+                let mut o = crate::sqlite::SqliteOptions::default().config(config);
+                if let Some(n) = options.max_connections {
+                    o = o.max_connections(n as usize);
+                }
+                if let Some(d) = options.busy_timeout {
+                    o = o.busy_timeout(d);
+                }
+                if let Some(sync) = options.synchronous {
+                    o = o.synchronous(sync);
+                }
+                let options = o;
                 Ok(AnyStore::Sqlite(
                     crate::sqlite::SqliteStore::open_with(path, options).await?,
                 ))
@@ -79,7 +121,20 @@ pub async fn connect_with(url: &str, config: StoreConfig) -> Result<AnyStore> {
         "postgres" | "postgresql" => {
             #[cfg(feature = "postgres")]
             {
-                let options = crate::postgres::PgOptions::default().config(config);
+                let mut o = crate::postgres::PgOptions::default().config(config);
+                if let Some(n) = options.max_connections {
+                    o = o.max_connections(n as usize);
+                }
+                if let Some(d) = options.acquire_timeout {
+                    o = o.acquire_timeout(d);
+                }
+                if let Some(schema) = options.schema {
+                    o = o.schema(schema);
+                }
+                if let Some(notify) = options.notify {
+                    o = o.notify(notify);
+                }
+                let options = o;
                 Ok(AnyStore::Postgres(
                     crate::postgres::PgStore::connect_with(url, options).await?,
                 ))
@@ -90,7 +145,17 @@ pub async fn connect_with(url: &str, config: StoreConfig) -> Result<AnyStore> {
         "mysql" | "mariadb" => {
             #[cfg(feature = "mysql")]
             {
-                let options = crate::mysql::MySqlOptions::default().config(config);
+                let mut o = crate::mysql::MySqlOptions::default().config(config);
+                if let Some(n) = options.max_connections {
+                    o = o.max_connections(n);
+                }
+                if let Some(d) = options.acquire_timeout {
+                    o = o.acquire_timeout(d);
+                }
+                if let Some(claim) = options.claim {
+                    o = o.claim_strategy(claim);
+                }
+                let options = o;
                 // sqlx knows the scheme as mysql:
                 let url = format!("mysql:{}", &url[scheme.len() + 1..]);
                 Ok(AnyStore::MySql(
@@ -150,6 +215,163 @@ pub fn ddl(url: &str, config: &StoreConfig) -> Result<String> {
             format!("unknown database URL scheme in {url:?}: use sqlite:, postgres: or mysql:"),
         )),
     }
+}
+
+/// The store's options in a URL's query (see [`connect_with`]).
+#[derive(Debug, Default)]
+struct UrlOptions {
+    table: Option<String>,
+    max_connections: Option<u32>,
+    acquire_timeout: Option<std::time::Duration>,
+    schema: Option<String>,
+    notify: Option<bool>,
+    #[cfg(feature = "mysql")]
+    claim: Option<crate::mysql::ClaimStrategy>,
+    busy_timeout: Option<std::time::Duration>,
+    #[cfg(feature = "sqlite")]
+    synchronous: Option<crate::sqlite::Synchronous>,
+    /// The parameters given, for [`check`](Self::check).
+    given: Vec<&'static str>,
+}
+
+impl UrlOptions {
+    /// The URL without the store's parameters (the driver's stay), and the options.
+    fn split(url: &str) -> Result<(String, UrlOptions)> {
+        let mut options = UrlOptions::default();
+        let Some((base, query)) = url.split_once('?') else {
+            return Ok((url.to_owned(), options));
+        };
+        let bad = |key: &str, value: &str, want: &str| {
+            Error::config(
+                "connect",
+                format!("URL parameter {key}={value:?}: expected {want}"),
+            )
+        };
+        let mut kept = Vec::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let known: &'static str = match key {
+                "table" => {
+                    options.table = Some(value.to_owned());
+                    "table"
+                }
+                "schema" => {
+                    options.schema = Some(value.to_owned());
+                    "schema"
+                }
+                "max_connections" => {
+                    let n = value.parse().ok().filter(|n| *n > 0);
+                    options.max_connections =
+                        Some(n.ok_or_else(|| bad(key, value, "a number above 0"))?);
+                    "max_connections"
+                }
+                "acquire_timeout" => {
+                    options.acquire_timeout =
+                        Some(duration(value).ok_or_else(|| bad(key, value, "a time: 500ms, 5s"))?);
+                    "acquire_timeout"
+                }
+                "busy_timeout" => {
+                    options.busy_timeout =
+                        Some(duration(value).ok_or_else(|| bad(key, value, "a time: 500ms, 5s"))?);
+                    "busy_timeout"
+                }
+                "notify" => {
+                    options.notify = Some(match value {
+                        "true" | "on" | "1" => true,
+                        "false" | "off" | "0" => false,
+                        _ => return Err(bad(key, value, "true or false")),
+                    });
+                    "notify"
+                }
+                "claim" => {
+                    #[cfg(feature = "mysql")]
+                    {
+                        use crate::mysql::ClaimStrategy;
+                        options.claim = Some(match value {
+                            "auto" => ClaimStrategy::Auto,
+                            "ordered_update" => ClaimStrategy::OrderedUpdate,
+                            "skip_locked" => ClaimStrategy::SkipLocked,
+                            "queue_then_skip" => ClaimStrategy::QueueThenSkip,
+                            _ => {
+                                return Err(bad(
+                                    key,
+                                    value,
+                                    "auto, ordered_update, skip_locked or queue_then_skip",
+                                ))
+                            }
+                        });
+                    }
+                    "claim"
+                }
+                "synchronous" => {
+                    #[cfg(feature = "sqlite")]
+                    {
+                        use crate::sqlite::Synchronous;
+                        options.synchronous = Some(match value {
+                            "full" => Synchronous::Full,
+                            "normal" => Synchronous::Normal,
+                            _ => return Err(bad(key, value, "full or normal")),
+                        });
+                    }
+                    "synchronous"
+                }
+                _ => {
+                    kept.push(pair);
+                    continue;
+                }
+            };
+            options.given.push(known);
+        }
+        let url = if kept.is_empty() {
+            base.to_owned()
+        } else {
+            format!("{base}?{}", kept.join("&"))
+        };
+        Ok((url, options))
+    }
+
+    /// Refuse a parameter the backend of `scheme` has no use for.
+    fn check(&self, scheme: &str) -> Result<()> {
+        let (backend, allowed): (&str, &[&str]) = match scheme {
+            "sqlite" => (
+                "SQLite",
+                &["table", "max_connections", "busy_timeout", "synchronous"],
+            ),
+            "postgres" | "postgresql" => (
+                "PostgreSQL",
+                &[
+                    "table",
+                    "max_connections",
+                    "acquire_timeout",
+                    "schema",
+                    "notify",
+                ],
+            ),
+            "mysql" | "mariadb" => (
+                "MySQL",
+                &["table", "max_connections", "acquire_timeout", "claim"],
+            ),
+            _ => return Ok(()), // the scheme itself is refused next
+        };
+        match self.given.iter().find(|k| !allowed.contains(k)) {
+            Some(key) => Err(Error::config(
+                "connect",
+                format!("URL parameter {key} does not apply to {backend}"),
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+/// `500ms` or `5s`.
+fn duration(text: &str) -> Option<std::time::Duration> {
+    if let Some(ms) = text.strip_suffix("ms") {
+        return ms.parse().ok().map(std::time::Duration::from_millis);
+    }
+    text.strip_suffix('s')?
+        .parse()
+        .ok()
+        .map(std::time::Duration::from_secs)
 }
 
 /// The URL's scheme, lower case (`""` when it has none).
@@ -252,6 +474,41 @@ mod tests {
         assert_eq!(e.kind(), ErrorKind::Config);
     }
 
+    /// The store's options ride in the URL; bad values and other backends' options are
+    /// refused before anything is opened.
+    #[tokio::test]
+    async fn reads_options_from_the_url() {
+        let dir = std::env::temp_dir().join(format!("backstop-any-opts-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("o.db");
+        let url = format!(
+            "sqlite:{}?table=jobs&max_connections=2&busy_timeout=1500ms&synchronous=normal",
+            file.display()
+        );
+        let AnyStore::Sqlite(s) = connect(&url).await.unwrap() else {
+            panic!("sqlite")
+        };
+        assert_eq!(s.config().table, "jobs");
+        s.migrate().await.unwrap();
+        let e = s.enqueue(NewTask::new("E", "k")).await.unwrap();
+        assert!(e.created);
+        for bad in [
+            "max_connections=0",
+            "busy_timeout=5",
+            "synchronous=sometimes",
+            "claim=auto",
+            "schema=x",
+            "acquire_timeout=1s",
+            "table=bad%20name",
+        ] {
+            let url = format!("sqlite:{}?{bad}", dir.join("bad.db").display());
+            let e = connect(&url).await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Config, "{bad}: {e}");
+        }
+        assert!(!dir.join("bad.db").exists(), "a refused URL opens nothing");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[cfg(not(feature = "postgres"))]
     #[tokio::test]
     async fn says_which_feature_is_missing() {
@@ -286,6 +543,51 @@ mod tests {
                 (AnyStore::Postgres(_), "postgres") | (AnyStore::MySql(_), "mysql") => {}
                 other => panic!("{url} opened {other:?}"),
             }
+            // the store's options in the URL, beside the driver's own
+            let sep = if url.contains('?') { '&' } else { '?' };
+            match connect(&format!("{url}{sep}max_connections=3&acquire_timeout=2s"))
+                .await
+                .unwrap()
+            {
+                AnyStore::Postgres(p) => {
+                    assert_eq!(p.options().max_connections, 3);
+                    assert_eq!(
+                        p.options().acquire_timeout,
+                        std::time::Duration::from_secs(2)
+                    );
+                    let q = connect(&format!("{url}{sep}schema=url_opts&notify=false"))
+                        .await
+                        .unwrap();
+                    let AnyStore::Postgres(q) = q else {
+                        panic!("postgres")
+                    };
+                    assert_eq!(
+                        (q.options().schema.as_str(), q.options().notify),
+                        ("url_opts", false)
+                    );
+                }
+                AnyStore::MySql(m) => {
+                    let q = connect(&format!("{url}{sep}claim=ordered_update"))
+                        .await
+                        .unwrap();
+                    let AnyStore::MySql(q) = q else {
+                        panic!("mysql")
+                    };
+                    assert_eq!(
+                        q.claim_strategy(),
+                        crate::mysql::ClaimStrategy::OrderedUpdate
+                    );
+                    drop(m);
+                }
+                other => panic!("{other:?}"),
+            }
+            let other = if backend == "mysql" {
+                "schema=x"
+            } else {
+                "claim=auto"
+            };
+            let e = connect(&format!("{url}{sep}{other}")).await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Config, "{e}");
             if backend == "mysql" {
                 let mariadb = url.replacen("mysql:", "mariadb:", 1);
                 assert!(matches!(

@@ -16,6 +16,14 @@
 //! | `sqlite` (default) | embedded SQLite (bundled) | [`sqlite`] |
 //! | `postgres` | PostgreSQL (tokio-postgres + deadpool) | `postgres` |
 //! | `mysql` | MySQL 8 / MariaDB 10.6+ (sqlx) | `mysql` |
+//! | `postgres-sqlx` | `postgres`, and the enqueue on a `sqlx::Transaction<Postgres>` | |
+//! | `sqlite-sqlx` | `sqlite`, and the enqueue on a `sqlx::Transaction<Sqlite>` | |
+//!
+//! **The transactional enqueue** is one call on every backend:
+//! [`Transactional::enqueue_in`] writes the task on the caller's own transaction — a
+//! sqlx transaction on any of the three databases, or any other driver's connection
+//! through [`TxConnection`] (see [`tx`]). Each backend keeps its native form too
+//! (`PgStore::enqueue_tx` on tokio-postgres, `SqliteStore::transaction` on rusqlite).
 //!
 //! and Redis (feature `redis`, module `redis`): wake-ups over pub/sub for deployments
 //! whose database has no notifications of its own.
@@ -53,6 +61,9 @@ pub use backstop_core::{
     EngineCounters, ErrorAction, FnHandler, Handler, HandlerError, HandlerOptions, Json,
     JsonHandler, KindFn, RunAhead, TaskKind,
 };
+// The enqueue in the caller's transaction, on any connection.
+pub use backstop_core::tx;
+pub use backstop_core::{BlockingTxConnection, Transactional, TxConnection};
 // Wake-ups across processes, and the consumer's inbox.
 pub use backstop_core::{Inbox, Message, Notifier, Processed, Wake, Wakes};
 // Periodic tasks.

@@ -44,6 +44,9 @@ mod sql;
 mod writer;
 
 pub use inbox::{sqlite_handler, SqliteHandler};
+/// The rusqlite this backend is built on, for the caller's own statements in
+/// [`SqliteStore::transaction`].
+pub use rusqlite;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
