@@ -419,6 +419,7 @@ impl SqliteTx<'_> {
     ///
     /// ```no_run
     /// # async fn demo(store: backstop_sqlite::SqliteStore) -> backstop_core::Result<()> {
+    /// use backstop_core::TaskStore;
     /// let e = store
     ///     .transaction(|tx| {
     ///         let e = tx.enqueue(&backstop_core::NewTask::new("PAY", "order-1"))?;
