@@ -51,6 +51,41 @@ as_pg() {
   fi
 }
 
+# A throwaway certificate authority for the TLS tests: ca.pem signs server.pem (for
+# localhost and 127.0.0.1); other-ca.pem signs nothing here (the "wrong CA" case).
+# Exports BACKSTOP_TEST_TLS_CA and BACKSTOP_TEST_TLS_OTHER_CA.
+make_test_ca() {
+  local d="$work/tls"
+  if [ ! -f "$d/server.pem" ]; then
+    command -v openssl >/dev/null 2>&1 || apt_install openssl
+    mkdir -p "$d"
+    local ca_ext=(-addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign")
+    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=backstop test CA" "${ca_ext[@]}" \
+      -keyout "$d/ca.key" -out "$d/ca.pem" 2>/dev/null
+    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=some other CA" "${ca_ext[@]}" \
+      -keyout "$d/other-ca.key" -out "$d/other-ca.pem" 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" \
+      -keyout "$d/server.key" -out "$d/server.csr" 2>/dev/null
+    printf '%s\n' "subjectAltName=DNS:localhost,IP:127.0.0.1" "basicConstraints=CA:FALSE" \
+      "keyUsage=digitalSignature,keyEncipherment" "extendedKeyUsage=serverAuth" >"$d/server.ext"
+    openssl x509 -req -in "$d/server.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial \
+      -days 2 -extfile "$d/server.ext" -out "$d/server.pem" 2>/dev/null
+    chmod 755 "$d"
+    chmod 644 "$d"/*.pem
+  fi
+  export BACKSTOP_TEST_TLS_CA="$d/ca.pem"
+  export BACKSTOP_TEST_TLS_OTHER_CA="$d/other-ca.pem"
+}
+
+# The server's certificate and key in `dir`, owned by `owner` (a server refuses a key
+# others can read).
+install_server_cert() {
+  local dir=$1 owner=$2
+  cp "$work/tls/server.pem" "$work/tls/ca.pem" "$dir/"
+  install -m 600 "$work/tls/server.key" "$dir/server.key"
+  if [ "$(id -u)" = 0 ]; then chown "$owner" "$dir/server.key" "$dir/server.pem" "$dir/ca.pem"; fi
+}
+
 # The directory holding initdb / pg_ctl, installing Debian's postgresql when missing.
 pg_bindir() {
   local d
@@ -86,14 +121,24 @@ start_postgres() {
   [ "$(id -u)" = 0 ] && chown postgres "$dir"
   as_pg "$bin/initdb" -D "$dir/data" -U backstop --auth=trust -E UTF8 --no-locale >"$work/pg-initdb.log" 2>&1 \
     || { cat "$work/pg-initdb.log"; return 1; }
+  # TLS: the server offers it; the user backstop_tls may connect only through it
+  make_test_ca
+  install_server_cert "$dir" postgres
+  { printf '%s\n' "hostssl all backstop_tls 127.0.0.1/32 trust" "host all backstop_tls 127.0.0.1/32 reject"
+    cat "$dir/data/pg_hba.conf"; } >"$dir/pg_hba.conf"
+  cp "$dir/pg_hba.conf" "$dir/data/pg_hba.conf"
   port=$(free_port)
   log "starting PostgreSQL ($("$bin/postgres" --version)) on 127.0.0.1:$port"
   as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=400 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
+    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=400 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c ssl=on -c ssl_cert_file=$dir/server.pem -c ssl_key_file=$dir/server.key" \
     start >/dev/null || { cat "$dir/server.log"; return 1; }
   cleanups+=("as_pg '$bin/pg_ctl' -D '$dir/data' -m immediate stop >/dev/null 2>&1")
   export BACKSTOP_TEST_POSTGRES_URL="postgres://backstop@127.0.0.1:$port/postgres"
   require postgres
+  "$bin/psql" -q -h 127.0.0.1 -p "$port" -U backstop -d postgres \
+    -c "CREATE ROLE backstop_tls LOGIN SUPERUSER" >/dev/null
+  export BACKSTOP_TEST_POSTGRES_TLS_URL="postgres://backstop_tls@127.0.0.1:$port/postgres?sslmode=verify-full&sslrootcert=$BACKSTOP_TEST_TLS_CA"
+  require postgres-tls
 }
 
 # A throwaway MariaDB (the MySQL backend's CI server): mariadb-install-db into a temp
@@ -121,23 +166,30 @@ start_mysql() {
   mariadb-install-db --no-defaults --datadir="$dir/data" "${user_opt[@]}" \
     --auth-root-authentication-method=normal --skip-test-db >"$dir/install.log" 2>&1 \
     || { cat "$dir/install.log"; return 1; }
+  # TLS: the server offers it; the user backstop_tls may connect only through it
+  make_test_ca
+  install_server_cert "$dir" mysql
   port=$(free_port)
   log "starting MariaDB ($(/usr/sbin/mariadbd --version | cut -d' ' -f4)) on 127.0.0.1:$port"
   /usr/sbin/mariadbd --no-defaults --datadir="$dir/data" "${user_opt[@]}" --port="$port" \
     --bind-address=127.0.0.1 --socket="$dir/sock" --pid-file="$dir/pid" --skip-name-resolve \
     --max-connections=800 --innodb-flush-log-at-trx-commit=2 --innodb-buffer-pool-size=256M \
-    --skip-log-bin >"$dir/server.log" 2>&1 &
+    --skip-log-bin --ssl-ca="$dir/ca.pem" --ssl-cert="$dir/server.pem" --ssl-key="$dir/server.key" \
+    >"$dir/server.log" 2>&1 &
   cleanups+=("mariadb-admin --no-defaults -S '$dir/sock' -u root shutdown >/dev/null 2>&1 || kill \$(cat '$dir/pid') 2>/dev/null")
   for i in $(seq 1 120); do
     mariadb-admin --no-defaults -S "$dir/sock" -u root ping >/dev/null 2>&1 && break
     sleep 0.5
   done
   mariadb --no-defaults -S "$dir/sock" -u root -e \
-    "CREATE USER 'backstop'@'%' IDENTIFIED BY 'backstop'; GRANT ALL ON *.* TO 'backstop'@'%'; CREATE DATABASE backstop;" \
+    "CREATE USER 'backstop'@'%' IDENTIFIED BY 'backstop'; GRANT ALL ON *.* TO 'backstop'@'%'; CREATE DATABASE backstop;
+     CREATE USER 'backstop_tls'@'%' IDENTIFIED BY 'backstop' REQUIRE SSL; GRANT ALL ON *.* TO 'backstop_tls'@'%';" \
     || { cat "$dir/server.log"; return 1; }
   export BACKSTOP_TEST_MYSQL_URL="mysql://backstop:backstop@127.0.0.1:$port"
   export BACKSTOP_EXAMPLE_MYSQL_URL="$BACKSTOP_TEST_MYSQL_URL/backstop"
   require mysql
+  export BACKSTOP_TEST_MYSQL_TLS_URL="mysql://backstop_tls:backstop@127.0.0.1:$port?ssl-mode=VERIFY_IDENTITY&ssl-ca=$BACKSTOP_TEST_TLS_CA"
+  require mysql-tls
 }
 
 

@@ -1416,7 +1416,10 @@ async fn first_connection(connect: &MySqlConnectOptions, timeout: Duration) -> R
         }
     };
     let cause = match &e {
-        sqlx::Error::Io(io) => ConnectFailure::of_io(io),
+        sqlx::Error::Tls(_) => Some(ConnectFailure::Tls),
+        sqlx::Error::Io(io) => {
+            ConnectFailure::of_io(io).or_else(|| ConnectFailure::of_tls(&io.to_string()))
+        }
         sqlx::Error::Database(_) => match error_number(&e) {
             Some(1045) => Some(ConnectFailure::AccessDenied),
             Some(1049) => Some(ConnectFailure::UnknownDatabase),

@@ -15,7 +15,18 @@ use sqlx::{AssertSqlSafe, MySqlPool};
 
 const URL_VAR: &str = "BACKSTOP_TEST_MYSQL_URL";
 
-struct MySqlHarness(ClaimStrategy);
+/// A user of the same server who may connect through TLS only (`ssl-mode=VERIFY_IDENTITY`).
+const TLS_URL_VAR: &str = "BACKSTOP_TEST_MYSQL_TLS_URL";
+
+/// The store claims with the strategy, connected plainly or (`tls`) through TLS as a user
+/// the server accepts only so; the harness's own connections are plain.
+struct MySqlHarness(ClaimStrategy, Transport);
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Transport {
+    Plain,
+    Tls,
+}
 
 /// The application's own code running the store's statements on its transaction, as a
 /// user of a driver backstop has no support for would write it (here sqlx's raw API).
@@ -78,6 +89,8 @@ async fn ensure_biz(db: &Db) {
 struct Db {
     server: String,
     name: String,
+    /// The URL the store connects with (the case's database, plainly or through TLS).
+    store_url: String,
     admin: MySqlPool,
 }
 
@@ -121,7 +134,10 @@ impl Harness for MySqlHarness {
     type Db = Db;
 
     fn backend(&self) -> &'static str {
-        "mysql"
+        match self.1 {
+            Transport::Plain => "mysql",
+            Transport::Tls => "mysql-tls",
+        }
     }
 
     async fn create_db(&self) -> Result<Db, Unavailable> {
@@ -146,16 +162,25 @@ impl Harness for MySqlHarness {
             .connect(&format!("{server}/{name}"))
             .await
             .expect("connect to the case's database");
+        let store_url = match self.1 {
+            Transport::Plain => format!("{server}/{name}"),
+            Transport::Tls => {
+                let tls = backstop_testkit::server_url(TLS_URL_VAR)?;
+                let (tls_server, params) = tls.split_once('?').unwrap_or((&tls, ""));
+                format!("{tls_server}/{name}?{params}")
+            }
+        };
         Ok(Db {
             server,
             name,
+            store_url,
             admin,
         })
     }
 
     async fn open(&self, db: &Db, config: StoreConfig) -> backstop_core::Result<MySqlStore> {
         MySqlStore::connect_with(
-            &db.url(),
+            &db.store_url,
             MySqlOptions::default()
                 .config(config)
                 .claim_strategy(self.0)
@@ -346,19 +371,26 @@ impl Harness for MySqlHarness {
 /// Every case with the ordered (queueing) claim.
 mod ordered_update {
     use super::*;
-    backstop_testkit::conformance!(MySqlHarness(ClaimStrategy::OrderedUpdate));
+    backstop_testkit::conformance!(MySqlHarness(ClaimStrategy::OrderedUpdate, Transport::Plain));
 }
 
 /// Every case with the `SELECT … FOR UPDATE SKIP LOCKED` claim.
 mod skip_locked {
     use super::*;
-    backstop_testkit::conformance!(MySqlHarness(ClaimStrategy::SkipLocked));
+    backstop_testkit::conformance!(MySqlHarness(ClaimStrategy::SkipLocked, Transport::Plain));
 }
 
 /// Every case with the queue-then-skip claim (MariaDB's default).
 mod queue_then_skip {
     use super::*;
-    backstop_testkit::conformance!(MySqlHarness(ClaimStrategy::QueueThenSkip));
+    backstop_testkit::conformance!(MySqlHarness(ClaimStrategy::QueueThenSkip, Transport::Plain));
+}
+
+/// The store's cases with the store connected through TLS (`ssl-mode=VERIFY_IDENTITY`,
+/// the test CA), as a user the server refuses without it.
+mod over_tls {
+    use super::*;
+    backstop_testkit::store_conformance!(MySqlHarness(ClaimStrategy::Auto, Transport::Tls));
 }
 
 /// A claim reads the rows it claims, not the backlog, under either strategy: the claiming
@@ -389,7 +421,11 @@ mod claim_cost {
     }
 
     async fn claim_reads_only_what_it_claims(strategy: ClaimStrategy) {
-        let Some(ctx) = Ctx::setup(MySqlHarness(strategy), "claim_reads_only_what_it_claims").await
+        let Some(ctx) = Ctx::setup(
+            MySqlHarness(strategy, Transport::Plain),
+            "claim_reads_only_what_it_claims",
+        )
+        .await
         else {
             return;
         };
@@ -463,7 +499,7 @@ mod queue_then_skip_stall {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_stalled_claimer_holds_the_others_up_for_a_second() {
         let Some(ctx) = Ctx::setup(
-            MySqlHarness(ClaimStrategy::QueueThenSkip),
+            MySqlHarness(ClaimStrategy::QueueThenSkip, Transport::Plain),
             "a_stalled_claimer_holds_the_others_up_for_a_second",
         )
         .await
@@ -513,7 +549,7 @@ mod queue_then_skip_stall {
 async fn connect_errors_name_their_cause() {
     use backstop_testkit::{BadUrls, Ctx, WRONG_PASSWORD};
     let Some(ctx) = Ctx::setup(
-        MySqlHarness(ClaimStrategy::SkipLocked),
+        MySqlHarness(ClaimStrategy::SkipLocked, Transport::Plain),
         "connect_errors_name_their_cause",
     )
     .await
@@ -529,6 +565,8 @@ async fn connect_errors_name_their_cause() {
         refused: format!("mysql://backstop:{WRONG_PASSWORD}@127.0.0.1:1/backstop"),
         denied: format!("{scheme}://{user}:{WRONG_PASSWORD}@{host_and_path}"),
         missing_database: format!("{}/backstop_no_such_database", ctx.db.server),
+        wrong_ca: backstop_testkit::wrong_ca_url(TLS_URL_VAR),
+        tls_backend: "mysql-tls",
     };
     backstop_testkit::assert_connect_errors(
         |url| async move {

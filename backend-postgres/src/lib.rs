@@ -16,8 +16,11 @@
 //! - **Errors**: lost connections, serialization failures (40001), deadlocks (40P01), lock
 //!   timeouts and an exhausted pool are `Unavailable` and temporary.
 //!
-//! Connections are made without TLS (`NoTls`); put the database on a trusted network or
-//! build your own pool with TLS and use [`PgStore::from_pool`].
+//! **TLS** (feature `tls`, rustls, no OpenSSL) follows libpq's URL parameters:
+//! `sslmode=require|verify-ca|verify-full` and `sslrootcert=/path/ca.pem` (Mozilla's roots
+//! when absent). Without `sslmode` a connection is plain. A certificate the CA did not
+//! sign, a host name it does not name, or a server that refuses an unencrypted
+//! connection is a `Config` error saying TLS failed.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
@@ -41,9 +44,9 @@
 mod inbox;
 mod listen;
 mod sql;
+mod tls;
 
 use std::collections::HashSet;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -56,7 +59,7 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{GenericClient, NoTls, Row};
+use tokio_postgres::{GenericClient, Row};
 
 use sql::Sql;
 
@@ -189,9 +192,9 @@ struct Inner {
     pool: Pool,
     sql: Sql,
     options: PgOptions,
-    /// How the store's connections are made (for the listener's own connection); `None`
-    /// for a store made from a pool.
-    pg_config: Option<tokio_postgres::Config>,
+    /// How the store's connections are made, with their TLS (for the listener's own
+    /// connection); `None` for a store made from a pool.
+    pg_config: Option<(tokio_postgres::Config, tls::Tls)>,
     throttle: Arc<Throttle>,
 }
 
@@ -216,13 +219,12 @@ impl PgStore {
     pub async fn connect_with(url: &str, options: PgOptions) -> Result<Self> {
         const OP: &str = "open_store";
         options.validate()?;
-        let pg_config = tokio_postgres::Config::from_str(url).map_err(|e| {
-            Error::config(OP, format!("invalid PostgreSQL URL: {e}")).with_source(e)
-        })?;
-        first_connection(&pg_config, options.acquire_timeout).await?;
+        let (pg_config, tls_settings) = tls::TlsSettings::split(url)?;
+        let tls = tls::connector(&tls_settings)?;
+        first_connection(&pg_config, &tls, options.acquire_timeout).await?;
         let manager = Manager::from_config(
             pg_config.clone(),
-            NoTls,
+            tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -233,7 +235,7 @@ impl PgStore {
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .map_err(|e| Error::config(OP, format!("cannot build the pool: {e}")))?;
-        let store = Self::build(pool, options, Some(pg_config))?;
+        let store = Self::build(pool, options, Some((pg_config, tls)))?;
         drop(store.client().await?);
         Ok(store)
     }
@@ -250,7 +252,7 @@ impl PgStore {
     fn build(
         pool: Pool,
         options: PgOptions,
-        pg_config: Option<tokio_postgres::Config>,
+        pg_config: Option<(tokio_postgres::Config, tls::Tls)>,
     ) -> Result<Self> {
         options.validate()?;
         Ok(PgStore {
@@ -281,13 +283,13 @@ impl PgStore {
     /// A `Config` error for a store made with [`from_pool`](Self::from_pool): use
     /// [`PgListener::with_config`].
     pub fn listener(&self) -> Result<PgListener> {
-        let config = self.inner.pg_config.clone().ok_or_else(|| {
+        let (config, tls) = self.inner.pg_config.clone().ok_or_else(|| {
             Error::config(
                 "listen",
                 "a store made from a pool has no connection settings of its own: use PgListener::with_config",
             )
         })?;
-        Ok(PgListener::with_config(self, config))
+        Ok(PgListener::with_config(self, config).tls(tls))
     }
 
     /// The pool, for the application's own queries.
@@ -1024,7 +1026,11 @@ async fn mark_round<C: GenericClient + Sync>(
 /// refused connection and a connect timeout are temporary. A host that does not resolve,
 /// refused credentials or a missing database are configuration errors. The message
 /// names the server and the user, never the password.
-async fn first_connection(config: &tokio_postgres::Config, timeout: Duration) -> Result<()> {
+async fn first_connection(
+    config: &tokio_postgres::Config,
+    tls: &tls::Tls,
+    timeout: Duration,
+) -> Result<()> {
     const OP: &str = "open_store";
     let hosts: Vec<String> = config
         .get_hosts()
@@ -1041,7 +1047,7 @@ async fn first_connection(config: &tokio_postgres::Config, timeout: Duration) ->
         hosts.join(","),
         config.get_user().unwrap_or("(default)")
     );
-    let e = match tokio::time::timeout(timeout, config.connect(NoTls)).await {
+    let e = match tokio::time::timeout(timeout, config.connect(tls.clone())).await {
         Ok(Ok((client, connection))) => {
             drop(client);
             // the connection ends once its client is gone
@@ -1067,9 +1073,11 @@ async fn first_connection(config: &tokio_postgres::Config, timeout: Duration) ->
             if *c == SqlState::INVALID_PASSWORD
                 || *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION =>
         {
-            Some(ConnectFailure::AccessDenied)
+            // pg_hba.conf refusing an unencrypted connection is about TLS
+            tls_failure(&e).or(Some(ConnectFailure::AccessDenied))
         }
-        (None, Some(io)) => ConnectFailure::of_io(io),
+        (None, Some(io)) => ConnectFailure::of_io(io).or_else(|| tls_failure(&e)),
+        (None, None) => tls_failure(&e),
         _ => None,
     };
     let detail = match (e.as_db_error(), io) {
@@ -1099,6 +1107,13 @@ fn pg_err(e: tokio_postgres::Error) -> Error {
         }
     };
     Error::new(kind, "postgres", format!("{what}: {e}")).with_source(e)
+}
+
+/// A TLS failure of a first connection, read from the error and its sources (see
+/// [`ConnectFailure::of_tls`]).
+fn tls_failure(e: &tokio_postgres::Error) -> Option<ConnectFailure> {
+    std::iter::successors(Some(e as &dyn std::error::Error), |s| s.source())
+        .find_map(|s| ConnectFailure::of_tls(&s.to_string()))
 }
 
 /// Column `i` of `r`, or an `Unexpected` error naming it.

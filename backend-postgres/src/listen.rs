@@ -31,6 +31,7 @@ use crate::{pg_err, PgStore};
 #[derive(Clone)]
 pub struct PgListener {
     config: tokio_postgres::Config,
+    tls: Option<crate::tls::Tls>,
     channel: String,
     listen: String,
     pool: Pool,
@@ -57,11 +58,18 @@ impl PgListener {
         let inner = &store.inner;
         PgListener {
             config,
+            tls: None,
             channel: inner.sql.channel.clone(),
             listen: inner.sql.listen.clone(),
             pool: inner.pool.clone(),
             store_notifies: inner.options.notify,
         }
+    }
+
+    /// Connect with the store's TLS (a listener made by [`PgStore::listener`] does).
+    pub(crate) fn tls(mut self, tls: crate::tls::Tls) -> Self {
+        self.tls = Some(tls);
+        self
     }
 
     /// The channel announcements go to (derived from the schema and table).
@@ -80,11 +88,33 @@ impl Notifier for PgListener {
     }
 
     async fn listen(&self, wakes: &Wakes) -> Result<()> {
-        let (client, mut connection) = self
-            .config
-            .connect(NoTls)
-            .await
-            .map_err(|e| pg_err(e).with_operation("listen"))?;
+        let failed = |e| pg_err(e).with_operation("listen");
+        match &self.tls {
+            Some(tls) => {
+                let (client, connection) =
+                    self.config.connect(tls.clone()).await.map_err(failed)?;
+                self.listen_on(client, connection, wakes).await
+            }
+            None => {
+                let (client, connection) = self.config.connect(NoTls).await.map_err(failed)?;
+                self.listen_on(client, connection, wakes).await
+            }
+        }
+    }
+}
+
+impl PgListener {
+    /// `LISTEN` on `client`, then wake `wakes` per notification its `connection` brings.
+    async fn listen_on<S, T>(
+        &self,
+        client: tokio_postgres::Client,
+        mut connection: tokio_postgres::Connection<S, T>,
+        wakes: &Wakes,
+    ) -> Result<()>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
         // The connection delivers both the LISTEN's reply and the notifications: drive it
         // here, beside the LISTEN.
         let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));

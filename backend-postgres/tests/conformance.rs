@@ -13,11 +13,27 @@ use backstop_testkit::{Harness, TimeColumn, TxPath, Unavailable};
 use tokio_postgres::NoTls;
 
 const URL_VAR: &str = "BACKSTOP_TEST_POSTGRES_URL";
+/// A user of the same server who may connect through TLS only (`sslmode=verify-full`).
+const TLS_URL_VAR: &str = "BACKSTOP_TEST_POSTGRES_TLS_URL";
 
-struct PgHarness;
+/// The store connects plainly, or (`PgHarness::TLS`) through TLS as a user the server
+/// accepts only so; the harness's own connections are plain.
+#[derive(Clone, Copy)]
+struct PgHarness {
+    tls: bool,
+}
+
+#[allow(non_upper_case_globals)]
+const PgHarness: PgHarness = PgHarness { tls: false };
+
+impl PgHarness {
+    const TLS: PgHarness = PgHarness { tls: true };
+}
 
 struct Db {
     url: String,
+    /// The URL the store connects with (`url`, or the TLS one).
+    store_url: String,
     schema: String,
     admin: tokio_postgres::Client,
     /// The channel of the case's listeners, once one was made.
@@ -122,11 +138,20 @@ impl Harness for PgHarness {
     type Db = Db;
 
     fn backend(&self) -> &'static str {
-        "postgres"
+        if self.tls {
+            "postgres-tls"
+        } else {
+            "postgres"
+        }
     }
 
     async fn create_db(&self) -> Result<Db, Unavailable> {
         let url = backstop_testkit::server_url(URL_VAR)?;
+        let store_url = if self.tls {
+            backstop_testkit::server_url(TLS_URL_VAR)?
+        } else {
+            url.clone()
+        };
         let admin = connect(&url).await;
         let schema = backstop_testkit::unique_name("bst");
         admin
@@ -137,6 +162,7 @@ impl Harness for PgHarness {
             .expect("create the case's schema");
         Ok(Db {
             url,
+            store_url,
             schema,
             admin,
             channel: Mutex::new(None),
@@ -145,7 +171,7 @@ impl Harness for PgHarness {
 
     async fn open(&self, db: &Db, config: StoreConfig) -> backstop_core::Result<PgStore> {
         PgStore::connect_with(
-            &db.url,
+            &db.store_url,
             PgOptions::default()
                 .config(config)
                 .schema(db.schema.clone())
@@ -382,6 +408,13 @@ impl Harness for PgHarness {
 
 backstop_testkit::conformance!(PgHarness);
 
+/// The store's cases with the store connected through TLS (`sslmode=verify-full`, the
+/// test CA), as a user the server refuses without it.
+mod over_tls {
+    use super::*;
+    backstop_testkit::store_conformance!(PgHarness::TLS);
+}
+
 /// `enqueue_tx` on every kind of connection it accepts: the store's pooled client and
 /// transaction (statements prepared once per connection) and plain tokio-postgres ones
 /// (unnamed statements). Each creates once and returns the duplicate the second time;
@@ -538,6 +571,8 @@ async fn connect_errors_name_their_cause() {
         // an unknown role: the test server trusts its own user whatever the password
         denied: format!("{scheme}://nobody_here:{WRONG_PASSWORD}@{host_and_path}"),
         missing_database: format!("{scheme}://{user}@{server}/backstop_no_such_database"),
+        wrong_ca: backstop_testkit::wrong_ca_url(TLS_URL_VAR),
+        tls_backend: "postgres-tls",
     };
     backstop_testkit::assert_connect_errors(
         |url| async move {

@@ -733,6 +733,9 @@ pub enum ConnectFailure {
     AccessDenied,
     /// The database named in the URL does not exist.
     UnknownDatabase,
+    /// TLS failed: the server's certificate is not trusted (wrong CA, wrong host name),
+    /// the server does not offer TLS, or it requires TLS the URL did not ask for.
+    Tls,
 }
 
 impl ConnectFailure {
@@ -765,12 +768,33 @@ impl ConnectFailure {
                 ErrorKind::Config,
                 "unknown database (create it, or check the URL's path)",
             ),
+            ConnectFailure::Tls => (
+                ErrorKind::Config,
+                "TLS failed (is the URL's CA the one that signed the server's certificate, \
+                 for this host name? does the server offer TLS, or require it?)",
+            ),
         };
         Error::new(
             kind,
             "open_store",
             format!("cannot connect to {backend} at {server}: {why}: {detail}"),
         )
+    }
+
+    /// [`Tls`](Self::Tls) when a driver's words for a failed connect are about TLS: a
+    /// certificate refused in the handshake, a server without TLS, or one that refuses
+    /// an unencrypted connection ("no encryption", PostgreSQL's `pg_hba.conf`).
+    ///
+    /// ```
+    /// use backstop_core::driver::ConnectFailure;
+    /// assert_eq!(ConnectFailure::of_tls("invalid peer certificate: UnknownIssuer"), Some(ConnectFailure::Tls));
+    /// assert_eq!(ConnectFailure::of_tls("Connection refused"), None);
+    /// ```
+    pub fn of_tls(words: &str) -> Option<ConnectFailure> {
+        ["certificate", "TLS", "SSL", "no encryption"]
+            .iter()
+            .any(|w| words.contains(w))
+            .then_some(ConnectFailure::Tls)
     }
 
     /// The cause of a failed connect's I/O error, if it is one of these.

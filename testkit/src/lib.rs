@@ -496,6 +496,12 @@ pub struct BadUrls {
     pub denied: String,
     /// The test server, a database that does not exist.
     pub missing_database: String,
+    /// The test server through TLS, checked against a CA that did not sign its
+    /// certificate; `Err` says why there is no such URL (no TLS server): the check then
+    /// skips with that reason, unless `tls_backend` is required.
+    pub wrong_ca: Result<String, Unavailable>,
+    /// The name of the TLS server in `BACKSTOP_TEST_REQUIRE` (`postgres-tls`, `mysql-tls`).
+    pub tls_backend: &'static str,
 }
 
 /// A store that cannot connect says why at once (not a pool timeout after the acquire
@@ -541,4 +547,31 @@ where
     assert_eq!(e.kind(), ErrorKind::Config, "{e}");
     assert!(!e.is_temporary());
     assert!(e.to_string().contains("unknown database"), "{e}");
+
+    match urls.wrong_ca {
+        Ok(url) => {
+            let e = failed(url).await;
+            assert_eq!(e.kind(), ErrorKind::Config, "{e}");
+            assert!(!e.is_temporary());
+            assert!(e.to_string().contains("TLS failed"), "{e}");
+            assert!(e.to_string().contains("certificate"), "{e}");
+        }
+        Err(Unavailable(why)) => {
+            assert!(
+                !required(urls.tls_backend),
+                "{} is required but {why}",
+                urls.tls_backend
+            );
+            eprintln!("SKIPPED the wrong-CA connect: {why}");
+        }
+    }
+}
+
+/// The TLS test URL in `var` with its CA file (`sslrootcert=` / `ssl-ca=`) swapped for
+/// the one in `BACKSTOP_TEST_TLS_OTHER_CA`, which did not sign the server's certificate.
+pub fn wrong_ca_url(var: &str) -> Result<String, Unavailable> {
+    let url = server_url(var)?;
+    let ca = server_url("BACKSTOP_TEST_TLS_CA")?;
+    let other = server_url("BACKSTOP_TEST_TLS_OTHER_CA")?;
+    Ok(url.replace(&ca, &other))
 }
