@@ -134,11 +134,67 @@ start_postgres() {
     start >/dev/null || { cat "$dir/server.log"; return 1; }
   cleanups+=("as_pg '$bin/pg_ctl' -D '$dir/data' -m immediate stop >/dev/null 2>&1")
   export BACKSTOP_TEST_POSTGRES_URL="postgres://backstop@127.0.0.1:$port/postgres"
+  pg_port=$port
   require postgres
   "$bin/psql" -q -h 127.0.0.1 -p "$port" -U backstop -d postgres \
     -c "CREATE ROLE backstop_tls LOGIN SUPERUSER" >/dev/null
   export BACKSTOP_TEST_POSTGRES_TLS_URL="postgres://backstop_tls@127.0.0.1:$port/postgres?sslmode=verify-full&sslrootcert=$BACKSTOP_TEST_TLS_CA"
   require postgres-tls
+}
+
+# PgBouncer in transaction pooling mode in front of the throwaway PostgreSQL (Debian's
+# pgbouncer, installed when missing), stopped on exit: the store's and engine's cases
+# run through it. Skipped with your own PostgreSQL, unless BACKSTOP_TEST_PGBOUNCER_URL
+# names your own PgBouncer.
+start_pgbouncer() {
+  if [ -n "${BACKSTOP_TEST_PGBOUNCER_URL:-}" ]; then
+    log "using PgBouncer at BACKSTOP_TEST_PGBOUNCER_URL"
+    require pgbouncer
+    return
+  fi
+  if [ -z "${pg_port:-}" ]; then
+    log "no PgBouncer: PostgreSQL is your own (set BACKSTOP_TEST_PGBOUNCER_URL for yours)"
+    return
+  fi
+  local dir port i bin
+  bin=$(command -v pgbouncer || ls /usr/sbin/pgbouncer 2>/dev/null || true)
+  if [ -z "$bin" ]; then
+    log "installing pgbouncer (Debian package)"
+    apt_install pgbouncer
+    bin=/usr/sbin/pgbouncer
+  fi
+  dir="$work/pgbouncer"
+  mkdir -p "$dir"
+  port=$(free_port)
+  cat >"$dir/pgbouncer.ini" <<EOF
+[databases]
+* = host=127.0.0.1 port=$pg_port
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $port
+unix_socket_dir =
+auth_type = trust
+auth_file = $dir/users.txt
+pool_mode = transaction
+max_client_conn = 2000
+default_pool_size = 60
+ignore_startup_parameters = extra_float_digits,options
+logfile = $dir/pgbouncer.log
+pidfile = $dir/pgbouncer.pid
+EOF
+  echo '"backstop" ""' >"$dir/users.txt"
+  [ "$(id -u)" = 0 ] && chown -R postgres "$dir"
+  log "starting PgBouncer ($("$bin" --version | head -1), transaction pooling) on 127.0.0.1:$port"
+  as_pg "$bin" -d "$dir/pgbouncer.ini" || { cat "$dir/pgbouncer.log"; return 1; }
+  cleanups+=("kill \$(cat '$dir/pgbouncer.pid') 2>/dev/null")
+  for i in $(seq 1 50); do
+    "$(pg_bindir)/psql" -q -h 127.0.0.1 -p "$port" -U backstop -d postgres -c 'SELECT 1' >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  "$(pg_bindir)/psql" -q -h 127.0.0.1 -p "$port" -U backstop -d postgres -c 'SELECT 1' >/dev/null \
+    || { cat "$dir/pgbouncer.log"; return 1; }
+  export BACKSTOP_TEST_PGBOUNCER_URL="postgres://backstop@127.0.0.1:$port/postgres"
+  require pgbouncer
 }
 
 # A throwaway MariaDB (the MySQL backend's CI server): mariadb-install-db into a temp

@@ -52,7 +52,8 @@ pub async fn connect(url: &str) -> Result<AnyStore> {
 /// | `max_connections=8` | all | most pooled connections |
 /// | `acquire_timeout=5s` | PostgreSQL, MySQL | wait for a pooled connection (`ms` or `s`) |
 /// | `schema=jobs` | PostgreSQL | the table's schema |
-/// | `notify=false` | PostgreSQL | no `NOTIFY` at enqueue (behind PgBouncer) |
+/// | `notify=false` | PostgreSQL | no `NOTIFY` at enqueue |
+/// | `transaction_pooling=true` | PostgreSQL | behind PgBouncer (transaction mode): unnamed statements, no `LISTEN` |
 /// | `claim=skip_locked` | MySQL | `auto`, `ordered_update`, `skip_locked`, `queue_then_skip` |
 /// | `busy_timeout=30s` | SQLite | wait for the file's write lock |
 /// | `synchronous=normal` | SQLite | `full` (default) or `normal` |
@@ -133,6 +134,9 @@ pub async fn connect_with(url: &str, config: StoreConfig) -> Result<AnyStore> {
                 }
                 if let Some(notify) = options.notify {
                     o = o.notify(notify);
+                }
+                if let Some(pooling) = options.transaction_pooling {
+                    o = o.transaction_pooling(pooling);
                 }
                 let options = o;
                 Ok(AnyStore::Postgres(
@@ -225,6 +229,7 @@ struct UrlOptions {
     acquire_timeout: Option<std::time::Duration>,
     schema: Option<String>,
     notify: Option<bool>,
+    transaction_pooling: Option<bool>,
     #[cfg(feature = "mysql")]
     claim: Option<crate::mysql::ClaimStrategy>,
     busy_timeout: Option<std::time::Duration>,
@@ -276,12 +281,14 @@ impl UrlOptions {
                     "busy_timeout"
                 }
                 "notify" => {
-                    options.notify = Some(match value {
-                        "true" | "on" | "1" => true,
-                        "false" | "off" | "0" => false,
-                        _ => return Err(bad(key, value, "true or false")),
-                    });
+                    options.notify =
+                        Some(flag(value).ok_or_else(|| bad(key, value, "true or false"))?);
                     "notify"
+                }
+                "transaction_pooling" => {
+                    options.transaction_pooling =
+                        Some(flag(value).ok_or_else(|| bad(key, value, "true or false"))?);
+                    "transaction_pooling"
                 }
                 "claim" => {
                     #[cfg(feature = "mysql")]
@@ -345,6 +352,7 @@ impl UrlOptions {
                     "acquire_timeout",
                     "schema",
                     "notify",
+                    "transaction_pooling",
                 ],
             ),
             "mysql" | "mariadb" => (
@@ -360,6 +368,15 @@ impl UrlOptions {
             )),
             None => Ok(()),
         }
+    }
+}
+
+/// `true` or `false` (also `on`/`off`, `1`/`0`).
+fn flag(text: &str) -> Option<bool> {
+    match text {
+        "true" | "on" | "1" => Some(true),
+        "false" | "off" | "0" => Some(false),
+        _ => None,
     }
 }
 
@@ -396,7 +413,9 @@ impl AnyStore {
     /// The notifier that comes with the backend, if it has one: PostgreSQL's
     /// `LISTEN`/`NOTIFY` ([`PgStore::listener`](crate::postgres::PgStore::listener)).
     /// `None` for SQLite and MySQL, whose deployments announce over Redis pub/sub
-    /// (`backstop::redis::RedisNotifier`, feature `redis`).
+    /// (`backstop::redis::RedisNotifier`, feature `redis`); `None` too behind a
+    /// transaction pooler (`transaction_pooling`), where `LISTEN` does not survive:
+    /// engines then find new tasks by polling, and a log line says so.
     ///
     /// ```no_run
     /// # async fn demo(h: impl backstop::Handler) -> backstop::Result<()> {
@@ -411,6 +430,15 @@ impl AnyStore {
     /// ```
     pub fn native_notifier(&self) -> Result<Option<std::sync::Arc<dyn backstop_core::Notifier>>> {
         match self {
+            #[cfg(feature = "postgres")]
+            AnyStore::Postgres(s) if s.options().transaction_pooling => {
+                tracing::warn!(
+                    "PostgreSQL through a transaction pooler: no LISTEN, so engines find new \
+                     tasks by polling (give a listener a direct URL with \
+                     PgListener::with_config for wake-ups)"
+                );
+                Ok(None)
+            }
             #[cfg(feature = "postgres")]
             AnyStore::Postgres(s) if s.options().notify => {
                 Ok(Some(std::sync::Arc::new(s.listener()?)))
@@ -507,6 +535,52 @@ mod tests {
         }
         assert!(!dir.join("bad.db").exists(), "a refused URL opens nothing");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Behind PgBouncer in transaction pooling mode, asked for in the URL: the store
+    /// works (unnamed statements), and has no native notifier (engines poll).
+    #[cfg(feature = "postgres")]
+    #[tokio::test]
+    async fn works_through_pgbouncer_from_the_url() {
+        let Some(url) = std::env::var("BACKSTOP_TEST_PGBOUNCER_URL")
+            .ok()
+            .filter(|u| !u.is_empty())
+        else {
+            assert!(
+                !std::env::var("BACKSTOP_TEST_REQUIRE")
+                    .unwrap_or_default()
+                    .split(',')
+                    .any(|b| b == "pgbouncer"),
+                "pgbouncer is required but BACKSTOP_TEST_PGBOUNCER_URL is not set"
+            );
+            eprintln!(
+                "SKIPPED works_through_pgbouncer_from_the_url: no BACKSTOP_TEST_PGBOUNCER_URL"
+            );
+            return;
+        };
+        let schema = format!("any_bouncer_{}", std::process::id());
+        let store = connect(&format!(
+            "{url}?transaction_pooling=true&schema={schema}&max_connections=2"
+        ))
+        .await
+        .unwrap();
+        let AnyStore::Postgres(p) = &store else {
+            panic!("postgres")
+        };
+        assert!(p.options().transaction_pooling);
+        assert!(store.native_notifier().unwrap().is_none());
+        store.migrate().await.unwrap();
+        for _ in 0..3 {
+            // more statements than one server connection's life: none may be named
+            let e = store.enqueue(NewTask::new("E", "k")).await.unwrap();
+            assert_eq!(store.get(e.id).await.unwrap().map(|t| t.id), Some(e.id));
+        }
+        p.client()
+            .await
+            .unwrap()
+            .batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+            .await
+            .unwrap();
     }
 
     #[cfg(not(feature = "postgres"))]

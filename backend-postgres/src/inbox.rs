@@ -1,6 +1,7 @@
 //! The consumer's inbox on PostgreSQL (see [`backstop_core::inbox`]).
 
 use std::time::Duration;
+use tokio_postgres::types::Type;
 
 use backstop_core::driver::millis;
 use backstop_core::inbox::{inbox_key, inbox_purge};
@@ -107,14 +108,22 @@ impl PgStore {
             .transaction()
             .await
             .map_err(|e| pg_err(e).with_operation(OP))?;
-        let stmt = tx
-            .prepare_cached(&self.inner.sql.inbox_insert)
+        let sql = &self.inner.sql.inbox_insert;
+        let inserted = if self.inner.prepared() {
+            let stmt = tx
+                .prepare_cached(sql)
+                .await
+                .map_err(|e| pg_err(e).with_operation(OP))?;
+            tx.execute(&stmt, &[&key.consumer, &key.message_id]).await
+        } else {
+            // behind a transaction pooler: unnamed, with the parameters' types
+            tx.execute_typed(
+                sql,
+                &[(&key.consumer, Type::TEXT), (&key.message_id, Type::TEXT)],
+            )
             .await
-            .map_err(|e| pg_err(e).with_operation(OP))?;
-        let inserted = tx
-            .execute(&stmt, &[&key.consumer, &key.message_id])
-            .await
-            .map_err(|e| pg_err(e).with_operation(OP))?;
+        }
+        .map_err(|e| pg_err(e).with_operation(OP))?;
         // dropping the transaction rolls it back: nothing was written
         Ok((inserted == 1).then_some(tx))
     }

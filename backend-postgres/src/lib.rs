@@ -100,6 +100,14 @@ pub struct PgOptions {
     /// `NOTIFY` takes a global lock at commit, so a burst of enqueues must not notify
     /// per row. Zero notifies every enqueue.
     pub notify_window: Duration,
+    /// The server is reached through a pooler in transaction mode (PgBouncer's
+    /// `pool_mode = transaction`, and poolers like it) (default `false`): statements are
+    /// sent unnamed with their parameters' types, one round trip each, since a named
+    /// prepared statement does not outlive its transaction there; and
+    /// [`PgStore::listener`] refuses, since `LISTEN` does not survive it (engines then
+    /// poll; or give a listener a direct URL with [`PgListener::with_config`], with
+    /// `notify` kept on).
+    pub transaction_pooling: bool,
 }
 
 impl Default for PgOptions {
@@ -111,6 +119,7 @@ impl Default for PgOptions {
             acquire_timeout: Duration::from_secs(10),
             notify: true,
             notify_window: Duration::from_millis(5),
+            transaction_pooling: false,
         }
     }
 }
@@ -127,6 +136,8 @@ impl PgOptions {
         notify: bool,
         /// See [`notify_window`](Self::notify_window).
         notify_window: Duration,
+        /// See [`transaction_pooling`](Self::transaction_pooling).
+        transaction_pooling: bool,
     }
 
     /// Use another schema.
@@ -283,6 +294,13 @@ impl PgStore {
     /// A `Config` error for a store made with [`from_pool`](Self::from_pool): use
     /// [`PgListener::with_config`].
     pub fn listener(&self) -> Result<PgListener> {
+        if self.inner.options.transaction_pooling {
+            return Err(Error::config(
+                "listen",
+                "LISTEN does not survive a transaction pooler (transaction_pooling is on): \
+                 give the listener a direct URL with PgListener::with_config, or let engines poll",
+            ));
+        }
         let (config, tls) = self.inner.pg_config.clone().ok_or_else(|| {
             Error::config(
                 "listen",
@@ -325,7 +343,8 @@ impl PgStore {
     where
         C: PgExecutor + ?Sized,
     {
-        self.enqueue_in(&mut OnClient(client), task).await
+        let prepared = self.inner.prepared();
+        self.enqueue_in(&mut OnClient(client, prepared), task).await
     }
 
     /// Inside a handler: record the running task's success on the handler's transaction,
@@ -349,7 +368,8 @@ impl PgStore {
     where
         C: PgExecutor + ?Sized,
     {
-        self.complete_in(&mut OnClient(client), cx).await
+        let prepared = self.inner.prepared();
+        self.complete_in(&mut OnClient(client, prepared), cx).await
     }
 }
 
@@ -434,8 +454,10 @@ impl EnqueueSql for Inner {
     }
 }
 
-/// A tokio-postgres or deadpool connection as a [`TxConnection`] (see [`PgExecutor`]).
-struct OnClient<'c, C: ?Sized>(&'c C);
+/// A tokio-postgres or deadpool connection as a [`TxConnection`] (see [`PgExecutor`]),
+/// its statements prepared once per pooled connection unless the flag is off (behind a
+/// transaction pooler).
+struct OnClient<'c, C: ?Sized>(&'c C, bool);
 
 #[async_trait]
 impl<C: PgExecutor + ?Sized> TxConnection for OnClient<'_, C> {
@@ -457,7 +479,7 @@ impl<C: PgExecutor + ?Sized> TxConnection for OnClient<'_, C> {
             .collect();
         let row = self
             .0
-            .query_opt_typed(statement.sql(), &params)
+            .query_opt_typed(statement.sql(), &params, self.1)
             .await
             .map_err(pg_err)?;
         let columns = match row {
@@ -470,7 +492,7 @@ impl<C: PgExecutor + ?Sized> TxConnection for OnClient<'_, C> {
 
 /// Lock order key `key` (its row in the keys table, inserted if missing) until the
 /// transaction `client` is in ends; `false` when the row went away meanwhile.
-async fn lock_key<C>(sql: &Sql, client: &C, key: &str) -> Result<bool>
+async fn lock_key<C>(sql: &Sql, client: &C, key: &str, prepared: bool) -> Result<bool>
 where
     C: PgExecutor + ?Sized,
 {
@@ -478,6 +500,7 @@ where
         .query_opt_typed(
             &sql.key_lock,
             &[(&key as &(dyn ToSql + Sync), Type::VARCHAR)],
+            prepared,
         )
         .await
         .map_err(pg_err)?;
@@ -485,7 +508,7 @@ where
 }
 
 /// [`KeyRelease`] for order key `key` on `client`, which must be inside a transaction.
-async fn release_key<C>(sql: &Sql, client: &C, key: &str) -> Result<Option<TaskId>>
+async fn release_key<C>(sql: &Sql, client: &C, key: &str, prepared: bool) -> Result<Option<TaskId>>
 where
     C: PgExecutor + ?Sized,
 {
@@ -494,31 +517,31 @@ where
     let mut step = release.first();
     loop {
         step = match step {
-            ReleaseStep::LockKey => release.locked(lock_key(sql, client, key).await?)?,
+            ReleaseStep::LockKey => release.locked(lock_key(sql, client, key, prepared).await?)?,
             ReleaseStep::ReadBlocker => {
                 let row = client
-                    .query_opt_typed(&sql.key_blocker, &k)
+                    .query_opt_typed(&sql.key_blocker, &k, prepared)
                     .await
                     .map_err(pg_err)?;
                 release.blocker(row.is_some())
             }
             ReleaseStep::ReadNext => {
                 let row = client
-                    .query_opt_typed(&sql.key_next, &k)
+                    .query_opt_typed(&sql.key_next, &k, prepared)
                     .await
                     .map_err(pg_err)?;
                 release.next(row.map(|r| col(&r, 0)).transpose()?)
             }
             ReleaseStep::Promote(id) => {
                 let row = client
-                    .query_opt_typed(&sql.key_promote, &[(&id, Type::INT8)])
+                    .query_opt_typed(&sql.key_promote, &[(&id, Type::INT8)], prepared)
                     .await
                     .map_err(pg_err)?;
                 release.promoted(row.is_some())?
             }
             ReleaseStep::DropKey => {
                 client
-                    .query_opt_typed(&sql.key_drop, &k)
+                    .query_opt_typed(&sql.key_drop, &k, prepared)
                     .await
                     .map_err(pg_err)?;
                 release.dropped()
@@ -626,22 +649,38 @@ impl Inner {
         })
     }
 
-    /// Run one prepared statement on a pooled connection.
-    async fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
-        let client = self.client().await?;
-        let stmt = client.prepare_cached(sql).await.map_err(pg_err)?;
-        client.query(&stmt, params).await.map_err(pg_err)
+    /// Whether statements are prepared once per pooled connection (named, cached), or
+    /// sent unnamed with their parameters' types each time (behind a transaction pooler,
+    /// where a named statement does not outlive its transaction).
+    fn prepared(&self) -> bool {
+        !self.options.transaction_pooling
     }
 
-    /// Run one prepared statement on a pooled connection; the rows it changed.
-    async fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64> {
-        let client = self.client().await?;
-        let stmt = client.prepare_cached(sql).await.map_err(pg_err)?;
-        client.execute(&stmt, params).await.map_err(pg_err)
+    /// `sql` as this store sends it on `client` (see [`prepared`](Self::prepared)).
+    async fn statement<'s>(&self, client: &Object, sql: &'s str) -> Result<Stmt<'s>> {
+        Ok(if self.prepared() {
+            Stmt::Cached(client.prepare_cached(sql).await.map_err(pg_err)?)
+        } else {
+            Stmt::Unnamed(sql)
+        })
     }
 
-    /// Run one prepared statement that reads task rows.
-    async fn tasks(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<RawTask>> {
+    /// Run one statement on a pooled connection.
+    async fn query(&self, sql: &str, params: &[&dyn Param]) -> Result<Vec<Row>> {
+        let client = self.client().await?;
+        let stmt = self.statement(&client, sql).await?;
+        stmt.query(&**client, params).await
+    }
+
+    /// Run one statement on a pooled connection; the rows it changed.
+    async fn execute(&self, sql: &str, params: &[&dyn Param]) -> Result<u64> {
+        let client = self.client().await?;
+        let stmt = self.statement(&client, sql).await?;
+        stmt.execute(&**client, params).await
+    }
+
+    /// Run one statement that reads task rows.
+    async fn tasks(&self, sql: &str, params: &[&dyn Param]) -> Result<Vec<RawTask>> {
         self.query(sql, params)
             .await?
             .iter()
@@ -719,11 +758,13 @@ impl Driver for Inner {
         let mut client = self.client().await?;
         if task.order().is_none() {
             return EnqueuePlan::new(self, task)
-                .run(&mut OnClient(&client))
+                .run(&mut OnClient(&client, self.prepared()))
                 .await;
         }
         let tx = client.transaction().await.map_err(pg_err)?;
-        let inserted = EnqueuePlan::new(self, task).run(&mut OnClient(&tx)).await?;
+        let inserted = EnqueuePlan::new(self, task)
+            .run(&mut OnClient(&tx, self.prepared()))
+            .await?;
         tx.commit().await.map_err(pg_err)?;
         Ok(inserted)
     }
@@ -786,10 +827,7 @@ impl Driver for Inner {
         let marks = *marks;
         let rounds = mark_rounds(marks);
         let mut client = self.client().await?;
-        let stmt = client
-            .prepare_cached(&self.sql.mark)
-            .await
-            .map_err(pg_err)?;
+        let stmt = self.statement(&client, &self.sql.mark).await?;
         let mut flags = vec![false; marks.len()];
         if let [round] = rounds.as_slice() {
             // One statement: no transaction needed (one round trip).
@@ -855,9 +893,9 @@ impl Driver for Inner {
 
     async fn list(&self, filter: Checked<&TaskFilter>) -> Result<Vec<RawTask>> {
         let (sql, args) = list_sql(&self.sql.list_select, &sql::LIST, &filter);
-        let values: Vec<Box<dyn ToSql + Sync + Send>> = args
+        let values: Vec<Box<dyn Param + Send>> = args
             .into_iter()
-            .map(|a| -> Box<dyn ToSql + Sync + Send> {
+            .map(|a| -> Box<dyn Param + Send> {
                 match a {
                     ListArg::Status(s) => Box::new(s),
                     ListArg::Text(t) => Box::new(t.to_owned()),
@@ -866,7 +904,7 @@ impl Driver for Inner {
                 }
             })
             .collect();
-        let params: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| &**v as _).collect();
+        let params: Vec<&dyn Param> = values.iter().map(|v| &**v as &dyn Param).collect();
         self.tasks(&sql, &params).await
     }
 
@@ -947,7 +985,7 @@ impl Driver for Inner {
         }
         for key in &one_by_one {
             let tx = client.transaction().await.map_err(pg_err)?;
-            let id = release_key(&self.sql, &tx, key).await?;
+            let id = release_key(&self.sql, &tx, key, self.prepared()).await?;
             tx.commit().await.map_err(pg_err)?;
             promoted.extend(id);
         }
@@ -980,7 +1018,7 @@ impl Driver for Inner {
 /// the flags of the marks that applied.
 async fn mark_round<C: GenericClient + Sync>(
     client: &C,
-    stmt: &tokio_postgres::Statement,
+    stmt: &Stmt<'_>,
     marks: &[Mark],
     round: &[usize],
     flags: &mut [bool],
@@ -1004,10 +1042,9 @@ async fn mark_round<C: GenericClient + Sync>(
         delays.push(delay);
         errors.push(error);
     }
-    let rows = client
-        .query(stmt, &[&ids, &tokens, &kinds, &delays, &errors])
-        .await
-        .map_err(pg_err)?;
+    let rows = stmt
+        .query(client, &[&ids, &tokens, &kinds, &delays, &errors])
+        .await?;
     let applied = rows
         .iter()
         .map(|r| col::<i64>(r, 0))
@@ -1159,6 +1196,97 @@ impl TaskRow for Cols<'_> {
     }
 }
 
+/// A statement as a store sends it: prepared once per pooled connection, or unnamed with
+/// its parameters' types (see `Inner::prepared`).
+enum Stmt<'s> {
+    Cached(tokio_postgres::Statement),
+    Unnamed(&'s str),
+}
+
+impl Stmt<'_> {
+    async fn query<C: GenericClient + Sync>(
+        &self,
+        client: &C,
+        params: &[&dyn Param],
+    ) -> Result<Vec<Row>> {
+        match self {
+            Stmt::Cached(stmt) => {
+                let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.value()).collect();
+                client.query(stmt, &values).await
+            }
+            Stmt::Unnamed(sql) => client.query_typed(sql, &typed(params)).await,
+        }
+        .map_err(pg_err)
+    }
+
+    async fn execute<C: GenericClient + Sync>(
+        &self,
+        client: &C,
+        params: &[&dyn Param],
+    ) -> Result<u64> {
+        match self {
+            Stmt::Cached(stmt) => {
+                let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.value()).collect();
+                client.execute(stmt, &values).await
+            }
+            Stmt::Unnamed(sql) => client.execute_typed(sql, &typed(params)).await,
+        }
+        .map_err(pg_err)
+    }
+}
+
+fn typed<'p>(params: &[&'p dyn Param]) -> Vec<(&'p (dyn ToSql + Sync), Type)> {
+    params.iter().map(|p| (p.value(), p.pg_type())).collect()
+}
+
+/// A statement parameter with its PostgreSQL type, so a statement can be sent unnamed
+/// with its types declared as well as prepared.
+pub(crate) trait Param: Sync {
+    fn value(&self) -> &(dyn ToSql + Sync);
+    fn pg_type(&self) -> Type;
+}
+
+/// A Rust type's PostgreSQL type, as the store's statements bind it.
+trait Typed: ToSql + Sync {
+    const TYPE: Type;
+}
+
+impl<T: Typed> Param for T {
+    fn value(&self) -> &(dyn ToSql + Sync) {
+        self
+    }
+    fn pg_type(&self) -> Type {
+        T::TYPE
+    }
+}
+
+impl<T: Typed> Typed for Option<T> {
+    const TYPE: Type = T::TYPE;
+}
+
+macro_rules! typed {
+    ($($t:ty => $pg:ident),+ $(,)?) => {$(
+        impl Typed for $t {
+            const TYPE: Type = Type::$pg;
+        }
+    )+};
+}
+
+typed!(
+    i16 => INT2,
+    i32 => INT4,
+    i64 => INT8,
+    String => TEXT,
+    &str => TEXT,
+    DateTime<Utc> => TIMESTAMPTZ,
+    Vec<i16> => INT2_ARRAY,
+    Vec<i64> => INT8_ARRAY,
+    &[i64] => INT8_ARRAY,
+    Vec<String> => TEXT_ARRAY,
+    &[String] => TEXT_ARRAY,
+    Vec<Option<&str>> => TEXT_ARRAY,
+);
+
 /// Where [`PgStore::enqueue_tx`] can write: a transaction or a client of `tokio_postgres`
 /// or of `deadpool_postgres` (the store's pool). Sealed: implemented for exactly those.
 ///
@@ -1168,11 +1296,14 @@ impl TaskRow for Cols<'_> {
 /// planned each time (still one round trip).
 #[async_trait]
 pub trait PgExecutor: sealed::Sealed + Send + Sync {
+    /// Run `sql` with typed `params`; on the deadpool types prepared once per pooled
+    /// connection when `prepared` (else unnamed, as behind a transaction pooler).
     #[doc(hidden)]
     async fn query_opt_typed(
         &self,
         sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
+        prepared: bool,
     ) -> std::result::Result<Option<Row>, tokio_postgres::Error>;
 }
 
@@ -1193,6 +1324,7 @@ macro_rules! unprepared_executor {
                 &self,
                 sql: &str,
                 params: &[(&(dyn ToSql + Sync), Type)],
+                _prepared: bool,
             ) -> std::result::Result<Option<Row>, tokio_postgres::Error> {
                 self.query_typed_opt(sql, params).await
             }
@@ -1208,7 +1340,11 @@ macro_rules! cached_executor {
                 &self,
                 sql: &str,
                 params: &[(&(dyn ToSql + Sync), Type)],
+                prepared: bool,
             ) -> std::result::Result<Option<Row>, tokio_postgres::Error> {
+                if !prepared {
+                    return self.query_typed_opt(sql, params).await;
+                }
                 let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
                 let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
                 let stmt = self.prepare_typed_cached(sql, &types).await?;
@@ -1230,8 +1366,9 @@ impl PgExecutor for deadpool_postgres::Object {
         &self,
         sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
+        prepared: bool,
     ) -> std::result::Result<Option<Row>, tokio_postgres::Error> {
         let client: &deadpool_postgres::ClientWrapper = self;
-        client.query_opt_typed(sql, params).await
+        client.query_opt_typed(sql, params, prepared).await
     }
 }

@@ -159,8 +159,15 @@ pub(crate) async fn pg_notify(pool: &Pool, channel: &str, event_type: &str) -> R
         .with_source(e)
         .with_temporary(true)
     })?;
+    // unnamed, one round trip: fine behind a transaction pooler too
     client
-        .execute("SELECT pg_notify($1, $2)", &[&channel, &event_type])
+        .execute_typed(
+            "SELECT pg_notify($1, $2)",
+            &[
+                (&channel, tokio_postgres::types::Type::TEXT),
+                (&event_type, tokio_postgres::types::Type::TEXT),
+            ],
+        )
         .await
         .map_err(|e| pg_err(e).with_operation("notify"))?;
     Ok(())

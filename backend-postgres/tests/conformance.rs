@@ -16,18 +16,36 @@ const URL_VAR: &str = "BACKSTOP_TEST_POSTGRES_URL";
 /// A user of the same server who may connect through TLS only (`sslmode=verify-full`).
 const TLS_URL_VAR: &str = "BACKSTOP_TEST_POSTGRES_TLS_URL";
 
-/// The store connects plainly, or (`PgHarness::TLS`) through TLS as a user the server
-/// accepts only so; the harness's own connections are plain.
-#[derive(Clone, Copy)]
-struct PgHarness {
-    tls: bool,
+/// PgBouncer in transaction pooling mode in front of the test server.
+const PGBOUNCER_URL_VAR: &str = "BACKSTOP_TEST_PGBOUNCER_URL";
+
+/// How the store reaches the server; the harness's own connections are direct.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Direct,
+    /// Through TLS, as a user the server accepts only so.
+    Tls,
+    /// Through PgBouncer in transaction pooling mode (`transaction_pooling` on); the
+    /// engines' listener connects directly, as the docs advise.
+    PgBouncer,
 }
 
+#[derive(Clone, Copy)]
+struct PgHarness {
+    route: Route,
+}
+
+/// `PgHarness` alone names the direct route.
 #[allow(non_upper_case_globals)]
-const PgHarness: PgHarness = PgHarness { tls: false };
+const PgHarness: PgHarness = PgHarness {
+    route: Route::Direct,
+};
 
 impl PgHarness {
-    const TLS: PgHarness = PgHarness { tls: true };
+    const TLS: PgHarness = PgHarness { route: Route::Tls };
+    const PGBOUNCER: PgHarness = PgHarness {
+        route: Route::PgBouncer,
+    };
 }
 
 struct Db {
@@ -138,19 +156,19 @@ impl Harness for PgHarness {
     type Db = Db;
 
     fn backend(&self) -> &'static str {
-        if self.tls {
-            "postgres-tls"
-        } else {
-            "postgres"
+        match self.route {
+            Route::Direct => "postgres",
+            Route::Tls => "postgres-tls",
+            Route::PgBouncer => "pgbouncer",
         }
     }
 
     async fn create_db(&self) -> Result<Db, Unavailable> {
         let url = backstop_testkit::server_url(URL_VAR)?;
-        let store_url = if self.tls {
-            backstop_testkit::server_url(TLS_URL_VAR)?
-        } else {
-            url.clone()
+        let store_url = match self.route {
+            Route::Direct => url.clone(),
+            Route::Tls => backstop_testkit::server_url(TLS_URL_VAR)?,
+            Route::PgBouncer => backstop_testkit::server_url(PGBOUNCER_URL_VAR)?,
         };
         let admin = connect(&url).await;
         let schema = backstop_testkit::unique_name("bst");
@@ -175,7 +193,8 @@ impl Harness for PgHarness {
             PgOptions::default()
                 .config(config)
                 .schema(db.schema.clone())
-                .max_connections(4),
+                .max_connections(4)
+                .transaction_pooling(self.route == Route::PgBouncer),
         )
         .await
     }
@@ -379,9 +398,21 @@ impl Harness for PgHarness {
     }
 
     async fn notifier(&self, db: &Db, store: &PgStore) -> Result<Arc<dyn Notifier>, Unavailable> {
-        let listener = store
-            .listener()
-            .expect("a store made from a URL has a listener");
+        let listener = match self.route {
+            // LISTEN does not survive the pooler: the store refuses, and the listener
+            // connects directly
+            Route::PgBouncer => {
+                let e = store
+                    .listener()
+                    .expect_err("no listener through the pooler");
+                assert_eq!(e.kind(), backstop_core::ErrorKind::Config, "{e}");
+                let direct = db.url.parse().expect("the direct URL");
+                backstop_postgres::PgListener::with_config(store, direct)
+            }
+            _ => store
+                .listener()
+                .expect("a store made from a URL has a listener"),
+        };
         *db.channel.lock().expect("channel lock") = Some(listener.channel().to_owned());
         Ok(Arc::new(listener))
     }
@@ -413,6 +444,13 @@ backstop_testkit::conformance!(PgHarness);
 mod over_tls {
     use super::*;
     backstop_testkit::store_conformance!(PgHarness::TLS);
+}
+
+/// Every case with the store behind PgBouncer in transaction pooling mode: no named
+/// statement outlives its transaction, and the engines' listener connects directly.
+mod through_pgbouncer {
+    use super::*;
+    backstop_testkit::conformance!(PgHarness::PGBOUNCER);
 }
 
 /// `enqueue_tx` on every kind of connection it accepts: the store's pooled client and

@@ -25,6 +25,12 @@ pub fn postgres_error_kind(code: &str) -> (ErrorKind, &'static str) {
             (ErrorKind::Unavailable, "")
         }
         "23505" => (ErrorKind::Conflict, ""),
+        // a named prepared statement gone: another server connection answered
+        "26000" => (
+            ErrorKind::Config,
+            " (prepared statement missing: behind a transaction pooler such as PgBouncer? \
+             set transaction_pooling)",
+        ),
         // undefined table, invalid schema name
         "42P01" | "3F000" => (ErrorKind::Config, " (has `migrate` run?)"),
         c if c.starts_with("22") => (ErrorKind::InvalidInput, ""),
