@@ -34,6 +34,9 @@ pub(crate) struct Completion {
     pub event_type: Arc<str>,
     /// The task's order key, when this outcome may let the key's next task go.
     pub order_key: Option<String>,
+    /// A retry with attempts left: poll its event type this long after the mark is
+    /// applied, when the database has made it due.
+    pub due_after: Option<Duration>,
 }
 
 pub(crate) type Queue = mpsc::UnboundedSender<Completion>;
@@ -96,6 +99,11 @@ async fn apply<S: TaskStore + Clone>(shared: &Shared<S>, batch: Vec<Completion>)
                 for (c, applied) in batch.iter().zip(flags) {
                     if applied {
                         keys.extend(c.order_key.clone());
+                        // armed now, not when the attempt ended: the retry's due time is
+                        // the mark's (applied a batch and a round trip later)
+                        if let Some(delay) = c.due_after {
+                            shared.wake_after(delay, &c.event_type);
+                        }
                     }
                     if !applied {
                         shared.counters.stale_completions(&c.event_type);

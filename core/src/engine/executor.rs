@@ -89,12 +89,11 @@ pub(crate) fn dispatch<S: TaskStore + Clone>(
             }
             let mark = outcome_mark(&exec, &task, outcome, &shared.counters);
             let retry_later = task.has_attempts_left();
-            if let (crate::model::MarkAction::Retry { delay, .. }, true) =
-                (&mark.action, retry_later)
-            {
-                // run the retry when it is due, not at the next tick
-                shared.wake_after(*delay, &exec.event_type);
-            }
+            // run the retry when it is due, not at the next tick (armed once applied)
+            let due_after = match &mark.action {
+                crate::model::MarkAction::Retry { delay, .. } if retry_later => Some(*delay),
+                _ => None,
+            };
             // Whether the outcome may let the next task of the task's order key go: it
             // left the way (succeeded, failed), unless it stays in line (a retry with
             // attempts left, a release).
@@ -115,6 +114,7 @@ pub(crate) fn dispatch<S: TaskStore + Clone>(
                 mark,
                 event_type: Arc::clone(&exec.event_type_arc),
                 order_key,
+                due_after,
             };
             if let Err(unsent) = shared.completions.send(completion) {
                 shared.tracker.finished(&[unsent.0.mark.lease]);

@@ -328,8 +328,8 @@ impl<S> Shared<S> {
         if after >= self.config.poll_interval || !self.executors.contains_key(event_type) {
             return;
         }
-        // a little after: the database's due time is set when the mark (or insert) is
-        // applied, a moment after this call
+        // a little after: callers arm it once the mark (or insert) that set the due time
+        // is applied; the slack covers the database's clock and rounding
         let at = tokio::time::Instant::now() + after + DUE_SLACK;
         let mut due = self.due.lock().unwrap_or_else(|p| p.into_inner());
         if due.len() >= MAX_DUE {
