@@ -7,17 +7,19 @@
 //! BACKSTOP_URL=mysql://app:secret@localhost/app cargo run --example service --all-features
 //! ```
 //!
-//! Each order is written together with its SHIP_ORDER task in one local transaction —
-//! on the backend's native transaction — then run ahead; the handler marks the order
-//! shipped (idempotently). The only backend-specific code is that native transaction and
-//! the business SQL; the engine, the handler options and the task API are the same.
+//! The application talks to its database through sqlx's `Any` driver, its own pool. Each
+//! order is written together with its SHIP_ORDER task in one local transaction of that
+//! pool — one `enqueue_in` call, whatever the database — then run ahead; the handler
+//! marks the order shipped (idempotently). Nothing here names a backend: only the SQL
+//! text's placeholders differ (`$1` on PostgreSQL, `?` elsewhere).
 
 use std::time::{Duration, Instant};
 
 use backstop::{
-    AnyStore, Engine, EngineConfig, Enqueued, HandlerError, HandlerOptions, JsonHandler, NewTask,
-    RetryPolicy, Status, Task, TaskKind, TaskStore,
+    Engine, EngineConfig, Enqueued, HandlerError, HandlerOptions, JsonHandler, NewTask,
+    RetryPolicy, Status, Task, TaskKind, TaskStore, Transactional,
 };
+use sqlx::AnyPool;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -40,44 +42,51 @@ impl TaskKind for Ship {
     }
 }
 
+/// The application's database: its pool, and its SQL for this database.
+#[derive(Clone)]
+struct Db {
+    pool: AnyPool,
+    /// `$1` on PostgreSQL, `?` on MySQL and SQLite.
+    p1: &'static str,
+}
+
+impl Db {
+    async fn open(url: &str) -> Result<Db, BoxError> {
+        sqlx::any::install_default_drivers();
+        // sqlx knows MariaDB by the mysql: scheme
+        let url = url.replacen("mariadb:", "mysql:", 1);
+        let pool = AnyPool::connect(&url).await?;
+        let p1 = if url.starts_with("postgres") {
+            "$1"
+        } else {
+            "?"
+        };
+        sqlx::query(
+            "CREATE TABLE IF NOT EXISTS orders (id VARCHAR(64) PRIMARY KEY, shipped BOOLEAN NOT NULL)",
+        )
+        .execute(&pool)
+        .await?;
+        Ok(Db { pool, p1 })
+    }
+
+    fn sql(&self, text: &str) -> sqlx::AssertSqlSafe<String> {
+        sqlx::AssertSqlSafe(text.replace("{1}", self.p1))
+    }
+}
+
 /// Marks the order shipped. Idempotent: running it twice leaves the same row.
-struct ShipOrder(AnyStore);
+struct ShipOrder(Db);
 
 #[backstop::async_trait]
 impl JsonHandler for ShipOrder {
     type Payload = Ship;
     async fn handle(&self, ship: Ship, _task: &Task) -> Result<(), HandlerError> {
-        match &self.0 {
-            #[cfg(feature = "sqlite")]
-            AnyStore::Sqlite(s) => {
-                let id = ship.order_id.clone();
-                s.transaction(move |tx| {
-                    tx.execute("UPDATE orders SET shipped = 1 WHERE id = ?1", [&id])?;
-                    Ok::<_, BoxError>(())
-                })
-                .await
-                .map_err(HandlerError::retry)?;
-            }
-            #[cfg(feature = "postgres")]
-            AnyStore::Postgres(p) => {
-                let client = p.client().await?;
-                client
-                    .execute(
-                        "UPDATE orders SET shipped = true WHERE id = $1",
-                        &[&ship.order_id],
-                    )
-                    .await?;
-            }
-            #[cfg(feature = "mysql")]
-            AnyStore::MySql(m) => {
-                backstop::mysql::sqlx::query("UPDATE orders SET shipped = TRUE WHERE id = ?")
-                    .bind(&ship.order_id)
-                    .execute(m.pool())
-                    .await?;
-            }
-            #[allow(unreachable_patterns)]
-            _ => return Err(HandlerError::fail("backend not supported by this example")),
-        }
+        let db = &self.0;
+        sqlx::query(db.sql("UPDATE orders SET shipped = TRUE WHERE id = {1}"))
+            .bind(&ship.order_id)
+            .execute(&db.pool)
+            .await
+            .map_err(HandlerError::retry)?;
         let _ = ship.item;
         Ok(())
     }
@@ -104,10 +113,11 @@ async fn main() {
 
 async fn run(url: &str) -> Result<(), BoxError> {
     let started = Instant::now();
+    // the store first: it creates an SQLite file the application's pool then opens
     let store = backstop::connect(url).await?;
     store.migrate().await?;
-    create_orders_table(&store).await?;
-    println!("order service on {}", backend_name(&store));
+    let db = Db::open(url).await?;
+    println!("order service on {}", store.dialect());
 
     let engine = Engine::builder(store.clone())
         .config(
@@ -116,7 +126,7 @@ async fn run(url: &str) -> Result<(), BoxError> {
                 .first_poll_delay(Duration::from_millis(200)),
         )
         .kind(
-            ShipOrder(store.clone()),
+            ShipOrder(db.clone()),
             HandlerOptions::default().concurrency(8),
         )
         .start()?;
@@ -129,7 +139,7 @@ async fn run(url: &str) -> Result<(), BoxError> {
             order_id: order_id.clone(),
             item: format!("item {n}"),
         });
-        let enqueued = place_order(&store, &order_id, task).await?;
+        let enqueued = place_order(&store, &db, &order_id, task).await?;
         engine.run_now(&enqueued).await; // best effort: never fails; the poller is the safety net
         ids.push(enqueued.id);
     }
@@ -144,7 +154,11 @@ async fn run(url: &str) -> Result<(), BoxError> {
         }
     }
     engine.shutdown().await;
-    let shipped = shipped_orders(&store, &run_id).await?;
+    let shipped: i64 =
+        sqlx::query_scalar(db.sql("SELECT COUNT(*) FROM orders WHERE shipped AND id LIKE {1}"))
+            .bind(format!("{run_id}-%"))
+            .fetch_one(&db.pool)
+            .await?;
     let c = engine.counters();
     println!(
         "placed {ORDERS} orders, shipped {shipped}: {} ran ahead, {} by the poller, in {} ms",
@@ -158,147 +172,24 @@ async fn run(url: &str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// The business write and the task in ONE local transaction, on the backend's native
-/// transaction type.
+/// The business write and the task in ONE local transaction of the application's pool:
+/// the same code on every database.
 async fn place_order(
-    store: &AnyStore,
+    store: &impl Transactional,
+    db: &Db,
     order_id: &str,
     task: NewTask,
 ) -> Result<Enqueued, BoxError> {
-    match store {
-        #[cfg(feature = "sqlite")]
-        AnyStore::Sqlite(s) => {
-            let order_id = order_id.to_owned();
-            s.transaction(move |tx| {
-                tx.execute(
-                    "INSERT INTO orders (id, shipped) VALUES (?1, 0)",
-                    [&order_id],
-                )?;
-                Ok::<_, BoxError>(tx.enqueue(&task)?)
-            })
-            .await
-        }
-        #[cfg(feature = "postgres")]
-        AnyStore::Postgres(p) => {
-            let mut client = p.client().await?;
-            let tx = client.transaction().await?;
-            tx.execute(
-                "INSERT INTO orders (id, shipped) VALUES ($1, false)",
-                &[&order_id],
-            )
-            .await?;
-            let enqueued = p.enqueue_tx(&tx, &task).await?;
-            tx.commit().await?;
-            Ok(enqueued)
-        }
-        #[cfg(feature = "mysql")]
-        AnyStore::MySql(m) => {
-            let mut tx = m.pool().begin().await?;
-            backstop::mysql::sqlx::query("INSERT INTO orders (id, shipped) VALUES (?, FALSE)")
-                .bind(order_id)
-                .execute(&mut *tx)
-                .await?;
-            let enqueued = m.enqueue_tx(&mut tx, &task).await?;
-            tx.commit().await?;
-            Ok(enqueued)
-        }
-        #[allow(unreachable_patterns)]
-        _ => Err("backend not supported by this example".into()),
-    }
+    let mut tx = db.pool.begin().await?;
+    sqlx::query(db.sql("INSERT INTO orders (id, shipped) VALUES ({1}, FALSE)"))
+        .bind(order_id)
+        .execute(&mut *tx)
+        .await?;
+    let enqueued = store.enqueue_in(&mut *tx, &task).await?;
+    tx.commit().await?;
+    Ok(enqueued)
 }
 
-async fn create_orders_table(store: &AnyStore) -> Result<(), BoxError> {
-    match store {
-        #[cfg(feature = "sqlite")]
-        AnyStore::Sqlite(s) => {
-            s.transaction(|tx| {
-                tx.execute_batch(
-                    "CREATE TABLE IF NOT EXISTS orders (id TEXT PRIMARY KEY, shipped INTEGER NOT NULL)",
-                )?;
-                Ok::<_, BoxError>(())
-            })
-            .await
-        }
-        #[cfg(feature = "postgres")]
-        AnyStore::Postgres(p) => {
-            p.client()
-                .await?
-                .batch_execute(
-                    "CREATE TABLE IF NOT EXISTS orders (id TEXT PRIMARY KEY, shipped BOOLEAN NOT NULL)",
-                )
-                .await?;
-            Ok(())
-        }
-        #[cfg(feature = "mysql")]
-        AnyStore::MySql(m) => {
-            backstop::mysql::sqlx::query(
-                "CREATE TABLE IF NOT EXISTS orders (id VARCHAR(64) PRIMARY KEY, shipped BOOLEAN NOT NULL) ENGINE = InnoDB",
-            )
-            .execute(m.pool())
-            .await?;
-            Ok(())
-        }
-        #[allow(unreachable_patterns)]
-        _ => Err("backend not supported by this example".into()),
-    }
-}
-
-async fn shipped_orders(store: &AnyStore, run_id: &str) -> Result<i64, BoxError> {
-    let pattern = format!("{run_id}-%");
-    match store {
-        #[cfg(feature = "sqlite")]
-        AnyStore::Sqlite(s) => {
-            s.transaction(move |tx| {
-                Ok::<_, BoxError>(tx.query_row(
-                    "SELECT COUNT(*) FROM orders WHERE shipped = 1 AND id LIKE ?1",
-                    [&pattern],
-                    |r| r.get(0),
-                )?)
-            })
-            .await
-        }
-        #[cfg(feature = "postgres")]
-        AnyStore::Postgres(p) => Ok(p
-            .client()
-            .await?
-            .query_one(
-                "SELECT count(*) FROM orders WHERE shipped AND id LIKE $1",
-                &[&pattern],
-            )
-            .await?
-            .try_get(0)?),
-        #[cfg(feature = "mysql")]
-        AnyStore::MySql(m) => Ok(backstop::mysql::sqlx::query_scalar(
-            "SELECT COUNT(*) FROM orders WHERE shipped AND id LIKE ?",
-        )
-        .bind(&pattern)
-        .fetch_one(m.pool())
-        .await?),
-        #[allow(unreachable_patterns)]
-        _ => Err("backend not supported by this example".into()),
-    }
-}
-
-fn backend_name(store: &AnyStore) -> &'static str {
-    match store {
-        #[cfg(feature = "sqlite")]
-        AnyStore::Sqlite(_) => "SQLite",
-        #[cfg(feature = "postgres")]
-        AnyStore::Postgres(_) => "PostgreSQL",
-        #[cfg(feature = "mysql")]
-        AnyStore::MySql(m) => {
-            if m.server_version().contains("MariaDB") {
-                "MariaDB"
-            } else {
-                "MySQL"
-            }
-        }
-        #[allow(unreachable_patterns)]
-        _ => "another backend",
-    }
-}
-
-/// A run id so that repeated runs against one database do not collide.
 fn chrono_like_id() -> String {
     let ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

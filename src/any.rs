@@ -583,6 +583,87 @@ mod tests {
             .unwrap();
     }
 
+    /// The one transactional enqueue on sqlx's `Any`, on every database: a task due at a
+    /// given time (a timestamp goes as text on `Any`) and a plain one commit with the
+    /// transaction; a rolled-back one leaves nothing.
+    #[cfg(all(
+        feature = "any-sqlx",
+        feature = "sqlite-sqlx",
+        feature = "postgres-sqlx",
+        feature = "mysql"
+    ))]
+    #[tokio::test]
+    async fn enqueues_on_sqlx_any_everywhere() {
+        use crate::Transactional;
+        sqlx::any::install_default_drivers();
+        let dir = std::env::temp_dir().join(format!("backstop-any-sqlx-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let table = format!("any_sqlx_{}", std::process::id());
+        let mut urls = vec![("sqlite", format!("sqlite:{}", dir.join("a.db").display()))];
+        for (var, backend) in [
+            ("BACKSTOP_TEST_POSTGRES_URL", "postgres"),
+            ("BACKSTOP_EXAMPLE_MYSQL_URL", "mysql"),
+        ] {
+            match std::env::var(var).ok().filter(|u| !u.is_empty()) {
+                Some(url) => urls.push((backend, url)),
+                None => {
+                    assert!(
+                        !std::env::var("BACKSTOP_TEST_REQUIRE")
+                            .unwrap_or_default()
+                            .split(',')
+                            .any(|b| b == backend),
+                        "{backend} is required but {var} is not set"
+                    );
+                    eprintln!(
+                        "SKIPPED enqueues_on_sqlx_any_everywhere on {backend}: {var} is not set"
+                    );
+                }
+            }
+        }
+        for (backend, url) in urls {
+            let sep = if url.contains('?') { '&' } else { '?' };
+            let store = connect(&format!("{url}{sep}table={table}")).await.unwrap();
+            store.migrate().await.unwrap();
+            let pool = sqlx::AnyPool::connect(&url).await.unwrap();
+            let at = chrono::Utc::now() + chrono::Duration::hours(1);
+            let mut tx = pool.begin().await.unwrap();
+            let later = store
+                .enqueue_in(&mut *tx, &NewTask::new("ANY", "later").run_at(at))
+                .await
+                .unwrap_or_else(|e| panic!("{backend}: {e}"));
+            let now = store
+                .enqueue_in(&mut *tx, &NewTask::new("ANY", "now"))
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+            let t = store.get(later.id).await.unwrap().expect("committed");
+            let off = (t.next_run_at - at).num_milliseconds().abs();
+            assert!(off <= 1, "{backend}: due {} for {at}", t.next_run_at);
+            assert!(store.get(now.id).await.unwrap().is_some(), "{backend}");
+            let mut tx = pool.begin().await.unwrap();
+            let gone = store
+                .enqueue_in(&mut *tx, &NewTask::new("ANY", "gone"))
+                .await
+                .unwrap();
+            tx.rollback().await.unwrap();
+            assert!(store.get(gone.id).await.unwrap().is_none(), "{backend}");
+            for t in [
+                table.clone(),
+                format!("{table}_keys"),
+                format!("{table}_handlers"),
+                format!("{table}_audit"),
+                format!("{table}_inbox"),
+                format!("{table}_versions"),
+            ] {
+                let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE IF EXISTS {t}")))
+                    .execute(&pool)
+                    .await;
+            }
+            pool.close().await;
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[cfg(not(feature = "postgres"))]
     #[tokio::test]
     async fn says_which_feature_is_missing() {

@@ -581,3 +581,59 @@ async fn connect_errors_name_their_cause() {
     )
     .await;
 }
+
+/// The store runs on a sqlx pool the application already owns (`from_pool`): its own
+/// operations and the application's transactions share the pool's connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_on_the_applications_own_pool() {
+    use backstop_core::{Owner, Status, TaskStore, TaskStoreExt};
+    use backstop_testkit::Ctx;
+    use sqlx::Executor;
+    let Some(ctx) = Ctx::setup(
+        MySqlHarness(ClaimStrategy::Auto, Transport::Plain),
+        "runs_on_the_applications_own_pool",
+    )
+    .await
+    else {
+        return;
+    };
+    ensure_biz(&ctx.db).await;
+    // the application's pool, at READ COMMITTED as the store's docs ask
+    let pool = MySqlPoolOptions::new()
+        .max_connections(3)
+        .after_connect(|conn, _| {
+            Box::pin(async move {
+                conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                    .await?;
+                Ok(())
+            })
+        })
+        .connect(&ctx.db.url())
+        .await
+        .expect("the application's pool");
+    let store = MySqlStore::from_pool(
+        pool.clone(),
+        MySqlOptions::default().config(ctx.config.clone()),
+    )
+    .await
+    .expect("a store on the application's pool");
+    let mut tx = pool.begin().await.expect("begin");
+    sqlx::query("INSERT INTO biz_order (k) VALUES ('own-pool')")
+        .execute(&mut *tx)
+        .await
+        .expect("business row");
+    let e = store
+        .enqueue_in(&mut *tx, &NewTask::new("OWN", "own-pool"))
+        .await
+        .expect("enqueue in the application's transaction");
+    tx.commit().await.expect("commit");
+    let task = store
+        .grab_by_id(e.id, &Owner::new("w").expect("owner"))
+        .await
+        .expect("grab")
+        .expect("the committed task is due");
+    assert!(store.mark_success(task.lease()).await.expect("mark"));
+    let done = store.get(e.id).await.expect("get").expect("exists");
+    assert_eq!((done.status, done.attempts), (Status::Succeeded, 1));
+    pool.close().await;
+}

@@ -4,9 +4,10 @@
 //! back with the business rows. [`Transactional::enqueue_in`] writes it on whatever
 //! connection holds the caller's transaction, the same call on every backend:
 //!
-//! - **sqlx** (features `sqlx-postgres`, `sqlx-mysql`, `sqlx-sqlite` of `backstop-core`,
-//!   turned on by the facade's `postgres-sqlx`, `mysql` and `sqlite-sqlx`): pass
-//!   `&mut *tx` for a `sqlx::Transaction`, or a `&mut` connection.
+//! - **sqlx** (features `sqlx-postgres`, `sqlx-mysql`, `sqlx-sqlite`, `sqlx-any` of
+//!   `backstop-core`, turned on by the facade's `postgres-sqlx`, `mysql`, `sqlite-sqlx`
+//!   and `any-sqlx`): pass `&mut *tx` for a `sqlx::Transaction`, or a `&mut` connection.
+//!   On sqlx's `Any` the same code runs on whichever database the URL names.
 //! - **Any other driver** (diesel, sea-orm, `postgres`, `mysql_async`…): implement
 //!   [`TxConnection`] for a wrapper of your connection. Its one method runs a
 //!   [`Statement`]: SQL text in the store's dialect, its parameters as [`Value`]s, and
@@ -101,6 +102,9 @@ pub enum Dialect {
     MySql,
     /// SQLite: placeholders `?1, ?2…`.
     Sqlite,
+    /// A database backstop has no backend for (a sqlx `Any` connection to one): no
+    /// store speaks it.
+    Other,
 }
 
 impl std::fmt::Display for Dialect {
@@ -109,6 +113,7 @@ impl std::fmt::Display for Dialect {
             Dialect::Postgres => "PostgreSQL",
             Dialect::MySql => "MySQL",
             Dialect::Sqlite => "SQLite",
+            Dialect::Other => "another database",
         })
     }
 }
@@ -241,6 +246,12 @@ pub trait BlockingTxConnection {
 /// `SqliteStore::transaction` on rusqlite) run the same statements.
 #[async_trait]
 pub trait Transactional: Backend {
+    /// The SQL the store writes: for an application that picks its own SQL text per
+    /// database (placeholders, say).
+    fn dialect(&self) -> Dialect {
+        self.driver().enqueue_sql().dialect()
+    }
+
     /// Enqueue `task` on the caller's transaction `conn`: the task row commits or rolls
     /// back together with the caller's business rows.
     ///

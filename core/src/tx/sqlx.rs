@@ -61,16 +61,18 @@ fn is_duplicate_key(e: &sqlx::Error) -> bool {
 }
 
 /// `TxConnection` for one sqlx database: its connection, transaction and pooled
-/// connection. `$insert_id` reads the id an insert made from its query result.
+/// connection. `$dialect` names the connection's dialect, `$time` makes a timestamp
+/// bindable in it, and `$insert_id` reads the id an insert made from its query result.
 macro_rules! sqlx_connection {
-    ($db:ty, $conn:ty, $dialect:expr, $insert_id:expr) => {
+    ($db:ty, $conn:ty, $dialect:path, $time:path, $insert_id:expr) => {
         #[async_trait]
         impl TxConnection for $conn {
             fn dialect(&self) -> Dialect {
-                $dialect
+                $dialect(self)
             }
 
             async fn run(&mut self, statement: &Statement<'_>) -> Result<Answer> {
+                let dialect = $dialect(self);
                 let mut query = sqlx::query::<$db>(sqlx::AssertSqlSafe(statement.sql()));
                 for value in statement.params() {
                     query = match *value {
@@ -78,7 +80,7 @@ macro_rules! sqlx_connection {
                         Value::Int(v) => query.bind(v),
                         Value::BigInt(v) => query.bind(v),
                         Value::Text(v) => query.bind(v),
-                        Value::Timestamp(v) => query.bind(v),
+                        Value::Timestamp(v) => query.bind(v.map(|t| $time(t, dialect))),
                     };
                 }
                 match statement.returns() {
@@ -102,7 +104,8 @@ macro_rules! sqlx_connection {
         #[async_trait]
         impl TxConnection for sqlx::Transaction<'_, $db> {
             fn dialect(&self) -> Dialect {
-                $dialect
+                let conn: &$conn = self;
+                conn.dialect()
             }
             async fn run(&mut self, statement: &Statement<'_>) -> Result<Answer> {
                 let conn: &mut $conn = self;
@@ -113,7 +116,8 @@ macro_rules! sqlx_connection {
         #[async_trait]
         impl TxConnection for sqlx::pool::PoolConnection<$db> {
             fn dialect(&self) -> Dialect {
-                $dialect
+                let conn: &$conn = self;
+                conn.dialect()
             }
             async fn run(&mut self, statement: &Statement<'_>) -> Result<Answer> {
                 let conn: &mut $conn = self;
@@ -123,26 +127,80 @@ macro_rules! sqlx_connection {
     };
 }
 
+/// A timestamp as the driver binds it.
+#[allow(dead_code)] // used by the native drivers' features only
+fn native_time(t: chrono::DateTime<chrono::Utc>, _: Dialect) -> chrono::DateTime<chrono::Utc> {
+    t
+}
+
+#[cfg(feature = "sqlx-postgres")]
+fn postgres(_: &sqlx::PgConnection) -> Dialect {
+    Dialect::Postgres
+}
+
 #[cfg(feature = "sqlx-postgres")]
 sqlx_connection!(
     sqlx::Postgres,
     sqlx::PgConnection,
-    Dialect::Postgres,
+    postgres,
+    native_time,
     |_: &sqlx::postgres::PgQueryResult| -1
 );
+
+#[cfg(feature = "sqlx-mysql")]
+fn mysql(_: &sqlx::MySqlConnection) -> Dialect {
+    Dialect::MySql
+}
 
 #[cfg(feature = "sqlx-mysql")]
 sqlx_connection!(
     sqlx::MySql,
     sqlx::MySqlConnection,
-    Dialect::MySql,
+    mysql,
+    native_time,
     |done: &sqlx::mysql::MySqlQueryResult| i64::try_from(done.last_insert_id()).unwrap_or(i64::MAX)
 );
+
+#[cfg(feature = "sqlx-sqlite")]
+fn sqlite(_: &sqlx::SqliteConnection) -> Dialect {
+    Dialect::Sqlite
+}
 
 #[cfg(feature = "sqlx-sqlite")]
 sqlx_connection!(
     sqlx::Sqlite,
     sqlx::SqliteConnection,
-    Dialect::Sqlite,
+    sqlite,
+    native_time,
     |done: &sqlx::sqlite::SqliteQueryResult| done.last_insert_rowid()
+);
+
+/// The dialect of sqlx's `Any` connection: the driver it runs on.
+#[cfg(feature = "sqlx-any")]
+fn any(conn: &sqlx::AnyConnection) -> Dialect {
+    match conn.backend_name() {
+        "PostgreSQL" => Dialect::Postgres,
+        "MySQL" => Dialect::MySql,
+        "SQLite" => Dialect::Sqlite,
+        _ => Dialect::Other,
+    }
+}
+
+/// sqlx's `Any` has no time type: a timestamp goes as text the database reads as one
+/// (PostgreSQL casts it; MySQL compares and stores it as a `DATETIME` in UTC).
+#[cfg(feature = "sqlx-any")]
+fn any_time(t: chrono::DateTime<chrono::Utc>, dialect: Dialect) -> String {
+    match dialect {
+        Dialect::Postgres => t.format("%Y-%m-%d %H:%M:%S%.6f+00").to_string(),
+        _ => t.format("%Y-%m-%d %H:%M:%S%.6f").to_string(),
+    }
+}
+
+#[cfg(feature = "sqlx-any")]
+sqlx_connection!(
+    sqlx::Any,
+    sqlx::AnyConnection,
+    any,
+    any_time,
+    |done: &sqlx::any::AnyQueryResult| done.last_insert_id().unwrap_or(-1)
 );
