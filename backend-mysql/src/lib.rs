@@ -435,24 +435,7 @@ impl EnqueueSql for Inner {
         let id = |id| vec![Value::BigInt(Some(id))];
         match step {
             EnqueueStep::Insert { status } => {
-                let retry = task.retry_policy();
-                let params = vec![
-                    Value::Text(Some(task.event_type())),
-                    Value::Text(Some(task.biz_key())),
-                    Value::Text(Some(task.payload())),
-                    Value::BigInt(Some(i64::from(retry.max_attempts))),
-                    Value::Text(Some(retry.backoff.strategy())),
-                    Value::BigInt(Some(millis(retry.backoff.interval()))),
-                    Value::BigInt(Some(millis(retry.backoff.max_interval()))),
-                    Value::Timestamp(task.due_at()),
-                    Value::BigInt(Some(micros(task.due_delay()))),
-                    Value::SmallInt(Some(i16::from(task.claim_priority().get()))),
-                    Value::SmallInt(Some(i16::from(retry.jitter_pct))),
-                    Value::SmallInt(Some(status)),
-                    Value::Text(task.order()),
-                    Value::SmallInt(Some(i16::from(task.parked_policy() == WhenParked::Block))),
-                    Value::BigInt(task.attempt_timeout().map(millis)),
-                ];
+                let params = insert_params(task, status, RunAt::Timestamp);
                 Statement::new(&sql.insert, params, Returns::InsertId)
             }
             EnqueueStep::ReadExisting => row(

@@ -297,16 +297,17 @@ impl Sql {
                     statements: vec![format!("ALTER TABLE {t} DROP INDEX ix_claim_token")],
                 },
             ],
-            // event_type, biz_key, payload, max_attempts, strategy, interval, max, run_at
-            // (NULL: use the delay; a time already past: now), delay µs, priority, jitter %,
-            // status, order_key, order_block, timeout ms
+            // core's insert_params: event_type, biz_key, payload, max_attempts, strategy,
+            // interval, max, delay ms (zero with a run_at), run_at (NULL: use the delay; a
+            // time already past: now), priority, jitter %, status, order_key, order_block,
+            // timeout ms
             insert: format!(
                 "INSERT INTO {t} (event_type, biz_key, payload, attempts, max_attempts,
                     retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at,
                     lease, created_at, updated_at, priority, retry_jitter_pct, status, order_key,
                     order_block, timeout_ms)
                  VALUES (?, ?, ?, 0, ?, ?, ?, ?,
-                    COALESCE(GREATEST(?, NOW(3)), NOW(3) + INTERVAL ? MICROSECOND), 0,
+                    GREATEST(NOW(3) + INTERVAL (? * 1000) MICROSECOND, COALESCE(?, NOW(3))), 0,
                     NOW(3), NOW(3), ?, ?, ?, ?, ?, ?)"
             ),
             // A locking read sees the latest committed row whatever the isolation level.

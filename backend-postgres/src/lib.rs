@@ -393,24 +393,7 @@ impl EnqueueSql for Inner {
         let id = |id| vec![Value::BigInt(Some(id))];
         match step {
             EnqueueStep::Insert { status } => {
-                let retry = task.retry_policy();
-                let mut params = vec![
-                    Value::Text(Some(task.event_type())),
-                    Value::Text(Some(task.biz_key())),
-                    Value::Text(Some(task.payload())),
-                    Value::Int(Some(i32::try_from(retry.max_attempts).unwrap_or(i32::MAX))),
-                    Value::Text(Some(retry.backoff.strategy())),
-                    Value::BigInt(Some(millis(retry.backoff.interval()))),
-                    Value::BigInt(Some(millis(retry.backoff.max_interval()))),
-                    Value::BigInt(Some(millis(task.due_delay()))),
-                    Value::Timestamp(task.due_at()),
-                    Value::SmallInt(Some(i16::from(task.claim_priority().get()))),
-                    Value::SmallInt(Some(i16::from(retry.jitter_pct))),
-                    Value::SmallInt(Some(status)),
-                    Value::Text(task.order()),
-                    Value::SmallInt(Some(i16::from(task.parked_policy() == WhenParked::Block))),
-                    Value::BigInt(task.attempt_timeout().map(millis)),
-                ];
+                let mut params = insert_params(task, status, RunAt::Timestamp);
                 // announced at commit on the table's channel
                 if self.notify_now(task.event_type()) {
                     params.push(Value::Text(Some(&sql.channel)));

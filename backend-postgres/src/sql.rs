@@ -163,10 +163,10 @@ impl Sql {
         let tk = format!("\"{schema}\".\"{table}_keys\"");
         let th = format!("\"{schema}\".\"{table}_handlers\"");
         let tc = t_columns();
-        // $1 event_type $2 biz_key $3 payload $4 max_attempts $5 strategy
-        // $6 interval_ms $7 max_interval_ms $8 delay_ms $9 run_at (NULL: use the delay;
-        // a time already past: now) $10 priority $11 jitter % $12 status $13 order_key
-        // $14 order_block $15 timeout_ms
+        // core's insert_params: $1 event_type $2 biz_key $3 payload $4 max_attempts
+        // $5 strategy $6 interval_ms $7 max_interval_ms $8 delay_ms $9 run_at (NULL: use
+        // the delay; a time already past: now) $10 priority $11 jitter % $12 status
+        // $13 order_key $14 order_block $15 timeout_ms
         let insert = format!(
             "INSERT INTO {t} (event_type, biz_key, payload, status, attempts, max_attempts,
                 retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at,

@@ -485,25 +485,8 @@ impl EnqueueSql for Sql {
         let key = |k| vec![Value::Text(Some(k))];
         match step {
             EnqueueStep::Insert { status } => {
-                let retry = task.retry_policy();
-                let params = vec![
-                    Value::Text(Some(task.event_type())),
-                    Value::Text(Some(task.biz_key())),
-                    Value::Text(Some(task.payload())),
-                    Value::BigInt(Some(i64::from(retry.max_attempts))),
-                    Value::Text(Some(retry.backoff.strategy())),
-                    Value::BigInt(Some(millis(retry.backoff.interval()))),
-                    Value::BigInt(Some(millis(retry.backoff.max_interval()))),
-                    now,
-                    Value::BigInt(Some(millis(task.due_delay()))),
-                    Value::BigInt(task.due_at().map(|t| t.timestamp_millis())),
-                    Value::SmallInt(Some(i16::from(task.claim_priority().get()))),
-                    Value::SmallInt(Some(i16::from(retry.jitter_pct))),
-                    Value::SmallInt(Some(status)),
-                    Value::Text(task.order()),
-                    Value::SmallInt(Some(i16::from(task.parked_policy() == WhenParked::Block))),
-                    Value::BigInt(task.attempt_timeout().map(millis)),
-                ];
+                let mut params = insert_params(task, status, RunAt::Millis);
+                params.push(now);
                 row(&self.insert, params)
             }
             EnqueueStep::ReadExisting => row(

@@ -285,17 +285,15 @@ impl Sql {
                     SELECT consumer, message_id FROM {ti} WHERE processed_at < ?1
                     ORDER BY processed_at LIMIT CAST(?2 AS INTEGER))"
             ),
-            // ?8 = now, ?9 = delay ms
-            // ?8 now ?9 delay ms ?10 run_at ms (NULL: use the delay; a time already past:
-            // now; a NULL makes max() NULL) ?11 priority ?12 jitter % ?13 status ?14 order_key
-            // ?15 order_block ?16 timeout ms
+            // core's insert_params (?1–?15: ?8 delay ms, ?9 run_at ms: NULL uses the delay,
+            // a time already past is now, a NULL makes max() NULL), then ?16 now
             insert: format!(
                 "INSERT INTO {t} (event_type, biz_key, payload, status, attempts, max_attempts,
                     retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at,
                     lease, created_at, updated_at, priority, retry_jitter_pct, order_key,
                     order_block, timeout_ms)
-                 VALUES (?1, ?2, ?3, ?13, 0, ?4, ?5, ?6, ?7, COALESCE(max(?10, ?8), ?8 + ?9), 0, ?8, ?8,
-                    ?11, ?12, ?14, ?15, ?16)
+                 VALUES (?1, ?2, ?3, ?12, 0, ?4, ?5, ?6, ?7, COALESCE(max(?9, ?16), ?16 + ?8), 0,
+                    ?16, ?16, ?10, ?11, ?13, ?14, ?15)
                  ON CONFLICT (biz_key, event_type, dedup_slot) DO NOTHING
                  RETURNING id"
             ),

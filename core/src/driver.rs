@@ -56,7 +56,7 @@ use crate::model::{
     Audit, Backoff, Enqueued, Lease, Mark, NewTask, Owner, Priority, Recycled, RetryPolicy, Status,
     Task, TaskFilter, TaskId, WhenParked,
 };
-pub use crate::tx::{EnqueuePlan, EnqueueSql, EnqueueStep};
+pub use crate::tx::{insert_params, EnqueuePlan, EnqueueSql, EnqueueStep, RunAt};
 
 /// A value the store layer in core has checked against the contract's limits (see each
 /// [`Driver`] method for what was checked). A driver reads it (`Deref`) but cannot make
@@ -1445,13 +1445,13 @@ pub fn list_sql<'f>(
 /// `use backstop_core::driver::prelude::*;`.
 pub mod prelude {
     pub use super::{
-        complete_on, complete_on_blocking, ddl_script, enqueue_on, enqueue_on_blocking, list_sql,
-        mark_rounds, millis,
+        complete_on, complete_on_blocking, ddl_script, enqueue_on, enqueue_on_blocking,
+        insert_params, list_sql, mark_rounds, millis,
         schema::{self, Migration},
         AgedBatch, Backend, Buckets, Checked, Claim, ConnectFailure, Driver, EnqueuePlan,
         EnqueueSql, EnqueueStep, Existing, InsertStep, Inserted, KeyRelease, KeyedInsert,
         KeysRelease, KeysStep, ListArg, ListDialect, RawAudit, RawStats, RawTask, ReleaseStep,
-        Reset, TaskRow, AUDIT_COLUMNS, COLUMNS, COLUMN_COUNT,
+        Reset, RunAt, TaskRow, AUDIT_COLUMNS, COLUMNS, COLUMN_COUNT,
     };
     pub use crate::tx::{
         Answer, BlockingTxConnection, Dialect, Returns, Statement, Transactional, TxConnection,

@@ -73,11 +73,11 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::driver::{
-    check_task, enqueued, Backend, Checked, Existing, InsertStep, Inserted, KeyRelease,
+    check_task, enqueued, millis, Backend, Checked, Existing, InsertStep, Inserted, KeyRelease,
     KeyedInsert, ReleaseStep,
 };
 use crate::error::{Error, ErrorKind, Result};
-use crate::model::{Enqueued, Lease, NewTask, TaskId};
+use crate::model::{Enqueued, Lease, NewTask, TaskId, WhenParked};
 
 #[cfg(any(
     feature = "sqlx-postgres",
@@ -341,7 +341,8 @@ fn same_dialect(store: Dialect, conn: Dialect, op: &'static str) -> Result<()> {
 /// A statement an enqueue runs (see [`EnqueueSql`]), with what it works on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EnqueueStep<'a> {
-    /// [`InsertStep::Insert`] with this initial status code.
+    /// [`InsertStep::Insert`] with this initial status code; its parameters are
+    /// [`insert_params`], in that order.
     Insert {
         /// pending (0), or waiting (5) behind its order key.
         status: i16,
@@ -362,6 +363,57 @@ pub enum EnqueueStep<'a> {
     KeyPromote(TaskId),
     /// [`ReleaseStep::DropKey`].
     KeyDrop(&'a str),
+}
+
+/// How a backend stores the time a task was asked to run at ([`insert_params`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunAt {
+    /// As a timestamp ([`Value::Timestamp`]).
+    Timestamp,
+    /// As milliseconds since the Unix epoch ([`Value::BigInt`]).
+    Millis,
+}
+
+/// **For backend authors**: the parameters of [`EnqueueStep::Insert`], the same on every
+/// backend, in this order: 1 event type, 2 business key, 3 payload, 4 most attempts,
+/// 5 backoff strategy, 6 backoff interval (ms), 7 backoff cap (ms), 8 delay (ms; zero
+/// when 9 is set), 9 run at (`NULL`: use the delay; a time already past: now), 10
+/// priority, 11 jitter (%), 12 initial status, 13 order key, 14 whether a parked task
+/// blocks its key (0/1), 15 attempt timeout (ms). A backend appends what only it needs
+/// (SQLite its clock; PostgreSQL the `NOTIFY` channel).
+///
+/// ```
+/// use backstop_core::tx::{insert_params, RunAt, Value};
+/// # use backstop_core::NewTask;
+/// # fn demo(task: backstop_core::driver::Checked<&NewTask>) {
+/// let params = insert_params(task, 0, RunAt::Millis);
+/// assert_eq!(params.len(), 15);
+/// assert_eq!(params[0], Value::Text(Some(task.event_type())));
+/// # }
+/// ```
+pub fn insert_params<'a>(task: Checked<&'a NewTask>, status: i16, run_at: RunAt) -> Vec<Value<'a>> {
+    let task = task.into_inner();
+    let retry = task.retry_policy();
+    vec![
+        Value::Text(Some(task.event_type())),
+        Value::Text(Some(task.biz_key())),
+        Value::Text(Some(task.payload())),
+        Value::BigInt(Some(i64::from(retry.max_attempts))),
+        Value::Text(Some(retry.backoff.strategy())),
+        Value::BigInt(Some(millis(retry.backoff.interval()))),
+        Value::BigInt(Some(millis(retry.backoff.max_interval()))),
+        Value::BigInt(Some(millis(task.due_delay()))),
+        match run_at {
+            RunAt::Timestamp => Value::Timestamp(task.due_at()),
+            RunAt::Millis => Value::BigInt(task.due_at().map(|t| t.timestamp_millis())),
+        },
+        Value::SmallInt(Some(i16::from(task.claim_priority().get()))),
+        Value::SmallInt(Some(i16::from(retry.jitter_pct))),
+        Value::SmallInt(Some(status)),
+        Value::Text(task.order()),
+        Value::SmallInt(Some(i16::from(task.parked_policy() == WhenParked::Block))),
+        Value::BigInt(task.attempt_timeout().map(millis)),
+    ]
 }
 
 /// **For backend authors**: the statements of an enqueue in the backend's SQL, so core
