@@ -255,6 +255,8 @@ impl UrlOptions {
         let mut kept = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let time = || duration(value).ok_or_else(|| bad(key, value, "a time: 500ms, 5s"));
+            let yes_no = || flag(value).ok_or_else(|| bad(key, value, "true or false"));
             let known: &'static str = match key {
                 "table" => {
                     options.table = Some(value.to_owned());
@@ -271,23 +273,19 @@ impl UrlOptions {
                     "max_connections"
                 }
                 "acquire_timeout" => {
-                    options.acquire_timeout =
-                        Some(duration(value).ok_or_else(|| bad(key, value, "a time: 500ms, 5s"))?);
+                    options.acquire_timeout = Some(time()?);
                     "acquire_timeout"
                 }
                 "busy_timeout" => {
-                    options.busy_timeout =
-                        Some(duration(value).ok_or_else(|| bad(key, value, "a time: 500ms, 5s"))?);
+                    options.busy_timeout = Some(time()?);
                     "busy_timeout"
                 }
                 "notify" => {
-                    options.notify =
-                        Some(flag(value).ok_or_else(|| bad(key, value, "true or false"))?);
+                    options.notify = Some(yes_no()?);
                     "notify"
                 }
                 "transaction_pooling" => {
-                    options.transaction_pooling =
-                        Some(flag(value).ok_or_else(|| bad(key, value, "true or false"))?);
+                    options.transaction_pooling = Some(yes_no()?);
                     "transaction_pooling"
                 }
                 "claim" => {

@@ -427,39 +427,26 @@ impl EnqueueSql for Inner {
         Dialect::MySql
     }
 
-    fn statement<'a>(&'a self, step: EnqueueStep<'a>, task: Checked<&'a NewTask>) -> Statement<'a> {
+    fn statement<'a>(
+        &'a self,
+        step: EnqueueStep<'a>,
+        params: Vec<Value<'a>>,
+        _task: Checked<&'a NewTask>,
+    ) -> Statement<'a> {
         let sql = &self.sql;
-        let update = |text: &'a str, params| Statement::new(text, params, Returns::RowsAffected);
-        let row = |text: &'a str, params| Statement::new(text, params, Returns::Row);
-        let key = |k| vec![Value::Text(Some(k))];
-        let id = |id| vec![Value::BigInt(Some(id))];
-        match step {
-            EnqueueStep::Insert { status } => {
-                let params = insert_params(task, status, RunAt::Timestamp);
-                Statement::new(&sql.insert, params, Returns::InsertId)
-            }
-            EnqueueStep::ReadExisting => row(
-                &sql.existing,
-                vec![
-                    Value::Text(Some(task.event_type())),
-                    Value::Text(Some(task.biz_key())),
-                ],
-            ),
-            EnqueueStep::Release(task_id) => update(&sql.release_key, id(task_id)),
-            EnqueueStep::Replace(task_id) => update(
-                &sql.replace_payload,
-                vec![
-                    Value::Text(Some(task.payload())),
-                    Value::BigInt(Some(task_id)),
-                ],
-            ),
+        let (text, returns) = match step {
+            EnqueueStep::Insert { .. } => (&sql.insert, Returns::InsertId),
+            EnqueueStep::ReadExisting => (&sql.existing, Returns::Row),
+            EnqueueStep::Release(_) => (&sql.release_key, Returns::RowsAffected),
+            EnqueueStep::Replace(_) => (&sql.replace_payload, Returns::RowsAffected),
             // the upsert holds the row's exclusive lock whether it inserted or found it
-            EnqueueStep::LockKey(k) => update(&sql.key_insert, key(k)),
-            EnqueueStep::KeyBlocker(k) => row(&sql.key_blocker, key(k)),
-            EnqueueStep::KeyNext(k) => row(&sql.key_next, key(k)),
-            EnqueueStep::KeyPromote(task_id) => update(&sql.key_promote, id(task_id)),
-            EnqueueStep::KeyDrop(k) => update(&sql.key_drop, key(k)),
-        }
+            EnqueueStep::LockKey(_) => (&sql.key_insert, Returns::RowsAffected),
+            EnqueueStep::KeyBlocker(_) => (&sql.key_blocker, Returns::Row),
+            EnqueueStep::KeyNext(_) => (&sql.key_next, Returns::Row),
+            EnqueueStep::KeyPromote(_) => (&sql.key_promote, Returns::RowsAffected),
+            EnqueueStep::KeyDrop(_) => (&sql.key_drop, Returns::RowsAffected),
+        };
+        Statement::new(text, params, returns)
     }
 
     fn complete(&self, lease: Lease) -> Statement<'_> {

@@ -386,43 +386,30 @@ impl EnqueueSql for Inner {
         Dialect::Postgres
     }
 
-    fn statement<'a>(&'a self, step: EnqueueStep<'a>, task: Checked<&'a NewTask>) -> Statement<'a> {
+    fn statement<'a>(
+        &'a self,
+        step: EnqueueStep<'a>,
+        mut params: Vec<Value<'a>>,
+        task: Checked<&'a NewTask>,
+    ) -> Statement<'a> {
         let sql = &self.sql;
-        let row = |text: &'a str, params| Statement::new(text, params, Returns::Row);
-        let key = |k| vec![Value::Text(Some(k))];
-        let id = |id| vec![Value::BigInt(Some(id))];
-        match step {
-            EnqueueStep::Insert { status } => {
-                let mut params = insert_params(task, status, RunAt::Timestamp);
-                // announced at commit on the table's channel
-                if self.notify_now(task.event_type()) {
-                    params.push(Value::Text(Some(&sql.channel)));
-                    row(&sql.insert_notify, params)
-                } else {
-                    row(&sql.insert, params)
-                }
+        let text = match step {
+            // announced at commit on the table's channel
+            EnqueueStep::Insert { .. } if self.notify_now(task.event_type()) => {
+                params.push(Value::Text(Some(&sql.channel)));
+                &sql.insert_notify
             }
-            EnqueueStep::ReadExisting => row(
-                &sql.existing,
-                vec![
-                    Value::Text(Some(task.event_type())),
-                    Value::Text(Some(task.biz_key())),
-                ],
-            ),
-            EnqueueStep::Release(task_id) => row(&sql.release_key, id(task_id)),
-            EnqueueStep::Replace(task_id) => row(
-                &sql.replace_payload,
-                vec![
-                    Value::BigInt(Some(task_id)),
-                    Value::Text(Some(task.payload())),
-                ],
-            ),
-            EnqueueStep::LockKey(k) => row(&sql.key_lock, key(k)),
-            EnqueueStep::KeyBlocker(k) => row(&sql.key_blocker, key(k)),
-            EnqueueStep::KeyNext(k) => row(&sql.key_next, key(k)),
-            EnqueueStep::KeyPromote(task_id) => row(&sql.key_promote, id(task_id)),
-            EnqueueStep::KeyDrop(k) => row(&sql.key_drop, key(k)),
-        }
+            EnqueueStep::Insert { .. } => &sql.insert,
+            EnqueueStep::ReadExisting => &sql.existing,
+            EnqueueStep::Release(_) => &sql.release_key,
+            EnqueueStep::Replace(_) => &sql.replace_payload,
+            EnqueueStep::LockKey(_) => &sql.key_lock,
+            EnqueueStep::KeyBlocker(_) => &sql.key_blocker,
+            EnqueueStep::KeyNext(_) => &sql.key_next,
+            EnqueueStep::KeyPromote(_) => &sql.key_promote,
+            EnqueueStep::KeyDrop(_) => &sql.key_drop,
+        };
+        Statement::new(text, params, Returns::Row)
     }
 
     fn complete(&self, lease: Lease) -> Statement<'_> {

@@ -84,7 +84,7 @@ pub(crate) struct Sql {
     pub existing: String,
     /// $1 id: free the key a finished task holds.
     pub release_key: String,
-    /// $1 id $2 payload: replace a pending task's payload.
+    /// $1 payload $2 id: replace a pending task's payload.
     pub replace_payload: String,
     /// $1 id $2 lease: a running task's success, on the handler's transaction.
     pub complete: String,
@@ -498,7 +498,7 @@ impl Sql {
                 "UPDATE {t} SET dedup_slot = id WHERE id = $1 AND dedup_slot = 0 RETURNING id"
             ),
             replace_payload: format!(
-                "UPDATE {t} SET payload = $2, updated_at = now() WHERE id = $1 AND status = 0
+                "UPDATE {t} SET payload = $1, updated_at = now() WHERE id = $2 AND status = 0
                  RETURNING id"
             ),
             grab_by_id: format!(

@@ -478,43 +478,33 @@ impl EnqueueSql for Sql {
         Dialect::Sqlite
     }
 
-    fn statement<'a>(&'a self, step: EnqueueStep<'a>, task: Checked<&'a NewTask>) -> Statement<'a> {
-        let now = Value::BigInt(Some(now_ms()));
-        let update = |text: &'a str, params| Statement::new(text, params, Returns::RowsAffected);
-        let row = |text: &'a str, params| Statement::new(text, params, Returns::Row);
-        let key = |k| vec![Value::Text(Some(k))];
-        match step {
-            EnqueueStep::Insert { status } => {
-                let mut params = insert_params(task, status, RunAt::Millis);
-                params.push(now);
-                row(&self.insert, params)
-            }
-            EnqueueStep::ReadExisting => row(
-                &self.existing,
-                vec![
-                    Value::Text(Some(task.event_type())),
-                    Value::Text(Some(task.biz_key())),
-                    now,
-                ],
-            ),
-            EnqueueStep::Release(id) => update(&self.release_key, vec![Value::BigInt(Some(id))]),
-            EnqueueStep::Replace(id) => update(
-                &self.replace_payload,
-                vec![
-                    Value::BigInt(Some(id)),
-                    Value::Text(Some(task.payload())),
-                    now,
-                ],
-            ),
+    fn run_at(&self) -> RunAt {
+        RunAt::Millis
+    }
+
+    fn statement<'a>(
+        &'a self,
+        step: EnqueueStep<'a>,
+        mut params: Vec<Value<'a>>,
+        _task: Checked<&'a NewTask>,
+    ) -> Statement<'a> {
+        // (SQL, result, whether the clock follows the step's parameters)
+        let (text, returns, clock) = match step {
+            EnqueueStep::Insert { .. } => (&self.insert, Returns::Row, true),
+            EnqueueStep::ReadExisting => (&self.existing, Returns::Row, true),
+            EnqueueStep::Release(_) => (&self.release_key, Returns::RowsAffected, false),
+            EnqueueStep::Replace(_) => (&self.replace_payload, Returns::RowsAffected, true),
             // the write transaction holds the whole file: the key needs no lock of its own
-            EnqueueStep::LockKey(k) => update(&self.key_insert, key(k)),
-            EnqueueStep::KeyBlocker(k) => row(&self.key_blocker, key(k)),
-            EnqueueStep::KeyNext(k) => row(&self.key_next, key(k)),
-            EnqueueStep::KeyPromote(id) => {
-                update(&self.key_promote, vec![Value::BigInt(Some(id)), now])
-            }
-            EnqueueStep::KeyDrop(k) => update(&self.key_drop, key(k)),
+            EnqueueStep::LockKey(_) => (&self.key_insert, Returns::RowsAffected, false),
+            EnqueueStep::KeyBlocker(_) => (&self.key_blocker, Returns::Row, false),
+            EnqueueStep::KeyNext(_) => (&self.key_next, Returns::Row, false),
+            EnqueueStep::KeyPromote(_) => (&self.key_promote, Returns::RowsAffected, true),
+            EnqueueStep::KeyDrop(_) => (&self.key_drop, Returns::RowsAffected, false),
+        };
+        if clock {
+            params.push(Value::BigInt(Some(now_ms())));
         }
+        Statement::new(text, params, returns)
     }
 
     fn complete(&self, lease: Lease) -> Statement<'_> {

@@ -46,7 +46,7 @@ pub(crate) struct Sql {
     pub existing: String,
     /// ?1 id: free the key a finished task holds.
     pub release_key: String,
-    /// ?1 id ?2 payload ?3 now: replace a pending task's payload.
+    /// ?1 payload ?2 id ?3 now: replace a pending task's payload.
     pub replace_payload: String,
     /// ?1 event type ?2 now: upsert into the handlers table.
     pub types_register: String,
@@ -325,7 +325,7 @@ impl Sql {
                 "SELECT order_key FROM {tk} WHERE order_key > ?1 ORDER BY order_key LIMIT CAST(?2 AS INTEGER)"
             ),
             replace_payload: format!(
-                "UPDATE {t} SET payload = ?2, updated_at = ?3 WHERE id = ?1 AND status = 0"
+                "UPDATE {t} SET payload = ?1, updated_at = ?3 WHERE id = ?2 AND status = 0"
             ),
             grab_by_id: format!(
                 "UPDATE {t} SET status = 3, owner = ?1, attempts = attempts + 1,

@@ -338,31 +338,55 @@ fn same_dialect(store: Dialect, conn: Dialect, op: &'static str) -> Result<()> {
     ))
 }
 
-/// A statement an enqueue runs (see [`EnqueueSql`]), with what it works on.
+/// A statement an enqueue runs (see [`EnqueueSql`]), with what it works on, and the
+/// parameters core binds to it, in this order ([`EnqueueSql::statement`] gets them made).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EnqueueStep<'a> {
-    /// [`InsertStep::Insert`] with this initial status code; its parameters are
-    /// [`insert_params`], in that order.
+    /// [`InsertStep::Insert`] with this initial status code: [`insert_params`].
     Insert {
         /// pending (0), or waiting (5) behind its order key.
         status: i16,
     },
-    /// [`InsertStep::ReadExisting`].
+    /// [`InsertStep::ReadExisting`]: event type, business key.
     ReadExisting,
-    /// [`InsertStep::Release`].
+    /// [`InsertStep::Release`]: the id.
     Release(TaskId),
-    /// [`InsertStep::Replace`].
+    /// [`InsertStep::Replace`]: the new payload, the id.
     Replace(TaskId),
-    /// [`ReleaseStep::LockKey`] (also [`InsertStep::LockKey`]) of this order key.
+    /// [`ReleaseStep::LockKey`] (also [`InsertStep::LockKey`]) of this order key: the key.
     LockKey(&'a str),
-    /// [`ReleaseStep::ReadBlocker`].
+    /// [`ReleaseStep::ReadBlocker`]: the key.
     KeyBlocker(&'a str),
-    /// [`ReleaseStep::ReadNext`].
+    /// [`ReleaseStep::ReadNext`]: the key.
     KeyNext(&'a str),
-    /// [`ReleaseStep::Promote`].
+    /// [`ReleaseStep::Promote`]: the id.
     KeyPromote(TaskId),
-    /// [`ReleaseStep::DropKey`].
+    /// [`ReleaseStep::DropKey`]: the key.
     KeyDrop(&'a str),
+}
+
+impl<'a> EnqueueStep<'a> {
+    /// The step's parameters for `task` (see each variant), its run-at time as `run_at`.
+    pub fn params(self, task: Checked<&'a NewTask>, run_at: RunAt) -> Vec<Value<'a>> {
+        let t = task.into_inner();
+        match self {
+            EnqueueStep::Insert { status } => insert_params(task, status, run_at),
+            EnqueueStep::ReadExisting => vec![
+                Value::Text(Some(t.event_type())),
+                Value::Text(Some(t.biz_key())),
+            ],
+            EnqueueStep::Replace(id) => {
+                vec![Value::Text(Some(t.payload())), Value::BigInt(Some(id))]
+            }
+            EnqueueStep::Release(id) | EnqueueStep::KeyPromote(id) => {
+                vec![Value::BigInt(Some(id))]
+            }
+            EnqueueStep::LockKey(key)
+            | EnqueueStep::KeyBlocker(key)
+            | EnqueueStep::KeyNext(key)
+            | EnqueueStep::KeyDrop(key) => vec![Value::Text(Some(key))],
+        }
+    }
 }
 
 /// How a backend stores the time a task was asked to run at ([`insert_params`]).
@@ -426,8 +450,21 @@ pub trait EnqueueSql: Send + Sync {
     /// The backend's SQL dialect.
     fn dialect(&self) -> Dialect;
 
-    /// The statement of `step` for `task`.
-    fn statement<'a>(&'a self, step: EnqueueStep<'a>, task: Checked<&'a NewTask>) -> Statement<'a>;
+    /// How the backend stores the time a task is asked to run at (default: a
+    /// timestamp).
+    fn run_at(&self) -> RunAt {
+        RunAt::Timestamp
+    }
+
+    /// The statement of `step` for `task`: the backend's SQL, binding `params` (the
+    /// step's, as [`EnqueueStep::params`] made them) and what only it needs after them
+    /// (SQLite its clock; PostgreSQL the `NOTIFY` channel).
+    fn statement<'a>(
+        &'a self,
+        step: EnqueueStep<'a>,
+        params: Vec<Value<'a>>,
+        task: Checked<&'a NewTask>,
+    ) -> Statement<'a>;
 
     /// The fenced success mark of `lease`'s task (`complete_tx`): a row changed, or
     /// returned, when it applied.
@@ -510,7 +547,8 @@ impl<'a> EnqueuePlan<'a> {
                     InsertStep::Done(_) => return Ok(None),
                 }
             };
-            return Ok(Some(self.sql.statement(step, task)));
+            let params = step.params(task, self.sql.run_at());
+            return Ok(Some(self.sql.statement(step, params, task)));
         }
     }
 
@@ -660,6 +698,7 @@ mod tests {
         fn statement<'a>(
             &'a self,
             step: EnqueueStep<'a>,
+            _: Vec<Value<'a>>,
             _: Checked<&'a NewTask>,
         ) -> Statement<'a> {
             let name = match step {
@@ -755,6 +794,39 @@ mod tests {
         );
         let done = done.unwrap();
         assert_eq!((done.id, done.created, done.status), (9, true, 0));
+    }
+
+    /// every step's parameters, in the documented order
+    #[test]
+    fn core_makes_each_steps_parameters() {
+        let task = NewTask::new("E", "k").payload_raw(r#"{"a":1}"#);
+        let t = Checked::new(&task);
+        assert_eq!(
+            EnqueueStep::Replace(7).params(t, RunAt::Timestamp),
+            [Value::Text(Some(r#"{"a":1}"#)), Value::BigInt(Some(7))]
+        );
+        assert_eq!(
+            EnqueueStep::ReadExisting.params(t, RunAt::Timestamp),
+            [Value::Text(Some("E")), Value::Text(Some("k"))]
+        );
+        assert_eq!(
+            EnqueueStep::KeyNext("o").params(t, RunAt::Millis),
+            [Value::Text(Some("o"))]
+        );
+        let insert = EnqueueStep::Insert { status: 5 }.params(t, RunAt::Millis);
+        assert_eq!(insert.len(), 15);
+        assert_eq!(
+            insert[8],
+            Value::BigInt(None),
+            "no run-at: NULL, in milliseconds"
+        );
+        assert_eq!(insert[11], Value::SmallInt(Some(5)));
+        let at = chrono::Utc::now();
+        let timed = NewTask::new("E", "k").run_at(at);
+        let insert =
+            EnqueueStep::Insert { status: 0 }.params(Checked::new(&timed), RunAt::Timestamp);
+        assert_eq!(insert[7], Value::BigInt(Some(0)), "no delay with a run-at");
+        assert_eq!(insert[8], Value::Timestamp(Some(at)));
     }
 
     #[test]

@@ -62,6 +62,7 @@ impl EnqueueSql for Tripwire {
     fn statement<'a>(
         &'a self,
         _step: EnqueueStep<'a>,
+        _params: Vec<backstop_core::tx::Value<'a>>,
         task: Checked<&'a NewTask>,
     ) -> Statement<'a> {
         self.called();
