@@ -129,11 +129,22 @@ start_postgres() {
   cp "$dir/pg_hba.conf" "$dir/data/pg_hba.conf"
   port=$(free_port)
   log "starting PostgreSQL ($("$bin/postgres" --version)) on 127.0.0.1:$port"
-  as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=400 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c ssl=on -c ssl_cert_file=$dir/server.pem -c ssl_key_file=$dir/server.key" \
+  # durability off (fsync, synchronous commit) for the tests' speed, unless BACKSTOP_DURABLE=1
+  local durability="-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+  [ "${BACKSTOP_DURABLE:-}" = 1 ] && durability=
+  pg_opts="-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=400 -c ssl=on -c ssl_cert_file=$dir/server.pem -c ssl_key_file=$dir/server.key"
+  as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 -o "$pg_opts $durability" \
     start >/dev/null || { cat "$dir/server.log"; return 1; }
   cleanups+=("as_pg '$bin/pg_ctl' -D '$dir/data' -m immediate stop >/dev/null 2>&1")
   export BACKSTOP_TEST_POSTGRES_URL="postgres://backstop@127.0.0.1:$port/postgres"
+  # an immediate restart (a crash and a recovery), for the chaos suite
+  local run_as=
+  [ "$(id -u)" = 0 ] && run_as="runuser -u postgres --"
+  printf '%s\n' "#!/bin/sh" \
+    "exec $run_as '$bin/pg_ctl' -D '$dir/data' -l '$dir/server.log' -m immediate -w -t 60 restart >/dev/null" \
+    >"$dir/restart.sh"
+  chmod +x "$dir/restart.sh"
+  export BACKSTOP_TEST_POSTGRES_RESTART="$dir/restart.sh"
   pg_port=$port
   require postgres
   "$bin/psql" -q -h 127.0.0.1 -p "$port" -U backstop -d postgres \
@@ -197,6 +208,22 @@ EOF
   require pgbouncer
 }
 
+# Durability on, as production runs, on the servers already started (the chaos suite's
+# crashes must not lose what was acknowledged): PostgreSQL restarted with its defaults
+# (fsync, synchronous commit, full-page writes; its restarts keep them) and MariaDB's
+# flush of the log at every commit (until its next restart, after which the log still
+# reaches the OS at every commit, which a crash of the server does not lose). Servers
+# started with BACKSTOP_DURABLE=1 are durable from the start.
+make_durable() {
+  if [ -n "${pg_opts:-}" ]; then
+    as_pg "$(pg_bindir)/pg_ctl" -D "$work/pg/data" -l "$work/pg/server.log" -w -t 60 -m fast \
+      -o "$pg_opts" restart >/dev/null
+  fi
+  if [ -n "${mysql_sock:-}" ]; then
+    mariadb --no-defaults -S "$mysql_sock" -u root -e "SET GLOBAL innodb_flush_log_at_trx_commit = 1"
+  fi
+}
+
 # A throwaway MariaDB (the MySQL backend's CI server): mariadb-install-db into a temp
 # dir, a free port on 127.0.0.1, stopped on exit. Installs Debian's mariadb-server when
 # missing. Skipped when BACKSTOP_TEST_MYSQL_URL is already set (your own server).
@@ -227,11 +254,26 @@ start_mysql() {
   install_server_cert "$dir" mysql
   port=$(free_port)
   log "starting MariaDB ($(/usr/sbin/mariadbd --version | cut -d' ' -f4)) on 127.0.0.1:$port"
-  /usr/sbin/mariadbd --no-defaults --datadir="$dir/data" "${user_opt[@]}" --port="$port" \
-    --bind-address=127.0.0.1 --socket="$dir/sock" --pid-file="$dir/pid" --skip-name-resolve \
-    --max-connections=800 --innodb-flush-log-at-trx-commit=2 --innodb-buffer-pool-size=256M \
-    --skip-log-bin --ssl-ca="$dir/ca.pem" --ssl-cert="$dir/server.pem" --ssl-key="$dir/server.key" \
-    >"$dir/server.log" 2>&1 &
+  # the log written to the OS at each commit (a crash of the server loses nothing, one of
+  # the host may) for the tests' speed; flushed at each commit with BACKSTOP_DURABLE=1
+  local flush=2
+  [ "${BACKSTOP_DURABLE:-}" = 1 ] && flush=1
+  local server=(/usr/sbin/mariadbd --no-defaults --datadir="$dir/data" "${user_opt[@]}" --port="$port"
+    --bind-address=127.0.0.1 --socket="$dir/sock" --pid-file="$dir/pid" --skip-name-resolve
+    --max-connections=800 --innodb-flush-log-at-trx-commit=$flush --innodb-buffer-pool-size=256M
+    --skip-log-bin --ssl-ca="$dir/ca.pem" --ssl-cert="$dir/server.pem" --ssl-key="$dir/server.key")
+  "${server[@]}" >"$dir/server.log" 2>&1 &
+  # an immediate restart (kill -9, then crash recovery at start), for the chaos suite
+  { echo '#!/usr/bin/env bash'
+    echo 'set -u'
+    printf 'pid=$(cat %q); kill -9 "$pid"\n' "$dir/pid"
+    echo 'while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done'
+    printf 'setsid %s >>%q 2>&1 </dev/null &\n' "$(printf '%q ' "${server[@]}")" "$dir/server.log"
+    printf 'for i in $(seq 1 600); do mariadb-admin --no-defaults -S %q -u root ping >/dev/null 2>&1 && exit 0; sleep 0.1; done\n' "$dir/sock"
+    echo 'echo "MariaDB did not come back" >&2; exit 1'
+  } >"$dir/restart.sh"
+  chmod +x "$dir/restart.sh"
+  export BACKSTOP_TEST_MYSQL_RESTART="$dir/restart.sh"
   cleanups+=("mariadb-admin --no-defaults -S '$dir/sock' -u root shutdown >/dev/null 2>&1 || kill \$(cat '$dir/pid') 2>/dev/null")
   for i in $(seq 1 120); do
     mariadb-admin --no-defaults -S "$dir/sock" -u root ping >/dev/null 2>&1 && break
@@ -242,6 +284,7 @@ start_mysql() {
      CREATE USER 'backstop_tls'@'%' IDENTIFIED BY 'backstop' REQUIRE SSL; GRANT ALL ON *.* TO 'backstop_tls'@'%';" \
     || { cat "$dir/server.log"; return 1; }
   export BACKSTOP_TEST_MYSQL_URL="mysql://backstop:backstop@127.0.0.1:$port"
+  mysql_sock="$dir/sock"
   export BACKSTOP_EXAMPLE_MYSQL_URL="$BACKSTOP_TEST_MYSQL_URL/backstop"
   require mysql
   export BACKSTOP_TEST_MYSQL_TLS_URL="mysql://backstop_tls:backstop@127.0.0.1:$port?ssl-mode=VERIFY_IDENTITY&ssl-ca=$BACKSTOP_TEST_TLS_CA"

@@ -40,6 +40,8 @@
 //! ```
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+// Without `tls` the connector is `NoTls`, which is `Copy`: the clones are for the rustls one.
+#![cfg_attr(not(feature = "tls"), allow(clippy::clone_on_copy))]
 
 mod inbox;
 mod listen;

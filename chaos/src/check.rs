@@ -1,0 +1,502 @@
+//! The invariants, checked at the end of a run against the rows and the ledgers, each
+//! reported with its counts.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use backstop::{Status, Task, TaskId};
+
+use crate::driver::{Backend, Fault, FaultKind, Lane, Outcome, Written};
+use crate::ledger::Entry;
+use crate::worker::{DEAD_AFTER, FAIL, FAIL_ATTEMPTS, OK, POLL};
+
+/// A worker stopped with SIGTERM: whether it exited cleanly, and how many rows it left
+/// `running` under its name (checked after a mid-run stop).
+#[derive(Debug, Clone)]
+pub struct Graceful {
+    pub pid: u32,
+    pub clean: bool,
+    /// The rows it left `running`.
+    pub left: Vec<TaskId>,
+}
+
+/// Everything a run produced.
+pub struct Input {
+    pub backend: Backend,
+    pub lane: Lane,
+    pub seed: u64,
+    pub written: HashMap<String, Written>,
+    pub tasks: Vec<Task>,
+    pub orders: Vec<String>,
+    pub ledgers: HashMap<String, Vec<Entry>>,
+    pub faults: Vec<Fault>,
+    pub settle_ms: i64,
+    pub settle_bound: Duration,
+    pub graceful: Vec<Graceful>,
+    pub running_after: Vec<TaskId>,
+    pub dir: PathBuf,
+}
+
+/// One invariant's verdict.
+pub struct Line {
+    pub ok: bool,
+    pub name: &'static str,
+    pub detail: String,
+}
+
+/// The verdicts of a run, and its headline figures.
+pub struct Report {
+    pub title: String,
+    pub lines: Vec<Line>,
+    /// Duplicate runs per fault kind that explains them.
+    pub duplicates: Vec<(FaultKind, u64)>,
+    /// Tasks that ran more than once (beyond their failed attempts), and tasks in all.
+    pub duplicated_tasks: (u64, u64),
+    pub dir: PathBuf,
+}
+
+impl Report {
+    /// No invariant was violated.
+    pub fn ok(&self) -> bool {
+        self.lines.iter().all(|l| l.ok)
+    }
+
+    /// The report as printed.
+    pub fn render(&self) -> String {
+        let mut s = format!("{}\n", self.title);
+        for l in &self.lines {
+            let _ = writeln!(
+                s,
+                "  {}  {:<48} {}",
+                if l.ok { "ok  " } else { "FAIL" },
+                l.name,
+                l.detail
+            );
+        }
+        if !self.ok() {
+            let _ = writeln!(
+                s,
+                "  the ledgers and worker logs are kept in {}",
+                self.dir.display()
+            );
+        }
+        s
+    }
+}
+
+struct Run {
+    task: TaskId,
+    lease: i64,
+    pid: u32,
+    start: i64,
+    end: Option<(String, i64)>,
+}
+
+struct MarkRec {
+    lease: i64,
+    action: String,
+    /// `None`: the call failed and may have applied.
+    applied: Option<bool>,
+    sent: i64,
+}
+
+#[derive(Default)]
+struct PerTask {
+    claims: Vec<(i64, i64)>,
+    runs: Vec<Run>,
+    marks: Vec<MarkRec>,
+}
+
+fn index(ledgers: &HashMap<String, Vec<Entry>>) -> HashMap<TaskId, PerTask> {
+    let mut by: HashMap<TaskId, PerTask> = HashMap::new();
+    for entries in ledgers.values() {
+        let mut ends: HashMap<(TaskId, i64), (String, i64)> = HashMap::new();
+        for e in entries {
+            if let Entry::End {
+                task,
+                lease,
+                outcome,
+                at,
+            } = e
+            {
+                ends.insert((*task, *lease), (outcome.clone(), *at));
+            }
+        }
+        for e in entries {
+            match e {
+                Entry::Claim { task, lease, at } => {
+                    by.entry(*task).or_default().claims.push((*lease, *at))
+                }
+                Entry::Start {
+                    task,
+                    lease,
+                    pid,
+                    at,
+                } => by.entry(*task).or_default().runs.push(Run {
+                    task: *task,
+                    lease: *lease,
+                    pid: *pid,
+                    start: *at,
+                    end: ends.get(&(*task, *lease)).cloned(),
+                }),
+                Entry::Mark {
+                    task,
+                    lease,
+                    action,
+                    applied,
+                    sent,
+                    ..
+                } => by.entry(*task).or_default().marks.push(MarkRec {
+                    lease: *lease,
+                    action: action.clone(),
+                    applied: *applied,
+                    sent: *sent,
+                }),
+                _ => {}
+            }
+        }
+    }
+    for t in by.values_mut() {
+        t.runs.sort_by_key(|r| r.start);
+    }
+    by
+}
+
+/// The fault that explains a second run after `first`, if any: a kill or stop of either
+/// run's worker, or a fault every worker saw, between the first's start and the second's.
+/// On SQLite a stopped worker may hold the file's write lock, so a stop is seen by all.
+///
+/// A kill explains the runs it cut short. The other faults leave leases that were not
+/// refreshed while they lasted: the sweep may recycle those until `dead_after` and a poll
+/// after the fault ended, and a stopped worker, woken, starts the tasks it had claimed
+/// before, so their effect lasts that much longer than the fault.
+fn explain(faults: &[Fault], backend: Backend, first: &Run, second: &Run) -> Option<FaultKind> {
+    let linger = (DEAD_AFTER + POLL).as_millis() as i64;
+    faults
+        .iter()
+        .filter(|f| f.kind != FaultKind::Term)
+        .filter(|f| {
+            let end = if f.kind == FaultKind::Kill {
+                f.end
+            } else {
+                f.end + linger
+            };
+            f.start <= second.start && end >= first.start
+        })
+        .find(|f| match f.pid {
+            None => true,
+            Some(_) if backend == Backend::Sqlite && f.kind == FaultKind::Stop => true,
+            Some(p) => p == first.pid || p == second.pid,
+        })
+        .map(|f| f.kind)
+}
+
+/// A few of the offending task ids, to look them up in the ledgers.
+fn ids(examples: &[TaskId]) -> String {
+    if examples.is_empty() {
+        return String::new();
+    }
+    let some: Vec<String> = examples.iter().take(5).map(|i| i.to_string()).collect();
+    format!("; tasks {}", some.join(", "))
+}
+
+fn terminal(s: Status) -> bool {
+    matches!(s, Status::Succeeded | Status::Failed | Status::Cancelled)
+}
+
+/// Check every invariant of a run.
+pub fn check(input: Input) -> Report {
+    let Input {
+        backend,
+        lane,
+        seed,
+        written,
+        tasks,
+        orders,
+        ledgers,
+        faults,
+        settle_ms,
+        settle_bound,
+        graceful,
+        running_after,
+        dir,
+    } = input;
+    let mut lines = Vec::new();
+    let by_key: HashMap<&str, &Task> = tasks.iter().map(|t| (t.biz_key.as_str(), t)).collect();
+    let orders: HashSet<&str> = orders.iter().map(String::as_str).collect();
+    let count = |o: Outcome| written.values().filter(|w| w.outcome == o).count();
+    let (committed, rolled_back, unknown) = (
+        count(Outcome::Committed),
+        count(Outcome::RolledBack),
+        count(Outcome::Unknown),
+    );
+
+    // 1. every committed task reached the terminal state its kind leads to
+    let (mut missing, mut unfinished, mut wrong) = (0, 0, 0);
+    for (key, w) in &written {
+        if w.outcome != Outcome::Committed {
+            continue;
+        }
+        match by_key.get(key.as_str()) {
+            None => missing += 1,
+            Some(t) if !terminal(t.status) => unfinished += 1,
+            Some(t) => {
+                let right = match w.event_type {
+                    OK => t.status == Status::Succeeded,
+                    FAIL => t.status == Status::Failed && t.attempts == FAIL_ATTEMPTS,
+                    _ => false,
+                };
+                if !right || !orders.contains(key.as_str()) {
+                    wrong += 1;
+                }
+            }
+        }
+    }
+    lines.push(Line {
+        ok: missing + unfinished + wrong == 0 && committed > 0,
+        name: "every committed task terminal, as its kind says",
+        detail: format!(
+            "{committed} committed: {missing} missing, {unfinished} not terminal, {wrong} in the wrong state"
+        ),
+    });
+
+    // 2. nothing of a rolled-back transaction; all or nothing of a lost commit
+    let mut leaked = 0;
+    let mut split = 0;
+    let mut strays = 0;
+    for (key, w) in &written {
+        let (task, order) = (
+            by_key.contains_key(key.as_str()),
+            orders.contains(key.as_str()),
+        );
+        match w.outcome {
+            Outcome::RolledBack if task || order => leaked += 1,
+            Outcome::Unknown if task != order => split += 1,
+            _ => {}
+        }
+    }
+    for t in &tasks {
+        if !written.contains_key(&t.biz_key) {
+            strays += 1;
+        }
+    }
+    lines.push(Line {
+        ok: leaked + split + strays == 0,
+        name: "rolled back leaves nothing; lost commits whole",
+        detail: format!(
+            "{rolled_back} rolled back: {leaked} left rows; {unknown} commit answers lost: {split} split; {strays} tasks of no transaction"
+        ),
+    });
+
+    // 3. no stale lease applied: an applied mark's lease was the newest claim when sent
+    let per = index(&ledgers);
+    let (mut applied, mut stale) = (0u64, 0u64);
+    for p in per.values() {
+        for m in p.marks.iter().filter(|m| m.applied == Some(true)) {
+            applied += 1;
+            if p.claims.iter().any(|&(l, at)| l > m.lease && at < m.sent) {
+                stale += 1;
+            }
+        }
+    }
+    lines.push(Line {
+        ok: stale == 0 && applied > 0,
+        name: "no stale lease ever applied",
+        detail: format!("{applied} marks applied, {stale} by a lease already superseded"),
+    });
+
+    // 4. the final state was written by the final lease
+    let killed_after = |pid: u32, t: i64| {
+        faults
+            .iter()
+            .any(|f| f.kind == FaultKind::Kill && f.pid == Some(pid) && f.start >= t)
+    };
+    let (mut finals, mut behind, mut not_by_final, mut unrecorded) = (0u64, 0u64, 0u64, 0u64);
+    let mut examples = Vec::new();
+    let mut answer_lost = 0u64;
+    for t in tasks.iter().filter(|t| terminal(t.status)) {
+        finals += 1;
+        let Some(p) = per.get(&t.id) else { continue };
+        let newest = p
+            .claims
+            .iter()
+            .map(|c| c.0)
+            .chain(p.runs.iter().map(|r| r.lease))
+            .max()
+            .unwrap_or(0);
+        if newest > t.lease {
+            behind += 1;
+            examples.push(t.id);
+        }
+        let want: &[&str] = if t.status == Status::Succeeded {
+            &["success"]
+        } else {
+            &["fail", "retry"]
+        };
+        let by_final = |applied: Option<bool>| {
+            p.marks.iter().any(|m| {
+                m.applied == applied && m.lease == t.lease && want.contains(&m.action.as_str())
+            })
+        };
+        if by_final(Some(true)) {
+            continue;
+        }
+        if by_final(None) {
+            // the final lease's mark applied but its answer was lost (a fault)
+            answer_lost += 1;
+            continue;
+        }
+        // its worker died between the mark and the ledger line, or the sweep parked it
+        let run = p.runs.iter().find(|r| r.lease == t.lease);
+        match run {
+            Some(r) if killed_after(r.pid, r.start) => unrecorded += 1,
+            // attempts used up by a holder that died or stopped: the sweep parked it
+            _ if t.status == Status::Failed => unrecorded += 1,
+            _ => {
+                not_by_final += 1;
+                examples.push(t.id);
+            }
+        }
+    }
+    lines.push(Line {
+        ok: behind + not_by_final == 0,
+        name: "final state written by the final lease",
+        detail: format!(
+            "{finals} terminal: {behind} behind a newer claim, {not_by_final} not by their final lease ({answer_lost} by a mark whose answer was lost, {unrecorded} by a worker killed before its ledger line or by the sweep){}",
+            ids(&examples)
+        ),
+    });
+
+    // 5. duplicate runs only where a fault explains them
+    let mut dups: HashMap<FaultKind, u64> = HashMap::new();
+    let (mut unexplained, mut after_success, mut dup_tasks) = (0u64, 0u64, 0u64);
+    let mut dup_examples = Vec::new();
+    for p in per.values() {
+        let mut dup = false;
+        for pair in p.runs.windows(2) {
+            let (a, b) = (&pair[0], &pair[1]);
+            if matches!(&a.end, Some((o, _)) if o == "retry") {
+                continue; // a failed attempt and its retry
+            }
+            dup = true;
+            // a claim after an applied success: the task ran again although done (a
+            // stale holder's copy, claimed before, is a duplicate its fault explains)
+            let succeeded_before = p
+                .marks
+                .iter()
+                .any(|m| m.applied == Some(true) && m.action == "success" && m.lease < b.lease);
+            if succeeded_before {
+                after_success += 1;
+                dup_examples.push(a.task);
+                continue;
+            }
+            match explain(&faults, backend, a, b) {
+                Some(k) => *dups.entry(k).or_default() += 1,
+                None => {
+                    unexplained += 1;
+                    dup_examples.push(a.task);
+                }
+            }
+        }
+        if dup {
+            dup_tasks += 1;
+        }
+    }
+    let mut duplicates: Vec<(FaultKind, u64)> = dups.into_iter().collect();
+    duplicates.sort();
+    let explained: u64 = duplicates.iter().map(|d| d.1).sum();
+    let total_tasks = tasks.len() as u64;
+    lines.push(Line {
+        ok: unexplained + after_success == 0,
+        name: "duplicate runs only where a fault explains them",
+        detail: format!(
+            "{} tasks ran twice ({:.2}%): {explained} explained ({}), {unexplained} unexplained, {after_success} after an applied success{}",
+            dup_tasks,
+            100.0 * dup_tasks as f64 / total_tasks.max(1) as f64,
+            duplicates
+                .iter()
+                .map(|(k, n)| format!("{} {n}", k.name()))
+                .collect::<Vec<_>>()
+                .join(", "),
+            ids(&dup_examples)
+        ),
+    });
+
+    // 6. graceful shutdown leaves nothing running
+    let unclean: Vec<TaskId> = graceful
+        .iter()
+        .filter(|g| !g.clean)
+        .map(|g| i64::from(g.pid))
+        .collect();
+    let mut left: Vec<TaskId> = graceful.iter().flat_map(|g| g.left.clone()).collect();
+    left.extend(running_after);
+    lines.push(Line {
+        ok: unclean.is_empty() && left.is_empty(),
+        name: "graceful shutdown leaves nothing running",
+        detail: format!(
+            "{} shutdowns: {} unclean{}, {} rows left running{}",
+            graceful.len(),
+            unclean.len(),
+            if unclean.is_empty() {
+                String::new()
+            } else {
+                format!(" (pids {unclean:?})")
+            },
+            left.len(),
+            ids(&left)
+        ),
+    });
+
+    // 7. settled soon after the last fault
+    let bound_ms = settle_bound.as_millis() as i64;
+    lines.push(Line {
+        ok: settle_ms <= bound_ms,
+        name: "settled within dead_after + a poll + margin",
+        detail: if settle_ms == i64::MAX {
+            "never settled".into()
+        } else {
+            format!("{settle_ms} ms after the last fault (bound {bound_ms} ms)")
+        },
+    });
+
+    // the faults, with the kills that hit a handler mid-run
+    let mut kinds: Vec<(FaultKind, usize)> = Vec::new();
+    for f in &faults {
+        match kinds.iter_mut().find(|k| k.0 == f.kind) {
+            Some(k) => k.1 += 1,
+            None => kinds.push((f.kind, 1)),
+        }
+    }
+    kinds.sort();
+    let mid_handler = faults
+        .iter()
+        .filter(|f| f.kind == FaultKind::Kill)
+        .filter(|f| {
+            per.values().any(|p| {
+                p.runs
+                    .iter()
+                    .any(|r| Some(r.pid) == f.pid && r.start <= f.start && r.end.is_none())
+            })
+        })
+        .count();
+    let title = format!(
+        "chaos {} ({} lane, seed {seed}, {} workers): {committed} transactions committed, {rolled_back} rolled back, {unknown} commit answers lost\n  faults: {} ({mid_handler} kills during a handler)",
+        backend.name(),
+        lane.name,
+        lane.workers,
+        kinds
+            .iter()
+            .map(|(k, n)| format!("{} {n}", k.name()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Report {
+        title,
+        lines,
+        duplicates,
+        duplicated_tasks: (dup_tasks, total_tasks),
+        dir,
+    }
+}

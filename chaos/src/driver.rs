@@ -1,0 +1,682 @@
+//! The driver: sets a backend up, spawns the workers, enqueues business rows and tasks in
+//! transactions (some rolled back on purpose) while it injects faults, waits for the
+//! tasks to settle, stops the workers gracefully and checks the invariants.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use backstop::{
+    AnyStore, NewTask, RetryPolicy, Status, Task, TaskFilter, TaskId, TaskStore, Transactional,
+};
+use sqlx::AnyPool;
+use tokio::process::{Child, Command};
+
+use crate::check::{self, Report};
+use crate::ledger::now_ms;
+use crate::proxy::{Mode, Proxy};
+use crate::worker::{Work, DEAD_AFTER, FAIL, FAIL_ATTEMPTS, OK, POLL};
+use crate::BoxError;
+
+/// The databases the suite runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+    Mysql,
+}
+
+impl Backend {
+    pub fn parse(s: &str) -> Option<Backend> {
+        match s {
+            "sqlite" => Some(Backend::Sqlite),
+            "postgres" => Some(Backend::Postgres),
+            "mysql" => Some(Backend::Mysql),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+            Backend::Mysql => "mysql",
+        }
+    }
+    /// The faults this backend gets: process faults everywhere; the database's and the
+    /// network's on the server backends.
+    fn faults(self) -> Vec<FaultKind> {
+        use FaultKind::*;
+        match self {
+            Backend::Sqlite => vec![Kill, Stop, Term],
+            _ => vec![
+                Kill, Stop, Term, Restart, ConnKill, Latency, Stall, Reset, Outage,
+            ],
+        }
+    }
+}
+
+/// How long and how hard a run is.
+#[derive(Debug, Clone, Copy)]
+pub struct Lane {
+    pub name: &'static str,
+    /// The fault phase (at least long enough for every fault kind once).
+    pub faults_for: Duration,
+    /// Tasks enqueued per second during it.
+    pub rate: u64,
+    /// Worker processes.
+    pub workers: usize,
+}
+
+impl Lane {
+    pub fn smoke() -> Lane {
+        Lane {
+            name: "smoke",
+            faults_for: Duration::from_secs(15),
+            rate: 150,
+            workers: 3,
+        }
+    }
+    pub fn full() -> Lane {
+        Lane {
+            name: "full",
+            faults_for: Duration::from_secs(150),
+            rate: 300,
+            workers: 4,
+        }
+    }
+}
+
+/// A fault the driver injects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FaultKind {
+    /// `kill -9` of a worker (it is respawned).
+    Kill,
+    /// `SIGSTOP` of a worker for longer than `dead_after`, then `SIGCONT`.
+    Stop,
+    /// `SIGTERM`: a graceful shutdown (then a respawn).
+    Term,
+    /// An immediate restart of the database server.
+    Restart,
+    /// Every connection of the database killed by the server (`pg_terminate_backend`,
+    /// `KILL`).
+    ConnKill,
+    /// 50 ms on every chunk between workers and database, for 2 s.
+    Latency,
+    /// Nothing forwarded between workers and database for 1 s.
+    Stall,
+    /// Every connection between workers and database reset.
+    Reset,
+    /// The database unreachable from the workers for 3 × `dead_after` (a stall).
+    Outage,
+}
+
+impl FaultKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::Kill => "kill -9",
+            FaultKind::Stop => "stop",
+            FaultKind::Term => "graceful stop",
+            FaultKind::Restart => "db restart",
+            FaultKind::ConnKill => "connection kill",
+            FaultKind::Latency => "latency",
+            FaultKind::Stall => "stall",
+            FaultKind::Reset => "reset",
+            FaultKind::Outage => "outage",
+        }
+    }
+}
+
+/// A fault as injected: on which worker (process faults), and when.
+#[derive(Debug, Clone)]
+pub struct Fault {
+    pub kind: FaultKind,
+    /// The worker's pid for process faults; `None` for faults every worker sees.
+    pub pid: Option<u32>,
+    pub start: i64,
+    pub end: i64,
+}
+
+/// What became of one business transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Committed: its order row and its task exist.
+    Committed,
+    /// Rolled back on purpose, or failed before its commit: neither exists.
+    RolledBack,
+    /// The commit's answer was lost (a fault): both exist or neither.
+    Unknown,
+}
+
+/// One business transaction's key, task kind and outcome.
+#[derive(Debug, Clone)]
+pub struct Written {
+    pub event_type: &'static str,
+    pub outcome: Outcome,
+}
+
+struct Target {
+    backend: Backend,
+    /// The store for the driver (direct to the database).
+    store: AnyStore,
+    /// The application's own pool for its business transactions (direct).
+    pool: AnyPool,
+    /// `$1` or `?`.
+    p1: &'static str,
+    orders: String,
+    /// The store URL the workers use (through the proxy on the server backends).
+    worker_url: String,
+    proxy: Option<Proxy>,
+    /// A shell command restarting the database server at once.
+    restart: Option<String>,
+}
+
+fn with_param(url: &str, param: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}{param}")
+}
+
+/// `host:port` of a server URL, and the URL with it replaced by `to`.
+fn reroute(url: &str, to: &str) -> Result<(String, String), BoxError> {
+    let after_scheme = url.find("://").ok_or("URL without ://")? + 3;
+    let rest = &url[after_scheme..];
+    let auth_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let authority = &rest[..auth_end];
+    let host_start = authority.rfind('@').map(|i| i + 1).unwrap_or(0);
+    let host = authority[host_start..].to_string();
+    let rerouted = format!(
+        "{}{}{}{}",
+        &url[..after_scheme],
+        &authority[..host_start],
+        to,
+        &rest[auth_end..]
+    );
+    Ok((host, rerouted))
+}
+
+async fn setup(backend: Backend, dir: &Path, tag: &str) -> Result<Target, BoxError> {
+    sqlx::any::install_default_drivers();
+    let table = format!("chaos_{tag}");
+    let orders = format!("chaos_orders_{tag}");
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let (db_url, restart) = match backend {
+        Backend::Sqlite => (format!("sqlite://{}", dir.join("chaos.db").display()), None),
+        Backend::Postgres => (
+            env("BACKSTOP_TEST_POSTGRES_URL").ok_or("BACKSTOP_TEST_POSTGRES_URL is not set")?,
+            env("BACKSTOP_TEST_POSTGRES_RESTART"),
+        ),
+        Backend::Mysql => {
+            let server =
+                env("BACKSTOP_TEST_MYSQL_URL").ok_or("BACKSTOP_TEST_MYSQL_URL is not set")?;
+            let pool = AnyPool::connect(&server).await?;
+            sqlx::query("CREATE DATABASE IF NOT EXISTS backstop_chaos")
+                .execute(&pool)
+                .await?;
+            pool.close().await;
+            (
+                format!("{}/backstop_chaos", server.trim_end_matches('/')),
+                env("BACKSTOP_TEST_MYSQL_RESTART"),
+            )
+        }
+    };
+    if backend != Backend::Sqlite && restart.is_none() {
+        return Err(format!(
+            "BACKSTOP_TEST_{}_RESTART is not set: the suite restarts the server (scripts/chaos sets it)",
+            backend.name().to_uppercase()
+        )
+        .into());
+    }
+    durable(backend, &db_url).await?;
+    let store_url = with_param(&db_url, &format!("table={table}"));
+    let store = backstop::connect(&store_url).await?;
+    store.migrate().await?;
+    let pool = AnyPool::connect(&db_url).await?;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "CREATE TABLE {orders} (biz_key VARCHAR(64) PRIMARY KEY)"
+    )))
+    .execute(&pool)
+    .await?;
+    let (worker_url, proxy) = if backend == Backend::Sqlite {
+        (store_url, None)
+    } else {
+        let (upstream, _) = reroute(&store_url, "")?;
+        let proxy = Proxy::start(upstream).await?;
+        let (_, via) = reroute(&store_url, &format!("127.0.0.1:{}", proxy.port))?;
+        (via, Some(proxy))
+    };
+    Ok(Target {
+        backend,
+        store,
+        pool,
+        p1: if backend == Backend::Postgres {
+            "$1"
+        } else {
+            "?"
+        },
+        orders,
+        worker_url,
+        proxy,
+        restart,
+    })
+}
+
+/// Refuse a server that loses acknowledged commits when it crashes: the suite restarts
+/// it at once and would report those losses as lost tasks.
+async fn durable(backend: Backend, url: &str) -> Result<(), BoxError> {
+    let (query, lossy) = match backend {
+        Backend::Sqlite => return Ok(()),
+        Backend::Postgres => ("SELECT current_setting('synchronous_commit')", "off"),
+        // 2 writes the log to the OS at each commit: a crash of the server loses nothing
+        Backend::Mysql => ("SELECT CAST(@@innodb_flush_log_at_trx_commit AS CHAR)", "0"),
+    };
+    let pool = AnyPool::connect(url).await?;
+    let (value,): (String,) = sqlx::query_as(query).fetch_one(&pool).await?;
+    pool.close().await;
+    if value == lossy {
+        return Err(format!(
+            "the {} server loses acknowledged commits when it crashes ({query} = {value}); the suite needs durability on (scripts/servers.sh: make_durable)",
+            backend.name()
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// The worker processes, respawned as they are killed or stopped.
+struct Workers {
+    exe: PathBuf,
+    url: String,
+    dir: PathBuf,
+    /// Each live worker with the number of its ledger file.
+    children: Vec<(usize, Child)>,
+    spawned: usize,
+}
+
+impl Workers {
+    fn spawn(&mut self) -> Result<(), BoxError> {
+        self.spawned += 1;
+        let n = self.spawned;
+        let log = std::fs::File::create(self.dir.join(format!("worker-{n}.stderr")))?;
+        let child = Command::new(&self.exe)
+            .arg("worker")
+            .arg(&self.url)
+            .arg(self.dir.join(format!("ledger-{n}")))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()?;
+        self.children.push((n, child));
+        Ok(())
+    }
+
+    fn pick(&mut self, rng: &mut fastrand::Rng) -> Option<(usize, u32)> {
+        let i = rng.usize(..self.children.len().max(1));
+        let pid = self.children.get(i)?.1.id()?;
+        Some((i, pid))
+    }
+}
+
+fn signal(pid: u32, sig: &str) -> Result<(), BoxError> {
+    let ok = std::process::Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()?
+        .success();
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("kill -{sig} {pid} failed").into())
+    }
+}
+
+/// Rows of the task table still `running` (with this owner).
+async fn running_of(store: &AnyStore, owner: Option<&str>) -> Result<Vec<TaskId>, BoxError> {
+    Ok(all_tasks(store)
+        .await?
+        .into_iter()
+        .filter(|t| t.status == Status::Running)
+        .filter(|t| owner.is_none_or(|o| t.owner.as_deref() == Some(o)))
+        .map(|t| t.id)
+        .collect())
+}
+
+async fn all_tasks(store: &AnyStore) -> Result<Vec<Task>, BoxError> {
+    let mut out = Vec::new();
+    let mut after = None;
+    loop {
+        let mut f = TaskFilter::default();
+        f.limit = 1000;
+        f.after_id = after;
+        let page = store.list(&f).await?;
+        let full = page.len() == 1000;
+        after = page.last().map(|t| t.id);
+        out.extend(page);
+        if !full {
+            return Ok(out);
+        }
+    }
+}
+
+/// The owner a worker's ledger names (its first line).
+fn owner_of(dir: &Path, n: usize) -> Option<String> {
+    let text = std::fs::read_to_string(dir.join(format!("ledger-{n}"))).ok()?;
+    text.lines().find_map(|l| {
+        l.strip_prefix("O ")
+            .map(|r| r.split(' ').next().unwrap_or("").to_string())
+    })
+}
+
+/// The producers: business transactions at `rate` per second until `stop`.
+async fn produce(
+    t: Arc<Target>,
+    rate: u64,
+    seed: u64,
+    stop: Arc<AtomicBool>,
+    written: Arc<Mutex<HashMap<String, Written>>>,
+) {
+    const PRODUCERS: u64 = 4;
+    let next = Arc::new(AtomicU64::new(0));
+    let mut handles = Vec::new();
+    for p in 0..PRODUCERS {
+        let (t, stop, written, next) = (t.clone(), stop.clone(), written.clone(), next.clone());
+        handles.push(tokio::spawn(async move {
+            let mut rng = fastrand::Rng::with_seed(seed ^ ((p + 1) * 0x9e37_79b9));
+            let every = Duration::from_micros(1_000_000 * PRODUCERS / rate.max(1));
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            while !stop.load(Ordering::Relaxed) {
+                tick.tick().await;
+                let key = format!("k{}", next.fetch_add(1, Ordering::Relaxed));
+                let fail = rng.u8(..100) < 5;
+                let work = Work {
+                    ms: if rng.u8(..100) < 3 {
+                        300
+                    } else {
+                        rng.u64(10..100)
+                    },
+                    flaky: rng.u8(..100) < 10,
+                };
+                let rollback = rng.u8(..100) < 10;
+                let event_type = if fail { FAIL } else { OK };
+                let task = NewTask::new(event_type, &key).json(&work).retry(if fail {
+                    RetryPolicy::fixed(FAIL_ATTEMPTS, Duration::from_millis(100))
+                } else {
+                    RetryPolicy::fixed(50, Duration::from_millis(100))
+                });
+                let outcome = business(&t, &key, &task, rollback).await;
+                written.lock().unwrap_or_else(|e| e.into_inner()).insert(
+                    key,
+                    Written {
+                        event_type,
+                        outcome,
+                    },
+                );
+            }
+        }));
+    }
+    for h in handles {
+        let _ = h.await;
+    }
+}
+
+/// One business transaction: the order row and its task, committed or rolled back.
+async fn business(t: &Target, key: &str, task: &NewTask, rollback: bool) -> Outcome {
+    let Ok(mut tx) = t.pool.begin().await else {
+        return Outcome::RolledBack;
+    };
+    let insert = sqlx::AssertSqlSafe(format!(
+        "INSERT INTO {} (biz_key) VALUES ({})",
+        t.orders, t.p1
+    ));
+    if sqlx::query(insert)
+        .bind(key)
+        .execute(&mut *tx)
+        .await
+        .is_err()
+    {
+        return Outcome::RolledBack;
+    }
+    if t.store.enqueue_in(&mut *tx, task).await.is_err() {
+        return Outcome::RolledBack;
+    }
+    if rollback {
+        // an explicit rollback whose answer is lost still leaves nothing
+        let _ = tx.rollback().await;
+        return Outcome::RolledBack;
+    }
+    match tx.commit().await {
+        Ok(()) => Outcome::Committed,
+        Err(_) => Outcome::Unknown,
+    }
+}
+
+/// Kill every connection of the database but the driver's own one.
+async fn kill_connections(t: &Target) -> Result<(), BoxError> {
+    match t.backend {
+        Backend::Postgres => {
+            sqlx::query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND pid <> pg_backend_pid() \
+                 AND backend_type = 'client backend'",
+            )
+            .execute(&t.pool)
+            .await?;
+        }
+        Backend::Mysql => {
+            let mut conn = t.pool.acquire().await?;
+            let ids: Vec<(i64,)> = sqlx::query_as(
+                "SELECT CAST(id AS SIGNED) FROM information_schema.processlist \
+                 WHERE db = DATABASE() AND id <> CONNECTION_ID()",
+            )
+            .fetch_all(&mut *conn)
+            .await?;
+            for (id,) in ids {
+                let _ = sqlx::query(sqlx::AssertSqlSafe(format!("KILL {id}")))
+                    .execute(&mut *conn)
+                    .await;
+            }
+        }
+        Backend::Sqlite => {}
+    }
+    Ok(())
+}
+
+async fn run_shell(cmd: &str) -> Result<(), BoxError> {
+    let out = Command::new("sh").arg("-c").arg(cmd).output().await?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{cmd}` failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+        .into())
+    }
+}
+
+/// Run the suite on one backend; the report's violations decide the exit code.
+pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxError> {
+    let tag = format!("{}_{seed}", std::process::id());
+    let dir = std::env::temp_dir().join(format!("backstop-chaos-{}-{tag}", backend.name()));
+    std::fs::create_dir_all(&dir)?;
+    let t = Arc::new(setup(backend, &dir, &tag).await?);
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut workers = Workers {
+        exe: std::env::current_exe()?,
+        url: t.worker_url.clone(),
+        dir: dir.clone(),
+        children: Vec::new(),
+        spawned: 0,
+    };
+    for _ in 0..lane.workers {
+        workers.spawn()?;
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let written = Arc::new(Mutex::new(HashMap::new()));
+    let producers = tokio::spawn(produce(
+        t.clone(),
+        lane.rate,
+        seed,
+        stop.clone(),
+        written.clone(),
+    ));
+
+    // the faults: every kind once in a shuffled order, then at random, one at a time
+    let mut faults: Vec<Fault> = Vec::new();
+    let mut graceful: Vec<check::Graceful> = Vec::new();
+    let mut plan = backend.faults();
+    rng.shuffle(&mut plan);
+    let begun = Instant::now();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut i = 0;
+    while i < plan.len() || begun.elapsed() < lane.faults_for {
+        let kind = plan.get(i).copied().unwrap_or_else(|| {
+            let all = backend.faults();
+            all[rng.usize(..all.len())]
+        });
+        i += 1;
+        tokio::time::sleep(Duration::from_millis(rng.u64(500..1500))).await;
+        let start = now_ms();
+        let mut pid = None;
+        match kind {
+            FaultKind::Kill => {
+                if let Some((w, p)) = workers.pick(&mut rng) {
+                    pid = Some(p);
+                    let (_, mut child) = workers.children.remove(w);
+                    child.kill().await?;
+                    workers.spawn()?;
+                }
+            }
+            FaultKind::Stop => {
+                if let Some((_, p)) = workers.pick(&mut rng) {
+                    pid = Some(p);
+                    signal(p, "STOP")?;
+                    tokio::time::sleep(DEAD_AFTER + Duration::from_secs(1)).await;
+                    signal(p, "CONT")?;
+                }
+            }
+            FaultKind::Term => {
+                if let Some((w, p)) = workers.pick(&mut rng) {
+                    pid = Some(p);
+                    let (n, mut child) = workers.children.remove(w);
+                    signal(p, "TERM")?;
+                    let status = tokio::time::timeout(Duration::from_secs(20), child.wait()).await;
+                    let clean = matches!(status, Ok(Ok(s)) if s.success());
+                    // what it left running: nothing, once its shutdown returned
+                    let owner = owner_of(&dir, n).unwrap_or_default();
+                    let left = running_of(&t.store, Some(&owner)).await?;
+                    graceful.push(check::Graceful {
+                        pid: p,
+                        clean,
+                        left,
+                    });
+                    workers.spawn()?;
+                }
+            }
+            FaultKind::Restart => {
+                if let Some(cmd) = &t.restart {
+                    run_shell(cmd).await?;
+                }
+            }
+            FaultKind::ConnKill => kill_connections(&t).await?,
+            FaultKind::Latency | FaultKind::Stall | FaultKind::Outage => {
+                if let Some(proxy) = &t.proxy {
+                    let (mode, d) = match kind {
+                        FaultKind::Latency => (
+                            Mode::Latency(Duration::from_millis(50)),
+                            Duration::from_secs(2),
+                        ),
+                        FaultKind::Stall => (Mode::Stall, Duration::from_secs(1)),
+                        _ => (Mode::Stall, DEAD_AFTER * 3),
+                    };
+                    proxy.set(mode);
+                    tokio::time::sleep(d).await;
+                    proxy.set(Mode::Pass);
+                }
+            }
+            FaultKind::Reset => {
+                if let Some(proxy) = &t.proxy {
+                    proxy.reset_all();
+                }
+            }
+        }
+        faults.push(Fault {
+            kind,
+            pid,
+            start,
+            end: now_ms(),
+        });
+    }
+    stop.store(true, Ordering::Relaxed);
+    let _ = producers.await;
+    let quiet_from = now_ms().max(faults.last().map(|f| f.end).unwrap_or(0));
+
+    // settle: every task terminal
+    let bound = DEAD_AFTER + POLL + SETTLE_MARGIN;
+    let settle_deadline = Instant::now() + bound + Duration::from_secs(60);
+    let settled_at = loop {
+        let stats = t.store.stats().await?;
+        if stats.count(Status::Pending) + stats.count(Status::Running) == 0 {
+            break now_ms();
+        }
+        if Instant::now() > settle_deadline {
+            break i64::MAX;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+
+    // graceful stop of every worker
+    for (_, mut child) in std::mem::take(&mut workers.children) {
+        let Some(p) = child.id() else { continue };
+        signal(p, "TERM")?;
+        let status = tokio::time::timeout(Duration::from_secs(20), child.wait()).await;
+        let clean = matches!(status, Ok(Ok(s)) if s.success());
+        graceful.push(check::Graceful {
+            pid: p,
+            clean,
+            left: Vec::new(),
+        });
+    }
+    let running_after = running_of(&t.store, None).await?;
+
+    let tasks = all_tasks(&t.store).await?;
+    let orders: Vec<(String,)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT biz_key FROM {}",
+        t.orders
+    )))
+    .fetch_all(&t.pool)
+    .await?;
+    let written = std::mem::take(&mut *written.lock().unwrap_or_else(|e| e.into_inner()));
+    let ledgers = crate::ledger::read_dir(&dir)?;
+    let fault_log: String = faults
+        .iter()
+        .map(|f| format!("{} {:?} {} {}\n", f.kind.name(), f.pid, f.start, f.end))
+        .collect();
+    std::fs::write(dir.join("faults.txt"), fault_log)?;
+    let report = check::check(check::Input {
+        backend,
+        lane,
+        seed,
+        written,
+        tasks,
+        orders: orders.into_iter().map(|(k,)| k).collect(),
+        ledgers,
+        faults,
+        settle_ms: settled_at.saturating_sub(quiet_from),
+        settle_bound: bound,
+        graceful,
+        running_after,
+        dir: dir.clone(),
+    });
+    if report.ok() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    Ok(report)
+}
+
+/// Time past `dead_after` + one poll that the last fault's tasks may take to finish: the
+/// backoffs of the tasks failing on purpose and the drain of what became due meanwhile.
+pub const SETTLE_MARGIN: Duration = Duration::from_secs(3);

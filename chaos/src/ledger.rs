@@ -1,0 +1,313 @@
+//! The ledger: what each worker process did, one line per event, appended to its own
+//! file with one `write` each (what a `kill -9` interrupts is at most the line being
+//! written, never one already written: the page cache outlives the process).
+//!
+//! A worker records its claims (`C`), the start and end of every handler run (`S`, `E`)
+//! and every mark it sent with whether the database applied it (`M`), all with the
+//! host's clock in milliseconds (the databases run on the same host). The driver reads
+//! every worker's file at the end and checks the invariants against the rows.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use backstop_core::{
+    Audit, AuditEntry, Enqueued, EventTypeSeen, Lease, Mark, MarkAction, NewTask, Owner, Recycled,
+    Result, Stats, Task, TaskFilter, TaskId, TaskStore, Throughput,
+};
+
+/// Milliseconds since the epoch on the host's clock.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// A worker's ledger file.
+pub struct Ledger {
+    file: Mutex<File>,
+}
+
+impl Ledger {
+    /// Open (create) the ledger at `path` for appending.
+    pub fn open(path: &Path) -> std::io::Result<Ledger> {
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        Ok(Ledger {
+            file: Mutex::new(file),
+        })
+    }
+
+    /// Append one line (one `write`).
+    pub fn line(&self, line: String) {
+        let mut f = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        let mut bytes = line.into_bytes();
+        bytes.push(b'\n');
+        // a ledger that cannot be written makes the run's checks fail (missing lines),
+        // which is what should happen
+        let _ = f.write_all(&bytes);
+    }
+}
+
+/// What the driver reads back from one ledger line.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Entry {
+    /// The worker's engine owner name and process id, first line of its file.
+    Owner { owner: String, pid: u32 },
+    /// A claim returned this lease.
+    Claim { task: TaskId, lease: i64, at: i64 },
+    /// A handler run started.
+    Start {
+        task: TaskId,
+        lease: i64,
+        pid: u32,
+        at: i64,
+    },
+    /// A handler run ended (`ok` or `retry`).
+    End {
+        task: TaskId,
+        lease: i64,
+        outcome: String,
+        at: i64,
+    },
+    /// A mark was sent at `sent` and answered at `at`; `applied` is the database's flag,
+    /// `None` when the call failed (it may have applied).
+    Mark {
+        task: TaskId,
+        lease: i64,
+        action: String,
+        applied: Option<bool>,
+        sent: i64,
+        at: i64,
+    },
+    /// Graceful shutdown finished.
+    Stopped { at: i64 },
+}
+
+impl Entry {
+    /// Parse one line; `None` for a torn last line (a kill in the middle of a write).
+    pub fn parse(line: &str) -> Option<Entry> {
+        let f: Vec<&str> = line.split(' ').collect();
+        let n = |i: usize| f.get(i).and_then(|v| v.parse::<i64>().ok());
+        Some(match *f.first()? {
+            "O" if f.len() == 3 => Entry::Owner {
+                owner: f[1].to_string(),
+                pid: f[2].parse().ok()?,
+            },
+            "C" if f.len() == 4 => Entry::Claim {
+                task: n(1)?,
+                lease: n(2)?,
+                at: n(3)?,
+            },
+            "S" if f.len() == 5 => Entry::Start {
+                task: n(1)?,
+                lease: n(2)?,
+                pid: f[3].parse().ok()?,
+                at: n(4)?,
+            },
+            "E" if f.len() == 5 => Entry::End {
+                task: n(1)?,
+                lease: n(2)?,
+                outcome: f[3].to_string(),
+                at: n(4)?,
+            },
+            "M" if f.len() == 7 => Entry::Mark {
+                task: n(1)?,
+                lease: n(2)?,
+                action: f[3].to_string(),
+                applied: match f[4] {
+                    "1" => Some(true),
+                    "0" => Some(false),
+                    _ => None,
+                },
+                sent: n(5)?,
+                at: n(6)?,
+            },
+            "G" if f.len() == 2 => Entry::Stopped { at: n(1)? },
+            _ => return None,
+        })
+    }
+}
+
+/// Read every ledger file in `dir`: the entries of each, by file name.
+pub fn read_dir(dir: &Path) -> std::io::Result<HashMap<String, Vec<Entry>>> {
+    let mut out = HashMap::new();
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("ledger-") {
+            continue;
+        }
+        let text = std::fs::read_to_string(e.path())?;
+        out.insert(name, text.lines().filter_map(Entry::parse).collect());
+    }
+    Ok(out)
+}
+
+/// The worker's store: the real one, recording claims and marks in the ledger. Every
+/// other call is passed through untouched.
+#[derive(Clone)]
+pub struct LedgerStore<S> {
+    pub inner: S,
+    pub ledger: std::sync::Arc<Ledger>,
+}
+
+impl<S> LedgerStore<S> {
+    fn claims(&self, tasks: &[Task]) {
+        let at = now_ms();
+        for t in tasks {
+            self.ledger.line(format!("C {} {} {at}", t.id, t.lease));
+        }
+    }
+}
+
+fn action_name(a: &MarkAction) -> &'static str {
+    match a {
+        MarkAction::Success => "success",
+        MarkAction::Retry { .. } => "retry",
+        MarkAction::Fail { .. } => "fail",
+        MarkAction::Release => "release",
+    }
+}
+
+#[async_trait]
+impl<S: TaskStore> TaskStore for LedgerStore<S> {
+    async fn migrate(&self) -> Result<()> {
+        self.inner.migrate().await
+    }
+    async fn migrate_to(&self, version: u32) -> Result<()> {
+        self.inner.migrate_to(version).await
+    }
+    async fn enqueue(&self, task: NewTask) -> Result<Enqueued> {
+        self.inner.enqueue(task).await
+    }
+    async fn grab_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<Task>> {
+        let got = self.inner.grab_by_id(id, owner).await?;
+        if let Some(t) = &got {
+            self.claims(std::slice::from_ref(t));
+        }
+        Ok(got)
+    }
+    async fn grab_batch(
+        &self,
+        owner: &Owner,
+        event_types: &[String],
+        limit: usize,
+    ) -> Result<Vec<Task>> {
+        let got = self.inner.grab_batch(owner, event_types, limit).await?;
+        self.claims(&got);
+        Ok(got)
+    }
+    async fn recycle_dead(&self, older_than: Duration, limit: usize) -> Result<Recycled> {
+        self.inner.recycle_dead(older_than, limit).await
+    }
+    async fn heartbeat(&self, leases: &[Lease]) -> Result<Vec<bool>> {
+        self.inner.heartbeat(leases).await
+    }
+    async fn mark(&self, marks: &[Mark]) -> Result<Vec<bool>> {
+        let sent = now_ms();
+        let result = self.inner.mark(marks).await;
+        let at = now_ms();
+        // `e`: the call failed, so whether it applied is unknown (a commit whose answer
+        // was lost applied; the engine's next try of the same mark then finds it done)
+        let flags: Vec<&str> = match &result {
+            Ok(flags) => flags.iter().map(|f| if *f { "1" } else { "0" }).collect(),
+            Err(_) => vec!["e"; marks.len()],
+        };
+        for (m, applied) in marks.iter().zip(flags) {
+            self.ledger.line(format!(
+                "M {} {} {} {applied} {sent} {at}",
+                m.lease.task_id,
+                m.lease.token,
+                action_name(&m.action),
+            ));
+        }
+        result
+    }
+    async fn manual_reset(&self, id: TaskId, stuck_after: Duration) -> Result<Task> {
+        self.inner.manual_reset(id, stuck_after).await
+    }
+    async fn cancel(&self, id: TaskId, audit: &Audit) -> Result<Task> {
+        self.inner.cancel(id, audit).await
+    }
+    async fn delete(&self, id: TaskId, audit: &Audit) -> Result<Task> {
+        self.inner.delete(id, audit).await
+    }
+    async fn audit_log(&self, id: TaskId) -> Result<Vec<AuditEntry>> {
+        self.inner.audit_log(id).await
+    }
+    async fn reset(&self, id: TaskId, audit: &Audit) -> Result<Task> {
+        self.inner.reset(id, audit).await
+    }
+    async fn reset_matching(&self, filter: &TaskFilter, audit: &Audit) -> Result<Vec<Task>> {
+        self.inner.reset_matching(filter, audit).await
+    }
+    async fn get(&self, id: TaskId) -> Result<Option<Task>> {
+        self.inner.get(id).await
+    }
+    async fn list(&self, filter: &TaskFilter) -> Result<Vec<Task>> {
+        self.inner.list(filter).await
+    }
+    async fn stats(&self) -> Result<Stats> {
+        self.inner.stats().await
+    }
+    async fn backlog(&self) -> Result<Stats> {
+        self.inner.backlog().await
+    }
+    async fn throughput(&self, window: Duration, bucket: Duration) -> Result<Vec<Throughput>> {
+        self.inner.throughput(window, bucket).await
+    }
+    async fn purge_succeeded(&self, older_than: Duration, limit: usize) -> Result<u64> {
+        self.inner.purge_succeeded(older_than, limit).await
+    }
+    async fn delete_succeeded(&self, ids: &[TaskId]) -> Result<u64> {
+        self.inner.delete_succeeded(ids).await
+    }
+    async fn release_order_keys(&self, keys: &[String]) -> Result<Vec<TaskId>> {
+        self.inner.release_order_keys(keys).await
+    }
+    async fn order_keys(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>> {
+        self.inner.order_keys(after, limit).await
+    }
+    async fn register_event_types(&self, event_types: &[String]) -> Result<()> {
+        self.inner.register_event_types(event_types).await
+    }
+    async fn event_types(&self) -> Result<Vec<EventTypeSeen>> {
+        self.inner.event_types().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_round_trip_and_torn_lines_are_dropped() {
+        assert_eq!(
+            Entry::parse("M 7 3 success 1 100 105"),
+            Some(Entry::Mark {
+                task: 7,
+                lease: 3,
+                action: "success".into(),
+                applied: Some(true),
+                sent: 100,
+                at: 105
+            })
+        );
+        assert_eq!(
+            Entry::parse("S 7 3 42 100"),
+            Some(Entry::Start {
+                task: 7,
+                lease: 3,
+                pid: 42,
+                at: 100
+            })
+        );
+        assert_eq!(Entry::parse("M 7 3 succ"), None);
+        assert_eq!(Entry::parse(""), None);
+    }
+}

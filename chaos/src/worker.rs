@@ -1,0 +1,130 @@
+//! The worker: a child process running the engine against the database (through the
+//! driver's proxy on the server backends) until it is killed, stopped, or asked to stop
+//! with SIGTERM (a graceful shutdown). Everything it does lands in its ledger.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use backstop_core::{
+    async_trait, Engine, EngineConfig, Handler, HandlerError, HandlerOptions, Task,
+};
+
+use crate::ledger::{now_ms, Ledger, LedgerStore};
+use crate::BoxError;
+
+/// The event type whose tasks succeed (some after one failed attempt).
+pub const OK: &str = "CHAOS_OK";
+/// The event type whose tasks fail every attempt and park as failed.
+pub const FAIL: &str = "CHAOS_FAIL";
+/// Attempts of a `FAIL` task: each one is a run, the last parks it.
+pub const FAIL_ATTEMPTS: u32 = 3;
+
+/// The timing every worker runs with: short, so that faults play out in seconds.
+pub fn engine_config() -> EngineConfig {
+    EngineConfig::default()
+        .poll_interval(Duration::from_millis(200))
+        .first_poll_delay(Duration::from_millis(200))
+        .dead_after(DEAD_AFTER)
+        .heartbeat_interval(Duration::from_millis(500))
+        .shutdown_grace(Duration::from_secs(10))
+        .retention(None)
+        .backlog_gauges(false)
+}
+
+/// A running task whose lease is older than this is taken as dead.
+pub const DEAD_AFTER: Duration = Duration::from_secs(2);
+/// The workers' poll interval.
+pub const POLL: Duration = Duration::from_millis(200);
+
+/// What a task asks its handler to do.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct Work {
+    /// How long the handler works, in milliseconds.
+    pub ms: u64,
+    /// Whether its first attempt fails (a retry with the task's backoff).
+    pub flaky: bool,
+}
+
+struct Run {
+    ledger: Arc<Ledger>,
+    always_fail: bool,
+}
+
+#[async_trait]
+impl Handler for Run {
+    async fn handle(&self, task: &Task) -> Result<(), HandlerError> {
+        let pid = std::process::id();
+        self.ledger
+            .line(format!("S {} {} {pid} {}", task.id, task.lease, now_ms()));
+        let work: Work = serde_json::from_str(&task.payload).map_err(HandlerError::fail)?;
+        tokio::time::sleep(Duration::from_millis(work.ms)).await;
+        let fail = self.always_fail || (work.flaky && task.attempts == 1);
+        let outcome = if fail { "retry" } else { "ok" };
+        self.ledger.line(format!(
+            "E {} {} {outcome} {}",
+            task.id,
+            task.lease,
+            now_ms()
+        ));
+        if fail {
+            Err(HandlerError::retry("chaos: this attempt fails on purpose"))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Run a worker until SIGTERM (graceful) or a signal that ends it.
+pub async fn run(url: &str, ledger_path: &Path) -> Result<(), BoxError> {
+    let ledger = Arc::new(Ledger::open(ledger_path)?);
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    // the database may be restarting when a worker is (re)spawned: keep trying
+    let mut tries = 0;
+    let store = loop {
+        match backstop::connect(url).await {
+            Ok(s) => break s,
+            Err(e) if tries < 150 => {
+                tries += 1;
+                if tries % 25 == 0 {
+                    eprintln!("worker {}: connect: {e}", std::process::id());
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
+    let notifier = store.native_notifier()?;
+    let store = LedgerStore {
+        inner: store,
+        ledger: Arc::clone(&ledger),
+    };
+    let options = HandlerOptions::default().concurrency(8).queue_capacity(32);
+    let mut builder = Engine::builder(store)
+        .config(engine_config())
+        .handler(
+            OK,
+            Run {
+                ledger: Arc::clone(&ledger),
+                always_fail: false,
+            },
+            options.clone(),
+        )
+        .handler(
+            FAIL,
+            Run {
+                ledger: Arc::clone(&ledger),
+                always_fail: true,
+            },
+            options,
+        );
+    if let Some(n) = notifier {
+        builder = builder.notifier(n);
+    }
+    let engine = builder.start()?;
+    ledger.line(format!("O {} {}", engine.owner(), std::process::id()));
+    term.recv().await;
+    engine.shutdown().await;
+    ledger.line(format!("G {}", now_ms()));
+    Ok(())
+}
