@@ -366,6 +366,37 @@ impl Harness for MySqlHarness {
     async fn cut_listeners(&self, db: &Db) {
         backstop_testkit::redis::cut_listeners(&db.name).await
     }
+
+    fn locked_rows(&self) -> backstop_testkit::LockedRows {
+        use backstop_testkit::LockedRows;
+        match self.0 {
+            ClaimStrategy::OrderedUpdate => LockedRows::Waits,
+            ClaimStrategy::SkipLocked => LockedRows::PassesWithin(Duration::from_millis(500)),
+            // queue then skip (MariaDB's auto): waits up to 1 s for the lock, then passes
+            _ => LockedRows::PassesWithin(Duration::from_secs(2)),
+        }
+    }
+
+    async fn lock_row(&self, db: &Db, table: &str, id: TaskId) -> backstop_testkit::RowLock {
+        use sqlx::Connection;
+        let mut conn = sqlx::MySqlConnection::connect(&db.url())
+            .await
+            .expect("a connection to hold the lock");
+        sqlx::query("BEGIN")
+            .execute(&mut conn)
+            .await
+            .expect("begin");
+        let n = sqlx::query(AssertSqlSafe(format!(
+            "SELECT id FROM `{table}` WHERE id = ? FOR UPDATE"
+        )))
+        .bind(id)
+        .fetch_all(&mut conn)
+        .await
+        .expect("lock the row")
+        .len();
+        assert_eq!(n, 1, "task {id} to lock");
+        Box::new(conn)
+    }
 }
 
 /// Every case with the ordered (queueing) claim.

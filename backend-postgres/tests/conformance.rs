@@ -435,6 +435,28 @@ impl Harness for PgHarness {
             .expect("terminate the listeners");
         assert!(!rows.is_empty(), "no listener on {channel} to cut");
     }
+
+    fn locked_rows(&self) -> backstop_testkit::LockedRows {
+        backstop_testkit::LockedRows::PassesWithin(Duration::from_millis(500))
+    }
+
+    async fn lock_row(&self, db: &Db, table: &str, id: TaskId) -> backstop_testkit::RowLock {
+        let client = connect(&db.url).await;
+        client.batch_execute("BEGIN").await.expect("begin");
+        let n = client
+            .query(
+                &format!(
+                    "SELECT id FROM \"{}\".\"{table}\" WHERE id = $1 FOR UPDATE",
+                    db.schema
+                ),
+                &[&id],
+            )
+            .await
+            .expect("lock the row")
+            .len();
+        assert_eq!(n, 1, "task {id} to lock");
+        Box::new(client)
+    }
 }
 
 backstop_testkit::conformance!(PgHarness);

@@ -302,6 +302,14 @@ impl Harness for SqliteHarness {
     async fn cut_listeners(&self, db: &Db) {
         backstop_testkit::redis::cut_listeners(&db.path.display().to_string()).await
     }
+
+    fn locked_rows(&self) -> backstop_testkit::LockedRows {
+        backstop_testkit::LockedRows::NoRowLocks
+    }
+
+    async fn lock_row(&self, _db: &Db, _table: &str, _id: TaskId) -> backstop_testkit::RowLock {
+        unreachable!("SQLite has no row locks")
+    }
 }
 
 backstop_testkit::conformance!(SqliteHarness);

@@ -67,6 +67,8 @@ pub struct Lane {
     pub rate: u64,
     /// Worker processes.
     pub workers: usize,
+    /// Only these faults (of those the backend gets); all when empty.
+    pub only: &'static [FaultKind],
 }
 
 impl Lane {
@@ -76,6 +78,7 @@ impl Lane {
             faults_for: Duration::from_secs(15),
             rate: 150,
             workers: 3,
+            only: &[],
         }
     }
     pub fn full() -> Lane {
@@ -84,6 +87,7 @@ impl Lane {
             faults_for: Duration::from_secs(150),
             rate: 300,
             workers: 4,
+            only: &[],
         }
     }
 }
@@ -108,11 +112,33 @@ pub enum FaultKind {
     Stall,
     /// Every connection between workers and database reset.
     Reset,
-    /// The database unreachable from the workers for 3 × `dead_after` (a stall).
+    /// The database unreachable from the workers for 3 × `dead_after`: connections
+    /// reset and refused.
     Outage,
 }
 
 impl FaultKind {
+    /// Every kind, for `--faults`.
+    pub const ALL: [FaultKind; 9] = [
+        FaultKind::Kill,
+        FaultKind::Stop,
+        FaultKind::Term,
+        FaultKind::Restart,
+        FaultKind::ConnKill,
+        FaultKind::Latency,
+        FaultKind::Stall,
+        FaultKind::Reset,
+        FaultKind::Outage,
+    ];
+
+    /// The kind a `--faults` name names (its name with `-` for spaces: `kill-9`,
+    /// `db-restart`, `outage`, …).
+    pub fn parse(s: &str) -> Option<FaultKind> {
+        Self::ALL
+            .into_iter()
+            .find(|k| k.name().replace(' ', "-") == s)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill -9",
@@ -527,16 +553,24 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
     // the faults: every kind once in a shuffled order, then at random, one at a time
     let mut faults: Vec<Fault> = Vec::new();
     let mut graceful: Vec<check::Graceful> = Vec::new();
-    let mut plan = backend.faults();
+    let kinds: Vec<FaultKind> = backend
+        .faults()
+        .into_iter()
+        .filter(|k| lane.only.is_empty() || lane.only.contains(k))
+        .collect();
+    if kinds.is_empty() {
+        return Err(format!("{} gets none of the faults asked for", backend.name()).into());
+    }
+    let mut plan = kinds.clone();
     rng.shuffle(&mut plan);
     let begun = Instant::now();
     tokio::time::sleep(Duration::from_secs(1)).await;
     let mut i = 0;
     while i < plan.len() || begun.elapsed() < lane.faults_for {
-        let kind = plan.get(i).copied().unwrap_or_else(|| {
-            let all = backend.faults();
-            all[rng.usize(..all.len())]
-        });
+        let kind = plan
+            .get(i)
+            .copied()
+            .unwrap_or_else(|| kinds[rng.usize(..kinds.len())]);
         i += 1;
         tokio::time::sleep(Duration::from_millis(rng.u64(500..1500))).await;
         let start = now_ms();
@@ -590,7 +624,7 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
                             Duration::from_secs(2),
                         ),
                         FaultKind::Stall => (Mode::Stall, Duration::from_secs(1)),
-                        _ => (Mode::Stall, DEAD_AFTER * 3),
+                        _ => (Mode::Down, DEAD_AFTER * 3),
                     };
                     proxy.set(mode);
                     tokio::time::sleep(d).await;

@@ -23,7 +23,7 @@ mod worker;
 
 use std::process::ExitCode;
 
-use driver::{Backend, Lane};
+use driver::{Backend, FaultKind, Lane};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -72,6 +72,7 @@ fn parse(args: &[String]) -> Result<(Vec<Backend>, Lane, u64), String> {
     let mut backends = vec![Backend::Sqlite, Backend::Postgres, Backend::Mysql];
     let mut lane = Lane::full();
     let mut seed = ledger::now_ms() as u64;
+    let mut only = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = || it.next().ok_or(format!("{a} needs a value"));
@@ -90,9 +91,17 @@ fn parse(args: &[String]) -> Result<(Vec<Backend>, Lane, u64), String> {
                     .collect::<Result<_, _>>()?
             }
             "--seed" => seed = value()?.parse().map_err(|e| format!("--seed: {e}"))?,
+            "--faults" => {
+                only = value()?
+                    .split(',')
+                    .map(|f| FaultKind::parse(f).ok_or(format!("unknown fault {f}")))
+                    .collect::<Result<Vec<_>, _>>()?;
+            }
             other => return Err(format!("unknown argument {other}")),
         }
     }
+    // the lane lives for the whole run
+    lane.only = Vec::leak(only);
     Ok((backends, lane, seed))
 }
 

@@ -1,7 +1,8 @@
 //! A fault-injecting TCP proxy between the workers and their database: it forwards
 //! bytes both ways and, on the driver's command, delays every chunk (latency), holds
-//! every chunk (a stall: the database looks alive but nothing arrives), or resets every
-//! open connection (RST, as a dead network path or a load balancer does).
+//! every chunk (a stall: the database looks alive but nothing arrives), resets every
+//! open connection (RST, as a dead network path or a load balancer does), or refuses
+//! everything for a while (the database is down).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,6 +20,9 @@ pub enum Mode {
     Latency(Duration),
     /// Forward nothing until the mode changes.
     Stall,
+    /// Unreachable: every open connection reset, every new one reset at once (a database
+    /// that is down, a host that refuses).
+    Down,
 }
 
 /// A running proxy; dropping it leaves the listener running until the process ends.
@@ -47,6 +51,12 @@ impl Proxy {
                     tokio::time::sleep(Duration::from_millis(10)).await;
                     continue;
                 };
+                if p.mode() == Mode::Down {
+                    #[allow(deprecated)]
+                    let _ = client.set_linger(Some(Duration::ZERO));
+                    drop(client);
+                    continue;
+                }
                 let (p, upstream) = (p.clone(), upstream.clone());
                 tokio::spawn(async move {
                     if let Ok(server) = TcpStream::connect(&upstream).await {
@@ -61,6 +71,9 @@ impl Proxy {
     /// Change what the proxy does to the bytes from now on.
     pub fn set(&self, mode: Mode) {
         *self.mode.lock().unwrap_or_else(|e| e.into_inner()) = mode;
+        if mode == Mode::Down {
+            self.reset_all();
+        }
     }
 
     /// Reset every open connection (new ones are accepted as before).
@@ -102,7 +115,7 @@ impl Proxy {
             };
             loop {
                 match self.mode() {
-                    Mode::Pass => break,
+                    Mode::Pass | Mode::Down => break,
                     Mode::Latency(d) => {
                         tokio::time::sleep(d).await;
                         break;

@@ -99,7 +99,7 @@ pub async fn run(url: &str, ledger_path: &Path) -> Result<(), BoxError> {
         inner: store,
         ledger: Arc::clone(&ledger),
     };
-    let options = HandlerOptions::default().concurrency(8).queue_capacity(32);
+    let options = HandlerOptions::default().concurrency(16).queue_capacity(32);
     let mut builder = Engine::builder(store)
         .config(engine_config())
         .handler(

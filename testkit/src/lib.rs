@@ -171,7 +171,34 @@ pub trait Harness: Send + Sync + 'static {
     /// Cut, at the server, the connections of the listeners of `db`'s notifiers, so they
     /// must reconnect (and may have missed announcements meanwhile).
     async fn cut_listeners(&self, db: &Self::Db);
+
+    /// How this backend's claims meet a due row another transaction holds locked.
+    fn locked_rows(&self) -> LockedRows;
+
+    /// Lock row `id` of `table` as a concurrent claim does (`SELECT … FOR UPDATE` in a
+    /// transaction of its own connection) until the returned guard is dropped. Only
+    /// called when [`locked_rows`](Self::locked_rows) is not [`LockedRows::NoRowLocks`].
+    async fn lock_row(&self, db: &Self::Db, table: &str, id: TaskId) -> RowLock;
 }
+
+/// How a backend's claims meet a due row another transaction holds locked (a concurrent
+/// claim in the middle of its transaction, an operator's `SELECT … FOR UPDATE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockedRows {
+    /// The claim passes it within this long and takes the rows behind it
+    /// (`SKIP LOCKED`, after at most a bounded wait).
+    PassesWithin(Duration),
+    /// The claim waits until the lock is released, then takes it in order (MySQL's
+    /// ordered-update strategy, documented so).
+    Waits,
+    /// The backend has no row locks: one writer at a time holds the whole database
+    /// (SQLite), so claims never meet a row another claim holds.
+    NoRowLocks,
+}
+
+/// A row lock held by [`Harness::lock_row`] (its transaction and connection); dropping
+/// it rolls the transaction back.
+pub type RowLock = Box<dyn std::any::Any + Send>;
 
 /// What a case gets: a fresh migrated store on its own database, and helpers.
 pub struct Ctx<H: Harness> {
@@ -574,4 +601,39 @@ pub fn wrong_ca_url(var: &str) -> Result<String, Unavailable> {
     let ca = server_url("BACKSTOP_TEST_TLS_CA")?;
     let other = server_url("BACKSTOP_TEST_TLS_OTHER_CA")?;
     Ok(url.replace(&ca, &other))
+}
+
+/// The most a concurrency case's racers may take together. A racer that waits for work
+/// that never comes (claims that return nothing after a bug) fails the case with its
+/// name instead of hanging CI until its timeout.
+pub(crate) const DEADLINE: Duration = Duration::from_secs(90);
+
+/// `fut` (the racers of a concurrency case, joined), or a panic naming `what` when it
+/// has not finished within [`DEADLINE`].
+pub(crate) async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(DEADLINE, fut).await {
+        Ok(v) => v,
+        Err(_) => panic!("{what} did not finish within {DEADLINE:?}"),
+    }
+}
+
+/// What the spawned racers return, in order, each within [`DEADLINE`] of the call; a
+/// racer's panic is the case's panic. Racers still running at the deadline are aborted.
+pub(crate) async fn joined<T>(what: &str, racers: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
+    let aborts: Vec<_> = racers.iter().map(|r| r.abort_handle()).collect();
+    let all = futures_util::future::join_all(racers);
+    let Ok(results) = tokio::time::timeout(DEADLINE, all).await else {
+        for a in aborts {
+            a.abort();
+        }
+        panic!("{what} did not finish within {DEADLINE:?}");
+    };
+    results
+        .into_iter()
+        .map(|r| match r {
+            Ok(v) => v,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => panic!("{what}: {e}"),
+        })
+        .collect()
 }

@@ -86,14 +86,19 @@ async fn flusher<S: TaskStore + Clone>(
     }
 }
 
-/// Apply a batch, retrying temporary store errors a few times. If it still fails, the
-/// tasks stay running without heartbeats and are recycled after `dead_after`: a re-run,
-/// which at-least-once allows.
+/// Apply a batch, retrying temporary store errors (50 ms doubling to at most 1 s, or
+/// the heartbeat interval when shorter) until they apply, for as long as the engine has
+/// not stopped: the tasks stay held and heartbeated meanwhile, so an outage of any length
+/// ends with their outcomes written rather than with them recycled and run again. Past
+/// the end of shutdown, or on a permanent error, it gives up: the tasks stay running
+/// without heartbeats and are recycled after `dead_after` (a re-run, which
+/// at-least-once allows).
 async fn apply<S: TaskStore + Clone>(shared: &Shared<S>, batch: Vec<Completion>) {
     let marks: Vec<Mark> = batch.iter().map(|c| c.mark.clone()).collect();
     let mut backoff = Duration::from_millis(50);
+    let max_backoff = Duration::from_secs(1).min(shared.config.heartbeat_interval);
     let mut keys = Vec::new();
-    for attempt in 1..=4 {
+    for attempt in 1u64.. {
         match shared.store.mark(&marks).await {
             Ok(flags) => {
                 for (c, applied) in batch.iter().zip(flags) {
@@ -119,14 +124,17 @@ async fn apply<S: TaskStore + Clone>(shared: &Shared<S>, batch: Vec<Completion>)
             }
             Err(e) => {
                 shared.counters.store_errors("*");
-                if !e.is_temporary() || attempt == 4 {
+                if !e.is_temporary() || shared.state() == super::State::Stopped {
                     tracing::error!(error = %e, marks = marks.len(),
                         "could not record outcomes; the tasks will be recycled and run again");
                     break;
                 }
-                tracing::warn!(error = %e, "recording outcomes failed; retrying");
+                if attempt == 1 || attempt % 20 == 0 {
+                    tracing::warn!(error = %e, marks = marks.len(), attempt,
+                        "recording outcomes failed; retrying until the store answers");
+                }
                 tokio::time::sleep(backoff).await;
-                backoff *= 4;
+                backoff = (backoff * 2).min(max_backoff);
             }
         }
     }

@@ -1,6 +1,7 @@
 //! The engine's background jobs: the poller and the recycler (the safety net),
 //! heartbeats, retention.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -37,6 +38,12 @@ async fn pause<S>(shared: &Shared<S>, state: &mut watch::Receiver<State>, d: Dur
 /// it (see `bench/NOTES.md`). Tasks it gives back are claimed by the next poll, which it
 /// triggers.
 ///
+/// After an outage (a failed sweep or heartbeat) the sweep refreshes this instance's own
+/// leases first and waits one heartbeat interval, so that neither its own tasks nor those
+/// of instances whose heartbeats failed the same way are taken as dead: without that, the
+/// first sweep after the store comes back recycles every task that ran through the
+/// outage, and each of them runs twice.
+///
 /// A sweep that recycled something sweeps again [`RESWEEP`] later (not a whole interval):
 /// the sweep passes over rows another transaction holds for a moment (`SKIP LOCKED`: a
 /// mark, a claim reading one row past the end of its range on MySQL), and dead tasks come
@@ -50,6 +57,8 @@ pub(crate) async fn recycler<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
     }
     let mut key_cursor: Option<String> = None;
     let mut registered: Option<std::time::Instant> = None;
+    // the last sweep failed: the store may have been away (see below)
+    let mut troubled = false;
     loop {
         let mut found = false;
         if registered.is_none_or(|at| at.elapsed() >= REGISTER_EVERY) {
@@ -64,6 +73,37 @@ pub(crate) async fn recycler<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
             }
         }
         sweep_keys(&shared, &mut key_cursor).await;
+        if troubled || shared.leases_unrefreshed.load(Ordering::SeqCst) {
+            // Back from an outage: this instance's own leases went unrefreshed while the
+            // store was away, and may look dead to a sweep. Refresh them first (which
+            // also shows the store answers again; holding none, registering this
+            // instance's types shows it), and give the other instances one heartbeat
+            // interval from then to refresh theirs (their heartbeats retry sooner after
+            // a failure) before recycling anything.
+            let back = if shared.tracker.to_heartbeat().is_empty() {
+                shared
+                    .store
+                    .register_event_types(&shared.event_types)
+                    .await
+                    .is_ok()
+            } else {
+                refresh_leases(&shared).await.is_ok()
+            };
+            if !back {
+                if !pause(&shared, &mut state, every).await {
+                    return;
+                }
+                continue;
+            }
+            troubled = false;
+            if !pause(&shared, &mut state, cfg.heartbeat_interval).await {
+                return;
+            }
+            if refresh_leases(&shared).await.is_err() {
+                troubled = true;
+                continue;
+            }
+        }
         let full = match shared
             .store
             .recycle_dead(cfg.dead_after, cfg.recycle_batch)
@@ -87,6 +127,7 @@ pub(crate) async fn recycler<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
             Err(e) => {
                 shared.counters.store_errors("*");
                 tracing::warn!(error = %e, "recycle_dead failed");
+                troubled = true;
                 false
             }
         };
@@ -475,38 +516,57 @@ async fn update_gauges<S: TaskStore + Clone>(
 
 /// Refresh the leases of every held task, so none is recycled while this instance lives.
 /// Runs until the engine has stopped (in-flight tasks keep their heartbeats while
-/// shutdown drains them).
+/// shutdown drains them). After a failed heartbeat the next one comes a quarter interval
+/// later: once the store is back, this instance's leases are refreshed before the other
+/// instances' sweeps (which wait a whole interval after an outage) can take them.
 pub(crate) async fn heartbeats<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
     let mut state = shared.state.subscribe();
     loop {
+        let next = if shared.leases_unrefreshed.load(Ordering::SeqCst) {
+            shared.config.heartbeat_interval / 4
+        } else {
+            shared.config.heartbeat_interval
+        };
         tokio::select! {
-            _ = tokio::time::sleep(shared.config.heartbeat_interval) => {}
+            _ = tokio::time::sleep(next) => {}
             _ = state.wait_for(|s| *s == State::Stopped) => return,
         }
-        let leases = shared.tracker.to_heartbeat();
-        if leases.is_empty() {
-            continue;
-        }
-        match shared.store.heartbeat(&leases).await {
-            Ok(flags) => {
-                for (lease, ok) in leases.iter().zip(flags) {
-                    // Only news while the handler runs: once the attempt ended, its mark
-                    // (which may have been applied just before this heartbeat) decides.
-                    if !ok && shared.tracker.lease_gone(*lease) {
-                        shared.counters.leases_lost("*");
-                        tracing::warn!(
-                            owner = %shared.owner,
-                            task_id = lease.task_id,
-                            lease = lease.token,
-                            "heartbeat found the lease gone while the handler runs: the task was recycled, reset or cancelled; its result will be refused"
-                        );
-                    }
+        let _ = refresh_leases(&shared).await;
+    }
+}
+
+/// One heartbeat of every held task's lease (nothing to do when none is held); a failure
+/// is counted, logged and remembered in `leases_unrefreshed` until a refresh succeeds.
+async fn refresh_leases<S: TaskStore + Clone>(shared: &Shared<S>) -> Result<(), ()> {
+    let leases = shared.tracker.to_heartbeat();
+    if leases.is_empty() {
+        // nothing held, nothing that could look dead
+        shared.leases_unrefreshed.store(false, Ordering::SeqCst);
+        return Ok(());
+    }
+    match shared.store.heartbeat(&leases).await {
+        Ok(flags) => {
+            shared.leases_unrefreshed.store(false, Ordering::SeqCst);
+            for (lease, ok) in leases.iter().zip(flags) {
+                // Only news while the handler runs: once the attempt ended, its mark
+                // (which may have been applied just before this heartbeat) decides.
+                if !ok && shared.tracker.lease_gone(*lease) {
+                    shared.counters.leases_lost("*");
+                    tracing::warn!(
+                        owner = %shared.owner,
+                        task_id = lease.task_id,
+                        lease = lease.token,
+                        "heartbeat found the lease gone while the handler runs: the task was recycled, reset or cancelled; its result will be refused"
+                    );
                 }
             }
-            Err(e) => {
-                shared.counters.store_errors("*");
-                tracing::warn!(error = %e, "heartbeat failed");
-            }
+            Ok(())
+        }
+        Err(e) => {
+            shared.leases_unrefreshed.store(true, Ordering::SeqCst);
+            shared.counters.store_errors("*");
+            tracing::warn!(error = %e, "heartbeat failed");
+            Err(())
         }
     }
 }

@@ -293,6 +293,10 @@ struct Shared<S> {
     archive: Option<Arc<dyn Archive>>,
     /// Marks on their way to the completion flushers.
     completions: completer::Queue,
+    /// Set when a heartbeat failed (the store was unreachable), cleared when one of this
+    /// instance's lease refreshes succeeds: until then its leases may be older than
+    /// `dead_after`, and its own sweep must refresh them before it recycles anything.
+    leases_unrefreshed: std::sync::atomic::AtomicBool,
     /// The store, for the handlers' contexts.
     dyn_store: Arc<dyn TaskStore>,
     /// The application's shared values (see [`EngineBuilder::state`]).
@@ -587,6 +591,7 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
             notifier: self.notifier,
             archive: self.archive,
             completions,
+            leases_unrefreshed: std::sync::atomic::AtomicBool::new(false),
         });
         let flushers = completer::spawn(&runtime, &shared, completion_rx);
         let mut jobs = vec![

@@ -41,6 +41,114 @@ pub async fn engine_heartbeats_keep_a_long_task_alive<H: Harness>(ctx: &Ctx<H>) 
     other.shutdown().await;
 }
 
+/// an outage longer than `dead_after` (heartbeats and sweeps fail) does not make the
+/// engine's own running task look dead to its own first sweep after the store comes back:
+/// the sweep refreshes the instance's leases first, so the task runs once, attempt 1,
+/// never recycled. A second instance that saw the same outage waits a heartbeat interval
+/// before sweeping, so the first one's task is not taken either.
+pub async fn engine_refreshes_its_own_leases_after_an_outage_before_sweeping<H: Harness>(
+    ctx: &Ctx<H>,
+) {
+    let calls = Calls::default();
+    // the heartbeat interval is long next to the sweep's (dead_after / 8): without the
+    // refresh, the first sweep after the outage comes before the next heartbeat
+    let config = fast_config()
+        .dead_after(Duration::from_millis(1200))
+        .heartbeat_interval(Duration::from_millis(600));
+    let gate = Gate::shut(ctx.store.clone(), Gated::Nothing);
+    let engine = Engine::builder(gate.clone())
+        .config(config.clone())
+        .handler(
+            "LONG",
+            sleepy(calls.clone(), Duration::from_millis(4000)),
+            opts(),
+        )
+        .start()
+        .unwrap();
+    let other_gate = Gate::shut(ctx.new_store().await, Gated::Nothing);
+    let other = Engine::builder(other_gate.clone())
+        .config(config)
+        .handler(
+            "LONG",
+            sleepy(calls.clone(), Duration::from_millis(4000)),
+            opts(),
+        )
+        .start()
+        .unwrap();
+    let (enq, _) = engine.enqueue(engine.task("LONG", "long")).await.unwrap();
+    eventually("the task to start", || async { calls.count("long") == 1 }).await;
+    let before = ctx.task(enq.id).await;
+    // the outage: longer than dead_after, so the lease is older than it when it ends
+    gate.outage(true);
+    other_gate.outage(true);
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    gate.outage(false);
+    other_gate.outage(false);
+    let t = wait_status(&ctx.store, enq.id, Status::Succeeded).await;
+    assert_eq!(
+        (t.attempts, t.lease, calls.count("long")),
+        (1, before.lease, 1),
+        "run once under its first lease: never recycled"
+    );
+    let (a, b) = (engine.counters(), other.counters());
+    assert_eq!(a.recycled + b.recycled, 0, "nothing recycled");
+    assert_eq!(a.stale_completions + b.stale_completions, 0);
+    assert!(a.store_errors > 0, "the outage was seen");
+    engine.shutdown().await;
+    other.shutdown().await;
+}
+
+/// an outcome whose mark fails through an outage longer than `dead_after` is written
+/// once the store answers again, not given up on: the task, held and heartbeated
+/// meanwhile, succeeds under its first lease after one run, never recycled.
+pub async fn engine_writes_an_outcome_held_up_by_an_outage<H: Harness>(ctx: &Ctx<H>) {
+    let calls = Calls::default();
+    let config = fast_config()
+        .dead_after(Duration::from_millis(1200))
+        .heartbeat_interval(Duration::from_millis(300));
+    let gate = Gate::shut(ctx.store.clone(), Gated::Nothing);
+    let release = Arc::new(Semaphore::new(0));
+    let handler = {
+        let release = Arc::clone(&release);
+        recording(calls.clone(), move |_, _| {
+            let release = Arc::clone(&release);
+            async move {
+                let _ = release.acquire().await;
+                Ok(())
+            }
+        })
+    };
+    let engine = Engine::builder(gate.clone())
+        .config(config)
+        .handler("SLOW", handler, opts())
+        .start()
+        .unwrap();
+    let (enq, _) = engine.enqueue(engine.task("SLOW", "k")).await.unwrap();
+    eventually("the task to start", || async { calls.count("k") == 1 }).await;
+    let before = ctx.task(enq.id).await;
+    // the store goes away; the attempt ends during the outage, so its mark fails and
+    // keeps failing for longer than dead_after
+    gate.outage(true);
+    release.add_permits(1);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        ctx.task(enq.id).await.status,
+        Status::Running,
+        "nothing was written during the outage"
+    );
+    gate.outage(false);
+    let t = wait_status(&ctx.store, enq.id, Status::Succeeded).await;
+    assert_eq!(
+        (t.attempts, t.lease, calls.count("k")),
+        (1, before.lease, 1),
+        "run once, its outcome written under its first lease"
+    );
+    let c = engine.counters();
+    assert_eq!((c.recycled, c.stale_completions, c.succeeded), (0, 0, 1));
+    assert!(c.store_errors > 0, "the outage was seen");
+    engine.shutdown().await;
+}
+
 /// the dead-worker sweep recycles a task whose worker died (no heartbeat for longer than
 /// `dead_after`) and the poller runs it again: attempt 2, owned by this instance,
 /// succeeded, counted as recycled once; a running task that is still fresh is left alone.

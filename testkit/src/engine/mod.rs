@@ -197,6 +197,8 @@ pub(crate) struct Gate<S> {
     heartbeats: Arc<tokio::sync::watch::Sender<usize>>,
     /// How many leases heartbeats have found gone.
     refused: Arc<tokio::sync::watch::Sender<usize>>,
+    /// The database is unreachable: the engine's calls fail (see [`Gate::outage`]).
+    down: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl<S> Gate<S> {
@@ -209,7 +211,26 @@ impl<S> Gate<S> {
             grabbed: Arc::new(tokio::sync::watch::Sender::new(0)),
             heartbeats: Arc::new(tokio::sync::watch::Sender::new(0)),
             refused: Arc::new(tokio::sync::watch::Sender::new(0)),
+            down: Arc::default(),
         }
+    }
+
+    /// Start or end an outage: while it lasts, every call the engine's loops make
+    /// (claims, sweeps, heartbeats, marks, key and type bookkeeping) fails as a lost
+    /// connection does.
+    fn outage(&self, on: bool) {
+        self.down.store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn reachable(&self, operation: &'static str) -> backstop_core::Result<()> {
+        if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(backstop_core::Error::new(
+                backstop_core::ErrorKind::Unavailable,
+                operation,
+                "the test's outage: the database is unreachable",
+            ));
+        }
+        Ok(())
     }
 
     /// Wait until `count` reaches `n`.
@@ -275,9 +296,11 @@ impl<S: TaskStore> TaskStore for Gate<S> {
         self.inner.migrate_to(version).await
     }
     async fn release_order_keys(&self, keys: &[String]) -> backstop_core::Result<Vec<TaskId>> {
+        self.reachable("release_order_keys")?;
         self.inner.release_order_keys(keys).await
     }
     async fn register_event_types(&self, event_types: &[String]) -> backstop_core::Result<()> {
+        self.reachable("register_event_types")?;
         self.inner.register_event_types(event_types).await
     }
     async fn event_types(&self) -> backstop_core::Result<Vec<backstop_core::EventTypeSeen>> {
@@ -288,6 +311,7 @@ impl<S: TaskStore> TaskStore for Gate<S> {
         after: Option<&str>,
         limit: usize,
     ) -> backstop_core::Result<Vec<String>> {
+        self.reachable("order_keys")?;
         self.inner.order_keys(after, limit).await
     }
     async fn enqueue(&self, task: NewTask) -> backstop_core::Result<backstop_core::Enqueued> {
@@ -295,6 +319,7 @@ impl<S: TaskStore> TaskStore for Gate<S> {
     }
     async fn grab_by_id(&self, id: TaskId, owner: &Owner) -> backstop_core::Result<Option<Task>> {
         self.pass(Gated::GrabById).await;
+        self.reachable("grab_by_id")?;
         self.inner.grab_by_id(id, owner).await
     }
     async fn grab_batch(
@@ -304,6 +329,7 @@ impl<S: TaskStore> TaskStore for Gate<S> {
         limit: usize,
     ) -> backstop_core::Result<Vec<Task>> {
         self.pass(Gated::GrabBatch).await;
+        self.reachable("grab_batch")?;
         let grabbed = self.inner.grab_batch(owner, event_types, limit).await;
         self.grabbed.send_modify(|g| *g += 1);
         grabbed
@@ -314,10 +340,14 @@ impl<S: TaskStore> TaskStore for Gate<S> {
         limit: usize,
     ) -> backstop_core::Result<backstop_core::Recycled> {
         self.pass(Gated::Recycle).await;
+        self.reachable("recycle_dead")?;
         self.inner.recycle_dead(older_than, limit).await
     }
     async fn heartbeat(&self, leases: &[backstop_core::Lease]) -> backstop_core::Result<Vec<bool>> {
-        let flags = self.inner.heartbeat(leases).await;
+        let flags = match self.reachable("heartbeat") {
+            Ok(()) => self.inner.heartbeat(leases).await,
+            Err(e) => Err(e),
+        };
         if let Ok(flags) = &flags {
             let gone = flags.iter().filter(|f| !**f).count();
             self.refused.send_modify(|r| *r += gone);
@@ -327,6 +357,7 @@ impl<S: TaskStore> TaskStore for Gate<S> {
     }
     async fn mark(&self, marks: &[backstop_core::Mark]) -> backstop_core::Result<Vec<bool>> {
         self.pass(Gated::Mark).await;
+        self.reachable("mark")?;
         let flags = self.inner.mark(marks).await;
         self.pass(Gated::MarkAnswer).await;
         flags

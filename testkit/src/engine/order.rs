@@ -25,9 +25,7 @@ pub async fn engine_runs_each_order_key_in_order_and_keys_in_parallel<H: Harness
             }
         }));
     }
-    for p in producers {
-        p.await.unwrap();
-    }
+    crate::joined("the producers", producers).await;
     #[derive(Default)]
     struct Seen {
         /// per key: the sequence numbers in the order they succeeded

@@ -59,9 +59,7 @@ pub async fn engine_two_instances_run_each_task_exactly_once<H: Harness>(ctx: &C
             }
         }));
     }
-    for p in producers {
-        p.await.unwrap();
-    }
+    crate::joined("the producers", producers).await;
     let effects: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
     let running: Arc<Mutex<HashSet<String>>> = Arc::default();
     let overlaps = Arc::new(AtomicUsize::new(0));
@@ -152,9 +150,7 @@ pub async fn engine_stops_claiming_while_marks_stall<H: Harness>(ctx: &Ctx<H>) {
             })
         })
         .collect();
-    for p in producers {
-        p.await.unwrap();
-    }
+    crate::joined("the producers", producers).await;
     let ran = Arc::new(AtomicUsize::new(0));
     let handler = {
         let ran = Arc::clone(&ran);

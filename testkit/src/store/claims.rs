@@ -330,9 +330,7 @@ pub async fn concurrent_grab_batch_claims_each_task_once<H: Harness>(ctx: &Ctx<H
             }
         }));
     }
-    for h in handles {
-        h.await.unwrap();
-    }
+    joined("the producers", handles).await;
     let mut claimers = Vec::new();
     for c in 0..CLAIMERS {
         let store = ctx.new_store().await;
@@ -356,8 +354,7 @@ pub async fn concurrent_grab_batch_claims_each_task_once<H: Harness>(ctx: &Ctx<H
     }
     let mut seen: HashMap<TaskId, usize> = HashMap::new();
     let mut per_claimer = Vec::new();
-    for c in claimers {
-        let got = c.await.unwrap();
+    for got in joined("the claimers", claimers).await {
         per_claimer.push(got.len());
         for (id, attempts, lease) in got {
             assert_eq!(
@@ -421,13 +418,11 @@ pub async fn concurrent_claims_and_inserts_never_deadlock<H: Harness>(ctx: &Ctx<
             }
         }));
     }
-    for p in producers {
-        p.await.unwrap();
-    }
+    joined("the producers", producers).await;
     inserted.store(true, Ordering::SeqCst);
     let mut seen: HashMap<TaskId, u32> = HashMap::new();
-    for p in pollers {
-        for (id, attempts) in p.await.unwrap() {
+    for mine in joined("the pollers", pollers).await {
+        for (id, attempts) in mine {
             assert_eq!(attempts, 1, "task {id} claimed more than once");
             assert!(
                 seen.insert(id, attempts).is_none(),
@@ -461,10 +456,8 @@ pub async fn concurrent_grab_by_id_has_one_winner<H: Harness>(ctx: &Ctx<H>) {
             }));
         }
         let mut winners = Vec::new();
-        for h in handles {
-            if let Some(w) = h.await.unwrap() {
-                winners.push(w);
-            }
+        for w in joined("the racers", handles).await.into_iter().flatten() {
+            winners.push(w);
         }
         assert_eq!(winners.len(), 1, "round {round}: exactly one grab wins");
         let (me, t) = &winners[0];
@@ -594,4 +587,81 @@ pub async fn grab_batch_drains_every_priority_level_in_order<H: Harness>(ctx: &C
         levels, sorted,
         "a lower level was claimed before a higher one"
     );
+}
+
+/// A claim passes a due row another transaction holds locked instead of queueing behind
+/// it (`SKIP LOCKED`): with the oldest due task locked by a concurrent transaction, a
+/// claim of three returns the two behind it at once (within the backend's bound) and the
+/// locked one stays pending, untouched; once the lock is gone the next claim takes it.
+/// Where the backend documents that claims wait (MySQL's ordered update), the case pins
+/// that instead: the claim returns only after the lock is released, all three in order.
+pub async fn claims_pass_a_row_another_transaction_holds<H: Harness>(ctx: &Ctx<H>) {
+    let held = ctx.enqueue("E", "held").await;
+    let behind = [ctx.enqueue("E", "b1").await, ctx.enqueue("E", "b2").await];
+    let bound = match ctx.harness.locked_rows() {
+        crate::LockedRows::NoRowLocks => {
+            eprintln!(
+                "{}: no row locks (one writer holds the whole database): nothing to pass",
+                ctx.harness.backend()
+            );
+            return;
+        }
+        crate::LockedRows::Waits => None,
+        crate::LockedRows::PassesWithin(d) => Some(d),
+    };
+    let lock = ctx.harness.lock_row(&ctx.db, &ctx.config.table, held).await;
+    let types = vec!["E".to_string()];
+    let claim = ctx.store.grab_batch(&ctx.owner, &types, 3);
+    match bound {
+        Some(bound) => {
+            let started = std::time::Instant::now();
+            let got = within("a claim past a locked row", claim).await.unwrap();
+            let took = started.elapsed();
+            assert!(
+                took <= bound + Duration::from_millis(500),
+                "the claim waited {took:?} behind the locked row (bound {bound:?})"
+            );
+            let ids: Vec<TaskId> = got.iter().map(|t| t.id).collect();
+            assert_eq!(
+                ids,
+                behind.to_vec(),
+                "the rows behind the locked one, in order"
+            );
+            let t = ctx.task(held).await;
+            assert_eq!(
+                (t.status, t.attempts, t.lease, t.owner),
+                (Status::Pending, 0, 0, None),
+                "the locked row is untouched"
+            );
+            // the lock's connection closes in the background: claim until it is gone
+            drop(lock);
+            let next = within("the lock to go", async {
+                loop {
+                    let got = ctx.store.grab_batch(&ctx.owner, &types, 3).await.unwrap();
+                    if !got.is_empty() {
+                        return got;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+            .await;
+            let ids: Vec<TaskId> = next.iter().map(|t| t.id).collect();
+            assert_eq!(ids, vec![held], "the row is claimed once its lock is gone");
+        }
+        None => {
+            let mut claim = Box::pin(claim);
+            assert!(
+                tokio::time::timeout(Duration::from_millis(1500), &mut claim)
+                    .await
+                    .is_err(),
+                "documented to wait behind the lock, the claim returned"
+            );
+            drop(lock);
+            let got = within("a claim after the lock is released", claim)
+                .await
+                .unwrap();
+            let ids: Vec<TaskId> = got.iter().map(|t| t.id).collect();
+            assert_eq!(ids, vec![held, behind[0], behind[1]], "all three, in order");
+        }
+    }
 }

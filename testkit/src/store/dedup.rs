@@ -202,10 +202,13 @@ pub async fn enqueue_dedup_races_make_one_new_task<H: Harness>(ctx: &Ctx<H>) {
     for _ in 0..4 {
         stores.push(ctx.new_store().await);
     }
-    let results = futures_util::future::join_all((0..16).map(|i| {
-        let store = stores[i % stores.len()].clone();
-        async move { store.enqueue(NewTask::new("E", "k")).await.unwrap() }
-    }))
+    let results = within(
+        "the enqueuers",
+        futures_util::future::join_all((0..16).map(|i| {
+            let store = stores[i % stores.len()].clone();
+            async move { store.enqueue(NewTask::new("E", "k")).await.unwrap() }
+        })),
+    )
     .await;
     let created: Vec<_> = results.iter().filter(|e| e.created).collect();
     assert_eq!(created.len(), 1, "{results:?}");

@@ -354,8 +354,7 @@ pub async fn concurrent_enqueue_of_one_key_creates_one_task<H: Harness>(ctx: &Ct
         }
         let mut ids = HashSet::new();
         let mut created = 0;
-        for h in handles {
-            let e = h.await.unwrap();
+        for e in joined("the racers", handles).await {
             ids.insert(e.id);
             created += usize::from(e.created);
         }

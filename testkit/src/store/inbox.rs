@@ -81,7 +81,7 @@ pub async fn inbox_racing_deliveries_apply_the_effect_once<H: Harness>(ctx: &Ctx
             });
         }
     }
-    let outcomes = futures_util::future::join_all(runs).await;
+    let outcomes = within("the consumers", futures_util::future::join_all(runs)).await;
     let mut done = [0; MESSAGES];
     for (m, out) in outcomes {
         match out {

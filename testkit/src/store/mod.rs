@@ -7,6 +7,7 @@
 //! new case reaches every backend without a list to update. Helpers are private, or
 //! `pub(crate)` in this module; an area file must be declared below.
 
+pub mod attempts;
 pub mod claims;
 pub mod dedup;
 pub mod enqueue;
@@ -32,7 +33,7 @@ use backstop_core::{
 };
 use chrono::Utc;
 
-use crate::{assert_between, chrono_dur, Ctx, Harness, TimeColumn, CLOCK_SLACK};
+use crate::{assert_between, chrono_dur, joined, within, Ctx, Harness, TimeColumn, CLOCK_SLACK};
 
 pub(crate) const MINUTE: Duration = Duration::from_secs(60);
 

@@ -163,7 +163,11 @@ pub async fn cancel_races_claims_and_no_claimed_completion_applies<H: Harness>(c
             store.cancel(*id, &audit()).await.unwrap();
         }
     };
-    let (claimed, ()) = tokio::join!(futures_util::future::join_all(claimers), canceller);
+    let (claimed, ()) = within(
+        "the claimers and the canceller",
+        futures_util::future::join(futures_util::future::join_all(claimers), canceller),
+    )
+    .await;
     let claimed: Vec<Task> = claimed.into_iter().flatten().collect();
     for t in &claimed {
         assert_eq!(t.status, Status::Running);

@@ -233,15 +233,18 @@ pub async fn order_key_races_keep_one_task_in_front<H: Harness>(ctx: &Ctx<H>) {
     for _ in 0..4 {
         stores.push(ctx.new_store().await);
     }
-    let results = futures_util::future::join_all((0..20).map(|i| {
-        let store = stores[i % stores.len()].clone();
-        async move {
-            store
-                .enqueue(NewTask::new("O", format!("r{i}")).order_key("r"))
-                .await
-                .unwrap()
-        }
-    }))
+    let results = within(
+        "the enqueuers",
+        futures_util::future::join_all((0..20).map(|i| {
+            let store = stores[i % stores.len()].clone();
+            async move {
+                store
+                    .enqueue(NewTask::new("O", format!("r{i}")).order_key("r"))
+                    .await
+                    .unwrap()
+            }
+        })),
+    )
     .await;
     let in_tx = ctx
         .enqueue_in_tx("r-1", NewTask::new("O", "r-tx").order_key("r"), true)
@@ -324,7 +327,7 @@ pub async fn release_many_keys_at_once<H: Harness>(ctx: &Ctx<H>) {
         assert!(ctx.store.mark_success(t.lease()).await.unwrap());
     }
     let calls = (0..4).map(|_| ctx.store.release_order_keys(&race_keys));
-    let mut all: Vec<TaskId> = futures_util::future::join_all(calls)
+    let mut all: Vec<TaskId> = within("the releases", futures_util::future::join_all(calls))
         .await
         .into_iter()
         .flat_map(|r| r.unwrap())

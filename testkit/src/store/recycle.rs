@@ -51,8 +51,46 @@ pub async fn recycle_dead_fails_task_on_its_last_attempt<H: Harness>(ctx: &Ctx<H
     assert!(err.contains("no attempts left"), "{err}");
 }
 
-/// recycle_dead: never touches a running task that is alive, nor any task not running.
+/// recycle_dead: never touches a running task that is alive, nor any task not running,
+/// even when they are old: a sweep with a dead task among live, old finished, old
+/// pending, old cancelled and old waiting ones changes the dead one only.
 pub async fn recycle_dead_never_touches_live_or_finished_tasks<H: Harness>(ctx: &Ctx<H>) {
+    // the dead one: a second attempt whose worker went silent an hour ago
+    let dead = ctx
+        .store
+        .enqueue(NewTask::new("E", "dead").retry(RetryPolicy::fixed(5, Duration::ZERO)))
+        .await
+        .unwrap()
+        .id;
+    let first = ctx.grab(dead).await;
+    assert!(ctx
+        .store
+        .mark_retry(first.lease(), Duration::ZERO, "x")
+        .await
+        .unwrap());
+    ctx.grab(dead).await;
+    ctx.backdate(dead, TimeColumn::UpdatedAt, HOUR).await;
+    let cancelled = ctx.enqueue("E", "cancelled").await;
+    ctx.store
+        .cancel(cancelled, &backstop_core::Audit::new("op", "no"))
+        .await
+        .unwrap();
+    let front = ctx
+        .store
+        .enqueue(NewTask::new("E", "front").order_key("key"))
+        .await
+        .unwrap()
+        .id;
+    let waiting = ctx
+        .store
+        .enqueue(NewTask::new("E", "waiting").order_key("key"))
+        .await
+        .unwrap()
+        .id;
+    assert_eq!(ctx.task(waiting).await.status, Status::Waiting);
+    for id in [cancelled, front, waiting] {
+        ctx.backdate(id, TimeColumn::UpdatedAt, HOUR).await;
+    }
     let live = ctx.enqueue("E", "live").await;
     ctx.grab(live).await;
     ctx.backdate(live, TimeColumn::UpdatedAt, Duration::from_secs(50))
@@ -68,14 +106,20 @@ pub async fn recycle_dead_never_touches_live_or_finished_tasks<H: Harness>(ctx: 
         ctx.backdate(id, TimeColumn::UpdatedAt, HOUR).await;
     }
     let mut before = Vec::new();
-    for id in [live, pending, done, failed] {
+    for id in [live, pending, done, failed, cancelled, front, waiting] {
         before.push(ctx.task(id).await);
     }
     let r = ctx.store.recycle_dead(MINUTE, 50).await.unwrap();
-    assert_eq!(r.total(), 0);
+    assert_eq!((r.to_pending, r.to_failed), (1, 0), "the dead one only");
+    let d = ctx.task(dead).await;
+    assert_eq!(
+        (d.status, d.attempts, d.lease, d.owner.as_deref()),
+        (Status::Pending, 2, 2, None)
+    );
     for t in before {
-        assert_eq!(ctx.task(t.id).await, t);
+        assert_eq!(ctx.task(t.id).await, t, "task {} untouched", t.biz_key);
     }
+    assert_eq!(ctx.store.recycle_dead(MINUTE, 50).await.unwrap().total(), 0);
     assert_eq!(ctx.store.recycle_dead(MINUTE, 0).await.unwrap().total(), 0);
     assert_kind(
         ctx.store.recycle_dead(MINUTE, MAX_BATCH + 1).await,
@@ -169,14 +213,9 @@ pub async fn recycle_dead_counts_what_it_recycles_while_claimers_race<H: Harness
             claimed
         }));
     }
-    for s in sweepers {
-        s.await.unwrap();
-    }
+    joined("the sweepers", sweepers).await;
     swept.store(true, Ordering::SeqCst);
-    let mut claimed = 0;
-    for c in claimers {
-        claimed += c.await.unwrap();
-    }
+    let claimed: usize = joined("the claimers", claimers).await.into_iter().sum();
     // nothing dead is left behind
     let last = ctx.store.recycle_dead(MINUTE, 1000).await.unwrap();
     assert_eq!(last.total(), 0, "the sweeps left dead tasks: {last:?}");

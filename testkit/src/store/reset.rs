@@ -153,10 +153,7 @@ pub async fn manual_reset_returns_the_reset_task_while_claimers_race<H: Harness>
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     stop.store(true, Ordering::SeqCst);
-    let mut claimed = 0;
-    for c in claimers {
-        claimed += c.await.unwrap();
-    }
+    let claimed: usize = joined("the claimers", claimers).await.into_iter().sum();
     // every reset task is claimed again (exactly once) by the racing claimers
     assert_eq!(claimed, TASKS);
     for id in &ids {

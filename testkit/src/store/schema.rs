@@ -216,7 +216,11 @@ pub async fn migrate_runs_once_when_instances_race<H: Harness>(ctx: &Ctx<H>) {
                 .unwrap(),
         );
     }
-    let results = futures_util::future::join_all(stores.iter().map(|s| s.migrate())).await;
+    let results = within(
+        "the migrations",
+        futures_util::future::join_all(stores.iter().map(|s| s.migrate())),
+    )
+    .await;
     for r in results {
         r.unwrap();
     }
