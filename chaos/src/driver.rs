@@ -417,8 +417,10 @@ async fn produce(
                 let key = format!("k{}", next.fetch_add(1, Ordering::Relaxed));
                 let fail = rng.u8(..100) < 5;
                 let work = Work {
-                    ms: if rng.u8(..100) < 3 {
-                        300
+                    // one in twenty slow: long enough that a stopped worker wakes while
+                    // its successor still runs the task (its stale mark meets the fence)
+                    ms: if rng.u8(..100) < 5 {
+                        1500
                     } else {
                         rng.u64(10..100)
                     },
