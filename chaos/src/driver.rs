@@ -713,6 +713,7 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
     Ok(report)
 }
 
-/// Time past `dead_after` + one poll that the last fault's tasks may take to finish: the
-/// backoffs of the tasks failing on purpose and the drain of what became due meanwhile.
-pub const SETTLE_MARGIN: Duration = Duration::from_secs(3);
+/// Time past `dead_after` + one poll that the last fault's tasks may take to finish: a
+/// slow task's run (1.5 s) started at the end, the backoffs of the tasks failing on
+/// purpose (3 × 100 ms), and the drain of what became due meanwhile (2 s).
+pub const SETTLE_MARGIN: Duration = Duration::from_millis(3800);

@@ -242,7 +242,8 @@ impl Backoff {
 pub struct RetryPolicy {
     /// Total starts allowed, the first included (≥ 1).
     pub max_attempts: u32,
-    /// The wait between attempts.
+    /// The wait between attempts. A task's row keeps its waits in whole milliseconds:
+    /// a finer part is dropped at enqueue (as are those of a delay and a timeout).
     pub backoff: Backoff,
     /// How much of each wait is random, in percent (0 to 100): the wait after a failure
     /// is drawn uniformly from `[w · (1 − jitter/100), w]`, where `w` is the backoff's

@@ -418,6 +418,12 @@ pub enum RunAt {
 pub fn insert_params<'a>(task: Checked<&'a NewTask>, status: i16, run_at: RunAt) -> Vec<Value<'a>> {
     let task = task.into_inner();
     let retry = task.retry_policy();
+    // a run-at already past is due at once, whatever its value: one before the epoch is
+    // sent as the epoch, which every database stores (MySQL's DATETIME starts at year
+    // 1000, and sqlx refuses years before 0)
+    let due_at = task
+        .due_at()
+        .map(|t| t.max(chrono::DateTime::<chrono::Utc>::UNIX_EPOCH));
     vec![
         Value::Text(Some(task.event_type())),
         Value::Text(Some(task.biz_key())),
@@ -428,8 +434,8 @@ pub fn insert_params<'a>(task: Checked<&'a NewTask>, status: i16, run_at: RunAt)
         Value::BigInt(Some(millis(retry.backoff.max_interval()))),
         Value::BigInt(Some(millis(task.due_delay()))),
         match run_at {
-            RunAt::Timestamp => Value::Timestamp(task.due_at()),
-            RunAt::Millis => Value::BigInt(task.due_at().map(|t| t.timestamp_millis())),
+            RunAt::Timestamp => Value::Timestamp(due_at),
+            RunAt::Millis => Value::BigInt(due_at.map(|t| t.timestamp_millis())),
         },
         Value::SmallInt(Some(i16::from(task.claim_priority().get()))),
         Value::SmallInt(Some(i16::from(retry.jitter_pct))),

@@ -11,6 +11,7 @@ pub mod attempts;
 pub mod claims;
 pub mod dedup;
 pub mod enqueue;
+pub mod fuzz;
 pub mod inbox;
 pub mod marks;
 pub mod operators;

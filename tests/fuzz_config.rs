@@ -1,0 +1,209 @@
+//! Property tests of the configuration surface: arbitrary connect URLs (the store's
+//! options in the query), engine settings and handler options, from a seeded generator
+//! (`BACKSTOP_FUZZ_SEED` replays one; the seed is in every failure). Each either works
+//! or is refused with a `Config` / `InvalidInput` error before anything is opened or
+//! started; none panics.
+#![cfg(feature = "sqlite")]
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
+
+use std::time::Duration;
+
+use backstop::{Engine, EngineConfig, ErrorKind, HandlerError, HandlerOptions, RetryPolicy, Task};
+
+struct Gen(u64);
+
+impl Gen {
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn pick<'a, T>(&mut self, from: &'a [T]) -> &'a T {
+        &from[self.below(from.len() as u64) as usize]
+    }
+    fn duration(&mut self) -> Duration {
+        *self.pick(&[
+            Duration::ZERO,
+            Duration::from_nanos(1),
+            Duration::from_millis(1),
+            Duration::from_millis(250),
+            Duration::from_secs(30),
+            Duration::from_secs(400 * 24 * 3600),
+            Duration::MAX,
+        ])
+    }
+}
+
+fn seed() -> u64 {
+    std::env::var("BACKSTOP_FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+        })
+}
+
+const KEYS: &[&str] = &[
+    "table",
+    "max_connections",
+    "acquire_timeout",
+    "schema",
+    "notify",
+    "transaction_pooling",
+    "claim",
+    "busy_timeout",
+    "synchronous",
+    "mode",
+    "cache",
+    "",
+    "table[]",
+    "%zz",
+    "TABLE",
+];
+const VALUES: &[&str] = &[
+    "",
+    "0",
+    "1",
+    "4",
+    "65536",
+    "-1",
+    "18446744073709551616",
+    "true",
+    "false",
+    "yes",
+    "500ms",
+    "5s",
+    "1h",
+    "normal",
+    "full",
+    "off",
+    "jobs",
+    "bad name",
+    "x;DROP TABLE t",
+    "%00",
+    "é",
+    "skip_locked",
+    "auto",
+    "2.5s",
+    "ms",
+];
+
+/// `connect` with arbitrary store options on an in-memory SQLite URL: it opens a store
+/// or answers `Config`; nothing panics.
+#[tokio::test]
+async fn arbitrary_connect_urls_open_or_are_refused() {
+    let seed = seed();
+    let mut g = Gen(seed | 1);
+    let (mut opened, mut refused) = (0, 0);
+    for _ in 0..300 {
+        let n = g.below(4);
+        let query: Vec<String> = (0..n)
+            .map(|_| format!("{}={}", g.pick(KEYS), g.pick(VALUES)))
+            .collect();
+        let base = *g.pick(&[
+            "sqlite::memory:",
+            "sqlite::memory:?",
+            "sqlite:",
+            "nosuch://x",
+        ]);
+        let url = if query.is_empty() {
+            base.to_string()
+        } else if base.contains('?') {
+            format!("{base}{}", query.join("&"))
+        } else {
+            format!("{base}?{}", query.join("&"))
+        };
+        match backstop::connect(&url).await {
+            Ok(_) => opened += 1,
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::Config, "seed {seed}: {url}: {e}");
+                assert!(!e.to_string().is_empty());
+                refused += 1;
+            }
+        }
+    }
+    assert!(
+        opened > 0 && refused > 0,
+        "seed {seed}: {opened} opened, {refused} refused"
+    );
+}
+
+struct Nothing;
+
+#[backstop::async_trait]
+impl backstop::Handler for Nothing {
+    async fn handle(&self, _task: &Task) -> Result<(), HandlerError> {
+        Ok(())
+    }
+}
+
+/// Engines with arbitrary settings and handler options: each starts (and shuts down) or
+/// `start` answers `Config` / `InvalidInput`; nothing panics.
+#[tokio::test]
+async fn arbitrary_engine_settings_start_or_are_refused() {
+    let seed = seed();
+    let mut g = Gen(seed | 1);
+    let store = backstop::connect("sqlite::memory:").await.unwrap();
+    backstop::TaskStore::migrate(&store).await.unwrap();
+    let (mut started, mut refused) = (0, 0);
+    for _ in 0..200 {
+        // each setting changed now and then, so that some combinations are valid
+        let mut config = EngineConfig::default();
+        let mut options = HandlerOptions::default();
+        macro_rules! maybe {
+            ($target:ident . $setter:ident ( $value:expr )) => {
+                if g.below(100) < 12 {
+                    let v = $value;
+                    $target = $target.$setter(v);
+                }
+            };
+        }
+        maybe!(config.poll_interval(g.duration()));
+        maybe!(config.first_poll_delay(g.duration()));
+        maybe!(config.dead_after(g.duration()));
+        maybe!(config.heartbeat_interval(g.duration()));
+        maybe!(config.batch_size(*g.pick(&[0, 1, 50, 1000, 1001, usize::MAX])));
+        maybe!(config.recycle_batch(*g.pick(&[0, 1, 100, 1001])));
+        maybe!(config.shutdown_grace(g.duration()));
+        maybe!(config.retention(*g.pick(&[None, Some(Duration::ZERO), Some(Duration::MAX)])));
+        maybe!(config.purge_interval(g.duration()));
+        maybe!(config.purge_batch(*g.pick(&[0, 1, 500, usize::MAX])));
+        maybe!(config.max_unmarked(*g.pick(&[0, 1, 4096, usize::MAX])));
+        maybe!(options.concurrency(*g.pick(&[0, 1, 4, 10_000, 10_001])));
+        maybe!(options.queue_capacity(*g.pick(&[0, 64, 1_000_001])));
+        maybe!(options.timeout(g.duration()));
+        maybe!(options.retry(RetryPolicy::fixed(*g.pick(&[0, 1, 10_001]), g.duration())));
+        let event_type = *g.pick(&["PAY", "PAY", "PAY", "", "bad type"]);
+        let input = format!("{config:?} {options:?} {event_type:?}");
+        let built = Engine::builder(store.clone())
+            .config(config)
+            .handler(event_type, Nothing, options)
+            .start();
+        match built {
+            Ok(engine) => {
+                engine.shutdown().await;
+                started += 1;
+            }
+            Err(e) => {
+                assert!(
+                    matches!(e.kind(), ErrorKind::Config | ErrorKind::InvalidInput),
+                    "seed {seed}: {input}: {e}"
+                );
+                refused += 1;
+            }
+        }
+    }
+    assert!(
+        started > 0 && refused > 0,
+        "seed {seed}: {started} started, {refused} refused"
+    );
+}
