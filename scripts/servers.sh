@@ -263,6 +263,7 @@ start_mysql() {
     --max-connections=800 --innodb-flush-log-at-trx-commit=$flush --innodb-buffer-pool-size=256M
     --skip-log-bin --ssl-ca="$dir/ca.pem" --ssl-cert="$dir/server.pem" --ssl-key="$dir/server.key")
   "${server[@]}" >"$dir/server.log" 2>&1 &
+  disown  # the chaos suite kills it (restart.sh): no job notice from this shell
   # an immediate restart (kill -9, then crash recovery at start), for the chaos suite
   { echo '#!/usr/bin/env bash'
     echo 'set -u'

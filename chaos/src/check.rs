@@ -164,15 +164,17 @@ fn index(ledgers: &HashMap<String, Vec<Entry>>) -> HashMap<TaskId, PerTask> {
     by
 }
 
-/// The fault that explains a second run after `first`, if any: a kill or stop of either
-/// run's worker, or a fault every worker saw, between the first's start and the second's.
-/// On SQLite a stopped worker may hold the file's write lock, so a stop is seen by all.
+/// The fault that explains a second run after `first`, if any: a kill of either run's
+/// worker, or a fault every worker saw, between the first's start and the second's. A
+/// stop is seen by every worker: the stopped one may hold SQLite's write lock, or row
+/// locks in the middle of a transaction (a mark in several rounds), that the others'
+/// statements wait for.
 ///
 /// A kill explains the runs it cut short. The other faults leave leases that were not
 /// refreshed while they lasted: the sweep may recycle those until `dead_after` and a poll
 /// after the fault ended, and a stopped worker, woken, starts the tasks it had claimed
 /// before, so their effect lasts that much longer than the fault.
-fn explain(faults: &[Fault], backend: Backend, first: &Run, second: &Run) -> Option<FaultKind> {
+fn explain(faults: &[Fault], first: &Run, second: &Run) -> Option<FaultKind> {
     let linger = (DEAD_AFTER + POLL).as_millis() as i64;
     faults
         .iter()
@@ -187,7 +189,7 @@ fn explain(faults: &[Fault], backend: Backend, first: &Run, second: &Run) -> Opt
         })
         .find(|f| match f.pid {
             None => true,
-            Some(_) if backend == Backend::Sqlite && f.kind == FaultKind::Stop => true,
+            Some(_) if f.kind == FaultKind::Stop => true,
             Some(p) => p == first.pid || p == second.pid,
         })
         .map(|f| f.kind)
@@ -392,7 +394,7 @@ pub fn check(input: Input) -> Report {
                 dup_examples.push(a.task);
                 continue;
             }
-            match explain(&faults, backend, a, b) {
+            match explain(&faults, a, b) {
                 Some(k) => *dups.entry(k).or_default() += 1,
                 None => {
                     unexplained += 1;
