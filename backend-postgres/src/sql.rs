@@ -572,17 +572,33 @@ impl Sql {
                  RETURNING t.status"
             ),
             // $1 ids, $2 leases
+            // The rows are locked in id order first (as the mark's are): a heartbeat and
+            // a mark of the same rows, on two connections, would otherwise lock them in
+            // the orders of their joins and could deadlock (a second's wait for the
+            // server to notice, then a retry).
             heartbeat: format!(
-                "UPDATE {t} AS t SET updated_at = now()
-                 FROM unnest($1::bigint[], $2::bigint[]) AS l(id, lease)
-                 WHERE t.id = l.id AND t.status + 0 = 3 AND t.lease = l.lease
+                "WITH l AS (SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS l(id, lease)),
+                 locked AS (
+                    SELECT t.id FROM {t} AS t JOIN l ON t.id = l.id
+                    WHERE t.status + 0 = 3 AND t.lease = l.lease
+                    ORDER BY t.id FOR UPDATE OF t)
+                 UPDATE {t} AS t SET updated_at = now()
+                 FROM l, locked
+                 WHERE t.id = l.id AND t.id = locked.id AND t.status + 0 = 3
+                    AND t.lease = l.lease
                  RETURNING t.id, t.lease"
             ),
             // One statement for a round of marks (each task at most once per round).
             // kind: 1 success, 2 retry, 3 fail, 4 release. $1 ids $2 leases $3 kinds
             // $4 delay_ms $5 errors.
             mark: format!(
-                "UPDATE {t} AS t SET
+                "WITH m AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::smallint[],
+                        $4::bigint[], $5::text[]) AS m(id, lease, kind, delay_ms, error)),
+                 locked AS (
+                    SELECT t.id FROM {t} AS t JOIN m ON t.id = m.id
+                    WHERE t.status + 0 = 3 AND t.lease = m.lease
+                    ORDER BY t.id FOR UPDATE OF t)
+                 UPDATE {t} AS t SET
                     status = CASE m.kind
                         WHEN 1 THEN 1
                         WHEN 2 THEN CASE WHEN t.attempts < t.max_attempts THEN 0 ELSE 2 END
@@ -596,9 +612,9 @@ impl Sql {
                     last_error = CASE m.kind WHEN 1 THEN NULL WHEN 4 THEN t.last_error
                         ELSE m.error END,
                     updated_at = now()
-                 FROM unnest($1::bigint[], $2::bigint[], $3::smallint[], $4::bigint[], $5::text[])
-                    AS m(id, lease, kind, delay_ms, error)
-                 WHERE t.id = m.id AND t.status + 0 = 3 AND t.lease = m.lease
+                 FROM m, locked
+                 WHERE t.id = m.id AND t.id = locked.id AND t.status + 0 = 3
+                    AND t.lease = m.lease
                  RETURNING t.id"
             ),
             // $1 id, $2 stuck_after ms

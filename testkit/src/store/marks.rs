@@ -337,3 +337,46 @@ pub async fn last_error_is_bounded<H: Harness>(ctx: &Ctx<H>) {
     );
     assert!(long.starts_with(&e));
 }
+
+/// A heartbeat and a mark of the same running rows, racing on two connections with the
+/// leases in opposite orders, never deadlock: both return without waiting out a deadlock
+/// (PostgreSQL notices one after a second), the heartbeat's flags and the mark's say
+/// what each found, and every task ends succeeded.
+pub async fn heartbeats_and_marks_of_the_same_rows_never_deadlock<H: Harness>(ctx: &Ctx<H>) {
+    const TASKS: usize = 100;
+    let other = ctx.new_store().await;
+    let types = vec!["E".to_string()];
+    for round in 0..8 {
+        for i in 0..TASKS {
+            ctx.enqueue("E", &format!("r{round}-{i}")).await;
+        }
+        let claimed = ctx
+            .store
+            .grab_batch(&ctx.owner, &types, TASKS)
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), TASKS);
+        let leases: Vec<backstop_core::Lease> = claimed.iter().map(|t| t.lease()).collect();
+        let marks: Vec<Mark> = leases.iter().rev().map(|l| Mark::success(*l)).collect();
+        let started = std::time::Instant::now();
+        let (beat, marked) = within(
+            "a heartbeat and a mark of the same rows",
+            futures_util::future::join(ctx.store.heartbeat(&leases), other.mark(&marks)),
+        )
+        .await;
+        let took = started.elapsed();
+        assert_eq!(beat.unwrap().len(), TASKS);
+        assert!(
+            marked.unwrap().iter().all(|f| *f),
+            "round {round}: every mark applies"
+        );
+        assert!(
+            took < Duration::from_millis(800),
+            "round {round}: took {took:?}: a deadlock was waited out"
+        );
+    }
+    assert_eq!(
+        ctx.store.stats().await.unwrap().count(Status::Succeeded),
+        8 * TASKS as u64
+    );
+}
