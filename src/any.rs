@@ -90,6 +90,17 @@ pub async fn connect_with(url: &str, config: StoreConfig) -> Result<AnyStore> {
         "sqlite" => {
             #[cfg(feature = "sqlite")]
             {
+                // what is left of the query is nobody's: SQLite has no driver parameters,
+                // and a file path must not swallow it (`app.db?x=1` is not a file name)
+                if let Some((_, rest)) = url.split_once('?') {
+                    return Err(Error::config(
+                        OP,
+                        format!(
+                            "URL parameter(s) {rest:?} are not SQLite options (table, \
+                             max_connections, busy_timeout, synchronous)"
+                        ),
+                    ));
+                }
                 let rest = &url["sqlite:".len()..];
                 if rest == ":memory:" || rest == "//:memory:" {
                     let _ = (config, options); // an in-memory store always uses the defaults
@@ -498,6 +509,18 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Config);
+        // a parameter that is not a SQLite option is refused, not taken into the path
+        for q in [
+            "sqlite:{}?mode=rwc",
+            "sqlite:{}?TABLE=x",
+            "sqlite::memory:?cache=shared",
+        ] {
+            let url = q.replace("{}", &dir.join("y.db").display().to_string());
+            let e = connect(&url).await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Config, "{url}: {e}");
+            assert!(e.to_string().contains("not SQLite options"), "{e}");
+        }
+        assert!(!dir.exists(), "nothing was created");
     }
 
     /// The store's options ride in the URL; bad values and other backends' options are

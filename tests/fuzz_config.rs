@@ -104,6 +104,15 @@ async fn arbitrary_connect_urls_open_or_are_refused() {
     let seed = seed();
     let mut g = Gen(seed | 1);
     let (mut opened, mut refused) = (0, 0);
+    let files = || -> Vec<std::ffi::OsString> {
+        let mut v: Vec<_> = std::fs::read_dir(".")
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        v.sort();
+        v
+    };
+    let before = files();
     for _ in 0..300 {
         let n = g.below(4);
         let query: Vec<String> = (0..n)
@@ -135,6 +144,8 @@ async fn arbitrary_connect_urls_open_or_are_refused() {
         opened > 0 && refused > 0,
         "seed {seed}: {opened} opened, {refused} refused"
     );
+    // a refused URL opened nothing: no file named after its query
+    assert_eq!(files(), before, "seed {seed}: files were created");
 }
 
 struct Nothing;

@@ -45,6 +45,10 @@ struct Args {
     repeat: usize,
     /// Engine counts of the drain scenario (default 1, 4, 8).
     engines: Vec<usize>,
+    /// Durability on, as production runs: the servers must be durable (scripts/bench
+    /// --durable starts them so), SQLite runs with `synchronous=FULL` (the store's
+    /// default) for backstop and the raw SQL alike. Results go to `durable.md`.
+    durable: bool,
 }
 
 impl Args {
@@ -53,6 +57,14 @@ impl Args {
             .as_ref()
             .is_none_or(|o| o.iter().any(|s| s == scenario))
     }
+}
+
+/// Whether this run has durability on (`--durable`), for the SQLite connections of
+/// backstop and of the raw SQL alike.
+static DURABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+pub(crate) fn durable() -> bool {
+    DURABLE.get().copied().unwrap_or(false)
 }
 
 fn args() -> Args {
@@ -65,11 +77,13 @@ fn args() -> Args {
         peer: false,
         repeat: 3,
         engines: vec![1, 4, 8],
+        durable: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--smoke" => a.smoke = true,
+            "--durable" => a.durable = true,
             "--peer" => a.peer = true,
             "--backends" => {
                 a.backends = it
@@ -107,7 +121,7 @@ fn args() -> Args {
                 )
             }
             other => panic!(
-                "unknown argument {other:?} (use --smoke, --backends, --tasks, --engines, --repeat, --out, --only)"
+                "unknown argument {other:?} (use --smoke, --durable, --backends, --tasks, --engines, --repeat, --out, --only)"
             ),
         }
     }
@@ -115,6 +129,7 @@ fn args() -> Args {
         a.drain_tasks = a.drain_tasks.min(500);
         a.repeat = 1;
     }
+    let _ = DURABLE.set(a.durable);
     a
 }
 
@@ -144,7 +159,11 @@ impl Target {
                     SqliteOptions::default()
                         .config(config)
                         .max_connections(max_connections as usize)
-                        .synchronous(Synchronous::Normal)
+                        .synchronous(if durable() {
+                            Synchronous::Full
+                        } else {
+                            Synchronous::Normal
+                        })
                         .busy_timeout(Duration::from_secs(30)),
                 )
                 .await
@@ -185,8 +204,9 @@ async fn target(backend: &str) -> Option<Target> {
                 url: path.display().to_string(),
                 raw: Box::new(raw::SqliteRaw { path }),
                 server: format!(
-                    "SQLite {} (bundled, WAL, synchronous=NORMAL)",
-                    rusqlite::version()
+                    "SQLite {} (bundled, WAL, synchronous={})",
+                    rusqlite::version(),
+                    if durable() { "FULL" } else { "NORMAL" }
                 ),
                 _dir: Some(TempDir(dir)),
             })
@@ -205,11 +225,28 @@ async fn target(backend: &str) -> Option<Target> {
                 .await
                 .expect("version")
                 .get(0);
+            let mut settings = Vec::new();
+            for name in ["fsync", "synchronous_commit", "full_page_writes"] {
+                let v: String = c
+                    .query_one(&format!("SHOW {name}"), &[])
+                    .await
+                    .expect("a setting")
+                    .get(0);
+                settings.push(format!("{name}={v}"));
+            }
+            assert!(
+                !durable() || settings.iter().all(|s| s.ends_with("=on")),
+                "--durable needs a durable PostgreSQL, found {settings:?} (scripts/bench --durable starts one)"
+            );
             Some(Target {
                 backend: "postgres",
                 url,
                 raw: Box::new(raw),
-                server: server.split(" on ").next().unwrap_or_default().to_owned(),
+                server: format!(
+                    "{} ({})",
+                    server.split(" on ").next().unwrap_or_default(),
+                    settings.join(", ")
+                ),
                 _dir: None,
             })
         }
@@ -222,11 +259,20 @@ async fn target(backend: &str) -> Option<Target> {
                 .fetch_one(&raw.pool)
                 .await
                 .expect("version");
+            let flush: String =
+                sqlx::query_scalar("SELECT CAST(@@innodb_flush_log_at_trx_commit AS CHAR)")
+                    .fetch_one(&raw.pool)
+                    .await
+                    .expect("innodb_flush_log_at_trx_commit");
+            assert!(
+                !durable() || flush == "1",
+                "--durable needs innodb_flush_log_at_trx_commit=1, found {flush} (scripts/bench --durable starts such a server)"
+            );
             Some(Target {
                 backend: "mysql",
                 url,
                 raw: Box::new(raw),
-                server,
+                server: format!("{server} (innodb_flush_log_at_trx_commit={flush})"),
                 _dir: None,
             })
         }
@@ -984,7 +1030,11 @@ async fn main() {
     let md = sys::markdown(&rows, a.smoke, a.drain_tasks, &servers);
     let json = sys::json(&rows, a.smoke, a.drain_tasks, &servers);
     std::fs::create_dir_all(&a.out).expect("out dir");
-    let name = if a.smoke { "smoke" } else { "latest" };
+    let name = match (a.smoke, a.durable) {
+        (true, _) => "smoke",
+        (false, true) => "durable",
+        (false, false) => "latest",
+    };
     std::fs::write(a.out.join(format!("{name}.md")), &md).expect("write md");
     std::fs::write(a.out.join(format!("{name}.json")), json).expect("write json");
     println!("{md}");

@@ -111,8 +111,8 @@ impl SqliteRaw {
     fn conn(path: &std::path::Path) -> rusqlite::Connection {
         let c = rusqlite::Connection::open(path).expect("open");
         c.busy_timeout(Duration::from_secs(30)).expect("busy");
-        c.pragma_update(None, "synchronous", "NORMAL")
-            .expect("sync");
+        let sync = if crate::durable() { "FULL" } else { "NORMAL" };
+        c.pragma_update(None, "synchronous", sync).expect("sync");
         c
     }
 

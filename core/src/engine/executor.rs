@@ -36,6 +36,9 @@ enum Outcome {
     Released,
     /// The handler recorded its own success in its transaction (`complete_tx`).
     CompletedInTx,
+    /// Never started: its lease was found gone before it started (it waited past
+    /// `dead_after` and was recycled meanwhile); another claim runs it.
+    LeaseGone,
 }
 
 /// Hand a claimed task to its executor. `slot` is the executor capacity the caller
@@ -48,6 +51,7 @@ pub(crate) fn dispatch<S: TaskStore + Clone>(
     origin: Origin,
 ) {
     let lease = task.lease();
+    let claimed_at = Instant::now();
     let lost = shared.tracker.started(lease);
     // shared with the attempt's context: no copy of the payload per task
     let task = Arc::new(task);
@@ -68,12 +72,26 @@ pub(crate) fn dispatch<S: TaskStore + Clone>(
     );
     tokio::spawn(
         async move {
-            let attempt = cx.clone().scope(run(&shared, &exec, &task, origin));
+            let attempt = cx
+                .clone()
+                .scope(run(&shared, &exec, &task, origin, claimed_at));
             let mut outcome = super::attempt::scoped(lost, attempt).await;
             if matches!(outcome, Outcome::Done) && cx.is_completed() {
                 outcome = Outcome::CompletedInTx;
             }
             drop(cx);
+            if let Outcome::LeaseGone = outcome {
+                // Nothing ran and nothing is to be written: the new claim's holder runs it
+                // (the lost lease was counted where it was found).
+                tracing::warn!(
+                    "not started: the lease was recycled while the task waited past dead_after"
+                );
+                shared.tracker.attempt_ended(lease);
+                drop(slot);
+                shared.tracker.slot_freed();
+                shared.tracker.finished(&[lease]);
+                return;
+            }
             if let Outcome::CompletedInTx = outcome {
                 // Recorded, with the handler's own writes: nothing to mark.
                 shared.counters.succeeded(&exec.event_type);
@@ -125,11 +143,20 @@ pub(crate) fn dispatch<S: TaskStore + Clone>(
 }
 
 /// Wait for a runner, then run the attempt with its timeout, catching panics.
+///
+/// A task that waited for its runner longer than `dead_after` since its lease was last
+/// known fresh (its claim, or this instance's last applied heartbeat) may have been
+/// recycled and claimed by another instance meanwhile: this process was stopped (a
+/// paused VM, `SIGSTOP`), or its heartbeats failed. Its lease is checked first (one
+/// heartbeat, which also refreshes it) so that it does not run a second time; a lease
+/// found gone ends the attempt unstarted. When the store does not answer, the task runs
+/// (at least once: its mark is fenced anyway).
 async fn run<S: TaskStore + Clone>(
     shared: &Arc<Shared<S>>,
     exec: &Arc<Executor>,
     task: &Task,
     origin: Origin,
+    claimed_at: Instant,
 ) -> Outcome {
     let mut state = shared.state.subscribe();
     // Once the engine is draining, a task still waiting for a runner (queued, or claimed
@@ -143,6 +170,25 @@ async fn run<S: TaskStore + Clone>(
         tracing::debug!("shutdown before the task started: releasing it");
         return Outcome::Released;
     };
+    // a heartbeat found the lease gone while the task waited
+    if super::attempt::is_lease_lost() {
+        return Outcome::LeaseGone;
+    }
+    let refreshed = *shared
+        .last_refreshed
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    let fresh_since = refreshed.map_or(claimed_at, |r| r.max(claimed_at));
+    if fresh_since.elapsed() >= shared.config.dead_after {
+        if let Ok(flags) = shared.store.heartbeat(&[task.lease()]).await {
+            if flags.first() == Some(&false) {
+                if shared.tracker.lease_gone(task.lease()) {
+                    shared.counters.leases_lost(&exec.event_type);
+                }
+                return Outcome::LeaseGone;
+            }
+        }
+    }
     let now = chrono::Utc::now();
     let waited = (now - task.next_run_at).to_std().unwrap_or_default();
     metrics::histogram!("backstop_start_delay_seconds", "event_type" => exec.event_type.clone())
@@ -247,5 +293,7 @@ fn outcome_mark(exec: &Executor, task: &Task, outcome: Outcome, c: &Counters) ->
         }
         // handled before a mark is made; marked as a success should it ever get here
         Outcome::CompletedInTx => Mark::success(lease),
+        // handled before a mark is made; a release (refused: the lease is gone) otherwise
+        Outcome::LeaseGone => Mark::release(lease),
     }
 }

@@ -544,9 +544,14 @@ async fn refresh_leases<S: TaskStore + Clone>(shared: &Shared<S>) -> Result<(), 
         shared.leases_unrefreshed.store(false, Ordering::SeqCst);
         return Ok(());
     }
+    let began = std::time::Instant::now();
     match shared.store.heartbeat(&leases).await {
         Ok(flags) => {
             shared.leases_unrefreshed.store(false, Ordering::SeqCst);
+            *shared
+                .last_refreshed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = Some(began);
             for (lease, ok) in leases.iter().zip(flags) {
                 // Only news while the handler runs: once the attempt ended, its mark
                 // (which may have been applied just before this heartbeat) decides.

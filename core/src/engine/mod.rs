@@ -297,6 +297,9 @@ struct Shared<S> {
     /// instance's lease refreshes succeeds: until then its leases may be older than
     /// `dead_after`, and its own sweep must refresh them before it recycles anything.
     leases_unrefreshed: std::sync::atomic::AtomicBool,
+    /// When the last heartbeat of this instance's leases that the store applied began:
+    /// every lease held then was fresh at that time.
+    last_refreshed: Mutex<Option<std::time::Instant>>,
     /// The store, for the handlers' contexts.
     dyn_store: Arc<dyn TaskStore>,
     /// The application's shared values (see [`EngineBuilder::state`]).
@@ -592,6 +595,7 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
             archive: self.archive,
             completions,
             leases_unrefreshed: std::sync::atomic::AtomicBool::new(false),
+            last_refreshed: Mutex::new(None),
         });
         let flushers = completer::spawn(&runtime, &shared, completion_rx);
         let mut jobs = vec![

@@ -149,6 +149,80 @@ pub async fn engine_writes_an_outcome_held_up_by_an_outage<H: Harness>(ctx: &Ctx
     engine.shutdown().await;
 }
 
+/// a claimed task that waited for a runner past `dead_after` while its heartbeats failed
+/// (a stopped process, an outage) and was recycled and claimed by another instance
+/// meanwhile is not started when its runner frees up: its lease is checked first. It
+/// runs once, under the successor's claim.
+pub async fn engine_does_not_start_a_task_recycled_while_it_waited<H: Harness>(ctx: &Ctx<H>) {
+    let calls = Calls::default();
+    let config = fast_config()
+        .dead_after(Duration::from_millis(1000))
+        .heartbeat_interval(Duration::from_millis(300));
+    let gate = Gate::shut(ctx.store.clone(), Gated::Nothing);
+    let hold = Arc::new(Semaphore::new(0));
+    let handler = {
+        let hold = Arc::clone(&hold);
+        recording(calls.clone(), move |_, task| {
+            let hold = Arc::clone(&hold);
+            async move {
+                if task.biz_key == "first" {
+                    let _ = hold.acquire().await;
+                }
+                Ok(())
+            }
+        })
+    };
+    // one runner: "second" waits in the executor's queue behind "first"
+    let engine = Engine::builder(gate.clone())
+        .config(config)
+        .handler("ONE", handler, opts().concurrency(1))
+        .start()
+        .unwrap();
+    let first = ctx.enqueue("ONE", "first").await;
+    eventually("the first task to start", || async {
+        calls.count("first") == 1
+    })
+    .await;
+    let second = ctx.enqueue("ONE", "second").await;
+    eventually("the second task to be claimed", || async {
+        ctx.task(second).await.status == Status::Running
+    })
+    .await;
+    // the engine loses the store for longer than dead_after; meanwhile another instance
+    // recycles both and claims the second
+    gate.outage(true);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let r = ctx
+        .store
+        .recycle_dead(Duration::from_millis(1000), 10)
+        .await
+        .unwrap();
+    assert_eq!(r.to_pending, 2, "both leases went stale");
+    let successor = ctx
+        .store
+        .grab_by_id(second, &Owner::new("successor").unwrap())
+        .await
+        .unwrap()
+        .expect("the successor claims the second task");
+    gate.outage(false);
+    hold.add_permits(10);
+    // the first ends (its mark refused), the second's runner frees up: it is not started
+    eventually("the engine to see the second's lease gone", || async {
+        engine.counters().leases_lost >= 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(calls.count("second"), 0, "not run under its stale lease");
+    let t = ctx.task(second).await;
+    assert_eq!(
+        (t.status, t.lease, t.owner.as_deref()),
+        (Status::Running, successor.lease, Some("successor")),
+        "the successor's claim untouched"
+    );
+    let _ = first;
+    engine.shutdown().await;
+}
+
 /// the dead-worker sweep recycles a task whose worker died (no heartbeat for longer than
 /// `dead_after`) and the poller runs it again: attempt 2, owned by this instance,
 /// succeeded, counted as recycled once; a running task that is still fresh is left alone.
