@@ -8,48 +8,21 @@
 
 use std::time::Duration;
 
+use backstop_testkit::gen::{seed, Gen};
+
 use backstop::{Engine, EngineConfig, ErrorKind, HandlerError, HandlerOptions, RetryPolicy, Task};
 
-struct Gen(u64);
-
-impl Gen {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn pick<'a, T>(&mut self, from: &'a [T]) -> &'a T {
-        &from[self.below(from.len() as u64) as usize]
-    }
-    fn duration(&mut self) -> Duration {
-        *self.pick(&[
-            Duration::ZERO,
-            Duration::from_nanos(1),
-            Duration::from_millis(1),
-            Duration::from_millis(250),
-            Duration::from_secs(30),
-            Duration::from_secs(400 * 24 * 3600),
-            Duration::MAX,
-        ])
-    }
-}
-
-fn seed() -> u64 {
-    std::env::var("BACKSTOP_FUZZ_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(1)
-        })
+/// One of the durations around the limits.
+fn duration(g: &mut Gen) -> Duration {
+    *g.pick(&[
+        Duration::ZERO,
+        Duration::from_nanos(1),
+        Duration::from_millis(1),
+        Duration::from_millis(250),
+        Duration::from_secs(30),
+        Duration::from_secs(400 * 24 * 3600),
+        Duration::MAX,
+    ])
 }
 
 const KEYS: &[&str] = &[
@@ -102,7 +75,7 @@ const VALUES: &[&str] = &[
 #[tokio::test]
 async fn arbitrary_connect_urls_open_or_are_refused() {
     let seed = seed();
-    let mut g = Gen(seed | 1);
+    let mut g = Gen::new(seed);
     let (mut opened, mut refused) = (0, 0);
     let files = || -> Vec<std::ffi::OsString> {
         let mut v: Vec<_> = std::fs::read_dir(".")
@@ -162,7 +135,7 @@ impl backstop::Handler for Nothing {
 #[tokio::test]
 async fn arbitrary_engine_settings_start_or_are_refused() {
     let seed = seed();
-    let mut g = Gen(seed | 1);
+    let mut g = Gen::new(seed);
     let store = backstop::connect("sqlite::memory:").await.unwrap();
     backstop::TaskStore::migrate(&store).await.unwrap();
     let (mut started, mut refused) = (0, 0);
@@ -178,21 +151,24 @@ async fn arbitrary_engine_settings_start_or_are_refused() {
                 }
             };
         }
-        maybe!(config.poll_interval(g.duration()));
-        maybe!(config.first_poll_delay(g.duration()));
-        maybe!(config.dead_after(g.duration()));
-        maybe!(config.heartbeat_interval(g.duration()));
+        maybe!(config.poll_interval(duration(&mut g)));
+        maybe!(config.first_poll_delay(duration(&mut g)));
+        maybe!(config.dead_after(duration(&mut g)));
+        maybe!(config.heartbeat_interval(duration(&mut g)));
         maybe!(config.batch_size(*g.pick(&[0, 1, 50, 1000, 1001, usize::MAX])));
         maybe!(config.recycle_batch(*g.pick(&[0, 1, 100, 1001])));
-        maybe!(config.shutdown_grace(g.duration()));
+        maybe!(config.shutdown_grace(duration(&mut g)));
         maybe!(config.retention(*g.pick(&[None, Some(Duration::ZERO), Some(Duration::MAX)])));
-        maybe!(config.purge_interval(g.duration()));
+        maybe!(config.purge_interval(duration(&mut g)));
         maybe!(config.purge_batch(*g.pick(&[0, 1, 500, usize::MAX])));
         maybe!(config.max_unmarked(*g.pick(&[0, 1, 4096, usize::MAX])));
         maybe!(options.concurrency(*g.pick(&[0, 1, 4, 10_000, 10_001])));
         maybe!(options.queue_capacity(*g.pick(&[0, 64, 1_000_001])));
-        maybe!(options.timeout(g.duration()));
-        maybe!(options.retry(RetryPolicy::fixed(*g.pick(&[0, 1, 10_001]), g.duration())));
+        maybe!(options.timeout(duration(&mut g)));
+        maybe!(options.retry(RetryPolicy::fixed(
+            *g.pick(&[0, 1, 10_001]),
+            duration(&mut g)
+        )));
         let event_type = *g.pick(&["PAY", "PAY", "PAY", "", "bad type"]);
         let input = format!("{config:?} {options:?} {event_type:?}");
         let built = Engine::builder(store.clone())

@@ -27,6 +27,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod engine;
+pub mod gen;
 pub mod logs;
 pub mod redis;
 pub mod store;

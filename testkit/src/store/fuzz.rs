@@ -10,44 +10,21 @@ use backstop_core::{Audit, Dedup, Lease, Mark, Priority, WhenParked};
 use futures_util::FutureExt;
 
 use super::*;
+use crate::gen::{seed, Gen};
 
 /// How many inputs each case tries.
 const ROUNDS: usize = 150;
 
-fn seed() -> u64 {
-    std::env::var("BACKSTOP_FUZZ_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(1)
-        })
+/// The input generators of these cases.
+trait Inputs {
+    fn text(&mut self, max: usize) -> String;
+    fn duration(&mut self) -> Duration;
+    fn payload(&mut self) -> String;
+    fn limit(&mut self) -> usize;
+    fn new_task(&mut self, i: usize) -> NewTask;
 }
 
-/// A small deterministic generator (xorshift), so the suite needs no dependency for it.
-struct Gen(u64);
-
-impl Gen {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn pick<'a, T>(&mut self, from: &'a [T]) -> &'a T {
-        &from[self.below(from.len() as u64) as usize]
-    }
-    fn chance(&mut self, pct: u64) -> bool {
-        self.below(100) < pct
-    }
-
+impl Inputs for Gen {
     /// A string around the limits: valid and invalid characters, empty, at and past
     /// `max` bytes, multi-byte characters cut at the limit.
     fn text(&mut self, max: usize) -> String {
@@ -200,7 +177,7 @@ fn refused(seed: u64, input: &str, e: &backstop_core::Error, before: &[Task], af
 /// policy) or refused with `InvalidInput`, the table unchanged; never a panic.
 pub async fn fuzz_enqueue_stores_as_given_or_refuses_cleanly<H: Harness>(ctx: &Ctx<H>) {
     let seed = seed();
-    let mut g = Gen(seed | 1);
+    let mut g = Gen::new(seed);
     let (mut stored, mut refusals) = (0, 0);
     for i in 0..ROUNDS {
         let task = g.new_task(i);
@@ -258,7 +235,7 @@ pub async fn fuzz_enqueue_stores_as_given_or_refuses_cleanly<H: Harness>(ctx: &C
 /// never a panic.
 pub async fn fuzz_store_calls_succeed_or_refuse_cleanly<H: Harness>(ctx: &Ctx<H>) {
     let seed = seed();
-    let mut g = Gen(seed | 1);
+    let mut g = Gen::new(seed);
     for i in 0..20 {
         ctx.enqueue("E", &format!("k{i}")).await;
     }
