@@ -10,7 +10,7 @@ use backstop::{Status, Task, TaskId};
 
 use crate::driver::{Backend, Fault, FaultKind, Lane, Outcome, Written};
 use crate::ledger::Entry;
-use crate::worker::{DEAD_AFTER, FAIL, FAIL_ATTEMPTS, OK, POLL};
+use crate::worker::{published_twice, DEAD_AFTER, FAIL, FAIL_ATTEMPTS, OK, POLL, RELAY};
 
 /// A worker stopped with SIGTERM: whether it exited cleanly, and how many rows it left
 /// `running` under its name (checked after a mid-run stop).
@@ -34,6 +34,13 @@ pub struct Input {
     pub faults: Vec<Fault>,
     pub settle_ms: i64,
     pub settle_bound: Duration,
+    /// The consumers' effect rows, `(msg_id, biz_key)`.
+    pub effects: Vec<(String, String)>,
+    /// Entries in the dead-letter stream.
+    pub dead_letters: u64,
+    /// When every relayed task's effect was there, after the last fault.
+    pub inbox_settle_ms: i64,
+    pub inbox_bound: Duration,
     pub graceful: Vec<Graceful>,
     pub running_after: Vec<TaskId>,
     pub dir: PathBuf,
@@ -178,7 +185,7 @@ fn explain(faults: &[Fault], first: &Run, second: &Run) -> Option<FaultKind> {
     let linger = (DEAD_AFTER + POLL).as_millis() as i64;
     faults
         .iter()
-        .filter(|f| f.kind != FaultKind::Term)
+        .filter(|f| f.kind != FaultKind::Term && f.kind.hits_engines())
         .filter(|f| {
             let end = if f.kind == FaultKind::Kill {
                 f.end
@@ -221,6 +228,10 @@ pub fn check(input: Input) -> Report {
         faults,
         settle_ms,
         settle_bound,
+        effects,
+        dead_letters,
+        inbox_settle_ms,
+        inbox_bound,
         graceful,
         running_after,
         dir,
@@ -246,7 +257,7 @@ pub fn check(input: Input) -> Report {
             Some(t) if !terminal(t.status) => unfinished += 1,
             Some(t) => {
                 let right = match w.event_type {
-                    OK => t.status == Status::Succeeded,
+                    OK | RELAY => t.status == Status::Succeeded,
                     FAIL => t.status == Status::Failed && t.attempts == FAIL_ATTEMPTS,
                     _ => false,
                 };
@@ -426,7 +437,85 @@ pub fn check(input: Input) -> Report {
         ),
     });
 
-    // 6. graceful shutdown leaves nothing running
+    // 6. the relay's messages applied exactly once through the inbox
+    let mut applied_by_key: HashMap<&str, Vec<&str>> = HashMap::new();
+    for (msg, key) in &effects {
+        applied_by_key
+            .entry(key.as_str())
+            .or_default()
+            .push(msg.as_str());
+    }
+    let (mut relayed, mut unapplied, mut twice, mut stray_effects) = (0u64, 0u64, 0u64, 0u64);
+    let mut effect_examples = Vec::new();
+    for (key, w) in &written {
+        let applied = applied_by_key.get(key.as_str()).map_or(0, Vec::len);
+        let committed = w.event_type == RELAY && w.outcome == Outcome::Committed;
+        // a lost commit answer: its message may exist; it must be applied once if it does
+        let exists = by_key
+            .get(key.as_str())
+            .is_some_and(|t| t.event_type == RELAY);
+        if committed || exists {
+            relayed += 1;
+            match applied {
+                0 => unapplied += 1,
+                1 => {}
+                _ => twice += 1,
+            }
+            if applied != 1 {
+                if let Some(t) = by_key.get(key.as_str()) {
+                    effect_examples.push(t.id);
+                }
+            }
+        } else if applied > 0 {
+            stray_effects += 1;
+        }
+    }
+    stray_effects += applied_by_key
+        .keys()
+        .filter(|k| !written.contains_key(**k))
+        .count() as u64;
+    // XADDs beyond the first of a task: published twice, left to the inbox to absorb
+    let republished: usize = per
+        .values()
+        .filter(|p| {
+            p.runs
+                .first()
+                .and_then(|r| tasks.iter().find(|t| t.id == r.task))
+                .is_some_and(|t| t.event_type == RELAY)
+        })
+        .map(|p| {
+            p.runs
+                .iter()
+                .filter(|r| matches!(&r.end, Some((o, _)) if o == "ok"))
+                .count()
+                .saturating_sub(1)
+        })
+        .sum();
+    let doubled = tasks
+        .iter()
+        .filter(|t| t.event_type == RELAY && t.status == Status::Succeeded)
+        .filter(|t| published_twice(t.id))
+        .count();
+    lines.push(Line {
+        ok: unapplied + twice + stray_effects + dead_letters == 0 && relayed > 0 && doubled > 0,
+        name: "inbox effects exactly once",
+        detail: format!(
+            "{relayed} relayed: {unapplied} never applied, {twice} applied more than once, {stray_effects} effects of no relayed task, {dead_letters} dead-lettered; published twice: {doubled} on purpose, {republished} after a lost answer{}",
+            ids(&effect_examples)
+        ),
+    });
+    let inbox_bound_ms = inbox_bound.as_millis() as i64;
+    lines.push(Line {
+        ok: inbox_settle_ms <= inbox_bound_ms,
+        name: "inbox settled within the tasks' bound + reclaim",
+        detail: if inbox_settle_ms == i64::MAX {
+            "never settled".into()
+        } else {
+            format!("{inbox_settle_ms} ms after the last fault (bound {inbox_bound_ms} ms)")
+        },
+    });
+
+    // 7. graceful shutdown leaves nothing running
     let unclean: Vec<TaskId> = graceful
         .iter()
         .filter(|g| !g.clean)
@@ -451,7 +540,7 @@ pub fn check(input: Input) -> Report {
         ),
     });
 
-    // 7. settled soon after the last fault
+    // 8. settled soon after the last fault
     let bound_ms = settle_bound.as_millis() as i64;
     lines.push(Line {
         ok: settle_ms <= bound_ms,

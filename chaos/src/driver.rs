@@ -15,9 +15,11 @@ use sqlx::AnyPool;
 use tokio::process::{Child, Command};
 
 use crate::check::{self, Report};
+use crate::consumer::{RECLAIM_IDLE, RECLAIM_INTERVAL};
 use crate::ledger::now_ms;
 use crate::proxy::{Mode, Proxy};
-use crate::worker::{Work, DEAD_AFTER, FAIL, FAIL_ATTEMPTS, OK, POLL};
+use crate::redis_server::RedisServer;
+use crate::worker::{Work, DEAD_AFTER, FAIL, FAIL_ATTEMPTS, OK, POLL, RELAY};
 use crate::BoxError;
 
 /// The databases the suite runs on.
@@ -44,14 +46,24 @@ impl Backend {
             Backend::Mysql => "mysql",
         }
     }
-    /// The faults this backend gets: process faults everywhere; the database's and the
-    /// network's on the server backends.
+    /// The faults this backend gets: process faults and Redis restarts everywhere; the
+    /// database's and the network's on the server backends.
     fn faults(self) -> Vec<FaultKind> {
         use FaultKind::*;
         match self {
-            Backend::Sqlite => vec![Kill, Stop, Term],
+            Backend::Sqlite => vec![Kill, Stop, Term, ConsumerKill, RedisRestart],
             _ => vec![
-                Kill, Stop, Term, Restart, ConnKill, Latency, Stall, Reset, Outage,
+                Kill,
+                Stop,
+                Term,
+                ConsumerKill,
+                RedisRestart,
+                Restart,
+                ConnKill,
+                Latency,
+                Stall,
+                Reset,
+                Outage,
             ],
         }
     }
@@ -67,6 +79,8 @@ pub struct Lane {
     pub rate: u64,
     /// Worker processes.
     pub workers: usize,
+    /// Consumer processes (the relay's stream through the inbox).
+    pub consumers: usize,
     /// Only these faults (of those the backend gets); all when empty.
     pub only: &'static [FaultKind],
 }
@@ -78,6 +92,7 @@ impl Lane {
             faults_for: Duration::from_secs(15),
             rate: 150,
             workers: 3,
+            consumers: 2,
             only: &[],
         }
     }
@@ -87,6 +102,7 @@ impl Lane {
             faults_for: Duration::from_secs(150),
             rate: 300,
             workers: 4,
+            consumers: 2,
             only: &[],
         }
     }
@@ -112,6 +128,10 @@ pub enum FaultKind {
     Stall,
     /// Every connection between workers and database reset.
     Reset,
+    /// `kill -9` of a consumer (it is respawned under a new name).
+    ConsumerKill,
+    /// An immediate restart (`kill -9`, then start) of the Redis server.
+    RedisRestart,
     /// The database unreachable from the workers for 3 × `dead_after`: connections
     /// reset and refused.
     Outage,
@@ -119,7 +139,7 @@ pub enum FaultKind {
 
 impl FaultKind {
     /// Every kind, for `--faults`.
-    pub const ALL: [FaultKind; 9] = [
+    pub const ALL: [FaultKind; 11] = [
         FaultKind::Kill,
         FaultKind::Stop,
         FaultKind::Term,
@@ -129,6 +149,8 @@ impl FaultKind {
         FaultKind::Stall,
         FaultKind::Reset,
         FaultKind::Outage,
+        FaultKind::ConsumerKill,
+        FaultKind::RedisRestart,
     ];
 
     /// The kind a `--faults` name names (its name with `-` for spaces: `kill-9`,
@@ -150,7 +172,15 @@ impl FaultKind {
             FaultKind::Stall => "stall",
             FaultKind::Reset => "reset",
             FaultKind::Outage => "outage",
+            FaultKind::ConsumerKill => "consumer kill",
+            FaultKind::RedisRestart => "redis restart",
         }
+    }
+
+    /// Whether the fault touches the engines (their processes, database or network):
+    /// a Redis restart or a consumer's death cannot make a task run twice.
+    pub fn hits_engines(self) -> bool {
+        !matches!(self, FaultKind::ConsumerKill | FaultKind::RedisRestart)
     }
 }
 
@@ -191,6 +221,8 @@ struct Target {
     /// `$1` or `?`.
     p1: &'static str,
     orders: String,
+    /// The consumers' effect rows: one per message applied, no unique key.
+    effects: String,
     /// The store URL the workers use (through the proxy on the server backends).
     worker_url: String,
     proxy: Option<Proxy>,
@@ -225,6 +257,7 @@ async fn setup(backend: Backend, dir: &Path, tag: &str) -> Result<Target, BoxErr
     sqlx::any::install_default_drivers();
     let table = format!("chaos_{tag}");
     let orders = format!("chaos_orders_{tag}");
+    let effects = format!("chaos_effects_{tag}");
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     let (db_url, restart) = match backend {
         Backend::Sqlite => (format!("sqlite://{}", dir.join("chaos.db").display()), None),
@@ -263,6 +296,11 @@ async fn setup(backend: Backend, dir: &Path, tag: &str) -> Result<Target, BoxErr
     )))
     .execute(&pool)
     .await?;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "CREATE TABLE {effects} (msg_id VARCHAR(128) NOT NULL, biz_key VARCHAR(64) NOT NULL)"
+    )))
+    .execute(&pool)
+    .await?;
     let (worker_url, proxy) = if backend == Backend::Sqlite {
         (store_url, None)
     } else {
@@ -281,6 +319,7 @@ async fn setup(backend: Backend, dir: &Path, tag: &str) -> Result<Target, BoxErr
             "?"
         },
         orders,
+        effects,
         worker_url,
         proxy,
         restart,
@@ -309,25 +348,32 @@ async fn durable(backend: Backend, url: &str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// The worker processes, respawned as they are killed or stopped.
-struct Workers {
+/// Child processes of one role (workers, consumers), respawned as they are killed.
+struct Procs {
     exe: PathBuf,
-    url: String,
+    role: &'static str,
+    /// The arguments after the role; `{ledger}` stands for the process's ledger file.
+    args: Vec<String>,
     dir: PathBuf,
-    /// Each live worker with the number of its ledger file.
+    /// Each live process with its number (that of its ledger file).
     children: Vec<(usize, Child)>,
     spawned: usize,
 }
 
-impl Workers {
+impl Procs {
     fn spawn(&mut self) -> Result<(), BoxError> {
         self.spawned += 1;
         let n = self.spawned;
-        let log = std::fs::File::create(self.dir.join(format!("worker-{n}.stderr")))?;
+        let role = self.role;
+        let log = std::fs::File::create(self.dir.join(format!("{role}-{n}.stderr")))?;
+        let ledger = self.dir.join(format!("ledger-{n}"));
+        let args = self
+            .args
+            .iter()
+            .map(|a| a.replace("{ledger}", &ledger.to_string_lossy()));
         let child = Command::new(&self.exe)
-            .arg("worker")
-            .arg(&self.url)
-            .arg(self.dir.join(format!("ledger-{n}")))
+            .arg(role)
+            .args(args)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(log)
@@ -341,6 +387,34 @@ impl Workers {
         let i = rng.usize(..self.children.len().max(1));
         let pid = self.children.get(i)?.1.id()?;
         Some((i, pid))
+    }
+
+    /// `kill -9` a process picked at random and spawn another; its pid.
+    async fn kill_one(&mut self, rng: &mut fastrand::Rng) -> Result<Option<u32>, BoxError> {
+        let Some((i, pid)) = self.pick(rng) else {
+            return Ok(None);
+        };
+        let (_, mut child) = self.children.remove(i);
+        child.kill().await?;
+        self.spawn()?;
+        Ok(Some(pid))
+    }
+
+    /// SIGTERM every process and wait for its exit: whether each was clean.
+    async fn stop_all(&mut self) -> Result<Vec<check::Graceful>, BoxError> {
+        let mut out = Vec::new();
+        for (_, mut child) in std::mem::take(&mut self.children) {
+            let Some(p) = child.id() else { continue };
+            signal(p, "TERM")?;
+            let status = tokio::time::timeout(Duration::from_secs(20), child.wait()).await;
+            let clean = matches!(status, Ok(Ok(s)) if s.success());
+            out.push(check::Graceful {
+                pid: p,
+                clean,
+                left: Vec::new(),
+            });
+        }
+        Ok(out)
     }
 }
 
@@ -427,7 +501,13 @@ async fn produce(
                     flaky: rng.u8(..100) < 10,
                 };
                 let rollback = rng.u8(..100) < 10;
-                let event_type = if fail { FAIL } else { OK };
+                let event_type = if fail {
+                    FAIL
+                } else if rng.u8(..100) < 20 {
+                    RELAY
+                } else {
+                    OK
+                };
                 let task = NewTask::new(event_type, &key).json(&work).retry(if fail {
                     RetryPolicy::fixed(FAIL_ATTEMPTS, Duration::from_millis(100))
                 } else {
@@ -531,15 +611,40 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
     std::fs::create_dir_all(&dir)?;
     let t = Arc::new(setup(backend, &dir, &tag).await?);
     let mut rng = fastrand::Rng::with_seed(seed);
-    let mut workers = Workers {
-        exe: std::env::current_exe()?,
-        url: t.worker_url.clone(),
+    let mut redis = RedisServer::start(&dir).await?;
+    let stream = format!("chaos:{tag}");
+    let exe = std::env::current_exe()?;
+    let mut workers = Procs {
+        exe: exe.clone(),
+        role: "worker",
+        args: vec![
+            t.worker_url.clone(),
+            "{ledger}".into(),
+            redis.url(),
+            stream.clone(),
+        ],
         dir: dir.clone(),
         children: Vec::new(),
         spawned: 0,
     };
     for _ in 0..lane.workers {
         workers.spawn()?;
+    }
+    let mut consumers = Procs {
+        exe,
+        role: "consumer",
+        args: vec![
+            t.worker_url.clone(),
+            redis.url(),
+            stream.clone(),
+            t.effects.clone(),
+        ],
+        dir: dir.clone(),
+        children: Vec::new(),
+        spawned: 1000,
+    };
+    for _ in 0..lane.consumers {
+        consumers.spawn()?;
     }
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -578,14 +683,9 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
         let start = now_ms();
         let mut pid = None;
         match kind {
-            FaultKind::Kill => {
-                if let Some((w, p)) = workers.pick(&mut rng) {
-                    pid = Some(p);
-                    let (_, mut child) = workers.children.remove(w);
-                    child.kill().await?;
-                    workers.spawn()?;
-                }
-            }
+            FaultKind::Kill => pid = workers.kill_one(&mut rng).await?,
+            FaultKind::ConsumerKill => pid = consumers.kill_one(&mut rng).await?,
+            FaultKind::RedisRestart => redis.restart().await?,
             FaultKind::Stop => {
                 if let Some((_, p)) = workers.pick(&mut rng) {
                     pid = Some(p);
@@ -664,19 +764,40 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
 
-    // graceful stop of every worker
-    for (_, mut child) in std::mem::take(&mut workers.children) {
-        let Some(p) = child.id() else { continue };
-        signal(p, "TERM")?;
-        let status = tokio::time::timeout(Duration::from_secs(20), child.wait()).await;
-        let clean = matches!(status, Ok(Ok(s)) if s.success());
-        graceful.push(check::Graceful {
-            pid: p,
-            clean,
-            left: Vec::new(),
-        });
-    }
+    // the consumers: every relayed task's message applied
+    let inbox_bound = bound.max(RECLAIM_IDLE + RECLAIM_INTERVAL) + Duration::from_secs(1);
+    let relayed = all_tasks(&t.store)
+        .await?
+        .iter()
+        .filter(|t| t.event_type == RELAY && t.status == Status::Succeeded)
+        .count() as i64;
+    let count_sql = format!("SELECT COUNT(DISTINCT biz_key) FROM {}", t.effects);
+    let inbox_deadline = Instant::now() + inbox_bound + Duration::from_secs(60);
+    let inbox_settled_at = loop {
+        let (applied,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(count_sql.clone()))
+            .fetch_one(&t.pool)
+            .await?;
+        if applied >= relayed {
+            break now_ms();
+        }
+        if Instant::now() > inbox_deadline {
+            break i64::MAX;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+
+    // graceful stop of every worker and consumer
+    graceful.extend(workers.stop_all().await?);
+    graceful.extend(consumers.stop_all().await?);
     let running_after = running_of(&t.store, None).await?;
+    let effects: Vec<(String, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT msg_id, biz_key FROM {}",
+        t.effects
+    )))
+    .fetch_all(&t.pool)
+    .await?;
+    let dead_letters = redis.len(&format!("{stream}:dead")).await?;
+    redis.stop().await;
 
     let tasks = all_tasks(&t.store).await?;
     let orders: Vec<(String,)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
@@ -703,6 +824,10 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
         faults,
         settle_ms: settled_at.saturating_sub(quiet_from),
         settle_bound: bound,
+        effects,
+        dead_letters,
+        inbox_settle_ms: inbox_settled_at.saturating_sub(quiet_from),
+        inbox_bound,
         graceful,
         running_after,
         dir: dir.clone(),

@@ -1,7 +1,9 @@
 //! backstop's chaos suite: worker processes run the engine against a real database while
 //! a driver enqueues business rows and tasks in transactions and injects faults —
 //! `kill -9`, `SIGSTOP` past the lease, graceful stops, database restarts, killed
-//! connections, and a TCP proxy that delays, stalls and resets the workers' traffic.
+//! connections, and a TCP proxy that delays, stalls and resets the workers' traffic. The
+//! workers relay some tasks to a Redis stream that consumer processes apply through the
+//! database inbox; consumers are killed and Redis is restarted too.
 //! At the end it checks the invariants against the rows and the workers' ledgers and
 //! prints each with its counts; any violation makes it exit non-zero.
 //!
@@ -16,9 +18,11 @@
 //! `BACKSTOP_TEST_MYSQL_RESTART` (`scripts/servers.sh` sets all four).
 
 mod check;
+mod consumer;
 mod driver;
 mod ledger;
 mod proxy;
+mod redis_server;
 mod worker;
 
 use std::process::ExitCode;
@@ -29,7 +33,8 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 const USAGE: &str =
     "usage: backstop-chaos run [--lane smoke|full] [--backends sqlite,postgres,mysql] [--seed N]
-       backstop-chaos worker <store url> <ledger file>   (spawned by run)";
+       backstop-chaos worker <store url> <ledger file> <redis url> <stream>   (spawned by run)
+       backstop-chaos consumer <store url> <redis url> <stream> <effects table>   (spawned by run)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -45,15 +50,17 @@ fn main() -> ExitCode {
         }
     };
     match args.first().map(String::as_str) {
-        Some("worker") if args.len() == 3 => {
-            match runtime.block_on(worker::run(&args[1], std::path::Path::new(&args[2]))) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("worker {}: {e}", std::process::id());
-                    ExitCode::FAILURE
-                }
-            }
+        Some("worker") if args.len() == 5 => {
+            let path = std::path::Path::new(&args[2]);
+            child(
+                "worker",
+                runtime.block_on(worker::run(&args[1], path, &args[3], &args[4])),
+            )
         }
+        Some("consumer") if args.len() == 5 => child(
+            "consumer",
+            runtime.block_on(consumer::run(&args[1], &args[2], &args[3], &args[4])),
+        ),
         Some("run") => match parse(&args[1..]) {
             Ok((backends, lane, seed)) => runtime.block_on(run(backends, lane, seed)),
             Err(e) => {
@@ -64,6 +71,17 @@ fn main() -> ExitCode {
         _ => {
             eprintln!("{USAGE}");
             ExitCode::from(2)
+        }
+    }
+}
+
+/// A child process's exit.
+fn child(role: &str, result: Result<(), BoxError>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{role} {}: {e}", std::process::id());
+            ExitCode::FAILURE
         }
     }
 }

@@ -6,8 +6,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use backstop::redis::{RelayOptions, StreamRelay};
+use backstop::AnyStore;
 use backstop_core::{
-    async_trait, Engine, EngineConfig, Handler, HandlerError, HandlerOptions, Task,
+    async_trait, Engine, EngineConfig, Handler, HandlerError, HandlerOptions, Task, TaskId,
 };
 
 use crate::ledger::{now_ms, Ledger, LedgerStore};
@@ -19,6 +21,9 @@ pub const OK: &str = "CHAOS_OK";
 pub const FAIL: &str = "CHAOS_FAIL";
 /// Attempts of a `FAIL` task: each one is a run, the last parks it.
 pub const FAIL_ATTEMPTS: u32 = 3;
+/// The event type whose tasks the relay publishes to the stream (they succeed once the
+/// entry is added) for the consumers to apply through the inbox.
+pub const RELAY: &str = "CHAOS_RELAY";
 
 /// The timing every worker runs with: short, so that faults play out in seconds.
 pub fn engine_config() -> EngineConfig {
@@ -75,25 +80,76 @@ impl Handler for Run {
     }
 }
 
-/// Run a worker until SIGTERM (graceful) or a signal that ends it.
-pub async fn run(url: &str, ledger_path: &Path) -> Result<(), BoxError> {
-    let ledger = Arc::new(Ledger::open(ledger_path)?);
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    // the database may be restarting when a worker is (re)spawned: keep trying
+/// Whether the relay publishes this task's message twice, on purpose: as an `XADD`
+/// whose answer was lost and that the relay retried would. One task in twenty, so the
+/// consumers' inbox has duplicates to turn away in every run.
+pub fn published_twice(task: TaskId) -> bool {
+    task % 20 == 0
+}
+
+/// The relay, its runs in the ledger like the other handlers' (a run is an `XADD`).
+struct Relay {
+    ledger: Arc<Ledger>,
+    relay: StreamRelay,
+}
+
+#[async_trait]
+impl Handler for Relay {
+    async fn handle(&self, task: &Task) -> Result<(), HandlerError> {
+        let pid = std::process::id();
+        self.ledger
+            .line(format!("S {} {} {pid} {}", task.id, task.lease, now_ms()));
+        let mut r = self.relay.handle(task).await;
+        if r.is_ok() && published_twice(task.id) {
+            r = self.relay.handle(task).await;
+        }
+        let outcome = if r.is_ok() { "ok" } else { "retry" };
+        self.ledger.line(format!(
+            "E {} {} {outcome} {}",
+            task.id,
+            task.lease,
+            now_ms()
+        ));
+        r
+    }
+}
+
+/// Open the store at `url`, trying for 30 s: the database may be restarting when a
+/// process is (re)spawned.
+pub async fn connect(url: &str) -> Result<AnyStore, BoxError> {
     let mut tries = 0;
-    let store = loop {
+    loop {
         match backstop::connect(url).await {
-            Ok(s) => break s,
+            Ok(s) => return Ok(s),
             Err(e) if tries < 150 => {
                 tries += 1;
                 if tries % 25 == 0 {
-                    eprintln!("worker {}: connect: {e}", std::process::id());
+                    eprintln!("process {}: connect: {e}", std::process::id());
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
             Err(e) => return Err(e.into()),
         }
-    };
+    }
+}
+
+/// Run a worker until SIGTERM (graceful) or a signal that ends it: the engine with the
+/// suite's handlers, the relay to `stream` on the Redis at `redis_url` among them.
+pub async fn run(
+    url: &str,
+    ledger_path: &Path,
+    redis_url: &str,
+    stream: &str,
+) -> Result<(), BoxError> {
+    let ledger = Arc::new(Ledger::open(ledger_path)?);
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let store = connect(url).await?;
+    // trims often, so that trimming runs under the faults too (it never drops an entry
+    // a consumer has not acknowledged)
+    let relay = StreamRelay::open(
+        redis_url,
+        RelayOptions::new(stream).trim_interval(Some(Duration::from_secs(2))),
+    )?;
     let notifier = store.native_notifier()?;
     let store = LedgerStore {
         inner: store,
@@ -115,6 +171,14 @@ pub async fn run(url: &str, ledger_path: &Path) -> Result<(), BoxError> {
             Run {
                 ledger: Arc::clone(&ledger),
                 always_fail: true,
+            },
+            options.clone(),
+        )
+        .handler(
+            RELAY,
+            Relay {
+                ledger: Arc::clone(&ledger),
+                relay,
             },
             options,
         );
