@@ -10,6 +10,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark: a failed step is a failed run
 
 mod cross;
+mod peers;
 mod raw;
 mod sys;
 
@@ -36,7 +37,7 @@ struct Args {
     drain_tasks: usize,
     out: std::path::PathBuf,
     /// Run only these scenarios (run-ahead, drain, ordered, idle, scale, backlogs, counts, wakeup,
-    /// relay, consume).
+    /// relay, consume, isolation; with `--peer`: apalis, peers).
     only: Option<Vec<String>>,
     /// Also run apalis (bench/peer-apalis, built by scripts/bench --peer).
     peer: bool,
@@ -134,7 +135,7 @@ fn args() -> Args {
 }
 
 /// One database under test.
-struct Target {
+pub(crate) struct Target {
     backend: &'static str,
     url: String,
     raw: Box<dyn Raw>,
@@ -436,51 +437,7 @@ async fn run_ahead(t: &Target, producers: usize, total: usize) -> Row {
 /// are spread over that many order keys (each key's tasks one at a time, in order); the
 /// baseline stays the plain raw drain.
 async fn drain(t: &Target, engines: usize, n: usize, keys: Option<usize>) -> Row {
-    t.raw.reset().await;
-    match keys {
-        Some(k) => t.raw.bulk_insert_ordered(n, k).await,
-        None => t.raw.bulk_insert(n, 0).await,
-    }
-    let done = Arc::new(AtomicUsize::new(0));
-    let m = sys::Meter::start();
-    let started = Instant::now();
-    let mut running = Vec::new();
-    for _ in 0..engines {
-        let store = t.store(8).await;
-        let done = Arc::clone(&done);
-        let handler = handler_fn(move |_task: Task| {
-            done.fetch_add(1, Ordering::Relaxed);
-            async { Ok::<_, HandlerError>(()) }
-        });
-        let engine = Engine::builder(store)
-            .config(
-                EngineConfig::default()
-                    .poll_interval(Duration::from_millis(5))
-                    .first_poll_delay(Duration::ZERO)
-                    .batch_size(100)
-                    .retention(None),
-            )
-            .handler(
-                EVENT,
-                handler,
-                HandlerOptions::default()
-                    .concurrency(64)
-                    .queue_capacity(192),
-            )
-            .start()
-            .expect("engine");
-        running.push(engine);
-    }
-    let probe = t.store(2).await;
-    while done.load(Ordering::Relaxed) < n {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    wait_succeeded(&probe, n as u64).await;
-    let elapsed = started.elapsed();
-    let (rss, cpu) = m.stop();
-    for e in &running {
-        e.shutdown().await;
-    }
+    let (elapsed, rss, cpu) = backstop_drain(t, engines, n, keys, 100).await;
     t.raw.reset().await;
     t.raw.bulk_insert(n, 0).await;
     let base = t.raw.drain(engines, 100).await;
@@ -507,6 +464,64 @@ async fn drain(t: &Target, engines: usize, n: usize, keys: Option<usize>) -> Row
         note,
         ..Row::default()
     }
+}
+
+/// backstop's half of a drain: N due tasks (over `keys` order keys), E engines claiming
+/// `batch` at a time; the time until the database records them all succeeded, with the
+/// peak RSS and CPU seconds of the run.
+pub(crate) async fn backstop_drain(
+    t: &Target,
+    engines: usize,
+    n: usize,
+    keys: Option<usize>,
+    batch: usize,
+) -> (Duration, f64, f64) {
+    t.raw.reset().await;
+    match keys {
+        Some(k) => t.raw.bulk_insert_ordered(n, k).await,
+        None => t.raw.bulk_insert(n, 0).await,
+    }
+    let done = Arc::new(AtomicUsize::new(0));
+    let m = sys::Meter::start();
+    let started = Instant::now();
+    let mut running = Vec::new();
+    for _ in 0..engines {
+        let store = t.store(8).await;
+        let done = Arc::clone(&done);
+        let handler = handler_fn(move |_task: Task| {
+            done.fetch_add(1, Ordering::Relaxed);
+            async { Ok::<_, HandlerError>(()) }
+        });
+        let engine = Engine::builder(store)
+            .config(
+                EngineConfig::default()
+                    .poll_interval(Duration::from_millis(5))
+                    .first_poll_delay(Duration::ZERO)
+                    .batch_size(batch)
+                    .retention(None),
+            )
+            .handler(
+                EVENT,
+                handler,
+                HandlerOptions::default()
+                    .concurrency(64)
+                    .queue_capacity((192 * batch).div_ceil(100)),
+            )
+            .start()
+            .expect("engine");
+        running.push(engine);
+    }
+    let probe = t.store(2).await;
+    while done.load(Ordering::Relaxed) < n {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    wait_succeeded(&probe, n as u64).await;
+    let elapsed = started.elapsed();
+    let (rss, cpu) = m.stop();
+    for e in &running {
+        e.shutdown().await;
+    }
+    (elapsed, rss, cpu)
 }
 
 /// One task at a time, engine otherwise idle: commit → handler start.
@@ -774,8 +789,72 @@ async fn backlogs(t: &Target, n: usize, rounds: usize) -> Vec<Row> {
     ]
 }
 
+/// A due backlog of one event type (`backlog`, 1M in a full run, due an hour earlier:
+/// ahead of everything in claim order) must not slow the claims of another type with
+/// `own` due tasks: p50 of `rounds` claims of 50 of the other type, alone and behind the
+/// backlog. On PostgreSQL again on connections that always use the generic plan of a
+/// prepared statement (`plan_cache_mode = force_generic_plan`), the plan a server
+/// settles on after five executions when it finds it no worse: the plan that cannot
+/// know which type a claim names.
+async fn isolation(t: &Target, own: usize, backlog: usize, rounds: usize) -> Vec<Row> {
+    let m = sys::Meter::start();
+    t.raw.reset().await;
+    t.raw.bulk_insert_of(OTHER, own, 0, 0).await;
+    let store = t.store(2).await;
+    let generic = if t.backend == "postgres" {
+        let sep = if t.url.contains('?') { '&' } else { '?' };
+        let url = format!(
+            "{}{sep}options=-c%20plan_cache_mode%3Dforce_generic_plan",
+            t.url
+        );
+        let options = PgOptions::default()
+            .config(StoreConfig::default().table(TABLE))
+            .max_connections(2);
+        Some(AnyStore::Postgres(
+            PgStore::connect_with(&url, options)
+                .await
+                .expect("generic-plan store"),
+        ))
+    } else {
+        None
+    };
+    let alone = claim_p50(&store, &[OTHER], rounds).await;
+    let generic_alone = match &generic {
+        Some(g) => Some(claim_p50(g, &[OTHER], rounds).await),
+        None => None,
+    };
+    t.raw.bulk_insert_of(EVENT, backlog, 0, 3600).await;
+    let behind = claim_p50(&store, &[OTHER], rounds).await;
+    let generic_behind = match &generic {
+        Some(g) => Some(claim_p50(g, &[OTHER], rounds).await),
+        None => None,
+    };
+    let (rss, cpu) = m.stop();
+    t.raw.reset().await;
+    let row = |plan: &str, alone: f64, behind: f64| Row {
+        backend: t.backend.into(),
+        scenario: format!(
+            "claim 50 of type B ({own} due) without vs behind {backlog} due of type A{plan}"
+        ),
+        lat: Some([behind, 0.0, 0.0, 0.0]),
+        base_lat: Some([alone, 0.0, 0.0, 0.0]),
+        rss_mb: rss,
+        cpu_s: cpu,
+        note: format!(
+            "p50 {alone:.3} ms without → {behind:.3} ms behind the backlog: ×{:.2}",
+            behind / alone
+        ),
+        ..Row::default()
+    };
+    let mut rows = vec![row("", alone, behind)];
+    if let (Some(a), Some(b)) = (generic_alone, generic_behind) {
+        rows.push(row(", generic plan", a, b));
+    }
+    rows
+}
+
 /// Run the apalis peer program; its JSON answer.
-fn run_peer(args: &[&str]) -> Option<serde_json::Value> {
+pub(crate) fn run_peer(args: &[&str]) -> Option<serde_json::Value> {
     let bin = std::path::Path::new("bench/peer-apalis/target/release/peer-apalis");
     let out = std::process::Command::new(bin).args(args).output().ok()?;
     if !out.status.success() {
@@ -996,6 +1075,19 @@ async fn main() {
         if a.runs("backlogs") {
             rows.extend(backlogs(&t, backlog, rounds).await.into_iter().map(report));
         }
+        if a.runs("isolation") {
+            let (own, backlog) = if a.smoke {
+                (200, 1000)
+            } else {
+                (10_000, 1_000_000)
+            };
+            rows.extend(
+                isolation(&t, own, backlog, rounds)
+                    .await
+                    .into_iter()
+                    .map(report),
+            );
+        }
         let redis = std::env::var("BACKSTOP_BENCH_REDIS_URL")
             .ok()
             .filter(|u| !u.is_empty());
@@ -1024,7 +1116,18 @@ async fn main() {
             None => {}
         }
         if a.peer {
-            rows.extend(peer(&t, &rows, a.drain_tasks).await.into_iter().map(report));
+            if a.runs("apalis") {
+                rows.extend(peer(&t, &rows, a.drain_tasks).await.into_iter().map(report));
+            }
+            if t.backend == "postgres" && a.runs("peers") {
+                let sizes = if a.smoke {
+                    vec![200]
+                } else {
+                    vec![10_000, a.drain_tasks]
+                };
+                let best = peers::at_best(&t, &rows, &sizes, a.repeat).await;
+                rows.extend(best.into_iter().map(report));
+            }
         }
     }
     let md = sys::markdown(&rows, a.smoke, a.drain_tasks, &servers);

@@ -1,7 +1,9 @@
 //! apalis 1.0 doing the benchmark's work on the same database, for the peer rows.
 //!
-//! `peer-apalis --backend postgres|sqlite --url URL --mode drain|latency --tasks N [--tuned]`
-//! prints one JSON object: tasks/s for a drain, latency percentiles (ms) for latency.
+//! `peer-apalis --backend postgres|sqlite --url URL --mode drain|latency --tasks N [--tuned]
+//! [--workers W]` prints one JSON object: tasks/s for a drain, latency percentiles (ms) for
+//! latency. A PostgreSQL drain runs W workers (default 1) on one pool and counts a task
+//! when the database records it done.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,6 +18,7 @@ struct Args {
     mode: String,
     tasks: usize,
     tuned: bool,
+    workers: usize,
 }
 
 fn args() -> Args {
@@ -25,6 +28,7 @@ fn args() -> Args {
         mode: "drain".into(),
         tasks: 1000,
         tuned: false,
+        workers: 1,
     };
     let mut it = std::env::args().skip(1);
     while let Some(x) = it.next() {
@@ -34,6 +38,7 @@ fn args() -> Args {
             "--mode" => a.mode = it.next().expect("value"),
             "--tasks" => a.tasks = it.next().expect("value").parse().expect("number"),
             "--tuned" => a.tuned = true,
+            "--workers" => a.workers = it.next().expect("value").parse().expect("number"),
             other => panic!("unknown argument {other}"),
         }
     }
@@ -47,6 +52,11 @@ async fn count(_n: u64, wrk: WorkerContext) -> Result<(), BoxDynError> {
     if DONE.fetch_add(1, Ordering::SeqCst) + 1 >= TARGET.load(Ordering::SeqCst) {
         let _ = wrk.stop();
     }
+    Ok(())
+}
+
+async fn count_only(_n: u64) -> Result<(), BoxDynError> {
+    DONE.fetch_add(1, Ordering::SeqCst);
     Ok(())
 }
 
@@ -86,16 +96,43 @@ async fn pg_drain(a: &Args) -> serde_json::Value {
     let mut backend = PostgresStorage::new(&pool).with_config(pg_config(a, &queue));
     let mut items = stream::iter(0..a.tasks as u64);
     backend.push_stream(&mut items).await.expect("push");
-    TARGET.store(a.tasks, Ordering::SeqCst);
+    sqlx::query("ANALYZE apalis.jobs")
+        .execute(&pool)
+        .await
+        .expect("analyze");
     let started = Instant::now();
-    let worker = WorkerBuilder::new(format!("peer-{}", std::process::id()))
-        .backend(backend)
-        .concurrency(if a.tuned { 64 } else { 4 })
-        .parallelize(tokio::spawn)
-        .build(count);
-    worker.run().await.expect("worker");
+    for w in 0..a.workers {
+        let worker = WorkerBuilder::new(format!("peer-{}-{w}", std::process::id()))
+            .backend(PostgresStorage::new(&pool).with_config(pg_config(a, &queue)))
+            .concurrency(if a.tuned { 64 } else { 4 })
+            .parallelize(tokio::spawn)
+            .build(count_only);
+        tokio::spawn(worker.run());
+    }
+    // done when the database records every task done (not when the handlers ran)
+    let mut last = Instant::now();
+    loop {
+        let near = DONE.load(Ordering::SeqCst) >= a.tasks;
+        if near || last.elapsed() > Duration::from_millis(200) {
+            last = Instant::now();
+            let (done,): (i64,) = sqlx::query_as(
+                "SELECT count(*) FROM apalis.jobs WHERE job_type = $1 AND status = 'Done'",
+            )
+            .bind(&queue)
+            .fetch_one(&pool)
+            .await
+            .expect("count");
+            if done as usize >= a.tasks {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(if near { 2 } else { 10 })).await;
+    }
     let elapsed = started.elapsed();
-    serde_json::json!({"tps": a.tasks as f64 / elapsed.as_secs_f64()})
+    let out = serde_json::json!({"tps": a.tasks as f64 / elapsed.as_secs_f64()});
+    println!("{out}");
+    // the workers run on: leave without waiting for them
+    std::process::exit(0)
 }
 
 async fn pg_latency(a: &Args) -> serde_json::Value {
