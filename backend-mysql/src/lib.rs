@@ -772,7 +772,22 @@ async fn pick(
 ) -> std::result::Result<(Vec<RawTask>, Option<NaiveDateTime>), sqlx::Error> {
     let mut due: Vec<RawTask> = Vec::new();
     let mut at = None;
+    // Of several types, only those the opening probe found due are read: one statement
+    // for the probe's answers instead of a locking read per type (an idle engine's poll
+    // of many types costs a few statements, not one per type).
+    let mut wanted = vec![true; event_types.len()];
+    if event_types.len() > 1 {
+        let row = sqlx::query(safe(&sql.due_types(event_types.len())))
+            .fetch_one(&mut *conn)
+            .await?;
+        for (i, w) in wanted.iter_mut().enumerate() {
+            *w = row.try_get::<i64, _>(i)? != 0;
+        }
+    }
     for (i, t) in event_types.iter().enumerate() {
+        if !wanted[i] {
+            continue;
+        }
         let text = sql.pick(wait, i);
         let mut q = sqlx::query(safe(&text));
         for _ in 0..PRIORITY_LEVELS {

@@ -548,6 +548,22 @@ impl Sql {
             .join(" UNION ALL ")
     }
 
+    /// Whether the opening probe found a due task of each of the claim's first `types`
+    /// event types, in any level: one column per type, 1 or 0.
+    pub fn due_types(&self, types: usize) -> String {
+        let columns: Vec<String> = (0..types)
+            .map(|i| {
+                let levels: Vec<String> =
+                    (0..PRIORITY_LEVELS).map(|l| Self::due_var(i, l)).collect();
+                format!(
+                    "CAST(COALESCE({}) IS NOT NULL AS SIGNED)",
+                    levels.join(", ")
+                )
+            })
+            .collect();
+        format!("SELECT {}", columns.join(", "))
+    }
+
     /// The session variable that says whether level `level` of the claim's `i`th event
     /// type had a due task (NULL if not).
     fn due_var(i: usize, level: usize) -> String {
@@ -724,6 +740,18 @@ impl LockWait {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn due_types_answers_one_column_per_type_over_its_levels() {
+        let sql = Sql::new("t").due_types(2);
+        assert_eq!(sql.matches(" AS SIGNED)").count(), 2, "{sql}");
+        for i in 0..2 {
+            for level in 0..PRIORITY_LEVELS {
+                assert!(sql.contains(&Sql::due_var(i, level)), "{sql}");
+            }
+        }
+        assert!(!sql.contains(&Sql::due_var(2, 0)), "{sql}");
+    }
 
     #[test]
     fn claim_begin_probes_every_level_of_every_type_then_opens_the_transaction() {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use super::executor::dispatch;
 use super::{Hints, Origin, Shared, State};
@@ -296,6 +296,10 @@ impl Round {
 /// free capacity, and dispatches them. A batch that came back full polls again at once
 /// (drain) when capacity is free, or as soon as enough frees up.
 ///
+/// A round over several event types starts with one claim for all of them (see
+/// [`probe`]): an idle engine costs the database one statement per tick, whatever the
+/// number of types it handles.
+///
 /// Between ticks it also polls an event type when a task this instance knows of
 /// becomes due (a retry it scheduled, a delayed task it enqueued).
 ///
@@ -328,6 +332,8 @@ pub(crate) async fn poller<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
                 _ = state.wait_for(|s| *s != State::Running) => return,
             }
         };
+        // the first round after a tick or a wake-up probes; the drain's rounds do not
+        let mut probing = true;
         loop {
             if shared.state() != State::Running {
                 return;
@@ -336,7 +342,8 @@ pub(crate) async fn poller<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
             if matches!(round, Round::All) {
                 next_tick = tokio::time::Instant::now() + cfg.poll_interval;
             }
-            let (poll_again, wait_for_capacity) = match poll_round(&shared, &round).await {
+            let polled = poll_round(&shared, &round, std::mem::take(&mut probing)).await;
+            let (poll_again, wait_for_capacity) = match polled {
                 Some(r) => r,
                 None => return,
             };
@@ -380,16 +387,24 @@ pub(crate) async fn poller<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
 /// How soon a poll of an event type that failed is tried again (when the tick is later).
 const CLAIM_RETRY: Duration = Duration::from_secs(1);
 
-/// One poll round: claim and dispatch per event type the round covers. Returns whether
-/// to poll again at once (a full batch with capacity left) and whether to wait for
-/// capacity (a full executor), or `None` when the engine stopped running.
+/// One poll round: claim and dispatch per event type the round covers (after a
+/// [`probe`] when `probing`). Returns whether to poll again at once (a full batch with
+/// capacity left) and whether to wait for capacity (a full executor), or `None` when
+/// the engine stopped running.
 async fn poll_round<S: TaskStore + Clone>(
     shared: &Arc<Shared<S>>,
     round: &Round,
+    probing: bool,
 ) -> Option<(bool, bool)> {
     let cfg = &shared.config;
     let mut poll_again = false;
     let mut wait_for_capacity = false;
+    if probing {
+        match probe(shared, round).await? {
+            Probe::Drained { full_executors } => return Some((false, full_executors)),
+            Probe::More => {}
+        }
+    }
     for event_type in shared.event_types.iter().filter(|t| round.covers(t)) {
         // held until this batch is dispatched
         let _claim = shared.begin_claim()?;
@@ -441,6 +456,98 @@ async fn poll_round<S: TaskStore + Clone>(
         }
     }
     Some((poll_again, wait_for_capacity))
+}
+
+/// What a [`probe`] found.
+enum Probe {
+    /// Every type it claimed for has nothing more due (its claims came back short):
+    /// the round is over. `full_executors`: some types were left out, their executors
+    /// full.
+    Drained { full_executors: bool },
+    /// More may be due (a claim came back full, or the probe did not apply): the round
+    /// goes on with a claim per type.
+    More,
+}
+
+/// The first claim of a round over several event types: one `grab_batch` for all the
+/// types with free capacity (in chunks of `MAX_EVENT_TYPES`), each claim as large as
+/// the smallest free capacity among them, so that every task it returns has a slot
+/// waiting in its executor. A claim that comes back short has claimed everything due of
+/// its types: an idle engine polls with one statement per tick, not one per type. One
+/// that comes back full leaves the rest of the round to the claims per type. A round
+/// over one type does not probe (its own claim is the probe).
+async fn probe<S: TaskStore + Clone>(shared: &Arc<Shared<S>>, round: &Round) -> Option<Probe> {
+    let cfg = &shared.config;
+    if shared.tracker.marks_backlogged() {
+        return Some(Probe::More);
+    }
+    let mut full_executors = false;
+    let mut ready = Vec::new();
+    for event_type in shared.event_types.iter().filter(|t| round.covers(t)) {
+        let Some(exec) = shared.executors.get(event_type) else {
+            continue;
+        };
+        match cfg.batch_size.min(exec.slots.available_permits()) {
+            0 => full_executors = true,
+            n => ready.push((event_type, exec, n)),
+        }
+    }
+    if ready.len() < 2 {
+        return Some(Probe::More);
+    }
+    let n = ready.iter().map(|r| r.2).min().unwrap_or(1);
+    let mut more = false;
+    for chunk in ready.chunks(crate::limits::MAX_EVENT_TYPES) {
+        // held until this batch is dispatched
+        let _claim = shared.begin_claim()?;
+        let mut permits = HashMap::new();
+        for (event_type, exec, _) in chunk {
+            match Arc::clone(&exec.slots).try_acquire_many_owned(n as u32) {
+                Ok(p) => {
+                    permits.insert(event_type.as_str(), (Arc::clone(exec), p));
+                }
+                // taken meanwhile (a run-ahead): the claims per type will see to it
+                Err(_) => return Some(Probe::More),
+            }
+        }
+        let types: Vec<String> = chunk.iter().map(|r| r.0.clone()).collect();
+        match shared.store.grab_batch(&shared.owner, &types, n).await {
+            Ok(tasks) => {
+                more |= tasks.len() == n;
+                for task in tasks {
+                    let Some((exec, slots)) = permits.get_mut(task.event_type.as_str()) else {
+                        // cannot happen: the claim names these types only
+                        continue;
+                    };
+                    let Some(slot) = slots.split(1) else {
+                        // cannot happen: n permits per type for at most n tasks
+                        continue;
+                    };
+                    shared.counters.polled(&task.event_type);
+                    dispatch(
+                        Arc::clone(shared),
+                        Arc::clone(exec),
+                        task,
+                        slot,
+                        Origin::Poll,
+                    );
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, types = types.len(),
+                    "grab_batch failed: polling these types again in 1 s");
+                for event_type in &types {
+                    shared.counters.store_errors(event_type);
+                    shared.wake_after(CLAIM_RETRY, event_type);
+                }
+            }
+        }
+    }
+    Some(if more {
+        Probe::More
+    } else {
+        Probe::Drained { full_executors }
+    })
 }
 
 /// Listen to the engine's notifier while the engine runs: reconnect after a backoff

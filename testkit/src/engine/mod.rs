@@ -193,6 +193,8 @@ pub(crate) struct Gate<S> {
     arrived: Arc<tokio::sync::watch::Sender<usize>>,
     /// How many `grab_batch` calls have returned.
     grabbed: Arc<tokio::sync::watch::Sender<usize>>,
+    /// How many event types each `grab_batch` call named, in order.
+    claim_widths: Arc<std::sync::Mutex<Vec<usize>>>,
     /// How many `heartbeat` calls have returned.
     heartbeats: Arc<tokio::sync::watch::Sender<usize>>,
     /// How many leases heartbeats have found gone.
@@ -209,6 +211,7 @@ impl<S> Gate<S> {
             open: Arc::new(tokio::sync::watch::Sender::new(false)),
             arrived: Arc::new(tokio::sync::watch::Sender::new(0)),
             grabbed: Arc::new(tokio::sync::watch::Sender::new(0)),
+            claim_widths: Arc::default(),
             heartbeats: Arc::new(tokio::sync::watch::Sender::new(0)),
             refused: Arc::new(tokio::sync::watch::Sender::new(0)),
             down: Arc::default(),
@@ -255,6 +258,14 @@ impl<S> Gate<S> {
     /// Wait until heartbeats have found `n` leases gone.
     async fn refused(&self, n: usize) {
         Self::reach(&self.refused, n, "leases found gone by heartbeats").await;
+    }
+
+    /// How many event types each `grab_batch` call so far named.
+    fn claim_widths(&self) -> Vec<usize> {
+        self.claim_widths
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     fn heartbeats_so_far(&self) -> usize {
@@ -330,6 +341,10 @@ impl<S: TaskStore> TaskStore for Gate<S> {
     ) -> backstop_core::Result<Vec<Task>> {
         self.pass(Gated::GrabBatch).await;
         self.reachable("grab_batch")?;
+        self.claim_widths
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(event_types.len());
         let grabbed = self.inner.grab_batch(owner, event_types, limit).await;
         self.grabbed.send_modify(|g| *g += 1);
         grabbed

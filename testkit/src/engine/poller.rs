@@ -249,3 +249,75 @@ pub async fn engine_reports_tasks_no_engine_can_run<H: Harness>(ctx: &Ctx<H>) {
     );
     engine.shutdown().await;
 }
+
+/// An idle engine polls every event type it handles with one claim per tick (the
+/// probe), not one per type: the database load of polling does not grow with the types
+/// an engine handles. Six types, nothing due: every claim names all six.
+pub async fn engine_polls_idle_types_with_one_claim_per_tick<H: Harness>(ctx: &Ctx<H>) {
+    let gate = Gate::shut(ctx.store.clone(), Gated::Nothing);
+    let calls = Calls::default();
+    let mut builder = Engine::builder(gate.clone()).config(
+        fast_config()
+            .first_poll_delay(Duration::ZERO)
+            .poll_interval(Duration::from_millis(50)),
+    );
+    for i in 0..6 {
+        builder = builder.handler(format!("IDLE_{i}"), succeeding(&calls), opts());
+    }
+    let engine = builder.start().unwrap();
+    gate.grabbed(5).await;
+    engine.shutdown().await;
+    let widths = gate.claim_widths();
+    assert!(widths.len() >= 5, "{widths:?}");
+    assert!(
+        widths.iter().all(|&w| w == 6),
+        "every idle tick claims for all six types at once: {widths:?}"
+    );
+}
+
+/// A probe that comes back full leaves the round to the claims per type, and every
+/// task still runs once: four types with 30 due tasks each, claims of 10.
+pub async fn engine_probe_hands_a_busy_round_to_claims_per_type<H: Harness>(ctx: &Ctx<H>) {
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        for k in 0..30 {
+            let e = ctx
+                .store
+                .enqueue(NewTask::new(format!("BUSY_{i}"), format!("b{i}-{k}")))
+                .await
+                .unwrap();
+            ids.push(e.id);
+        }
+    }
+    let gate = Gate::shut(ctx.store.clone(), Gated::Nothing);
+    let calls = Calls::default();
+    let mut builder = Engine::builder(gate.clone()).config(
+        fast_config()
+            .first_poll_delay(Duration::ZERO)
+            .batch_size(10),
+    );
+    for i in 0..4 {
+        builder = builder.handler(format!("BUSY_{i}"), succeeding(&calls), opts());
+    }
+    let engine = builder.start().unwrap();
+    for id in &ids {
+        wait_status(&ctx.store, *id, Status::Succeeded).await;
+    }
+    engine.shutdown().await;
+    for i in 0..4 {
+        for k in 0..30 {
+            let key = format!("b{i}-{k}");
+            assert_eq!(calls.count(&key), 1, "task {key} ran once");
+        }
+    }
+    let widths = gate.claim_widths();
+    assert_eq!(
+        widths.first(),
+        Some(&4),
+        "the first claim probes all four types"
+    );
+    assert!(
+        widths.contains(&1),
+        "a full probe hands the round to the claims per type: {widths:?}"
+    );
+}
