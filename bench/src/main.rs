@@ -10,6 +10,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark: a failed step is a failed run
 
 mod cross;
+mod idle;
 mod peers;
 mod raw;
 mod sys;
@@ -37,7 +38,7 @@ struct Args {
     drain_tasks: usize,
     out: std::path::PathBuf,
     /// Run only these scenarios (run-ahead, drain, ordered, idle, scale, backlogs, counts, wakeup,
-    /// relay, consume, isolation; with `--peer`: apalis, peers).
+    /// relay, consume, isolation, idle-load; with `--peer`: apalis, peers).
     only: Option<Vec<String>>,
     /// Also run apalis (bench/peer-apalis, built by scripts/bench --peer).
     peer: bool,
@@ -1074,6 +1075,17 @@ async fn main() {
         }
         if a.runs("backlogs") {
             rows.extend(backlogs(&t, backlog, rounds).await.into_iter().map(report));
+        }
+        if a.runs("idle-load") {
+            let (poll, window) = if a.smoke {
+                (Duration::from_millis(100), Duration::from_secs(1))
+            } else {
+                (Duration::from_secs(1), Duration::from_secs(10))
+            };
+            for (types, instances) in [(1, 1), (50, 1), (50, 4)] {
+                let r = idle::idle_load(&t, types, instances, poll, window).await;
+                rows.push(report(r));
+            }
         }
         if a.runs("isolation") {
             let (own, backlog) = if a.smoke {

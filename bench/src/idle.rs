@@ -1,0 +1,137 @@
+//! The database load of idle engines (`--only idle-load`): several instances, each
+//! handling many event types, none with anything due. What their polling costs the
+//! server, as statements (transactions on PostgreSQL, `Questions` on MariaDB) per second
+//! and the server's CPU, and what it costs the engines' process.
+
+use std::time::{Duration, Instant};
+
+use backstop::{handler_fn, Engine, EngineConfig, HandlerError, HandlerOptions, Task};
+
+use crate::sys::{self, Row};
+use crate::Target;
+
+/// CPU seconds of every process whose name is `comm` (the server's processes).
+fn server_cpu(comm: &str) -> f64 {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0.0;
+    };
+    let mut ticks = 0.0;
+    for entry in dir.flatten() {
+        let path = entry.path();
+        let Ok(stat) = std::fs::read_to_string(path.join("stat")) else {
+            continue;
+        };
+        // "pid (comm) state …": comm between the first '(' and the last ')'
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        if &stat[open + 1..close] != comm {
+            continue;
+        }
+        let f: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        let n = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        ticks += n(11) + n(12);
+    }
+    ticks / 100.0
+}
+
+/// The server's statement counter: committed and rolled back transactions on
+/// PostgreSQL, `Questions` on MariaDB; `None` on SQLite.
+async fn statements(t: &Target) -> Option<f64> {
+    match t.backend {
+        "postgres" => {
+            let (c, conn) = tokio_postgres::connect(&t.url, tokio_postgres::NoTls)
+                .await
+                .ok()?;
+            tokio::spawn(conn);
+            let row = c
+                .query_one(
+                    "SELECT sum(xact_commit + xact_rollback)::float8 FROM pg_stat_database",
+                    &[],
+                )
+                .await
+                .ok()?;
+            Some(row.get(0))
+        }
+        "mysql" => {
+            let pool = sqlx::MySqlPool::connect(&t.url).await.ok()?;
+            let (_, v): (String, String) = sqlx::query_as("SHOW GLOBAL STATUS LIKE 'Questions'")
+                .fetch_one(&pool)
+                .await
+                .ok()?;
+            pool.close().await;
+            v.parse().ok()
+        }
+        _ => None,
+    }
+}
+
+/// `instances` engines, each handling `types` event types, polling every `poll`, idle
+/// for `window`: statements/s and CPU of the server and of the engines.
+pub async fn idle_load(
+    t: &Target,
+    types: usize,
+    instances: usize,
+    poll: Duration,
+    window: Duration,
+) -> Row {
+    t.raw.reset().await;
+    let mut engines = Vec::new();
+    for _ in 0..instances {
+        let mut builder = Engine::builder(t.store(2).await).config(
+            EngineConfig::default()
+                .poll_interval(poll)
+                .first_poll_delay(Duration::ZERO)
+                .retention(None)
+                .backlog_gauges(false),
+        );
+        for i in 0..types {
+            builder = builder.handler(
+                format!("IDLE_{i}"),
+                handler_fn(|_task: Task| async { Ok::<_, HandlerError>(()) }),
+                HandlerOptions::default(),
+            );
+        }
+        engines.push(builder.start().expect("engine"));
+    }
+    // past the start-up (type registration, the first polls)
+    tokio::time::sleep(poll * 2).await;
+    let comm = match t.backend {
+        "postgres" => "postgres",
+        "mysql" => "mariadbd",
+        _ => "",
+    };
+    let (s0, c0) = (statements(t).await, server_cpu(comm));
+    let m = sys::Meter::start();
+    let t0 = Instant::now();
+    tokio::time::sleep(window).await;
+    let secs = t0.elapsed().as_secs_f64();
+    let (_, ours) = m.stop();
+    let (s1, c1) = (statements(t).await, server_cpu(comm));
+    for e in engines {
+        e.shutdown().await;
+    }
+    // the two counter reads are statements of their own
+    let per_s = match (s0, s1) {
+        (Some(a), Some(b)) => format!("{:.1} statements/s", (b - a - 2.0).max(0.0) / secs),
+        _ => "statements not counted (no server)".into(),
+    };
+    let server = if comm.is_empty() {
+        String::new()
+    } else {
+        format!(", server CPU {:.2}% of a core", 100.0 * (c1 - c0) / secs)
+    };
+    Row {
+        backend: t.backend.into(),
+        scenario: format!(
+            "idle: {types} event type(s) × {instances} engine(s), poll every {} ms",
+            poll.as_millis()
+        ),
+        note: format!(
+            "{per_s}{server}, engines' CPU {:.2}% of a core, over {secs:.0} s",
+            100.0 * ours / secs
+        ),
+        cpu_s: ours,
+        ..Row::default()
+    }
+}
