@@ -1141,9 +1141,16 @@ async fn main() {
                 rows.extend(best.into_iter().map(report));
             }
         }
+        write_results(&a, &rows, &servers);
     }
-    let md = sys::markdown(&rows, a.smoke, a.drain_tasks, &servers);
-    let json = sys::json(&rows, a.smoke, a.drain_tasks, &servers);
+    println!("{}", write_results(&a, &rows, &servers));
+}
+
+/// Write the results so far (after each backend, so that a failure later in the run
+/// keeps what was measured); the markdown.
+fn write_results(a: &Args, rows: &[Row], servers: &[String]) -> String {
+    let md = sys::markdown(rows, a.smoke, a.drain_tasks, servers);
+    let json = sys::json(rows, a.smoke, a.drain_tasks, servers);
     std::fs::create_dir_all(&a.out).expect("out dir");
     let name = match (a.smoke, a.durable) {
         (true, _) => "smoke",
@@ -1152,5 +1159,5 @@ async fn main() {
     };
     std::fs::write(a.out.join(format!("{name}.md")), &md).expect("write md");
     std::fs::write(a.out.join(format!("{name}.json")), json).expect("write json");
-    println!("{md}");
+    md
 }
