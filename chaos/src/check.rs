@@ -211,6 +211,21 @@ fn ids(examples: &[TaskId]) -> String {
     format!("; tasks {}", some.join(", "))
 }
 
+/// The verdict of a settling time: `ms` after the last fault (`i64::MAX`: never) within
+/// `bound`.
+fn settled(name: &'static str, ms: i64, bound: Duration) -> Line {
+    let bound_ms = bound.as_millis() as i64;
+    Line {
+        ok: ms <= bound_ms,
+        name,
+        detail: if ms == i64::MAX {
+            "never settled".into()
+        } else {
+            format!("{ms} ms after the last fault (bound {bound_ms} ms)")
+        },
+    }
+}
+
 fn terminal(s: Status) -> bool {
     matches!(s, Status::Succeeded | Status::Failed | Status::Cancelled)
 }
@@ -504,16 +519,11 @@ pub fn check(input: Input) -> Report {
             ids(&effect_examples)
         ),
     });
-    let inbox_bound_ms = inbox_bound.as_millis() as i64;
-    lines.push(Line {
-        ok: inbox_settle_ms <= inbox_bound_ms,
-        name: "inbox settled within the tasks' bound + reclaim",
-        detail: if inbox_settle_ms == i64::MAX {
-            "never settled".into()
-        } else {
-            format!("{inbox_settle_ms} ms after the last fault (bound {inbox_bound_ms} ms)")
-        },
-    });
+    lines.push(settled(
+        "inbox settled within the tasks' bound + reclaim",
+        inbox_settle_ms,
+        inbox_bound,
+    ));
 
     // 7. graceful shutdown leaves nothing running
     let unclean: Vec<TaskId> = graceful
@@ -541,16 +551,11 @@ pub fn check(input: Input) -> Report {
     });
 
     // 8. settled soon after the last fault
-    let bound_ms = settle_bound.as_millis() as i64;
-    lines.push(Line {
-        ok: settle_ms <= bound_ms,
-        name: "settled within dead_after + a poll + margin",
-        detail: if settle_ms == i64::MAX {
-            "never settled".into()
-        } else {
-            format!("{settle_ms} ms after the last fault (bound {bound_ms} ms)")
-        },
-    });
+    lines.push(settled(
+        "settled within dead_after + a poll + margin",
+        settle_ms,
+        settle_bound,
+    ));
 
     // the faults, with the kills that hit a handler mid-run
     let mut kinds: Vec<(FaultKind, usize)> = Vec::new();

@@ -51,6 +51,23 @@ pub struct Work {
     pub flaky: bool,
 }
 
+/// A handler run's start in the ledger: `S task lease pid at`.
+fn started(ledger: &Ledger, task: &Task) {
+    let pid = std::process::id();
+    ledger.line(format!("S {} {} {pid} {}", task.id, task.lease, now_ms()));
+}
+
+/// A handler run's end: `E task lease ok|retry at`.
+fn ended(ledger: &Ledger, task: &Task, ok: bool) {
+    let outcome = if ok { "ok" } else { "retry" };
+    ledger.line(format!(
+        "E {} {} {outcome} {}",
+        task.id,
+        task.lease,
+        now_ms()
+    ));
+}
+
 struct Run {
     ledger: Arc<Ledger>,
     always_fail: bool,
@@ -59,19 +76,11 @@ struct Run {
 #[async_trait]
 impl Handler for Run {
     async fn handle(&self, task: &Task) -> Result<(), HandlerError> {
-        let pid = std::process::id();
-        self.ledger
-            .line(format!("S {} {} {pid} {}", task.id, task.lease, now_ms()));
+        started(&self.ledger, task);
         let work: Work = serde_json::from_str(&task.payload).map_err(HandlerError::fail)?;
         tokio::time::sleep(Duration::from_millis(work.ms)).await;
         let fail = self.always_fail || (work.flaky && task.attempts == 1);
-        let outcome = if fail { "retry" } else { "ok" };
-        self.ledger.line(format!(
-            "E {} {} {outcome} {}",
-            task.id,
-            task.lease,
-            now_ms()
-        ));
+        ended(&self.ledger, task, !fail);
         if fail {
             Err(HandlerError::retry("chaos: this attempt fails on purpose"))
         } else {
@@ -96,20 +105,12 @@ struct Relay {
 #[async_trait]
 impl Handler for Relay {
     async fn handle(&self, task: &Task) -> Result<(), HandlerError> {
-        let pid = std::process::id();
-        self.ledger
-            .line(format!("S {} {} {pid} {}", task.id, task.lease, now_ms()));
+        started(&self.ledger, task);
         let mut r = self.relay.handle(task).await;
         if r.is_ok() && published_twice(task.id) {
             r = self.relay.handle(task).await;
         }
-        let outcome = if r.is_ok() { "ok" } else { "retry" };
-        self.ledger.line(format!(
-            "E {} {} {outcome} {}",
-            task.id,
-            task.lease,
-            now_ms()
-        ));
+        ended(&self.ledger, task, r.is_ok());
         r
     }
 }

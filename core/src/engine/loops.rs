@@ -428,14 +428,7 @@ async fn poll_round<S: TaskStore + Clone>(
                         // cannot happen: n permits for at most n tasks
                         break;
                     };
-                    shared.counters.polled(event_type);
-                    dispatch(
-                        Arc::clone(shared),
-                        Arc::clone(exec),
-                        task,
-                        slot,
-                        Origin::Poll,
-                    );
+                    polled(shared, exec, task, slot);
                 }
                 drop(permits);
                 if full {
@@ -456,6 +449,23 @@ async fn poll_round<S: TaskStore + Clone>(
         }
     }
     Some((poll_again, wait_for_capacity))
+}
+
+/// Count a task a poll claimed and hand it to its executor, in the slot reserved for it.
+fn polled<S: TaskStore + Clone>(
+    shared: &Arc<Shared<S>>,
+    exec: &Arc<super::executor::Executor>,
+    task: crate::model::Task,
+    slot: tokio::sync::OwnedSemaphorePermit,
+) {
+    shared.counters.polled(&task.event_type);
+    dispatch(
+        Arc::clone(shared),
+        Arc::clone(exec),
+        task,
+        slot,
+        Origin::Poll,
+    );
 }
 
 /// What a [`probe`] found.
@@ -523,14 +533,7 @@ async fn probe<S: TaskStore + Clone>(shared: &Arc<Shared<S>>, round: &Round) -> 
                         // cannot happen: n permits per type for at most n tasks
                         continue;
                     };
-                    shared.counters.polled(&task.event_type);
-                    dispatch(
-                        Arc::clone(shared),
-                        Arc::clone(exec),
-                        task,
-                        slot,
-                        Origin::Poll,
-                    );
+                    polled(shared, exec, task, slot);
                 }
             }
             Err(e) => {
