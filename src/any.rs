@@ -661,6 +661,27 @@ mod tests {
             let off = (t.next_run_at - at).num_milliseconds().abs();
             assert!(off <= 1, "{backend}: due {} for {at}", t.next_run_at);
             assert!(store.get(now.id).await.unwrap().is_some(), "{backend}");
+            // a batch: two new tasks in one multi-row insert, one held already
+            let batch = [
+                NewTask::new("ANY", "b1").run_at(at),
+                NewTask::new("ANY", "b2"),
+                NewTask::new("ANY", "now"),
+            ];
+            let mut tx = pool.begin().await.unwrap();
+            let many = store
+                .enqueue_many_in(&mut *tx, &batch)
+                .await
+                .unwrap_or_else(|e| panic!("{backend}: {e}"));
+            tx.commit().await.unwrap();
+            let created: Vec<bool> = many.iter().map(|e| e.created).collect();
+            assert_eq!(created, [true, true, false], "{backend}");
+            assert_eq!(many[2].id, now.id, "{backend}");
+            let b1 = store.get(many[0].id).await.unwrap().expect("committed");
+            assert_eq!(b1.biz_key, "b1", "{backend}");
+            let off = (b1.next_run_at - at).num_milliseconds().abs();
+            assert!(off <= 1, "{backend}: due {} for {at}", b1.next_run_at);
+            let b2 = store.get(many[1].id).await.unwrap().expect("committed");
+            assert_eq!(b2.biz_key, "b2", "{backend}");
             let mut tx = pool.begin().await.unwrap();
             let gone = store
                 .enqueue_in(&mut *tx, &NewTask::new("ANY", "gone"))

@@ -220,6 +220,9 @@ struct Inner {
     /// The strategy in force (never `Auto`).
     strategy: ClaimStrategy,
     server_version: String,
+    /// Whether inserts can return their rows (`INSERT … RETURNING`: MariaDB ≥ 10.5), so
+    /// a batch enqueue goes in multi-row inserts.
+    returning: bool,
     /// Claim tokens: a random start, then +1 per claim (unique per store).
     next_token: AtomicU64,
 }
@@ -232,6 +235,11 @@ impl std::fmt::Debug for MySqlStore {
             .field("server", &self.inner.server_version)
             .finish()
     }
+}
+
+/// Whether a server version string supports `INSERT … RETURNING` (MariaDB ≥ 10.5).
+fn supports_returning(version: &str) -> bool {
+    matches!(parse_version(version), (true, v) if v >= (10, 5, 0))
 }
 
 /// Whether a server version string supports `SKIP LOCKED`.
@@ -350,6 +358,7 @@ impl MySqlStore {
                 pool,
                 options,
                 strategy,
+                returning: supports_returning(&version),
                 server_version: version,
                 next_token: AtomicU64::new(seed >> 2),
             }),
@@ -384,6 +393,28 @@ impl MySqlStore {
     ///   whole transaction, which only the caller can run again).
     pub async fn enqueue_tx(&self, conn: &mut MySqlConnection, task: &NewTask) -> Result<Enqueued> {
         self.enqueue_in(conn, task).await
+    }
+
+    /// Enqueue many `tasks` on the caller's transaction, in multi-row inserts on MariaDB
+    /// (one by one on MySQL, which cannot return the rows an insert made); see
+    /// [`Transactional::enqueue_many_in`], answered as [`TaskStore::enqueue_many`].
+    ///
+    /// ```no_run
+    /// # async fn demo(store: backstop_mysql::MySqlStore) -> Result<(), Box<dyn std::error::Error>> {
+    /// use backstop_core::NewTask;
+    /// let mut tx = store.pool().begin().await?;
+    /// let tasks: Vec<_> = (1..=500).map(|i| NewTask::new("PAY_ORDER", i.to_string())).collect();
+    /// let enqueued = store.enqueue_many_tx(&mut tx, &tasks).await?;
+    /// tx.commit().await?;
+    /// assert_eq!(enqueued.len(), 500);
+    /// # Ok(()) }
+    /// ```
+    pub async fn enqueue_many_tx(
+        &self,
+        conn: &mut MySqlConnection,
+        tasks: &[NewTask],
+    ) -> Result<Vec<Enqueued>> {
+        self.enqueue_many_in(conn, tasks).await
     }
 
     /// Inside a handler: record the running task's success on the handler's transaction,
@@ -447,6 +478,43 @@ impl EnqueueSql for Inner {
             EnqueueStep::KeyDrop(_) => (&sql.key_drop, Returns::RowsAffected),
         };
         Statement::new(text, params, returns)
+    }
+
+    /// MariaDB's multi-row `INSERT IGNORE … VALUES … RETURNING id` of `tasks` (a count
+    /// [`insert_rows_take`](EnqueueSql::insert_rows_take) gave): a row whose key is held
+    /// is skipped. MySQL cannot return the rows: `None`, and a batch enqueues its tasks
+    /// one by one.
+    fn insert_rows<'a>(
+        &'a self,
+        _doc: &'a str,
+        tasks: &[Checked<&'a NewTask>],
+    ) -> Option<Statement<'a>> {
+        if !self.returning {
+            return None;
+        }
+        if tasks.is_empty() {
+            // core asking whether there is a multi-row insert at all
+            return Some(Statement::new("", Vec::new(), Returns::Rows));
+        }
+        if !tasks.len().is_power_of_two() {
+            return None;
+        }
+        let text = self
+            .sql
+            .insert_rows
+            .get(tasks.len().trailing_zeros() as usize)?;
+        let params = rows_params(tasks, self.run_at());
+        Some(Statement::new(text, params, Returns::Rows))
+    }
+
+    /// Every value bound: no document.
+    fn insert_rows_document(&self) -> bool {
+        false
+    }
+
+    /// The row counts there is a text for.
+    fn insert_rows_take(&self, n: usize) -> usize {
+        power_of_two_rows(n, sql::INSERT_ROWS_MAX)
     }
 
     fn complete(&self, lease: Lease) -> Statement<'_> {
@@ -891,6 +959,14 @@ impl Driver for Inner {
         // a task with an order key in a transaction, so its key's lock is held throughout
         let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(my_err)?;
         let inserted = EnqueuePlan::new(self, task).run(&mut *tx).await?;
+        tx.commit().await.map_err(my_err)?;
+        Ok(inserted)
+    }
+
+    async fn insert_many(&self, tasks: Checked<&[NewTask]>) -> Result<Vec<Inserted>> {
+        let mut conn = self.pool.acquire().await.map_err(my_err)?;
+        let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(my_err)?;
+        let inserted = EnqueueBatch::new(self, tasks).run(&mut *tx).await?;
         tx.commit().await.map_err(my_err)?;
         Ok(inserted)
     }

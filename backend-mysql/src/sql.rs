@@ -39,6 +39,8 @@ pub(crate) struct Sql {
     /// the first is one `ALTER TABLE` (atomic in InnoDB).
     pub migrations: Vec<Migration>,
     pub insert: String,
+    /// The batch enqueue's multi-row inserts (MariaDB), by `log2` of the row count.
+    pub insert_rows: Vec<String>,
     /// event_type, biz_key: the task holding the key, locked: id, status, age ms.
     pub existing: String,
     /// id: free the key a finished task holds.
@@ -98,6 +100,9 @@ pub(crate) struct Sql {
     pub inbox_purge: String,
 }
 
+/// Most rows of one of the batch enqueue's multi-row inserts (a power of two).
+pub const INSERT_ROWS_MAX: usize = 256;
+
 impl Sql {
     /// `table` must have passed `limits::check_identifier`.
     pub fn new(table: &str) -> Sql {
@@ -106,6 +111,13 @@ impl Sql {
         let ta = format!("`{table}_audit`");
         let tv = format!("`{}`", version_table(table));
         let tk = format!("`{table}_keys`");
+        let insert_tuple = "(?, ?, ?, 0, ?, ?, ?, ?,
+                    GREATEST(NOW(3) + INTERVAL (? * 1000) MICROSECOND, COALESCE(?, NOW(3))), 0,
+                    NOW(3), NOW(3), ?, ?, ?, ?, ?, ?)";
+        let insert_columns = "event_type, biz_key, payload, attempts, max_attempts,
+                retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at,
+                lease, created_at, updated_at, priority, retry_jitter_pct, status, order_key,
+                order_block, timeout_ms";
         let th = format!("`{table}_handlers`");
         let fenced = "WHERE id = ? AND status = 3 AND lease = ?";
         Sql {
@@ -301,15 +313,21 @@ impl Sql {
             // interval, max, delay ms (zero with a run_at), run_at (NULL: use the delay; a
             // time already past: now), priority, jitter %, status, order_key, order_block,
             // timeout ms
-            insert: format!(
-                "INSERT INTO {t} (event_type, biz_key, payload, attempts, max_attempts,
-                    retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at,
-                    lease, created_at, updated_at, priority, retry_jitter_pct, status, order_key,
-                    order_block, timeout_ms)
-                 VALUES (?, ?, ?, 0, ?, ?, ?, ?,
-                    GREATEST(NOW(3) + INTERVAL (? * 1000) MICROSECOND, COALESCE(?, NOW(3))), 0,
-                    NOW(3), NOW(3), ?, ?, ?, ?, ?, ?)"
-            ),
+            insert: format!("INSERT INTO {t} ({insert_columns}) VALUES {insert_tuple}"),
+            // The batch enqueue's multi-row inserts, one per row count (1, 2, 4 … 256),
+            // every value bound (MariaDB's RETURNING; MySQL has none). Not an INSERT …
+            // SELECT: that is a bulk insert, which holds the table's AUTO-INC lock to its
+            // end (innodb_autoinc_lock_mode 1, the default), so batches of shared keys
+            // deadlock on it (error 1467). IGNORE skips a row whose key is held, as
+            // PostgreSQL's ON CONFLICT DO NOTHING does, instead of failing all of them;
+            // the other errors it would turn into warnings cannot happen to checked input
+            // (every text within its column, nothing NULL that may not be).
+            insert_rows: (0..=INSERT_ROWS_MAX.trailing_zeros())
+                .map(|p| {
+                    let rows = vec![insert_tuple; 1 << p].join(", ");
+                    format!("INSERT IGNORE INTO {t} ({insert_columns}) VALUES {rows} RETURNING id")
+                })
+                .collect(),
             // A locking read sees the latest committed row whatever the isolation level.
             existing: format!(
                 "SELECT id, CAST(status AS SIGNED),

@@ -9,7 +9,7 @@ use backstop_core::tx::{Answer, Dialect, Returns, Statement, Value};
 use backstop_core::{Enqueued, HandlerError, NewTask, Processed, StoreConfig, TaskId};
 use backstop_core::{Transactional, TxConnection};
 use backstop_mysql::{mysql_handler, ClaimStrategy, MySqlHandler, MySqlOptions, MySqlStore};
-use backstop_testkit::{Harness, TimeColumn, TxPath, Unavailable};
+use backstop_testkit::{Harness, TimeColumn, TxPath, TxTasks, Unavailable};
 use sqlx::mysql::MySqlPoolOptions;
 use sqlx::{AssertSqlSafe, MySqlPool};
 
@@ -62,6 +62,20 @@ impl TxConnection for AppConn<'_, '_> {
                 });
                 Ok(Answer::Row(row))
             }
+            Returns::Rows => match query.fetch_all(&mut *conn).await {
+                Ok(rows) => Ok(Answer::Rows(
+                    rows.iter()
+                        .map(|r| {
+                            use sqlx::Row;
+                            (0..r.len()).map(|i| r.get::<i64, _>(i)).collect()
+                        })
+                        .collect(),
+                )),
+                Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("23000") => {
+                    Ok(Answer::DuplicateKey)
+                }
+                Err(e) => Err(fail(e)),
+            },
             Returns::RowsAffected => {
                 let done = query.execute(&mut *conn).await.map_err(fail)?;
                 Ok(Answer::RowsAffected(done.rows_affected()))
@@ -73,6 +87,11 @@ impl TxConnection for AppConn<'_, '_> {
                 }
                 Err(e) => Err(fail(e)),
             },
+            other => Err(backstop_core::Error::new(
+                backstop_core::ErrorKind::Unexpected,
+                "app",
+                format!("this adapter does not know {other:?}"),
+            )),
         }
     }
 }
@@ -220,10 +239,10 @@ impl Harness for MySqlHarness {
         db: &Db,
         store: &MySqlStore,
         biz_row: &str,
-        task: NewTask,
+        tasks: TxTasks,
         commit: bool,
         path: TxPath,
-    ) -> backstop_core::Result<Enqueued> {
+    ) -> backstop_core::Result<Vec<Enqueued>> {
         use sqlx::Connection;
         ensure_biz(db).await;
         // the store's pool (native), or a connection of the application's own
@@ -245,9 +264,12 @@ impl Harness for MySqlHarness {
             .await
             .expect("insert business row");
         let enqueued = match path {
-            TxPath::Native => store.enqueue_tx(&mut tx, &task).await?,
-            TxPath::Sqlx => store.enqueue_in(&mut *tx, &task).await?,
-            TxPath::Statements => store.enqueue_in(&mut AppConn(&mut tx), &task).await?,
+            TxPath::Native => match &tasks {
+                TxTasks::One(task) => vec![store.enqueue_tx(&mut tx, task).await?],
+                TxTasks::Many(tasks) => store.enqueue_many_tx(&mut tx, tasks).await?,
+            },
+            TxPath::Sqlx => tasks.enqueue_in(store, &mut *tx).await?,
+            TxPath::Statements => tasks.enqueue_in(store, &mut AppConn(&mut tx)).await?,
         };
         if commit {
             tx.commit().await.expect("commit");

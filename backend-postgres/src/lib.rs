@@ -349,6 +349,32 @@ impl PgStore {
         self.enqueue_in(&mut OnClient(client, prepared), task).await
     }
 
+    /// Enqueue many `tasks` on the caller's transaction, most of them in multi-row
+    /// inserts (see [`Transactional::enqueue_many_in`]; answered as
+    /// [`TaskStore::enqueue_many`]). On a client outside a transaction each statement
+    /// commits on its own: pass a transaction for all or none.
+    ///
+    /// ```no_run
+    /// # async fn demo(store: backstop_postgres::PgStore) -> Result<(), Box<dyn std::error::Error>> {
+    /// use backstop_core::NewTask;
+    /// let mut client = store.client().await?;
+    /// let tx = client.transaction().await?;
+    /// tx.execute("INSERT INTO orders (id) SELECT generate_series(1, 500)", &[]).await?;
+    /// let tasks: Vec<_> = (1..=500).map(|i| NewTask::new("PAY_ORDER", i.to_string())).collect();
+    /// let enqueued = store.enqueue_many_tx(&tx, &tasks).await?;
+    /// tx.commit().await?;
+    /// assert_eq!(enqueued.len(), 500);
+    /// # Ok(()) }
+    /// ```
+    pub async fn enqueue_many_tx<C>(&self, client: &C, tasks: &[NewTask]) -> Result<Vec<Enqueued>>
+    where
+        C: PgExecutor + ?Sized,
+    {
+        let prepared = self.inner.prepared();
+        self.enqueue_many_in(&mut OnClient(client, prepared), tasks)
+            .await
+    }
+
     /// Inside a handler: record the running task's success on the handler's transaction,
     /// with its business writes and the follow-up tasks it enqueued there
     /// ([`enqueue_tx`](Self::enqueue_tx)) — all commit together or not at all (see
@@ -414,6 +440,28 @@ impl EnqueueSql for Inner {
         Statement::new(text, params, Returns::Row)
     }
 
+    fn insert_rows<'a>(
+        &'a self,
+        doc: &'a str,
+        tasks: &[Checked<&'a NewTask>],
+    ) -> Option<Statement<'a>> {
+        // every type of the batch asks the throttle (each may be due an announcement)
+        let mut types: Vec<&str> = tasks.iter().map(|t| t.event_type()).collect();
+        types.sort_unstable();
+        types.dedup();
+        let notify = types
+            .into_iter()
+            .fold(false, |any, t| self.notify_now(t) | any);
+        let mut params = vec![Value::Text(Some(doc))];
+        let text = if notify {
+            params.push(Value::Text(Some(&self.sql.channel)));
+            &self.sql.insert_rows_notify
+        } else {
+            &self.sql.insert_rows
+        };
+        Some(Statement::new(text, params, Returns::Rows))
+    }
+
     fn complete(&self, lease: Lease) -> Statement<'_> {
         Statement::new(
             &self.sql.complete,
@@ -449,16 +497,23 @@ impl<C: PgExecutor + ?Sized> TxConnection for OnClient<'_, C> {
                 Value::Text(v) => (v as &(dyn ToSql + Sync), Type::TEXT),
             })
             .collect();
+        let columns = |r: &Row| (0..r.len()).map(|i| col(r, i)).collect::<Result<Vec<_>>>();
+        if statement.returns() == Returns::Rows {
+            let rows = self
+                .0
+                .query_all_typed(statement.sql(), &params, self.1)
+                .await
+                .map_err(pg_err)?;
+            return Ok(Answer::Rows(
+                rows.iter().map(columns).collect::<Result<_>>()?,
+            ));
+        }
         let row = self
             .0
             .query_opt_typed(statement.sql(), &params, self.1)
             .await
             .map_err(pg_err)?;
-        let columns = match row {
-            Some(r) => Some((0..r.len()).map(|i| col(&r, i)).collect::<Result<_>>()?),
-            None => None,
-        };
-        Ok(Answer::Row(columns))
+        Ok(Answer::Row(row.as_ref().map(columns).transpose()?))
     }
 }
 
@@ -735,6 +790,16 @@ impl Driver for Inner {
         }
         let tx = client.transaction().await.map_err(pg_err)?;
         let inserted = EnqueuePlan::new(self, task)
+            .run(&mut OnClient(&tx, self.prepared()))
+            .await?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok(inserted)
+    }
+
+    async fn insert_many(&self, tasks: Checked<&[NewTask]>) -> Result<Vec<Inserted>> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let inserted = EnqueueBatch::new(self, tasks)
             .run(&mut OnClient(&tx, self.prepared()))
             .await?;
         tx.commit().await.map_err(pg_err)?;
@@ -1277,6 +1342,15 @@ pub trait PgExecutor: sealed::Sealed + Send + Sync {
         params: &[(&(dyn ToSql + Sync), Type)],
         prepared: bool,
     ) -> std::result::Result<Option<Row>, tokio_postgres::Error>;
+
+    /// As `query_opt_typed`, every row.
+    #[doc(hidden)]
+    async fn query_all_typed(
+        &self,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+        prepared: bool,
+    ) -> std::result::Result<Vec<Row>, tokio_postgres::Error>;
 }
 
 mod sealed {
@@ -1300,6 +1374,15 @@ macro_rules! unprepared_executor {
             ) -> std::result::Result<Option<Row>, tokio_postgres::Error> {
                 self.query_typed_opt(sql, params).await
             }
+
+            async fn query_all_typed(
+                &self,
+                sql: &str,
+                params: &[(&(dyn ToSql + Sync), Type)],
+                _prepared: bool,
+            ) -> std::result::Result<Vec<Row>, tokio_postgres::Error> {
+                self.query_typed(sql, params).await
+            }
         }
     )+};
 }
@@ -1322,6 +1405,21 @@ macro_rules! cached_executor {
                 let stmt = self.prepare_typed_cached(sql, &types).await?;
                 self.query_opt(&stmt, &values).await
             }
+
+            async fn query_all_typed(
+                &self,
+                sql: &str,
+                params: &[(&(dyn ToSql + Sync), Type)],
+                prepared: bool,
+            ) -> std::result::Result<Vec<Row>, tokio_postgres::Error> {
+                if !prepared {
+                    return self.query_typed(sql, params).await;
+                }
+                let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
+                let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
+                let stmt = self.prepare_typed_cached(sql, &types).await?;
+                self.query(&stmt, &values).await
+            }
         }
     )+};
 }
@@ -1342,5 +1440,15 @@ impl PgExecutor for deadpool_postgres::Object {
     ) -> std::result::Result<Option<Row>, tokio_postgres::Error> {
         let client: &deadpool_postgres::ClientWrapper = self;
         client.query_opt_typed(sql, params, prepared).await
+    }
+
+    async fn query_all_typed(
+        &self,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+        prepared: bool,
+    ) -> std::result::Result<Vec<Row>, tokio_postgres::Error> {
+        let client: &deadpool_postgres::ClientWrapper = self;
+        client.query_all_typed(sql, params, prepared).await
     }
 }

@@ -87,6 +87,10 @@ pub(crate) struct Sql {
     /// `insert` that also announces the new task on `channel` (delivered at commit;
     /// nothing on a duplicate). $16 is the channel.
     pub insert_notify: String,
+    /// $1 the rows (core's `insert_document`): the batch enqueue's multi-row insert.
+    pub insert_rows: String,
+    /// As `insert_rows`, announcing each row's event type on the channel ($2).
+    pub insert_rows_notify: String,
     /// $1 event_type $2 biz_key: the task holding the key, locked: id, status, age ms.
     pub existing: String,
     /// $1 id: free the key a finished task holds.
@@ -174,18 +178,41 @@ impl Sql {
         // $5 strategy $6 interval_ms $7 max_interval_ms $8 delay_ms $9 run_at (NULL: use
         // the delay; a time already past: now) $10 priority $11 jitter % $12 status
         // $13 order_key $14 order_block $15 timeout_ms
-        let insert = format!(
+        let insert_into = format!(
             "INSERT INTO {t} (event_type, biz_key, payload, status, attempts, max_attempts,
                 retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at,
                 lease, created_at, updated_at, priority, retry_jitter_pct, order_key,
-                order_block, timeout_ms)
+                order_block, timeout_ms)"
+        );
+        let on_conflict = "ON CONFLICT (biz_key, event_type, dedup_slot) DO NOTHING";
+        let insert = format!(
+            "{insert_into}
              VALUES ($1, $2, $3, $12, 0, $4, $5, $6, $7,
                 CASE WHEN $9::timestamptz IS NULL THEN now() + $8::bigint {MS}
                     ELSE GREATEST($9::timestamptz, now()) END,
                 0, now(), now(), $10, $11, $13, $14, $15)
-             ON CONFLICT (biz_key, event_type, dedup_slot) DO NOTHING
-             RETURNING id"
+             {on_conflict} RETURNING id"
         );
+        // The batch enqueue's multi-row insert: its rows from one JSON document (core's
+        // insert_document), a run-at in ms since the epoch; the notifying one takes the
+        // channel as $2.
+        let insert_rows = format!(
+            "{insert_into}
+             SELECT r.e, r.k, r.p, 0, 0, r.m, r.s, r.i, r.x,
+                CASE WHEN r.a IS NULL THEN now() + r.d {MS}
+                    ELSE GREATEST('epoch'::timestamptz + r.a {MS}, now()) END,
+                0, now(), now(), r.r, r.j, NULL, r.b, r.t
+             FROM json_to_recordset($1::json) AS r(e text, k text, p text, m bigint, s text,
+                i bigint, x bigint, d bigint, a bigint, r smallint, j smallint, b smallint,
+                t bigint)
+             {on_conflict}"
+        );
+        let insert_rows_notify = format!(
+            "WITH ins AS ({insert_rows} RETURNING id, event_type)
+             SELECT ins.id FROM ins
+             CROSS JOIN LATERAL (SELECT pg_notify($2::text, ins.event_type)) AS n"
+        );
+        let insert_rows = format!("{insert_rows} RETURNING id");
         let channel = channel(schema, table);
         Sql {
             lock_key: format!("backstop:{schema}.{table}"),
@@ -425,6 +452,8 @@ impl Sql {
                  WHERE i.consumer = old.consumer AND i.message_id = old.message_id"
             ),
             insert: insert.clone(),
+            insert_rows,
+            insert_rows_notify,
             insert_notify: format!(
                 "WITH ins AS ({insert})
                  SELECT ins.id FROM ins CROSS JOIN LATERAL (SELECT pg_notify($16::text, $1::text)) AS n"

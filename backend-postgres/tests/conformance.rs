@@ -6,10 +6,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use backstop_core::tx::{Answer, Dialect, Returns, Statement, Value};
+use backstop_core::TxConnection;
 use backstop_core::{Enqueued, HandlerError, NewTask, Notifier, Processed, StoreConfig, TaskId};
-use backstop_core::{Transactional, TxConnection};
 use backstop_postgres::{pg_handler, PgHandler, PgOptions, PgStore};
-use backstop_testkit::{Harness, TimeColumn, TxPath, Unavailable};
+use backstop_testkit::{Harness, TimeColumn, TxPath, TxTasks, Unavailable};
 use tokio_postgres::NoTls;
 
 const URL_VAR: &str = "BACKSTOP_TEST_POSTGRES_URL";
@@ -130,6 +130,18 @@ impl TxConnection for AppConn<'_, '_> {
                     (0..r.len()).map(|i| r.get::<_, i64>(i)).collect()
                 })))
             }
+            Returns::Rows => {
+                let rows = self
+                    .0
+                    .query_typed(statement.sql(), &params)
+                    .await
+                    .map_err(fail)?;
+                Ok(Answer::Rows(
+                    rows.iter()
+                        .map(|r| (0..r.len()).map(|i| r.get::<_, i64>(i)).collect())
+                        .collect(),
+                ))
+            }
             _ => {
                 let n = self
                     .0
@@ -232,10 +244,10 @@ impl Harness for PgHarness {
         db: &Db,
         store: &PgStore,
         biz_row: &str,
-        task: NewTask,
+        tasks: TxTasks,
         commit: bool,
         path: TxPath,
-    ) -> backstop_core::Result<Enqueued> {
+    ) -> backstop_core::Result<Vec<Enqueued>> {
         ensure_biz(db).await;
         let insert_biz = format!("INSERT INTO \"{}\".biz_order (key) VALUES ($1)", db.schema);
         match path {
@@ -245,7 +257,10 @@ impl Harness for PgHarness {
                 tx.execute(&insert_biz, &[&biz_row])
                     .await
                     .expect("insert business row");
-                let enqueued = store.enqueue_tx(&tx, &task).await?;
+                let enqueued = match &tasks {
+                    TxTasks::One(task) => vec![store.enqueue_tx(&tx, task).await?],
+                    TxTasks::Many(tasks) => store.enqueue_many_tx(&tx, tasks).await?,
+                };
                 if commit {
                     tx.commit().await.expect("commit");
                 } else {
@@ -264,7 +279,7 @@ impl Harness for PgHarness {
                     .execute(&mut *tx)
                     .await
                     .expect("insert business row");
-                let enqueued = store.enqueue_in(&mut *tx, &task).await?;
+                let enqueued = tasks.enqueue_in(store, &mut *tx).await?;
                 if commit {
                     tx.commit().await.expect("commit");
                 } else {
@@ -278,7 +293,7 @@ impl Harness for PgHarness {
                 tx.execute(&insert_biz, &[&biz_row])
                     .await
                     .expect("insert business row");
-                let enqueued = store.enqueue_in(&mut AppConn(&tx), &task).await?;
+                let enqueued = tasks.enqueue_in(store, &mut AppConn(&tx)).await?;
                 finish_tokio(tx, commit).await;
                 Ok(enqueued)
             }

@@ -286,6 +286,17 @@ impl SqliteStore {
         self.enqueue_blocking(&mut OnConn(tx), task)
     }
 
+    /// Enqueue many `tasks` on the caller's transaction, most of them in multi-row
+    /// inserts (see [`Transactional::enqueue_many_in`]; answered as
+    /// [`TaskStore::enqueue_many`]). Blocking, as [`enqueue_tx`](Self::enqueue_tx).
+    pub fn enqueue_many_tx(
+        &self,
+        tx: &Transaction<'_>,
+        tasks: &[NewTask],
+    ) -> Result<Vec<Enqueued>> {
+        self.enqueue_many_blocking(&mut OnConn(tx), tasks)
+    }
+
     /// Run `f` in a `BEGIN IMMEDIATE` transaction where the store's writes run (the
     /// file's writer thread, or a pooled connection on tokio's blocking pool when writers
     /// are not queued); commit when it returns `Ok`, roll back when it returns `Err` or
@@ -439,6 +450,20 @@ impl SqliteTx<'_> {
         self.store.enqueue_tx(self.tx, task)
     }
 
+    /// Enqueue many `tasks` in this transaction (see [`SqliteStore::enqueue_many_tx`]).
+    ///
+    /// ```no_run
+    /// # async fn demo(store: backstop_sqlite::SqliteStore) -> backstop_core::Result<()> {
+    /// use backstop_core::NewTask;
+    /// let tasks: Vec<_> = (1..=500).map(|i| NewTask::new("PAY_ORDER", i.to_string())).collect();
+    /// let enqueued = store.transaction(move |tx| tx.enqueue_many(&tasks)).await?;
+    /// assert_eq!(enqueued.len(), 500);
+    /// # Ok(()) }
+    /// ```
+    pub fn enqueue_many(&self, tasks: &[NewTask]) -> Result<Vec<Enqueued>> {
+        self.store.enqueue_many_tx(self.tx, tasks)
+    }
+
     /// Inside a handler: record the running task's success in this transaction, with the
     /// handler's business writes and the follow-up tasks it enqueued here — all commit
     /// together or not at all (see [`complete_on`]).
@@ -507,6 +532,32 @@ impl EnqueueSql for Sql {
         Statement::new(text, params, returns)
     }
 
+    fn insert_rows<'a>(
+        &'a self,
+        _doc: &'a str,
+        tasks: &[Checked<&'a NewTask>],
+    ) -> Option<Statement<'a>> {
+        if !tasks.len().is_power_of_two() && !tasks.is_empty() {
+            return None;
+        }
+        let text = self
+            .insert_rows
+            .get(tasks.len().max(1).trailing_zeros() as usize)?;
+        let mut params = rows_params(tasks, RunAt::Millis);
+        params.push(Value::BigInt(Some(now_ms())));
+        Some(Statement::new(text, params, Returns::Rows))
+    }
+
+    /// Every value bound: no document.
+    fn insert_rows_document(&self) -> bool {
+        false
+    }
+
+    /// The row counts there is a text for.
+    fn insert_rows_take(&self, n: usize) -> usize {
+        power_of_two_rows(n, sql::INSERT_ROWS_MAX)
+    }
+
     fn complete(&self, lease: Lease) -> Statement<'_> {
         Statement::new(
             &self.mark_success,
@@ -547,20 +598,26 @@ fn run_statement(conn: &Connection, statement: &Statement<'_>) -> rusqlite::Resu
             Value::Timestamp(v) => st.raw_bind_parameter(at, v.map(|t| t.timestamp_millis()))?,
         }
     }
+    let columns = |row: &rusqlite::Row<'_>| {
+        (0..row.as_ref().column_count())
+            .map(|i| row.get::<_, i64>(i))
+            .collect::<rusqlite::Result<Vec<_>>>()
+    };
     match statement.returns() {
+        Returns::Rows => {
+            let mut rows = st.raw_query();
+            let mut all = Vec::new();
+            while let Some(row) = rows.next()? {
+                all.push(columns(row)?);
+            }
+            Ok(Answer::Rows(all))
+        }
         Returns::Row => {
             let mut rows = st.raw_query();
-            let columns = match rows.next()? {
-                Some(row) => Some(
-                    (0..row.as_ref().column_count())
-                        .map(|i| row.get::<_, i64>(i))
-                        .collect::<rusqlite::Result<Vec<_>>>()?,
-                ),
-                None => None,
-            };
-            Ok(Answer::Row(columns))
+            Ok(Answer::Row(rows.next()?.map(columns).transpose()?))
         }
-        Returns::RowsAffected | Returns::InsertId => {
+        // RowsAffected (SQLite's statements ask for nothing else)
+        _ => {
             let n = st.raw_execute()?;
             Ok(Answer::RowsAffected(n as u64))
         }
@@ -669,6 +726,14 @@ impl Driver for Inner {
         let task = task.cloned();
         self.write("enqueue", move |sql, tx, _| {
             Ok(EnqueuePlan::new(sql, task.as_ref()).run_blocking(&mut OnConn(tx)))
+        })
+        .await?
+    }
+
+    async fn insert_many(&self, tasks: Checked<&[NewTask]>) -> Result<Vec<Inserted>> {
+        let tasks = tasks.cloned_vec();
+        self.write("enqueue_many", move |sql, tx, _| {
+            Ok(EnqueueBatch::new(sql, tasks.as_slice()).run_blocking(&mut OnConn(tx)))
         })
         .await?
     }

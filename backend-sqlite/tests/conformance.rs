@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use backstop_core::driver::millis;
 use backstop_core::tx::{Answer, Dialect, Returns, Statement, Value};
-use backstop_core::{BlockingTxConnection, Transactional};
+use backstop_core::BlockingTxConnection;
 use backstop_core::{Enqueued, HandlerError, NewTask, Processed, StoreConfig, TaskId};
 use backstop_sqlite::{sqlite_handler, SqliteHandler, SqliteOptions, SqliteStore, Synchronous};
-use backstop_testkit::{Harness, TimeColumn, TxPath, Unavailable};
+use backstop_testkit::{Harness, TimeColumn, TxPath, TxTasks, Unavailable};
 
 /// The application's own rusqlite connection running the store's statements, as a user
 /// of a driver backstop has no support for would write it.
@@ -51,6 +51,18 @@ impl BlockingTxConnection for AppConn<'_> {
                     .optional()
                     .map_err(fail)?;
                 Ok(Answer::Row(row))
+            }
+            Returns::Rows => {
+                let mut st = self.0.prepare(statement.sql()).map_err(fail)?;
+                let rows = st
+                    .query_map(params, |r| {
+                        (0..r.as_ref().column_count())
+                            .map(|i| r.get::<_, i64>(i))
+                            .collect::<rusqlite::Result<Vec<i64>>>()
+                    })
+                    .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+                    .map_err(fail)?;
+                Ok(Answer::Rows(rows))
             }
             _ => {
                 let n = self.0.execute(statement.sql(), params).map_err(fail)?;
@@ -136,10 +148,10 @@ impl Harness for SqliteHarness {
         db: &Db,
         store: &SqliteStore,
         biz_row: &str,
-        task: NewTask,
+        tasks: TxTasks,
         commit: bool,
         path: TxPath,
-    ) -> backstop_core::Result<Enqueued> {
+    ) -> backstop_core::Result<Vec<Enqueued>> {
         ensure_biz(db);
         let key = biz_row.to_owned();
         let insert_biz = "INSERT INTO biz_order (key) VALUES (?1)";
@@ -148,7 +160,10 @@ impl Harness for SqliteHarness {
                 store
                     .transaction(move |tx| {
                         tx.execute(insert_biz, [&key]).expect("insert business row");
-                        let e = tx.enqueue(&task)?;
+                        let e = match &tasks {
+                            TxTasks::One(task) => vec![tx.enqueue(task)?],
+                            TxTasks::Many(tasks) => tx.enqueue_many(tasks)?,
+                        };
                         if !commit {
                             tx.rollback();
                         }
@@ -168,7 +183,7 @@ impl Harness for SqliteHarness {
                     .execute(&mut *tx)
                     .await
                     .expect("insert business row");
-                let e = store.enqueue_in(&mut *tx, &task).await?;
+                let e = tasks.enqueue_in(store, &mut *tx).await?;
                 if commit {
                     tx.commit().await.expect("commit");
                 } else {
@@ -185,7 +200,7 @@ impl Harness for SqliteHarness {
                         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
                         .expect("begin");
                     tx.execute(insert_biz, [&key]).expect("insert business row");
-                    let e = store.enqueue_blocking(&mut AppConn(&tx), &task)?;
+                    let e = tasks.enqueue_blocking(&store, &mut AppConn(&tx))?;
                     if commit {
                         tx.commit().expect("commit");
                     }

@@ -37,7 +37,7 @@ struct Args {
     backends: Vec<String>,
     drain_tasks: usize,
     out: std::path::PathBuf,
-    /// Run only these scenarios (run-ahead, drain, ordered, idle, scale, backlogs, counts, wakeup,
+    /// Run only these scenarios (run-ahead, enqueue, drain, ordered, idle, scale, backlogs, counts, wakeup,
     /// relay, consume, isolation, idle-load; with `--peer`: apalis, peers).
     only: Option<Vec<String>>,
     /// Also run apalis (bench/peer-apalis, built by scripts/bench --peer).
@@ -431,6 +431,51 @@ async fn run_ahead(t: &Target, producers: usize, total: usize) -> Row {
         } else {
             "latency: commit → handler start (raw: commit → claimed)".into()
         },
+    }
+}
+
+/// Enqueue throughput: `producers` loops enqueueing `total` new tasks in batches of
+/// `batch`, each batch one transaction (`enqueue_many`), against the raw multi-row insert
+/// of the same rows (one statement per batch, returning the ids).
+async fn enqueue_batches(t: &Target, producers: usize, total: usize, batch: usize) -> Row {
+    t.raw.reset().await;
+    let store = t.store(producers as u32 + 1).await;
+    let batches = (total / producers / batch).max(1);
+    let n = batches * batch * producers;
+    let m = sys::Meter::start();
+    let started = Instant::now();
+    let mut hs = Vec::new();
+    for p in 0..producers {
+        let store = store.clone();
+        hs.push(tokio::spawn(async move {
+            for b in 0..batches {
+                let tasks: Vec<NewTask> = (0..batch)
+                    .map(|i| NewTask::new(EVENT, format!("p{p}-{b}-{i}")).payload_raw("{}"))
+                    .collect();
+                let got = store.enqueue_many(&tasks).await.expect("enqueue_many");
+                assert!(got.iter().all(|e| e.created), "every task new");
+            }
+        }));
+    }
+    for h in hs {
+        h.await.expect("join");
+    }
+    let elapsed = started.elapsed();
+    let (rss, cpu) = m.stop();
+    t.raw.reset().await;
+    let base = t.raw.insert_batches(producers, batches, batch).await;
+    Row {
+        backend: t.backend.into(),
+        scenario: format!("enqueue_many {n} in batches of {batch}, {producers} producer(s)"),
+        tps: Some(n as f64 / elapsed.as_secs_f64()),
+        base_tps: Some(n as f64 / base.as_secs_f64()),
+        rss_mb: rss,
+        cpu_s: cpu,
+        note: format!(
+            "each batch one transaction; raw: one multi-row INSERT … RETURNING id of the \
+             {batch} rows (key and payload bound)"
+        ),
+        ..Row::default()
     }
 }
 
@@ -1038,6 +1083,13 @@ async fn main() {
         if a.runs("run-ahead") {
             for producers in [1, 16] {
                 let r = repeated(a.repeat, || run_ahead(&t, producers, ra_total)).await;
+                rows.push(report(r));
+            }
+        }
+        if a.runs("enqueue") {
+            let total = if a.smoke { 2000 } else { a.drain_tasks };
+            for producers in [1, 4] {
+                let r = repeated(a.repeat, || enqueue_batches(&t, producers, total, 1000)).await;
                 rows.push(report(r));
             }
         }

@@ -95,6 +95,28 @@ pub trait Raw: Send + Sync {
     /// `workers` loops claiming `batch` due tasks and marking them succeeded in one
     /// statement, until none is left. Returns the elapsed time.
     async fn drain(&self, workers: usize, batch: usize) -> Duration;
+    /// `workers` loops of `batches` transactions, each one multi-row insert of `batch`
+    /// new pending tasks (their key and payload bound per row, keys `r{w}-{b}-{i}`) that
+    /// skips a held key and returns the ids it made. Returns the elapsed time.
+    async fn insert_batches(&self, workers: usize, batches: usize, batch: usize) -> Duration;
+}
+
+/// The columns a raw insert writes, in the order of [`raw_row`].
+const INSERT_COLUMNS: &str = "event_type, biz_key, payload, status, attempts, max_attempts,
+    retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at, lease, created_at,
+    updated_at";
+
+/// One row of a raw multi-row insert: key and payload bound (`key`, `payload` are the
+/// placeholders), the rest constants, `now` the dialect's clock.
+fn raw_row(key: &str, payload: &str, now: &str) -> String {
+    format!("('{EVENT}', {key}, {payload}, 0, 0, 5, 'FIXED', 1000, 1000, {now}, 0, {now}, {now})")
+}
+
+/// The key and payload of row `i` of batch `b` of worker `w`.
+fn raw_batch(w: usize, b: usize, batch: usize) -> Vec<String> {
+    (0..batch)
+        .flat_map(|i| [format!("r{w}-{b}-{i}"), "{}".to_owned()])
+        .collect()
 }
 
 fn check(ok: bool, what: &str) {
@@ -202,6 +224,55 @@ impl Raw for SqliteRaw {
         })
         .await
         .expect("join");
+    }
+
+    async fn insert_batches(&self, workers: usize, batches: usize, batch: usize) -> Duration {
+        let now = 2 * batch + 1;
+        let values = (0..batch)
+            .map(|r| {
+                raw_row(
+                    &format!("?{}", 2 * r + 1),
+                    &format!("?{}", 2 * r + 2),
+                    &format!("?{now}"),
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = Arc::new(format!(
+            "INSERT INTO {TABLE} ({INSERT_COLUMNS}) VALUES {values}
+             ON CONFLICT (biz_key, event_type, dedup_slot) DO NOTHING RETURNING id"
+        ));
+        let started = Instant::now();
+        let mut handles = Vec::new();
+        for w in 0..workers {
+            let (path, sql) = (self.path.clone(), Arc::clone(&sql));
+            handles.push(tokio::task::spawn_blocking(move || {
+                let mut c = Self::conn(&path);
+                for b in 0..batches {
+                    let mut params: Vec<rusqlite::types::Value> = raw_batch(w, b, batch)
+                        .into_iter()
+                        .map(rusqlite::types::Value::Text)
+                        .collect();
+                    params.push(rusqlite::types::Value::Integer(Self::now()));
+                    let tx = c
+                        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                        .expect("begin");
+                    let made = {
+                        let mut st = tx.prepare_cached(&sql).expect("prepare");
+                        let rows = st
+                            .query_map(rusqlite::params_from_iter(params), |r| r.get::<_, i64>(0))
+                            .expect("insert");
+                        rows.count()
+                    };
+                    check(made == batch, "every row made");
+                    tx.commit().expect("commit");
+                }
+            }));
+        }
+        for h in handles {
+            h.await.expect("join");
+        }
+        started.elapsed()
     }
 
     async fn per_task(&self, workers: usize, each: usize) -> (Duration, Histogram<u64>) {
@@ -417,6 +488,50 @@ impl Raw for PgRaw {
             ))
             .await
             .expect("ordered");
+    }
+
+    async fn insert_batches(&self, workers: usize, batches: usize, batch: usize) -> Duration {
+        let values = (0..batch)
+            .map(|r| {
+                raw_row(
+                    &format!("${}", 2 * r + 1),
+                    &format!("${}", 2 * r + 2),
+                    "now()",
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!(
+            "INSERT INTO {TABLE} ({INSERT_COLUMNS}) VALUES {values}
+             ON CONFLICT (biz_key, event_type, dedup_slot) DO NOTHING RETURNING id"
+        );
+        let mut clients = Vec::new();
+        for _ in 0..workers {
+            let c = self.client().await;
+            let st = c.prepare(&sql).await.expect("prepare");
+            clients.push((c, st));
+        }
+        let started = Instant::now();
+        let mut handles = Vec::new();
+        for (w, (mut c, st)) in clients.into_iter().enumerate() {
+            handles.push(tokio::spawn(async move {
+                for b in 0..batches {
+                    let params = raw_batch(w, b, batch);
+                    let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = params
+                        .iter()
+                        .map(|p| p as &(dyn tokio_postgres::types::ToSql + Sync))
+                        .collect();
+                    let tx = c.transaction().await.expect("begin");
+                    let made = tx.query(&st, &refs).await.expect("insert").len();
+                    check(made == batch, "every row made");
+                    tx.commit().await.expect("commit");
+                }
+            }));
+        }
+        for h in handles {
+            h.await.expect("join");
+        }
+        started.elapsed()
     }
 
     async fn per_task(&self, workers: usize, each: usize) -> (Duration, Histogram<u64>) {
@@ -705,6 +820,47 @@ impl Raw for MySqlRaw {
                 .await
                 .expect("ordered");
         }
+    }
+
+    async fn insert_batches(&self, workers: usize, batches: usize, batch: usize) -> Duration {
+        let values = (0..batch)
+            .map(|_| raw_row("?", "?", "NOW(3)"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql =
+            format!("INSERT IGNORE INTO {TABLE} ({INSERT_COLUMNS}) VALUES {values} RETURNING id");
+        let started = Instant::now();
+        let mut handles = Vec::new();
+        for w in 0..workers {
+            let (pool, sql) = (self.pool.clone(), sql.clone());
+            handles.push(tokio::spawn(async move {
+                let mut conn = pool.acquire().await.expect("acquire");
+                for b in 0..batches {
+                    let params = raw_batch(w, b, batch);
+                    loop {
+                        let mut tx = sqlx::Connection::begin(&mut *conn).await.expect("begin");
+                        let mut query = sqlx::query(q(sql.clone()));
+                        for p in &params {
+                            query = query.bind(p);
+                        }
+                        match query.fetch_all(&mut *tx).await {
+                            Ok(rows) => {
+                                check(rows.len() == batch, "every row made");
+                                tx.commit().await.expect("commit");
+                                break;
+                            }
+                            // a deadlock victim (gap locks of concurrent inserts): again
+                            Err(e) if is_lock_conflict(&e) => continue,
+                            Err(e) => panic!("insert: {e}"),
+                        }
+                    }
+                }
+            }));
+        }
+        for h in handles {
+            h.await.expect("join");
+        }
+        started.elapsed()
     }
 
     async fn per_task(&self, workers: usize, each: usize) -> (Duration, Histogram<u64>) {

@@ -185,6 +185,9 @@ impl<S: TaskStore> TaskStore for LedgerStore<S> {
     async fn enqueue(&self, task: NewTask) -> Result<Enqueued> {
         self.inner.enqueue(task).await
     }
+    async fn enqueue_many(&self, tasks: &[NewTask]) -> Result<Vec<Enqueued>> {
+        self.inner.enqueue_many(tasks).await
+    }
     async fn grab_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<Task>> {
         let got = self.inner.grab_by_id(id, owner).await?;
         if let Some(t) = &got {

@@ -103,6 +103,21 @@ async fn the_scrape_counts_every_path_with_explicit_buckets_and_no_ids() {
         .enqueue(NewTask::new("MAIL_TYPO", "lost"))
         .await
         .unwrap();
+    // a batch: two new tasks counted, its duplicates not
+    let batch = [
+        NewTask::new("BULK", "b1"),
+        NewTask::new("BULK", "b2"),
+        NewTask::new("BULK", "b1"),
+        NewTask::new("MAIL_TYPO", "lost"),
+    ];
+    let created: Vec<bool> = store
+        .enqueue_many(&batch)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.created)
+        .collect();
+    assert_eq!(created, [true, true, false, false]);
 
     let page = scrape(&app).await;
     assert_eq!(
@@ -118,6 +133,11 @@ async fn the_scrape_counts_every_path_with_explicit_buckets_and_no_ids() {
     assert_eq!(
         value(&page, "backstop_enqueued_total{event_type=\"MAIL\"}"),
         Some(3.0),
+        "{page}"
+    );
+    assert_eq!(
+        value(&page, "backstop_enqueued_total{event_type=\"BULK\"}"),
+        Some(2.0),
         "{page}"
     );
     assert_eq!(

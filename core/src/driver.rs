@@ -56,7 +56,7 @@ use crate::model::{
     Audit, Backoff, Enqueued, Lease, Mark, NewTask, Owner, Priority, Recycled, RetryPolicy, Status,
     Task, TaskFilter, TaskId, WhenParked,
 };
-pub use crate::tx::{insert_params, EnqueuePlan, EnqueueSql, EnqueueStep, RunAt};
+pub use crate::tx::{insert_params, EnqueueBatch, EnqueuePlan, EnqueueSql, EnqueueStep, RunAt};
 
 /// A value the store layer in core has checked against the contract's limits (see each
 /// [`Driver`] method for what was checked). A driver reads it (`Deref`) but cannot make
@@ -86,6 +86,28 @@ impl<T: Clone> Checked<&T> {
     /// checked.
     pub fn cloned(self) -> Checked<T> {
         Checked(self.0.clone())
+    }
+}
+
+impl<'t, T> Checked<&'t [T]> {
+    /// Each item of a checked slice, still checked.
+    pub fn each(self) -> impl Iterator<Item = Checked<&'t T>> {
+        self.0.iter().map(Checked)
+    }
+}
+
+impl<T: Clone> Checked<&[T]> {
+    /// An owned copy of the checked items (to move into a closure or a thread), still
+    /// checked.
+    pub fn cloned_vec(self) -> Checked<Vec<T>> {
+        Checked(self.0.to_vec())
+    }
+}
+
+impl<T> Checked<Vec<T>> {
+    /// A borrow of the checked items as a slice, still checked.
+    pub fn as_slice(&self) -> Checked<&[T]> {
+        Checked(self.0.as_slice())
     }
 }
 
@@ -994,6 +1016,12 @@ pub trait Driver: Send + Sync + 'static {
     /// limit.
     async fn insert(&self, task: Checked<&NewTask>) -> Result<Inserted>;
 
+    /// [`enqueue_many`](crate::TaskStore::enqueue_many): run an [`EnqueueBatch`] of
+    /// `tasks` on one transaction of the store's own, and commit; what each enqueue did,
+    /// in order. Checked: 1 to [`MAX_ENQUEUE_MANY`](crate::limits::MAX_ENQUEUE_MANY)
+    /// tasks, each as for [`insert`](Self::insert).
+    async fn insert_many(&self, tasks: Checked<&[NewTask]>) -> Result<Vec<Inserted>>;
+
     /// [`grab_by_id`](crate::TaskStore::grab_by_id): claim task `id` for `owner` if it is
     /// pending and due; the row as claimed.
     async fn claim_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<RawTask>>;
@@ -1238,6 +1266,63 @@ pub(crate) fn check_task<'t>(
     Ok(Checked::new(task))
 }
 
+/// `tasks` checked against the store's limits, as `enqueue_many` checks them: at most
+/// [`MAX_ENQUEUE_MANY`](crate::limits::MAX_ENQUEUE_MANY), each as `enqueue` checks it
+/// (the first bad one named by its place in the batch).
+pub(crate) fn check_tasks<'t>(
+    config: &StoreConfig,
+    tasks: &'t [NewTask],
+) -> Result<Checked<&'t [NewTask]>> {
+    let max = crate::limits::MAX_ENQUEUE_MANY;
+    if tasks.len() > max {
+        return Err(Error::invalid_input(
+            "enqueue_many",
+            format!("at most {max} tasks in one batch, got {}", tasks.len()),
+        ));
+    }
+    for (i, task) in tasks.iter().enumerate() {
+        task.validate(config.max_payload_bytes).map_err(|e| {
+            Error::new(
+                e.kind(),
+                "enqueue_many",
+                format!("task {i} of the batch: {}", e.message()),
+            )
+        })?;
+    }
+    Ok(Checked::new(tasks))
+}
+
+/// The answers of a batch enqueue that `inserted` each of `tasks`, in order.
+pub(crate) fn enqueued_all(inserted: Vec<Inserted>, tasks: &[NewTask]) -> Result<Vec<Enqueued>> {
+    if inserted.len() != tasks.len() {
+        return Err(Error::new(
+            ErrorKind::Unexpected,
+            "enqueue_many",
+            format!("{} answers for {} tasks", inserted.len(), tasks.len()),
+        ));
+    }
+    // counted once per event type, not once per task
+    let mut created: Vec<(&str, u64)> = Vec::new();
+    let answers = inserted
+        .into_iter()
+        .zip(tasks)
+        .map(|(inserted, task)| {
+            if inserted.created {
+                match created.iter_mut().find(|(t, _)| *t == task.event_type()) {
+                    Some((_, n)) => *n += 1,
+                    None => created.push((task.event_type(), 1)),
+                }
+            }
+            answer(inserted, task)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    for (event_type, n) in created {
+        metrics::counter!("backstop_enqueued_total", "event_type" => event_type.to_owned())
+            .increment(n);
+    }
+    Ok(answers)
+}
+
 /// The answer of an enqueue that `inserted` `task`.
 ///
 /// Every created task is counted here, whichever path inserted it (`TaskStore::enqueue`,
@@ -1249,6 +1334,11 @@ pub(crate) fn enqueued(inserted: Inserted, task: &NewTask) -> Result<Enqueued> {
         metrics::counter!("backstop_enqueued_total", "event_type" => task.event_type().to_owned())
             .increment(1);
     }
+    answer(inserted, task)
+}
+
+/// The answer of an enqueue that `inserted` `task`, not counted.
+fn answer(inserted: Inserted, task: &NewTask) -> Result<Enqueued> {
     Ok(Enqueued {
         id: inserted.id,
         created: inserted.created,
@@ -1448,14 +1538,15 @@ pub mod prelude {
         complete_on, complete_on_blocking, ddl_script, enqueue_on, enqueue_on_blocking,
         insert_params, list_sql, mark_rounds, millis,
         schema::{self, Migration},
-        AgedBatch, Backend, Buckets, Checked, Claim, ConnectFailure, Driver, EnqueuePlan,
-        EnqueueSql, EnqueueStep, Existing, InsertStep, Inserted, KeyRelease, KeyedInsert,
-        KeysRelease, KeysStep, ListArg, ListDialect, RawAudit, RawStats, RawTask, ReleaseStep,
-        Reset, RunAt, TaskRow, AUDIT_COLUMNS, COLUMNS, COLUMN_COUNT,
+        AgedBatch, Backend, Buckets, Checked, Claim, ConnectFailure, Driver, EnqueueBatch,
+        EnqueuePlan, EnqueueSql, EnqueueStep, Existing, InsertStep, Inserted, KeyRelease,
+        KeyedInsert, KeysRelease, KeysStep, ListArg, ListDialect, RawAudit, RawStats, RawTask,
+        ReleaseStep, Reset, RunAt, TaskRow, AUDIT_COLUMNS, COLUMNS, COLUMN_COUNT,
     };
     pub use crate::tx::{
-        Answer, BlockingTxConnection, Dialect, Returns, Statement, Transactional, TxConnection,
-        Value,
+        insert_document, power_of_two_rows, rows_params, values_rows, Answer, BlockingTxConnection,
+        Dialect, Returns, Statement, Transactional, TxConnection, Value, INSERT_PARAMS,
+        INSERT_ROW_KEYS,
     };
     pub use crate::{
         async_trait, Audit, Enqueued, Error, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner,

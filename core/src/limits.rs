@@ -25,6 +25,9 @@ pub const MAX_ATTEMPTS: u32 = 10_000;
 pub const MAX_INTERVAL: Duration = Duration::from_secs(365 * 24 * 3600);
 /// Largest `limit` of a batch operation (grab, recycle, purge, list).
 pub const MAX_BATCH: usize = 1000;
+/// Most tasks in one [`enqueue_many`](crate::TaskStore::enqueue_many) (one transaction:
+/// a larger batch holds its locks and its rows in memory longer than it gains).
+pub const MAX_ENQUEUE_MANY: usize = 10_000;
 /// Most event types one `grab_batch` may name.
 pub const MAX_EVENT_TYPES: usize = 256;
 /// Most leases one `mark` or `heartbeat` call may carry.

@@ -6,8 +6,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::driver::{
-    check_task, enqueued, schema, AgedBatch, Backend, Buckets, Checked, Claim, Driver, RawStats,
-    RawTask, Reset,
+    check_task, check_tasks, enqueued, enqueued_all, schema, AgedBatch, Backend, Buckets, Checked,
+    Claim, Driver, RawStats, RawTask, Reset,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::limits;
@@ -99,6 +99,27 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Backends also offer a *transactional* enqueue on their native transaction, so the
     /// task commits or rolls back with the caller's business rows.
     async fn enqueue(&self, task: NewTask) -> Result<Enqueued>;
+
+    /// Insert many tasks in one transaction of the store's own: all or none.
+    ///
+    /// - Each task is answered, in the batch's order, as [`enqueue`](Self::enqueue)
+    ///   answers it were the tasks enqueued one after another in one transaction: a task
+    ///   whose `(event_type, biz_key)` an earlier task of the batch already holds is its
+    ///   duplicate (`created = false`, the earlier task's id, or its payload replaced
+    ///   when the later one asks for it).
+    /// - Validation first: when any task is invalid, or there are more than
+    ///   [`limits::MAX_ENQUEUE_MANY`](crate::limits::MAX_ENQUEUE_MANY), the whole batch
+    ///   is refused with `InvalidInput` (naming the task by its place) and nothing is
+    ///   written. An empty batch writes nothing and answers nothing.
+    /// - Atomic: an error leaves nothing of the batch behind.
+    /// - Tasks without an order key whose key no other task of the batch names go in
+    ///   multi-row inserts of up to [`tx::MAX_INSERT_ROWS`](crate::tx::MAX_INSERT_ROWS)
+    ///   rows (see [`EnqueueBatch`](crate::driver::EnqueueBatch)); the others one by one,
+    ///   on the same transaction.
+    ///
+    /// Backends also offer it on the caller's transaction
+    /// ([`Transactional::enqueue_many_in`](crate::Transactional::enqueue_many_in)).
+    async fn enqueue_many(&self, tasks: &[NewTask]) -> Result<Vec<Enqueued>>;
 
     /// Claim one task by id: pending → running, only if it is due.
     ///
@@ -357,6 +378,9 @@ impl<S: TaskStore + ?Sized> TaskStore for std::sync::Arc<S> {
     async fn enqueue(&self, task: NewTask) -> Result<Enqueued> {
         (**self).enqueue(task).await
     }
+    async fn enqueue_many(&self, tasks: &[NewTask]) -> Result<Vec<Enqueued>> {
+        (**self).enqueue_many(tasks).await
+    }
     async fn grab_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<Task>> {
         (**self).grab_by_id(id, owner).await
     }
@@ -464,6 +488,16 @@ impl<B: Backend + ?Sized> TaskStore for B {
         let checked = check_task(d.config(), &task)?;
         let inserted = run(d, "enqueue", || d.insert(checked)).await?;
         enqueued(inserted, &task)
+    }
+
+    async fn enqueue_many(&self, tasks: &[NewTask]) -> Result<Vec<Enqueued>> {
+        let d = self.driver();
+        let checked = check_tasks(d.config(), tasks)?;
+        if tasks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let inserted = run(d, "enqueue_many", || d.insert_many(checked)).await?;
+        enqueued_all(inserted, tasks)
     }
 
     async fn grab_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<Task>> {

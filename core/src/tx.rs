@@ -35,6 +35,7 @@
 //! | [`Returns`] | run it | answer |
 //! |---|---|---|
 //! | `Row` | as a query | [`Answer::Row`] with the first row's columns (each a 64-bit integer), or `None` |
+//! | `Rows` | as a query | [`Answer::Rows`] with every row's columns (each a 64-bit integer); on MySQL [`Answer::DuplicateKey`] when it fails with a duplicate key (error 1062) |
 //! | `RowsAffected` | as an update | [`Answer::RowsAffected`] |
 //! | `InsertId` (MySQL) | as an insert | [`Answer::InsertId`] with the new row's `AUTO_INCREMENT` id, or [`Answer::DuplicateKey`] when it fails with a duplicate key (error 1062) |
 //!
@@ -73,12 +74,13 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::driver::{
-    check_task, enqueued, millis, Backend, Checked, Existing, InsertStep, Inserted, KeyRelease,
-    KeyedInsert, ReleaseStep,
+    check_task, check_tasks, enqueued, enqueued_all, millis, Backend, Checked, Existing,
+    InsertStep, Inserted, KeyRelease, KeyedInsert, ReleaseStep,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::{Enqueued, Lease, NewTask, TaskId, WhenParked};
 
+mod batch;
 #[cfg(any(
     feature = "sqlx-postgres",
     feature = "sqlx-mysql",
@@ -91,6 +93,11 @@ mod sqlx;
     feature = "sqlx-sqlite"
 ))]
 pub use self::sqlx::sqlx_error;
+
+pub use self::batch::{
+    insert_document, power_of_two_rows, rows_params, values_rows, EnqueueBatch, INSERT_ROW_KEYS,
+    MAX_INSERT_BYTES, MAX_INSERT_ROWS,
+};
 
 /// The SQL a store writes and a connection speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -137,11 +144,17 @@ pub enum Value<'a> {
 }
 
 /// What a [`Statement`] answers with, and so how to run it (see the [module
-/// docs](self)).
+/// docs](self)). Non-exhaustive: an adapter answers what it does not know with an
+/// `Unexpected` error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Returns {
     /// A query: answer [`Answer::Row`] with its first row, if any.
     Row,
+    /// A query returning many rows (a batch enqueue's multi-row insert): answer
+    /// [`Answer::Rows`] with all of them, or on MySQL [`Answer::DuplicateKey`] when it
+    /// fails with a duplicate key (error 1062, which rolls back this statement only).
+    Rows,
     /// An update: answer [`Answer::RowsAffected`].
     RowsAffected,
     /// A MySQL insert: answer [`Answer::InsertId`], or [`Answer::DuplicateKey`] when it
@@ -191,6 +204,8 @@ pub enum Answer {
     /// The first row's columns (every column of these statements is a 64-bit
     /// integer), or `None` when the query returned no row.
     Row(Option<Vec<i64>>),
+    /// Every row's columns (each a 64-bit integer), in the order the database sent them.
+    Rows(Vec<Vec<i64>>),
     /// How many rows an update changed.
     RowsAffected(u64),
     /// The id of the row a MySQL insert made (`LAST_INSERT_ID()`).
@@ -279,6 +294,44 @@ pub trait Transactional: Backend {
             .await
             .map_err(|e| e.with_operation("enqueue"))?;
         enqueued(inserted, task)
+    }
+
+    /// Enqueue many `tasks` on the caller's transaction `conn`, most of them in
+    /// multi-row inserts: they commit or roll back with the caller's business rows.
+    ///
+    /// - Answered, validated and ordered as
+    ///   [`TaskStore::enqueue_many`](crate::TaskStore::enqueue_many): one invalid task
+    ///   refuses the batch before anything runs.
+    /// - An error part way leaves some of the batch written on the caller's
+    ///   transaction: roll it back.
+    /// - Otherwise as [`enqueue_in`](Self::enqueue_in) (never retried; the same
+    ///   requirements on `conn`).
+    async fn enqueue_many_in<C>(&self, conn: &mut C, tasks: &[NewTask]) -> Result<Vec<Enqueued>>
+    where
+        C: TxConnection + ?Sized,
+    {
+        let sql = self.driver().enqueue_sql();
+        let checked = check_tasks(self.driver().config(), tasks)?;
+        same_dialect(sql.dialect(), conn.dialect(), "enqueue_many")?;
+        let inserted = EnqueueBatch::new(sql, checked)
+            .run(conn)
+            .await
+            .map_err(|e| e.with_operation("enqueue_many"))?;
+        enqueued_all(inserted, tasks)
+    }
+
+    /// [`enqueue_many_in`](Self::enqueue_many_in) on a blocking driver's connection.
+    fn enqueue_many_blocking<C>(&self, conn: &mut C, tasks: &[NewTask]) -> Result<Vec<Enqueued>>
+    where
+        C: BlockingTxConnection + ?Sized,
+    {
+        let sql = self.driver().enqueue_sql();
+        let checked = check_tasks(self.driver().config(), tasks)?;
+        same_dialect(sql.dialect(), conn.dialect(), "enqueue_many")?;
+        let inserted = EnqueueBatch::new(sql, checked)
+            .run_blocking(conn)
+            .map_err(|e| e.with_operation("enqueue_many"))?;
+        enqueued_all(inserted, tasks)
     }
 
     /// [`enqueue_in`](Self::enqueue_in) on a blocking driver's connection.
@@ -398,6 +451,9 @@ pub enum RunAt {
     Millis,
 }
 
+/// How many parameters [`insert_params`] makes for one task.
+pub const INSERT_PARAMS: usize = 15;
+
 /// **For backend authors**: the parameters of [`EnqueueStep::Insert`], the same on every
 /// backend, in this order: 1 event type, 2 business key, 3 payload, 4 most attempts,
 /// 5 backoff strategy, 6 backoff interval (ms), 7 backoff cap (ms), 8 delay (ms; zero
@@ -411,7 +467,7 @@ pub enum RunAt {
 /// # use backstop_core::NewTask;
 /// # fn demo(task: backstop_core::driver::Checked<&NewTask>) {
 /// let params = insert_params(task, 0, RunAt::Millis);
-/// assert_eq!(params.len(), 15);
+/// assert_eq!(params.len(), backstop_core::tx::INSERT_PARAMS);
 /// assert_eq!(params[0], Value::Text(Some(task.event_type())));
 /// # }
 /// ```
@@ -475,6 +531,45 @@ pub trait EnqueueSql: Send + Sync {
     /// The fenced success mark of `lease`'s task (`complete_tx`): a row changed, or
     /// returned, when it applied.
     fn complete(&self, lease: Lease) -> Statement<'_>;
+
+    /// A multi-row insert for a batch enqueue ([`EnqueueBatch`]): the rows of `doc`
+    /// ([`insert_document`]: one object per task of `tasks`, in order), pending, no order
+    /// key, each business key once, bound as one text parameter; the backend appends
+    /// what only it needs, as for [`EnqueueStep::Insert`].
+    ///
+    /// It returns ([`Returns::Rows`]) the id of each row it inserted, one column per row;
+    /// the database assigns the ids in increasing order down the document. A row whose
+    /// key is held is skipped (`ON CONFLICT DO NOTHING`, MariaDB's `INSERT IGNORE`); or
+    /// the whole statement fails with [`Answer::DuplicateKey`]. Core then finds out which
+    /// tasks were inserted and enqueues the others one by one.
+    ///
+    /// `None` (the default): the backend has no multi-row insert, and every task of the
+    /// batch is enqueued on its own, on the same transaction. Core asks once with no
+    /// tasks (`doc` `[]`) to learn which.
+    fn insert_rows<'a>(
+        &'a self,
+        doc: &'a str,
+        tasks: &[Checked<&'a NewTask>],
+    ) -> Option<Statement<'a>> {
+        let _ = (doc, tasks);
+        None
+    }
+
+    /// Whether [`insert_rows`](Self::insert_rows) reads its rows from `doc` (the
+    /// default); `false` for a backend that binds each task's values
+    /// ([`rows_params`]), which then gets an empty `doc` and
+    /// core does not build one.
+    fn insert_rows_document(&self) -> bool {
+        true
+    }
+
+    /// How many of `n` tasks ready for a multi-row insert the next
+    /// [`insert_rows`](Self::insert_rows) takes (1 to `n`; default all of them): a
+    /// backend that binds every value, with a text per row count, takes the largest
+    /// count it has. The rest follow in later inserts.
+    fn insert_rows_take(&self, n: usize) -> usize {
+        n
+    }
 }
 
 /// **For backend authors**: one enqueue as a sequence of [`Statement`]s, without I/O:

@@ -14,8 +14,8 @@ use backstop_core::driver::{
     RawAudit, RawStats, RawTask, Reset,
 };
 use backstop_core::limits::{
-    MAX_BATCH, MAX_ERROR_BYTES, MAX_EVENT_TYPES, MAX_EVENT_TYPE_BYTES, MAX_INTERVAL, MAX_LEASES,
-    MAX_OPERATOR_BYTES, MAX_REASON_BYTES,
+    MAX_BATCH, MAX_ENQUEUE_MANY, MAX_ERROR_BYTES, MAX_EVENT_TYPES, MAX_EVENT_TYPE_BYTES,
+    MAX_INTERVAL, MAX_LEASES, MAX_OPERATOR_BYTES, MAX_REASON_BYTES,
 };
 use backstop_core::tx::{Answer, Dialect, Returns, Statement};
 use backstop_core::{
@@ -107,6 +107,19 @@ impl Driver for Tripwire {
         task.validate(self.config.max_payload_bytes)
             .expect("an invalid task reached the driver");
         Ok(Inserted::created(1))
+    }
+    async fn insert_many(&self, tasks: Checked<&[NewTask]>) -> Result<Vec<Inserted>> {
+        self.called();
+        assert!(
+            (1..=MAX_ENQUEUE_MANY).contains(&tasks.len()),
+            "{} tasks reached the driver",
+            tasks.len()
+        );
+        for task in tasks.iter() {
+            task.validate(self.config.max_payload_bytes)
+                .expect("an invalid task reached the driver");
+        }
+        Ok((1..=tasks.len() as i64).map(Inserted::created).collect())
     }
     async fn claim_by_id(&self, _id: TaskId, _owner: &Owner) -> Result<Option<RawTask>> {
         self.called();
@@ -308,8 +321,21 @@ async fn invalid_input_reaches_no_driver() {
         let mut conn = Conn(0);
         refused(s.enqueue_in(&mut conn, &task).await, "enqueue");
         assert_eq!(conn.0, 0, "{task:?} reached the caller's connection");
+        // in a batch, one bad task refuses the whole batch, on either path
+        let batch = vec![NewTask::new("E", "good"), task.clone()];
+        let mut conn = Conn(0);
+        let e = s.enqueue_many_in(&mut conn, &batch).await.unwrap_err();
+        assert!(e.message().starts_with("task 1 of the batch:"), "{e}");
+        refused(Err::<(), _>(e), "enqueue_many");
+        assert_eq!(conn.0, 0, "{task:?} reached the caller's connection");
+        refused(s.enqueue_many(&batch).await, "enqueue_many");
         refused(s.enqueue(task).await, "enqueue");
     }
+    refused(
+        s.enqueue_many(&vec![NewTask::new("E", "k"); MAX_ENQUEUE_MANY + 1])
+            .await,
+        "enqueue_many",
+    );
     let types = |n: usize| (0..n).map(|i| format!("T{i}")).collect::<Vec<_>>();
     refused(
         s.grab_batch(&owner, &types(1), MAX_BATCH + 1).await,
@@ -443,6 +469,12 @@ async fn empty_input_is_answered_without_the_driver() {
         .is_empty());
     assert_eq!(s.purge_succeeded(Duration::ZERO, 0).await.unwrap(), 0);
     assert_eq!(s.delete_succeeded(&[]).await.unwrap(), 0);
+    assert!(s.enqueue_many(&[]).await.unwrap().is_empty());
+    assert!(s
+        .enqueue_many_in(&mut Conn(0), &[])
+        .await
+        .unwrap()
+        .is_empty());
     assert_eq!(s.calls(), 0);
 }
 
@@ -497,5 +529,10 @@ async fn input_at_the_limits_reaches_the_driver_checked() {
     let sec = Duration::from_secs(1);
     s.throughput(Duration::from_secs(1440), sec).await.unwrap();
     s.throughput(sec, sec).await.unwrap();
-    assert_eq!(s.calls(), 13, "one more: the enqueue_in statement");
+    let batch = vec![NewTask::new("E", "k"); MAX_ENQUEUE_MANY];
+    assert_eq!(
+        s.enqueue_many(&batch).await.unwrap().len(),
+        MAX_ENQUEUE_MANY
+    );
+    assert_eq!(s.calls(), 14, "one more: the enqueue_in statement");
 }

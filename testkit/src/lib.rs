@@ -103,7 +103,8 @@ pub trait Harness: Send + Sync + 'static {
     async fn execute(&self, db: &Self::Db, sql: &str);
 
     /// In one transaction opened as `path` says: insert a business row keyed `biz_row`
-    /// (into a table the harness owns), then enqueue `task` in it the way `path` names;
+    /// (into a table the harness owns), then enqueue `tasks` in it the way `path` names
+    /// (one task, or a batch: see [`TxTasks`]);
     /// commit when `commit`, else roll back. Returns what the enqueue answered; on an
     /// error the transaction rolls back.
     async fn enqueue_with_business_row(
@@ -111,10 +112,10 @@ pub trait Harness: Send + Sync + 'static {
         db: &Self::Db,
         store: &Self::Store,
         biz_row: &str,
-        task: NewTask,
+        tasks: TxTasks,
         commit: bool,
         path: TxPath,
-    ) -> backstop_core::Result<Enqueued>;
+    ) -> backstop_core::Result<Vec<Enqueued>>;
 
     /// Inside a handler's attempt `cx`, in one native transaction: enqueue `follow_up`,
     /// record the running task's success with the backend's `complete_tx`, then insert
@@ -331,8 +332,41 @@ impl<H: Harness> Ctx<H> {
         task: NewTask,
         commit: bool,
     ) -> backstop_core::Result<Enqueued> {
+        let mut answers = self
+            .harness
+            .enqueue_with_business_row(
+                &self.db,
+                &self.store,
+                biz_row,
+                TxTasks::One(task),
+                commit,
+                path,
+            )
+            .await?;
+        match (answers.pop(), answers.is_empty()) {
+            (Some(one), true) => Ok(one),
+            _ => panic!("{path}: one task enqueued, {} answers", answers.len() + 1),
+        }
+    }
+
+    /// A batch enqueue (`enqueue_many_in` and its native forms) along `path`, with a
+    /// business row keyed `biz_row`, committed or rolled back.
+    pub async fn enqueue_many_in_tx_via(
+        &self,
+        path: TxPath,
+        biz_row: &str,
+        tasks: Vec<NewTask>,
+        commit: bool,
+    ) -> backstop_core::Result<Vec<Enqueued>> {
         self.harness
-            .enqueue_with_business_row(&self.db, &self.store, biz_row, task, commit, path)
+            .enqueue_with_business_row(
+                &self.db,
+                &self.store,
+                biz_row,
+                TxTasks::Many(tasks),
+                commit,
+                path,
+            )
             .await
     }
 
@@ -357,6 +391,52 @@ pub enum TxPath {
     /// [`TxConnection`](backstop_core::TxConnection) the application wrote: the
     /// statements and their parameters, run by the application's own code.
     Statements,
+}
+
+/// What a harness's transactional enqueue writes
+/// ([`Harness::enqueue_with_business_row`]).
+#[derive(Debug, Clone)]
+pub enum TxTasks {
+    /// One task: `enqueue_in`, `enqueue_blocking`, the native `enqueue_tx`.
+    One(NewTask),
+    /// A batch: `enqueue_many_in`, `enqueue_many_blocking`, the native
+    /// `enqueue_many_tx`.
+    Many(Vec<NewTask>),
+}
+
+impl TxTasks {
+    /// Enqueue on `conn` through [`Transactional`](backstop_core::Transactional) (the
+    /// [`TxPath::Sqlx`] and [`TxPath::Statements`] paths).
+    pub async fn enqueue_in<S, C>(
+        &self,
+        store: &S,
+        conn: &mut C,
+    ) -> backstop_core::Result<Vec<Enqueued>>
+    where
+        S: backstop_core::Transactional + ?Sized,
+        C: backstop_core::TxConnection + ?Sized,
+    {
+        match self {
+            TxTasks::One(task) => Ok(vec![store.enqueue_in(conn, task).await?]),
+            TxTasks::Many(tasks) => store.enqueue_many_in(conn, tasks).await,
+        }
+    }
+
+    /// [`enqueue_in`](Self::enqueue_in) on a blocking driver's connection.
+    pub fn enqueue_blocking<S, C>(
+        &self,
+        store: &S,
+        conn: &mut C,
+    ) -> backstop_core::Result<Vec<Enqueued>>
+    where
+        S: backstop_core::Transactional + ?Sized,
+        C: backstop_core::BlockingTxConnection + ?Sized,
+    {
+        match self {
+            TxTasks::One(task) => Ok(vec![store.enqueue_blocking(conn, task)?]),
+            TxTasks::Many(tasks) => store.enqueue_many_blocking(conn, tasks),
+        }
+    }
 }
 
 impl TxPath {

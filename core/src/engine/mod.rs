@@ -820,6 +820,43 @@ impl<S: TaskStore + Clone> Engine<S> {
         Ok((enqueued, run))
     }
 
+    /// Enqueue `tasks` in one transaction of the store's own
+    /// ([`TaskStore::enqueue_many`]: all or none, each answered as `enqueue` answers),
+    /// then wake this engine's poller for the event types it handles among the new
+    /// tasks due now, and remember when the delayed ones fall due, as
+    /// [`enqueue`](Self::enqueue) does.
+    ///
+    /// No run-ahead: a batch is what the poller's batch claims are for (one claim per
+    /// [`EngineConfig::batch_size`](crate::EngineConfig::batch_size) tasks, not one per
+    /// task), and the wake-up starts them at once.
+    ///
+    /// ```no_run
+    /// # async fn demo<S: backstop_core::TaskStore + Clone>(engine: backstop_core::Engine<S>) -> backstop_core::Result<()> {
+    /// use backstop_core::NewTask;
+    /// let tasks: Vec<_> = (1..=1000).map(|i| NewTask::new("SEND_MAIL", format!("user-{i}"))).collect();
+    /// let enqueued = engine.enqueue_many(&tasks).await?;
+    /// assert_eq!(enqueued.len(), 1000);
+    /// # Ok(()) }
+    /// ```
+    pub async fn enqueue_many(&self, tasks: &[NewTask]) -> Result<Vec<Enqueued>> {
+        let shared = &self.inner.shared;
+        let enqueued = shared.store.enqueue_many(tasks).await?;
+        let mut due_now = BTreeSet::new();
+        for (task, e) in tasks.iter().zip(&enqueued).filter(|(_, e)| e.created) {
+            shared.counters.enqueued_here();
+            match task.due_in() {
+                d if d.is_zero() => {
+                    due_now.insert(e.event_type.as_str());
+                }
+                d => shared.wake_after(d, &e.event_type),
+            }
+        }
+        for event_type in due_now {
+            shared.woken(Wake::EventType(event_type.to_owned()));
+        }
+        Ok(enqueued)
+    }
+
     /// Ask the poller to poll now rather than at its next tick (after the first-poll delay).
     pub fn poll_now(&self) {
         self.inner.shared.wake_all();

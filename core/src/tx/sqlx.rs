@@ -88,6 +88,13 @@ macro_rules! sqlx_connection {
                         let row = query.fetch_optional(&mut *self).await.map_err(sqlx_error)?;
                         Ok(Answer::Row(row.map(columns).transpose()?))
                     }
+                    Returns::Rows => match query.fetch_all(&mut *self).await {
+                        Ok(rows) => Ok(Answer::Rows(
+                            rows.into_iter().map(columns).collect::<Result<_>>()?,
+                        )),
+                        Err(e) if is_duplicate_key(&e) => Ok(Answer::DuplicateKey),
+                        Err(e) => Err(sqlx_error(e)),
+                    },
                     Returns::RowsAffected => {
                         let done = query.execute(&mut *self).await.map_err(sqlx_error)?;
                         Ok(Answer::RowsAffected(done.rows_affected()))

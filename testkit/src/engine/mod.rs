@@ -328,6 +328,12 @@ impl<S: TaskStore> TaskStore for Gate<S> {
     async fn enqueue(&self, task: NewTask) -> backstop_core::Result<backstop_core::Enqueued> {
         self.inner.enqueue(task).await
     }
+    async fn enqueue_many(
+        &self,
+        tasks: &[NewTask],
+    ) -> backstop_core::Result<Vec<backstop_core::Enqueued>> {
+        self.inner.enqueue_many(tasks).await
+    }
     async fn grab_by_id(&self, id: TaskId, owner: &Owner) -> backstop_core::Result<Option<Task>> {
         self.pass(Gated::GrabById).await;
         self.reachable("grab_by_id")?;

@@ -8,6 +8,7 @@
 //! `pub(crate)` in this module; an area file must be declared below.
 
 pub mod attempts;
+pub mod batch;
 pub mod claims;
 pub mod dedup;
 pub mod enqueue;
