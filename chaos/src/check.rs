@@ -578,7 +578,7 @@ pub fn check(input: Input) -> Report {
         })
         .count();
     let title = format!(
-        "chaos {} ({} lane, seed {seed}, {} workers): {committed} transactions committed, {rolled_back} rolled back, {unknown} commit answers lost\n  faults: {} ({mid_handler} kills during a handler)",
+        "chaos {} ({} lane, seed {seed}, {} workers): {committed} tasks committed, {rolled_back} rolled back, {unknown} with their commit answer lost (one transaction in ten enqueues five tasks at once)\n  faults: {} ({mid_handler} kills during a handler)",
         backend.name(),
         lane.name,
         lane.workers,

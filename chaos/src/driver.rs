@@ -488,39 +488,26 @@ async fn produce(
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             while !stop.load(Ordering::Relaxed) {
                 tick.tick().await;
-                let key = format!("k{}", next.fetch_add(1, Ordering::Relaxed));
-                let fail = rng.u8(..100) < 5;
-                let work = Work {
-                    // one in twenty slow: long enough that a stopped worker wakes while
-                    // its successor still runs the task (its stale mark meets the fence)
-                    ms: if rng.u8(..100) < 5 {
-                        1500
-                    } else {
-                        rng.u64(10..100)
-                    },
-                    flaky: rng.u8(..100) < 10,
-                };
+                // one transaction in ten enqueues a batch of five (enqueue_many_in)
+                let size = if rng.u8(..100) < 10 { BATCH } else { 1 };
                 let rollback = rng.u8(..100) < 10;
-                let event_type = if fail {
-                    FAIL
-                } else if rng.u8(..100) < 20 {
-                    RELAY
-                } else {
-                    OK
-                };
-                let task = NewTask::new(event_type, &key).json(&work).retry(if fail {
-                    RetryPolicy::fixed(FAIL_ATTEMPTS, Duration::from_millis(100))
-                } else {
-                    RetryPolicy::fixed(50, Duration::from_millis(100))
-                });
-                let outcome = business(&t, &key, &task, rollback).await;
-                written.lock().unwrap_or_else(|e| e.into_inner()).insert(
-                    key,
-                    Written {
-                        event_type,
-                        outcome,
-                    },
-                );
+                let mut batch = Vec::with_capacity(size);
+                for _ in 0..size {
+                    let key = format!("k{}", next.fetch_add(1, Ordering::Relaxed));
+                    let (event_type, task) = chaos_task(&mut rng, &key);
+                    batch.push((key, event_type, task));
+                }
+                let outcome = business(&t, &batch, rollback).await;
+                let mut written = written.lock().unwrap_or_else(|e| e.into_inner());
+                for (key, event_type, _) in batch {
+                    written.insert(
+                        key,
+                        Written {
+                            event_type,
+                            outcome,
+                        },
+                    );
+                }
             }
         }));
     }
@@ -529,24 +516,66 @@ async fn produce(
     }
 }
 
-/// One business transaction: the order row and its task, committed or rolled back.
-async fn business(t: &Target, key: &str, task: &NewTask, rollback: bool) -> Outcome {
+/// Tasks a batch transaction enqueues together.
+const BATCH: usize = 5;
+
+/// A task of the run for business key `key`, and its event type: one in twenty fails for
+/// good, one in five of the rest is relayed; one in twenty is slow (long enough that a
+/// stopped worker wakes while its successor still runs the task, so its stale mark meets
+/// the fence), one in ten flaky.
+fn chaos_task(rng: &mut fastrand::Rng, key: &str) -> (&'static str, NewTask) {
+    let fail = rng.u8(..100) < 5;
+    let work = Work {
+        ms: if rng.u8(..100) < 5 {
+            1500
+        } else {
+            rng.u64(10..100)
+        },
+        flaky: rng.u8(..100) < 10,
+    };
+    let event_type = if fail {
+        FAIL
+    } else if rng.u8(..100) < 20 {
+        RELAY
+    } else {
+        OK
+    };
+    let task = NewTask::new(event_type, key).json(&work).retry(if fail {
+        RetryPolicy::fixed(FAIL_ATTEMPTS, Duration::from_millis(100))
+    } else {
+        RetryPolicy::fixed(50, Duration::from_millis(100))
+    });
+    (event_type, task)
+}
+
+/// One business transaction: an order row and its task for each of `batch` (one task
+/// with `enqueue_in`, several with `enqueue_many_in`), committed or rolled back.
+async fn business(t: &Target, batch: &[(String, &str, NewTask)], rollback: bool) -> Outcome {
     let Ok(mut tx) = t.pool.begin().await else {
         return Outcome::RolledBack;
     };
-    let insert = sqlx::AssertSqlSafe(format!(
-        "INSERT INTO {} (biz_key) VALUES ({})",
-        t.orders, t.p1
-    ));
-    if sqlx::query(insert)
-        .bind(key)
-        .execute(&mut *tx)
-        .await
-        .is_err()
-    {
-        return Outcome::RolledBack;
+    for (key, _, _) in batch {
+        let insert = sqlx::AssertSqlSafe(format!(
+            "INSERT INTO {} (biz_key) VALUES ({})",
+            t.orders, t.p1
+        ));
+        if sqlx::query(insert)
+            .bind(key)
+            .execute(&mut *tx)
+            .await
+            .is_err()
+        {
+            return Outcome::RolledBack;
+        }
     }
-    if t.store.enqueue_in(&mut *tx, task).await.is_err() {
+    let enqueued = match batch {
+        [(_, _, task)] => t.store.enqueue_in(&mut *tx, task).await.map(|_| ()),
+        many => {
+            let tasks: Vec<NewTask> = many.iter().map(|(_, _, task)| task.clone()).collect();
+            t.store.enqueue_many_in(&mut *tx, &tasks).await.map(|_| ())
+        }
+    };
+    if enqueued.is_err() {
         return Outcome::RolledBack;
     }
     if rollback {

@@ -389,14 +389,19 @@ impl<S> Shared<S> {
                     return;
                 }
                 self.counters.wakeups(&t);
-                let mut hints = self.hints.lock().unwrap_or_else(|p| p.into_inner());
-                if !hints.all {
-                    hints.types.insert(t);
-                }
-                drop(hints);
-                self.wake.notify_one();
+                self.poll_type(t);
             }
         }
+    }
+
+    /// Poll `event_type` (handled here) now, in an early round.
+    fn poll_type(&self, event_type: String) {
+        let mut hints = self.hints.lock().unwrap_or_else(|p| p.into_inner());
+        if !hints.all {
+            hints.types.insert(event_type);
+        }
+        drop(hints);
+        self.wake.notify_one();
     }
 
     /// What an early poll round covers; clears the hints.
@@ -852,7 +857,9 @@ impl<S: TaskStore + Clone> Engine<S> {
             }
         }
         for event_type in due_now {
-            shared.woken(Wake::EventType(event_type.to_owned()));
+            if shared.executors.contains_key(event_type) {
+                shared.poll_type(event_type.to_owned());
+            }
         }
         Ok(enqueued)
     }
