@@ -1333,17 +1333,8 @@ typed!(
 /// planned each time (still one round trip).
 #[async_trait]
 pub trait PgExecutor: sealed::Sealed + Send + Sync {
-    /// Run `sql` with typed `params`; on the deadpool types prepared once per pooled
-    /// connection when `prepared` (else unnamed, as behind a transaction pooler).
-    #[doc(hidden)]
-    async fn query_opt_typed(
-        &self,
-        sql: &str,
-        params: &[(&(dyn ToSql + Sync), Type)],
-        prepared: bool,
-    ) -> std::result::Result<Option<Row>, tokio_postgres::Error>;
-
-    /// As `query_opt_typed`, every row.
+    /// Run `sql` with typed `params`, every row; on the deadpool types prepared once per
+    /// pooled connection when `prepared` (else unnamed, as behind a transaction pooler).
     #[doc(hidden)]
     async fn query_all_typed(
         &self,
@@ -1351,6 +1342,18 @@ pub trait PgExecutor: sealed::Sealed + Send + Sync {
         params: &[(&(dyn ToSql + Sync), Type)],
         prepared: bool,
     ) -> std::result::Result<Vec<Row>, tokio_postgres::Error>;
+
+    /// As `query_all_typed`, the first row.
+    #[doc(hidden)]
+    async fn query_opt_typed(
+        &self,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+        prepared: bool,
+    ) -> std::result::Result<Option<Row>, tokio_postgres::Error> {
+        let rows = self.query_all_typed(sql, params, prepared).await?;
+        Ok(rows.into_iter().next())
+    }
 }
 
 mod sealed {
@@ -1366,15 +1369,6 @@ macro_rules! unprepared_executor {
     ($($t:ty),+) => {$(
         #[async_trait]
         impl PgExecutor for $t {
-            async fn query_opt_typed(
-                &self,
-                sql: &str,
-                params: &[(&(dyn ToSql + Sync), Type)],
-                _prepared: bool,
-            ) -> std::result::Result<Option<Row>, tokio_postgres::Error> {
-                self.query_typed_opt(sql, params).await
-            }
-
             async fn query_all_typed(
                 &self,
                 sql: &str,
@@ -1391,21 +1385,6 @@ macro_rules! cached_executor {
     ($($t:ty),+) => {$(
         #[async_trait]
         impl PgExecutor for $t {
-            async fn query_opt_typed(
-                &self,
-                sql: &str,
-                params: &[(&(dyn ToSql + Sync), Type)],
-                prepared: bool,
-            ) -> std::result::Result<Option<Row>, tokio_postgres::Error> {
-                if !prepared {
-                    return self.query_typed_opt(sql, params).await;
-                }
-                let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
-                let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
-                let stmt = self.prepare_typed_cached(sql, &types).await?;
-                self.query_opt(&stmt, &values).await
-            }
-
             async fn query_all_typed(
                 &self,
                 sql: &str,
@@ -1432,16 +1411,6 @@ cached_executor!(
 
 #[async_trait]
 impl PgExecutor for deadpool_postgres::Object {
-    async fn query_opt_typed(
-        &self,
-        sql: &str,
-        params: &[(&(dyn ToSql + Sync), Type)],
-        prepared: bool,
-    ) -> std::result::Result<Option<Row>, tokio_postgres::Error> {
-        let client: &deadpool_postgres::ClientWrapper = self;
-        client.query_opt_typed(sql, params, prepared).await
-    }
-
     async fn query_all_typed(
         &self,
         sql: &str,

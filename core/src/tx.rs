@@ -789,8 +789,9 @@ mod tests {
     use super::*;
     use crate::Dedup;
 
-    /// Statements named after their step, so the test reads the sequence.
-    struct Names;
+    /// Statements named after their step, so the test reads the sequence, with their
+    /// parameters; a multi-row insert is `rows`, its document its one parameter.
+    pub(super) struct Names;
 
     impl EnqueueSql for Names {
         fn dialect(&self) -> Dialect {
@@ -799,7 +800,7 @@ mod tests {
         fn statement<'a>(
             &'a self,
             step: EnqueueStep<'a>,
-            _: Vec<Value<'a>>,
+            params: Vec<Value<'a>>,
             _: Checked<&'a NewTask>,
         ) -> Statement<'a> {
             let name = match step {
@@ -814,10 +815,18 @@ mod tests {
                 EnqueueStep::KeyPromote(_) => "promote",
                 EnqueueStep::KeyDrop(_) => "drop",
             };
-            Statement::new(name, Vec::new(), Returns::Row)
+            Statement::new(name, params, Returns::Row)
         }
         fn complete(&self, _: Lease) -> Statement<'_> {
             Statement::new("complete", Vec::new(), Returns::Row)
+        }
+        fn insert_rows<'a>(
+            &'a self,
+            doc: &'a str,
+            _: &[Checked<&'a NewTask>],
+        ) -> Option<Statement<'a>> {
+            let params = vec![Value::Text(Some(doc))];
+            Some(Statement::new("rows", params, Returns::Rows))
         }
     }
 

@@ -425,52 +425,11 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
-    use crate::model::Lease;
-    use crate::tx::Returns;
+    use crate::tx::tests::Names;
 
-    /// Statements named after their step, carrying their parameters; `all_or_nothing`
-    /// makes a multi-row insert fail whole on a held key, as MySQL's would.
-    struct Names;
-
-    impl EnqueueSql for Names {
-        fn dialect(&self) -> Dialect {
-            Dialect::Postgres
-        }
-        fn statement<'a>(
-            &'a self,
-            step: EnqueueStep<'a>,
-            params: Vec<Value<'a>>,
-            _: Checked<&'a NewTask>,
-        ) -> Statement<'a> {
-            let name = match step {
-                EnqueueStep::Insert { .. } => "insert",
-                EnqueueStep::ReadExisting => "existing",
-                EnqueueStep::LockKey(_) => "lock",
-                EnqueueStep::KeyBlocker(_) => "blocker",
-                EnqueueStep::KeyNext(_) => "next",
-                EnqueueStep::KeyPromote(_) => "promote",
-                _ => "other",
-            };
-            Statement::new(name, params, Returns::Row)
-        }
-        fn complete(&self, _: Lease) -> Statement<'_> {
-            Statement::new("complete", Vec::new(), Returns::Row)
-        }
-        fn insert_rows<'a>(
-            &'a self,
-            doc: &'a str,
-            _: &[Checked<&'a NewTask>],
-        ) -> Option<Statement<'a>> {
-            Some(Statement::new(
-                "rows",
-                vec![Value::Text(Some(doc))],
-                Returns::Rows,
-            ))
-        }
-    }
-
-    /// A table of keys, answering the statements as a database would: new ids
-    /// increasing, a multi-row insert's rows sent back in reverse.
+    /// A table of keys, answering the statements of [`Names`] as a database would: new
+    /// ids increasing, a multi-row insert's rows sent back in reverse; `all_or_nothing`
+    /// makes a multi-row insert fail whole on a held key, as one without `IGNORE` would.
     #[derive(Default)]
     struct Table {
         keys: HashMap<String, TaskId>,
@@ -494,13 +453,15 @@ mod tests {
                 self.log.push(s.sql().to_owned());
             }
             match s.sql() {
-                "insert" => match self.keys.get(&key(0)) {
+                "insert" | "insert waiting" => match self.keys.get(&key(0)) {
                     Some(_) => Answer::Row(None),
                     None => Answer::Row(Some(vec![self.make(key(0))])),
                 },
                 "existing" => Answer::Row(self.keys.get(&key(0)).map(|&id| vec![id, 0, 0])),
                 "lock" => Answer::Row(Some(vec![1])),
-                "blocker" | "next" | "promote" | "other" => Answer::Row(None),
+                "blocker" | "next" | "promote" | "release" | "replace" | "drop" => {
+                    Answer::Row(None)
+                }
                 rows => {
                     assert_eq!(rows, "rows");
                     let doc: Vec<serde_json::Value> = serde_json::from_str(&text(&p[0])).unwrap();
