@@ -185,7 +185,8 @@ async fn run(dir: &std::path::Path) -> Result<(), BoxError> {
         )
         .start()?;
 
-    // 1. The order and its tasks in ONE local transaction; run ahead after commit.
+    // 1. The order and its tasks in ONE local transaction (`tx.enqueue` for one task,
+    //    `tx.enqueue_many` for several at once); run ahead after commit.
     let (pay, notify, invoice) = (
         NewTask::of(&PayOrder {
             order_id: 42,
@@ -197,11 +198,7 @@ async fn run(dir: &std::path::Path) -> Result<(), BoxError> {
     let enqueued = store
         .transaction(move |tx| {
             tx.execute("INSERT INTO orders (id, item) VALUES (42, 'coffee')", [])?;
-            Ok::<_, BoxError>([
-                tx.enqueue(&pay)?,
-                tx.enqueue(&notify)?,
-                tx.enqueue(&invoice)?,
-            ])
+            Ok::<_, BoxError>(tx.enqueue_many(&[pay, notify, invoice])?)
         })
         .await?;
     log.say("committed order 42 with 3 tasks");

@@ -162,9 +162,8 @@ pub async fn engine_run_ahead_that_fails_defers_to_the_poller<H: Harness>(ctx: &
 
 /// `Engine::enqueue_many`: the batch's handled tasks due now start though the poller is
 /// an hour away (the batch wakes it), each once; its delayed task and another type's tasks
-/// stay pending, unclaimed. (40 tasks: the woken round's one claim, under the batch size,
-/// takes them all; a round that ends short leaves the rest to the next poll, an hour
-/// away here.)
+/// stay pending, unclaimed. (40 tasks, under the batch size: the woken round's one claim
+/// takes them all.)
 pub async fn engine_enqueue_many_wakes_its_poller_for_the_batch<H: Harness>(ctx: &Ctx<H>) {
     let calls = Calls::default();
     let engine = Engine::builder(ctx.store.clone())
