@@ -492,17 +492,8 @@ impl EnqueueSql for Inner {
         if !self.returning {
             return None;
         }
-        if tasks.is_empty() {
-            // core asking whether there is a multi-row insert at all
-            return Some(Statement::new("", Vec::new(), Returns::Rows));
-        }
-        if !tasks.len().is_power_of_two() {
-            return None;
-        }
-        let text = self
-            .sql
-            .insert_rows
-            .get(tasks.len().trailing_zeros() as usize)?;
+        // (no tasks: core asking whether there is a multi-row insert at all)
+        let text = self.sql.insert_rows.get(tasks.len().max(1))?;
         let params = rows_params(tasks, self.run_at());
         Some(Statement::new(text, params, Returns::Rows))
     }
@@ -514,7 +505,7 @@ impl EnqueueSql for Inner {
 
     /// The row counts there is a text for.
     fn insert_rows_take(&self, n: usize) -> usize {
-        power_of_two_rows(n, sql::INSERT_ROWS_MAX)
+        self.sql.insert_rows.take(n)
     }
 
     fn complete(&self, lease: Lease) -> Statement<'_> {
@@ -1521,5 +1512,20 @@ impl TaskRow for Cols<'_> {
     }
     fn time(&self, i: usize) -> std::result::Result<chrono::DateTime<chrono::Utc>, sqlx::Error> {
         Ok(self.0.try_get::<NaiveDateTime, _>(i)?.and_utc())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::supports_returning;
+
+    /// A batch goes in multi-row inserts only where an insert can return its rows.
+    #[test]
+    fn multi_row_inserts_need_mariadb_returning() {
+        assert!(supports_returning("10.11.14-MariaDB-0+deb12u1"));
+        assert!(supports_returning("10.5.0-MariaDB"));
+        assert!(!supports_returning("10.4.32-MariaDB"));
+        assert!(!supports_returning("8.0.36"));
+        assert!(!supports_returning("8.4.0-log"));
     }
 }

@@ -7,6 +7,7 @@
 use backstop_core::driver::schema::{version_table, Migration};
 use backstop_core::driver::{AUDIT_COLUMNS, COLUMNS};
 use backstop_core::limits::is_event_type_char;
+use backstop_core::tx::InsertTexts;
 
 /// How a list statement spells what differs (see `list_sql`); an age is bound in µs.
 pub(crate) const LIST: backstop_core::driver::ListDialect = backstop_core::driver::ListDialect {
@@ -39,8 +40,8 @@ pub(crate) struct Sql {
     /// the first is one `ALTER TABLE` (atomic in InnoDB).
     pub migrations: Vec<Migration>,
     pub insert: String,
-    /// The batch enqueue's multi-row inserts (MariaDB), by `log2` of the row count.
-    pub insert_rows: Vec<String>,
+    /// The batch enqueue's multi-row inserts (MariaDB), by row count.
+    pub insert_rows: InsertTexts,
     /// event_type, biz_key: the task holding the key, locked: id, status, age ms.
     pub existing: String,
     /// id: free the key a finished task holds.
@@ -100,8 +101,8 @@ pub(crate) struct Sql {
     pub inbox_purge: String,
 }
 
-/// Most rows of one of the batch enqueue's multi-row inserts (a power of two).
-pub const INSERT_ROWS_MAX: usize = 256;
+/// Most rows of one of the batch enqueue's multi-row inserts.
+const INSERT_ROWS_MAX: usize = 256;
 
 impl Sql {
     /// `table` must have passed `limits::check_identifier`.
@@ -322,12 +323,10 @@ impl Sql {
             // PostgreSQL's ON CONFLICT DO NOTHING does, instead of failing all of them;
             // the other errors it would turn into warnings cannot happen to checked input
             // (every text within its column, nothing NULL that may not be).
-            insert_rows: (0..=INSERT_ROWS_MAX.trailing_zeros())
-                .map(|p| {
-                    let rows = vec![insert_tuple; 1 << p].join(", ");
-                    format!("INSERT IGNORE INTO {t} ({insert_columns}) VALUES {rows} RETURNING id")
-                })
-                .collect(),
+            insert_rows: InsertTexts::new(INSERT_ROWS_MAX, |n| {
+                let rows = vec![insert_tuple; n].join(", ");
+                format!("INSERT IGNORE INTO {t} ({insert_columns}) VALUES {rows} RETURNING id")
+            }),
             // A locking read sees the latest committed row whatever the isolation level.
             existing: format!(
                 "SELECT id, CAST(status AS SIGNED),

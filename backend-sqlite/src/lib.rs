@@ -537,12 +537,8 @@ impl EnqueueSql for Sql {
         _doc: &'a str,
         tasks: &[Checked<&'a NewTask>],
     ) -> Option<Statement<'a>> {
-        if !tasks.len().is_power_of_two() && !tasks.is_empty() {
-            return None;
-        }
-        let text = self
-            .insert_rows
-            .get(tasks.len().max(1).trailing_zeros() as usize)?;
+        // (no tasks: core asking whether there is a multi-row insert at all)
+        let text = self.insert_rows.get(tasks.len().max(1))?;
         let mut params = rows_params(tasks, RunAt::Millis);
         params.push(Value::BigInt(Some(now_ms())));
         Some(Statement::new(text, params, Returns::Rows))
@@ -555,7 +551,7 @@ impl EnqueueSql for Sql {
 
     /// The row counts there is a text for.
     fn insert_rows_take(&self, n: usize) -> usize {
-        power_of_two_rows(n, sql::INSERT_ROWS_MAX)
+        self.insert_rows.take(n)
     }
 
     fn complete(&self, lease: Lease) -> Statement<'_> {
@@ -1142,5 +1138,28 @@ impl TaskRow for Cols<'_, '_> {
     fn time(&self, i: usize) -> rusqlite::Result<DateTime<Utc>> {
         let ms: i64 = self.0.get(i)?;
         DateTime::from_timestamp_millis(ms).ok_or(rusqlite::Error::IntegralValueOutOfRange(i, ms))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use backstop_core::driver::Backend;
+
+    use super::SqliteStore;
+
+    /// The store hands core a multi-row insert for batches, in counts it has a text for.
+    #[tokio::test]
+    async fn batches_go_in_multi_row_inserts() {
+        let store = SqliteStore::open_in_memory().await.unwrap();
+        let sql = store.driver().enqueue_sql();
+        assert!(sql.insert_rows("[]", &[]).is_some());
+        assert!(
+            !sql.insert_rows_document(),
+            "every value bound, no document"
+        );
+        assert_eq!(
+            (sql.insert_rows_take(1000), sql.insert_rows_take(3)),
+            (256, 2)
+        );
     }
 }

@@ -13,7 +13,7 @@
 
 use backstop_core::driver::schema::{version_table, Migration};
 use backstop_core::driver::{AUDIT_COLUMNS, COLUMNS};
-use backstop_core::tx::{values_rows, Dialect, INSERT_PARAMS};
+use backstop_core::tx::{values_rows, Dialect, InsertTexts, INSERT_PARAMS};
 
 /// How a list statement spells what differs (see `list_sql`); an age is bound as its
 /// cutoff (now − age, in ms).
@@ -43,8 +43,8 @@ pub(crate) struct Sql {
     /// ?1 event type ?2 now: which priority levels have a due task (see `grab_batch`).
     pub due_levels: String,
     pub insert: String,
-    /// The batch enqueue's multi-row inserts, by `log2` of the row count.
-    pub insert_rows: Vec<String>,
+    /// The batch enqueue's multi-row inserts, by row count.
+    pub insert_rows: InsertTexts,
     /// ?1 event_type ?2 biz_key ?3 now: the task holding the key: id, status, age ms.
     pub existing: String,
     /// ?1 id: free the key a finished task holds.
@@ -107,8 +107,8 @@ const INSERT_TUPLE: &str =
     "(?1, ?2, ?3, ?12, 0, ?4, ?5, ?6, ?7, COALESCE(max(?9, ?16), ?16 + ?8), 0,
     ?16, ?16, ?10, ?11, ?13, ?14, ?15)";
 
-/// Most rows of one of the batch enqueue's multi-row inserts (a power of two).
-pub const INSERT_ROWS_MAX: usize = 256;
+/// Most rows of one of the batch enqueue's multi-row inserts.
+const INSERT_ROWS_MAX: usize = 256;
 
 /// The end of every insert of a task: a held key is skipped, a made row answers its id.
 const INSERT_TAIL: &str = "ON CONFLICT (biz_key, event_type, dedup_slot) DO NOTHING RETURNING id";
@@ -311,12 +311,10 @@ impl Sql {
             // every row's values bound (core's rows_params), the clock after them all.
             // (Not rows read from a JSON document: SQLite parses the row's text again
             // for each value taken from it, a third of the speed.)
-            insert_rows: (0..=INSERT_ROWS_MAX.trailing_zeros())
-                .map(|p| {
-                    let rows = values_rows(Dialect::Sqlite, INSERT_TUPLE, INSERT_PARAMS, 1 << p);
-                    format!("{insert_into} VALUES {rows} {INSERT_TAIL}")
-                })
-                .collect(),
+            insert_rows: InsertTexts::new(INSERT_ROWS_MAX, |n| {
+                let rows = values_rows(Dialect::Sqlite, INSERT_TUPLE, INSERT_PARAMS, n);
+                format!("{insert_into} VALUES {rows} {INSERT_TAIL}")
+            }),
             existing: format!(
                 "SELECT id, status, ?3 - created_at FROM {t}
                  WHERE event_type = ?1 AND biz_key = ?2 AND dedup_slot = 0"

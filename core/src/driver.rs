@@ -1544,8 +1544,8 @@ pub mod prelude {
         ReleaseStep, Reset, RunAt, TaskRow, AUDIT_COLUMNS, COLUMNS, COLUMN_COUNT,
     };
     pub use crate::tx::{
-        insert_document, power_of_two_rows, rows_params, values_rows, Answer, BlockingTxConnection,
-        Dialect, Returns, Statement, Transactional, TxConnection, Value, INSERT_PARAMS,
+        insert_document, rows_params, values_rows, Answer, BlockingTxConnection, Dialect,
+        InsertTexts, Returns, Statement, Transactional, TxConnection, Value, INSERT_PARAMS,
         INSERT_ROW_KEYS,
     };
     pub use crate::{

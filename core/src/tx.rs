@@ -95,7 +95,7 @@ mod sqlx;
 pub use self::sqlx::sqlx_error;
 
 pub use self::batch::{
-    insert_document, power_of_two_rows, rows_params, values_rows, EnqueueBatch, INSERT_ROW_KEYS,
+    insert_document, rows_params, values_rows, EnqueueBatch, InsertTexts, INSERT_ROW_KEYS,
     MAX_INSERT_BYTES, MAX_INSERT_ROWS,
 };
 

@@ -92,20 +92,46 @@ fn push_row(doc: &mut String, task: Checked<&NewTask>) {
     doc.push('}');
 }
 
-/// **For backend authors** whose multi-row insert binds every value (a text per row
-/// count, not [`insert_document`]): the largest power of two up to `n` and `max` (a power
-/// of two), for [`EnqueueSql::insert_rows_take`]. So a backend has a text for each of
-/// 1, 2, 4 … `max` rows ([`values_rows`]), and a connection caches no more.
+/// **For backend authors** whose multi-row insert binds every value (not
+/// [`insert_document`]): its SQL text for each power-of-two row count, 1, 2, 4 … `max`.
+/// A backend answers [`EnqueueSql::insert_rows_take`] with [`take`](Self::take) and
+/// picks the text with [`get`](Self::get); a connection then caches no more than these
+/// few statements, whatever the batches' sizes.
 ///
 /// ```
-/// use backstop_core::tx::power_of_two_rows;
-/// assert_eq!(power_of_two_rows(1000, 256), 256);
-/// assert_eq!(power_of_two_rows(200, 256), 128);
-/// assert_eq!(power_of_two_rows(1, 256), 1);
+/// use backstop_core::tx::InsertTexts;
+/// let texts = InsertTexts::new(256, |rows| format!("INSERT … {rows} rows"));
+/// assert_eq!((texts.take(1000), texts.take(200), texts.take(1)), (256, 128, 1));
+/// assert_eq!(texts.get(128), Some("INSERT … 128 rows"));
+/// assert_eq!(texts.get(100), None, "only the counts take gives");
 /// ```
-pub fn power_of_two_rows(n: usize, max: usize) -> usize {
-    let n = n.clamp(1, max.max(1));
-    1 << (usize::BITS - 1 - n.leading_zeros())
+#[derive(Debug, Clone)]
+pub struct InsertTexts(Vec<String>);
+
+impl InsertTexts {
+    /// The texts of 1, 2, 4 … rows, up to the largest power of two at most `max`:
+    /// `text(rows)` each.
+    pub fn new(max: usize, text: impl Fn(usize) -> String) -> Self {
+        let top = usize::BITS - 1 - max.max(1).leading_zeros();
+        InsertTexts((0..=top).map(|p| text(1 << p)).collect())
+    }
+
+    /// How many of `n` ready tasks the next insert takes: the largest count with a text
+    /// that is at most `n` (at least 1).
+    pub fn take(&self, n: usize) -> usize {
+        let n = n.clamp(1, 1 << (self.0.len().max(1) - 1));
+        1 << (usize::BITS - 1 - n.leading_zeros())
+    }
+
+    /// The text for `rows` rows, if there is one (a count [`take`](Self::take) gave).
+    pub fn get(&self, rows: usize) -> Option<&str> {
+        if !rows.is_power_of_two() {
+            return None;
+        }
+        self.0
+            .get(rows.trailing_zeros() as usize)
+            .map(String::as_str)
+    }
 }
 
 /// **For backend authors**: `rows` copies of the one-row `VALUES` tuple `tuple`, joined
