@@ -57,7 +57,7 @@ pub use backstop_core::{driver, limits};
 // The engine and its handlers.
 pub use backstop_core::{
     describe_metrics, handler_fn, is_lease_lost, kind_fn, lease_lost, metric_names, register_kind,
-    Archive, BacklogGauges, Cancelled, Context, Engine, EngineBuilder, EngineConfig,
+    Archive, BacklogGauges, Cancelled, Claimed, Context, Engine, EngineBuilder, EngineConfig,
     EngineCounters, ErrorAction, FnHandler, Handler, HandlerError, HandlerOptions, Json,
     JsonHandler, KindFn, RunAhead, TaskKind,
 };

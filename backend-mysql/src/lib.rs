@@ -518,6 +518,14 @@ impl EnqueueSql for Inner {
             Returns::RowsAffected,
         )
     }
+
+    fn claim<'a>(&'a self, id: TaskId, owner: &'a str) -> Option<Statement<'a>> {
+        Some(Statement::new(
+            &self.sql.claim_in,
+            vec![Value::Text(Some(owner)), Value::BigInt(Some(id))],
+            Returns::RowsAffected,
+        ))
+    }
 }
 
 /// Lock order key `key` (its row in the keys table, inserted if missing) until the

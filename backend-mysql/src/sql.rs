@@ -50,6 +50,9 @@ pub(crate) struct Sql {
     pub replace_payload: String,
     /// id, lease: a running task's success, on the handler's transaction.
     pub complete: String,
+    /// owner, id: the claim of a task never claimed before, on the caller's transaction
+    /// (`claim_in`).
+    pub claim_in: String,
     /// event type: upsert into the handlers table.
     pub types_register: String,
     /// The handlers table.
@@ -350,6 +353,11 @@ impl Sql {
             types_list: format!("SELECT event_type, first_seen_at, last_seen_at FROM {th}"),
             complete: format!(
                 "UPDATE {t} SET status = 1, last_error = NULL, updated_at = NOW(3) {fenced}"
+            ),
+            claim_in: format!(
+                "UPDATE {t} SET status = 3, owner = ?, attempts = attempts + 1, lease = 1,
+                    updated_at = NOW(3)
+                 WHERE id = ? AND status = 0 AND lease = 0 AND next_run_at <= NOW(3)"
             ),
             key_blocker: format!(
                 "SELECT id FROM {t}

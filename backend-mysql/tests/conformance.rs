@@ -267,6 +267,11 @@ impl Harness for MySqlHarness {
             TxPath::Native => match &tasks {
                 TxTasks::One(task) => vec![store.enqueue_tx(&mut tx, task).await?],
                 TxTasks::Many(tasks) => store.enqueue_many_tx(&mut tx, tasks).await?,
+                TxTasks::Claimed(task, claim) => {
+                    let enqueued = store.enqueue_tx(&mut tx, task).await?;
+                    claim.claim_in(&mut *tx, &enqueued).await?;
+                    vec![enqueued]
+                }
             },
             TxPath::Sqlx => tasks.enqueue_in(store, &mut *tx).await?,
             TxPath::Statements => tasks.enqueue_in(store, &mut AppConn(&mut tx)).await?,

@@ -375,6 +375,30 @@ impl PgStore {
             .await
     }
 
+    /// The caller's transaction (any [`PgExecutor`]) as a [`TxConnection`], for what
+    /// takes one: [`Engine::claim_in`](backstop_core::Engine::claim_in) above all, which
+    /// claims a task enqueued there in the same commit. Its statements are prepared as
+    /// [`enqueue_tx`](Self::enqueue_tx)'s.
+    ///
+    /// ```no_run
+    /// # async fn demo(store: backstop_postgres::PgStore, engine: backstop_core::Engine<backstop_postgres::PgStore>) -> Result<(), Box<dyn std::error::Error>> {
+    /// use backstop_core::NewTask;
+    /// let mut client = store.client().await?;
+    /// let tx = client.transaction().await?;
+    /// tx.execute("INSERT INTO orders (id) VALUES (42)", &[]).await?;
+    /// let enqueued = store.enqueue_tx(&tx, &NewTask::new("PAY_ORDER", "42")).await?;
+    /// let claimed = engine.claim_in(&mut store.tx_connection(&tx), &enqueued).await?;
+    /// tx.commit().await?;
+    /// engine.run_claimed(claimed).await;
+    /// # Ok(()) }
+    /// ```
+    pub fn tx_connection<'c, C>(&self, client: &'c C) -> impl TxConnection + 'c
+    where
+        C: PgExecutor + ?Sized,
+    {
+        OnClient(client, self.inner.prepared())
+    }
+
     /// Inside a handler: record the running task's success on the handler's transaction,
     /// with its business writes and the follow-up tasks it enqueued there
     /// ([`enqueue_tx`](Self::enqueue_tx)) — all commit together or not at all (see
@@ -471,6 +495,14 @@ impl EnqueueSql for Inner {
             ],
             Returns::Row,
         )
+    }
+
+    fn claim<'a>(&'a self, id: TaskId, owner: &'a str) -> Option<Statement<'a>> {
+        Some(Statement::new(
+            &self.sql.claim_in,
+            vec![Value::BigInt(Some(id)), Value::Text(Some(owner))],
+            Returns::Row,
+        ))
     }
 }
 

@@ -99,6 +99,9 @@ pub(crate) struct Sql {
     pub replace_payload: String,
     /// $1 id $2 lease: a running task's success, on the handler's transaction.
     pub complete: String,
+    /// $1 id $2 owner: the claim of a task never claimed before, on the caller's
+    /// transaction (`claim_in`).
+    pub claim_in: String,
     /// $1 event types: upsert into the handlers table.
     pub types_register: String,
     /// The handlers table.
@@ -477,6 +480,15 @@ impl Sql {
             complete: format!(
                 "UPDATE {t} SET status = 1, last_error = NULL, updated_at = now()
                  WHERE id = $1 AND status + 0 = 3 AND lease = $2 RETURNING id"
+            ),
+            // The lease's clock starts at this statement (`clock_timestamp()`), not at
+            // the transaction's start (`now()`, which the insert's due time is, so the
+            // task is due).
+            claim_in: format!(
+                "UPDATE {t} SET status = 3, owner = $2, attempts = attempts + 1, lease = 1,
+                    updated_at = clock_timestamp()
+                 WHERE id = $1 AND status = 0 AND lease = 0 AND next_run_at <= now()
+                 RETURNING id"
             ),
             key_lock: format!(
                 "WITH ins AS (

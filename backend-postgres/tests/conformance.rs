@@ -260,6 +260,13 @@ impl Harness for PgHarness {
                 let enqueued = match &tasks {
                     TxTasks::One(task) => vec![store.enqueue_tx(&tx, task).await?],
                     TxTasks::Many(tasks) => store.enqueue_many_tx(&tx, tasks).await?,
+                    TxTasks::Claimed(task, claim) => {
+                        let enqueued = store.enqueue_tx(&tx, task).await?;
+                        claim
+                            .claim_in(&mut store.tx_connection(&tx), &enqueued)
+                            .await?;
+                        vec![enqueued]
+                    }
                 };
                 if commit {
                     tx.commit().await.expect("commit");

@@ -286,6 +286,12 @@ impl SqliteStore {
         self.enqueue_blocking(&mut OnConn(tx), task)
     }
 
+    /// The caller's transaction as a [`BlockingTxConnection`] (see
+    /// [`SqliteTx::connection`]).
+    pub fn tx_connection<'c>(&self, tx: &'c Transaction<'_>) -> impl BlockingTxConnection + 'c {
+        OnConn(tx)
+    }
+
     /// Enqueue many `tasks` on the caller's transaction, most of them in multi-row
     /// inserts (see [`Transactional::enqueue_many_in`]; answered as
     /// [`TaskStore::enqueue_many`]). Blocking, as [`enqueue_tx`](Self::enqueue_tx).
@@ -450,6 +456,27 @@ impl SqliteTx<'_> {
         self.store.enqueue_tx(self.tx, task)
     }
 
+    /// This transaction as a [`BlockingTxConnection`], for what takes one:
+    /// [`Engine::claim_blocking`](backstop_core::Engine::claim_blocking) above all,
+    /// which claims a task enqueued here in the same commit.
+    ///
+    /// ```no_run
+    /// # async fn demo(store: backstop_sqlite::SqliteStore, engine: backstop_core::Engine<backstop_sqlite::SqliteStore>) -> backstop_core::Result<()> {
+    /// use backstop_core::NewTask;
+    /// let e = engine.clone();
+    /// let claimed = store
+    ///     .transaction(move |tx| {
+    ///         let enqueued = tx.enqueue(&NewTask::new("PAY_ORDER", "42"))?;
+    ///         e.claim_blocking(&mut tx.connection(), &enqueued)
+    ///     })
+    ///     .await?;
+    /// engine.run_claimed(claimed).await;
+    /// # Ok(()) }
+    /// ```
+    pub fn connection(&self) -> impl BlockingTxConnection + '_ {
+        OnConn(self.tx)
+    }
+
     /// Enqueue many `tasks` in this transaction (see [`SqliteStore::enqueue_many_tx`]).
     ///
     /// ```no_run
@@ -552,6 +579,18 @@ impl EnqueueSql for Sql {
     /// The row counts there is a text for.
     fn insert_rows_take(&self, n: usize) -> usize {
         self.insert_rows.take(n)
+    }
+
+    fn claim<'a>(&'a self, id: TaskId, owner: &'a str) -> Option<Statement<'a>> {
+        Some(Statement::new(
+            &self.claim_in,
+            vec![
+                Value::Text(Some(owner)),
+                Value::BigInt(Some(now_ms())),
+                Value::BigInt(Some(id)),
+            ],
+            Returns::RowsAffected,
+        ))
     }
 
     fn complete(&self, lease: Lease) -> Statement<'_> {

@@ -68,6 +68,9 @@ pub(crate) struct Sql {
     /// ?1 after ?2 limit: keys in order.
     pub keys_page: String,
     pub grab_by_id: String,
+    /// ?1 owner ?2 now ?3 id: the claim of a task never claimed before, on the caller's
+    /// transaction (`claim_in`).
+    pub claim_in: String,
     pub recycle_dead: String,
     pub heartbeat: String,
     pub mark_success: String,
@@ -350,6 +353,11 @@ impl Sql {
                     lease = lease + 1, updated_at = ?2
                  WHERE id = ?3 AND status = 0 AND next_run_at <= ?2
                  RETURNING {COLUMNS}"
+            ),
+            claim_in: format!(
+                "UPDATE {t} SET status = 3, owner = ?1, attempts = attempts + 1, lease = 1,
+                    updated_at = ?2
+                 WHERE id = ?3 AND status = 0 AND lease = 0 AND next_run_at <= ?2"
             ),
             // ?1 now, ?2 cutoff, ?3 limit. Status and age re-checked on the row itself.
             recycle_dead: format!(

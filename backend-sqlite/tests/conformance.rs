@@ -163,6 +163,11 @@ impl Harness for SqliteHarness {
                         let e = match &tasks {
                             TxTasks::One(task) => vec![tx.enqueue(task)?],
                             TxTasks::Many(tasks) => tx.enqueue_many(tasks)?,
+                            TxTasks::Claimed(task, claim) => {
+                                let enqueued = tx.enqueue(task)?;
+                                claim.claim_blocking(&mut tx.connection(), &enqueued)?;
+                                vec![enqueued]
+                            }
                         };
                         if !commit {
                             tx.rollback();

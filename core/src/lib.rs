@@ -25,9 +25,9 @@ pub mod tx;
 
 pub use engine::{
     describe_metrics, handler_fn, is_lease_lost, kind_fn, lease_lost, metric_names, Archive,
-    BacklogGauges, Cancelled, Context, Engine, EngineBuilder, EngineConfig, EngineCounters,
-    ErrorAction, FnHandler, Handler, HandlerError, HandlerOptions, Json, JsonHandler, KindFn,
-    RunAhead,
+    BacklogGauges, Cancelled, Claimed, Context, Engine, EngineBuilder, EngineConfig,
+    EngineCounters, ErrorAction, FnHandler, Handler, HandlerError, HandlerOptions, Json,
+    JsonHandler, KindFn, RunAhead,
 };
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use inbox::{Inbox, Message, Processed};

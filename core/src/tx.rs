@@ -78,7 +78,7 @@ use crate::driver::{
     InsertStep, Inserted, KeyRelease, KeyedInsert, ReleaseStep,
 };
 use crate::error::{Error, ErrorKind, Result};
-use crate::model::{Enqueued, Lease, NewTask, TaskId, WhenParked};
+use crate::model::{Enqueued, Lease, NewTask, Owner, TaskId, WhenParked};
 
 mod batch;
 #[cfg(any(
@@ -254,6 +254,15 @@ pub trait BlockingTxConnection {
     fn run(&mut self, statement: &Statement<'_>) -> Result<Answer>;
 }
 
+impl<C: BlockingTxConnection + ?Sized> BlockingTxConnection for &mut C {
+    fn dialect(&self) -> Dialect {
+        (**self).dialect()
+    }
+    fn run(&mut self, statement: &Statement<'_>) -> Result<Answer> {
+        (**self).run(statement)
+    }
+}
+
 /// The transactional enqueue and completion, on any store and any [`TxConnection`]: the
 /// same call on every backend. Implemented for every backend's store (and `AnyStore`).
 ///
@@ -348,6 +357,44 @@ pub trait Transactional: Backend {
         enqueued(inserted, task)
     }
 
+    /// Claim task `id` for `owner` on the caller's transaction `conn`, so the claim
+    /// commits with the enqueue instead of after it: one commit fewer per task run ahead.
+    /// For a task enqueued on this same transaction (any task never claimed before
+    /// works). Returns the claim's lease (token 1), or `None` when the task was not
+    /// claimed: missing (rolled back), not pending (waiting behind its order key), not
+    /// due (delayed), or claimed before.
+    ///
+    /// Most callers want [`Engine::claim_in`](crate::Engine::claim_in), which reserves
+    /// the executor's room first and runs the task after the commit.
+    ///
+    /// - Nothing is retried (as [`enqueue_in`](Self::enqueue_in)); on an error, roll the
+    ///   transaction back (PostgreSQL has aborted it).
+    /// - The claim's lease clock starts at this statement: a transaction still open
+    ///   `dead_after` later commits a task the sweep takes as dead at once (the lease
+    ///   fence keeps the late run from writing over the next attempt).
+    async fn claim_in<C>(&self, conn: &mut C, id: TaskId, owner: &Owner) -> Result<Option<Lease>>
+    where
+        C: TxConnection + ?Sized,
+    {
+        let sql = self.driver().enqueue_sql();
+        same_dialect(sql.dialect(), conn.dialect(), "claim_in")?;
+        let statement = claim_statement(sql, id, owner)?;
+        let answer = conn.run(&statement).await?;
+        claimed_lease(&answer, id)
+    }
+
+    /// [`claim_in`](Self::claim_in) on a blocking driver's connection.
+    fn claim_blocking<C>(&self, conn: &mut C, id: TaskId, owner: &Owner) -> Result<Option<Lease>>
+    where
+        C: BlockingTxConnection + ?Sized,
+    {
+        let sql = self.driver().enqueue_sql();
+        same_dialect(sql.dialect(), conn.dialect(), "claim_in")?;
+        let statement = claim_statement(sql, id, owner)?;
+        let answer = conn.run(&statement)?;
+        claimed_lease(&answer, id)
+    }
+
     /// [`complete_in`](Self::complete_in) on a blocking driver's connection.
     fn complete_blocking<C>(&self, conn: &mut C, cx: &crate::Context) -> Result<()>
     where
@@ -380,6 +427,29 @@ pub trait Transactional: Backend {
 }
 
 impl<B: Backend + ?Sized> Transactional for B {}
+
+/// The backend's claim on the caller's transaction, or the `Config` error of a backend
+/// without one.
+fn claim_statement<'a>(
+    sql: &'a dyn EnqueueSql,
+    id: TaskId,
+    owner: &'a Owner,
+) -> Result<Statement<'a>> {
+    sql.claim(id, owner.as_str()).ok_or_else(|| {
+        Error::config(
+            "claim_in",
+            "this backend does not claim on the caller's transaction",
+        )
+    })
+}
+
+/// The lease of a claim on the caller's transaction: token 1, the first claim's.
+fn claimed_lease(answer: &Answer, id: TaskId) -> Result<Option<Lease>> {
+    Ok(applied(answer, "claim_in")?.then_some(Lease {
+        task_id: id,
+        token: 1,
+    }))
+}
 
 fn same_dialect(store: Dialect, conn: Dialect, op: &'static str) -> Result<()> {
     if store == conn {
@@ -552,6 +622,21 @@ pub trait EnqueueSql: Send + Sync {
         tasks: &[Checked<&'a NewTask>],
     ) -> Option<Statement<'a>> {
         let _ = (doc, tasks);
+        None
+    }
+
+    /// The claim of task `id` for `owner` on the caller's transaction
+    /// ([`Transactional::claim_in`]), for a task never claimed before (lease 0): as
+    /// [`grab_by_id`](crate::TaskStore::grab_by_id) changes it — pending and due
+    /// (`next_run_at <= now`) → running, `owner` set, `attempts + 1`, `updated_at` the
+    /// time of this statement — with the lease set to 1. A row changed, or returned,
+    /// when it applied; none when the task is missing, not pending, not due, or was
+    /// claimed before.
+    ///
+    /// `None` (the default): the backend does not claim on the caller's transaction, and
+    /// `claim_in` answers a `Config` error.
+    fn claim<'a>(&'a self, id: TaskId, owner: &'a str) -> Option<Statement<'a>> {
+        let _ = (id, owner);
         None
     }
 

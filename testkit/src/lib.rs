@@ -37,8 +37,8 @@ use std::time::Duration;
 
 pub use backstop_core::async_trait;
 use backstop_core::{
-    Enqueued, HandlerError, Inbox, NewTask, Notifier, Owner, Processed, StoreConfig, Task, TaskId,
-    TaskStore,
+    BlockingTxConnection, Claimed, Engine, Enqueued, HandlerError, Inbox, Lease, NewTask, Notifier,
+    Owner, Processed, StoreConfig, Task, TaskId, TaskStore, Transactional, TxConnection,
 };
 use chrono::{DateTime, Utc};
 
@@ -72,7 +72,7 @@ impl TimeColumn {
 #[async_trait]
 pub trait Harness: Send + Sync + 'static {
     /// The store under test (its inbox too).
-    type Store: TaskStore + Clone + Inbox;
+    type Store: TaskStore + Clone + Inbox + Transactional;
     /// One isolated database (a temp file, a schema, a database); cleans up on drop.
     type Db: Send + Sync + 'static;
 
@@ -370,6 +370,33 @@ impl<H: Harness> Ctx<H> {
             .await
     }
 
+    /// One task enqueued along `path` with a business row keyed `biz_row`, then claimed on
+    /// the same transaction by `claim`; committed or rolled back.
+    pub async fn enqueue_claimed_in_tx_via(
+        &self,
+        path: TxPath,
+        biz_row: &str,
+        task: NewTask,
+        claim: Arc<dyn ClaimIn>,
+        commit: bool,
+    ) -> backstop_core::Result<Enqueued> {
+        let mut answers = self
+            .harness
+            .enqueue_with_business_row(
+                &self.db,
+                &self.store,
+                biz_row,
+                TxTasks::Claimed(task, claim),
+                commit,
+                path,
+            )
+            .await?;
+        match (answers.pop(), answers.is_empty()) {
+            (Some(one), true) => Ok(one),
+            _ => panic!("{path}: one task enqueued, {} answers", answers.len() + 1),
+        }
+    }
+
     /// How many tasks the store holds (any status), via `stats`.
     pub async fn count_all(&self) -> u64 {
         let s = self.store.stats().await.expect("stats");
@@ -384,11 +411,11 @@ pub enum TxPath {
     /// The backend's own API: `PgStore::enqueue_tx` on the store's pooled tokio-postgres
     /// transaction, `SqliteStore::transaction`, `MySqlStore::enqueue_tx`.
     Native,
-    /// [`Transactional::enqueue_in`](backstop_core::Transactional::enqueue_in) on a
+    /// [`Transactional::enqueue_in`] on a
     /// `sqlx::Transaction` of a sqlx pool or connection the application opened itself.
     Sqlx,
     /// `enqueue_in` (or `enqueue_blocking`) on a connection of another driver, through a
-    /// [`TxConnection`](backstop_core::TxConnection) the application wrote: the
+    /// [`TxConnection`] the application wrote: the
     /// statements and their parameters, run by the application's own code.
     Statements,
 }
@@ -402,10 +429,142 @@ pub enum TxTasks {
     /// A batch: `enqueue_many_in`, `enqueue_many_blocking`, the native
     /// `enqueue_many_tx`.
     Many(Vec<NewTask>),
+    /// One task as [`One`](Self::One), then claimed on the same transaction by the
+    /// [`ClaimIn`] (on the native path through the backend's own connection:
+    /// `PgStore::tx_connection`, `SqliteTx::connection`, the sqlx `MySqlConnection`).
+    Claimed(NewTask, Arc<dyn ClaimIn>),
+}
+
+/// Claims a task on the transaction that enqueued it, for [`TxTasks::Claimed`]: through
+/// an engine ([`EngineClaims`]) or the store itself ([`StoreClaims`]). Keeps what it
+/// claimed for the case to look at after the commit.
+#[async_trait]
+pub trait ClaimIn: Send + Sync + std::fmt::Debug {
+    /// Claim `enqueued` on `conn` (async connections).
+    async fn claim_in(
+        &self,
+        conn: &mut (dyn TxConnection + '_),
+        enqueued: &Enqueued,
+    ) -> backstop_core::Result<()>;
+
+    /// Claim `enqueued` on `conn` (blocking connections).
+    fn claim_blocking(
+        &self,
+        conn: &mut (dyn BlockingTxConnection + '_),
+        enqueued: &Enqueued,
+    ) -> backstop_core::Result<()>;
+}
+
+/// [`ClaimIn`] through [`Engine::claim_in`] / [`Engine::claim_blocking`]; the answers wait
+/// in [`take`](Self::take) for [`Engine::run_claimed`].
+pub struct EngineClaims<S: TaskStore + Clone> {
+    engine: Engine<S>,
+    claimed: std::sync::Mutex<Vec<Claimed>>,
+}
+
+impl<S: TaskStore + Clone> EngineClaims<S> {
+    /// Claims for `engine`.
+    pub fn new(engine: &Engine<S>) -> Arc<Self> {
+        Arc::new(EngineClaims {
+            engine: engine.clone(),
+            claimed: std::sync::Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The answers so far, oldest first (emptied).
+    pub fn take(&self) -> Vec<Claimed> {
+        std::mem::take(&mut *self.claimed.lock().unwrap())
+    }
+}
+
+impl<S: TaskStore + Clone> std::fmt::Debug for EngineClaims<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineClaims")
+            .field("owner", self.engine.owner())
+            .finish()
+    }
+}
+
+#[async_trait]
+impl<S: TaskStore + Transactional + Clone> ClaimIn for EngineClaims<S> {
+    async fn claim_in(
+        &self,
+        conn: &mut (dyn TxConnection + '_),
+        enqueued: &Enqueued,
+    ) -> backstop_core::Result<()> {
+        let claimed = self.engine.claim_in(conn, enqueued).await?;
+        self.claimed.lock().unwrap().push(claimed);
+        Ok(())
+    }
+
+    fn claim_blocking(
+        &self,
+        conn: &mut (dyn BlockingTxConnection + '_),
+        enqueued: &Enqueued,
+    ) -> backstop_core::Result<()> {
+        let claimed = self.engine.claim_blocking(conn, enqueued)?;
+        self.claimed.lock().unwrap().push(claimed);
+        Ok(())
+    }
+}
+
+/// [`ClaimIn`] through the store's own [`Transactional::claim_in`] for `owner`; the
+/// leases it answered wait in [`take`](Self::take).
+pub struct StoreClaims<S> {
+    store: S,
+    owner: Owner,
+    leases: std::sync::Mutex<Vec<Option<Lease>>>,
+}
+
+impl<S> StoreClaims<S> {
+    /// Claims of `store` for `owner`.
+    pub fn new(store: S, owner: Owner) -> Arc<Self> {
+        Arc::new(StoreClaims {
+            store,
+            owner,
+            leases: std::sync::Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The answers so far, oldest first (emptied).
+    pub fn take(&self) -> Vec<Option<Lease>> {
+        std::mem::take(&mut *self.leases.lock().unwrap())
+    }
+}
+
+impl<S> std::fmt::Debug for StoreClaims<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreClaims")
+            .field("owner", &self.owner)
+            .finish()
+    }
+}
+
+#[async_trait]
+impl<S: Transactional + Send + Sync> ClaimIn for StoreClaims<S> {
+    async fn claim_in(
+        &self,
+        conn: &mut (dyn TxConnection + '_),
+        enqueued: &Enqueued,
+    ) -> backstop_core::Result<()> {
+        let lease = self.store.claim_in(conn, enqueued.id, &self.owner).await?;
+        self.leases.lock().unwrap().push(lease);
+        Ok(())
+    }
+
+    fn claim_blocking(
+        &self,
+        conn: &mut (dyn BlockingTxConnection + '_),
+        enqueued: &Enqueued,
+    ) -> backstop_core::Result<()> {
+        let lease = self.store.claim_blocking(conn, enqueued.id, &self.owner)?;
+        self.leases.lock().unwrap().push(lease);
+        Ok(())
+    }
 }
 
 impl TxTasks {
-    /// Enqueue on `conn` through [`Transactional`](backstop_core::Transactional) (the
+    /// Enqueue on `conn` through [`Transactional`] (the
     /// [`TxPath::Sqlx`] and [`TxPath::Statements`] paths).
     pub async fn enqueue_in<S, C>(
         &self,
@@ -419,6 +578,12 @@ impl TxTasks {
         match self {
             TxTasks::One(task) => Ok(vec![store.enqueue_in(conn, task).await?]),
             TxTasks::Many(tasks) => store.enqueue_many_in(conn, tasks).await,
+            TxTasks::Claimed(task, claim) => {
+                let mut conn = conn;
+                let enqueued = store.enqueue_in(&mut conn, task).await?;
+                claim.claim_in(&mut conn, &enqueued).await?;
+                Ok(vec![enqueued])
+            }
         }
     }
 
@@ -435,6 +600,12 @@ impl TxTasks {
         match self {
             TxTasks::One(task) => Ok(vec![store.enqueue_blocking(conn, task)?]),
             TxTasks::Many(tasks) => store.enqueue_many_blocking(conn, tasks),
+            TxTasks::Claimed(task, claim) => {
+                let mut conn = conn;
+                let enqueued = store.enqueue_blocking(&mut conn, task)?;
+                claim.claim_blocking(&mut conn, &enqueued)?;
+                Ok(vec![enqueued])
+            }
         }
     }
 }

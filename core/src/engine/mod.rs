@@ -22,6 +22,7 @@
 //! ```
 
 mod attempt;
+mod claimed;
 mod completer;
 mod context;
 mod counters;
@@ -39,6 +40,7 @@ use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::JoinHandle;
 
 pub use attempt::{is_lease_lost, lease_lost};
+pub use claimed::Claimed;
 pub use context::{Cancelled, Context};
 pub use counters::{describe_metrics, metric_names, BacklogGauges, EngineCounters};
 pub use handler::{

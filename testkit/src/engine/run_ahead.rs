@@ -197,3 +197,302 @@ pub async fn engine_enqueue_many_wakes_its_poller_for_the_batch<H: Harness>(ctx:
         assert_eq!((t.status, t.attempts), (Status::Pending, 0), "{t:?}");
     }
 }
+
+/// An engine handling `PAY` with `calls`' handler, under `config`.
+fn pay_engine<H: Harness>(ctx: &Ctx<H>, calls: &Calls, config: EngineConfig) -> Engine<H::Store> {
+    Engine::builder(ctx.store.clone())
+        .config(config)
+        .handler("PAY", flaky(calls.clone(), 0), opts())
+        .start()
+        .unwrap()
+}
+
+/// Enqueue `task` along `path` with a business row keyed `biz_row`, claim it on that
+/// transaction through `claims` (`Engine::claim_in`), commit or roll back: the enqueue's
+/// answer and the claim's.
+async fn claimed_in_tx<H: Harness>(
+    ctx: &Ctx<H>,
+    claims: &Arc<crate::EngineClaims<H::Store>>,
+    path: crate::TxPath,
+    biz_row: &str,
+    task: NewTask,
+    commit: bool,
+) -> (backstop_core::Enqueued, backstop_core::Claimed) {
+    let e = ctx
+        .enqueue_claimed_in_tx_via(path, biz_row, task, claims.clone(), commit)
+        .await
+        .unwrap_or_else(|e| panic!("{path}: {e}"));
+    let [claimed] = <[_; 1]>::try_from(claims.take()).unwrap();
+    assert_eq!(claimed.task_id(), e.id, "{path}");
+    (e, claimed)
+}
+
+/// The claim inside the enqueue's transaction (`Engine::claim_in`), along every path: the
+/// task commits running under this engine (attempt 1, lease 1) with its business row,
+/// and `run_claimed` runs it once, the poller never involved. A rolled-back claim runs
+/// nothing; a delayed task, a duplicate, and a type this engine does not handle are
+/// answered as `run_now` answers them, the row left pending.
+pub async fn engine_claims_in_the_enqueue_transaction_and_runs_after_commit<H: Harness>(
+    ctx: &Ctx<H>,
+) {
+    let calls = Calls::default();
+    let engine = pay_engine(ctx, &calls, no_poll_config());
+    let claims = crate::EngineClaims::new(&engine);
+    for path in crate::TxPath::ALL {
+        let key = format!("{path}-a");
+        let (e, claimed) = claimed_in_tx(
+            ctx,
+            &claims,
+            path,
+            &format!("{path}-1"),
+            engine.task("PAY", &key),
+            true,
+        )
+        .await;
+        assert_eq!(
+            claimed.lease(),
+            Some(backstop_core::Lease {
+                task_id: e.id,
+                token: 1
+            }),
+            "{path}"
+        );
+        // committed running under this engine, before anything ran
+        let t = ctx.task(e.id).await;
+        assert_eq!(
+            (t.status, t.attempts, t.lease, t.owner.as_deref()),
+            (Status::Running, 1, 1, Some(engine.owner().as_str())),
+            "{path}"
+        );
+        assert_eq!(calls.count(&key), 0);
+        assert_eq!(
+            engine.run_claimed(claimed).await,
+            RunAhead::Started,
+            "{path}"
+        );
+        let t = wait_status(&ctx.store, e.id, Status::Succeeded).await;
+        assert_eq!((t.attempts, t.lease), (1, 1), "{path}");
+        assert_eq!(calls.count(&key), 1, "{path}");
+
+        // rolled back: claimed inside, nothing to run after
+        let rb_key = format!("{path}-rb");
+        let (_, claimed) = claimed_in_tx(
+            ctx,
+            &claims,
+            path,
+            &format!("{path}-2"),
+            engine.task("PAY", &rb_key),
+            false,
+        )
+        .await;
+        assert!(claimed.lease().is_some(), "{path}");
+        assert_eq!(
+            engine.run_claimed(claimed).await,
+            RunAhead::NotClaimed,
+            "{path}"
+        );
+
+        // not claimed, as run_now would not: delayed, duplicate, not handled here
+        let cases = [
+            (
+                engine.task("PAY", format!("{path}-later")).delay(HOUR),
+                RunAhead::NotClaimed,
+            ),
+            // the delayed task is still pending: a duplicate
+            (
+                engine.task("PAY", format!("{path}-later")),
+                RunAhead::Duplicate,
+            ),
+            (NewTask::new("ELSEWHERE", &key), RunAhead::NoHandler),
+        ];
+        for (n, (task, expected)) in cases.into_iter().enumerate() {
+            let (e, claimed) =
+                claimed_in_tx(ctx, &claims, path, &format!("{path}-n{n}"), task, true).await;
+            assert_eq!(claimed.lease(), None, "{path}: {expected:?} {e:?}");
+            assert_eq!(engine.run_claimed(claimed).await, expected, "{path}");
+            let t = ctx.task(e.id).await;
+            if expected != RunAhead::Duplicate {
+                assert_eq!(
+                    (t.status, t.attempts, t.lease, t.owner),
+                    (Status::Pending, 0, 0, None),
+                    "{path}: {expected:?}"
+                );
+            }
+        }
+    }
+    assert_eq!(calls.count("native-rb") + calls.count("sqlx-rb"), 0);
+    let c = engine.counters();
+    assert_eq!((c.run_ahead, c.polled, c.succeeded), (3, 0, 3));
+    engine.shutdown().await;
+}
+
+/// `claim_in` reserves a place in the executor before its statement: with the executor
+/// full it claims nothing (`Rejected`, counted; the task pending, no attempt spent); an
+/// answer dropped unrun (after a rollback) frees its place for the next claim.
+pub async fn engine_claim_in_reserves_the_executor_and_frees_it_when_dropped<H: Harness>(
+    ctx: &Ctx<H>,
+) {
+    let gate = Arc::new(Semaphore::new(0));
+    let calls = Calls::default();
+    let engine = Engine::builder(ctx.store.clone())
+        .config(no_poll_config())
+        .handler(
+            "SLOW",
+            gated(calls.clone(), &gate),
+            opts().concurrency(1).queue_capacity(0),
+        )
+        .start()
+        .unwrap();
+    let claims = crate::EngineClaims::new(&engine);
+    let path = crate::TxPath::Native;
+    // a claim on a transaction that rolls back holds the only place until dropped
+    let (_, held) = claimed_in_tx(ctx, &claims, path, "r1", engine.task("SLOW", "x"), false).await;
+    assert!(held.lease().is_some());
+    let (y, rejected) =
+        claimed_in_tx(ctx, &claims, path, "r2", engine.task("SLOW", "y"), true).await;
+    assert_eq!(rejected.lease(), None);
+    assert_eq!(engine.run_claimed(rejected).await, RunAhead::Rejected);
+    let t = ctx.task(y.id).await;
+    assert_eq!((t.status, t.attempts, t.lease), (Status::Pending, 0, 0));
+    assert_eq!(engine.counters().rejected, 1);
+    drop(held);
+    let (z, claimed) =
+        claimed_in_tx(ctx, &claims, path, "r3", engine.task("SLOW", "z"), true).await;
+    assert!(
+        claimed.lease().is_some(),
+        "the dropped answer freed its place"
+    );
+    assert_eq!(engine.run_claimed(claimed).await, RunAhead::Started);
+    eventually("z to start", || async { calls.count("z") == 1 }).await;
+    gate.add_permits(1);
+    let t = wait_status(&ctx.store, z.id, Status::Succeeded).await;
+    assert_eq!(t.attempts, 1);
+    assert_eq!(calls.count("x"), 0);
+    assert_eq!(ctx.task(y.id).await.status, Status::Pending);
+    engine.shutdown().await;
+}
+
+/// The trade-off of the claim inside the transaction: an answer never run (the process
+/// died after the commit) leaves the task running under its engine, which does not
+/// heartbeat it; once its lease is older than `dead_after`, another instance's sweep
+/// gives it back and runs it — once, as attempt 2.
+pub async fn engine_claimed_task_never_run_waits_for_the_sweep<H: Harness>(ctx: &Ctx<H>) {
+    let calls = Calls::default();
+    let first = pay_engine(ctx, &calls, no_poll_config());
+    let claims = crate::EngineClaims::new(&first);
+    let (e, claimed) = claimed_in_tx(
+        ctx,
+        &claims,
+        crate::TxPath::Native,
+        "lost-1",
+        first.task("PAY", "lost"),
+        true,
+    )
+    .await;
+    // the process "dies" before run_claimed: the answer is dropped
+    drop(claimed);
+    tokio::time::sleep(Duration::from_millis(400)).await; // two heartbeats of `first`
+    let t = ctx.task(e.id).await;
+    assert_eq!(
+        (t.status, t.attempts, t.lease, t.owner.as_deref()),
+        (Status::Running, 1, 1, Some(first.owner().as_str()))
+    );
+    ctx.backdate(e.id, TimeColumn::UpdatedAt, Duration::from_secs(120))
+        .await;
+    let second = Engine::builder(ctx.new_store().await)
+        .config(fast_config().first_poll_delay(Duration::ZERO))
+        .handler("PAY", flaky(calls.clone(), 0), opts())
+        .start()
+        .unwrap(); // on a store of its own: another process
+    let t = wait_status(&ctx.store, e.id, Status::Succeeded).await;
+    assert_eq!(
+        (t.attempts, t.owner.as_deref()),
+        (2, Some(second.owner().as_str()))
+    );
+    assert_eq!(calls.count("lost"), 1);
+    assert_eq!(first.counters().run_ahead, 0);
+    second.shutdown().await;
+    first.shutdown().await;
+}
+
+/// An engine shut down between the commit and `run_claimed` gives the task back:
+/// pending, its attempt not counted, for a live instance.
+pub async fn engine_gives_back_a_claimed_task_when_shut_down_before_running_it<H: Harness>(
+    ctx: &Ctx<H>,
+) {
+    let calls = Calls::default();
+    let engine = pay_engine(ctx, &calls, no_poll_config());
+    let claims = crate::EngineClaims::new(&engine);
+    let (e, claimed) = claimed_in_tx(
+        ctx,
+        &claims,
+        crate::TxPath::Native,
+        "late-1",
+        engine.task("PAY", "late"),
+        true,
+    )
+    .await;
+    engine.shutdown().await;
+    assert_eq!(engine.run_claimed(claimed).await, RunAhead::ShuttingDown);
+    let t = ctx.task(e.id).await;
+    assert_eq!((t.status, t.attempts, t.owner), (Status::Pending, 0, None));
+    assert_eq!(calls.count("late"), 0);
+}
+
+/// Claims inside transactions race two engines' pollers: 6 producers × 10 tasks, each
+/// claimed on its transaction by one of the two engines and run after its commit, while
+/// both pollers poll every 20 ms. The pollers never see a claimable row (uncommitted, then
+/// running): every task runs exactly once, ahead.
+pub async fn engine_claims_in_transactions_race_pollers_and_each_task_runs_once<H: Harness>(
+    ctx: &Ctx<H>,
+) {
+    let calls = Calls::default();
+    let engines: Vec<_> = [0, 1]
+        .iter()
+        .map(|_| pay_engine(ctx, &calls, fast_config().first_poll_delay(Duration::ZERO)))
+        .collect();
+    let producers = (0..6).map(|p| {
+        let engine = engines[p % 2].clone();
+        async move {
+            let claims = crate::EngineClaims::new(&engine);
+            let path = crate::TxPath::ALL[p % 3];
+            let mut ids = Vec::new();
+            for i in 0..10 {
+                let (e, claimed) = claimed_in_tx(
+                    ctx,
+                    &claims,
+                    path,
+                    &format!("race-{p}-{i}"),
+                    engine.task("PAY", format!("k{p}-{i}")),
+                    true,
+                )
+                .await;
+                assert_eq!(engine.run_claimed(claimed).await, RunAhead::Started);
+                ids.push(e.id);
+            }
+            ids
+        }
+    });
+    let ids: Vec<TaskId> =
+        tokio::time::timeout(PATIENCE, futures_util::future::join_all(producers))
+            .await
+            .expect("producers within the deadline")
+            .into_iter()
+            .flatten()
+            .collect();
+    for id in &ids {
+        let t = wait_status(&ctx.store, *id, Status::Succeeded).await;
+        assert_eq!(t.attempts, 1, "task {id}");
+    }
+    for p in 0..6 {
+        for i in 0..10 {
+            assert_eq!(calls.count(&format!("k{p}-{i}")), 1, "k{p}-{i} ran once");
+        }
+    }
+    let run_ahead: u64 = engines.iter().map(|e| e.counters().run_ahead).sum();
+    let polled: u64 = engines.iter().map(|e| e.counters().polled).sum();
+    assert_eq!((run_ahead, polled), (60, 0));
+    for e in &engines {
+        e.shutdown().await;
+    }
+}

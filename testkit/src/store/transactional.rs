@@ -172,3 +172,128 @@ pub async fn tx_enqueue_runs_keys_and_dedup_rules<H: Harness>(ctx: &Ctx<H>) {
         assert_eq!(ctx.task(again.id).await.payload, "2", "{path}");
     }
 }
+
+/// `Transactional::claim_in` along every path: a task enqueued and claimed on one
+/// transaction commits running (owner, attempt 1, lease 1, `updated_at` at the claim),
+/// and its lease fences marks; a rollback leaves neither task nor business row though
+/// the claim answered; a delayed task, a task claimed before, and a running one are not
+/// claimed, the row unchanged and the transaction still usable (its business row
+/// commits).
+pub async fn tx_claim_claims_a_task_enqueued_on_the_same_transaction<H: Harness>(ctx: &Ctx<H>) {
+    use backstop_core::{Lease, Owner, TaskStoreExt};
+    use std::time::Duration;
+    for path in TxPath::ALL {
+        let owner = Owner::new(format!("claimer-{path}")).unwrap();
+        let claims = crate::StoreClaims::new(ctx.store.clone(), owner.clone());
+        let started = Utc::now();
+        let e = ctx
+            .enqueue_claimed_in_tx_via(
+                path,
+                &format!("{path}-c1"),
+                NewTask::new("TXC", format!("{path}-a")),
+                claims.clone(),
+                true,
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
+        let lease = Lease {
+            task_id: e.id,
+            token: 1,
+        };
+        assert_eq!(claims.take(), vec![Some(lease)], "{path}");
+        let got = ctx.task(e.id).await;
+        assert_eq!(
+            (got.status, got.attempts, got.lease, got.owner.as_deref()),
+            (Status::Running, 1, 1, Some(owner.as_str())),
+            "{path}"
+        );
+        assert_between("updated_at", got.updated_at, started, Utc::now());
+        assert!(business_row(ctx, &format!("{path}-c1")).await, "{path}");
+        // the lease fences: the token before the claim is refused, the claim's applies
+        let before = Lease {
+            task_id: e.id,
+            token: 0,
+        };
+        assert!(!ctx.store.mark_success(before).await.unwrap(), "{path}");
+        assert!(ctx.store.mark_success(lease).await.unwrap(), "{path}");
+        assert_eq!(ctx.task(e.id).await.status, Status::Succeeded, "{path}");
+
+        // rolled back: the claim answered inside the transaction, nothing remains
+        let rb = ctx
+            .enqueue_claimed_in_tx_via(
+                path,
+                &format!("{path}-c2"),
+                NewTask::new("TXC", format!("{path}-rb")),
+                claims.clone(),
+                false,
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert_eq!(claims.take().len(), 1, "{path}");
+        assert!(ctx.store.get(rb.id).await.unwrap().is_none(), "{path}");
+        assert!(!business_row(ctx, &format!("{path}-c2")).await, "{path}");
+
+        // not due: pending, untouched
+        let delayed = ctx
+            .enqueue_claimed_in_tx_via(
+                path,
+                &format!("{path}-c3"),
+                NewTask::new("TXC", format!("{path}-later")).delay(Duration::from_secs(3600)),
+                claims.clone(),
+                true,
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert_eq!(claims.take(), vec![None], "{path}");
+        let got = ctx.task(delayed.id).await;
+        assert_eq!(
+            (got.status, got.attempts, got.lease, got.owner),
+            (Status::Pending, 0, 0, None),
+            "{path}"
+        );
+        assert!(business_row(ctx, &format!("{path}-c3")).await, "{path}");
+
+        // claimed before, then given back (pending, lease past 0): not claimed again here
+        let once = ctx.enqueue("TXC", &format!("{path}-once")).await;
+        let grabbed = ctx.grab(once).await;
+        assert!(ctx.store.release(grabbed.lease()).await.unwrap(), "{path}");
+        let released = ctx.task(once).await;
+        assert_eq!(released.status, Status::Pending, "{path}");
+        // … and a running task is not claimed either
+        let running = ctx.enqueue("TXC", &format!("{path}-running")).await;
+        let held = ctx.grab(running).await;
+        for (n, (key, id)) in [
+            (format!("{path}-once"), once),
+            (format!("{path}-running"), running),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let dup = ctx
+                .enqueue_claimed_in_tx_via(
+                    path,
+                    &format!("{path}-d{n}"),
+                    NewTask::new("TXC", key),
+                    claims.clone(),
+                    true,
+                )
+                .await
+                .unwrap_or_else(|e| panic!("{path}: {e}"));
+            assert_eq!((dup.id, dup.created), (id, false), "{path}");
+            assert_eq!(claims.take(), vec![None], "{path}: {id}");
+            assert!(business_row(ctx, &format!("{path}-d{n}")).await, "{path}");
+        }
+        let got = ctx.task(once).await;
+        assert_eq!(
+            (got.status, got.attempts, got.lease),
+            (released.status, released.attempts, released.lease),
+            "{path}"
+        );
+        let got = ctx.task(running).await;
+        assert_eq!(
+            (got.status, got.attempts, got.lease, got.owner),
+            (Status::Running, 1, held.lease, held.owner),
+            "{path}"
+        );
+    }
+}
