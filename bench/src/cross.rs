@@ -82,7 +82,7 @@ pub async fn wakeup_latency(t: &Target, redis_url: Option<&str>, count: usize) -
         .expect("engine B");
     // B listens once a probe wakes it
     'probe: for i in 0.. {
-        enqueue_with_order(&store_a, &format!("probe{i}")).await;
+        enqueue_with_order(&store_a, &format!("probe{i}"), None).await;
         na.notify(EVENT).await.expect("notify");
         let until = Instant::now() + Duration::from_millis(200);
         while Instant::now() < until {
@@ -98,7 +98,7 @@ pub async fn wakeup_latency(t: &Target, redis_url: Option<&str>, count: usize) -
     let m = sys::Meter::start();
     for i in 0..count {
         let key = format!("w{i}");
-        enqueue_with_order(&store_a, &key).await;
+        enqueue_with_order(&store_a, &key, None).await;
         let t0 = Instant::now();
         na.notify(EVENT).await.expect("notify"); // after commit (a no-op on PostgreSQL)
         loop {

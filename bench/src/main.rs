@@ -24,11 +24,11 @@ use backstop::mysql::{MySqlOptions, MySqlStore};
 use backstop::postgres::{PgOptions, PgStore};
 use backstop::sqlite::{SqliteOptions, SqliteStore, Synchronous};
 use backstop::{
-    handler_fn, AnyStore, Engine, EngineConfig, Enqueued, HandlerError, HandlerOptions, NewTask,
-    Owner, Status, StoreConfig, Task, TaskStore,
+    handler_fn, AnyStore, Claimed, Engine, EngineConfig, Enqueued, HandlerError, HandlerOptions,
+    NewTask, Owner, Status, StoreConfig, Task, TaskStore,
 };
 use hdrhistogram::Histogram;
-use raw::{histogram, record, Raw, EVENT, ORDERS, TABLE};
+use raw::{histogram, record, Raw, Shape, EVENT, ORDERS, TABLE};
 use sys::Row;
 
 #[derive(Debug, Clone)]
@@ -37,7 +37,7 @@ struct Args {
     backends: Vec<String>,
     drain_tasks: usize,
     out: std::path::PathBuf,
-    /// Run only these scenarios (run-ahead, enqueue, drain, ordered, idle, scale, backlogs, counts, wakeup,
+    /// Run only these scenarios (run-ahead, enqueue, drain, fastest, ordered, idle, scale, backlogs, counts, wakeup,
     /// relay, consume, isolation, idle-load; with `--peer`: apalis, peers).
     only: Option<Vec<String>>,
     /// Also run apalis (bench/peer-apalis, built by scripts/bench --peer).
@@ -282,12 +282,18 @@ async fn target(backend: &str) -> Option<Target> {
     }
 }
 
-/// The business row and the task in one native transaction.
-async fn enqueue_with_order(store: &AnyStore, key: &str) -> Enqueued {
+/// The business row and the task in one native transaction; with `claim`, the task is
+/// also claimed for that engine in it (`Engine::claim_in`).
+async fn enqueue_with_order(
+    store: &AnyStore,
+    key: &str,
+    claim: Option<&Engine<AnyStore>>,
+) -> (Enqueued, Option<Claimed>) {
     let task = NewTask::new(EVENT, key);
     match store {
         AnyStore::Sqlite(s) => {
             let key = key.to_owned();
+            let engine = claim.cloned();
             s.transaction(move |tx| {
                 tx.execute(&format!("INSERT INTO {ORDERS} (id) VALUES (?1)"), [&key])
                     .map_err(|e| {
@@ -297,7 +303,12 @@ async fn enqueue_with_order(store: &AnyStore, key: &str) -> Enqueued {
                             e.to_string(),
                         )
                     })?;
-                tx.enqueue(&task)
+                let e = tx.enqueue(&task)?;
+                let claimed = match &engine {
+                    Some(engine) => Some(engine.claim_blocking(&mut tx.connection(), &e)?),
+                    None => None,
+                };
+                Ok::<_, backstop::Error>((e, claimed))
             })
             .await
             .expect("enqueue")
@@ -311,8 +322,17 @@ async fn enqueue_with_order(store: &AnyStore, key: &str) -> Enqueued {
                 .expect("prepare");
             tx.execute(&st, &[&key]).await.expect("order");
             let e = p.enqueue_tx(&tx, &task).await.expect("enqueue");
+            let claimed = match claim {
+                Some(engine) => Some(
+                    engine
+                        .claim_in(&mut p.tx_connection(&tx), &e)
+                        .await
+                        .expect("claim"),
+                ),
+                None => None,
+            };
             tx.commit().await.expect("commit");
-            e
+            (e, claimed)
         }
         AnyStore::MySql(m) => {
             let mut tx = m.pool().begin().await.expect("begin");
@@ -324,8 +344,12 @@ async fn enqueue_with_order(store: &AnyStore, key: &str) -> Enqueued {
             .await
             .expect("order");
             let e = m.enqueue_tx(&mut tx, &task).await.expect("enqueue");
+            let claimed = match claim {
+                Some(engine) => Some(engine.claim_in(&mut *tx, &e).await.expect("claim")),
+                None => None,
+            };
             tx.commit().await.expect("commit");
-            e
+            (e, claimed)
         }
         _ => unreachable!("all backends are compiled in"),
     }
@@ -359,9 +383,13 @@ fn quiet_config() -> EngineConfig {
         .retention(None)
 }
 
-/// K producers commit a business row + task, then run it ahead; no-op handler.
-async fn run_ahead(t: &Target, producers: usize, total: usize) -> Row {
+/// K producers commit a business row + task, then run it ahead; no-op handler. With
+/// `claim_in_tx`, the task is claimed in its transaction (`Engine::claim_in`) and run
+/// after the commit (`run_claimed`), against raw SQL that claims in the transaction too.
+/// The note gives the WAL / redo log flushes per task where the server counts them.
+async fn run_ahead(t: &Target, producers: usize, total: usize, claim_in_tx: bool) -> Row {
     t.raw.reset().await;
+    let syncs_before = t.raw.log_syncs().await;
     let store = t.store(32).await;
     let starts: Arc<Mutex<HashMap<i64, Instant>>> = Arc::default();
     let hist = Arc::new(Mutex::new(histogram()));
@@ -397,9 +425,14 @@ async fn run_ahead(t: &Target, producers: usize, total: usize) -> Row {
         hs.push(tokio::spawn(async move {
             let mut not_started = 0;
             for i in 0..each {
-                let e = enqueue_with_order(&store, &format!("p{p}-{i}")).await;
+                let claim = claim_in_tx.then_some(&engine);
+                let (e, claimed) = enqueue_with_order(&store, &format!("p{p}-{i}"), claim).await;
                 starts.lock().unwrap().insert(e.id, Instant::now());
-                if engine.run_now(&e).await != backstop::RunAhead::Started {
+                let run = match claimed {
+                    Some(claimed) => engine.run_claimed(claimed).await,
+                    None => engine.run_now(&e).await,
+                };
+                if run != backstop::RunAhead::Started {
                     not_started += 1;
                 }
             }
@@ -414,24 +447,45 @@ async fn run_ahead(t: &Target, producers: usize, total: usize) -> Row {
     let elapsed = started.elapsed();
     let (rss, cpu) = m.stop();
     engine.shutdown().await;
+    // closed connections report their statistics (PostgreSQL: an idle one may hold them
+    // back for up to 10 s)
+    drop(engine);
+    drop(store);
+    let syncs = log_syncs_per_task(t, syncs_before, each * producers).await;
     t.raw.reset().await;
-    let (base_elapsed, base_hist) = t.raw.per_task(producers, each).await;
+    let base_before = t.raw.log_syncs().await;
+    let (base_elapsed, base_hist) = t.raw.per_task(producers, each, claim_in_tx).await;
+    let base_syncs = log_syncs_per_task(t, base_before, each * producers).await;
     let h = hist.lock().unwrap().clone();
+    let mut note = if not_started > 0 {
+        format!("{not_started} not run ahead")
+    } else {
+        "latency: commit → handler start (raw: commit → claimed)".into()
+    };
+    if let (Some(a), Some(b)) = (syncs, base_syncs) {
+        note = format!("{note}; log flushes per task {a:.2} (raw {b:.2})");
+    }
     Row {
         backend: t.backend.into(),
-        scenario: format!("run-ahead, {producers} producer(s)"),
+        scenario: if claim_in_tx {
+            format!("run-ahead, claim in the enqueue transaction, {producers} producer(s)")
+        } else {
+            format!("run-ahead, {producers} producer(s)")
+        },
         tps: Some((each * producers) as f64 / elapsed.as_secs_f64()),
         base_tps: Some((each * producers) as f64 / base_elapsed.as_secs_f64()),
         lat: lat(&h),
         base_lat: lat(&base_hist),
         rss_mb: rss,
         cpu_s: cpu,
-        note: if not_started > 0 {
-            format!("{not_started} not run ahead")
-        } else {
-            "latency: commit → handler start (raw: commit → claimed)".into()
-        },
+        note,
     }
+}
+
+/// The server's WAL / redo log flushes since `before`, per task of `tasks`.
+async fn log_syncs_per_task(t: &Target, before: Option<u64>, tasks: usize) -> Option<f64> {
+    let after = t.raw.log_syncs().await?;
+    Some(after.saturating_sub(before?) as f64 / tasks as f64)
 }
 
 /// Enqueue throughput: `producers` loops enqueueing `total` new tasks in batches of
@@ -486,7 +540,7 @@ async fn drain(t: &Target, engines: usize, n: usize, keys: Option<usize>) -> Row
     let (elapsed, rss, cpu) = backstop_drain(t, engines, n, keys, 100).await;
     t.raw.reset().await;
     t.raw.bulk_insert(n, 0).await;
-    let base = t.raw.drain(engines, 100).await;
+    let base = t.raw.drain(engines, 100, Shape::Store).await;
     let (scenario, note) = match keys {
         Some(k) => (
             format!("ordered drain {n} over {k} keys, {engines} engine(s)"),
@@ -508,6 +562,35 @@ async fn drain(t: &Target, engines: usize, n: usize, keys: Option<usize>) -> Row
         rss_mb: rss,
         cpu_s: cpu,
         note,
+        ..Row::default()
+    }
+}
+
+/// N due tasks drained by E engines, against the fastest correct raw SQL
+/// ([`Shape::Fastest`]); the raw SQL of the store's own statements runs in the same round,
+/// and the note reports it.
+async fn drain_fastest(t: &Target, engines: usize, n: usize) -> Row {
+    let (elapsed, rss, cpu) = backstop_drain(t, engines, n, None, 100).await;
+    t.raw.reset().await;
+    t.raw.bulk_insert(n, 0).await;
+    let store_shape = t.raw.drain(engines, 100, Shape::Store).await;
+    t.raw.reset().await;
+    t.raw.bulk_insert(n, 0).await;
+    let fastest = t.raw.drain(engines, 100, Shape::Fastest).await;
+    let tps = |d: Duration| n as f64 / d.as_secs_f64();
+    Row {
+        backend: t.backend.into(),
+        scenario: format!("drain {n}, {engines} engine(s), vs the fastest raw SQL"),
+        tps: Some(tps(elapsed)),
+        base_tps: Some(tps(fastest)),
+        rss_mb: rss,
+        cpu_s: cpu,
+        note: format!(
+            "batch 100; raw: {engines} worker(s), the fewest statements and round trips; \
+             the store's statements as raw SQL: {:.0}/s ({:.2}× the fastest)",
+            tps(store_shape),
+            fastest.as_secs_f64() / store_shape.as_secs_f64()
+        ),
         ..Row::default()
     }
 }
@@ -587,7 +670,7 @@ async fn idle_latency(t: &Target, count: usize) -> Row {
     let mut h = histogram();
     let m = sys::Meter::start();
     for i in 0..count {
-        let e = enqueue_with_order(&store, &format!("i{i}")).await;
+        let (e, _) = enqueue_with_order(&store, &format!("i{i}"), None).await;
         let t0 = Instant::now();
         engine.run_now(&e).await;
         let started = rx.recv().await.expect("handler ran");
@@ -597,7 +680,7 @@ async fn idle_latency(t: &Target, count: usize) -> Row {
     let (rss, cpu) = m.stop();
     engine.shutdown().await;
     t.raw.reset().await;
-    let (_, base) = t.raw.per_task(1, count).await;
+    let (_, base) = t.raw.per_task(1, count, false).await;
     Row {
         backend: t.backend.into(),
         scenario: format!("idle latency ({count} tasks, one at a time)"),
@@ -1082,8 +1165,11 @@ async fn main() {
         };
         if a.runs("run-ahead") {
             for producers in [1, 16] {
-                let r = repeated(a.repeat, || run_ahead(&t, producers, ra_total)).await;
-                rows.push(report(r));
+                for claim_in_tx in [false, true] {
+                    let r = repeated(a.repeat, || run_ahead(&t, producers, ra_total, claim_in_tx))
+                        .await;
+                    rows.push(report(r));
+                }
             }
         }
         if a.runs("enqueue") {
@@ -1096,6 +1182,12 @@ async fn main() {
         if a.runs("drain") {
             for &engines in &a.engines {
                 let r = repeated(a.repeat, || drain(&t, engines, a.drain_tasks, None)).await;
+                rows.push(report(r));
+            }
+        }
+        if a.runs("fastest") {
+            for &engines in &a.engines {
+                let r = repeated(a.repeat, || drain_fastest(&t, engines, a.drain_tasks)).await;
                 rows.push(report(r));
             }
         }

@@ -1,5 +1,7 @@
-//! The baseline: the same work as raw SQL through the same driver, with the same
-//! statements the store uses, no engine around them. Every result is a ratio to this.
+//! The baseline: the same work as raw SQL through the same driver, no engine around it.
+//! Every result is a ratio to it. A drain's raw SQL comes in two [`Shape`]s: the store's
+//! own statements, and the fewest statements and round trips that still do the work
+//! correctly.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,25 +18,79 @@ pub const EVENT: &str = "BENCH";
 const COLUMNS: &str = "id, event_type, biz_key, payload, status, attempts, max_attempts, \
     retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at, owner, lease, \
     last_error, created_at, updated_at";
-/// Where the lease is in [`COLUMNS`].
-const LEASE: usize = 12;
+
+/// The columns a worker cannot run a task and fence its completion without: what it
+/// runs (type, key, payload, attempt number) and the lease its mark is fenced by. The
+/// retry policy is needed only when a task fails, and can be read then.
+const NEEDED: &str = "id, event_type, biz_key, payload, attempts, lease";
+
+/// Which raw SQL a drain runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// The store's own statements, as a hand-written worker would send them: the claim
+    /// returns the whole row.
+    Store,
+    /// The fewest statements and round trips that still return what a worker needs
+    /// ([`NEEDED`]) and fence each completion by its lease.
+    Fastest,
+}
+
+impl Shape {
+    /// The columns a claim returns, with where the attempt number and the lease are.
+    fn columns(self) -> (&'static str, Cols) {
+        match self {
+            Shape::Store => (
+                COLUMNS,
+                Cols {
+                    attempts: 5,
+                    lease: 12,
+                },
+            ),
+            Shape::Fastest => (
+                NEEDED,
+                Cols {
+                    attempts: 4,
+                    lease: 5,
+                },
+            ),
+        }
+    }
+
+    /// The same columns, each prefixed `t.`.
+    fn columns_of_t(self) -> String {
+        let (cols, _) = self.columns();
+        cols.split(", ")
+            .map(|c| format!("t.{}", c.trim()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Where a claimed row's attempt number and lease are (id, type, key and payload come
+/// first in every shape).
+#[derive(Clone, Copy, Debug)]
+struct Cols {
+    attempts: usize,
+    lease: usize,
+}
 
 /// What a hand-written worker reads of a claimed row before running it: returns the id
 /// and lease (the strings are decoded, as a worker would, then dropped).
-fn read_sqlite(r: &rusqlite::Row<'_>) -> rusqlite::Result<(i64, i64)> {
-    let _task: (String, String, String, i64) = (r.get(1)?, r.get(2)?, r.get(3)?, r.get(5)?);
-    Ok((r.get(0)?, r.get(LEASE)?))
+fn read_sqlite(r: &rusqlite::Row<'_>, c: Cols) -> rusqlite::Result<(i64, i64)> {
+    let _task: (String, String, String, i64) =
+        (r.get(1)?, r.get(2)?, r.get(3)?, r.get(c.attempts)?);
+    Ok((r.get(0)?, r.get(c.lease)?))
 }
 
-fn read_pg(r: &tokio_postgres::Row) -> (i64, i64) {
-    let _task: (String, String, String, i32) = (r.get(1), r.get(2), r.get(3), r.get(5));
-    (r.get(0), r.get(LEASE))
+fn read_pg(r: &tokio_postgres::Row, c: Cols) -> (i64, i64) {
+    let _task: (String, String, String, i32) = (r.get(1), r.get(2), r.get(3), r.get(c.attempts));
+    (r.get(0), r.get(c.lease))
 }
 
-fn read_mysql(r: &sqlx::mysql::MySqlRow) -> (i64, i64) {
+fn read_mysql(r: &sqlx::mysql::MySqlRow, c: Cols) -> (i64, i64) {
     use sqlx::Row;
-    let _task: (String, String, String, i32) = (r.get(1), r.get(2), r.get(3), r.get(5));
-    (r.get(0), r.get(LEASE))
+    let _task: (String, String, String, i32) = (r.get(1), r.get(2), r.get(3), r.get(c.attempts));
+    (r.get(0), r.get(c.lease))
 }
 
 /// A histogram of microseconds (1 µs .. 60 s, 3 significant digits).
@@ -91,10 +147,23 @@ pub trait Raw: Send + Sync {
     async fn bulk_insert_ordered(&self, n: usize, keys: usize);
     /// `workers` loops of `each`: business row + task in one transaction, commit, claim it
     /// by id, mark it succeeded. Returns the elapsed time and commit→claimed latencies.
-    async fn per_task(&self, workers: usize, each: usize) -> (Duration, Histogram<u64>);
-    /// `workers` loops claiming `batch` due tasks and marking them succeeded in one
-    /// statement, until none is left. Returns the elapsed time.
-    async fn drain(&self, workers: usize, batch: usize) -> Duration;
+    /// With `claim_in_tx` the claim runs in the task's transaction, before the commit
+    /// (two commits a task instead of three; the latency is then commit → the worker has
+    /// its row, which it already has).
+    async fn per_task(
+        &self,
+        workers: usize,
+        each: usize,
+        claim_in_tx: bool,
+    ) -> (Duration, Histogram<u64>);
+    /// WAL or redo log flushes to disk so far, server-wide (PostgreSQL
+    /// `pg_stat_wal.wal_sync`; MariaDB's redo log writes, `Innodb_log_writes`, each
+    /// flushed at a commit when `innodb_flush_log_at_trx_commit = 1`); `None` where there
+    /// is no such counter (SQLite).
+    async fn log_syncs(&self) -> Option<u64>;
+    /// `workers` loops claiming `batch` due tasks and marking them succeeded, with the
+    /// statements of `shape`, until none is left. Returns the elapsed time.
+    async fn drain(&self, workers: usize, batch: usize, shape: Shape) -> Duration;
     /// `workers` loops of `batches` transactions, each one multi-row insert of `batch`
     /// new pending tasks (their key and payload bound per row, keys `r{w}-{b}-{i}`) that
     /// skips a held key and returns the ids it made. Returns the elapsed time.
@@ -145,6 +214,10 @@ impl SqliteRaw {
 
 #[async_trait]
 impl Raw for SqliteRaw {
+    async fn log_syncs(&self) -> Option<u64> {
+        None
+    }
+
     async fn drop_tables(&self) {
         let path = self.path.clone();
         tokio::task::spawn_blocking(move || {
@@ -275,7 +348,12 @@ impl Raw for SqliteRaw {
         started.elapsed()
     }
 
-    async fn per_task(&self, workers: usize, each: usize) -> (Duration, Histogram<u64>) {
+    async fn per_task(
+        &self,
+        workers: usize,
+        each: usize,
+        claim_in_tx: bool,
+    ) -> (Duration, Histogram<u64>) {
         let started = Instant::now();
         let mut handles = Vec::new();
         for w in 0..workers {
@@ -304,23 +382,37 @@ impl Raw for SqliteRaw {
                             |r| r.get(0),
                         )
                         .expect("task");
-                    tx.commit().expect("commit");
-                    let committed = Instant::now();
-                    let tx = c
-                        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-                        .expect("begin");
-                    let now = Self::now();
-                    let (_, lease) = tx
-                        .prepare_cached(&format!(
-                            "UPDATE {TABLE} SET status = 3, owner = 'raw', attempts = attempts + 1,
-                                lease = lease + 1, updated_at = ?1
-                             WHERE id = ?2 AND status = 0 AND next_run_at <= ?1 RETURNING {COLUMNS}"
-                        ))
-                        .expect("prepare")
-                        .query_row(rusqlite::params![now, id], read_sqlite)
-                        .expect("claim");
-                    tx.commit().expect("commit");
-                    record(&mut h, committed.elapsed());
+                    let claim_sql = format!(
+                        "UPDATE {TABLE} SET status = 3, owner = 'raw', attempts = attempts + 1,
+                            lease = lease + 1, updated_at = ?1
+                         WHERE id = ?2 AND status = 0 AND next_run_at <= ?1 RETURNING {COLUMNS}"
+                    );
+                    let claim = |tx: &rusqlite::Transaction<'_>, now: i64| {
+                        let (_, lease) = tx
+                            .prepare_cached(&claim_sql)
+                            .expect("prepare")
+                            .query_row(rusqlite::params![now, id], |r| {
+                                read_sqlite(r, Shape::Store.columns().1)
+                            })
+                            .expect("claim");
+                        lease
+                    };
+                    let lease = if claim_in_tx {
+                        let lease = claim(&tx, now);
+                        tx.commit().expect("commit");
+                        record(&mut h, Duration::ZERO);
+                        lease
+                    } else {
+                        tx.commit().expect("commit");
+                        let committed = Instant::now();
+                        let tx = c
+                            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                            .expect("begin");
+                        let lease = claim(&tx, Self::now());
+                        tx.commit().expect("commit");
+                        record(&mut h, committed.elapsed());
+                        lease
+                    };
                     let tx = c
                         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
                         .expect("begin");
@@ -343,37 +435,56 @@ impl Raw for SqliteRaw {
         (started.elapsed(), all)
     }
 
-    async fn drain(&self, workers: usize, batch: usize) -> Duration {
+    /// Both shapes: claim (one `UPDATE … RETURNING`, its own transaction), then the
+    /// marks of the batch in one transaction (a statement per row costs no round trip
+    /// in-process). The store's shape opens the claim's transaction explicitly
+    /// (`BEGIN IMMEDIATE`) and returns the whole row; the fastest lets the statement be
+    /// its own transaction and returns only what a worker needs.
+    async fn drain(&self, workers: usize, batch: usize, shape: Shape) -> Duration {
         let started = Instant::now();
         let mut handles = Vec::new();
         for _ in 0..workers {
             let path = self.path.clone();
             handles.push(tokio::task::spawn_blocking(move || {
                 let mut c = Self::conn(&path);
+                let (columns, cols) = shape.columns();
+                // (a bare `LIMIT ?2` would be compiled again at every call: see the
+                // SQLite backend's `sql.rs`)
+                let claim = format!(
+                    "UPDATE {TABLE} SET status = 3, owner = 'raw', attempts = attempts + 1,
+                        lease = lease + 1, updated_at = ?1
+                     WHERE id IN (SELECT id FROM {TABLE} WHERE status = 0 AND next_run_at <= ?1
+                        AND event_type IN ('{EVENT}') AND priority = 2
+                        ORDER BY next_run_at, id LIMIT CAST(?2 AS INTEGER))
+                     RETURNING {columns}"
+                );
                 loop {
-                    let tx = c
-                        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-                        .expect("begin");
                     let now = Self::now();
-                    // (a bare `LIMIT ?2` would be compiled again at every call: see the
-                    // SQLite backend's `sql.rs`)
-                    let claimed: Vec<(i64, i64)> = {
-                        let mut st = tx
-                            .prepare_cached(&format!(
-                                "UPDATE {TABLE} SET status = 3, owner = 'raw', attempts = attempts + 1,
-                                    lease = lease + 1, updated_at = ?1
-                                 WHERE id IN (SELECT id FROM {TABLE} WHERE status = 0 AND next_run_at <= ?1
-                                    AND event_type IN ('{EVENT}') AND priority = 2
-                                    ORDER BY next_run_at, id LIMIT CAST(?2 AS INTEGER))
-                                 RETURNING {COLUMNS}"
-                            ))
-                            .expect("prepare");
-                        st.query_map(rusqlite::params![now, batch as i64], read_sqlite)
-                        .expect("claim")
-                        .collect::<rusqlite::Result<_>>()
-                        .expect("rows")
+                    let claimed: Vec<(i64, i64)> = if shape == Shape::Store {
+                        let tx = c
+                            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                            .expect("begin");
+                        let claimed = tx
+                            .prepare_cached(&claim)
+                            .expect("prepare")
+                            .query_map(rusqlite::params![now, batch as i64], |r| {
+                                read_sqlite(r, cols)
+                            })
+                            .expect("claim")
+                            .collect::<rusqlite::Result<_>>()
+                            .expect("rows");
+                        tx.commit().expect("commit");
+                        claimed
+                    } else {
+                        c.prepare_cached(&claim)
+                            .expect("prepare")
+                            .query_map(rusqlite::params![now, batch as i64], |r| {
+                                read_sqlite(r, cols)
+                            })
+                            .expect("claim")
+                            .collect::<rusqlite::Result<_>>()
+                            .expect("rows")
                     };
-                    tx.commit().expect("commit");
                     if claimed.is_empty() {
                         return;
                     }
@@ -389,7 +500,8 @@ impl Raw for SqliteRaw {
                             .expect("prepare");
                         let now = Self::now();
                         for (id, lease) in &claimed {
-                            st.execute(rusqlite::params![now, id, lease]).expect("mark");
+                            let n = st.execute(rusqlite::params![now, id, lease]).expect("mark");
+                            check(n == 1, "mark applied");
                         }
                     }
                     tx.commit().expect("commit");
@@ -421,6 +533,18 @@ impl PgRaw {
 
 #[async_trait]
 impl Raw for PgRaw {
+    async fn log_syncs(&self) -> Option<u64> {
+        // (statistics reach the shared counters at most a second late)
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let row = self
+            .client()
+            .await
+            .query_one("SELECT wal_sync FROM pg_stat_wal", &[])
+            .await
+            .ok()?;
+        u64::try_from(row.get::<_, i64>(0)).ok()
+    }
+
     async fn drop_tables(&self) {
         self.client()
             .await
@@ -534,7 +658,12 @@ impl Raw for PgRaw {
         started.elapsed()
     }
 
-    async fn per_task(&self, workers: usize, each: usize) -> (Duration, Histogram<u64>) {
+    async fn per_task(
+        &self,
+        workers: usize,
+        each: usize,
+        claim_in_tx: bool,
+    ) -> (Duration, Histogram<u64>) {
         let mut clients = Vec::new();
         for _ in 0..workers {
             clients.push(self.client().await);
@@ -578,10 +707,24 @@ impl Raw for PgRaw {
                     let tx = c.transaction().await.expect("begin");
                     tx.execute(&order, &[&key]).await.expect("order");
                     let id: i64 = tx.query_one(&insert, &[&key]).await.expect("task").get(0);
-                    tx.commit().await.expect("commit");
-                    let committed = Instant::now();
-                    let (_, lease) = read_pg(&c.query_one(&claim, &[&id]).await.expect("claim"));
-                    record(&mut h, committed.elapsed());
+                    let lease = if claim_in_tx {
+                        let (_, lease) = read_pg(
+                            &tx.query_one(&claim, &[&id]).await.expect("claim"),
+                            Shape::Store.columns().1,
+                        );
+                        tx.commit().await.expect("commit");
+                        record(&mut h, Duration::ZERO);
+                        lease
+                    } else {
+                        tx.commit().await.expect("commit");
+                        let committed = Instant::now();
+                        let (_, lease) = read_pg(
+                            &c.query_one(&claim, &[&id]).await.expect("claim"),
+                            Shape::Store.columns().1,
+                        );
+                        record(&mut h, committed.elapsed());
+                        lease
+                    };
                     let n = c.execute(&mark, &[&id, &lease]).await.expect("mark");
                     check(n == 1, "mark applied");
                 }
@@ -592,7 +735,11 @@ impl Raw for PgRaw {
         (started.elapsed(), all)
     }
 
-    async fn drain(&self, workers: usize, batch: usize) -> Duration {
+    /// Both shapes: one statement claims (a locking read in a materialised CTE and the
+    /// update, `RETURNING` the rows), one marks the batch (fenced row by row by lease),
+    /// each its own transaction: two round trips a batch. The fastest returns only what
+    /// a worker needs.
+    async fn drain(&self, workers: usize, batch: usize, shape: Shape) -> Duration {
         let mut clients = Vec::new();
         for _ in 0..workers {
             clients.push(self.client().await);
@@ -601,6 +748,7 @@ impl Raw for PgRaw {
         let mut handles = Vec::new();
         for c in clients {
             handles.push(tokio::spawn(async move {
+                let (_, cols) = shape.columns();
                 let claim = c
                     .prepare(&format!(
                         "WITH picked AS MATERIALIZED (
@@ -611,7 +759,7 @@ impl Raw for PgRaw {
                          UPDATE {TABLE} AS t SET status = 3, owner = 'raw', attempts = t.attempts + 1,
                             lease = t.lease + 1, updated_at = now()
                          FROM picked WHERE t.id = picked.id RETURNING {}",
-                        COLUMNS.split(", ").map(|c| format!("t.{c}")).collect::<Vec<_>>().join(", ")
+                        shape.columns_of_t()
                     ))
                     .await
                     .expect("prepare");
@@ -631,8 +779,10 @@ impl Raw for PgRaw {
                     if rows.is_empty() {
                         return;
                     }
-                    let (ids, leases): (Vec<i64>, Vec<i64>) = rows.iter().map(read_pg).unzip();
-                    c.execute(&mark, &[&ids, &leases]).await.expect("mark");
+                    let (ids, leases): (Vec<i64>, Vec<i64>) =
+                        rows.iter().map(|r| read_pg(r, cols)).unzip();
+                    let n = c.execute(&mark, &[&ids, &leases]).await.expect("mark");
+                    check(n == ids.len() as u64, "marks applied");
                 }
             }));
         }
@@ -687,10 +837,12 @@ fn q(sql: String) -> sqlx::AssertSqlSafe<String> {
 }
 
 impl MySqlRaw {
-    /// The business row and its task in one transaction; the task's id.
+    /// The business row and its task in one transaction (and its claim, with `claim`);
+    /// the task's id.
     async fn insert_order_and_task(
         conn: &mut sqlx::pool::PoolConnection<sqlx::MySql>,
         key: &str,
+        claim: bool,
     ) -> Result<i64, sqlx::Error> {
         let mut tx = sqlx::Connection::begin(&mut **conn).await?;
         sqlx::query(q(format!("INSERT INTO {ORDERS} (id) VALUES (?)")))
@@ -707,8 +859,20 @@ impl MySqlRaw {
         .bind(key)
         .execute(&mut *tx)
         .await?;
+        let id = done.last_insert_id() as i64;
+        if claim {
+            let done = sqlx::query(q(format!(
+                "UPDATE {TABLE} SET status = 3, owner = 'raw', attempts = attempts + 1,
+                    lease = lease + 1, updated_at = NOW(3)
+                 WHERE id = ? AND status = 0 AND next_run_at <= NOW(3)"
+            )))
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+            check(done.rows_affected() == 1, "claimed");
+        }
         tx.commit().await?;
-        Ok(done.last_insert_id() as i64)
+        Ok(id)
     }
 
     /// Run `sql` with `binds`, again while MariaDB reports a lock conflict (as the store
@@ -735,6 +899,15 @@ impl MySqlRaw {
 
 #[async_trait]
 impl Raw for MySqlRaw {
+    async fn log_syncs(&self) -> Option<u64> {
+        let (_, n): (String, String) =
+            sqlx::query_as("SHOW GLOBAL STATUS LIKE 'Innodb_log_writes'")
+                .fetch_one(&self.pool)
+                .await
+                .ok()?;
+        n.parse().ok()
+    }
+
     async fn drop_tables(&self) {
         sqlx::query(q(format!(
             "DROP TABLE IF EXISTS {TABLE}, {TABLE}_inbox, {TABLE}_audit, {TABLE}_migrations, {TABLE}_keys, {ORDERS}"
@@ -863,7 +1036,12 @@ impl Raw for MySqlRaw {
         started.elapsed()
     }
 
-    async fn per_task(&self, workers: usize, each: usize) -> (Duration, Histogram<u64>) {
+    async fn per_task(
+        &self,
+        workers: usize,
+        each: usize,
+        claim_in_tx: bool,
+    ) -> (Duration, Histogram<u64>) {
         let started = Instant::now();
         let mut handles = Vec::new();
         for w in 0..workers {
@@ -877,28 +1055,36 @@ impl Raw for MySqlRaw {
                     // locks of concurrent inserts on the claim index): retry it, as the store
                     // does.
                     let id = loop {
-                        match Self::insert_order_and_task(&mut conn, &key).await {
+                        match Self::insert_order_and_task(&mut conn, &key, claim_in_tx).await {
                             Ok(id) => break id,
                             Err(e) if is_lock_conflict(&e) => continue,
                             Err(e) => panic!("enqueue: {e}"),
                         }
                     };
-                    let committed = Instant::now();
-                    let claim = format!(
-                        "UPDATE {TABLE} SET status = 3, owner = 'raw', attempts = attempts + 1,
-                            lease = lease + 1, updated_at = NOW(3)
-                         WHERE id = ? AND status = 0 AND next_run_at <= NOW(3)"
-                    );
-                    let n = Self::execute_retrying(&mut conn, "claim", &claim, &[id]).await;
-                    check(n == 1, "claimed");
-                    let (_, lease) = read_mysql(
-                        &sqlx::query(q(format!("SELECT {COLUMNS} FROM {TABLE} WHERE id = ?")))
-                            .bind(id)
-                            .fetch_one(&mut *conn)
-                            .await
-                            .expect("read"),
-                    );
-                    record(&mut h, committed.elapsed());
+                    let lease = if claim_in_tx {
+                        // claimed before the commit: the worker has its row and lease 1
+                        record(&mut h, Duration::ZERO);
+                        1
+                    } else {
+                        let committed = Instant::now();
+                        let claim = format!(
+                            "UPDATE {TABLE} SET status = 3, owner = 'raw', attempts = attempts + 1,
+                                lease = lease + 1, updated_at = NOW(3)
+                             WHERE id = ? AND status = 0 AND next_run_at <= NOW(3)"
+                        );
+                        let n = Self::execute_retrying(&mut conn, "claim", &claim, &[id]).await;
+                        check(n == 1, "claimed");
+                        let (_, lease) = read_mysql(
+                            &sqlx::query(q(format!("SELECT {COLUMNS} FROM {TABLE} WHERE id = ?")))
+                                .bind(id)
+                                .fetch_one(&mut *conn)
+                                .await
+                                .expect("read"),
+                            Shape::Store.columns().1,
+                        );
+                        record(&mut h, committed.elapsed());
+                        lease
+                    };
                     let mark = format!(
                         "UPDATE {TABLE} SET status = 1, last_error = NULL, updated_at = NOW(3)
                          WHERE id = ? AND status = 3 AND lease = ?"
@@ -913,7 +1099,14 @@ impl Raw for MySqlRaw {
         (started.elapsed(), all)
     }
 
-    async fn drain(&self, workers: usize, batch: usize) -> Duration {
+    /// The store's shape: `BEGIN`, the locking read of the whole rows, the claim's
+    /// `UPDATE … WHERE id IN (…)` (placeholders, one prepared statement per batch size),
+    /// `COMMIT`, then one success `UPDATE` for the batch, fenced row by row by lease
+    /// (`CASE id`), that reads nothing back when every row applied: five round trips a
+    /// batch. The fastest sends the claim's statements as one text (`START TRANSACTION`
+    /// … `COMMIT`, the ids going through a temporary table), then the same mark: two
+    /// round trips a batch.
+    async fn drain(&self, workers: usize, batch: usize, shape: Shape) -> Duration {
         let started = Instant::now();
         let token = Arc::new(std::sync::atomic::AtomicI64::new(1));
         let lock_wait = self.lock_wait;
@@ -923,70 +1116,126 @@ impl Raw for MySqlRaw {
             let token = Arc::clone(&token);
             handles.push(tokio::spawn(async move {
                 let mut conn = pool.acquire().await.expect("acquire");
+                let (columns, cols) = shape.columns();
+                // The fastest claim in one round trip: the locking read writes the ids to a
+                // temporary table of the session, the update and the read of the rows join
+                // it. (MariaDB's `UPDATE` has no `RETURNING`; a claim token to read the rows
+                // back by would need an index of its own on every write.)
+                let picked = "bench_picked";
+                let fastest = format!(
+                    "START TRANSACTION;
+                     DELETE FROM {picked};
+                     INSERT INTO {picked} SELECT id FROM {TABLE} FORCE INDEX (ix_claim_type)
+                       WHERE status = 0 AND event_type IN ('{EVENT}') AND priority = 2
+                         AND next_run_at <= NOW(3)
+                       ORDER BY next_run_at, id LIMIT {batch} FOR UPDATE {lock_wait};
+                     UPDATE {TABLE} AS t JOIN {picked} USING (id) SET t.status = 3,
+                       t.owner = 'raw', t.attempts = t.attempts + 1, t.lease = t.lease + 1,
+                       t.updated_at = NOW(3);
+                     SELECT {} FROM {TABLE} AS t JOIN {picked} USING (id);
+                     COMMIT",
+                    shape.columns_of_t()
+                );
+                if shape == Shape::Fastest {
+                    sqlx::raw_sql(q(format!(
+                        "CREATE TEMPORARY TABLE IF NOT EXISTS {picked}
+                            (id BIGINT PRIMARY KEY) ENGINE = MEMORY"
+                    )))
+                    .execute(&mut *conn)
+                    .await
+                    .expect("temporary table");
+                }
                 loop {
                     // A deadlock (1213) between racing workers is retried, as the store does.
-                    let claim = async {
-                        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-                        // the whole rows, locked: the update applies to all of them, so
-                        // they need no read back (the store does the same)
-                        let picked: Vec<(i64, i64)> = sqlx::query(q(format!(
-                            "SELECT {COLUMNS} FROM {TABLE} FORCE INDEX (ix_claim_type)
-                             WHERE status = 0 AND event_type IN ('{EVENT}') AND priority = 2
-                               AND next_run_at <= NOW(3)
-                             ORDER BY next_run_at, id LIMIT ? FOR UPDATE {lock_wait}"
-                        )))
-                        .bind(batch as i64)
-                        .fetch_all(&mut *tx)
-                        .await?
-                        .iter()
-                        .map(read_mysql)
-                        .collect();
-                        if picked.is_empty() {
-                            tx.commit().await?;
-                            return Ok(None);
+                    let claim = match shape {
+                        Shape::Store => {
+                            async {
+                                let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+                                // the whole rows, locked: the update applies to all of them,
+                                // so they need no read back (the store does the same)
+                                let picked: Vec<(i64, i64)> = sqlx::query(q(format!(
+                                    "SELECT {columns} FROM {TABLE} FORCE INDEX (ix_claim_type)
+                                     WHERE status = 0 AND event_type IN ('{EVENT}') AND priority = 2
+                                       AND next_run_at <= NOW(3)
+                                     ORDER BY next_run_at, id LIMIT ? FOR UPDATE {lock_wait}"
+                                )))
+                                .bind(batch as i64)
+                                .fetch_all(&mut *tx)
+                                .await?
+                                .iter()
+                                .map(|r| read_mysql(r, cols))
+                                .collect();
+                                if picked.is_empty() {
+                                    tx.commit().await?;
+                                    return Ok(Vec::new());
+                                }
+                                let list = vec!["?"; picked.len()].join(",");
+                                let t = token.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                let mut claim = sqlx::query(q(format!(
+                                    "UPDATE {TABLE} SET status = 3, owner = 'raw',
+                                        attempts = attempts + 1, lease = lease + 1,
+                                        claim_token = ?, updated_at = NOW(3)
+                                     WHERE id IN ({list}) AND status = 0"
+                                )))
+                                .bind(t);
+                                for (id, _) in &picked {
+                                    claim = claim.bind(id);
+                                }
+                                let done = claim.execute(&mut *tx).await?;
+                                check(
+                                    done.rows_affected() == picked.len() as u64,
+                                    "all picked claimed",
+                                );
+                                tx.commit().await?;
+                                Ok::<_, sqlx::Error>(
+                                    picked.into_iter().map(|(id, l)| (id, l + 1)).collect(),
+                                )
+                            }
+                            .await
                         }
-                        // placeholders, as the store does: one prepared statement per batch size
-                        let list = vec!["?"; picked.len()].join(",");
-                        let t = token.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let mut claim = sqlx::query(q(format!(
-                            "UPDATE {TABLE} SET status = 3, owner = 'raw', attempts = attempts + 1,
-                                lease = lease + 1, claim_token = ?, updated_at = NOW(3)
-                             WHERE id IN ({list}) AND status = 0"
-                        )))
-                        .bind(t);
-                        for (id, _) in &picked {
-                            claim = claim.bind(id);
+                        Shape::Fastest => {
+                            let rows = sqlx::raw_sql(q(fastest.clone()))
+                                .fetch_all(&mut *conn)
+                                .await;
+                            match rows {
+                                Ok(rows) => Ok(rows.iter().map(|r| read_mysql(r, cols)).collect()),
+                                Err(e) => {
+                                    // the text stops at the failed statement: end its
+                                    // transaction before trying again
+                                    sqlx::raw_sql("ROLLBACK")
+                                        .execute(&mut *conn)
+                                        .await
+                                        .expect("rollback");
+                                    Err(e)
+                                }
+                            }
                         }
-                        let done = claim.execute(&mut *tx).await?;
-                        check(
-                            done.rows_affected() == picked.len() as u64,
-                            "all picked claimed",
-                        );
-                        let claimed: Vec<(i64, i64)> = picked
-                            .into_iter()
-                            .map(|(id, lease)| (id, lease + 1))
-                            .collect();
-                        tx.commit().await?;
-                        Ok::<_, sqlx::Error>(Some(claimed))
-                    }
-                    .await;
-                    let claimed = match claim {
-                        Ok(Some(claimed)) => claimed,
-                        Ok(None) => return,
+                    };
+                    let claimed: Vec<(i64, i64)> = match claim {
+                        Ok(claimed) if claimed.is_empty() => return,
+                        Ok(claimed) => claimed,
                         Err(e) if is_lock_conflict(&e) => continue,
                         Err(e) => panic!("claim: {e}"),
                     };
-                    // success marks fenced by each task's lease, one statement
+                    // success marks fenced by each task's lease, one statement (the store's
+                    // also writes a token to find the rows that did not apply by)
                     let list = vec!["?"; claimed.len()].join(",");
                     let cases = vec!["WHEN ? THEN ?"; claimed.len()].join(" ");
+                    let set_token = if shape == Shape::Store {
+                        ", claim_token = ?"
+                    } else {
+                        ""
+                    };
                     loop {
-                        let t = token.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let mut mark = sqlx::query(q(format!(
-                            "UPDATE {TABLE} SET status = 1, last_error = NULL, updated_at = NOW(3),
-                                claim_token = ?
+                            "UPDATE {TABLE} SET status = 1, last_error = NULL,
+                                updated_at = NOW(3){set_token}
                              WHERE id IN ({list}) AND status = 3 AND lease = CASE id {cases} END"
-                        )))
-                        .bind(t);
+                        )));
+                        if shape == Shape::Store {
+                            mark =
+                                mark.bind(token.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+                        }
                         for (id, _) in &claimed {
                             mark = mark.bind(id);
                         }
