@@ -125,16 +125,8 @@ impl<S: TaskStore + Transactional + Clone> Engine<S> {
     where
         C: TxConnection + ?Sized,
     {
-        let (exec, slot) = match self.reserve(enqueued) {
-            Ok(reserved) => reserved,
-            Err(why) => return Ok(Claimed::not(enqueued, why)),
-        };
-        let shared = &self.inner.shared;
-        let lease = shared
-            .store
-            .claim_in(conn, enqueued.id, &shared.owner)
-            .await?;
-        Ok(Self::claimed(enqueued, lease, exec, slot))
+        self.claim_in_with(&self.inner.shared.store, conn, enqueued)
+            .await
     }
 
     /// [`claim_in`](Self::claim_in) on a blocking driver's connection (rusqlite in
@@ -143,14 +135,52 @@ impl<S: TaskStore + Transactional + Clone> Engine<S> {
     where
         C: BlockingTxConnection + ?Sized,
     {
+        self.claim_blocking_with(&self.inner.shared.store, conn, enqueued)
+    }
+}
+
+impl<S: TaskStore + Clone> Engine<S> {
+    /// [`claim_in`](Self::claim_in) with the claim's statement taken from `store`'s
+    /// driver: for an engine over a store that is not [`Transactional`] itself, such as a
+    /// wrapper that implements `TaskStore` around a backend's store (to record or count
+    /// its calls). `store` must be that backend's store (the same database and table);
+    /// the claim is this engine's.
+    pub async fn claim_in_with<T, C>(
+        &self,
+        store: &T,
+        conn: &mut C,
+        enqueued: &Enqueued,
+    ) -> Result<Claimed>
+    where
+        T: Transactional + ?Sized,
+        C: TxConnection + ?Sized,
+    {
         let (exec, slot) = match self.reserve(enqueued) {
             Ok(reserved) => reserved,
             Err(why) => return Ok(Claimed::not(enqueued, why)),
         };
-        let shared = &self.inner.shared;
-        let lease = shared
-            .store
-            .claim_blocking(conn, enqueued.id, &shared.owner)?;
+        let lease = store
+            .claim_in(conn, enqueued.id, &self.inner.shared.owner)
+            .await?;
+        Ok(Self::claimed(enqueued, lease, exec, slot))
+    }
+
+    /// [`claim_in_with`](Self::claim_in_with) on a blocking driver's connection.
+    pub fn claim_blocking_with<T, C>(
+        &self,
+        store: &T,
+        conn: &mut C,
+        enqueued: &Enqueued,
+    ) -> Result<Claimed>
+    where
+        T: Transactional + ?Sized,
+        C: BlockingTxConnection + ?Sized,
+    {
+        let (exec, slot) = match self.reserve(enqueued) {
+            Ok(reserved) => reserved,
+            Err(why) => return Ok(Claimed::not(enqueued, why)),
+        };
+        let lease = store.claim_blocking(conn, enqueued.id, &self.inner.shared.owner)?;
         Ok(Self::claimed(enqueued, lease, exec, slot))
     }
 
