@@ -516,44 +516,6 @@ async fn produce(
     }
 }
 
-/// The workers' own business transactions (claimed in the transaction), from their
-/// ledgers: what each commit answered, or unknown when the worker died before it knew.
-fn produced_by_workers(
-    ledgers: &HashMap<String, Vec<crate::ledger::Entry>>,
-    written: &mut HashMap<String, Written>,
-) {
-    for entries in ledgers.values() {
-        for e in entries {
-            let crate::ledger::Entry::Produced {
-                key,
-                event_type,
-                outcome,
-            } = e
-            else {
-                continue;
-            };
-            let event_type = match event_type.as_str() {
-                OK => OK,
-                RELAY => RELAY,
-                _ => FAIL,
-            };
-            let outcome = match outcome {
-                Some('C') => Outcome::Committed,
-                Some('R') => Outcome::RolledBack,
-                _ => Outcome::Unknown,
-            };
-            // the answer (`P`) follows the intent (`p`) in the same file
-            written.insert(
-                key.clone(),
-                Written {
-                    event_type,
-                    outcome,
-                },
-            );
-        }
-    }
-}
-
 /// Tasks a batch transaction enqueues together.
 const BATCH: usize = 5;
 
@@ -689,7 +651,6 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
             "{ledger}".into(),
             redis.url(),
             stream.clone(),
-            t.orders.clone(),
         ],
         dir: dir.clone(),
         children: Vec::new(),
@@ -874,9 +835,8 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
     )))
     .fetch_all(&t.pool)
     .await?;
-    let mut written = std::mem::take(&mut *written.lock().unwrap_or_else(|e| e.into_inner()));
+    let written = std::mem::take(&mut *written.lock().unwrap_or_else(|e| e.into_inner()));
     let ledgers = crate::ledger::read_dir(&dir)?;
-    produced_by_workers(&ledgers, &mut written);
     let fault_log: String = faults
         .iter()
         .map(|f| format!("{} {:?} {} {}\n", f.kind.name(), f.pid, f.start, f.end))
