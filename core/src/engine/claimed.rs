@@ -159,10 +159,9 @@ impl<S: TaskStore + Clone> Engine<S> {
             Ok(reserved) => reserved,
             Err(why) => return Ok(Claimed::not(enqueued, why)),
         };
-        let lease = store
-            .claim_in(conn, enqueued.id, &self.inner.shared.owner)
-            .await?;
-        Ok(Self::claimed(enqueued, lease, exec, slot))
+        let owner = &self.inner.shared.owner;
+        let lease = store.claim_in(conn, enqueued.id, owner).await;
+        Self::claimed(enqueued, lease, exec, slot)
     }
 
     /// [`claim_in_with`](Self::claim_in_with) on a blocking driver's connection.
@@ -180,8 +179,9 @@ impl<S: TaskStore + Clone> Engine<S> {
             Ok(reserved) => reserved,
             Err(why) => return Ok(Claimed::not(enqueued, why)),
         };
-        let lease = store.claim_blocking(conn, enqueued.id, &self.inner.shared.owner)?;
-        Ok(Self::claimed(enqueued, lease, exec, slot))
+        let owner = &self.inner.shared.owner;
+        let lease = store.claim_blocking(conn, enqueued.id, owner);
+        Self::claimed(enqueued, lease, exec, slot)
     }
 
     /// Run a task [claimed on the caller's transaction](Self::claim_in), after the
@@ -271,13 +271,15 @@ impl<S: TaskStore + Clone> Engine<S> {
         Ok((Arc::clone(exec), slot))
     }
 
+    /// The answer of a claim statement that answered `lease` (an error drops the
+    /// reserved place with it).
     fn claimed(
         enqueued: &Enqueued,
-        lease: Option<Lease>,
+        lease: Result<Option<Lease>>,
         exec: Arc<Executor>,
         slot: OwnedSemaphorePermit,
-    ) -> Claimed {
-        match lease {
+    ) -> Result<Claimed> {
+        Ok(match lease? {
             Some(lease) => Claimed {
                 task_id: enqueued.id,
                 event_type: enqueued.event_type.clone(),
@@ -285,6 +287,6 @@ impl<S: TaskStore + Clone> Engine<S> {
             },
             // not due (delayed): pending for the poller; the place is freed here
             None => Claimed::not(enqueued, RunAhead::NotClaimed),
-        }
+        })
     }
 }

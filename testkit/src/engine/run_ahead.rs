@@ -391,11 +391,16 @@ pub async fn engine_claimed_task_never_run_waits_for_the_sweep<H: Harness>(ctx: 
     .await;
     // the process "dies" before run_claimed: the answer is dropped
     drop(claimed);
+    let claimed_at = ctx.task(e.id).await.updated_at;
     tokio::time::sleep(Duration::from_millis(400)).await; // two heartbeats of `first`
     let t = ctx.task(e.id).await;
     assert_eq!(
         (t.status, t.attempts, t.lease, t.owner.as_deref()),
         (Status::Running, 1, 1, Some(first.owner().as_str()))
+    );
+    assert_eq!(
+        t.updated_at, claimed_at,
+        "a task never handed over is not heartbeated by its engine"
     );
     ctx.backdate(e.id, TimeColumn::UpdatedAt, Duration::from_secs(120))
         .await;
