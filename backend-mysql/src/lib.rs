@@ -90,7 +90,11 @@ pub enum ClaimStrategy {
     Auto,
     /// `SELECT … ORDER BY next_run_at, id LIMIT n FOR UPDATE` + `UPDATE … WHERE id IN
     /// (…)` in one transaction: an ordered update, in two statements. Works on every
-    /// version; concurrent claimers queue behind each other's row locks. (A single
+    /// version; concurrent claimers queue behind each other's row locks, and behind an
+    /// application's transaction that has enqueued a task and not committed yet (InnoDB's
+    /// locking read waits on an uncommitted insert it meets near the head of the queue:
+    /// keep such transactions short, or claims wait up to `innodb_lock_wait_timeout`).
+    /// (A single
     /// `UPDATE … ORDER BY … LIMIT` changes a column of the index it scans, so the server
     /// collects every due row before applying the limit: a claim's cost would grow with
     /// the backlog.)
@@ -106,7 +110,12 @@ pub enum ClaimStrategy {
     /// index head, which keeps several instances at least as fast as one (where skip
     /// locked slows down as instances are added; see the README's benchmarks), while a
     /// claimer that stalls mid-claim (a paused VM, a partitioned host) holds the others
-    /// up by a second, not `innodb_lock_wait_timeout`. Needs MariaDB ≥ 10.6 (`WAIT n`
+    /// up by a second, not `innodb_lock_wait_timeout`. Once a claim has waited out that
+    /// second, the store's claims skip locked rows at once for the next 10 s, then queue
+    /// again: a holder that does not let go — a stalled claimer, or an application's
+    /// transaction that enqueued a task and has not committed (InnoDB's locking read
+    /// waits on an uncommitted insert near the head of the queue, due or not) — costs
+    /// one claim a second every 10 s, not every claim. Needs MariaDB ≥ 10.6 (`WAIT n`
     /// and `SKIP LOCKED`); the default there.
     QueueThenSkip,
 }
@@ -225,6 +234,12 @@ struct Inner {
     returning: bool,
     /// Claim tokens: a random start, then +1 per claim (unique per store).
     next_token: AtomicU64,
+    /// [`ClaimStrategy::QueueThenSkip`]: until when (ms after `opened`) claims skip
+    /// locked rows without queueing first, because a queued claim of this store timed out
+    /// (see [`QUEUE_PAUSE`]); 0 when they queue.
+    skip_until_ms: AtomicU64,
+    /// When the store was made: the origin of `skip_until_ms`.
+    opened: std::time::Instant,
 }
 
 impl std::fmt::Debug for MySqlStore {
@@ -361,6 +376,8 @@ impl MySqlStore {
                 returning: supports_returning(&version),
                 server_version: version,
                 next_token: AtomicU64::new(seed >> 2),
+                skip_until_ms: AtomicU64::new(0),
+                opened: std::time::Instant::now(),
             }),
         })
     }
@@ -658,6 +675,22 @@ async fn release_keys_at_once(
 }
 
 impl Inner {
+    /// Whether a queued claim timed out less than [`QUEUE_PAUSE`] ago, so claims skip.
+    fn queue_paused(&self) -> bool {
+        let now = self.opened.elapsed().as_millis() as u64;
+        now < self.skip_until_ms.load(Ordering::Relaxed)
+    }
+
+    /// A queued claim timed out: skip locked rows for [`QUEUE_PAUSE`].
+    fn pause_queueing(&self) {
+        let until = (self.opened.elapsed() + QUEUE_PAUSE).as_millis() as u64;
+        self.skip_until_ms.fetch_max(until, Ordering::Relaxed);
+        tracing::debug!(
+            pause_ms = QUEUE_PAUSE.as_millis() as u64,
+            "a queued claim waited out its lock wait: claims skip locked rows for a while"
+        );
+    }
+
     /// A fresh claim token: tags the rows one statement changes.
     fn token(&self) -> i64 {
         (self.next_token.fetch_add(1, Ordering::Relaxed) & (i64::MAX as u64)) as i64
@@ -823,6 +856,18 @@ impl Inner {
 
 /// How long a [`ClaimStrategy::QueueThenSkip`] claim queues behind another (seconds).
 const QUEUE_WAIT_S: u32 = 1;
+
+/// How long a [`ClaimStrategy::QueueThenSkip`] store's claims skip locked rows without
+/// queueing first, after one of its queued claims timed out.
+///
+/// Claims hold their rows for milliseconds, so a queued claim that waits out
+/// [`QUEUE_WAIT_S`] met a holder that does not let go: a stalled claimer, or an
+/// application's transaction that enqueued a task and has not committed yet. InnoDB's
+/// locking read meets an uncommitted insert near the head of the queue (a due task of
+/// the type, a delayed one, or one of the next type in the index) and waits on it; the
+/// holder may keep it for as long as its transaction lasts. Without the pause every
+/// claim would wait a second again while it does; with it, one claim per pause does.
+const QUEUE_PAUSE: Duration = Duration::from_secs(10);
 
 /// The claim's locking read of due tasks, in claim order `(priority, next_run_at, id)`,
 /// whole (the claim's update then needs no read back), with the read's `NOW(3)`: for
@@ -1001,6 +1046,7 @@ impl Driver for Inner {
         } = *claim;
         let first = match self.strategy {
             ClaimStrategy::SkipLocked => LockWait::Skip,
+            ClaimStrategy::QueueThenSkip if self.queue_paused() => LockWait::Skip,
             ClaimStrategy::QueueThenSkip => LockWait::UpTo(QUEUE_WAIT_S),
             _ => LockWait::Queue,
         };
@@ -1016,6 +1062,7 @@ impl Driver for Inner {
             let (picked, at) = match pick(sql, &mut tx, first, types, limit).await {
                 // Held past the wait: a stalled claimer. Start over, passing it.
                 Err(e) if matches!(first, LockWait::UpTo(_)) && error_number(&e) == Some(1205) => {
+                    self.pause_queueing();
                     tx.rollback().await?;
                     tx = sqlx::Connection::begin_with(&mut *conn, safe(begin)).await?;
                     pick(sql, &mut tx, LockWait::Skip, types, limit).await?

@@ -665,3 +665,148 @@ pub async fn claims_pass_a_row_another_transaction_holds<H: Harness>(ctx: &Ctx<H
         }
     }
 }
+
+/// Holds the transaction that enqueued a task open, uncommitted, until released: the
+/// [`ClaimIn`](crate::ClaimIn) hook of [`TxTasks::Claimed`](crate::TxTasks), used
+/// to claim nothing and wait.
+#[derive(Debug, Default)]
+struct HoldOpen {
+    inside: tokio::sync::Notify,
+    release: tokio::sync::Notify,
+}
+
+#[crate::async_trait]
+impl crate::ClaimIn for HoldOpen {
+    async fn claim_in(
+        &self,
+        _conn: &mut (dyn backstop_core::TxConnection + '_),
+        _enqueued: &backstop_core::Enqueued,
+    ) -> backstop_core::Result<()> {
+        self.inside.notify_one();
+        self.release.notified().await;
+        Ok(())
+    }
+
+    fn claim_blocking(
+        &self,
+        _conn: &mut (dyn backstop_core::BlockingTxConnection + '_),
+        _enqueued: &backstop_core::Enqueued,
+    ) -> backstop_core::Result<()> {
+        Err(backstop_core::Error::config(
+            "hold_open",
+            "the case holds async transactions only",
+        ))
+    }
+}
+
+/// An application's transaction that has enqueued a task and not committed yet holds
+/// no claim up for long: with such a transaction open (a due task of the claimed type;
+/// then a delayed one, and one of a type next to it), a claim returns the committed due
+/// tasks within the backend's bound for a locked row, the claims after it at once
+/// (MariaDB's queue-then-skip claim waits once on the uncommitted insert InnoDB's
+/// locking read meets, then skips for a while), and the uncommitted task is not
+/// claimed; rolled back, it never existed. Where the backend documents that claims wait
+/// (MySQL's ordered update), the case pins that: the claim returns once the transaction
+/// ends.
+pub async fn claims_pass_an_uncommitted_enqueue<H: Harness>(ctx: &Ctx<H>) {
+    let bound = match ctx.harness.locked_rows() {
+        crate::LockedRows::NoRowLocks => {
+            eprintln!(
+                "{}: one writer holds the whole database: an open transaction holds every claim by design",
+                ctx.harness.backend()
+            );
+            return;
+        }
+        crate::LockedRows::Waits => None,
+        crate::LockedRows::PassesWithin(d) => Some(d),
+    };
+    let types = vec!["E".to_string()];
+    let held_tasks = [
+        NewTask::new("E", "held-due"),
+        NewTask::new("E", "held-later").delay(HOUR),
+        NewTask::new("Ea", "held-next-type"),
+    ];
+    let mut first = true;
+    for (n, held) in held_tasks.into_iter().enumerate() {
+        let committed: Vec<TaskId> = committed_pair(ctx, n).await;
+        let hold = Arc::new(HoldOpen::default());
+        let biz_row = format!("held-{n}");
+        let writer = ctx.enqueue_claimed_in_tx_via(
+            crate::TxPath::Sqlx,
+            &biz_row,
+            held.clone(),
+            hold.clone(),
+            false,
+        );
+        let claims = async {
+            within("the held transaction to enqueue", hold.inside.notified()).await;
+            let claim = ctx.store.grab_batch(&ctx.owner, &types, 10);
+            let got = match bound {
+                Some(bound) => {
+                    let started = std::time::Instant::now();
+                    let got = within("a claim past the uncommitted task", claim)
+                        .await
+                        .unwrap();
+                    let took = started.elapsed();
+                    // the first claim may wait out the bound; later ones pass at once
+                    let allowed = if first {
+                        bound + Duration::from_millis(500)
+                    } else {
+                        Duration::from_millis(500)
+                    };
+                    assert!(
+                        took <= allowed,
+                        "{}: the claim waited {took:?} behind the uncommitted task (allowed {allowed:?})",
+                        held.biz_key()
+                    );
+                    hold.release.notify_one();
+                    got
+                }
+                None => {
+                    let mut claim = Box::pin(claim);
+                    assert!(
+                        tokio::time::timeout(Duration::from_millis(1500), &mut claim)
+                            .await
+                            .is_err(),
+                        "{}: documented to wait behind the open transaction, the claim returned",
+                        held.biz_key()
+                    );
+                    hold.release.notify_one();
+                    within("a claim after the transaction ended", claim)
+                        .await
+                        .unwrap()
+                }
+            };
+            let ids: Vec<TaskId> = got.iter().map(|t| t.id).collect();
+            assert_eq!(
+                ids,
+                committed,
+                "{}: the committed due tasks, in order, and nothing else",
+                held.biz_key()
+            );
+        };
+        let (written, ()) = tokio::join!(writer, claims);
+        let written = written.expect("the held transaction rolls back cleanly");
+        assert!(
+            written.created,
+            "{}: enqueued in its transaction",
+            held.biz_key()
+        );
+        assert!(
+            ctx.store.get(written.id).await.unwrap().is_none(),
+            "{}: rolled back, the task never existed",
+            held.biz_key()
+        );
+        first = false;
+    }
+    assert_eq!(ctx.count_all().await, 6, "the committed tasks only");
+}
+
+/// Two committed due tasks of type `E` for round `n` of
+/// [`claims_pass_an_uncommitted_enqueue`].
+async fn committed_pair<H: Harness>(ctx: &Ctx<H>, n: usize) -> Vec<TaskId> {
+    vec![
+        ctx.enqueue("E", &format!("c{n}a")).await,
+        ctx.enqueue("E", &format!("c{n}b")).await,
+    ]
+}
