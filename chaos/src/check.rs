@@ -34,6 +34,12 @@ pub struct Input {
     pub faults: Vec<Fault>,
     pub settle_ms: i64,
     pub settle_bound: Duration,
+    /// When the last fault ended (ms since the epoch), and the tasks pending and running
+    /// then: what the settling time is counted from.
+    pub quiet_from: i64,
+    pub backlog_then: (u64, u64),
+    /// How long the workers took to catch up with the writers before the last fault.
+    pub catch_up_ms: i64,
     /// The consumers' effect rows, `(msg_id, biz_key)`.
     pub effects: Vec<(String, String)>,
     /// Entries in the dead-letter stream.
@@ -243,6 +249,9 @@ pub fn check(input: Input) -> Report {
         faults,
         settle_ms,
         settle_bound,
+        quiet_from,
+        backlog_then,
+        catch_up_ms,
         effects,
         dead_letters,
         inbox_settle_ms,
@@ -260,6 +269,11 @@ pub fn check(input: Input) -> Report {
         count(Outcome::RolledBack),
         count(Outcome::Unknown),
     );
+    // the workers' own transactions, their task claimed in them (keys `w…`)
+    let claimed_in_tx = written
+        .iter()
+        .filter(|(k, w)| k.starts_with('w') && w.outcome == Outcome::Committed)
+        .count();
 
     // 1. every committed task reached the terminal state its kind leads to
     let (mut missing, mut unfinished, mut wrong) = (0, 0, 0);
@@ -550,12 +564,30 @@ pub fn check(input: Input) -> Report {
         ),
     });
 
-    // 8. settled soon after the last fault
-    lines.push(settled(
+    // 8. settled soon after the last fault; what it settled from, and the task that
+    // settled last (to tell a slow recovery from a long retry chain)
+    let mut line = settled(
         "settled within dead_after + a poll + margin",
         settle_ms,
         settle_bound,
-    ));
+    );
+    if let Some(f) = faults.last() {
+        line.detail += &format!(
+            "; after {} (the backlog before it drained in {catch_up_ms} ms), with {} pending and {} running then",
+            f.kind.name(),
+            backlog_then.0,
+            backlog_then.1
+        );
+    }
+    if let Some(t) = tasks.iter().max_by_key(|t| t.updated_at) {
+        line.detail += &format!(
+            "; the last: {} after {} attempt(s), made {} ms before the fault ended",
+            t.event_type,
+            t.attempts,
+            quiet_from - t.created_at.timestamp_millis()
+        );
+    }
+    lines.push(line);
 
     // the faults, with the kills that hit a handler mid-run
     let mut kinds: Vec<(FaultKind, usize)> = Vec::new();
@@ -578,7 +610,7 @@ pub fn check(input: Input) -> Report {
         })
         .count();
     let title = format!(
-        "chaos {} ({} lane, seed {seed}, {} workers): {committed} tasks committed, {rolled_back} rolled back, {unknown} with their commit answer lost (one transaction in ten enqueues five tasks at once)\n  faults: {} ({mid_handler} kills during a handler)",
+        "chaos {} ({} lane, seed {seed}, {} workers): {committed} tasks committed, {rolled_back} rolled back, {unknown} with their commit answer lost (one transaction in ten enqueues five tasks at once; {claimed_in_tx} claimed in their transaction by a worker)\n  faults: {} ({mid_handler} kills during a handler)",
         backend.name(),
         lane.name,
         lane.workers,

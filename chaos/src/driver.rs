@@ -516,6 +516,62 @@ async fn produce(
     }
 }
 
+/// The workers' own business transactions (claimed in the transaction), from their
+/// ledgers: what each commit answered, or unknown when the worker died before it knew.
+fn produced_by_workers(
+    ledgers: &HashMap<String, Vec<crate::ledger::Entry>>,
+    written: &mut HashMap<String, Written>,
+) {
+    for entries in ledgers.values() {
+        for e in entries {
+            let crate::ledger::Entry::Produced {
+                key,
+                event_type,
+                outcome,
+            } = e
+            else {
+                continue;
+            };
+            let event_type = match event_type.as_str() {
+                OK => OK,
+                RELAY => RELAY,
+                _ => FAIL,
+            };
+            let outcome = match outcome {
+                Some('C') => Outcome::Committed,
+                Some('R') => Outcome::RolledBack,
+                _ => Outcome::Unknown,
+            };
+            // the answer (`P`) follows the intent (`p`) in the same file
+            written.insert(
+                key.clone(),
+                Written {
+                    event_type,
+                    outcome,
+                },
+            );
+        }
+    }
+}
+
+/// Pending tasks at most, for the workers to count as caught up with the writers
+/// before the last fault (a few polls' worth at the lanes' rates).
+const CAUGHT_UP: u64 = 50;
+
+/// How long the driver waits for the workers to catch up before the last fault.
+const CATCH_UP_MAX: Duration = Duration::from_secs(30);
+
+/// The file whose presence tells the workers to stop writing orders of their own.
+pub const STOP_WRITING: &str = "stop-writing";
+
+/// Stop the driver's writers (`stop`) and the workers' (the [`STOP_WRITING`] file in
+/// `dir`).
+fn stop_writers(stop: &AtomicBool, dir: &Path) -> Result<(), BoxError> {
+    stop.store(true, Ordering::Relaxed);
+    std::fs::write(dir.join(STOP_WRITING), b"")?;
+    Ok(())
+}
+
 /// Tasks a batch transaction enqueues together.
 const BATCH: usize = 5;
 
@@ -651,6 +707,7 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
             "{ledger}".into(),
             redis.url(),
             stream.clone(),
+            t.orders.clone(),
         ],
         dir: dir.clone(),
         children: Vec::new(),
@@ -701,14 +758,40 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
     rng.shuffle(&mut plan);
     let begun = Instant::now();
     tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut producers = Some(producers);
+    let mut catch_up_ms = 0;
     let mut i = 0;
-    while i < plan.len() || begun.elapsed() < lane.faults_for {
+    loop {
         let kind = plan
             .get(i)
             .copied()
             .unwrap_or_else(|| kinds[rng.usize(..kinds.len())]);
         i += 1;
         tokio::time::sleep(Duration::from_millis(rng.u64(500..1500))).await;
+        // The last fault: every kind has had its turn and the time is up. The writers
+        // stop as it begins, so what settles after it is what the fault disturbed, not
+        // a backlog the application kept writing meanwhile (an outage of the workers
+        // lets seconds of orders pile up; draining them is the benchmarks' business).
+        let last = i >= plan.len() && begun.elapsed() >= lane.faults_for;
+        if last {
+            // ... and the backlog the faults before it left (the workers keep up with
+            // the writers between faults, but an outage or a restart just before leaves
+            // seconds of orders due) is drained first, the writers still writing.
+            let from = Instant::now();
+            loop {
+                let stats = t.store.stats().await?;
+                if stats.count(Status::Pending) <= CAUGHT_UP || from.elapsed() > CATCH_UP_MAX
+                {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            catch_up_ms = from.elapsed().as_millis() as i64;
+            stop_writers(&stop, &dir)?;
+            if let Some(p) = producers.take() {
+                let _ = p.await;
+            }
+        }
         let start = now_ms();
         let mut pid = None;
         match kind {
@@ -774,10 +857,13 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
             start,
             end: now_ms(),
         });
+        if last {
+            break;
+        }
     }
-    stop.store(true, Ordering::Relaxed);
-    let _ = producers.await;
     let quiet_from = now_ms().max(faults.last().map(|f| f.end).unwrap_or(0));
+    let then = t.store.stats().await?;
+    let backlog_then = (then.count(Status::Pending), then.count(Status::Running));
 
     // settle: every task terminal
     let bound = DEAD_AFTER + POLL + SETTLE_MARGIN;
@@ -835,8 +921,9 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
     )))
     .fetch_all(&t.pool)
     .await?;
-    let written = std::mem::take(&mut *written.lock().unwrap_or_else(|e| e.into_inner()));
+    let mut written = std::mem::take(&mut *written.lock().unwrap_or_else(|e| e.into_inner()));
     let ledgers = crate::ledger::read_dir(&dir)?;
+    produced_by_workers(&ledgers, &mut written);
     let fault_log: String = faults
         .iter()
         .map(|f| format!("{} {:?} {} {}\n", f.kind.name(), f.pid, f.start, f.end))
@@ -853,6 +940,9 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
         faults,
         settle_ms: settled_at.saturating_sub(quiet_from),
         settle_bound: bound,
+        quiet_from,
+        backlog_then,
+        catch_up_ms,
         effects,
         dead_letters,
         inbox_settle_ms: inbox_settled_at.saturating_sub(quiet_from),

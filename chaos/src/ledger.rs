@@ -2,8 +2,9 @@
 //! file with one `write` each (what a `kill -9` interrupts is at most the line being
 //! written, never one already written: the page cache outlives the process).
 //!
-//! A worker records its claims (`C`), the start and end of every handler run (`S`, `E`)
-//! and every mark it sent with whether the database applied it (`M`), all with the
+//! A worker records its claims (`C`), the start and end of every handler run (`S`, `E`),
+//! every mark it sent with whether the database applied it (`M`), and its own business
+//! transactions (`p` before the commit, `P` with its answer), all with the
 //! host's clock in milliseconds (the databases run on the same host). The driver reads
 //! every worker's file at the end and checks the invariants against the rows.
 
@@ -86,6 +87,14 @@ pub enum Entry {
     },
     /// Graceful shutdown finished.
     Stopped { at: i64 },
+    /// The worker's own business transaction for `key` (its task claimed in the
+    /// transaction, `Engine::claim_in`): `outcome` `None` before the commit was sent,
+    /// then `C` committed, `R` rolled back, `U` the commit's answer lost.
+    Produced {
+        key: String,
+        event_type: String,
+        outcome: Option<char>,
+    },
 }
 
 impl Entry {
@@ -128,6 +137,16 @@ impl Entry {
                 at: n(6)?,
             },
             "G" if f.len() == 2 => Entry::Stopped { at: n(1)? },
+            "p" if f.len() == 3 => Entry::Produced {
+                key: f[1].to_string(),
+                event_type: f[2].to_string(),
+                outcome: None,
+            },
+            "P" if f.len() == 4 => Entry::Produced {
+                key: f[1].to_string(),
+                event_type: f[2].to_string(),
+                outcome: f[3].chars().next(),
+            },
             _ => return None,
         })
     }

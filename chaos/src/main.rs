@@ -33,7 +33,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 const USAGE: &str =
     "usage: backstop-chaos run [--lane smoke|full] [--backends sqlite,postgres,mysql] [--seed N]
-       backstop-chaos worker <store url> <ledger file> <redis url> <stream>   (spawned by run)
+       backstop-chaos worker <store url> <ledger file> <redis url> <stream> <orders table>   (spawned by run)
        backstop-chaos consumer <store url> <redis url> <stream> <effects table>   (spawned by run)";
 
 fn main() -> ExitCode {
@@ -50,11 +50,11 @@ fn main() -> ExitCode {
         }
     };
     match args.first().map(String::as_str) {
-        Some("worker") if args.len() == 5 => {
+        Some("worker") if args.len() == 6 => {
             let path = std::path::Path::new(&args[2]);
             child(
                 "worker",
-                runtime.block_on(worker::run(&args[1], path, &args[3], &args[4])),
+                runtime.block_on(worker::run(&args[1], path, &args[3], &args[4], &args[5])),
             )
         }
         Some("consumer") if args.len() == 5 => child(

@@ -9,7 +9,8 @@ use std::time::Duration;
 use backstop::redis::{RelayOptions, StreamRelay};
 use backstop::AnyStore;
 use backstop_core::{
-    async_trait, Engine, EngineConfig, Handler, HandlerError, HandlerOptions, Task, TaskId,
+    async_trait, Claimed, Engine, EngineConfig, Handler, HandlerError, HandlerOptions, NewTask,
+    RetryPolicy, Task, TaskId,
 };
 
 use crate::ledger::{now_ms, Ledger, LedgerStore};
@@ -141,6 +142,7 @@ pub async fn run(
     ledger_path: &Path,
     redis_url: &str,
     stream: &str,
+    orders: &str,
 ) -> Result<(), BoxError> {
     let ledger = Arc::new(Ledger::open(ledger_path)?);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -188,8 +190,178 @@ pub async fn run(
     }
     let engine = builder.start()?;
     ledger.line(format!("O {} {}", engine.owner(), std::process::id()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop_file = ledger_path
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join(crate::driver::STOP_WRITING);
+    let mut producing = tokio::spawn(produce(
+        engine.clone(),
+        Arc::clone(&ledger),
+        orders.to_owned(),
+        Arc::clone(&stop),
+        stop_file,
+    ));
     term.recv().await;
+    // a transaction under way finishes, its claimed task handed over (a graceful stop
+    // leaves nothing running); one held up by a fault is given up after a while
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    if tokio::time::timeout(Duration::from_secs(5), &mut producing)
+        .await
+        .is_err()
+    {
+        producing.abort();
+    }
     engine.shutdown().await;
     ledger.line(format!("G {}", now_ms()));
     Ok(())
+}
+
+/// How often a worker writes a business transaction of its own.
+const PRODUCE_EVERY: Duration = Duration::from_millis(250);
+
+/// The worker's own business transactions, until the process ends: an order row and
+/// its task, the task claimed for this engine in the same transaction
+/// (`Engine::claim_in`), run after the commit (`run_claimed`). One in ten rolls back. A
+/// kill between the commit and the run leaves the task running under a dead owner: the
+/// sweep gives it back after `dead_after`. The ledger gets `p` before the commit is sent,
+/// `P` with what it answered, and the claim (`C`) once committed. Stops at `stop`, after
+/// the transaction under way, or once the driver has made `stop_file` (it stops writing
+/// before its last fault).
+async fn produce(
+    engine: Engine<LedgerStore<AnyStore>>,
+    ledger: Arc<Ledger>,
+    orders: String,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    stop_file: std::path::PathBuf,
+) {
+    let pid = std::process::id();
+    let mut tick = tokio::time::interval(PRODUCE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    for n in 0u64.. {
+        tick.tick().await;
+        if stop.load(std::sync::atomic::Ordering::Relaxed) || stop_file.exists() {
+            return;
+        }
+        let key = format!("w{pid}-{n}");
+        let rollback = n % 10 == 9;
+        let task = NewTask::new(OK, &key)
+            .json(&Work {
+                ms: 10 + n % 50,
+                flaky: n % 10 == 4,
+            })
+            .retry(RetryPolicy::fixed(50, Duration::from_millis(100)));
+        ledger.line(format!("p {key} {OK}"));
+        let (outcome, claimed) = claimed_in_business(&engine, &orders, &key, &task, rollback).await;
+        ledger.line(format!("P {key} {OK} {outcome}"));
+        if let Some(claimed) = claimed {
+            if outcome == 'C' {
+                if let Some(lease) = claimed.lease() {
+                    ledger.line(format!("C {} {} {}", lease.task_id, lease.token, now_ms()));
+                }
+                engine.run_claimed(claimed).await;
+            }
+        }
+    }
+}
+
+/// One business transaction on the backend's native connection: the order row, the task,
+/// its claim; committed unless `rollback`. What became of it (`C`ommitted, `R`olled back,
+/// `U`nknown: the commit's answer was lost), and the claim.
+async fn claimed_in_business(
+    engine: &Engine<LedgerStore<AnyStore>>,
+    orders: &str,
+    key: &str,
+    task: &NewTask,
+    rollback: bool,
+) -> (char, Option<Claimed>) {
+    let any = &engine.store().inner;
+    match any {
+        AnyStore::Sqlite(s) => {
+            let (engine, any, task) = (engine.clone(), any.clone(), task.clone());
+            let insert = format!("INSERT INTO {orders} (biz_key) VALUES (?1)");
+            let key = key.to_owned();
+            let done = s
+                .transaction(move |tx| {
+                    tx.execute(&insert, [&key]).map_err(|e| {
+                        backstop::Error::new(
+                            backstop::ErrorKind::Unexpected,
+                            "order",
+                            e.to_string(),
+                        )
+                    })?;
+                    let e = tx.enqueue(&task)?;
+                    let claimed = engine.claim_blocking_with(&any, &mut tx.connection(), &e)?;
+                    if rollback {
+                        tx.rollback();
+                    }
+                    Ok::<_, backstop::Error>(claimed)
+                })
+                .await;
+            match done {
+                Ok(_) if rollback => ('R', None),
+                Ok(claimed) => ('C', Some(claimed)),
+                // the closure's errors roll back; a failed commit's answer is unknown
+                Err(_) => ('U', None),
+            }
+        }
+        AnyStore::Postgres(p) => {
+            let Ok(mut client) = p.client().await else {
+                return ('R', None);
+            };
+            let Ok(tx) = client.transaction().await else {
+                return ('R', None);
+            };
+            let insert = format!("INSERT INTO {orders} (biz_key) VALUES ($1)");
+            if tx.execute(insert.as_str(), &[&key]).await.is_err() {
+                return ('R', None);
+            }
+            let Ok(e) = p.enqueue_tx(&tx, task).await else {
+                return ('R', None);
+            };
+            let Ok(claimed) = engine
+                .claim_in_with(any, &mut p.tx_connection(&tx), &e)
+                .await
+            else {
+                return ('R', None);
+            };
+            if rollback {
+                let _ = tx.rollback().await;
+                return ('R', None);
+            }
+            match tx.commit().await {
+                Ok(()) => ('C', Some(claimed)),
+                Err(_) => ('U', None),
+            }
+        }
+        AnyStore::MySql(m) => {
+            let Ok(mut tx) = m.pool().begin().await else {
+                return ('R', None);
+            };
+            let insert = sqlx::AssertSqlSafe(format!("INSERT INTO {orders} (biz_key) VALUES (?)"));
+            if sqlx::query(insert)
+                .bind(key)
+                .execute(&mut *tx)
+                .await
+                .is_err()
+            {
+                return ('R', None);
+            }
+            let Ok(e) = m.enqueue_tx(&mut tx, task).await else {
+                return ('R', None);
+            };
+            let Ok(claimed) = engine.claim_in_with(any, &mut *tx, &e).await else {
+                return ('R', None);
+            };
+            if rollback {
+                let _ = tx.rollback().await;
+                return ('R', None);
+            }
+            match tx.commit().await {
+                Ok(()) => ('C', Some(claimed)),
+                Err(_) => ('U', None),
+            }
+        }
+        _ => ('R', None),
+    }
 }
