@@ -332,8 +332,40 @@ pub fn check(input: Input) -> Report {
         ),
     });
 
-    // 3. no stale lease applied: an applied mark's lease was the newest claim when sent
     let per = index(&ledgers);
+
+    // 2b. a task a worker claimed in its own transaction and never ran under that claim
+    // (killed between the commit and the hand-over, or shut down: the trade-off of
+    // `Engine::claim_in`) was taken over and finished under a later lease
+    let (mut orphaned, mut not_taken_over) = (0, Vec::new());
+    for (key, w) in &written {
+        if !key.starts_with('w') || w.outcome != Outcome::Committed {
+            continue;
+        }
+        let Some(t) = by_key.get(key.as_str()) else {
+            continue;
+        };
+        let ran_first = per
+            .get(&t.id)
+            .is_some_and(|p| p.runs.iter().any(|r| r.lease == 1));
+        if !ran_first {
+            orphaned += 1;
+            if !(terminal(t.status) && t.lease > 1) {
+                not_taken_over.push(t.id);
+            }
+        }
+    }
+    lines.push(Line {
+        ok: not_taken_over.is_empty(),
+        name: "claimed in the transaction, never run: taken over",
+        detail: format!(
+            "{claimed_in_tx} claimed in their transaction: {orphaned} never run under that claim (worker killed or stopped first), {} of them not finished under a later lease{}",
+            not_taken_over.len(),
+            ids(&not_taken_over)
+        ),
+    });
+
+    // 3. no stale lease applied: an applied mark's lease was the newest claim when sent
     let (mut applied, mut stale) = (0u64, 0u64);
     for p in per.values() {
         for m in p.marks.iter().filter(|m| m.applied == Some(true)) {
