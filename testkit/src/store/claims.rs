@@ -598,16 +598,8 @@ pub async fn grab_batch_drains_every_priority_level_in_order<H: Harness>(ctx: &C
 pub async fn claims_pass_a_row_another_transaction_holds<H: Harness>(ctx: &Ctx<H>) {
     let held = ctx.enqueue("E", "held").await;
     let behind = [ctx.enqueue("E", "b1").await, ctx.enqueue("E", "b2").await];
-    let bound = match ctx.harness.locked_rows() {
-        crate::LockedRows::NoRowLocks => {
-            eprintln!(
-                "{}: no row locks (one writer holds the whole database): nothing to pass",
-                ctx.harness.backend()
-            );
-            return;
-        }
-        crate::LockedRows::Waits => None,
-        crate::LockedRows::PassesWithin(d) => Some(d),
+    let Some(bound) = passing_bound(ctx, "no row locks: nothing to pass") else {
+        return;
     };
     let lock = ctx.harness.lock_row(&ctx.db, &ctx.config.table, held).await;
     let types = vec!["E".to_string()];
@@ -666,6 +658,24 @@ pub async fn claims_pass_a_row_another_transaction_holds<H: Harness>(ctx: &Ctx<H
     }
 }
 
+/// How long a claim may take to pass a row another transaction holds: `Some(None)` when
+/// the backend documents that claims wait for it; `None` (printed, with `why`) when it
+/// has no row locks, one writer holding the whole database (the case has nothing to
+/// check).
+fn passing_bound<H: Harness>(ctx: &Ctx<H>, why: &str) -> Option<Option<Duration>> {
+    match ctx.harness.locked_rows() {
+        crate::LockedRows::NoRowLocks => {
+            eprintln!(
+                "{}: one writer holds the whole database: {why}",
+                ctx.harness.backend()
+            );
+            None
+        }
+        crate::LockedRows::Waits => Some(None),
+        crate::LockedRows::PassesWithin(d) => Some(Some(d)),
+    }
+}
+
 /// Holds the transaction that enqueued a task open, uncommitted, until released: the
 /// [`ClaimIn`](crate::ClaimIn) hook of [`TxTasks::Claimed`](crate::TxTasks), used
 /// to claim nothing and wait.
@@ -709,16 +719,8 @@ impl crate::ClaimIn for HoldOpen {
 /// (MySQL's ordered update), the case pins that: the claim returns once the transaction
 /// ends.
 pub async fn claims_pass_an_uncommitted_enqueue<H: Harness>(ctx: &Ctx<H>) {
-    let bound = match ctx.harness.locked_rows() {
-        crate::LockedRows::NoRowLocks => {
-            eprintln!(
-                "{}: one writer holds the whole database: an open transaction holds every claim by design",
-                ctx.harness.backend()
-            );
-            return;
-        }
-        crate::LockedRows::Waits => None,
-        crate::LockedRows::PassesWithin(d) => Some(d),
+    let Some(bound) = passing_bound(ctx, "an open transaction holds every claim by design") else {
+        return;
     };
     let types = vec!["E".to_string()];
     let held_tasks = [
