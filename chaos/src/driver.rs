@@ -474,13 +474,20 @@ async fn produce(
     rate: u64,
     seed: u64,
     stop: Arc<AtomicBool>,
+    paused: Arc<AtomicBool>,
     written: Arc<Mutex<HashMap<String, Written>>>,
 ) {
     const PRODUCERS: u64 = 4;
     let next = Arc::new(AtomicU64::new(0));
     let mut handles = Vec::new();
     for p in 0..PRODUCERS {
-        let (t, stop, written, next) = (t.clone(), stop.clone(), written.clone(), next.clone());
+        let (t, stop, paused, written, next) = (
+            t.clone(),
+            stop.clone(),
+            paused.clone(),
+            written.clone(),
+            next.clone(),
+        );
         handles.push(tokio::spawn(async move {
             let mut rng = fastrand::Rng::with_seed(seed ^ ((p + 1) * 0x9e37_79b9));
             let every = Duration::from_micros(1_000_000 * PRODUCERS / rate.max(1));
@@ -488,6 +495,9 @@ async fn produce(
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             while !stop.load(Ordering::Relaxed) {
                 tick.tick().await;
+                if paused.load(Ordering::Relaxed) {
+                    continue;
+                }
                 // one transaction in ten enqueues a batch of five (enqueue_many_in)
                 let size = if rng.u8(..100) < 10 { BATCH } else { 1 };
                 let rollback = rng.u8(..100) < 10;
@@ -558,8 +568,13 @@ fn produced_by_workers(
 /// before the last fault (a few polls' worth at the lanes' rates).
 const CAUGHT_UP: u64 = 50;
 
-/// How long the driver waits for the workers to catch up before the last fault.
-const CATCH_UP_MAX: Duration = Duration::from_secs(30);
+/// How long the driver waits, its writers paused, for the workers to catch up before
+/// the last fault. A lane of outages alone keeps the workers away most of the time: a
+/// minute and more of orders piles up.
+const CATCH_UP_MAX: Duration = Duration::from_secs(120);
+
+/// How long the writers write again after the catch-up, before the last fault.
+const WRITE_BEFORE_LAST: Duration = Duration::from_secs(2);
 
 /// The file whose presence tells the workers to stop writing orders of their own.
 pub const STOP_WRITING: &str = "stop-writing";
@@ -736,12 +751,14 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
     }
 
     let stop = Arc::new(AtomicBool::new(false));
+    let paused = Arc::new(AtomicBool::new(false));
     let written = Arc::new(Mutex::new(HashMap::new()));
     let producers = tokio::spawn(produce(
         t.clone(),
         lane.rate,
         seed,
         stop.clone(),
+        paused.clone(),
         written.clone(),
     ));
 
@@ -778,8 +795,11 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
         if last {
             // ... and the backlog the faults before it left (the workers keep up with
             // the writers between faults, but an outage or a restart just before leaves
-            // seconds of orders due) is drained first, the writers still writing.
+            // seconds of orders due; a lane of outages alone, minutes) is drained first,
+            // the driver's writers paused; then they write again for a while, so the
+            // last fault meets the workers busy.
             let from = Instant::now();
+            paused.store(true, Ordering::Relaxed);
             loop {
                 let stats = t.store.stats().await?;
                 if stats.count(Status::Pending) <= CAUGHT_UP || from.elapsed() > CATCH_UP_MAX {
@@ -788,6 +808,8 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             catch_up_ms = from.elapsed().as_millis() as i64;
+            paused.store(false, Ordering::Relaxed);
+            tokio::time::sleep(WRITE_BEFORE_LAST).await;
             stop_writers(&stop, &dir)?;
             if let Some(p) = producers.take() {
                 let _ = p.await;

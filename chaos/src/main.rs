@@ -33,6 +33,8 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 const USAGE: &str =
     "usage: backstop-chaos run [--lane smoke|full] [--backends sqlite,postgres,mysql] [--seed N]
+                           [--faults kind,…]   (kill--9 stop graceful-stop db-restart connection-kill
+                                                latency stall reset outage consumer-kill redis-restart)
        backstop-chaos worker <store url> <ledger file> <redis url> <stream> <orders table>   (spawned by run)
        backstop-chaos consumer <store url> <redis url> <stream> <effects table>   (spawned by run)";
 
