@@ -1060,7 +1060,8 @@ impl Driver for Inner {
         self.on_conn(|mut conn| async move {
             let mut tx = sqlx::Connection::begin_with(&mut *conn, safe(begin)).await?;
             let (picked, at) = match pick(sql, &mut tx, first, types, limit).await {
-                // Held past the wait: a stalled claimer. Start over, passing it.
+                // Held past the wait: a stalled claimer, or an open transaction's
+                // uncommitted insert. Start over, passing it, and pass for a while.
                 Err(e) if matches!(first, LockWait::UpTo(_)) && error_number(&e) == Some(1205) => {
                     self.pause_queueing();
                     tx.rollback().await?;

@@ -642,12 +642,7 @@ pub async fn claims_pass_a_row_another_transaction_holds<H: Harness>(ctx: &Ctx<H
         }
         None => {
             let mut claim = Box::pin(claim);
-            assert!(
-                tokio::time::timeout(Duration::from_millis(1500), &mut claim)
-                    .await
-                    .is_err(),
-                "documented to wait behind the lock, the claim returned"
-            );
+            assert_still_waiting(&mut claim, "behind the lock").await;
             drop(lock);
             let got = within("a claim after the lock is released", claim)
                 .await
@@ -656,6 +651,18 @@ pub async fn claims_pass_a_row_another_transaction_holds<H: Harness>(ctx: &Ctx<H
             assert_eq!(ids, vec![held, behind[0], behind[1]], "all three, in order");
         }
     }
+}
+
+/// Where the backend documents that claims wait for a row another transaction holds:
+/// asserts `claim` has not returned after 1.5 s, leaving it to be finished once the
+/// holder lets go.
+async fn assert_still_waiting<F: std::future::Future + Unpin>(claim: &mut F, what: &str) {
+    assert!(
+        tokio::time::timeout(Duration::from_millis(1500), claim)
+            .await
+            .is_err(),
+        "documented to wait {what}, the claim returned"
+    );
 }
 
 /// How long a claim may take to pass a row another transaction holds: `Some(None)` when
@@ -766,13 +773,8 @@ pub async fn claims_pass_an_uncommitted_enqueue<H: Harness>(ctx: &Ctx<H>) {
                 }
                 None => {
                     let mut claim = Box::pin(claim);
-                    assert!(
-                        tokio::time::timeout(Duration::from_millis(1500), &mut claim)
-                            .await
-                            .is_err(),
-                        "{}: documented to wait behind the open transaction, the claim returned",
-                        held.biz_key()
-                    );
+                    let what = format!("{}: behind the open transaction", held.biz_key());
+                    assert_still_waiting(&mut claim, &what).await;
                     hold.release.notify_one();
                     within("a claim after the transaction ended", claim)
                         .await
