@@ -1,6 +1,6 @@
-//! The operator's scenario of the README ("Operate it"): a handler fails on purpose, the
-//! task parks as failed, the `backstop` command lists it with its error and resets it, and
-//! it succeeds.
+//! The operator's scenario of the guide (Operating, the `backstop` command): a handler
+//! fails on purpose, the task parks as failed, the `backstop` command lists it with its
+//! error and resets it, and it succeeds.
 //!
 //! ```text
 //! cargo run --example operator -- fail     # SEND_EMAIL order-42 fails twice and parks

@@ -40,7 +40,7 @@
 //! let store = SqliteStore::open("app.db").await?;
 //! store.migrate().await?;
 //! let enq = store.enqueue(NewTask::new("SEND_EMAIL", "order-42")).await?;
-//! if let Some(task) = store.grab_by_id(enq.id, &Owner::generate()).await? {
+//! if let Some(task) = store.claim_by_id(enq.id, &Owner::generate()).await? {
 //!     // ... do the work, idempotently ...
 //!     store.mark_success(task.lease()).await?;
 //! }
@@ -64,6 +64,8 @@ pub use backstop_core::{
 // The enqueue in the caller's transaction, on any connection.
 pub use backstop_core::tx;
 pub use backstop_core::{BlockingTxConnection, Transactional, TxConnection};
+// The participant barrier: saga steps and TCC branches delivered twice, early or late.
+pub use backstop_core::{Barrier, BarrierRecord, BranchCall, BranchOp};
 // Wake-ups across processes, and the consumer's inbox.
 pub use backstop_core::{Inbox, Message, Notifier, Processed, Wake, Wakes};
 // Periodic tasks.
@@ -74,12 +76,16 @@ pub use backstop_core::{
     Owner, Priority, Recycled, RetryPolicy, Stats, Status, StatusCount, StoreConfig, Task,
     TaskFilter, TaskId, TaskStore, TaskStoreExt, Throughput, WhenParked,
 };
+// Wrapping a store: the layer mechanism and the layers backstop ships.
+pub use backstop_core::layers;
+pub use backstop_core::{Call, Layer, Op, StoreLayer};
 // Errors.
 /// Re-exported so handlers (and backends) use the same `#[async_trait]` as the traits.
 pub use backstop_core::async_trait;
 pub use backstop_core::{BoxError, Error, ErrorKind, Result};
 
 mod any;
+pub mod guide;
 pub use any::{connect, connect_with, ddl, AnyStore};
 
 /// The embedded SQLite backend (feature `sqlite`, on by default).

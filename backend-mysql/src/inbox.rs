@@ -8,65 +8,41 @@ use backstop_core::{async_trait, Error, HandlerError, Inbox, Message, Processed,
 use futures_util::future::BoxFuture;
 use sqlx::{MySql, MySqlConnection, Transaction};
 
-use crate::{micros, my_err, safe, MySqlStore};
+use crate::conn::safe;
+use crate::connect::my_err;
+use crate::MySqlStore;
 
 const OP: &str = "run_idempotent";
 
-/// A message handler of a consumer on MySQL: it gets the inbox's transaction (a
-/// connection inside it) for its business writes. Make one with [`mysql_handler`].
-pub type MySqlHandler = Box<
-    dyn for<'a> Fn(
-            &'a mut MySqlConnection,
-            &'a Message,
-        ) -> BoxFuture<'a, std::result::Result<(), HandlerError>>
-        + Send
-        + Sync,
->;
-
-/// Box a closure as a [`MySqlHandler`].
-///
-/// ```
-/// use backstop_mysql::mysql_handler;
-/// let handler = mysql_handler(|conn, message| {
-///     Box::pin(async move {
-///         sqlx::query("UPDATE orders SET paid = 1 WHERE id = ?")
-///             .bind(&message.biz_key)
-///             .execute(conn)
-///             .await?;
-///         Ok(())
-///     })
-/// });
-/// # let _ = handler;
-/// ```
-pub fn mysql_handler<F>(f: F) -> MySqlHandler
-where
-    F: for<'a> Fn(
-            &'a mut MySqlConnection,
-            &'a Message,
-        ) -> BoxFuture<'a, std::result::Result<(), HandlerError>>
-        + Send
-        + Sync
-        + 'static,
-{
-    Box::new(f)
+backstop_core::inbox_handler! {
+    /// A message handler of a consumer on MySQL: it gets the inbox's transaction (a
+    /// connection inside it) for its business writes. Make one with [`mysql_handler`].
+    ///
+    /// ```
+    /// use backstop_mysql::mysql_handler;
+    /// let handler = mysql_handler(|conn, message| {
+    ///     Box::pin(async move {
+    ///         sqlx::query("UPDATE orders SET paid = 1 WHERE id = ?")
+    ///             .bind(&message.biz_key)
+    ///             .execute(conn)
+    ///             .await?;
+    ///         Ok(())
+    ///     })
+    /// });
+    /// # let _ = handler;
+    /// ```
+    MySqlHandler, mysql_handler, for<'a> &'a mut MySqlConnection
 }
 
 impl MySqlStore {
-    /// Run `f` once per `(consumer, message_id)` in effect: in one transaction, insert the
-    /// inbox row, then run `f` on the same transaction for the business writes, then
-    /// commit. A message already processed by `consumer` runs nothing and answers
-    /// [`Processed::Duplicate`]; when `f` fails everything rolls back, the inbox row too,
-    /// so a redelivery runs it again. A concurrent run of the same key waits for this one,
-    /// then sees a duplicate. For messages from any source: a broker, an HTTP callback.
+    /// [`run_idempotent`](backstop_core::inbox#run_idempotent-on-every-backend) on a sqlx
+    /// transaction of the store's pool: `f` gets a connection inside it for its business
+    /// writes.
     ///
     /// The inbox row is inserted with `INSERT IGNORE`, whose gap locks can deadlock when
     /// several runs of one key race one that rolled back: that first statement is run
     /// again on a deadlock (the store's `contention_retries`), before `f` ever runs. A
     /// deadlock inside `f` is `f`'s to handle: keep the transaction short.
-    ///
-    /// An empty or over-long consumer or message id is `InvalidInput`, and nothing is
-    /// written. The error type is the caller's, as long as a backstop [`Error`] converts
-    /// into it.
     pub async fn run_idempotent<T, E, F>(
         &self,
         consumer: &str,
@@ -136,12 +112,9 @@ impl Inbox for MySqlStore {
         let Some(batch) = inbox_purge(older_than, limit)? else {
             return Ok(0);
         };
-        sqlx::query(safe(&self.inner.sql.inbox_purge))
-            .bind(micros(batch.older_than))
-            .bind(batch.limit as i64)
-            .execute(&self.inner.pool)
+        self.inner
+            .purge(&self.inner.sql.inbox_purge, batch)
             .await
-            .map(|d| d.rows_affected())
-            .map_err(|e| my_err(e).with_operation("purge_inbox"))
+            .map_err(|e| e.with_operation("purge_inbox"))
     }
 }

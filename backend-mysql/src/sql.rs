@@ -4,10 +4,11 @@
 //! microseconds. Single-table `UPDATE` assignments are evaluated left to right in MySQL, so
 //! an assignment that reads a column comes before the one that changes it.
 
-use backstop_core::driver::schema::{version_table, Migration};
-use backstop_core::driver::{AUDIT_COLUMNS, COLUMNS};
+use backstop_core::driver::schema::{self, version_table, MigrationFile, SchemaSql};
+use backstop_core::driver::InsertTexts;
+use backstop_core::driver::{AUDIT_COLUMNS, BARRIER_COLUMNS, COLUMNS};
 use backstop_core::limits::is_event_type_char;
-use backstop_core::tx::InsertTexts;
+use backstop_core::limits::MAX_BATCH;
 
 /// How a list statement spells what differs (see `list_sql`); an age is bound in µs.
 pub(crate) const LIST: backstop_core::driver::ListDialect = backstop_core::driver::ListDialect {
@@ -17,6 +18,7 @@ pub(crate) const LIST: backstop_core::driver::ListDialect = backstop_core::drive
     // as on PostgreSQL: `ORDER BY id LIMIT n` walked the primary key through every
     // succeeded row (an error search took seconds at 10M rows)
     backlog_order: "id + 0",
+    age: |d| backstop_core::driver::Value::BigInt(Some(crate::conn::micros(d))),
 };
 
 /// The status a reset task takes: pending, or waiting (in line again) with an order key.
@@ -30,15 +32,8 @@ pub(crate) struct Sql {
     /// The order keys table.
     keys_table: String,
     pub lock_name: String,
-    /// The version table.
-    pub versions_setup: String,
-    /// The versions applied.
-    pub versions_read: String,
-    /// version, name.
-    pub version_record: String,
-    /// The schema's history; see `backstop_core::driver::schema`. Each migration after
-    /// the first is one `ALTER TABLE` (atomic in InnoDB).
-    pub migrations: Vec<Migration>,
+    /// The version table's statements and the migrations.
+    pub schema: SchemaSql,
     pub insert: String,
     /// The batch enqueue's multi-row inserts (MariaDB), by row count.
     pub insert_rows: InsertTexts,
@@ -53,6 +48,15 @@ pub(crate) struct Sql {
     /// owner, id: the claim of a task never claimed before, on the caller's transaction
     /// (`claim_in`).
     pub claim_in: String,
+    /// The participant barrier's insert of one row, skipped when it exists
+    /// (`EnqueueStep::BarrierInsert`).
+    pub barrier_insert: String,
+    /// Whether a barrier row's reason is its own operation (`EnqueueStep::BarrierRead`).
+    pub barrier_read: String,
+    /// The barrier records older than an age, oldest first, up to a limit.
+    pub purge_barrier: String,
+    /// One global transaction's barrier records, oldest first.
+    pub barrier_records: String,
     /// event type: upsert into the handlers table.
     pub types_register: String,
     /// The handlers table.
@@ -69,7 +73,7 @@ pub(crate) struct Sql {
     pub key_drop: String,
     /// after, limit: keys in order.
     pub keys_page: String,
-    pub grab_by_id: String,
+    pub claim_by_id: String,
     pub get: String,
     pub any_dead: String,
     pub mark_retry: String,
@@ -90,6 +94,8 @@ pub(crate) struct Sql {
     pub audit_log: String,
     pub status_of: String,
     /// `SELECT … FROM table` of a list; see `LIST`.
+    /// The task table, quoted (and qualified) as every statement here writes it.
+    pub tasks: String,
     pub list_select: String,
     pub stats_counts: String,
     /// `stats_counts` without the succeeded rows, through the status indexes.
@@ -123,196 +129,39 @@ impl Sql {
                 lease, created_at, updated_at, priority, retry_jitter_pct, status, order_key,
                 order_block, timeout_ms";
         let th = format!("`{table}_handlers`");
+        let tb = format!("`{table}_barrier`");
         let fenced = "WHERE id = ? AND status = 3 AND lease = ?";
         Sql {
             table: t.clone(),
             keys_table: tk.clone(),
             lock_name: format!("backstop:migrate:{table}"),
-            versions_setup: format!(
-                "CREATE TABLE IF NOT EXISTS {tv} (
-                    version    INT          NOT NULL,
-                    name       VARCHAR(200) NOT NULL,
-                    applied_at DATETIME(3)  NOT NULL,
-                    PRIMARY KEY (version)
-                 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin"
-            ),
-            versions_read: format!("SELECT CAST(version AS SIGNED) FROM {tv}"),
-            version_record: format!(
-                "INSERT INTO {tv} (version, name, applied_at) VALUES (?, ?, NOW(3))"
-            ),
-            migrations: vec![
-                // The schema before versioning, so a table made then is adopted as it
-                // stands. utf8mb4_bin: keys compare byte for byte, as on the other
-                // backends. The claim indexes match the claim's ORDER BY exactly, so no
-                // filesort locks rows it would then skip.
-                Migration {
-                    version: 1,
-                    name: "tasks, inbox and audit log",
-                    statements: vec![
-                        format!(
-                            "CREATE TABLE IF NOT EXISTS {t} (
-                    id                    BIGINT       NOT NULL AUTO_INCREMENT,
-                    event_type            VARCHAR(64)  NOT NULL,
-                    biz_key               VARCHAR(128) NOT NULL,
-                    payload               MEDIUMTEXT   NOT NULL,
-                    status                TINYINT      NOT NULL DEFAULT 0,
-                    attempts              INT          NOT NULL DEFAULT 0,
-                    max_attempts          INT          NOT NULL,
-                    retry_strategy        VARCHAR(16)  NOT NULL,
-                    retry_interval_ms     BIGINT       NOT NULL,
-                    retry_max_interval_ms BIGINT       NOT NULL,
-                    next_run_at           DATETIME(3)  NOT NULL,
-                    owner                 VARCHAR(64)  NULL,
-                    lease                 BIGINT       NOT NULL DEFAULT 0,
-                    claim_token           BIGINT       NULL,
-                    last_error            TEXT         NULL,
-                    created_at            DATETIME(3)  NOT NULL,
-                    updated_at            DATETIME(3)  NOT NULL,
-                    PRIMARY KEY (id),
-                    UNIQUE KEY uk_event_biz (event_type, biz_key),
-                    KEY ix_claim_type (status, event_type, next_run_at, id),
-                    KEY ix_claim (status, next_run_at, id),
-                    KEY ix_updated (status, updated_at, id),
-                    KEY ix_claim_token (claim_token)
-                 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin"
-                        ),
-                        format!(
-                            "CREATE TABLE IF NOT EXISTS {ti} (
-                    consumer     VARCHAR(128) NOT NULL,
-                    message_id   VARCHAR(191) NOT NULL,
-                    processed_at DATETIME(3)  NOT NULL,
-                    PRIMARY KEY (consumer, message_id),
-                    KEY ix_processed (processed_at)
-                 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin"
-                        ),
-                        format!(
-                            "CREATE TABLE IF NOT EXISTS {ta} (
-                    id       BIGINT       NOT NULL AUTO_INCREMENT,
-                    task_id  BIGINT       NOT NULL,
-                    action   VARCHAR(16)  NOT NULL,
-                    operator VARCHAR(64)  NOT NULL,
-                    reason   TEXT         NOT NULL,
-                    at       DATETIME(3)  NOT NULL,
-                    PRIMARY KEY (id),
-                    KEY ix_task (task_id, id)
-                 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin"
-                        ),
-                    ],
-                },
-                // The unique key leads with biz_key, so it also finds every task of a
-                // business key (an operator's search) with no index of its own. Rebuilt
-                // unconditionally (one atomic ALTER): a table made just before
-                // versioning may already have this order, and the rebuild is then only
-                // its cost.
-                Migration {
-                    version: 2,
-                    name: "unique key leads with biz_key",
-                    statements: vec![format!(
-                        "ALTER TABLE {t} DROP INDEX uk_event_biz,
-                            ADD UNIQUE KEY uk_event_biz (biz_key, event_type)"
-                    )],
-                },
-                // Priorities and retry jitter; the claim index gains the priority. One
-                // ALTER: the columns are added in place, the index is rebuilt.
-                Migration {
-                    version: 3,
-                    name: "priority and retry jitter",
-                    statements: vec![format!(
-                        "ALTER TABLE {t}
-                            ADD COLUMN priority TINYINT NOT NULL DEFAULT 2,
-                            ADD COLUMN retry_jitter_pct TINYINT NOT NULL DEFAULT 0,
-                            DROP INDEX ix_claim_type,
-                            ADD KEY ix_claim_type (status, event_type, priority, next_run_at, id)"
-                    )],
-                },
-                // Dedup rules: the unique key gains `dedup_slot`, 0 for the task that
-                // holds the key; a finished task's key is freed by moving it to a slot of
-                // its own (its id) when a new enqueue's rule allows a new task.
-                Migration {
-                    version: 4,
-                    name: "dedup rules",
-                    statements: vec![format!(
-                        "ALTER TABLE {t}
-                            ADD COLUMN dedup_slot BIGINT NOT NULL DEFAULT 0,
-                            DROP INDEX uk_event_biz,
-                            ADD UNIQUE KEY uk_event_biz (biz_key, event_type, dedup_slot)"
-                    )],
-                },
-                // Order keys: tasks of one key run one at a time, in order. Status 5
-                // (waiting) for the tasks queued behind the key's current one; a table
-                // of keys with work left, whose rows are the keys' locks.
-                Migration {
-                    version: 5,
-                    name: "order keys",
-                    statements: vec![
-                        format!(
-                            "ALTER TABLE {t}
-                                ADD COLUMN order_key VARCHAR(128) NULL,
-                                ADD COLUMN order_block TINYINT NOT NULL DEFAULT 1,
-                                ADD KEY ix_order (order_key, status, id)"
-                        ),
-                        format!(
-                            "CREATE TABLE IF NOT EXISTS {tk} (
-                                order_key VARCHAR(128) NOT NULL,
-                                PRIMARY KEY (order_key)
-                             ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin"
-                        ),
-                    ],
-                },
-                // A task's own attempt timeout (NULL: its event type's).
-                Migration {
-                    version: 6,
-                    name: "per-task timeout",
-                    statements: vec![format!("ALTER TABLE {t} ADD COLUMN timeout_ms BIGINT NULL")],
-                },
-                // The event types the fleet's engines have handlers for.
-                Migration {
-                    version: 7,
-                    name: "handled event types",
-                    statements: vec![format!(
-                        "CREATE TABLE IF NOT EXISTS {th} (
-                            event_type    VARCHAR(64) NOT NULL,
-                            first_seen_at DATETIME(3) NOT NULL,
-                            last_seen_at  DATETIME(3) NOT NULL,
-                            PRIMARY KEY (event_type)
-                         ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin"
-                    )],
-                },
-                // (PostgreSQL moved its oldest-due index out of the claims' reach; claims
-                // here name their index.)
-                Migration {
-                    version: 8,
-                    name: "oldest-due index out of reach of claims",
-                    statements: vec![],
-                },
-                // InnoDB has no partial index: `ix_order (order_key, status, id)` held an
-                // entry for every task, keyed or not, and every claim and mark rewrote it
-                // (a status change), a sixth index write per change that cost the plain
-                // drain 15–25%. The index now reads a virtual column that is NULL for a
-                // task without an order key, so its entry never changes; for a keyed task
-                // it is the status, and the key queries read it instead.
-                Migration {
-                    version: 9,
-                    name: "order index untouched by tasks without a key",
-                    statements: vec![format!(
-                        "ALTER TABLE {t}
-                            ADD COLUMN order_status TINYINT
-                                AS (IF(order_key IS NULL, NULL, status)) VIRTUAL,
-                            DROP INDEX ix_order,
-                            ADD KEY ix_order (order_key, order_status, id)"
-                    )],
-                },
-                // The claim token tags the rows a statement changed, and is read back
-                // (rarely: a mark some of whose rows did not apply) only among the ids
-                // the statement named, through the primary key. Its index changed with
-                // every claim and every mark, a write per task that cost the plain drain
-                // about 10%.
-                Migration {
-                    version: 10,
-                    name: "claim token unindexed",
-                    statements: vec![format!("ALTER TABLE {t} DROP INDEX ix_claim_token")],
-                },
-            ],
+            schema: SchemaSql {
+                setup: format!(
+                    "CREATE TABLE IF NOT EXISTS {tv} (
+                        version    INT          NOT NULL,
+                        name       VARCHAR(200) NOT NULL,
+                        applied_at DATETIME(3)  NOT NULL,
+                        PRIMARY KEY (version)
+                     ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin"
+                ),
+                read: format!("SELECT CAST(version AS SIGNED) FROM {tv}"),
+                record: format!(
+                    "INSERT INTO {tv} (version, name, applied_at) VALUES (?, ?, NOW(3))"
+                ),
+                script_record: format!(
+                    "INSERT INTO {tv} (version, name, applied_at) VALUES ({{version}}, '{{name}}', NOW(3))"
+                ),
+                files: MIGRATIONS,
+                vars: vec![
+                    ("tasks", t.clone()),
+                    ("inbox", ti.clone()),
+                    ("audit", ta.clone()),
+                    ("keys", tk.clone()),
+                    ("handlers", th.clone()),
+                    ("barrier", tb.clone()),
+                    ("table", table.to_owned()),
+                ],
+            },
             // core's insert_params: event_type, biz_key, payload, max_attempts, strategy,
             // interval, max, delay ms (zero with a run_at), run_at (NULL: use the delay; a
             // time already past: now), priority, jitter %, status, order_key, order_block,
@@ -354,6 +203,16 @@ impl Sql {
             complete: format!(
                 "UPDATE {t} SET status = 1, last_error = NULL, updated_at = NOW(3) {fenced}"
             ),
+            barrier_insert: format!(
+                "INSERT IGNORE INTO {tb} (gid, branch_id, op, reason, created_at)
+                 VALUES (?, ?, ?, ?, NOW(3))"
+            ),
+            // a locking read: the row a racing call committed after this transaction's
+            // snapshot is what its insert just found
+            barrier_read: format!(
+                "SELECT CAST(CASE WHEN reason = op THEN 1 ELSE 0 END AS SIGNED) FROM {tb}
+                 WHERE gid = ? AND branch_id = ? AND op = ? LOCK IN SHARE MODE"
+            ),
             claim_in: format!(
                 "UPDATE {t} SET status = 3, owner = ?, attempts = attempts + 1, lease = 1,
                     updated_at = NOW(3)
@@ -382,7 +241,7 @@ impl Sql {
                 "UPDATE {t} SET payload = ?, updated_at = NOW(3) WHERE id = ? AND status = 0"
             ),
             // owner, id
-            grab_by_id: format!(
+            claim_by_id: format!(
                 "UPDATE {t} SET status = 3, owner = ?, attempts = attempts + 1,
                     lease = lease + 1, updated_at = NOW(3)
                  WHERE id = ? AND status = 0 AND next_run_at <= NOW(3)"
@@ -436,6 +295,7 @@ impl Sql {
                 "INSERT INTO {ta} (task_id, action, operator, reason, at) VALUES (?, ?, ?, ?, NOW(3))"
             ),
             audit_log: format!("SELECT {AUDIT_COLUMNS} FROM {ta} WHERE task_id = ? ORDER BY id"),
+            tasks: t.clone(),
             list_select: format!("SELECT {COLUMNS} FROM {t}"),
             stats_counts: format!(
                 "SELECT event_type, status, COUNT(*) FROM {t}
@@ -464,6 +324,14 @@ impl Sql {
                  FROM {t} WHERE status = 0 AND next_run_at <= NOW(3)"
             ),
             // older µs, limit
+            barrier_records: format!(
+                "SELECT {BARRIER_COLUMNS} FROM {tb} WHERE gid = ?
+                 ORDER BY created_at, branch_id, op LIMIT {MAX_BATCH}"
+            ),
+            purge_barrier: format!(
+                "DELETE FROM {tb} WHERE created_at < NOW(3) - INTERVAL ? MICROSECOND
+                 ORDER BY created_at LIMIT ?"
+            ),
             purge_succeeded: format!(
                 "DELETE FROM {t} WHERE status = 1 AND updated_at < NOW(3) - INTERVAL ? MICROSECOND
                  ORDER BY updated_at, id LIMIT ?"
@@ -761,6 +629,11 @@ impl LockWait {
         }
     }
 }
+
+/// The schema's history, one numbered SQL file per migration (`migrations/`; see
+/// [`schema`](backstop_core::driver::schema) for their form). A new migration is a new
+/// file and a line here.
+const MIGRATIONS: &[MigrationFile] = schema::migration_files!("../migrations");
 
 #[cfg(test)]
 mod tests {

@@ -47,6 +47,7 @@ impl TxConnection for AppConn<'_, '_> {
                 Value::BigInt(n) => query.bind(n),
                 Value::Text(t) => query.bind(t),
                 Value::Timestamp(t) => query.bind(t.map(|t| t.naive_utc())),
+                other => panic!("an enqueue binds no {other:?}"),
             };
         }
         let fail = |e: sqlx::Error| {
@@ -272,6 +273,9 @@ impl Harness for MySqlHarness {
                     claim.claim_in(&mut *tx, &enqueued).await?;
                     vec![enqueued]
                 }
+                TxTasks::Barrier(call, slot) => {
+                    TxTasks::barrier_answer(slot, store.barrier_tx(&mut tx, call).await?)
+                }
             },
             TxPath::Sqlx => tasks.enqueue_in(store, &mut *tx).await?,
             TxPath::Statements => tasks.enqueue_in(store, &mut AppConn(&mut tx)).await?,
@@ -368,14 +372,13 @@ impl Harness for MySqlHarness {
         n as u64
     }
 
-    async fn backdate_inbox(&self, db: &Db, by: Duration) {
-        sqlx::query(
-            "UPDATE backstop_task_inbox SET processed_at = processed_at - INTERVAL ? MICROSECOND",
-        )
-        .bind(i64::try_from(by.as_micros()).expect("backdate within range"))
-        .execute(&db.admin)
-        .await
-        .expect("backdate the inbox");
+    async fn backdate_rows(&self, db: &Db, table: &str, column: &str, by: Duration) {
+        let sql = format!("UPDATE {table} SET {column} = {column} - INTERVAL ? MICROSECOND");
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(i64::try_from(by.as_micros()).expect("backdate within range"))
+            .execute(&db.admin)
+            .await
+            .expect("backdate the rows");
     }
 
     fn notifier_service(&self) -> &'static str {
@@ -517,7 +520,7 @@ mod claim_cost {
         let me = Owner::new("claimer").expect("owner");
         let before = index_reads(&store).await;
         let got = store
-            .grab_batch(&me, &["E".to_string()], 10)
+            .claim_batch(&me, &["E".to_string()], 10)
             .await
             .expect("claim");
         let reads = index_reads(&store).await - before;
@@ -582,7 +585,7 @@ mod queue_then_skip_stall {
         let me = Owner::new("claimer").expect("owner");
         let types = ["E".to_string()];
         let started = Instant::now();
-        let got = ctx.store.grab_batch(&me, &types, 3).await.expect("claim");
+        let got = ctx.store.claim_batch(&me, &types, 3).await.expect("claim");
         let waited = started.elapsed();
         let keys: Vec<&str> = got.iter().map(|t| t.biz_key.as_str()).collect();
         assert_eq!(keys, ["k3", "k4", "k5"], "passes the stalled claim's rows");
@@ -595,7 +598,7 @@ mod queue_then_skip_stall {
             "held up {waited:?}: far more than the 1 s wait"
         );
         stalled.rollback().await.expect("rollback");
-        let got = ctx.store.grab_batch(&me, &types, 3).await.expect("claim");
+        let got = ctx.store.claim_batch(&me, &types, 3).await.expect("claim");
         let keys: Vec<&str> = got.iter().map(|t| t.biz_key.as_str()).collect();
         assert_eq!(keys, ["k0", "k1", "k2"], "the head again, once it is free");
     }
@@ -686,9 +689,9 @@ async fn runs_on_the_applications_own_pool() {
         .expect("enqueue in the application's transaction");
     tx.commit().await.expect("commit");
     let task = store
-        .grab_by_id(e.id, &Owner::new("w").expect("owner"))
+        .claim_by_id(e.id, &Owner::new("w").expect("owner"))
         .await
-        .expect("grab")
+        .expect("claim")
         .expect("the committed task is due");
     assert!(store.mark_success(task.lease()).await.expect("mark"));
     let done = store.get(e.id).await.expect("get").expect("exists");

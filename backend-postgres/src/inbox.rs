@@ -9,56 +9,30 @@ use backstop_core::{async_trait, Error, HandlerError, Inbox, Message, Processed,
 use deadpool_postgres::Transaction;
 use futures_util::future::BoxFuture;
 
-use crate::{pg_err, PgStore};
+use crate::connect::pg_err;
+use crate::PgStore;
 
-/// A message handler of a consumer on PostgreSQL: it gets the inbox's transaction for its
-/// business writes. Make one with [`pg_handler`].
-pub type PgHandler = Box<
-    dyn for<'a> Fn(
-            &'a Transaction<'a>,
-            &'a Message,
-        ) -> BoxFuture<'a, std::result::Result<(), HandlerError>>
-        + Send
-        + Sync,
->;
-
-/// Box a closure as a [`PgHandler`].
-///
-/// ```
-/// use backstop_postgres::pg_handler;
-/// let handler = pg_handler(|tx, message| {
-///     Box::pin(async move {
-///         tx.execute("UPDATE orders SET paid = true WHERE id = $1", &[&message.biz_key])
-///             .await?;
-///         Ok(())
-///     })
-/// });
-/// # let _ = handler;
-/// ```
-pub fn pg_handler<F>(f: F) -> PgHandler
-where
-    F: for<'a> Fn(
-            &'a Transaction<'a>,
-            &'a Message,
-        ) -> BoxFuture<'a, std::result::Result<(), HandlerError>>
-        + Send
-        + Sync
-        + 'static,
-{
-    Box::new(f)
+backstop_core::inbox_handler! {
+    /// A message handler of a consumer on PostgreSQL: it gets the inbox's transaction for
+    /// its business writes. Make one with [`pg_handler`].
+    ///
+    /// ```
+    /// use backstop_postgres::pg_handler;
+    /// let handler = pg_handler(|tx, message| {
+    ///     Box::pin(async move {
+    ///         tx.execute("UPDATE orders SET paid = true WHERE id = $1", &[&message.biz_key])
+    ///             .await?;
+    ///         Ok(())
+    ///     })
+    /// });
+    /// # let _ = handler;
+    /// ```
+    PgHandler, pg_handler, for<'a> &'a Transaction<'a>
 }
 
 impl PgStore {
-    /// Run `f` once per `(consumer, message_id)` in effect: in one transaction, insert the
-    /// inbox row, then run `f` on the same transaction for the business writes, then
-    /// commit. A message already processed by `consumer` runs nothing and answers
-    /// [`Processed::Duplicate`]; when `f` fails everything rolls back, the inbox row too,
-    /// so a redelivery runs it again. A concurrent run of the same key waits for this one,
-    /// then sees a duplicate. For messages from any source: a broker, an HTTP callback.
-    ///
-    /// An empty or over-long consumer or message id is `InvalidInput`, and nothing is
-    /// written. The error type is the caller's, as long as a backstop [`Error`] converts
-    /// into it.
+    /// [`run_idempotent`](backstop_core::inbox#run_idempotent-on-every-backend) on a
+    /// deadpool transaction of the store's pool: `f` gets it for its business writes.
     ///
     /// ```no_run
     /// # async fn demo(store: backstop_postgres::PgStore) -> backstop_core::Result<()> {

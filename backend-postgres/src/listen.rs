@@ -9,7 +9,8 @@ use deadpool_postgres::Pool;
 use futures_util::StreamExt;
 use tokio_postgres::{AsyncMessage, NoTls};
 
-use crate::{pg_err, PgStore};
+use crate::connect::pg_err;
+use crate::PgStore;
 
 /// Hears the announcements of a [`PgStore`] (made with [`PgStore::listener`]) and wakes
 /// the engine it is given to with

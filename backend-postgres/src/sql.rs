@@ -9,8 +9,9 @@
 //! stayed running, which slowed the next mark further. The expression keeps the index
 //! out of reach; the batch's ids drive the join through the primary key.
 
-use backstop_core::driver::schema::{version_table, Migration};
-use backstop_core::driver::{AUDIT_COLUMNS, COLUMNS};
+use backstop_core::driver::schema::{self, version_table, MigrationFile, SchemaSql};
+use backstop_core::driver::{AUDIT_COLUMNS, BARRIER_COLUMNS, COLUMNS};
+use backstop_core::limits::MAX_BATCH;
 
 /// `COLUMNS` qualified by the table alias `t`.
 fn t_columns() -> String {
@@ -71,18 +72,13 @@ pub(crate) const LIST: backstop_core::driver::ListDialect = backstop_core::drive
     // plan PostgreSQL picks for `ORDER BY id LIMIT n` when the status is rare) reads every
     // retained row first
     backlog_order: "id + 0",
+    age: |d| backstop_core::driver::Value::BigInt(Some(backstop_core::driver::millis(d))),
 };
 
 pub(crate) struct Sql {
     pub lock_key: String,
-    /// The schema and the version table.
-    pub versions_setup: String,
-    /// The versions applied.
-    pub versions_read: String,
-    /// $1 version $2 name.
-    pub version_record: String,
-    /// The schema's history; see `backstop_core::driver::schema`.
-    pub migrations: Vec<Migration>,
+    /// The version table's statements and the migrations.
+    pub schema: SchemaSql,
     pub insert: String,
     /// `insert` that also announces the new task on `channel` (delivered at commit;
     /// nothing on a duplicate). $16 is the channel.
@@ -99,9 +95,18 @@ pub(crate) struct Sql {
     pub replace_payload: String,
     /// $1 id $2 lease: a running task's success, on the handler's transaction.
     pub complete: String,
-    /// $1 id $2 owner: the claim of a task never claimed before, on the caller's
+    /// $1 owner $2 id: the claim of a task never claimed before, on the caller's
     /// transaction (`claim_in`).
     pub claim_in: String,
+    /// The participant barrier's insert of one row, skipped when it exists
+    /// (`EnqueueStep::BarrierInsert`).
+    pub barrier_insert: String,
+    /// Whether a barrier row's reason is its own operation (`EnqueueStep::BarrierRead`).
+    pub barrier_read: String,
+    /// The barrier records older than an age, oldest first, up to a limit.
+    pub purge_barrier: String,
+    /// One global transaction's barrier records, oldest first.
+    pub barrier_records: String,
     /// $1 event types: upsert into the handlers table.
     pub types_register: String,
     /// The handlers table.
@@ -134,9 +139,9 @@ pub(crate) struct Sql {
     pub channel: String,
     /// `LISTEN` on `channel`.
     pub listen: String,
-    pub grab_by_id: String,
-    pub grab_one_type: String,
-    pub grab_many_types: String,
+    pub claim_by_id: String,
+    pub claim_one_type: String,
+    pub claim_many_types: String,
     pub recycle_dead: String,
     pub heartbeat: String,
     pub mark: String,
@@ -152,6 +157,8 @@ pub(crate) struct Sql {
     pub status_of: String,
     pub get: String,
     /// `SELECT … FROM table` of a list; see `LIST`.
+    /// The task table, quoted (and qualified) as every statement here writes it.
+    pub tasks: String,
     pub list_select: String,
     pub stats_counts: String,
     /// `stats_counts` without the succeeded rows, through the status indexes.
@@ -176,6 +183,7 @@ impl Sql {
         let tv = format!("\"{schema}\".\"{}\"", version_table(table));
         let tk = format!("\"{schema}\".\"{table}_keys\"");
         let th = format!("\"{schema}\".\"{table}_handlers\"");
+        let tb = format!("\"{schema}\".\"{table}_barrier\"");
         let tc = t_columns();
         // core's insert_params: $1 event_type $2 biz_key $3 payload $4 max_attempts
         // $5 strategy $6 interval_ms $7 max_interval_ms $8 delay_ms $9 run_at (NULL: use
@@ -219,193 +227,34 @@ impl Sql {
         let channel = channel(schema, table);
         Sql {
             lock_key: format!("backstop:{schema}.{table}"),
-            versions_setup: format!(
-                "CREATE SCHEMA IF NOT EXISTS \"{schema}\";
-                 CREATE TABLE IF NOT EXISTS {tv} (
-                    version    INTEGER      PRIMARY KEY,
-                    name       VARCHAR(200) NOT NULL,
-                    applied_at TIMESTAMPTZ  NOT NULL
-                 )"
-            ),
-            versions_read: format!("SELECT version::bigint FROM {tv}"),
-            version_record: format!(
-                "INSERT INTO {tv} (version, name, applied_at) VALUES ($1, $2, now())"
-            ),
-            migrations: vec![
-                // The schema before versioning, so a table made then is adopted as it
-                // stands. Partial indexes keep the hot paths small however many
-                // succeeded rows pile up; fillfactor leaves room for HOT updates of the
-                // churning rows.
-                Migration {
-                    version: 1,
-                    name: "tasks, inbox and audit log",
-                    statements: vec![format!(
-                        "CREATE TABLE IF NOT EXISTS {t} (
-                    id                    BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
-                    event_type            VARCHAR(64)  NOT NULL,
-                    biz_key               VARCHAR(128) NOT NULL,
-                    payload               TEXT         NOT NULL,
-                    status                SMALLINT     NOT NULL DEFAULT 0,
-                    attempts              INTEGER      NOT NULL DEFAULT 0,
-                    max_attempts          INTEGER      NOT NULL,
-                    retry_strategy        VARCHAR(16)  NOT NULL,
-                    retry_interval_ms     BIGINT       NOT NULL,
-                    retry_max_interval_ms BIGINT       NOT NULL,
-                    next_run_at           TIMESTAMPTZ  NOT NULL,
-                    owner                 VARCHAR(64),
-                    lease                 BIGINT       NOT NULL DEFAULT 0,
-                    last_error            TEXT,
-                    created_at            TIMESTAMPTZ  NOT NULL,
-                    updated_at            TIMESTAMPTZ  NOT NULL,
-                    CONSTRAINT \"{table}_uk_event_biz\" UNIQUE (event_type, biz_key)
-                 ) WITH (fillfactor = 80);
-                 CREATE INDEX IF NOT EXISTS \"{table}_ix_claim\"
-                    ON {t} (event_type, next_run_at, id) WHERE status = 0;
-                 CREATE INDEX IF NOT EXISTS \"{table}_ix_due\"
-                    ON {t} (next_run_at, id) WHERE status = 0;
-                 CREATE INDEX IF NOT EXISTS \"{table}_ix_running\"
-                    ON {t} (updated_at, id) WHERE status = 3;
-                 CREATE INDEX IF NOT EXISTS \"{table}_ix_updated\" ON {t} (status, updated_at);
-                 CREATE INDEX IF NOT EXISTS \"{table}_ix_backlog\"
-                    ON {t} (status, event_type) WHERE status <> 1;
-                 CREATE TABLE IF NOT EXISTS {ti} (
-                    consumer     VARCHAR(128) NOT NULL,
-                    message_id   VARCHAR(191) NOT NULL,
-                    processed_at TIMESTAMPTZ  NOT NULL,
-                    PRIMARY KEY (consumer, message_id)
-                 );
-                 CREATE INDEX IF NOT EXISTS \"{table}_inbox_ix\" ON {ti} (processed_at);
-                 CREATE TABLE IF NOT EXISTS {ta} (
-                    id       BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
-                    task_id  BIGINT      NOT NULL,
-                    action   VARCHAR(16) NOT NULL,
-                    operator VARCHAR(64) NOT NULL,
-                    reason   TEXT        NOT NULL,
-                    at       TIMESTAMPTZ NOT NULL
-                 );
-                 CREATE INDEX IF NOT EXISTS \"{table}_audit_ix\" ON {ta} (task_id, id);"
-                    )],
-                },
-                // The unique key leads with biz_key, so it also finds every task of a
-                // business key (an operator's search) with no index of its own. Rebuilt
-                // unconditionally: a table made just before versioning may already have
-                // this order, and the rebuild is then only its cost.
-                Migration {
-                    version: 2,
-                    name: "unique key leads with biz_key",
-                    statements: vec![format!(
-                        "ALTER TABLE {t} DROP CONSTRAINT \"{table}_uk_event_biz\",
-                            ADD CONSTRAINT \"{table}_uk_event_biz\" UNIQUE (biz_key, event_type)"
-                    )],
-                },
-                // Priorities and retry jitter. Adding a column with a constant default
-                // rewrites nothing; the claim index gains the priority (built while the
-                // migration holds the table).
-                Migration {
-                    version: 3,
-                    name: "priority and retry jitter",
-                    statements: vec![
-                        format!(
-                            "ALTER TABLE {t}
-                                ADD COLUMN IF NOT EXISTS priority SMALLINT NOT NULL DEFAULT 2,
-                                ADD COLUMN IF NOT EXISTS retry_jitter_pct SMALLINT NOT NULL DEFAULT 0"
-                        ),
-                        format!(
-                            "CREATE INDEX IF NOT EXISTS \"{table}_ix_claim_pri\"
-                                ON {t} (event_type, priority, next_run_at, id) WHERE status = 0"
-                        ),
-                        format!("DROP INDEX IF EXISTS \"{schema}\".\"{table}_ix_claim\""),
-                    ],
-                },
-                // Dedup rules: the unique key gains `dedup_slot`, 0 for the task that
-                // holds the key; a finished task's key is freed by moving it to a slot of
-                // its own (its id) when a new enqueue's rule allows a new task.
-                Migration {
-                    version: 4,
-                    name: "dedup rules",
-                    statements: vec![format!(
-                        "ALTER TABLE {t}
-                            ADD COLUMN IF NOT EXISTS dedup_slot BIGINT NOT NULL DEFAULT 0,
-                            DROP CONSTRAINT \"{table}_uk_event_biz\",
-                            ADD CONSTRAINT \"{table}_uk_event_biz\"
-                                UNIQUE (biz_key, event_type, dedup_slot)"
-                    )],
-                },
-                // Order keys: tasks of one key run one at a time, in order. Status 5
-                // (waiting) for the tasks queued behind the key's current one; a table
-                // of keys with work left, whose rows are the keys' locks.
-                Migration {
-                    version: 5,
-                    name: "order keys",
-                    statements: vec![
-                        format!(
-                            "ALTER TABLE {t}
-                                ADD COLUMN IF NOT EXISTS order_key VARCHAR(128),
-                                ADD COLUMN IF NOT EXISTS order_block SMALLINT NOT NULL DEFAULT 1"
-                        ),
-                        format!(
-                            "CREATE INDEX IF NOT EXISTS \"{table}_ix_order\"
-                                ON {t} (order_key, status, id) WHERE order_key IS NOT NULL"
-                        ),
-                        format!(
-                            "CREATE TABLE IF NOT EXISTS {tk} (
-                                order_key VARCHAR(128) PRIMARY KEY
-                             )"
-                        ),
-                    ],
-                },
-                // A task's own attempt timeout (NULL: its event type's).
-                Migration {
-                    version: 6,
-                    name: "per-task timeout",
-                    statements: vec![format!(
-                        "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS timeout_ms BIGINT"
-                    )],
-                },
-                // The event types the fleet's engines have handlers for.
-                Migration {
-                    version: 7,
-                    name: "handled event types",
-                    statements: vec![format!(
-                        "CREATE TABLE IF NOT EXISTS {th} (
-                            event_type    VARCHAR(64) PRIMARY KEY,
-                            first_seen_at TIMESTAMPTZ NOT NULL,
-                            last_seen_at  TIMESTAMPTZ NOT NULL
-                         )"
-                    )],
-                },
-                // The oldest-due index, `(next_run_at, id) WHERE status = 0`, matched a
-                // claim's `ORDER BY next_run_at, id`: on a generic plan, with statistics
-                // saying every row has the one event type and priority there are, the
-                // planner walked it and filtered out the other priority levels' walks
-                // row by row (a claim read the whole backlog). The index that reads the
-                // oldest due task now has a predicate no claim implies (`dedup_slot >= 0`,
-                // true of every row), so claims can only use the claim index.
-                Migration {
-                    version: 8,
-                    name: "oldest-due index out of reach of claims",
-                    statements: vec![
-                        format!(
-                            "CREATE INDEX IF NOT EXISTS \"{table}_ix_oldest_due\"
-                                ON {t} (next_run_at) WHERE status = 0 AND dedup_slot >= 0"
-                        ),
-                        format!("DROP INDEX IF EXISTS \"{schema}\".\"{table}_ix_due\""),
-                    ],
-                },
-                // (MySQL's order index stopped changing with the status of tasks without
-                // a key; the partial index here never held them.)
-                Migration {
-                    version: 9,
-                    name: "order index untouched by tasks without a key",
-                    statements: vec![],
-                },
-                // (MySQL dropped the index of a column only it has.)
-                Migration {
-                    version: 10,
-                    name: "claim token unindexed",
-                    statements: vec![],
-                },
-            ],
+            schema: SchemaSql {
+                setup: format!(
+                    "CREATE SCHEMA IF NOT EXISTS \"{schema}\";
+                     CREATE TABLE IF NOT EXISTS {tv} (
+                        version    INTEGER      PRIMARY KEY,
+                        name       VARCHAR(200) NOT NULL,
+                        applied_at TIMESTAMPTZ  NOT NULL
+                     )"
+                ),
+                read: format!("SELECT version::bigint FROM {tv}"),
+                record: format!(
+                    "INSERT INTO {tv} (version, name, applied_at) VALUES ($1, $2, now())"
+                ),
+                script_record: format!(
+                    "INSERT INTO {tv} (version, name, applied_at) VALUES ({{version}}, '{{name}}', now())"
+                ),
+                files: MIGRATIONS,
+                vars: vec![
+                    ("tasks", t.clone()),
+                    ("inbox", ti.clone()),
+                    ("audit", ta.clone()),
+                    ("keys", tk.clone()),
+                    ("handlers", th.clone()),
+                    ("barrier", tb.clone()),
+                    ("table", table.to_owned()),
+                    ("schema", schema.to_owned()),
+                ],
+            },
             // the change and its audit entry in one statement
             cancel: format!(
                 "WITH c AS (
@@ -484,10 +333,19 @@ impl Sql {
             // The lease's clock starts at this statement (`clock_timestamp()`), not at
             // the transaction's start (`now()`, which the insert's due time is, so the
             // task is due).
+            barrier_insert: format!(
+                "INSERT INTO {tb} (gid, branch_id, op, reason, created_at)
+                 VALUES ($1, $2, $3, $4, now())
+                 ON CONFLICT (gid, branch_id, op) DO NOTHING RETURNING 1::bigint"
+            ),
+            barrier_read: format!(
+                "SELECT (CASE WHEN reason = op THEN 1 ELSE 0 END)::bigint FROM {tb}
+                 WHERE gid = $1 AND branch_id = $2 AND op = $3"
+            ),
             claim_in: format!(
-                "UPDATE {t} SET status = 3, owner = $2, attempts = attempts + 1, lease = 1,
+                "UPDATE {t} SET status = 3, owner = $1, attempts = attempts + 1, lease = 1,
                     updated_at = clock_timestamp()
-                 WHERE id = $1 AND status = 0 AND lease = 0 AND next_run_at <= now()
+                 WHERE id = $2 AND status = 0 AND lease = 0 AND next_run_at <= now()
                  RETURNING id"
             ),
             key_lock: format!(
@@ -549,7 +407,7 @@ impl Sql {
                 "UPDATE {t} SET payload = $1, updated_at = now() WHERE id = $2 AND status = 0
                  RETURNING id"
             ),
-            grab_by_id: format!(
+            claim_by_id: format!(
                 "UPDATE {t} SET status = 3, owner = $2, attempts = attempts + 1,
                     lease = lease + 1, updated_at = now()
                  WHERE id = $1 AND status = 0 AND next_run_at <= now()
@@ -562,7 +420,7 @@ impl Sql {
             // each stopping at the limit, merged: a claim reads at most levels × $3 rows
             // whatever the backlog of this or other types. (A level's walk locks at most
             // $3 rows, until the statement ends.)
-            grab_one_type: claim(
+            claim_one_type: claim(
                 &t,
                 &tc,
                 &format!(
@@ -582,7 +440,7 @@ impl Sql {
             // above), the walks merged, the first $3 by (priority, next_run_at, id)
             // claimed. (`event_type = ANY($2)` cannot walk the index in order: it sorts or
             // skips through every due row of the types.)
-            grab_many_types: claim(
+            claim_many_types: claim(
                 &t,
                 &tc,
                 &format!(
@@ -679,6 +537,7 @@ impl Sql {
             get: format!("SELECT {COLUMNS} FROM {t} WHERE id = $1"),
             // $1 status $2 event_type $3 after_id $4 limit $5 older_than ms $6 biz_key
             // $7 error text
+            tasks: t.clone(),
             list_select: format!("SELECT {COLUMNS} FROM {t}"),
             stats_counts: format!(
                 "SELECT event_type::text, status, count(*) FROM {t}
@@ -708,6 +567,20 @@ impl Sql {
                 "SELECT (extract(epoch FROM now() - min(next_run_at)) * 1000)::bigint
                  FROM {t} WHERE status = 0 AND dedup_slot >= 0 AND next_run_at <= now()"
             ),
+            barrier_records: format!(
+                "SELECT {BARRIER_COLUMNS} FROM {tb} WHERE gid = $1
+                 ORDER BY created_at, branch_id, op LIMIT {MAX_BATCH}"
+            ),
+            purge_barrier: format!(
+                "WITH old AS MATERIALIZED (
+                    SELECT gid, branch_id, op FROM {tb}
+                    WHERE created_at < now() - $1::bigint {MS}
+                    ORDER BY created_at
+                    LIMIT $2
+                    FOR UPDATE SKIP LOCKED)
+                 DELETE FROM {tb} AS b USING old
+                 WHERE b.gid = old.gid AND b.branch_id = old.branch_id AND b.op = old.op"
+            ),
             purge_succeeded: format!(
                 "WITH old AS MATERIALIZED (
                     SELECT id FROM {t}
@@ -722,3 +595,8 @@ impl Sql {
         }
     }
 }
+
+/// The schema's history, one numbered SQL file per migration (`migrations/`; see
+/// [`schema`](backstop_core::driver::schema) for their form). A new migration is a new
+/// file and a line here.
+const MIGRATIONS: &[MigrationFile] = schema::migration_files!("../migrations");

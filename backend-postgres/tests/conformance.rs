@@ -113,6 +113,7 @@ impl TxConnection for AppConn<'_, '_> {
                     Value::BigInt(n) => (n, Type::INT8),
                     Value::Text(t) => (t, Type::TEXT),
                     Value::Timestamp(t) => (t, Type::TIMESTAMPTZ),
+                    other => panic!("an enqueue binds no {other:?}"),
                 }
             })
             .collect();
@@ -267,6 +268,9 @@ impl Harness for PgHarness {
                             .await?;
                         vec![enqueued]
                     }
+                    TxTasks::Barrier(call, slot) => {
+                        TxTasks::barrier_answer(slot, store.barrier_tx(&tx, call).await?)
+                    }
                 };
                 if commit {
                     tx.commit().await.expect("commit");
@@ -400,19 +404,19 @@ impl Harness for PgHarness {
         row.get::<_, i64>(0) as u64
     }
 
-    async fn backdate_inbox(&self, db: &Db, by: Duration) {
+    async fn backdate_rows(&self, db: &Db, table: &str, column: &str, by: Duration) {
         let micros = i64::try_from(by.as_micros()).expect("backdate within range");
         db.admin
             .execute(
                 &format!(
-                    "UPDATE \"{}\".backstop_task_inbox
-                     SET processed_at = processed_at - $1::bigint * interval '1 microsecond'",
+                    "UPDATE \"{}\".{table}
+                     SET {column} = {column} - $1::bigint * interval '1 microsecond'",
                     db.schema
                 ),
                 &[&micros],
             )
             .await
-            .expect("backdate the inbox");
+            .expect("backdate the rows");
     }
 
     fn notifier_service(&self) -> &'static str {
@@ -587,7 +591,7 @@ async fn contention_is_retried_by_the_store_then_reported_persistent() {
     .expect("open");
     // released after three of the store's lock timeouts: a retry wins
     let id = ctx.enqueue("E", "soon").await;
-    let lease = ctx.grab(id).await.lease();
+    let lease = ctx.claim(id).await.lease();
     let released = hold_row(&ctx.db, id, 350).await;
     let started = Instant::now();
     assert!(store
@@ -600,7 +604,7 @@ async fn contention_is_retried_by_the_store_then_reported_persistent() {
 
     // held past every retry (5 by default: 6 tries of 100 ms plus backoff)
     let id = ctx.enqueue("E", "later").await;
-    let lease = ctx.grab(id).await.lease();
+    let lease = ctx.claim(id).await.lease();
     let released = hold_row(&ctx.db, id, 2000).await;
     let e = store.mark_success(lease).await.expect_err("contention");
     assert_eq!(e.kind(), ErrorKind::Contention, "{e}");

@@ -3,12 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use backstop_core::driver::millis;
 use backstop_core::inbox::{inbox_key, inbox_purge};
 use backstop_core::{async_trait, Error, HandlerError, Inbox, Message, Processed, Result};
 use rusqlite::params;
 
-use crate::{db_err, now_ms, SqliteStore, SqliteTx};
+use crate::conn::{db_err, now_ms};
+use crate::{SqliteStore, SqliteTx};
 
 /// A message handler of a consumer on SQLite: it gets the inbox's transaction for its
 /// business writes, on the thread where the file's writes run (so it is synchronous:
@@ -34,17 +34,10 @@ where
 }
 
 impl SqliteStore {
-    /// Run `f` once per `(consumer, message_id)` in effect: in one `BEGIN IMMEDIATE`
-    /// transaction (see [`transaction`](Self::transaction)), insert the inbox row, then
-    /// run `f` for the business writes, then commit. A message already processed by
-    /// `consumer` runs nothing and answers [`Processed::Duplicate`]; when `f` fails
-    /// everything rolls back, the inbox row too, so a redelivery runs it again. Runs of
-    /// the same key are serialized by the file's write lock. For messages from any
-    /// source: a broker, an HTTP callback.
-    ///
-    /// An empty or over-long consumer or message id is `InvalidInput`, and nothing is
-    /// written. The error type is the caller's, as long as a backstop [`Error`] converts
-    /// into it.
+    /// [`run_idempotent`](backstop_core::inbox#run_idempotent-on-every-backend) in one
+    /// `BEGIN IMMEDIATE` transaction (see [`transaction`](Self::transaction)) on the
+    /// file's writer: `f` runs there, synchronously, for its business writes. Runs of the
+    /// same key are serialized by the file's write lock.
     ///
     /// ```no_run
     /// # async fn demo(store: backstop_sqlite::SqliteStore) -> backstop_core::Result<()> {
@@ -108,15 +101,8 @@ impl Inbox for SqliteStore {
         let Some(batch) = inbox_purge(older_than, limit)? else {
             return Ok(0);
         };
-        let (older_than, limit) = (batch.older_than, batch.limit as i64);
         self.inner
-            .write("purge_inbox", move |sql, tx, now| {
-                let cutoff = now.saturating_sub(millis(older_than));
-                let n = tx
-                    .prepare_cached(&sql.inbox_purge)?
-                    .execute(params![cutoff, limit])?;
-                Ok(n as u64)
-            })
+            .purge("purge_inbox", |sql| &sql.inbox_purge, batch)
             .await
     }
 }

@@ -8,7 +8,8 @@ use backstop_core::{Error, ErrorKind, Result};
 use rusqlite::Connection;
 use tokio::sync::Semaphore;
 
-use crate::{db_err, Synchronous};
+use crate::conn::db_err;
+use crate::Synchronous;
 
 pub(crate) struct Pool {
     shared: Arc<Shared>,

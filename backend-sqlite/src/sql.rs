@@ -11,9 +11,10 @@
 //! waits for. The cast keeps the value out of the planner's reach. The test
 //! `bound_limits_do_not_recompile` holds every statement of this module to it.
 
-use backstop_core::driver::schema::{version_table, Migration};
-use backstop_core::driver::{AUDIT_COLUMNS, COLUMNS};
-use backstop_core::tx::{values_rows, Dialect, InsertTexts, INSERT_PARAMS};
+use backstop_core::driver::schema::{self, version_table, MigrationFile, SchemaSql};
+use backstop_core::driver::{values_rows, Dialect, InsertTexts, INSERT_PARAMS};
+use backstop_core::driver::{AUDIT_COLUMNS, BARRIER_COLUMNS, COLUMNS};
+use backstop_core::limits::MAX_BATCH;
 
 /// How a list statement spells what differs (see `list_sql`); an age is bound as its
 /// cutoff (now − age, in ms).
@@ -22,6 +23,11 @@ pub(crate) const LIST: backstop_core::driver::ListDialect = backstop_core::drive
     contains: |p| format!("instr(last_error, {p}) > 0"),
     older_than: |p| format!("updated_at < {p}"),
     backlog_order: "id",
+    // a cutoff on the store's clock, read as the statement is made
+    age: |d| {
+        let cutoff = crate::conn::now_ms().saturating_sub(backstop_core::driver::millis(d));
+        backstop_core::driver::Value::BigInt(Some(cutoff))
+    },
 };
 
 /// The status a reset task takes: pending, or waiting (in line again) with an order key.
@@ -32,15 +38,9 @@ pub(crate) const PRIORITY_LEVELS: usize = 5;
 
 pub(crate) struct Sql {
     table: String,
-    /// The version table.
-    pub versions_setup: String,
-    /// The versions applied.
-    pub versions_read: String,
-    /// ?1 version ?2 name ?3 now.
-    pub version_record: String,
-    /// The schema's history; see `backstop_core::driver::schema`.
-    pub migrations: Vec<Migration>,
-    /// ?1 event type ?2 now: which priority levels have a due task (see `grab_batch`).
+    /// The version table's statements and the migrations.
+    pub schema: SchemaSql,
+    /// ?1 event type ?2 now: which priority levels have a due task (see `claim_batch`).
     pub due_levels: String,
     pub insert: String,
     /// The batch enqueue's multi-row inserts, by row count.
@@ -67,13 +67,25 @@ pub(crate) struct Sql {
     pub key_drop: String,
     /// ?1 after ?2 limit: keys in order.
     pub keys_page: String,
-    pub grab_by_id: String,
-    /// ?1 owner ?2 now ?3 id: the claim of a task never claimed before, on the caller's
+    pub claim_by_id: String,
+    /// ?1 owner ?2 id ?3 now: the claim of a task never claimed before, on the caller's
     /// transaction (`claim_in`).
     pub claim_in: String,
+    /// The participant barrier's insert of one row, skipped when it exists
+    /// (`EnqueueStep::BarrierInsert`).
+    pub barrier_insert: String,
+    /// Whether a barrier row's reason is its own operation (`EnqueueStep::BarrierRead`).
+    pub barrier_read: String,
+    /// The barrier records older than an age, oldest first, up to a limit.
+    pub purge_barrier: String,
+    /// One global transaction's barrier records, oldest first.
+    pub barrier_records: String,
     pub recycle_dead: String,
     pub heartbeat: String,
     pub mark_success: String,
+    /// ?1 id, ?2 lease, ?3 now: the success mark on the handler's transaction
+    /// (`complete_tx`).
+    pub complete: String,
     pub mark_retry: String,
     pub mark_fail: String,
     pub release: String,
@@ -91,6 +103,8 @@ pub(crate) struct Sql {
     pub status_of: String,
     pub get: String,
     /// `SELECT … FROM table` of a list; see `LIST`.
+    /// The task table, quoted (and qualified) as every statement here writes it.
+    pub tasks: String,
     pub list_select: String,
     pub stats_counts: String,
     /// `stats_counts` without the succeeded rows, through the status indexes.
@@ -125,6 +139,7 @@ impl Sql {
         let tv = format!("\"{}\"", version_table(table));
         let tk = format!("\"{table}_keys\"");
         let th = format!("\"{table}_handlers\"");
+        let tb = format!("\"{table}_barrier\"");
         // Every change to a running task is fenced by id, status and lease.
         let fenced = "WHERE id = ?2 AND status = 3 AND lease = ?3";
         let insert_into = format!(
@@ -136,168 +151,34 @@ impl Sql {
         Sql {
             table: t.clone(),
             due_levels: Self::due_levels(&t),
-            versions_setup: format!(
-                "CREATE TABLE IF NOT EXISTS {tv} (
-                    version    INTEGER PRIMARY KEY,
-                    name       TEXT    NOT NULL,
-                    applied_at INTEGER NOT NULL
-                 )"
-            ),
-            versions_read: format!("SELECT version FROM {tv}"),
-            version_record: format!(
-                "INSERT INTO {tv} (version, name, applied_at) VALUES (?1, ?2, ?3)"
-            ),
-            migrations: vec![
-                // The schema before versioning, so a table made then is adopted as it
-                // stands.
-                Migration {
-                    version: 1,
-                    name: "tasks, inbox and audit log",
-                    statements: vec![format!(
-                        "CREATE TABLE IF NOT EXISTS {t} (
-                    id                    INTEGER PRIMARY KEY AUTOINCREMENT,
-                    event_type            TEXT    NOT NULL,
-                    biz_key               TEXT    NOT NULL,
-                    payload               TEXT    NOT NULL,
-                    status                INTEGER NOT NULL DEFAULT 0,
-                    attempts              INTEGER NOT NULL DEFAULT 0,
-                    max_attempts          INTEGER NOT NULL,
-                    retry_strategy        TEXT    NOT NULL,
-                    retry_interval_ms     INTEGER NOT NULL,
-                    retry_max_interval_ms INTEGER NOT NULL,
-                    next_run_at           INTEGER NOT NULL,
-                    owner                 TEXT,
-                    lease                 INTEGER NOT NULL DEFAULT 0,
-                    last_error            TEXT,
-                    created_at            INTEGER NOT NULL,
-                    updated_at            INTEGER NOT NULL
-                 );
-                 CREATE UNIQUE INDEX IF NOT EXISTS \"{table}_uk_event_biz\" ON {t} (event_type, biz_key);
-                 CREATE INDEX IF NOT EXISTS \"{table}_ix_claim\" ON {t} (status, next_run_at, id);
-                 CREATE INDEX IF NOT EXISTS \"{table}_ix_claim_type\" ON {t} (status, event_type, next_run_at, id);
-                 CREATE INDEX IF NOT EXISTS \"{table}_ix_updated\" ON {t} (status, updated_at);
-                 CREATE TABLE IF NOT EXISTS {ti} (
-                    consumer     TEXT    NOT NULL,
-                    message_id   TEXT    NOT NULL,
-                    processed_at INTEGER NOT NULL,
-                    PRIMARY KEY (consumer, message_id)
-                 ) WITHOUT ROWID;
-                 CREATE INDEX IF NOT EXISTS \"{table}_inbox_ix\" ON {ti} (processed_at);
-                 CREATE TABLE IF NOT EXISTS {ta} (
-                    id       INTEGER PRIMARY KEY AUTOINCREMENT,
-                    task_id  INTEGER NOT NULL,
-                    action   TEXT    NOT NULL,
-                    operator TEXT    NOT NULL,
-                    reason   TEXT    NOT NULL,
-                    at       INTEGER NOT NULL
-                 );
-                 CREATE INDEX IF NOT EXISTS \"{table}_audit_ix\" ON {ta} (task_id, id);"
-                    )],
-                },
-                // The unique key leads with biz_key, so it also finds every task of a
-                // business key (an operator's search) with no index of its own. Rebuilt
-                // unconditionally: a table made just before versioning may already have
-                // this order, and the rebuild is then only its cost.
-                Migration {
-                    version: 2,
-                    name: "unique key leads with biz_key",
-                    statements: vec![
-                        format!("DROP INDEX IF EXISTS \"{table}_uk_event_biz\""),
-                        format!(
-                            "CREATE UNIQUE INDEX \"{table}_uk_event_biz\" ON {t} (biz_key, event_type)"
-                        ),
-                    ],
-                },
-                // Priorities and retry jitter; the claim index gains the priority.
-                Migration {
-                    version: 3,
-                    name: "priority and retry jitter",
-                    statements: vec![
-                        format!("ALTER TABLE {t} ADD COLUMN priority INTEGER NOT NULL DEFAULT 2"),
-                        format!(
-                            "ALTER TABLE {t} ADD COLUMN retry_jitter_pct INTEGER NOT NULL DEFAULT 0"
-                        ),
-                        format!("DROP INDEX IF EXISTS \"{table}_ix_claim_type\""),
-                        format!(
-                            "CREATE INDEX \"{table}_ix_claim_type\"
-                                ON {t} (status, event_type, priority, next_run_at, id)"
-                        ),
-                    ],
-                },
-                // Dedup rules: the unique key gains `dedup_slot`, 0 for the task that
-                // holds the key; a finished task's key is freed by moving it to a slot of
-                // its own (its id) when a new enqueue's rule allows a new task.
-                Migration {
-                    version: 4,
-                    name: "dedup rules",
-                    statements: vec![
-                        format!("ALTER TABLE {t} ADD COLUMN dedup_slot INTEGER NOT NULL DEFAULT 0"),
-                        format!("DROP INDEX IF EXISTS \"{table}_uk_event_biz\""),
-                        format!(
-                            "CREATE UNIQUE INDEX \"{table}_uk_event_biz\"
-                                ON {t} (biz_key, event_type, dedup_slot)"
-                        ),
-                    ],
-                },
-                // Order keys: tasks of one key run one at a time, in order. Status 5
-                // (waiting) for the tasks queued behind the key's current one; a table
-                // of keys with work left (the write lock serializes their releases).
-                Migration {
-                    version: 5,
-                    name: "order keys",
-                    statements: vec![
-                        format!("ALTER TABLE {t} ADD COLUMN order_key TEXT"),
-                        format!(
-                            "ALTER TABLE {t} ADD COLUMN order_block INTEGER NOT NULL DEFAULT 1"
-                        ),
-                        format!(
-                            "CREATE INDEX \"{table}_ix_order\" ON {t} (order_key, status, id)
-                                WHERE order_key IS NOT NULL"
-                        ),
-                        format!(
-                            "CREATE TABLE IF NOT EXISTS {tk} (order_key TEXT PRIMARY KEY) WITHOUT ROWID"
-                        ),
-                    ],
-                },
-                // A task's own attempt timeout (NULL: its event type's).
-                Migration {
-                    version: 6,
-                    name: "per-task timeout",
-                    statements: vec![format!("ALTER TABLE {t} ADD COLUMN timeout_ms INTEGER")],
-                },
-                // The event types the fleet's engines have handlers for.
-                Migration {
-                    version: 7,
-                    name: "handled event types",
-                    statements: vec![format!(
-                        "CREATE TABLE IF NOT EXISTS {th} (
-                            event_type    TEXT    PRIMARY KEY,
-                            first_seen_at INTEGER NOT NULL,
-                            last_seen_at  INTEGER NOT NULL
-                         ) WITHOUT ROWID"
-                    )],
-                },
-                // (PostgreSQL moved its oldest-due index out of the claims' reach; claims
-                // here name their index.)
-                Migration {
-                    version: 8,
-                    name: "oldest-due index out of reach of claims",
-                    statements: vec![],
-                },
-                // (MySQL's order index stopped changing with the status of tasks without
-                // a key; the partial index here never held them.)
-                Migration {
-                    version: 9,
-                    name: "order index untouched by tasks without a key",
-                    statements: vec![],
-                },
-                // (MySQL dropped the index of a column only it has.)
-                Migration {
-                    version: 10,
-                    name: "claim token unindexed",
-                    statements: vec![],
-                },
-            ],
+            schema: SchemaSql {
+                setup: format!(
+                    "CREATE TABLE IF NOT EXISTS {tv} (
+                        version    INTEGER PRIMARY KEY,
+                        name       TEXT    NOT NULL,
+                        applied_at INTEGER NOT NULL
+                     )"
+                ),
+                read: format!("SELECT version FROM {tv}"),
+                record: format!(
+                    "INSERT INTO {tv} (version, name, applied_at) VALUES (?1, ?2, ?3)"
+                ),
+                script_record: format!(
+                    "INSERT INTO {tv} (version, name, applied_at)
+                     VALUES ({{version}}, '{{name}}',
+                        CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))"
+                ),
+                files: MIGRATIONS,
+                vars: vec![
+                    ("tasks", t.clone()),
+                    ("inbox", ti.clone()),
+                    ("audit", ta.clone()),
+                    ("keys", tk.clone()),
+                    ("handlers", th.clone()),
+                    ("barrier", tb.clone()),
+                    ("table", table.to_owned()),
+                ],
+            },
             // ?1 consumer ?2 message_id ?3 now: one row inserted, or none for a duplicate
             inbox_insert: format!(
                 "INSERT INTO {ti} (consumer, message_id, processed_at) VALUES (?1, ?2, ?3)
@@ -348,16 +229,25 @@ impl Sql {
             replace_payload: format!(
                 "UPDATE {t} SET payload = ?1, updated_at = ?3 WHERE id = ?2 AND status = 0"
             ),
-            grab_by_id: format!(
+            claim_by_id: format!(
                 "UPDATE {t} SET status = 3, owner = ?1, attempts = attempts + 1,
                     lease = lease + 1, updated_at = ?2
                  WHERE id = ?3 AND status = 0 AND next_run_at <= ?2
                  RETURNING {COLUMNS}"
             ),
+            barrier_insert: format!(
+                "INSERT INTO {tb} (gid, branch_id, op, reason, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (gid, branch_id, op) DO NOTHING"
+            ),
+            barrier_read: format!(
+                "SELECT CASE WHEN reason = op THEN 1 ELSE 0 END FROM {tb}
+                 WHERE gid = ?1 AND branch_id = ?2 AND op = ?3"
+            ),
             claim_in: format!(
                 "UPDATE {t} SET status = 3, owner = ?1, attempts = attempts + 1, lease = 1,
-                    updated_at = ?2
-                 WHERE id = ?3 AND status = 0 AND lease = 0 AND next_run_at <= ?2"
+                    updated_at = ?3
+                 WHERE id = ?2 AND status = 0 AND lease = 0 AND next_run_at <= ?3"
             ),
             // ?1 now, ?2 cutoff, ?3 limit. Status and age re-checked on the row itself.
             recycle_dead: format!(
@@ -377,6 +267,10 @@ impl Sql {
             heartbeat: format!("UPDATE {t} SET updated_at = ?1 {fenced}"),
             mark_success: format!(
                 "UPDATE {t} SET status = 1, last_error = NULL, updated_at = ?1 {fenced}"
+            ),
+            complete: format!(
+                "UPDATE {t} SET status = 1, last_error = NULL, updated_at = ?3
+                 WHERE id = ?1 AND status = 3 AND lease = ?2"
             ),
             // ?4 = next_run_at, ?5 = error
             mark_retry: format!(
@@ -419,6 +313,7 @@ impl Sql {
             ),
             audit_log: format!("SELECT {AUDIT_COLUMNS} FROM {ta} WHERE task_id = ?1 ORDER BY id"),
             get: format!("SELECT {COLUMNS} FROM {t} WHERE id = ?1"),
+            tasks: t.clone(),
             list_select: format!("SELECT {COLUMNS} FROM {t}"),
             stats_counts: format!(
                 "SELECT event_type, status, COUNT(*) FROM {t}
@@ -443,6 +338,15 @@ impl Sql {
             ),
             stats_oldest_due: format!(
                 "SELECT ?1 - MIN(next_run_at) FROM {t} WHERE status = 0 AND next_run_at <= ?1"
+            ),
+            barrier_records: format!(
+                "SELECT {BARRIER_COLUMNS} FROM {tb} WHERE gid = ?1
+                 ORDER BY created_at, branch_id, op LIMIT {MAX_BATCH}"
+            ),
+            purge_barrier: format!(
+                "DELETE FROM {tb} WHERE (gid, branch_id, op) IN (
+                    SELECT gid, branch_id, op FROM {tb} WHERE created_at < ?1
+                    ORDER BY created_at LIMIT CAST(?2 AS INTEGER))"
             ),
             purge_succeeded: format!(
                 "DELETE FROM {t} WHERE id IN (
@@ -478,7 +382,7 @@ impl Sql {
     /// backlog (one walk, the common case, needs no merge at all). ?1 owner, ?2 now, ?3
     /// limit, ?4.. the event types. The whole statement runs under `BEGIN IMMEDIATE`, so
     /// no other writer can claim the rows in between.
-    pub fn grab_batch(&self, walks: &[(usize, usize)]) -> String {
+    pub fn claim_batch(&self, walks: &[(usize, usize)]) -> String {
         let t = &self.table;
         let walk = |&(i, level): &(usize, usize)| {
             format!(
@@ -509,6 +413,11 @@ impl Sql {
     }
 }
 
+/// The schema's history, one numbered SQL file per migration (`migrations/`; see
+/// [`schema`](backstop_core::driver::schema) for their form). A new migration is a new
+/// file and a line here.
+const MIGRATIONS: &[MigrationFile] = schema::migration_files!("../migrations");
+
 #[cfg(test)]
 mod tests {
     use super::Sql;
@@ -531,7 +440,7 @@ mod tests {
         // and the claim, bound again with other values, runs without being compiled again
         let c = Connection::open_in_memory().expect("open");
         let sql = Sql::new("t");
-        for m in &sql.migrations {
+        for m in &sql.schema.migrations().expect("the migration files") {
             for s in &m.statements {
                 c.execute_batch(s).expect("migrate");
             }
@@ -544,7 +453,7 @@ mod tests {
                     ('a', 'k3', '{}', 3, 'fixed', 1, 1, 0, 0, 0)",
         )
         .expect("insert");
-        let mut claim = c.prepare(&sql.grab_batch(&[(0, 2)])).expect("prepare");
+        let mut claim = c.prepare(&sql.claim_batch(&[(0, 2)])).expect("prepare");
         // three due tasks: claims of 1, 2 and 5 take 1, 2 and none
         for (now, limit, taken) in [(10_i64, 1_i64, 1), (11, 2, 2), (12, 5, 0)] {
             let ids = claim

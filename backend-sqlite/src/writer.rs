@@ -226,7 +226,7 @@ fn group(
     next: &mut Option<Job>,
 ) -> bool {
     if let Err(e) = exec(c, "BEGIN IMMEDIATE") {
-        let _ = first(Err(crate::db_err(op, e)));
+        let _ = first(Err(crate::conn::db_err(op, e)));
         return true;
     }
     let mut answers: Vec<Answer> = Vec::new();
@@ -236,7 +236,7 @@ fn group(
     while let Some((op, run)) = part.take() {
         size += 1;
         if let Err(e) = exec(c, "SAVEPOINT part") {
-            let e = crate::db_err(op, e);
+            let e = crate::conn::db_err(op, e);
             let _ = run(Err(group_failed(&e, op)));
             broken = Some(e);
             break;
@@ -256,7 +256,7 @@ fn group(
             exec(c, "ROLLBACK TO part").and_then(|()| exec(c, "RELEASE part"))
         };
         if let Err(e) = end {
-            broken = Some(crate::db_err(op, e));
+            broken = Some(crate::conn::db_err(op, e));
             break;
         }
         if size < MAX_GROUP {
@@ -273,7 +273,7 @@ fn group(
     }
     let failed = match broken {
         Some(e) => Some(e),
-        None => exec(c, "COMMIT").err().map(|e| crate::db_err(op, e)),
+        None => exec(c, "COMMIT").err().map(|e| crate::conn::db_err(op, e)),
     };
     if failed.is_some() && !c.is_autocommit() {
         let _ = exec(c, "ROLLBACK");
@@ -345,7 +345,7 @@ mod tests {
     fn insert(c: &Connection, v: &str) -> Result<()> {
         c.execute("INSERT INTO t (v) VALUES (?1)", [v])
             .map(|_| ())
-            .map_err(|e| crate::db_err("test", e))
+            .map_err(|e| crate::conn::db_err("test", e))
     }
 
     /// The values committed, as a fresh connection sees them.
@@ -372,7 +372,7 @@ mod tests {
         let w = Writer::of(&path).expect("writer");
         w.run("setup", S, |c| {
             c.execute_batch("CREATE TABLE t (v TEXT)")
-                .map_err(|e| crate::db_err("setup", e))
+                .map_err(|e| crate::conn::db_err("setup", e))
         })
         .await
         .expect("setup");
@@ -442,14 +442,14 @@ mod tests {
                  CREATE TABLE parent (id INTEGER PRIMARY KEY);
                  CREATE TABLE child (p INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED);",
             )
-            .map_err(|e| crate::db_err("fk", e))
+            .map_err(|e| crate::conn::db_err("fk", e))
         });
         let a = w.write("a", S, |c| insert(c, "a"));
         let orphan = w.write("orphan", S, |c| {
             // a deferred foreign key: refused by the COMMIT, not by the statement
             c.execute("INSERT INTO child (p) VALUES (42)", [])
                 .map(|_| ())
-                .map_err(|e| crate::db_err("orphan", e))
+                .map_err(|e| crate::conn::db_err("orphan", e))
         });
         release.send(()).expect("release");
         held.await.expect("held job");

@@ -34,6 +34,7 @@ impl BlockingTxConnection for AppConn<'_> {
                     Value::BigInt(n) => Box::new(n),
                     Value::Text(t) => Box::new(t.map(str::to_owned)),
                     Value::Timestamp(t) => Box::new(t.map(|t| t.timestamp_millis())),
+                    other => panic!("an enqueue binds no {other:?}"),
                 }
             })
             .collect();
@@ -168,6 +169,9 @@ impl Harness for SqliteHarness {
                                 claim.claim_blocking(&mut tx.connection(), &enqueued)?;
                                 vec![enqueued]
                             }
+                            TxTasks::Barrier(call, slot) => {
+                                TxTasks::barrier_answer(slot, tx.barrier(call)?)
+                            }
                         };
                         if !commit {
                             tx.rollback();
@@ -298,13 +302,13 @@ impl Harness for SqliteHarness {
         n as u64
     }
 
-    async fn backdate_inbox(&self, db: &Db, by: Duration) {
+    async fn backdate_rows(&self, db: &Db, table: &str, column: &str, by: Duration) {
         db.conn()
             .execute(
-                "UPDATE backstop_task_inbox SET processed_at = processed_at - ?1",
+                &format!("UPDATE {table} SET {column} = {column} - ?1"),
                 [millis(by)],
             )
-            .expect("backdate the inbox");
+            .expect("backdate the rows");
     }
 
     fn notifier_service(&self) -> &'static str {

@@ -41,9 +41,9 @@ async fn claims_stay_atomic_without_the_writer_queue() {
             let mut ids = Vec::new();
             loop {
                 let batch = s
-                    .grab_batch(&me, &["E".to_string()], 5)
+                    .claim_batch(&me, &["E".to_string()], 5)
                     .await
-                    .expect("grab");
+                    .expect("claim");
                 if batch.is_empty() {
                     return ids;
                 }

@@ -67,7 +67,7 @@ async fn stores_on_one_file_share_the_writer_and_never_see_busy() {
                     .enqueue(NewTask::new(format!("E{s}"), format!("k{i}")))
                     .await
                     .expect("enqueue: a queued write never sees SQLITE_BUSY");
-                for t in store.grab_batch(&me, &types, 10).await.expect("grab") {
+                for t in store.claim_batch(&me, &types, 10).await.expect("claim") {
                     assert!(store.mark_success(t.lease()).await.expect("mark"));
                     done += 1;
                 }

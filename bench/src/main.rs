@@ -706,7 +706,7 @@ async fn scale(t: &Target, small: usize, large: usize, rounds: usize) -> Row {
         let mut h = histogram();
         for _ in 0..rounds {
             let t0 = Instant::now();
-            let tasks = store.grab_batch(&owner, &types, 50).await.expect("grab");
+            let tasks = store.claim_batch(&owner, &types, 50).await.expect("claim");
             record(&mut h, t0.elapsed());
             // Give them back: the backlog stays the same size round after round.
             let marks: Vec<_> = tasks
@@ -863,7 +863,7 @@ async fn claim_p50(store: &AnyStore, types: &[&str], rounds: usize) -> f64 {
     let mut h = histogram();
     for _ in 0..rounds {
         let t0 = Instant::now();
-        let tasks = store.grab_batch(&owner, &types, 50).await.expect("grab");
+        let tasks = store.claim_batch(&owner, &types, 50).await.expect("claim");
         record(&mut h, t0.elapsed());
         assert_eq!(tasks.len(), 50, "the backlog is large enough");
         let marks: Vec<_> = tasks

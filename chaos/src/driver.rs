@@ -442,6 +442,26 @@ async fn running_of(store: &AnyStore, owner: Option<&str>) -> Result<Vec<TaskId>
         .collect())
 }
 
+/// The suite's own read of the store, again while it fails temporarily (up to 15 s): the
+/// faults it injects reach its own connections too (a connection kill terminates every
+/// client backend, the driver's pooled ones with them, and a statement sent before the
+/// server acted on the kill fails with 57P01), as they reach any dashboard's.
+async fn read<T, F, Fut>(mut call: F) -> backstop::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = backstop::Result<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        match call().await {
+            Err(e) if e.is_temporary() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            answer => return answer,
+        }
+    }
+}
+
 async fn all_tasks(store: &AnyStore) -> Result<Vec<Task>, BoxError> {
     let mut out = Vec::new();
     let mut after = None;
@@ -449,7 +469,7 @@ async fn all_tasks(store: &AnyStore) -> Result<Vec<Task>, BoxError> {
         let mut f = TaskFilter::default();
         f.limit = 1000;
         f.after_id = after;
-        let page = store.list(&f).await?;
+        let page = read(|| store.list(&f)).await?;
         let full = page.len() == 1000;
         after = page.last().map(|t| t.id);
         out.extend(page);
@@ -801,7 +821,7 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
             let from = Instant::now();
             paused.store(true, Ordering::Relaxed);
             loop {
-                let stats = t.store.stats().await?;
+                let stats = read(|| t.store.stats()).await?;
                 if stats.count(Status::Pending) <= CAUGHT_UP || from.elapsed() > CATCH_UP_MAX {
                     break;
                 }
@@ -885,14 +905,14 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
         }
     }
     let quiet_from = now_ms().max(faults.last().map(|f| f.end).unwrap_or(0));
-    let then = t.store.stats().await?;
+    let then = read(|| t.store.stats()).await?;
     let backlog_then = (then.count(Status::Pending), then.count(Status::Running));
 
     // settle: every task terminal
     let bound = DEAD_AFTER + POLL + SETTLE_MARGIN;
     let settle_deadline = Instant::now() + bound + Duration::from_secs(60);
     let settled_at = loop {
-        let stats = t.store.stats().await?;
+        let stats = read(|| t.store.stats()).await?;
         if stats.count(Status::Pending) + stats.count(Status::Running) == 0 {
             break now_ms();
         }

@@ -13,13 +13,10 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::Path;
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use backstop_core::{
-    Audit, AuditEntry, Enqueued, EventTypeSeen, Lease, Mark, MarkAction, NewTask, Owner, Recycled,
-    Result, Stats, Task, TaskFilter, TaskId, TaskStore, Throughput,
-};
+use backstop_core::{Mark, MarkAction, Owner, Result, StoreLayer, Task, TaskId, TaskStore};
 
 /// Milliseconds since the epoch on the host's clock.
 pub fn now_ms() -> i64 {
@@ -176,10 +173,27 @@ pub struct LedgerStore<S> {
 }
 
 impl<S> LedgerStore<S> {
+    /// `C` lines: the tasks a claim took, with their leases.
     fn claims(&self, tasks: &[Task]) {
         let at = now_ms();
         for t in tasks {
             self.ledger.line(format!("C {} {} {at}", t.id, t.lease));
+        }
+    }
+
+    /// `M` lines: each mark sent at `sent`, and whether it applied (`e`: the call failed,
+    /// so whether it applied is unknown; a commit whose answer was lost applied, and the
+    /// engine's next try of the same mark then finds it done).
+    fn marks(&self, marks: &[Mark], answer: &Result<Vec<bool>>, sent: i64) {
+        let at = now_ms();
+        let flags: Vec<&str> = match answer {
+            Ok(flags) => flags.iter().map(|f| if *f { "1" } else { "0" }).collect(),
+            Err(_) => vec!["e"; marks.len()],
+        };
+        for (m, applied) in marks.iter().zip(flags) {
+            let (task, lease, action) = (m.lease.task_id, m.lease.token, action_name(&m.action));
+            self.ledger
+                .line(format!("M {task} {lease} {action} {applied} {sent} {at}"));
         }
     }
 }
@@ -193,113 +207,28 @@ fn action_name(a: &MarkAction) -> &'static str {
     }
 }
 
+/// Claims and marks are recorded; every other call is forwarded untouched.
 #[async_trait]
-impl<S: TaskStore> TaskStore for LedgerStore<S> {
-    async fn migrate(&self) -> Result<()> {
-        self.inner.migrate().await
+impl<S: TaskStore> StoreLayer for LedgerStore<S> {
+    type Inner = S;
+    fn inner(&self) -> &S {
+        &self.inner
     }
-    async fn migrate_to(&self, version: u32) -> Result<()> {
-        self.inner.migrate_to(version).await
-    }
-    async fn enqueue(&self, task: NewTask) -> Result<Enqueued> {
-        self.inner.enqueue(task).await
-    }
-    async fn enqueue_many(&self, tasks: &[NewTask]) -> Result<Vec<Enqueued>> {
-        self.inner.enqueue_many(tasks).await
-    }
-    async fn grab_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<Task>> {
-        let got = self.inner.grab_by_id(id, owner).await?;
-        if let Some(t) = &got {
-            self.claims(std::slice::from_ref(t));
-        }
+    async fn on_claim_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<Task>> {
+        let got = self.inner.claim_by_id(id, owner).await?;
+        self.claims(got.as_slice());
         Ok(got)
     }
-    async fn grab_batch(
-        &self,
-        owner: &Owner,
-        event_types: &[String],
-        limit: usize,
-    ) -> Result<Vec<Task>> {
-        let got = self.inner.grab_batch(owner, event_types, limit).await?;
+    async fn on_claim_batch(&self, owner: &Owner, types: &[String], n: usize) -> Result<Vec<Task>> {
+        let got = self.inner.claim_batch(owner, types, n).await?;
         self.claims(&got);
         Ok(got)
     }
-    async fn recycle_dead(&self, older_than: Duration, limit: usize) -> Result<Recycled> {
-        self.inner.recycle_dead(older_than, limit).await
-    }
-    async fn heartbeat(&self, leases: &[Lease]) -> Result<Vec<bool>> {
-        self.inner.heartbeat(leases).await
-    }
-    async fn mark(&self, marks: &[Mark]) -> Result<Vec<bool>> {
+    async fn on_mark(&self, marks: &[Mark]) -> Result<Vec<bool>> {
         let sent = now_ms();
-        let result = self.inner.mark(marks).await;
-        let at = now_ms();
-        // `e`: the call failed, so whether it applied is unknown (a commit whose answer
-        // was lost applied; the engine's next try of the same mark then finds it done)
-        let flags: Vec<&str> = match &result {
-            Ok(flags) => flags.iter().map(|f| if *f { "1" } else { "0" }).collect(),
-            Err(_) => vec!["e"; marks.len()],
-        };
-        for (m, applied) in marks.iter().zip(flags) {
-            self.ledger.line(format!(
-                "M {} {} {} {applied} {sent} {at}",
-                m.lease.task_id,
-                m.lease.token,
-                action_name(&m.action),
-            ));
-        }
-        result
-    }
-    async fn manual_reset(&self, id: TaskId, stuck_after: Duration) -> Result<Task> {
-        self.inner.manual_reset(id, stuck_after).await
-    }
-    async fn cancel(&self, id: TaskId, audit: &Audit) -> Result<Task> {
-        self.inner.cancel(id, audit).await
-    }
-    async fn delete(&self, id: TaskId, audit: &Audit) -> Result<Task> {
-        self.inner.delete(id, audit).await
-    }
-    async fn audit_log(&self, id: TaskId) -> Result<Vec<AuditEntry>> {
-        self.inner.audit_log(id).await
-    }
-    async fn reset(&self, id: TaskId, audit: &Audit) -> Result<Task> {
-        self.inner.reset(id, audit).await
-    }
-    async fn reset_matching(&self, filter: &TaskFilter, audit: &Audit) -> Result<Vec<Task>> {
-        self.inner.reset_matching(filter, audit).await
-    }
-    async fn get(&self, id: TaskId) -> Result<Option<Task>> {
-        self.inner.get(id).await
-    }
-    async fn list(&self, filter: &TaskFilter) -> Result<Vec<Task>> {
-        self.inner.list(filter).await
-    }
-    async fn stats(&self) -> Result<Stats> {
-        self.inner.stats().await
-    }
-    async fn backlog(&self) -> Result<Stats> {
-        self.inner.backlog().await
-    }
-    async fn throughput(&self, window: Duration, bucket: Duration) -> Result<Vec<Throughput>> {
-        self.inner.throughput(window, bucket).await
-    }
-    async fn purge_succeeded(&self, older_than: Duration, limit: usize) -> Result<u64> {
-        self.inner.purge_succeeded(older_than, limit).await
-    }
-    async fn delete_succeeded(&self, ids: &[TaskId]) -> Result<u64> {
-        self.inner.delete_succeeded(ids).await
-    }
-    async fn release_order_keys(&self, keys: &[String]) -> Result<Vec<TaskId>> {
-        self.inner.release_order_keys(keys).await
-    }
-    async fn order_keys(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>> {
-        self.inner.order_keys(after, limit).await
-    }
-    async fn register_event_types(&self, event_types: &[String]) -> Result<()> {
-        self.inner.register_event_types(event_types).await
-    }
-    async fn event_types(&self) -> Result<Vec<EventTypeSeen>> {
-        self.inner.event_types().await
+        let answer = self.inner.mark(marks).await;
+        self.marks(marks, &answer, sent);
+        answer
     }
 }
 

@@ -244,7 +244,8 @@ async fn run(cli: Cli) -> Outcome {
             } else {
                 println!(
                     "migrated to schema version {1}: tables {0}, {0}_inbox, {0}_audit, \
-                     {0}_keys and {0}_handlers are in place (versions in {0}_migrations)",
+                     {0}_keys, {0}_handlers and {0}_barrier are in place (versions in \
+                     {0}_migrations)",
                     cli.table,
                     backstop::driver::schema::LATEST
                 );
@@ -405,6 +406,12 @@ async fn act(store: &AnyStore, action: Action, a: ActionArgs, json: bool) -> Out
     // the audit is checked before anything is listed or asked
     audit.validate()?;
     let plan = ops::plan(store, action, &target).await?;
+    let matching = ops::matching(store, action, &target).await?;
+    // "50 task(s)", or "50 of 1234 matching task(s)" when the limit leaves some out
+    let count = match matching > plan.len() as u64 {
+        true => format!("{} of {matching} matching task(s)", plan.len()),
+        false => format!("{} task(s)", plan.len()),
+    };
     let verb = action.verb();
     if a.dry_run {
         if json {
@@ -412,7 +419,7 @@ async fn act(store: &AnyStore, action: Action, a: ActionArgs, json: bool) -> Out
         } else if plan.is_empty() {
             println!("dry run: no task to {verb}");
         } else {
-            println!("dry run: would {verb} {} task(s):", plan.len());
+            println!("dry run: would {verb} {count}:");
             print_tasks(&plan);
         }
         return Ok(());
@@ -436,7 +443,7 @@ async fn act(store: &AnyStore, action: Action, a: ActionArgs, json: bool) -> Out
                 ),
             ));
         }
-        eprintln!("about to {verb} {} task(s):", plan.len());
+        eprintln!("about to {verb} {count}:");
         let mut err = std::io::stderr();
         print_tasks_to(&mut err, &plan);
         eprint!("{} {} task(s)? [y/N] ", capitalize(verb), plan.len());

@@ -219,6 +219,22 @@ async fn lists_shows_and_resets_failed_tasks() {
             "{}",
             stdout(&out)
         );
+        // a limit below what matches says how many match in all
+        let out = db.cli(&[
+            "tasks",
+            "reset",
+            "--status",
+            "failed",
+            "--limit",
+            "2",
+            "--dry-run",
+        ]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert!(
+            stdout(&out).contains("would reset 2 of 3 matching task(s)"),
+            "{}",
+            stdout(&out)
+        );
         assert_eq!(
             (db.status(a).await, db.status(b).await),
             (Some(Status::Failed), Some(Status::Failed))
@@ -313,7 +329,7 @@ async fn cancels_and_deletes_by_id_and_filter() {
             .id;
         let held = db
             .store
-            .grab_by_id(running, &Owner::generate())
+            .claim_by_id(running, &Owner::generate())
             .await
             .unwrap()
             .unwrap();

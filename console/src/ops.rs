@@ -196,6 +196,31 @@ pub async fn plan<S: TaskStore + ?Sized>(
     }
 }
 
+/// How many tasks `action` would change on `target` if there were no limit: 1 for a
+/// task by id, else every task the filter matches in a status the action applies to (a
+/// plan shows at most the filter's `limit` of them). Counted by the store up to its cap
+/// ([`MAX_COUNT`](backstop_core::limits::MAX_COUNT)) per status.
+pub async fn matching<S: TaskStore + ?Sized>(
+    store: &S,
+    action: Action,
+    target: &Target,
+) -> Result<u64> {
+    match target {
+        Target::Id(_) => Ok(1),
+        Target::Filter(filter) => {
+            let statuses = match filter.status {
+                Some(s) => vec![s],
+                None => action.statuses(),
+            };
+            let mut total = 0;
+            for s in statuses {
+                total += store.count_matching(&filter.clone().status(s)).await?;
+            }
+            Ok(total)
+        }
+    }
+}
+
 /// Apply `action` to `target`, audited with `audit`. By id: the task as changed, or the
 /// store's error. By filter: each task the [`plan`] lists is changed on its own, with its
 /// state checked again in the same statement, so two operators applying one filter at once

@@ -1001,12 +1001,24 @@ async fn bulk_confirm<S: TaskStore + Clone + 'static>(
         Ok(p) => p,
         Err(e) => return action_error(&base, &e),
     };
+    let matching = match ops::matching(&inner.store, action, &target).await {
+        Ok(n) => n,
+        Err(e) => return action_error(&base, &e),
+    };
     let verb = action.verb();
     let mut body = format!(
         "<h1>{} {} matching task(s)?</h1>",
         capitalized(verb),
         plan.len()
     );
+    if matching > plan.len() as u64 {
+        let _ = write!(
+            body,
+            "<p class=note>{matching} tasks match{}: this confirmation {verb}s the first {}; confirm again for the rest.</p>",
+            if matching >= backstop_core::limits::MAX_COUNT as u64 { " (or more)" } else { "" },
+            plan.len()
+        );
+    }
     body.push_str(&task_table(b, &plan));
     if plan.is_empty() {
         let _ = write!(

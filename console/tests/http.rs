@@ -389,6 +389,25 @@ async fn every_action_by_id_and_in_bulk_is_applied_and_audited() {
         "{}",
         plan.body
     );
+    assert!(!plan.body.contains("tasks match"), "{}", plan.body);
+    // a limit below what matches: the page says how many match in all
+    let capped = send(
+        &app,
+        get(
+            "/bulk?action=reset&status=failed&event_type=SEND_EMAIL&limit=1",
+            Some(ADMIN),
+        ),
+    )
+    .await;
+    assert_eq!(capped.status, StatusCode::OK);
+    assert!(
+        capped.body.contains("Reset 1 matching task(s)?")
+            && capped
+                .body
+                .contains("2 tasks match: this confirmation resets the first 1"),
+        "{}",
+        capped.body
+    );
     assert_eq!(
         (f.status(a).await, f.status(b).await),
         (Some(Status::Failed), Some(Status::Failed))

@@ -70,7 +70,7 @@ enum Retry {
 /// The error of every backstop operation.
 ///
 /// It carries a [`kind`](Error::kind), the [`operation`](Error::operation) that failed
-/// (`"enqueue"`, `"grab_batch"`, …), a message, whether retrying may help
+/// (`"enqueue"`, `"claim_batch"`, …), a message, whether retrying may help
 /// ([`is_temporary`](Error::is_temporary)), whether it was already retried and still
 /// failed ([`is_persistent`](Error::is_persistent)) and, when there is one, the
 /// underlying error as its [`source`](std::error::Error::source).
@@ -120,50 +120,12 @@ impl Error {
         Self::new(ErrorKind::Config, operation, message)
     }
 
-    /// The `NotFound` error of an operation on a task that does not exist.
-    pub fn task_not_found(operation: &'static str, id: crate::TaskId) -> Self {
+    /// The `NotFound` error of an operation on task `id`, which does not exist.
+    pub fn task_not_found(operation: &'static str, id: i64) -> Self {
         Self::new(
             ErrorKind::NotFound,
             operation,
             format!("task {id} does not exist"),
-        )
-    }
-
-    /// The `Conflict` error of an operator's `action` (`cancel`, `delete`) refused
-    /// because of the task's status; nothing was changed.
-    pub fn change_refused(
-        operation: &'static str,
-        id: crate::TaskId,
-        status: crate::Status,
-        allowed: &str,
-    ) -> Self {
-        Self::new(
-            ErrorKind::Conflict,
-            operation,
-            format!("task {id} is {status}: only {allowed} tasks can be changed by {operation}; nothing was changed"),
-        )
-    }
-
-    /// The `Conflict` error of a `manual_reset` refused because of the task's status.
-    pub fn reset_refused(
-        operation: &'static str,
-        id: crate::TaskId,
-        status: crate::Status,
-    ) -> Self {
-        let why = match status {
-            crate::Status::Running => "it is running and its owner is alive (updated_at is recent)",
-            crate::Status::Pending => "it is already pending",
-            crate::Status::Succeeded => "it has succeeded",
-            crate::Status::Failed => "it changed while being reset",
-            crate::Status::Cancelled => "it was cancelled",
-            crate::Status::Waiting => "it is waiting for an earlier task of its order key",
-        };
-        Self::new(
-            ErrorKind::Conflict,
-            operation,
-            format!(
-                "task {id} cannot be reset: {why}; only failed or stuck running tasks can be reset"
-            ),
         )
     }
 
@@ -206,7 +168,7 @@ impl Error {
         self.kind
     }
 
-    /// The operation that failed, such as `"enqueue"` or `"grab_batch"`.
+    /// The operation that failed, such as `"enqueue"` or `"claim_batch"`.
     pub fn operation(&self) -> &'static str {
         self.operation
     }
@@ -239,9 +201,9 @@ mod tests {
 
     #[test]
     fn temporary_follows_kind_and_can_be_overridden() {
-        let e = Error::new(ErrorKind::Unavailable, "grab_batch", "database is locked");
+        let e = Error::new(ErrorKind::Unavailable, "claim_batch", "database is locked");
         assert!(e.is_temporary());
-        let e = Error::new(ErrorKind::Unexpected, "grab_batch", "deadlock").with_temporary(true);
+        let e = Error::new(ErrorKind::Unexpected, "claim_batch", "deadlock").with_temporary(true);
         assert!(e.is_temporary());
         assert!(!Error::invalid_input("enqueue", "x").is_temporary());
     }

@@ -15,7 +15,19 @@
 //!
 //! Each backend offers `run_idempotent(consumer, message_id, f)` with its native
 //! transaction, and implements [`Inbox`] for consumers generic over the backend (the
-//! Redis Streams consumer of `backstop-redis`). The inbox table is `<task table>_inbox`,
+//! Redis Streams consumer of `backstop-redis`).
+//!
+//! # `run_idempotent`, on every backend
+//!
+//! Runs `f` once per `(consumer, message_id)` in effect: in one transaction, it inserts
+//! the inbox row, then runs `f` on the same transaction for the business writes, then
+//! commits. A message already processed by `consumer` runs nothing and answers
+//! [`Processed::Duplicate`]; when `f` fails everything rolls back, the inbox row too, so
+//! a redelivery runs it again. A concurrent run of the same key waits for this one,
+//! then sees a duplicate. For messages from any source: a broker, an HTTP callback. An
+//! empty or over-long consumer or message id is `InvalidInput` ([`inbox_key`]), and
+//! nothing is written. The error type is the caller's, as long as a backstop
+//! [`Error`] converts into it. The inbox table is `<task table>_inbox`,
 //! created by `migrate`; its rows are purged by [`Inbox::purge_inbox`] once older than
 //! any redelivery can be (longer than the outbox's retry horizon plus the stream's
 //! retention).
@@ -154,4 +166,47 @@ pub trait Inbox: Send + Sync + 'static {
     /// Delete at most `limit` inbox rows processed more than `older_than` ago, oldest
     /// first; returns how many. Keep rows longer than a message can be redelivered.
     async fn purge_inbox(&self, older_than: Duration, limit: usize) -> Result<u64>;
+}
+
+/// The boxed future of a backend's message handler (see [`inbox_handler!`]).
+#[doc(hidden)]
+pub use futures_util::future::BoxFuture;
+
+/// **For backend authors**: declares a backend's message handler for [`Inbox`] (a boxed
+/// closure given the inbox's transaction, in the backend's native form, and the
+/// message) and the function that boxes one, from the transaction's type:
+///
+/// ```ignore
+/// backstop_core::inbox_handler! {
+///     /// A message handler of a consumer on MySQL.
+///     MySqlHandler, mysql_handler, for<'a> &'a mut sqlx::MySqlConnection
+/// }
+/// ```
+#[macro_export]
+macro_rules! inbox_handler {
+    ($(#[$doc:meta])* $alias:ident, $ctor:ident, for<'a> $tx:ty) => {
+        $(#[$doc])*
+        pub type $alias = ::std::boxed::Box<
+            dyn for<'a> Fn(
+                    $tx,
+                    &'a $crate::Message,
+                ) -> $crate::inbox::BoxFuture<'a, ::std::result::Result<(), $crate::HandlerError>>
+                + Send
+                + Sync,
+        >;
+
+        #[doc = concat!("Box a closure as a [`", stringify!($alias), "`].")]
+        pub fn $ctor<F>(f: F) -> $alias
+        where
+            F: for<'a> Fn(
+                    $tx,
+                    &'a $crate::Message,
+                ) -> $crate::inbox::BoxFuture<'a, ::std::result::Result<(), $crate::HandlerError>>
+                + Send
+                + Sync
+                + 'static,
+        {
+            ::std::boxed::Box::new(f)
+        }
+    };
 }

@@ -1,13 +1,10 @@
 //! Typed task kinds: a payload type tied to its event type, retry policy and priority, so
 //! the code that enqueues a task and the handler that runs it cannot disagree on them.
 
-use std::collections::HashMap;
-use std::sync::{OnceLock, RwLock};
-
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::model::{Dedup, Priority, RetryPolicy};
+use crate::model::{Dedup, NewTask, Priority, RetryPolicy};
 
 /// A kind of task: its payload type, and what every task of it shares.
 ///
@@ -86,58 +83,36 @@ pub trait TaskKind: Serialize + DeserializeOwned + Send + Sync + 'static {
     }
 }
 
-struct Known {
-    policy: RetryPolicy,
-    dedup: Dedup,
-    kind: &'static str,
-}
-
-fn registry() -> &'static RwLock<HashMap<&'static str, Known>> {
-    static KINDS: OnceLock<RwLock<HashMap<&'static str, Known>>> = OnceLock::new();
-    KINDS.get_or_init(Default::default)
-}
-
 /// Make kind `K` known to this process, so tasks of its event type built by name get its
 /// retry policy (see [`TaskKind`]). Idempotent; done for you by `NewTask::of` and by
 /// registering a handler for the kind. Call it at startup in a process that only
 /// enqueues by name.
 pub fn register_kind<K: TaskKind>() {
     let kind = std::any::type_name::<K>();
-    if let Ok(known) = registry().read() {
-        if let Some(k) = known.get(K::EVENT_TYPE) {
-            if k.kind != kind && k.policy != K::retry() {
-                tracing::error!(
-                    event_type = K::EVENT_TYPE,
-                    kept = k.kind,
-                    ignored = kind,
-                    "two task kinds claim one event type with different retry policies; \
-                     the first registered is kept"
-                );
-            }
-            return;
+    crate::model::register_defaults(K::EVENT_TYPE, kind, K::retry(), K::dedup());
+}
+
+impl NewTask {
+    /// The task of a [kind](TaskKind): its event type, business key, JSON
+    /// payload, retry policy and priority all come from `kind` (and the kind becomes
+    /// known to this process, see [`register_kind`](crate::register_kind)).
+    pub fn of<K: TaskKind>(kind: &K) -> Self {
+        register_kind::<K>();
+        let task = NewTask::new(K::EVENT_TYPE, kind.biz_key())
+            .json(kind)
+            .retry(K::retry())
+            .dedup(K::dedup())
+            .priority(kind.priority());
+        match kind.order_key() {
+            Some(key) => task.order_key(key),
+            None => task,
         }
     }
-    if let Ok(mut known) = registry().write() {
-        known.entry(K::EVENT_TYPE).or_insert(Known {
-            policy: K::retry(),
-            dedup: K::dedup(),
-            kind,
-        });
+}
+
+impl<K: TaskKind> From<K> for NewTask {
+    /// [`NewTask::of`].
+    fn from(kind: K) -> Self {
+        NewTask::of(&kind)
     }
-}
-
-/// The dedup rule of the kind registered for `event_type`, if any.
-pub(crate) fn dedup_of(event_type: &str) -> Option<Dedup> {
-    registry()
-        .read()
-        .ok()
-        .and_then(|k| k.get(event_type).map(|k| k.dedup))
-}
-
-/// The retry policy of the kind registered for `event_type`, if any.
-pub(crate) fn policy_of(event_type: &str) -> Option<RetryPolicy> {
-    registry()
-        .read()
-        .ok()
-        .and_then(|k| k.get(event_type).map(|k| k.policy))
 }

@@ -16,6 +16,7 @@ mod engine;
 mod error;
 pub mod inbox;
 mod kind;
+pub mod layers;
 pub mod limits;
 mod model;
 mod notify;
@@ -34,13 +35,13 @@ pub use inbox::{Inbox, Message, Processed};
 pub use kind::{register_kind, TaskKind};
 pub use limits::StoreConfig;
 pub use model::{
-    Audit, AuditEntry, Backoff, Dedup, Enqueued, EventTypeSeen, Lease, Mark, MarkAction, NewTask,
-    Owner, Priority, Recycled, RetryPolicy, Stats, Status, StatusCount, Task, TaskFilter, TaskId,
-    Throughput, WhenParked,
+    Audit, AuditEntry, Backoff, Barrier, BarrierRecord, BranchCall, BranchOp, Dedup, Enqueued,
+    EventTypeSeen, Lease, Mark, MarkAction, NewTask, Owner, Priority, Recycled, RetryPolicy, Stats,
+    Status, StatusCount, Task, TaskFilter, TaskId, Throughput, WhenParked,
 };
 pub use notify::{Notifier, Wake, Wakes};
 pub use schedule::{Missed, Periodic, Schedule};
-pub use store::{TaskStore, TaskStoreExt};
+pub use store::{Call, Layer, Op, StoreLayer, TaskStore, TaskStoreExt};
 pub use tx::{BlockingTxConnection, Transactional, TxConnection};
 
 /// Re-exported so implementors use the same `#[async_trait]` as the trait.

@@ -5,12 +5,14 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::model::{Lease, Mark, MarkAction};
 
 /// Longest event type, in bytes.
 pub const MAX_EVENT_TYPE_BYTES: usize = 64;
 /// Longest business key, in bytes.
 pub const MAX_BIZ_KEY_BYTES: usize = 128;
+/// Longest global transaction id or branch id of a
+/// [`BranchCall`](crate::BranchCall), in bytes.
+pub const MAX_BRANCH_ID_BYTES: usize = 128;
 /// Longest owner name, in bytes.
 pub const MAX_OWNER_BYTES: usize = 64;
 /// Default payload limit, in bytes (64 KiB, MySQL's `TEXT`).
@@ -23,12 +25,16 @@ pub const MAX_ERROR_BYTES: usize = 2000;
 pub const MAX_ATTEMPTS: u32 = 10_000;
 /// Longest delay, retry interval or age argument: 365 days.
 pub const MAX_INTERVAL: Duration = Duration::from_secs(365 * 24 * 3600);
-/// Largest `limit` of a batch operation (grab, recycle, purge, list).
+/// Most tasks [`count_matching`](crate::TaskStore::count_matching) counts: a count at
+/// this cap means that many or more.
+pub const MAX_COUNT: usize = 100_000;
+
+/// Largest `limit` of a batch operation (claim, recycle, purge, list).
 pub const MAX_BATCH: usize = 1000;
 /// Most tasks in one [`enqueue_many`](crate::TaskStore::enqueue_many) (one transaction:
 /// a larger batch holds its locks and its rows in memory longer than it gains).
 pub const MAX_ENQUEUE_MANY: usize = 10_000;
-/// Most event types one `grab_batch` may name.
+/// Most event types one `claim_batch` may name.
 pub const MAX_EVENT_TYPES: usize = 256;
 /// Most leases one `mark` or `heartbeat` call may carry.
 pub const MAX_LEASES: usize = 10_000;
@@ -71,38 +77,32 @@ pub(crate) fn check_event_type(operation: &'static str, event_type: &str) -> Res
     Ok(())
 }
 
-/// Check a business key: 1–128 bytes, no control characters.
-pub(crate) fn check_biz_key(operation: &'static str, biz_key: &str) -> Result<()> {
-    if biz_key.is_empty() || biz_key.len() > MAX_BIZ_KEY_BYTES {
+/// Check a key called `what` (a business key, an order key, a barrier's id): 1 to `max`
+/// bytes, no control characters.
+pub(crate) fn check_key(operation: &'static str, what: &str, key: &str, max: usize) -> Result<()> {
+    if key.is_empty() || key.len() > max {
         return Err(Error::invalid_input(
             operation,
-            format!(
-                "biz_key must be 1 to {MAX_BIZ_KEY_BYTES} bytes, got {}",
-                biz_key.len()
-            ),
+            format!("{what} must be 1 to {max} bytes, got {}", key.len()),
         ));
     }
-    if biz_key.chars().any(char::is_control) {
+    if key.chars().any(char::is_control) {
         return Err(Error::invalid_input(
             operation,
-            "biz_key must not contain control characters",
+            format!("{what} must not contain control characters"),
         ));
     }
     Ok(())
 }
 
+/// Check a business key: 1 to [`MAX_BIZ_KEY_BYTES`] bytes, no control characters.
+pub(crate) fn check_biz_key(operation: &'static str, biz_key: &str) -> Result<()> {
+    check_key(operation, "biz_key", biz_key, MAX_BIZ_KEY_BYTES)
+}
+
 /// Check an order key: 1 to [`MAX_BIZ_KEY_BYTES`] bytes, no control characters.
 pub(crate) fn check_order_key(operation: &'static str, key: &str) -> Result<()> {
-    if key.is_empty() || key.len() > MAX_BIZ_KEY_BYTES || key.chars().any(char::is_control) {
-        return Err(Error::invalid_input(
-            operation,
-            format!(
-                "order_key must be 1 to {MAX_BIZ_KEY_BYTES} bytes without control characters, got {} bytes",
-                key.len()
-            ),
-        ));
-    }
-    Ok(())
+    check_key(operation, "order_key", key, MAX_BIZ_KEY_BYTES)
 }
 
 /// Check a delay or age argument is at most [`MAX_INTERVAL`].
@@ -164,31 +164,7 @@ pub const MAX_OPERATOR_BYTES: usize = 64;
 /// Longest reason of an [`Audit`](crate::Audit), in bytes.
 pub const MAX_REASON_BYTES: usize = 1024;
 
-/// Check an operator's [`Audit`](crate::Audit): a named operator without control
-/// characters, a reason of bounded size.
-pub(crate) fn check_audit(operation: &'static str, audit: &crate::Audit) -> Result<()> {
-    let op = &audit.operator;
-    if op.is_empty() || op.len() > MAX_OPERATOR_BYTES || op.chars().any(char::is_control) {
-        return Err(Error::invalid_input(
-            operation,
-            format!(
-                "the operator must be 1 to {MAX_OPERATOR_BYTES} bytes without control characters, got {op:?}"
-            ),
-        ));
-    }
-    if audit.reason.len() > MAX_REASON_BYTES {
-        return Err(Error::invalid_input(
-            operation,
-            format!(
-                "the reason must be at most {MAX_REASON_BYTES} bytes, got {}",
-                audit.reason.len()
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// Check the event types of a `grab_batch`: at most [`MAX_EVENT_TYPES`], each valid.
+/// Check the event types of a `claim_batch`: at most [`MAX_EVENT_TYPES`], each valid.
 pub(crate) fn check_event_types(operation: &'static str, event_types: &[String]) -> Result<()> {
     if event_types.len() > MAX_EVENT_TYPES {
         return Err(Error::invalid_input(
@@ -204,73 +180,8 @@ pub(crate) fn check_event_types(operation: &'static str, event_types: &[String])
         .try_for_each(|t| check_event_type(operation, t))
 }
 
-/// Check a `list` filter: limit, event type, age.
-pub(crate) fn check_filter(filter: &crate::TaskFilter) -> Result<()> {
-    const OP: &str = "list";
-    check_limit(OP, filter.limit)?;
-    if let Some(t) = &filter.event_type {
-        check_event_type(OP, t)?;
-    }
-    if let Some(d) = filter.older_than {
-        check_duration(OP, "older_than", d)?;
-    }
-    if let Some(k) = &filter.biz_key {
-        check_biz_key(OP, k)?;
-    }
-    if let Some(text) = &filter.error_contains {
-        if text.is_empty() || text.len() > MAX_ERROR_FILTER_BYTES {
-            return Err(Error::invalid_input(
-                OP,
-                format!(
-                    "error_contains must be 1 to {MAX_ERROR_FILTER_BYTES} bytes, got {}",
-                    text.len()
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// Longest `error_contains` of a [`TaskFilter`](crate::TaskFilter), in bytes.
 pub const MAX_ERROR_FILTER_BYTES: usize = 200;
-
-/// Check a list of ids is not over [`MAX_BATCH`].
-pub(crate) fn check_ids(operation: &'static str, ids: &[crate::TaskId]) -> Result<()> {
-    if ids.len() > MAX_BATCH {
-        return Err(Error::invalid_input(
-            operation,
-            format!("at most {MAX_BATCH} ids per call, got {}", ids.len()),
-        ));
-    }
-    Ok(())
-}
-
-/// Check a list of leases (heartbeat) is not over [`MAX_LEASES`].
-pub(crate) fn check_leases(operation: &'static str, leases: &[Lease]) -> Result<()> {
-    if leases.len() > MAX_LEASES {
-        return Err(Error::invalid_input(
-            operation,
-            format!("at most {MAX_LEASES} leases per call, got {}", leases.len()),
-        ));
-    }
-    Ok(())
-}
-
-/// Check a batch of marks: at most [`MAX_LEASES`], retry delays at most [`MAX_INTERVAL`].
-pub(crate) fn check_marks(operation: &'static str, marks: &[Mark]) -> Result<()> {
-    if marks.len() > MAX_LEASES {
-        return Err(Error::invalid_input(
-            operation,
-            format!("at most {MAX_LEASES} marks per call, got {}", marks.len()),
-        ));
-    }
-    for m in marks {
-        if let MarkAction::Retry { delay, .. } = &m.action {
-            check_duration(operation, "retry delay", *delay)?;
-        }
-    }
-    Ok(())
-}
 
 /// `error` cut to at most [`MAX_ERROR_BYTES`] at a character boundary.
 pub(crate) fn bounded_error(error: &str) -> &str {
@@ -398,7 +309,7 @@ mod tests {
             &"a".repeat(49),
         ] {
             let e = check_identifier("t", "table", bad).unwrap_err();
-            assert_eq!(e.kind(), crate::ErrorKind::Config, "{bad}");
+            assert_eq!(e.kind(), crate::error::ErrorKind::Config, "{bad}");
         }
     }
 

@@ -192,7 +192,7 @@ impl Periodic {
             .clone()
             .with_biz_key(key)
             .run_at(tick)
-            .dedup(crate::Dedup::Forever)
+            .dedup(crate::model::Dedup::Forever)
     }
 
     /// Check the name and the template (as an enqueue would).
@@ -463,7 +463,7 @@ mod tests {
             "* * * foo *",
         ] {
             let e = Schedule::cron(bad).unwrap_err();
-            assert_eq!(e.kind(), crate::ErrorKind::InvalidInput, "{bad}");
+            assert_eq!(e.kind(), crate::error::ErrorKind::InvalidInput, "{bad}");
         }
         assert!(Schedule::every(Duration::from_millis(50)).is_err());
     }

@@ -10,12 +10,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use backstop_core::driver::{
-    AgedBatch, Backend, Buckets, Checked, Claim, Driver, EnqueueSql, EnqueueStep, Inserted,
-    RawAudit, RawStats, RawTask, Reset,
+    AgedBatch, Backend, Buckets, Change, Checked, Claim, Driver, EnqueueSql, EnqueueStep, Inserted,
+    RawAudit, RawBarrier, RawStats, RawTask,
 };
 use backstop_core::limits::{
-    MAX_BATCH, MAX_ENQUEUE_MANY, MAX_ERROR_BYTES, MAX_EVENT_TYPES, MAX_EVENT_TYPE_BYTES,
-    MAX_INTERVAL, MAX_LEASES, MAX_OPERATOR_BYTES, MAX_REASON_BYTES,
+    MAX_BATCH, MAX_BRANCH_ID_BYTES, MAX_ENQUEUE_MANY, MAX_ERROR_BYTES, MAX_EVENT_TYPES,
+    MAX_EVENT_TYPE_BYTES, MAX_INTERVAL, MAX_LEASES, MAX_OPERATOR_BYTES, MAX_REASON_BYTES,
 };
 use backstop_core::tx::{Answer, Dialect, Returns, Statement};
 use backstop_core::{
@@ -61,20 +61,29 @@ impl EnqueueSql for Tripwire {
     }
     fn statement<'a>(
         &'a self,
-        _step: EnqueueStep<'a>,
+        step: EnqueueStep<'a>,
         _params: Vec<backstop_core::tx::Value<'a>>,
-        task: Checked<&'a NewTask>,
     ) -> Statement<'a> {
         self.called();
-        task.validate(self.config.max_payload_bytes)
-            .expect("an invalid task reached the driver");
+        if let EnqueueStep::Insert { task, .. }
+        | EnqueueStep::ReadExisting(task)
+        | EnqueueStep::Replace(_, task) = step
+        {
+            task.validate(self.config.max_payload_bytes)
+                .expect("an invalid task reached the driver");
+        }
         Statement::new("INSERT", Vec::new(), Returns::Row)
     }
-    fn complete(&self, _lease: Lease) -> Statement<'_> {
-        self.called();
-        Statement::new("UPDATE", Vec::new(), Returns::Row)
-    }
 }
+
+/// How the test's statements spell a list's conditions (PostgreSQL's way).
+const LIST: backstop_core::driver::ListDialect = backstop_core::driver::ListDialect {
+    placeholder: |n| format!("${n}"),
+    contains: |p| format!("strpos(last_error, {p}) > 0"),
+    older_than: |p| format!("updated_at < now() - {p}"),
+    backlog_order: "id",
+    age: |d| backstop_core::tx::Value::BigInt(Some(d.as_millis() as i64)),
+};
 
 /// A caller's connection that answers every statement with a new task 1, counting runs.
 struct Conn(usize);
@@ -102,13 +111,13 @@ impl Driver for Tripwire {
         self.called();
         Ok(())
     }
-    async fn insert(&self, task: Checked<&NewTask>) -> Result<Inserted> {
+    async fn enqueue(&self, task: Checked<&NewTask>) -> Result<Inserted> {
         self.called();
         task.validate(self.config.max_payload_bytes)
             .expect("an invalid task reached the driver");
         Ok(Inserted::created(1))
     }
-    async fn insert_many(&self, tasks: Checked<&[NewTask]>) -> Result<Vec<Inserted>> {
+    async fn enqueue_many(&self, tasks: Checked<&[NewTask]>) -> Result<Vec<Inserted>> {
         self.called();
         assert!(
             (1..=MAX_ENQUEUE_MANY).contains(&tasks.len()),
@@ -169,33 +178,28 @@ impl Driver for Tripwire {
         }
         Ok(vec![true; marks.len()])
     }
-    async fn reset(&self, _id: TaskId, stuck_after: Checked<Duration>) -> Result<Reset> {
+    async fn manual_reset(&self, _id: TaskId, stuck_after: Checked<Duration>) -> Result<Change> {
         self.called();
         age_ok(*stuck_after);
-        Ok(Reset::Missing)
+        Ok(Change::Missing)
     }
-    async fn cancel(&self, _id: TaskId, audit: Checked<&Audit>) -> Result<Reset> {
+    async fn cancel(&self, _id: TaskId, audit: Checked<&Audit>) -> Result<Change> {
         self.called();
         audit_ok(&audit);
-        Ok(Reset::Missing)
-    }
-
-    async fn delete(&self, _id: TaskId, audit: Checked<&Audit>) -> Result<Reset> {
-        self.called();
-        audit_ok(&audit);
-        Ok(Reset::Missing)
+        Ok(Change::Missing)
     }
 
-    async fn retry(
-        &self,
-        _id: TaskId,
-        expected: [i16; 2],
-        audit: Checked<&Audit>,
-    ) -> Result<Reset> {
+    async fn delete(&self, _id: TaskId, audit: Checked<&Audit>) -> Result<Change> {
         self.called();
         audit_ok(&audit);
-        assert!(expected.iter().all(|c| [2, 4].contains(c)), "{expected:?}");
-        Ok(Reset::Missing)
+        Ok(Change::Missing)
+    }
+
+    async fn reset(&self, _id: TaskId, from: [i16; 2], audit: Checked<&Audit>) -> Result<Change> {
+        self.called();
+        audit_ok(&audit);
+        assert!(from.iter().all(|c| [2, 4].contains(c)), "{from:?}");
+        Ok(Change::Missing)
     }
 
     async fn audit_log(&self, _id: TaskId) -> Result<Vec<RawAudit>> {
@@ -206,6 +210,13 @@ impl Driver for Tripwire {
     async fn get(&self, _id: TaskId) -> Result<Option<RawTask>> {
         self.called();
         Ok(None)
+    }
+    fn tasks_table(&self) -> (&str, &backstop_core::driver::ListDialect) {
+        ("t", &LIST)
+    }
+    async fn run(&self, _statement: &Statement<'_>) -> Result<Answer> {
+        self.called();
+        Ok(Answer::Row(Some(vec![0])))
     }
     async fn list(&self, filter: Checked<&TaskFilter>) -> Result<Vec<RawTask>> {
         self.called();
@@ -232,22 +243,39 @@ impl Driver for Tripwire {
         limit_ok(batch.limit);
         Ok(0)
     }
+
+    async fn purge_barrier(&self, batch: Checked<AgedBatch>) -> Result<u64> {
+        self.called();
+        age_ok(batch.older_than);
+        limit_ok(batch.limit);
+        Ok(0)
+    }
+
+    async fn barrier_records(&self, gid: Checked<&str>) -> Result<Vec<RawBarrier>> {
+        self.called();
+        assert!(
+            !gid.is_empty() && gid.len() <= MAX_BRANCH_ID_BYTES,
+            "{}",
+            gid.len()
+        );
+        Ok(Vec::new())
+    }
     async fn delete_succeeded(&self, ids: Checked<&[TaskId]>) -> Result<u64> {
         self.called();
         assert!((1..=MAX_BATCH).contains(&ids.len()));
         Ok(0)
     }
-    async fn release_keys(&self, keys: Checked<&[String]>) -> Result<Vec<TaskId>> {
+    async fn release_order_keys(&self, keys: Checked<&[String]>) -> Result<Vec<TaskId>> {
         self.called();
         assert!((1..=MAX_BATCH).contains(&keys.len()));
         Ok(Vec::new())
     }
-    async fn register_types(&self, event_types: Checked<&[String]>) -> Result<()> {
+    async fn register_event_types(&self, event_types: Checked<&[String]>) -> Result<()> {
         self.called();
         assert!((1..=backstop_core::limits::MAX_EVENT_TYPES).contains(&event_types.len()));
         Ok(())
     }
-    async fn types(
+    async fn event_types(
         &self,
     ) -> Result<
         Vec<(
@@ -338,16 +366,16 @@ async fn invalid_input_reaches_no_driver() {
     );
     let types = |n: usize| (0..n).map(|i| format!("T{i}")).collect::<Vec<_>>();
     refused(
-        s.grab_batch(&owner, &types(1), MAX_BATCH + 1).await,
-        "grab_batch",
+        s.claim_batch(&owner, &types(1), MAX_BATCH + 1).await,
+        "claim_batch",
     );
     refused(
-        s.grab_batch(&owner, &types(MAX_EVENT_TYPES + 1), 1).await,
-        "grab_batch",
+        s.claim_batch(&owner, &types(MAX_EVENT_TYPES + 1), 1).await,
+        "claim_batch",
     );
     refused(
-        s.grab_batch(&owner, &["bad type".to_owned()], 1).await,
-        "grab_batch",
+        s.claim_batch(&owner, &["bad type".to_owned()], 1).await,
+        "claim_batch",
     );
     refused(s.migrate_to(0).await, "migrate");
     refused(
@@ -428,7 +456,22 @@ async fn invalid_input_reaches_no_driver() {
         s.list(&TaskFilter::default().older_than(too_old)).await,
         "list",
     );
+    for bad in [
+        TaskFilter::default().limit(MAX_BATCH + 1),
+        TaskFilter::default().event_type("bad type"),
+        TaskFilter::default().older_than(too_old),
+    ] {
+        refused(s.count_matching(&bad).await, "count_matching");
+    }
     refused(s.purge_succeeded(too_old, 1).await, "purge_succeeded");
+    refused(s.purge_barrier(too_old, 1).await, "purge_barrier");
+    for gid in ["", "g\n", &"g".repeat(MAX_BRANCH_ID_BYTES + 1)] {
+        refused(s.barrier_records(gid).await, "barrier_records");
+    }
+    refused(
+        s.purge_barrier(Duration::ZERO, MAX_BATCH + 1).await,
+        "purge_barrier",
+    );
     refused(
         s.purge_succeeded(Duration::ZERO, MAX_BATCH + 1).await,
         "purge_succeeded",
@@ -453,9 +496,9 @@ async fn invalid_input_reaches_no_driver() {
 async fn empty_input_is_answered_without_the_driver() {
     let s = store();
     let owner = Owner::new("w").unwrap();
-    assert!(s.grab_batch(&owner, &[], 10).await.unwrap().is_empty());
+    assert!(s.claim_batch(&owner, &[], 10).await.unwrap().is_empty());
     assert!(s
-        .grab_batch(&owner, &["E".into()], 0)
+        .claim_batch(&owner, &["E".into()], 0)
         .await
         .unwrap()
         .is_empty());
@@ -468,6 +511,7 @@ async fn empty_input_is_answered_without_the_driver() {
         .unwrap()
         .is_empty());
     assert_eq!(s.purge_succeeded(Duration::ZERO, 0).await.unwrap(), 0);
+    assert_eq!(s.purge_barrier(Duration::ZERO, 0).await.unwrap(), 0);
     assert_eq!(s.delete_succeeded(&[]).await.unwrap(), 0);
     assert!(s.enqueue_many(&[]).await.unwrap().is_empty());
     assert!(s
@@ -493,7 +537,7 @@ async fn input_at_the_limits_reaches_the_driver_checked() {
     assert_eq!((enq.id, enq.created, conn.0), (1, true, 1));
     // duplicate types arrive once each
     let types = vec!["B".to_owned(), "A".to_owned(), "B".to_owned()];
-    s.grab_batch(&owner, &types, MAX_BATCH).await.unwrap();
+    s.claim_batch(&owner, &types, MAX_BATCH).await.unwrap();
     s.recycle_dead(MAX_INTERVAL, MAX_BATCH).await.unwrap();
     assert_eq!(
         s.heartbeat(&vec![lease(1); MAX_LEASES])
@@ -522,6 +566,10 @@ async fn input_at_the_limits_reaches_the_driver_checked() {
     .await
     .unwrap();
     s.purge_succeeded(MAX_INTERVAL, MAX_BATCH).await.unwrap();
+    s.purge_barrier(MAX_INTERVAL, MAX_BATCH).await.unwrap();
+    s.barrier_records(&"g".repeat(MAX_BRANCH_ID_BYTES))
+        .await
+        .unwrap();
     s.delete_succeeded(&vec![1; MAX_BATCH]).await.unwrap();
     let at_limits = Audit::new("o".repeat(MAX_OPERATOR_BYTES), "r".repeat(MAX_REASON_BYTES));
     let missing = s.cancel(1, &at_limits).await.unwrap_err();
@@ -534,5 +582,5 @@ async fn input_at_the_limits_reaches_the_driver_checked() {
         s.enqueue_many(&batch).await.unwrap().len(),
         MAX_ENQUEUE_MANY
     );
-    assert_eq!(s.calls(), 14, "one more: the enqueue_in statement");
+    assert_eq!(s.calls(), 16, "one more: the enqueue_in statement");
 }

@@ -30,6 +30,7 @@ pub mod engine;
 pub mod gen;
 pub mod logs;
 pub mod redis;
+pub mod spans;
 pub mod store;
 
 use std::sync::Arc;
@@ -154,8 +155,10 @@ pub trait Harness: Send + Sync + 'static {
     /// How many business rows have keys starting with `prefix`.
     async fn count_business_rows(&self, db: &Self::Db, prefix: &str) -> u64;
 
-    /// Move every inbox row's `processed_at` (of the default table's inbox) back by `by`.
-    async fn backdate_inbox(&self, db: &Self::Db, by: Duration);
+    /// Move the time column `column` of every row of the default table's side table
+    /// `table` (`backstop_task_inbox`'s `processed_at`, `backstop_task_barrier`'s
+    /// `created_at`) back by `by`.
+    async fn backdate_rows(&self, db: &Self::Db, table: &str, column: &str, by: Duration);
 
     /// What [`notifier`](Self::notifier) needs, as named in `BACKSTOP_TEST_REQUIRE`
     /// (`postgres` for `LISTEN`/`NOTIFY`, `redis` for pub/sub).
@@ -210,7 +213,7 @@ pub struct Ctx<H: Harness> {
     pub db: H::Db,
     /// A migrated store with the default config.
     pub store: H::Store,
-    /// An owner for grabs.
+    /// An owner for claims.
     pub owner: Owner,
     /// The default config (the table the store uses).
     pub config: StoreConfig,
@@ -303,13 +306,13 @@ impl<H: Harness> Ctx<H> {
         e.id
     }
 
-    /// Grab task `id` with the case's owner; panics when the grab does not win.
-    pub async fn grab(&self, id: TaskId) -> Task {
+    /// Claim task `id` with the case's owner; panics when the claim does not win.
+    pub async fn claim(&self, id: TaskId) -> Task {
         self.store
-            .grab_by_id(id, &self.owner)
+            .claim_by_id(id, &self.owner)
             .await
-            .expect("grab_by_id")
-            .unwrap_or_else(|| panic!("task {id} should be grabbable"))
+            .expect("claim_by_id")
+            .unwrap_or_else(|| panic!("task {id} should be claimable"))
     }
 
     /// The backend's native transactional enqueue with a business row keyed `biz_row`,
@@ -368,6 +371,30 @@ impl<H: Harness> Ctx<H> {
                 path,
             )
             .await
+    }
+
+    /// The participant barrier's verdict on `call`, decided along `path` on a transaction
+    /// with a business row keyed `biz_row`, committed or rolled back.
+    pub async fn barrier_via(
+        &self,
+        path: TxPath,
+        biz_row: &str,
+        call: backstop_core::BranchCall,
+        commit: bool,
+    ) -> backstop_core::Result<backstop_core::Barrier> {
+        let slot = BarrierSlot::default();
+        self.harness
+            .enqueue_with_business_row(
+                &self.db,
+                &self.store,
+                biz_row,
+                TxTasks::Barrier(call, slot.clone()),
+                commit,
+                path,
+            )
+            .await?;
+        let verdict = *slot.lock().unwrap();
+        Ok(verdict.unwrap_or_else(|| panic!("{path}: the barrier did not run")))
     }
 
     /// One task enqueued along `path` with a business row keyed `biz_row`, then claimed on
@@ -433,6 +460,23 @@ pub enum TxTasks {
     /// [`ClaimIn`] (on the native path through the backend's own connection:
     /// `PgStore::tx_connection`, `SqliteTx::connection`, the sqlx `MySqlConnection`).
     Claimed(NewTask, Arc<dyn ClaimIn>),
+    /// No task: the participant barrier's verdict on the call, on the transaction
+    /// (`barrier_in`, `barrier_blocking`; on the native path `PgStore::barrier_tx`,
+    /// `SqliteTx::barrier`, `MySqlStore::barrier_tx`), written into the slot. Answers no
+    /// [`Enqueued`].
+    Barrier(backstop_core::BranchCall, BarrierSlot),
+}
+
+/// Where [`TxTasks::Barrier`] leaves the barrier's verdict.
+pub type BarrierSlot = Arc<std::sync::Mutex<Option<backstop_core::Barrier>>>;
+
+impl TxTasks {
+    /// Record the barrier's `verdict` of a [`TxTasks::Barrier`] (for a harness's native
+    /// path); an empty answer, as the barrier enqueues nothing.
+    pub fn barrier_answer(slot: &BarrierSlot, verdict: backstop_core::Barrier) -> Vec<Enqueued> {
+        *slot.lock().unwrap() = Some(verdict);
+        Vec::new()
+    }
 }
 
 /// Claims a task on the transaction that enqueued it, for [`TxTasks::Claimed`]: through
@@ -584,6 +628,10 @@ impl TxTasks {
                 claim.claim_in(&mut conn, &enqueued).await?;
                 Ok(vec![enqueued])
             }
+            TxTasks::Barrier(call, slot) => {
+                let verdict = store.barrier_in(conn, call).await?;
+                Ok(TxTasks::barrier_answer(slot, verdict))
+            }
         }
     }
 
@@ -605,6 +653,10 @@ impl TxTasks {
                 let enqueued = store.enqueue_blocking(&mut conn, task)?;
                 claim.claim_blocking(&mut conn, &enqueued)?;
                 Ok(vec![enqueued])
+            }
+            TxTasks::Barrier(call, slot) => {
+                let verdict = store.barrier_blocking(conn, call)?;
+                Ok(TxTasks::barrier_answer(slot, verdict))
             }
         }
     }
@@ -671,9 +723,9 @@ pub async fn park_failed<S: TaskStore + ?Sized>(store: &S, task: NewTask, error:
         .expect("enqueue");
     assert!(e.created, "task {} already exists", e.id);
     let t = store
-        .grab_by_id(e.id, &backstop_core::Owner::generate())
+        .claim_by_id(e.id, &backstop_core::Owner::generate())
         .await
-        .expect("grab")
+        .expect("claim")
         .expect("the task is due");
     let marked = store
         .mark(&[backstop_core::Mark::fail(t.lease(), error)])
@@ -718,7 +770,7 @@ pub fn chrono_dur(d: Duration) -> chrono::Duration {
 include!(concat!(env!("OUT_DIR"), "/cases.rs"));
 
 /// Stamp one `#[tokio::test]` per store conformance case for a harness, in one module per
-/// area (`store_claims::grab_by_id_claims_a_due_task_once`, …).
+/// area (`store_claims::claim_by_id_claims_a_due_task_once`, …).
 ///
 /// The argument is an expression that makes the harness; it is evaluated once per case,
 /// inside the area's module (which sees the caller's items through `use super::*`). The

@@ -1,6 +1,27 @@
-//! **For backend authors**: versioned migrations. A backend lists its schema's history as
-//! numbered [`Migration`]s; [`pending`] says which of them a database still needs, and
-//! [`script`] writes the whole history as one script for a person to read.
+//! **For backend authors**: versioned migrations. A backend keeps its schema's history as
+//! numbered SQL files (`migrations/0001_….sql`, read with [`from_files`]); [`pending`]
+//! says which of them a database still needs, and [`script`] writes the whole history as
+//! one script for a person to read.
+//!
+//! # A migration file
+//!
+//! ```sql
+//! -- name: priority and retry jitter
+//! --
+//! -- Why it is needed, and what it costs (comments are kept out of the statements).
+//!
+//! ALTER TABLE {tasks} ADD COLUMN priority SMALLINT NOT NULL DEFAULT 2;
+//!
+//! CREATE INDEX "{table}_ix_claim_pri" ON {tasks} (event_type, priority, next_run_at, id);
+//! ```
+//!
+//! - The file name starts with the version, four digits: `0003_priority_and_retry_jitter.sql`.
+//! - The first line names it (`-- name: …`): the name recorded in the version table.
+//! - Statements end with `;` at the end of a line; lines starting with `--` are comments.
+//! - `{name}` is replaced by the value the backend gives for `name` (the quoted table
+//!   names, say: `{tasks}`, `{inbox}`, `{audit}`, `{keys}`, `{handlers}`, the raw
+//!   `{table}` for index names, and what else the backend needs, such as `{schema}`). An
+//!   unknown placeholder is an error, not SQL.
 //!
 //! # Rules every backend follows
 //!
@@ -27,7 +48,7 @@ use crate::error::{Error, Result};
 /// The newest schema version of this release. A version means the same change on every
 /// backend (a change one backend does not need is an empty migration there), so a
 /// backend's list ends at this number: [`pending`] refuses one that does not.
-pub const LATEST: u32 = 10;
+pub const LATEST: u32 = 11;
 
 /// One step of a backend's schema history.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,6 +59,133 @@ pub struct Migration {
     pub name: &'static str,
     /// Its DDL statements, run in order.
     pub statements: Vec<String>,
+}
+
+/// A backend's migration file: its name (`0001_tasks.sql`) and its text (`include_str!`).
+pub type MigrationFile = (&'static str, &'static str);
+
+/// A backend's schema in its SQL, for one store's tables: the statements of its version
+/// table and its migration files with the values of their placeholders. What `migrate`
+/// runs ([`migrations`](Self::migrations)) and what a DBA reads
+/// ([`script`](Self::script)).
+#[derive(Debug, Clone)]
+pub struct SchemaSql {
+    /// Create the version table if missing.
+    pub setup: String,
+    /// Read the versions applied (one integer column).
+    pub read: String,
+    /// Record one migration applied, binding its version and name (and what the backend
+    /// needs after them: SQLite its clock).
+    pub record: String,
+    /// The record in a script for a person: `{version}` and `{name}` filled in.
+    pub script_record: String,
+    /// The migration files ([`migration_files!`]).
+    pub files: &'static [MigrationFile],
+    /// The value of each placeholder of the files (`tasks`, `table`…).
+    pub vars: Vec<(&'static str, String)>,
+}
+
+impl SchemaSql {
+    /// The migrations, their placeholders filled in.
+    pub fn migrations(&self) -> Result<Vec<Migration>> {
+        let vars: Vec<(&str, &str)> = self.vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        from_files(self.files, &vars)
+    }
+
+    /// The whole schema as one script for a DBA (see [`script`]).
+    pub fn script(&self) -> Result<String> {
+        Ok(script(
+            &self.setup,
+            &self.migrations()?,
+            &self.script_record,
+        ))
+    }
+}
+
+/// The migrations of a backend's numbered SQL `files` (see the [module docs](self)), in
+/// the order given, each placeholder replaced by its value in `vars`. An error names the
+/// file: a malformed one is a bug of the backend.
+///
+/// ```
+/// use backstop_core::driver::schema::from_files;
+/// let files = [("0002_audit.sql", "-- name: audit log\n-- why\nCREATE TABLE {audit} (\n    id INT\n);\nCREATE INDEX ix ON {audit} (id);\n")];
+/// let m = from_files(&files, &[("audit", "\"t_audit\"")]).unwrap();
+/// assert_eq!((m[0].version, m[0].name), (2, "audit log"));
+/// assert_eq!(m[0].statements, ["CREATE TABLE \"t_audit\" (\n    id INT\n)", "CREATE INDEX ix ON \"t_audit\" (id)"]);
+/// assert!(from_files(&[("0001_x.sql", "-- name: x\nSELECT {nope};")], &[]).is_err());
+/// ```
+pub fn from_files(files: &[MigrationFile], vars: &[(&str, &str)]) -> Result<Vec<Migration>> {
+    files
+        .iter()
+        .map(|(file, text)| from_file(file, text, vars))
+        .collect()
+}
+
+fn from_file(file: &str, text: &'static str, vars: &[(&str, &str)]) -> Result<Migration> {
+    let bad = |why: String| {
+        Error::new(
+            crate::error::ErrorKind::Unexpected,
+            "migrate",
+            format!("migration file {file}: {why}"),
+        )
+    };
+    let version = file
+        .split('_')
+        .next()
+        .and_then(|n| n.parse::<u32>().ok())
+        .ok_or_else(|| bad("its name does not start with its version".into()))?;
+    let name = text
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("-- name: "))
+        .map(str::trim)
+        .ok_or_else(|| bad("its first line is not `-- name: …`".into()))?;
+    let mut statements = Vec::new();
+    let mut current = String::new();
+    for line in text.lines().filter(|l| !l.trim_start().starts_with("--")) {
+        if current.is_empty() && line.trim().is_empty() {
+            continue;
+        }
+        if !current.is_empty() {
+            current.push('\n');
+        }
+        current.push_str(line.trim_end());
+        if let Some(done) = current.strip_suffix(';') {
+            statements.push(substitute(done.trim(), vars).map_err(&bad)?);
+            current.clear();
+        }
+    }
+    if !current.trim().is_empty() {
+        return Err(bad("its last statement does not end with `;`".into()));
+    }
+    Ok(Migration {
+        version,
+        name,
+        statements,
+    })
+}
+
+/// `text` with each `{name}` replaced by its value in `vars`.
+fn substitute(text: &str, vars: &[(&str, &str)]) -> std::result::Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        let close = after
+            .find('}')
+            .ok_or_else(|| format!("an unclosed `{{` in {text:?}"))?;
+        let name = &after[..close];
+        let value = vars
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| *v)
+            .ok_or_else(|| format!("unknown placeholder {{{name}}}"))?;
+        out.push_str(value);
+        rest = &after[close + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
 }
 
 /// The name of the version table of task table `table`.
@@ -118,15 +266,24 @@ pub fn pending<'m>(
         .collect())
 }
 
-/// The whole history as a script for a person to read or apply with their own tool:
-/// `setup` (the version table, a schema), then each migration's statements followed by
-/// `record(migration)` (the statement that records it in the version table). Formatted
-/// by [`ddl_script`](crate::driver::ddl_script).
-pub fn script(setup: &str, all: &[Migration], record: impl Fn(&Migration) -> String) -> String {
+/// A backend's schema as one script for a person to read: `setup` (the version table),
+/// then each migration of `all` with the statement that records it, `record` with its
+/// `{version}` and `{name}` filled in (`INSERT INTO … VALUES ({version}, '{name}', now())`).
+///
+/// ```
+/// use backstop_core::driver::schema::{script, Migration};
+/// let m = Migration { version: 1, name: "tasks", statements: vec!["CREATE TABLE t (id INT)".into()] };
+/// let text = script("CREATE TABLE v (version INT)", &[m], "INSERT INTO v VALUES ({version})");
+/// assert!(text.contains("-- version 1: tasks\nCREATE TABLE t (id INT);\n\nINSERT INTO v VALUES (1);"));
+/// ```
+pub fn script(setup: &str, all: &[Migration], record: &str) -> String {
     let mut out = crate::driver::ddl_script(&[setup]);
     for m in all {
+        let version = m.version.to_string();
+        let vars = [("version", version.as_str()), ("name", m.name)];
+        // the template is the backend's own, with these two placeholders only
+        let record = substitute(record, &vars).unwrap_or_else(|_| record.to_owned());
         let mut parts: Vec<&str> = m.statements.iter().map(String::as_str).collect();
-        let record = record(m);
         parts.push(&record);
         out.push_str(&format!(
             "\n-- version {}: {}\n{}",
@@ -138,12 +295,63 @@ pub fn script(setup: &str, all: &[Migration], record: impl Fn(&Migration) -> Str
     out
 }
 
+/// Log migration `m` applied to `table` (every backend's line for it).
+pub fn log_applied(table: &str, m: &Migration) {
+    tracing::info!(
+        table,
+        version = m.version,
+        name = m.name,
+        "migration applied"
+    );
+}
+
+/// The migration files of a backend, its folder `dir` relative to the file the macro is
+/// called from: one file per version of this release, named as every backend names it.
+/// A new migration is a file in each backend's folder and its name here.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __migration_files {
+    ($dir:literal) => {
+        &[
+            $crate::__migration_file!($dir, "0001_tasks_inbox_and_audit_log.sql"),
+            $crate::__migration_file!($dir, "0002_unique_key_leads_with_biz_key.sql"),
+            $crate::__migration_file!($dir, "0003_priority_and_retry_jitter.sql"),
+            $crate::__migration_file!($dir, "0004_dedup_rules.sql"),
+            $crate::__migration_file!($dir, "0005_order_keys.sql"),
+            $crate::__migration_file!($dir, "0006_per_task_timeout.sql"),
+            $crate::__migration_file!($dir, "0007_handled_event_types.sql"),
+            $crate::__migration_file!($dir, "0008_oldest_due_index_out_of_reach_of_claims.sql"),
+            $crate::__migration_file!(
+                $dir,
+                "0009_order_index_untouched_by_tasks_without_a_key.sql"
+            ),
+            $crate::__migration_file!($dir, "0010_claim_token_unindexed.sql"),
+            $crate::__migration_file!($dir, "0011_participant_barrier.sql"),
+        ]
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __migration_file {
+    ($dir:literal, $file:literal) => {
+        ($file, include_str!(concat!($dir, "/", $file)))
+    };
+}
+
+/// Every migration file of a backend, read at build time from its folder (relative to
+/// the file that names it): `const MIGRATIONS: &[MigrationFile] =
+/// migration_files!("../migrations");`. The files' names are this release's, the same
+/// on every backend; a backend lacking one does not build.
+#[doc(inline)]
+pub use crate::__migration_files as migration_files;
+
 /// Check that `all` is numbered 1, 2, 3… up to [`LATEST`] (a backend's own list; a bug
 /// if not).
 fn check_numbering(all: &[Migration]) -> Result<()> {
     if all.len() != usize::try_from(LATEST).unwrap_or(usize::MAX) {
         return Err(Error::new(
-            crate::ErrorKind::Unexpected,
+            crate::error::ErrorKind::Unexpected,
             "migrate",
             format!(
                 "the backend lists {} migrations; this release has {LATEST}",
@@ -155,14 +363,14 @@ fn check_numbering(all: &[Migration]) -> Result<()> {
         // the name is written into SQL literals and scripts split at `;`
         if m.name.contains(['\'', ';', '\\']) {
             return Err(Error::new(
-                crate::ErrorKind::Unexpected,
+                crate::error::ErrorKind::Unexpected,
                 "migrate",
                 format!("migration {} has a name with a quote or `;`", m.version),
             ));
         }
         if usize::try_from(m.version).ok() != Some(i + 1) {
             return Err(Error::new(
-                crate::ErrorKind::Unexpected,
+                crate::error::ErrorKind::Unexpected,
                 "migrate",
                 format!("migration {} is numbered {}", i + 1, m.version),
             ));

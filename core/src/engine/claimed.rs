@@ -22,10 +22,10 @@ use tokio::sync::OwnedSemaphorePermit;
 use super::executor::{self, Executor};
 use super::{Engine, Origin, RunAhead, State};
 use crate::error::Result;
+use crate::model::Status;
 use crate::model::{Enqueued, Lease, TaskId};
 use crate::store::{TaskStore, TaskStoreExt};
 use crate::tx::{BlockingTxConnection, Transactional, TxConnection};
-use crate::Status;
 
 /// A task [claimed on the caller's transaction](Engine::claim_in), to run after the
 /// commit with [`Engine::run_claimed`] — or why it was not claimed (then it is pending

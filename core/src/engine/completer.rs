@@ -141,6 +141,6 @@ async fn apply<S: TaskStore + Clone>(shared: &Shared<S>, batch: Vec<Completion>)
     let leases: Vec<_> = batch.iter().map(|c| c.mark.lease).collect();
     shared.tracker.finished(&leases);
     if !keys.is_empty() {
-        super::loops::release_keys(shared, &keys).await;
+        super::keys::release_keys(shared, &keys).await;
     }
 }

@@ -231,14 +231,21 @@ impl Context {
         }
     }
 
-    /// Record that the handler marked its own success in its transaction (a backend's
-    /// `complete_tx`); the engine then does not mark it again.
-    pub(crate) fn set_completed(&self) {
-        self.inner.completed.store(true, Ordering::SeqCst);
-    }
-
     /// Whether the handler completed the task in its own transaction.
     pub(crate) fn is_completed(&self) -> bool {
         self.inner.completed.load(Ordering::SeqCst)
+    }
+}
+
+/// A handler completes its attempt on its own transaction (a backend's `complete_tx`,
+/// [`Transactional::complete_in`](crate::Transactional::complete_in)): the engine then
+/// does not mark it again.
+impl crate::driver::Attempt for Context {
+    fn lease(&self) -> Lease {
+        Context::lease(self)
+    }
+
+    fn set_completed(&self) {
+        self.inner.completed.store(true, Ordering::SeqCst);
     }
 }

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::{Stats, Status};
+use crate::model::{Stats, Status};
 
 /// A snapshot of what one engine instance has done since it started.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -119,6 +119,11 @@ const OTHERS: &[(&str, &str, Kind)] = &[
         Kind::Gauge,
     ),
     (
+        "backstop_barrier_total",
+        "Participant barrier verdicts by branch operation (op) and verdict: run, duplicate, empty_compensation, hanging. Many hanging calls mean forward calls arrive after their compensations: deadlines shorter than the calls' delivery.",
+        Kind::Counter,
+    ),
+    (
         "backstop_purged_total",
         "Succeeded tasks purged after the retention period.",
         Kind::Counter,
@@ -160,8 +165,9 @@ pub fn metric_names() -> Vec<&'static str> {
 /// the `_seconds` ones) to the installed `metrics` recorder. Call it once after
 /// installing the recorder (`backstop-console`'s Prometheus setup does). Labels:
 /// `event_type` on the counters and histograms (`"*"` where a count spans types),
-/// `event_type` and `status` on `backstop_tasks`, `status` on `backstop_tasks_total`;
-/// never task ids or business keys.
+/// `event_type` and `status` on `backstop_tasks`, `status` on `backstop_tasks_total`,
+/// `op` and `verdict` on `backstop_barrier_total`; never task ids, business keys or
+/// global transaction ids.
 pub fn describe_metrics() {
     for (name, help) in COUNTERS {
         metrics::describe_counter!(*name, *help);
@@ -199,10 +205,10 @@ impl BacklogGauges {
     /// engine has a handler for them): log them. Refreshed by one engine per database
     /// ([`EngineConfig::backlog_gauges`](crate::EngineConfig::backlog_gauges)) or by the
     /// console's `/metrics`.
-    pub async fn refresh<S: crate::TaskStore + ?Sized>(
+    pub async fn refresh<S: crate::store::TaskStore + ?Sized>(
         &mut self,
         store: &S,
-    ) -> crate::Result<Vec<(String, u64)>> {
+    ) -> crate::error::Result<Vec<(String, u64)>> {
         let stats = store.backlog().await?;
         self.record(&stats);
         let handled: std::collections::BTreeSet<String> = store

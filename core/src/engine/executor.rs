@@ -101,7 +101,7 @@ pub(crate) fn dispatch<S: TaskStore + Clone>(
                 shared.tracker.slot_freed();
                 shared.tracker.finished(&[lease]);
                 if let Some(key) = task.order_key.clone() {
-                    super::loops::release_keys(&shared, &[key]).await;
+                    super::keys::release_keys(&shared, &[key]).await;
                 }
                 return;
             }

@@ -47,7 +47,7 @@ pub enum ErrorAction {
 pub struct HandlerError {
     action: ErrorAction,
     message: String,
-    cause: Option<crate::BoxError>,
+    cause: Option<crate::error::BoxError>,
 }
 
 impl HandlerError {
@@ -113,9 +113,9 @@ impl fmt::Display for HandlerError {
     }
 }
 
-impl<E: Into<crate::BoxError>> From<E> for HandlerError {
+impl<E: Into<crate::error::BoxError>> From<E> for HandlerError {
     fn from(e: E) -> Self {
-        let e: crate::BoxError = e.into();
+        let e: crate::error::BoxError = e.into();
         let mut message = e.to_string();
         let mut source = e.source();
         while let Some(s) = source {
@@ -271,7 +271,7 @@ where
 /// ```
 pub fn kind_fn<K, F, Fut>(f: F) -> KindFn<K, F, Fut>
 where
-    K: crate::TaskKind,
+    K: crate::kind::TaskKind,
     F: Fn(K, super::Context) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = std::result::Result<(), HandlerError>> + Send + 'static,
 {
@@ -284,7 +284,7 @@ pub struct KindFn<K, F, Fut>(F, PhantomData<fn(K) -> Fut>);
 #[async_trait]
 impl<K, F, Fut> JsonHandler for KindFn<K, F, Fut>
 where
-    K: crate::TaskKind,
+    K: crate::kind::TaskKind,
     F: Fn(K, super::Context) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = std::result::Result<(), HandlerError>> + Send + 'static,
 {

@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use std::collections::{BTreeSet, HashMap};
 
 use super::executor::dispatch;
+use super::keys::release_keys;
 use super::{Hints, Origin, Shared, State};
 use crate::model::{Status, TaskFilter};
 use crate::notify::{Wake, Wakes};
@@ -145,22 +146,6 @@ pub(crate) async fn recycler<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
     }
 }
 
-/// Move these order keys along after their tasks finished (best effort: a failure is
-/// logged and the key sweep catches up); wake the poller for the tasks made pending.
-pub(crate) async fn release_keys<S: TaskStore + Clone>(shared: &Shared<S>, keys: &[String]) {
-    for chunk in keys.chunks(crate::limits::MAX_BATCH) {
-        match shared.store.release_order_keys(chunk).await {
-            Ok(promoted) if !promoted.is_empty() => shared.wake_all(),
-            Ok(_) => {}
-            Err(e) => {
-                shared.counters.store_errors("*");
-                tracing::warn!(error = %e, keys = chunk.len(),
-                    "could not move order keys along; the key sweep will");
-            }
-        }
-    }
-}
-
 /// One page of the key sweep: release up to [`KEY_SWEEP_PAGE`] order keys after
 /// `cursor`, and move the cursor (back to the start after the last page). A task whose
 /// key was not moved along (its engine died between recording the outcome and releasing
@@ -194,7 +179,7 @@ async fn sweep_keys<S: TaskStore + Clone>(shared: &Shared<S>, cursor: &mut Optio
 /// until the next tick replaces it. When ticks were slept through (a pause), the latest
 /// one is fired and the older ones skipped.
 pub(crate) async fn scheduler<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
-    use crate::Missed;
+    use crate::schedule::Missed;
     let mut state = shared.state.subscribe();
     let start = chrono::Utc::now();
     // the earliest tick each periodic may fire next
@@ -313,7 +298,7 @@ pub(crate) async fn poller<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
     // that start together (a deploy) would all count at once the backlog they are about
     // to drain.
     let mut last_gauges: Option<Instant> = None;
-    let mut gauges = crate::BacklogGauges::default();
+    let mut gauges = super::BacklogGauges::default();
     loop {
         let mut round = loop {
             let due = shared.next_due().filter(|d| *d < next_tick);
@@ -420,7 +405,7 @@ async fn poll_round<S: TaskStore + Clone>(
             continue;
         };
         let types = std::slice::from_ref(event_type);
-        match shared.store.grab_batch(&shared.owner, types, n).await {
+        match shared.store.claim_batch(&shared.owner, types, n).await {
             Ok(tasks) => {
                 let full = tasks.len() == n;
                 for task in tasks {
@@ -441,7 +426,7 @@ async fn poll_round<S: TaskStore + Clone>(
             }
             Err(e) => {
                 shared.counters.store_errors(event_type);
-                tracing::warn!(error = %e, %event_type, "grab_batch failed: polling this type again in 1 s");
+                tracing::warn!(error = %e, %event_type, "claim_batch failed: polling this type again in 1 s");
                 // a wake-up's poll that failed is not left for the next tick (which may
                 // be far away): this type is polled again shortly
                 shared.wake_after(CLAIM_RETRY, event_type);
@@ -479,7 +464,7 @@ enum Probe {
     More,
 }
 
-/// The first claim of a round over several event types: one `grab_batch` for all the
+/// The first claim of a round over several event types: one `claim_batch` for all the
 /// types with free capacity (in chunks of `MAX_EVENT_TYPES`), each claim as large as
 /// the smallest free capacity among them, so that every task it returns has a slot
 /// waiting in its executor. A claim that comes back short has claimed everything due of
@@ -521,7 +506,7 @@ async fn probe<S: TaskStore + Clone>(shared: &Arc<Shared<S>>, round: &Round) -> 
             }
         }
         let types: Vec<String> = chunk.iter().map(|r| r.0.clone()).collect();
-        match shared.store.grab_batch(&shared.owner, &types, n).await {
+        match shared.store.claim_batch(&shared.owner, &types, n).await {
             Ok(tasks) => {
                 more |= tasks.len() == n;
                 for task in tasks {
@@ -538,7 +523,7 @@ async fn probe<S: TaskStore + Clone>(shared: &Arc<Shared<S>>, round: &Round) -> 
             }
             Err(e) => {
                 tracing::warn!(error = %e, types = types.len(),
-                    "grab_batch failed: polling these types again in 1 s");
+                    "claim_batch failed: polling these types again in 1 s");
                 for event_type in &types {
                     shared.counters.store_errors(event_type);
                     shared.wake_after(CLAIM_RETRY, event_type);
@@ -607,7 +592,7 @@ pub(crate) async fn listener<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
 /// cost follows the backlog, not the succeeded rows retained).
 async fn update_gauges<S: TaskStore + Clone>(
     shared: &Shared<S>,
-    gauges: &mut crate::BacklogGauges,
+    gauges: &mut super::BacklogGauges,
 ) {
     match gauges.refresh(&shared.store).await {
         Ok(unhandled) => {
@@ -686,69 +671,95 @@ async fn refresh_leases<S: TaskStore + Clone>(shared: &Shared<S>) -> Result<(), 
     }
 }
 
-/// Purge succeeded tasks older than the retention, in small batches; with an archive,
-/// list → archive → delete exactly those.
+/// Purge succeeded tasks older than the retention, in small batches (with an archive,
+/// list → archive → delete exactly those), and the participant barrier's records older
+/// than theirs.
 pub(crate) async fn retention<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
-    let Some(retention) = shared.config.retention else {
-        return;
-    };
     let mut state = shared.state.subscribe();
     if !pause(&shared, &mut state, shared.config.first_poll_delay).await {
         return;
     }
     let batch = shared.config.purge_batch;
     loop {
-        let mut total = 0u64;
-        loop {
-            if shared.state() != State::Running {
+        if let Some(retention) = shared.config.retention {
+            let purge = || purge_succeeded(&shared, retention, batch);
+            let Some(total) = purge_in_batches(&shared, "succeeded tasks", purge).await else {
                 return;
-            }
-            let deleted = match &shared.archive {
-                None => shared.store.purge_succeeded(retention, batch).await,
-                Some(archive) => {
-                    let filter = TaskFilter {
-                        status: Some(Status::Succeeded),
-                        older_than: Some(retention),
-                        limit: batch,
-                        ..TaskFilter::default()
-                    };
-                    match shared.store.list(&filter).await {
-                        Ok(tasks) if tasks.is_empty() => Ok(0),
-                        Ok(tasks) => match archive.archive(&tasks).await {
-                            Ok(()) => {
-                                let ids: Vec<_> = tasks.iter().map(|t| t.id).collect();
-                                shared.store.delete_succeeded(&ids).await
-                            }
-                            Err(e) => {
-                                tracing::warn!(error = %e, "archive failed: nothing purged this round");
-                                break;
-                            }
-                        },
-                        Err(e) => Err(e),
-                    }
-                }
             };
-            match deleted {
-                Ok(n) => {
-                    total += n;
-                    if n < batch as u64 {
-                        break;
-                    }
-                    tokio::task::yield_now().await;
-                }
-                Err(e) => {
-                    shared.counters.store_errors("*");
-                    tracing::warn!(error = %e, "retention purge failed");
-                    break;
-                }
+            if total > 0 {
+                metrics::counter!("backstop_purged_total").increment(total);
+                tracing::info!(purged = total, "retention purged succeeded tasks");
             }
         }
-        if total > 0 {
-            metrics::counter!("backstop_purged_total").increment(total);
-            tracing::info!(purged = total, "retention purged succeeded tasks");
+        if let Some(retention) = shared.config.barrier_retention {
+            let purge = || shared.store.purge_barrier(retention, batch);
+            let Some(total) = purge_in_batches(&shared, "barrier records", purge).await else {
+                return;
+            };
+            if total > 0 {
+                tracing::info!(purged = total, "retention purged barrier records");
+            }
         }
         if !pause(&shared, &mut state, shared.config.purge_interval).await {
             return;
+        }
+    }
+}
+
+/// One batch of succeeded tasks older than `retention`: purged, or with an archive
+/// listed, archived and deleted (an archive failure purges nothing this round).
+async fn purge_succeeded<S: TaskStore + Clone>(
+    shared: &Shared<S>,
+    retention: Duration,
+    batch: usize,
+) -> crate::error::Result<u64> {
+    let Some(archive) = &shared.archive else {
+        return shared.store.purge_succeeded(retention, batch).await;
+    };
+    let filter = TaskFilter {
+        status: Some(Status::Succeeded),
+        older_than: Some(retention),
+        limit: batch,
+        ..TaskFilter::default()
+    };
+    let tasks = shared.store.list(&filter).await?;
+    if tasks.is_empty() {
+        return Ok(0);
+    }
+    if let Err(e) = archive.archive(&tasks).await {
+        tracing::warn!(error = %e, "archive failed: nothing purged this round");
+        return Ok(0);
+    }
+    let ids: Vec<_> = tasks.iter().map(|t| t.id).collect();
+    shared.store.delete_succeeded(&ids).await
+}
+
+/// Run `purge` (one batch of up to `purge_batch` rows of `what`) until a batch comes back
+/// short or fails; how many rows went, or `None` when the engine is stopping.
+async fn purge_in_batches<S, F, Fut>(shared: &Shared<S>, what: &str, mut purge: F) -> Option<u64>
+where
+    S: TaskStore + Clone,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = crate::error::Result<u64>>,
+{
+    let mut total = 0u64;
+    loop {
+        if shared.state() != State::Running {
+            return None;
+        }
+        match purge().await {
+            Ok(n) => {
+                total += n;
+                if n < shared.config.purge_batch as u64 {
+                    return Some(total);
+                }
+                tokio::task::yield_now().await;
+            }
+            Err(e) => {
+                shared.counters.store_errors("*");
+                tracing::warn!(error = %e, "retention purge of {what} failed");
+                return Some(total);
+            }
         }
     }
 }

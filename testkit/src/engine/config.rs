@@ -48,6 +48,11 @@ pub async fn engine_refuses_bad_configuration<H: Harness>(ctx: &Ctx<H>) {
             vec![("A", opts())],
             "poll_interval",
         ),
+        (
+            fast_config().barrier_retention(Some(Duration::from_secs(400 * 24 * 3600))),
+            vec![("A", opts())],
+            "barrier_retention",
+        ),
     ];
     for (cfg, handlers, needle) in cases {
         match start(cfg, handlers) {

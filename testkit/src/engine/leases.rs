@@ -200,7 +200,7 @@ pub async fn engine_does_not_start_a_task_recycled_while_it_waited<H: Harness>(c
     assert_eq!(r.to_pending, 2, "both leases went stale");
     let successor = ctx
         .store
-        .grab_by_id(second, &Owner::new("successor").unwrap())
+        .claim_by_id(second, &Owner::new("successor").unwrap())
         .await
         .unwrap()
         .expect("the successor claims the second task");
@@ -230,8 +230,8 @@ pub async fn engine_recycles_a_dead_task_and_runs_it_again<H: Harness>(ctx: &Ctx
     let dead = ctx.enqueue("PAY", "dead").await;
     let alive = ctx.enqueue("PAY", "alive").await;
     // both claimed by a worker (ctx.owner) that then dies; one of them long ago
-    ctx.grab(dead).await;
-    ctx.grab(alive).await;
+    ctx.claim(dead).await;
+    ctx.claim(alive).await;
     let config = fast_config()
         .owner(Some(Owner::new("successor").unwrap()))
         .dead_after(Duration::from_secs(60));
@@ -284,7 +284,7 @@ pub async fn engine_recycler_sweeps_every_dead_task_and_wakes_the_poller<H: Harn
     let mut ids = Vec::new();
     for i in 0..DEAD {
         let id = ctx.enqueue("PAY", &format!("dead{i}")).await;
-        ctx.grab(id).await;
+        ctx.claim(id).await;
         ctx.backdate(
             id,
             TimeColumn::UpdatedAt,
@@ -301,7 +301,7 @@ pub async fn engine_recycler_sweeps_every_dead_task_and_wakes_the_poller<H: Harn
         .start()
         .unwrap();
     gate.arrived(1).await;
-    gate.grabbed(1).await;
+    gate.claimed(1).await;
     assert_eq!(engine.counters().polled, 0, "every task is still running");
     gate.open();
     eventually("every dead task to run again", || async {
@@ -348,7 +348,7 @@ pub async fn engine_refuses_a_late_completion_after_recycle<H: Harness>(ctx: &Ct
     assert_eq!(r.to_pending, 1);
     let successor = ctx
         .store
-        .grab_by_id(enq.id, &Owner::new("successor").unwrap())
+        .claim_by_id(enq.id, &Owner::new("successor").unwrap())
         .await
         .unwrap()
         .unwrap();

@@ -25,10 +25,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use backstop_core::layers::{FaultLayer, FaultStore, Faults, Phase};
 use backstop_core::{
     handler_fn, Archive, BoxError, Engine, EngineConfig, ErrorKind, Handler, HandlerError,
-    HandlerOptions, Json, JsonHandler, NewTask, Owner, RetryPolicy, RunAhead, Status, Task, TaskId,
-    TaskStore,
+    HandlerOptions, Json, JsonHandler, NewTask, Op, Owner, Result, RetryPolicy, RunAhead, Status,
+    StoreLayer, Task, TaskId, TaskStore, TaskStoreExt,
 };
 use tokio::sync::Semaphore;
 
@@ -175,46 +176,72 @@ pub(crate) enum Gated {
     Mark,
     /// The answer of `mark`, after the store applied and committed it (the reply is slow).
     MarkAnswer,
-    GrabBatch,
-    GrabById,
+    ClaimBatch,
+    ClaimById,
     Recycle,
     /// Nothing: the gate only counts.
     Nothing,
 }
 
+impl Gated {
+    /// The hold of a [`FaultLayer`](backstop_core::layers::FaultLayer) it is.
+    fn hold(self) -> Option<(Op, Phase)> {
+        Some(match self {
+            Gated::Mark => (Op::Mark, Phase::Before),
+            Gated::MarkAnswer => (Op::Mark, Phase::After),
+            Gated::ClaimBatch => (Op::ClaimBatch, Phase::Before),
+            Gated::ClaimById => (Op::ClaimById, Phase::Before),
+            Gated::Recycle => (Op::RecycleDead, Phase::Before),
+            Gated::Nothing => return None,
+        })
+    }
+}
+
+/// The calls of the engine's loops (claims, sweeps, heartbeats, marks, key and type
+/// bookkeeping), which fail during a [`Gate::outage`].
+const LOOP_OPS: &[Op] = &[
+    Op::ReleaseOrderKeys,
+    Op::RegisterEventTypes,
+    Op::OrderKeys,
+    Op::ClaimById,
+    Op::ClaimBatch,
+    Op::RecycleDead,
+    Op::Heartbeat,
+    Op::Mark,
+];
+
 /// A store whose calls of one kind wait while the gate is shut (the database stalled on
-/// them, or the call is still on its way); everything else goes straight through.
+/// them, or the answer is still on its way: a [`Faults`] hold), and that counts claims
+/// and heartbeats; everything else goes straight through.
 #[derive(Clone)]
 pub(crate) struct Gate<S> {
-    inner: S,
+    inner: FaultStore<S>,
     gated: Gated,
-    open: Arc<tokio::sync::watch::Sender<bool>>,
-    /// How many gated calls have reached the gate.
-    arrived: Arc<tokio::sync::watch::Sender<usize>>,
-    /// How many `grab_batch` calls have returned.
-    grabbed: Arc<tokio::sync::watch::Sender<usize>>,
-    /// How many event types each `grab_batch` call named, in order.
+    faults: Faults,
+    /// How many `claim_batch` calls have answered.
+    claimed: Arc<tokio::sync::watch::Sender<usize>>,
+    /// How many event types each answered `claim_batch` call named, in order.
     claim_widths: Arc<std::sync::Mutex<Vec<usize>>>,
     /// How many `heartbeat` calls have returned.
     heartbeats: Arc<tokio::sync::watch::Sender<usize>>,
     /// How many leases heartbeats have found gone.
     refused: Arc<tokio::sync::watch::Sender<usize>>,
-    /// The database is unreachable: the engine's calls fail (see [`Gate::outage`]).
-    down: Arc<std::sync::atomic::AtomicBool>,
 }
 
-impl<S> Gate<S> {
+impl<S: TaskStore> Gate<S> {
     fn shut(inner: S, gated: Gated) -> Self {
+        let faults = Faults::new();
+        if let Some((op, phase)) = gated.hold() {
+            faults.hold(&[op], phase);
+        }
         Gate {
-            inner,
+            inner: inner.layer(FaultLayer::new(faults.clone())),
             gated,
-            open: Arc::new(tokio::sync::watch::Sender::new(false)),
-            arrived: Arc::new(tokio::sync::watch::Sender::new(0)),
-            grabbed: Arc::new(tokio::sync::watch::Sender::new(0)),
+            faults,
+            claimed: Arc::new(tokio::sync::watch::Sender::new(0)),
             claim_widths: Arc::default(),
             heartbeats: Arc::new(tokio::sync::watch::Sender::new(0)),
             refused: Arc::new(tokio::sync::watch::Sender::new(0)),
-            down: Arc::default(),
         }
     }
 
@@ -222,18 +249,28 @@ impl<S> Gate<S> {
     /// (claims, sweeps, heartbeats, marks, key and type bookkeeping) fails as a lost
     /// connection does.
     fn outage(&self, on: bool) {
-        self.down.store(on, std::sync::atomic::Ordering::SeqCst);
+        match on {
+            true => self.faults.fail(LOOP_OPS, ErrorKind::Unavailable),
+            false => self.faults.heal(LOOP_OPS),
+        }
     }
 
-    fn reachable(&self, operation: &'static str) -> backstop_core::Result<()> {
-        if self.down.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(backstop_core::Error::new(
-                backstop_core::ErrorKind::Unavailable,
-                operation,
-                "the test's outage: the database is unreachable",
-            ));
+    /// Count an answered `claim_batch` of `width` event types.
+    fn count_claim(&self, claimed: &Result<Vec<Task>>, width: usize) {
+        if claimed.is_ok() {
+            let mut widths = self.claim_widths.lock().unwrap_or_else(|e| e.into_inner());
+            widths.push(width);
+            self.claimed.send_modify(|c| *c += 1);
         }
-        Ok(())
+    }
+
+    /// Count a heartbeat, and the leases it found gone.
+    fn count_heartbeat(&self, flags: &Result<Vec<bool>>) {
+        if let Ok(flags) = flags {
+            let gone = flags.iter().filter(|f| !**f).count();
+            self.refused.send_modify(|r| *r += gone);
+        }
+        self.heartbeats.send_modify(|h| *h += 1);
     }
 
     /// Wait until `count` reaches `n`.
@@ -245,9 +282,9 @@ impl<S> Gate<S> {
             .unwrap();
     }
 
-    /// Wait until `n` `grab_batch` calls have returned.
-    async fn grabbed(&self, n: usize) {
-        Self::reach(&self.grabbed, n, "grab_batch answers").await;
+    /// Wait until `n` `claim_batch` calls have answered.
+    async fn claimed(&self, n: usize) {
+        Self::reach(&self.claimed, n, "claim_batch answers").await;
     }
 
     /// Wait until `n` `heartbeat` calls have returned.
@@ -260,7 +297,7 @@ impl<S> Gate<S> {
         Self::reach(&self.refused, n, "leases found gone by heartbeats").await;
     }
 
-    /// How many event types each `grab_batch` call so far named.
+    /// How many event types each `claim_batch` call so far named.
     fn claim_widths(&self) -> Vec<usize> {
         self.claim_widths
             .lock()
@@ -273,173 +310,37 @@ impl<S> Gate<S> {
     }
 
     fn open(&self) {
-        self.open.send_replace(true);
+        self.faults.release();
     }
 
     /// Wait until `n` gated calls have reached the gate.
     async fn arrived(&self, n: usize) {
-        Self::reach(
-            &self.arrived,
-            n,
-            &format!("{:?} calls at the gate", self.gated),
-        )
-        .await;
-    }
-
-    /// Let a `call` through: at once unless it is the gated kind and the gate is shut.
-    async fn pass(&self, call: Gated) {
-        if call != self.gated {
-            return;
-        }
-        self.arrived.send_modify(|a| *a += 1);
-        let mut open = self.open.subscribe();
-        // the sender lives as long as the gate: a closed channel cannot happen here
-        let _ = open.wait_for(|o| *o).await;
+        tokio::time::timeout(PATIENCE, self.faults.held(n))
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "timed out waiting for {n} {:?} calls at the gate",
+                    self.gated
+                )
+            });
     }
 }
 
+/// Claims and heartbeats are counted; every call goes through the gate's faults.
 #[backstop_core::async_trait]
-impl<S: TaskStore> TaskStore for Gate<S> {
-    async fn migrate(&self) -> backstop_core::Result<()> {
-        self.inner.migrate().await
+impl<S: TaskStore> StoreLayer for Gate<S> {
+    type Inner = FaultStore<S>;
+    fn inner(&self) -> &FaultStore<S> {
+        &self.inner
     }
-    async fn migrate_to(&self, version: u32) -> backstop_core::Result<()> {
-        self.inner.migrate_to(version).await
+    async fn on_claim_batch(&self, owner: &Owner, types: &[String], n: usize) -> Result<Vec<Task>> {
+        let claimed = self.inner.claim_batch(owner, types, n).await;
+        self.count_claim(&claimed, types.len());
+        claimed
     }
-    async fn release_order_keys(&self, keys: &[String]) -> backstop_core::Result<Vec<TaskId>> {
-        self.reachable("release_order_keys")?;
-        self.inner.release_order_keys(keys).await
-    }
-    async fn register_event_types(&self, event_types: &[String]) -> backstop_core::Result<()> {
-        self.reachable("register_event_types")?;
-        self.inner.register_event_types(event_types).await
-    }
-    async fn event_types(&self) -> backstop_core::Result<Vec<backstop_core::EventTypeSeen>> {
-        self.inner.event_types().await
-    }
-    async fn order_keys(
-        &self,
-        after: Option<&str>,
-        limit: usize,
-    ) -> backstop_core::Result<Vec<String>> {
-        self.reachable("order_keys")?;
-        self.inner.order_keys(after, limit).await
-    }
-    async fn enqueue(&self, task: NewTask) -> backstop_core::Result<backstop_core::Enqueued> {
-        self.inner.enqueue(task).await
-    }
-    async fn enqueue_many(
-        &self,
-        tasks: &[NewTask],
-    ) -> backstop_core::Result<Vec<backstop_core::Enqueued>> {
-        self.inner.enqueue_many(tasks).await
-    }
-    async fn grab_by_id(&self, id: TaskId, owner: &Owner) -> backstop_core::Result<Option<Task>> {
-        self.pass(Gated::GrabById).await;
-        self.reachable("grab_by_id")?;
-        self.inner.grab_by_id(id, owner).await
-    }
-    async fn grab_batch(
-        &self,
-        owner: &Owner,
-        event_types: &[String],
-        limit: usize,
-    ) -> backstop_core::Result<Vec<Task>> {
-        self.pass(Gated::GrabBatch).await;
-        self.reachable("grab_batch")?;
-        self.claim_widths
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(event_types.len());
-        let grabbed = self.inner.grab_batch(owner, event_types, limit).await;
-        self.grabbed.send_modify(|g| *g += 1);
-        grabbed
-    }
-    async fn recycle_dead(
-        &self,
-        older_than: Duration,
-        limit: usize,
-    ) -> backstop_core::Result<backstop_core::Recycled> {
-        self.pass(Gated::Recycle).await;
-        self.reachable("recycle_dead")?;
-        self.inner.recycle_dead(older_than, limit).await
-    }
-    async fn heartbeat(&self, leases: &[backstop_core::Lease]) -> backstop_core::Result<Vec<bool>> {
-        let flags = match self.reachable("heartbeat") {
-            Ok(()) => self.inner.heartbeat(leases).await,
-            Err(e) => Err(e),
-        };
-        if let Ok(flags) = &flags {
-            let gone = flags.iter().filter(|f| !**f).count();
-            self.refused.send_modify(|r| *r += gone);
-        }
-        self.heartbeats.send_modify(|h| *h += 1);
+    async fn on_heartbeat(&self, leases: &[backstop_core::Lease]) -> Result<Vec<bool>> {
+        let flags = self.inner.heartbeat(leases).await;
+        self.count_heartbeat(&flags);
         flags
-    }
-    async fn mark(&self, marks: &[backstop_core::Mark]) -> backstop_core::Result<Vec<bool>> {
-        self.pass(Gated::Mark).await;
-        self.reachable("mark")?;
-        let flags = self.inner.mark(marks).await;
-        self.pass(Gated::MarkAnswer).await;
-        flags
-    }
-    async fn manual_reset(&self, id: TaskId, stuck_after: Duration) -> backstop_core::Result<Task> {
-        self.inner.manual_reset(id, stuck_after).await
-    }
-    async fn cancel(
-        &self,
-        id: TaskId,
-        audit: &backstop_core::Audit,
-    ) -> backstop_core::Result<Task> {
-        self.inner.cancel(id, audit).await
-    }
-    async fn delete(
-        &self,
-        id: TaskId,
-        audit: &backstop_core::Audit,
-    ) -> backstop_core::Result<Task> {
-        self.inner.delete(id, audit).await
-    }
-    async fn audit_log(&self, id: TaskId) -> backstop_core::Result<Vec<backstop_core::AuditEntry>> {
-        self.inner.audit_log(id).await
-    }
-    async fn reset(&self, id: TaskId, audit: &backstop_core::Audit) -> backstop_core::Result<Task> {
-        self.inner.reset(id, audit).await
-    }
-    async fn reset_matching(
-        &self,
-        filter: &backstop_core::TaskFilter,
-        audit: &backstop_core::Audit,
-    ) -> backstop_core::Result<Vec<Task>> {
-        self.inner.reset_matching(filter, audit).await
-    }
-    async fn get(&self, id: TaskId) -> backstop_core::Result<Option<Task>> {
-        self.inner.get(id).await
-    }
-    async fn list(&self, filter: &backstop_core::TaskFilter) -> backstop_core::Result<Vec<Task>> {
-        self.inner.list(filter).await
-    }
-    async fn stats(&self) -> backstop_core::Result<backstop_core::Stats> {
-        self.inner.stats().await
-    }
-    async fn backlog(&self) -> backstop_core::Result<backstop_core::Stats> {
-        self.inner.backlog().await
-    }
-    async fn throughput(
-        &self,
-        window: Duration,
-        bucket: Duration,
-    ) -> backstop_core::Result<Vec<backstop_core::Throughput>> {
-        self.inner.throughput(window, bucket).await
-    }
-    async fn purge_succeeded(
-        &self,
-        older_than: Duration,
-        limit: usize,
-    ) -> backstop_core::Result<u64> {
-        self.inner.purge_succeeded(older_than, limit).await
-    }
-    async fn delete_succeeded(&self, ids: &[TaskId]) -> backstop_core::Result<u64> {
-        self.inner.delete_succeeded(ids).await
     }
 }

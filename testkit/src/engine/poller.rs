@@ -265,7 +265,7 @@ pub async fn engine_polls_idle_types_with_one_claim_per_tick<H: Harness>(ctx: &C
         builder = builder.handler(format!("IDLE_{i}"), succeeding(&calls), opts());
     }
     let engine = builder.start().unwrap();
-    gate.grabbed(5).await;
+    gate.claimed(5).await;
     engine.shutdown().await;
     let widths = gate.claim_widths();
     assert!(widths.len() >= 5, "{widths:?}");

@@ -125,7 +125,7 @@ pub async fn engine_shutdown_waits_for_a_poll_in_flight_and_releases_its_claim<H
         );
     }
     let calls = Calls::default();
-    let gate = Gate::shut(ctx.store.clone(), Gated::GrabBatch);
+    let gate = Gate::shut(ctx.store.clone(), Gated::ClaimBatch);
     let engine = Engine::builder(gate.clone())
         .config(fast_config().first_poll_delay(Duration::ZERO))
         .handler("WORK", succeeding(&calls), opts())
@@ -148,7 +148,7 @@ pub async fn engine_shutdown_waits_for_a_poll_in_flight_and_releases_its_claim<H
 /// and the task it claimed is given back.
 pub async fn engine_shutdown_waits_for_a_run_ahead_claim_in_flight<H: Harness>(ctx: &Ctx<H>) {
     let calls = Calls::default();
-    let gate = Gate::shut(ctx.store.clone(), Gated::GrabById);
+    let gate = Gate::shut(ctx.store.clone(), Gated::ClaimById);
     let engine = Engine::builder(gate.clone())
         .config(no_poll_config())
         .handler("WORK", succeeding(&calls), opts())

@@ -14,7 +14,7 @@ async fn worn<H: Harness>(ctx: &Ctx<H>, max: u32, n: u32) -> TaskId {
         .unwrap()
         .id;
     for k in 1..=n {
-        let t = ctx.grab(id).await;
+        let t = ctx.claim(id).await;
         assert_eq!((t.attempts, t.lease), (k, i64::from(k)));
         assert!(ctx
             .store
@@ -39,7 +39,7 @@ fn policy(max: u32) -> RetryPolicy {
 /// attempt 4 under lease 5.
 pub async fn release_after_earlier_attempts_gives_back_only_its_own<H: Harness>(ctx: &Ctx<H>) {
     let id = worn(ctx, 4, 3).await;
-    let t = ctx.grab(id).await;
+    let t = ctx.claim(id).await;
     assert_eq!((t.attempts, t.lease), (4, 4));
     assert!(!t.has_attempts_left());
     assert!(ctx.store.release(t.lease()).await.unwrap());
@@ -49,7 +49,7 @@ pub async fn release_after_earlier_attempts_gives_back_only_its_own<H: Harness>(
         (Status::Pending, 3, 4, None)
     );
     assert_eq!(r.last_error.as_deref(), Some("attempt 3"));
-    let again = ctx.grab(id).await;
+    let again = ctx.claim(id).await;
     assert_eq!((again.attempts, again.lease), (4, 5));
 }
 
@@ -57,7 +57,7 @@ pub async fn release_after_earlier_attempts_gives_back_only_its_own<H: Harness>(
 /// due at once; the next claim is attempt 4 under lease 4, and the dead lease is fenced.
 pub async fn recycle_after_earlier_attempts_counts_the_dead_one<H: Harness>(ctx: &Ctx<H>) {
     let id = worn(ctx, 5, 2).await;
-    let dead = ctx.grab(id).await;
+    let dead = ctx.claim(id).await;
     assert_eq!((dead.attempts, dead.lease), (3, 3));
     ctx.backdate(id, TimeColumn::UpdatedAt, HOUR).await;
     let r = ctx.store.recycle_dead(MINUTE, 10).await.unwrap();
@@ -68,7 +68,7 @@ pub async fn recycle_after_earlier_attempts_counts_the_dead_one<H: Harness>(ctx:
         (Status::Pending, 3, 3, None)
     );
     assert!(p.next_run_at <= Utc::now(), "due at once");
-    let again = ctx.grab(id).await;
+    let again = ctx.claim(id).await;
     assert_eq!((again.attempts, again.lease), (4, 4));
     assert!(
         !ctx.store.mark_success(dead.lease()).await.unwrap(),
@@ -80,7 +80,7 @@ pub async fn recycle_after_earlier_attempts_counts_the_dead_one<H: Harness>(ctx:
 /// four counted; the dead lease is fenced.
 pub async fn recycle_on_the_last_of_several_attempts_parks_it<H: Harness>(ctx: &Ctx<H>) {
     let id = worn(ctx, 4, 3).await;
-    let dead = ctx.grab(id).await;
+    let dead = ctx.claim(id).await;
     assert_eq!((dead.attempts, dead.lease), (4, 4));
     ctx.backdate(id, TimeColumn::UpdatedAt, HOUR).await;
     let r = ctx.store.recycle_dead(MINUTE, 10).await.unwrap();
@@ -97,7 +97,7 @@ pub async fn recycle_on_the_last_of_several_attempts_parks_it<H: Harness>(ctx: &
 /// is attempt 1 of 3 again), the lease keeps growing (4), the last error is kept.
 pub async fn reset_after_several_attempts_starts_over<H: Harness>(ctx: &Ctx<H>) {
     let id = worn(ctx, 3, 2).await;
-    let last = ctx.grab(id).await;
+    let last = ctx.claim(id).await;
     assert!(ctx
         .store
         .mark_retry(last.lease(), Duration::ZERO, "attempt 3")
@@ -110,7 +110,7 @@ pub async fn reset_after_several_attempts_starts_over<H: Harness>(ctx: &Ctx<H>) 
         (r.status, r.attempts, r.lease, r.last_error.as_deref()),
         (Status::Pending, 0, 3, Some("attempt 3"))
     );
-    let again = ctx.grab(id).await;
+    let again = ctx.claim(id).await;
     assert_eq!((again.attempts, again.lease), (1, 4));
     assert!(again.has_attempts_left());
     assert!(!ctx.store.mark_success(last.lease()).await.unwrap());

@@ -114,7 +114,7 @@ pub async fn enqueue_many_stores_each_task_as_enqueue_does<H: Harness>(ctx: &Ctx
         .collect();
     let claimed = ctx
         .store
-        .grab_batch(&owner("w"), &["A".to_owned()], MAX_BATCH)
+        .claim_batch(&owner("w"), &["A".to_owned()], MAX_BATCH)
         .await
         .unwrap();
     let claimed: HashSet<TaskId> = claimed.iter().map(|t| t.id).collect();
@@ -133,7 +133,7 @@ pub async fn enqueue_many_answers_duplicates_as_enqueue_does<H: Harness>(ctx: &C
         .await
         .unwrap();
     let done = ctx.store.enqueue(NewTask::new("E", "done")).await.unwrap();
-    let running = ctx.grab(done.id).await;
+    let running = ctx.claim(done.id).await;
     assert!(ctx.store.mark_success(running.lease()).await.unwrap());
     let replace = ctx
         .store
@@ -141,7 +141,7 @@ pub async fn enqueue_many_answers_duplicates_as_enqueue_does<H: Harness>(ctx: &C
         .await
         .unwrap();
     let forever = ctx.store.enqueue(NewTask::new("E", "kept")).await.unwrap();
-    let running = ctx.grab(forever.id).await;
+    let running = ctx.claim(forever.id).await;
     assert!(ctx.store.mark_success(running.lease()).await.unwrap());
 
     let mut tasks = fresh("a", 100);

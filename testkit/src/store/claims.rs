@@ -2,18 +2,18 @@
 
 use super::*;
 
-/// grab_by_id: pending → running once; attempts and lease bumped; owner and updated_at set.
-pub async fn grab_by_id_claims_a_due_task_once<H: Harness>(ctx: &Ctx<H>) {
+/// claim_by_id: pending → running once; attempts and lease bumped; owner and updated_at set.
+pub async fn claim_by_id_claims_a_due_task_once<H: Harness>(ctx: &Ctx<H>) {
     let id = ctx.enqueue("E", "k").await;
     ctx.backdate(id, TimeColumn::UpdatedAt, MINUTE).await;
     let before = ctx.task(id).await;
     let t0 = Utc::now();
     let t = ctx
         .store
-        .grab_by_id(id, &ctx.owner)
+        .claim_by_id(id, &ctx.owner)
         .await
         .unwrap()
-        .expect("first grab wins");
+        .expect("first claim wins");
     let t1 = Utc::now();
     assert_eq!(t.status, Status::Running);
     assert_eq!(t.attempts, 1);
@@ -25,15 +25,15 @@ pub async fn grab_by_id_claims_a_due_task_once<H: Harness>(ctx: &Ctx<H>) {
     assert_eq!(ctx.task(id).await, t, "the returned task is what is stored");
     assert!(ctx
         .store
-        .grab_by_id(id, &owner("other"))
+        .claim_by_id(id, &owner("other"))
         .await
         .unwrap()
         .is_none());
-    assert_eq!(ctx.task(id).await, t, "a losing grab changes nothing");
+    assert_eq!(ctx.task(id).await, t, "a losing claim changes nothing");
 }
 
-/// grab_by_id: only when next_run_at <= now.
-pub async fn grab_by_id_waits_until_due<H: Harness>(ctx: &Ctx<H>) {
+/// claim_by_id: only when next_run_at <= now.
+pub async fn claim_by_id_waits_until_due<H: Harness>(ctx: &Ctx<H>) {
     let e = ctx
         .store
         .enqueue(NewTask::new("E", "k").delay(Duration::from_secs(600)))
@@ -41,7 +41,7 @@ pub async fn grab_by_id_waits_until_due<H: Harness>(ctx: &Ctx<H>) {
         .unwrap();
     assert!(ctx
         .store
-        .grab_by_id(e.id, &ctx.owner)
+        .claim_by_id(e.id, &ctx.owner)
         .await
         .unwrap()
         .is_none());
@@ -49,7 +49,7 @@ pub async fn grab_by_id_waits_until_due<H: Harness>(ctx: &Ctx<H>) {
         .await;
     assert!(
         ctx.store
-            .grab_by_id(e.id, &ctx.owner)
+            .claim_by_id(e.id, &ctx.owner)
             .await
             .unwrap()
             .is_none(),
@@ -57,25 +57,25 @@ pub async fn grab_by_id_waits_until_due<H: Harness>(ctx: &Ctx<H>) {
     );
     ctx.backdate(e.id, TimeColumn::NextRunAt, Duration::from_secs(2))
         .await;
-    let t = ctx.grab(e.id).await;
+    let t = ctx.claim(e.id).await;
     assert_eq!((t.status, t.attempts), (Status::Running, 1));
 }
 
-/// grab_by_id: never claims a running, succeeded, failed or missing task.
-pub async fn grab_by_id_ignores_tasks_not_pending<H: Harness>(ctx: &Ctx<H>) {
+/// claim_by_id: never claims a running, succeeded, failed or missing task.
+pub async fn claim_by_id_ignores_tasks_not_pending<H: Harness>(ctx: &Ctx<H>) {
     let running = ctx.enqueue("E", "running").await;
-    ctx.grab(running).await;
+    ctx.claim(running).await;
     let done = ctx.enqueue("E", "done").await;
-    let l = ctx.grab(done).await.lease();
+    let l = ctx.claim(done).await.lease();
     assert!(ctx.store.mark_success(l).await.unwrap());
     let failed = ctx.enqueue("E", "failed").await;
-    let l = ctx.grab(failed).await.lease();
+    let l = ctx.claim(failed).await.lease();
     assert!(ctx.store.mark_fail(l, "boom").await.unwrap());
     for id in [running, done, failed] {
         let before = ctx.task(id).await;
         assert!(ctx
             .store
-            .grab_by_id(id, &owner("thief"))
+            .claim_by_id(id, &owner("thief"))
             .await
             .unwrap()
             .is_none());
@@ -83,17 +83,17 @@ pub async fn grab_by_id_ignores_tasks_not_pending<H: Harness>(ctx: &Ctx<H>) {
     }
     assert!(ctx
         .store
-        .grab_by_id(987_654_321, &ctx.owner)
+        .claim_by_id(987_654_321, &ctx.owner)
         .await
         .unwrap()
         .is_none());
     assert!(ctx.store.get(987_654_321).await.unwrap().is_none());
 }
 
-/// grab_batch: oldest next_run_at first, id breaks ties; result in that order; each
+/// claim_batch: oldest next_run_at first, id breaks ties; result in that order; each
 /// returned task is exactly what is stored (running, attempts and lease bumped, owner and
 /// updated_at set, the rest untouched).
-pub async fn grab_batch_claims_oldest_first<H: Harness>(ctx: &Ctx<H>) {
+pub async fn claim_batch_claims_oldest_first<H: Harness>(ctx: &Ctx<H>) {
     let mut ids = Vec::new();
     for i in 0..6 {
         ids.push(ctx.enqueue("E", &format!("k{i}")).await);
@@ -123,7 +123,7 @@ pub async fn grab_batch_claims_oldest_first<H: Harness>(ctx: &Ctx<H>) {
     let t0 = Utc::now();
     let got = ctx
         .store
-        .grab_batch(&ctx.owner, &["E".into()], 3)
+        .claim_batch(&ctx.owner, &["E".into()], 3)
         .await
         .unwrap();
     let t1 = Utc::now();
@@ -147,7 +147,7 @@ pub async fn grab_batch_claims_oldest_first<H: Harness>(ctx: &Ctx<H>) {
     }
     let next = ctx
         .store
-        .grab_batch(&ctx.owner, &["E".into()], 2)
+        .claim_batch(&ctx.owner, &["E".into()], 2)
         .await
         .unwrap();
     assert_eq!(
@@ -157,21 +157,21 @@ pub async fn grab_batch_claims_oldest_first<H: Harness>(ctx: &Ctx<H>) {
     );
 }
 
-/// grab_batch: never more than `limit`; 0 claims nothing; over the maximum is refused.
-pub async fn grab_batch_respects_limit<H: Harness>(ctx: &Ctx<H>) {
+/// claim_batch: never more than `limit`; 0 claims nothing; over the maximum is refused.
+pub async fn claim_batch_respects_limit<H: Harness>(ctx: &Ctx<H>) {
     for i in 0..5 {
         ctx.enqueue("E", &format!("k{i}")).await;
     }
     let types = ["E".to_string()];
     assert!(ctx
         .store
-        .grab_batch(&ctx.owner, &types, 0)
+        .claim_batch(&ctx.owner, &types, 0)
         .await
         .unwrap()
         .is_empty());
     assert_kind(
         ctx.store
-            .grab_batch(&ctx.owner, &types, MAX_BATCH + 1)
+            .claim_batch(&ctx.owner, &types, MAX_BATCH + 1)
             .await,
         ErrorKind::InvalidInput,
         "limit",
@@ -179,14 +179,14 @@ pub async fn grab_batch_respects_limit<H: Harness>(ctx: &Ctx<H>) {
     let s = ctx.store.stats().await.unwrap();
     assert_eq!(s.count(Status::Pending), 5, "nothing claimed so far");
     for expected in [2, 2, 1, 0] {
-        let got = ctx.store.grab_batch(&ctx.owner, &types, 2).await.unwrap();
+        let got = ctx.store.claim_batch(&ctx.owner, &types, 2).await.unwrap();
         assert_eq!(got.len(), expected);
     }
     assert_eq!(ctx.store.stats().await.unwrap().count(Status::Running), 5);
 }
 
-/// grab_batch: only tasks whose next_run_at has come.
-pub async fn grab_batch_claims_only_due_tasks<H: Harness>(ctx: &Ctx<H>) {
+/// claim_batch: only tasks whose next_run_at has come.
+pub async fn claim_batch_claims_only_due_tasks<H: Harness>(ctx: &Ctx<H>) {
     let due = ctx.enqueue("E", "due").await;
     let later = ctx
         .store
@@ -196,7 +196,7 @@ pub async fn grab_batch_claims_only_due_tasks<H: Harness>(ctx: &Ctx<H>) {
         .id;
     let got = ctx
         .store
-        .grab_batch(&ctx.owner, &["E".into()], 10)
+        .claim_batch(&ctx.owner, &["E".into()], 10)
         .await
         .unwrap();
     assert_eq!(got.iter().map(|t| t.id).collect::<Vec<_>>(), vec![due]);
@@ -204,33 +204,33 @@ pub async fn grab_batch_claims_only_due_tasks<H: Harness>(ctx: &Ctx<H>) {
     ctx.backdate(later, TimeColumn::NextRunAt, MINUTE).await;
     let got = ctx
         .store
-        .grab_batch(&ctx.owner, &["E".into()], 10)
+        .claim_batch(&ctx.owner, &["E".into()], 10)
         .await
         .unwrap();
     assert_eq!(got.iter().map(|t| t.id).collect::<Vec<_>>(), vec![later]);
 }
 
-/// grab_batch: only the event types asked for; none asked → nothing claimed.
-pub async fn grab_batch_claims_only_given_event_types<H: Harness>(ctx: &Ctx<H>) {
+/// claim_batch: only the event types asked for; none asked → nothing claimed.
+pub async fn claim_batch_claims_only_given_event_types<H: Harness>(ctx: &Ctx<H>) {
     let a = ctx.enqueue("A", "1").await;
     let b = ctx.enqueue("B", "1").await;
     let c = ctx.enqueue("C", "1").await;
     assert!(ctx
         .store
-        .grab_batch(&ctx.owner, &[], 10)
+        .claim_batch(&ctx.owner, &[], 10)
         .await
         .unwrap()
         .is_empty());
     assert_kind(
         ctx.store
-            .grab_batch(&ctx.owner, &["bad type".into()], 10)
+            .claim_batch(&ctx.owner, &["bad type".into()], 10)
             .await,
         ErrorKind::InvalidInput,
         "event_type",
     );
     let got = ctx
         .store
-        .grab_batch(&ctx.owner, &["A".into(), "C".into(), "Z".into()], 10)
+        .claim_batch(&ctx.owner, &["A".into(), "C".into(), "Z".into()], 10)
         .await
         .unwrap();
     let mut got_ids: Vec<TaskId> = got.iter().map(|t| t.id).collect();
@@ -242,7 +242,7 @@ pub async fn grab_batch_claims_only_given_event_types<H: Harness>(ctx: &Ctx<H>) 
 /// a claim of several event types takes the oldest due tasks across them, in
 /// `(next_run_at, id)` order, at most `limit` in all; a type named twice counts once; a
 /// type not named is never touched, however old its tasks.
-pub async fn grab_batch_of_several_types_takes_the_oldest_across_them<H: Harness>(ctx: &Ctx<H>) {
+pub async fn claim_batch_of_several_types_takes_the_oldest_across_them<H: Harness>(ctx: &Ctx<H>) {
     // (type, key, due this many seconds ago)
     let plan = [
         ("A", "a1", 400),
@@ -263,25 +263,25 @@ pub async fn grab_batch_of_several_types_takes_the_oldest_across_them<H: Harness
     }
     let keys = |tasks: &[Task]| tasks.iter().map(|t| t.biz_key.clone()).collect::<Vec<_>>();
     let types: Vec<String> = ["B", "A", "B"].iter().map(|t| t.to_string()).collect();
-    let first = ctx.store.grab_batch(&ctx.owner, &types, 4).await.unwrap();
+    let first = ctx.store.claim_batch(&ctx.owner, &types, 4).await.unwrap();
     assert_eq!(keys(&first), ["a1", "b1", "a2", "b2"]);
     for t in &first {
         assert_eq!((t.status, t.attempts, t.lease), (Status::Running, 1, 1));
     }
-    let rest = ctx.store.grab_batch(&ctx.owner, &types, 10).await.unwrap();
+    let rest = ctx.store.claim_batch(&ctx.owner, &types, 10).await.unwrap();
     assert_eq!(keys(&rest), ["a3", "b3", "a4"]);
     let c = ctx.task(id_of["c1"]).await;
     assert_eq!((c.status, c.attempts), (Status::Pending, 0));
     assert!(ctx
         .store
-        .grab_batch(&ctx.owner, &types, 10)
+        .claim_batch(&ctx.owner, &types, 10)
         .await
         .unwrap()
         .is_empty());
 }
 
-/// every grab bumps attempts and lease, and a retry keeps the count.
-pub async fn every_grab_bumps_attempts_and_lease<H: Harness>(ctx: &Ctx<H>) {
+/// every claim bumps attempts and lease, and a retry keeps the count.
+pub async fn every_claim_bumps_attempts_and_lease<H: Harness>(ctx: &Ctx<H>) {
     let e = ctx
         .store
         .enqueue(NewTask::new("E", "k").retry(RetryPolicy::fixed(5, Duration::ZERO)))
@@ -289,11 +289,11 @@ pub async fn every_grab_bumps_attempts_and_lease<H: Harness>(ctx: &Ctx<H>) {
         .unwrap();
     for n in 1..=3u32 {
         let t = if n % 2 == 1 {
-            ctx.grab(e.id).await
+            ctx.claim(e.id).await
         } else {
             let mut v = ctx
                 .store
-                .grab_batch(&ctx.owner, &["E".into()], 1)
+                .claim_batch(&ctx.owner, &["E".into()], 1)
                 .await
                 .unwrap();
             assert_eq!(v.len(), 1);
@@ -316,7 +316,7 @@ pub async fn every_grab_bumps_attempts_and_lease<H: Harness>(ctx: &Ctx<H>) {
 
 /// 1,000 due tasks, 8 claimers on separate store instances racing: every task claimed
 /// exactly once.
-pub async fn concurrent_grab_batch_claims_each_task_once<H: Harness>(ctx: &Ctx<H>) {
+pub async fn concurrent_claim_batch_claims_each_task_once<H: Harness>(ctx: &Ctx<H>) {
     const TASKS: usize = 1000;
     const CLAIMERS: usize = 8;
     let mut handles = Vec::new();
@@ -339,7 +339,7 @@ pub async fn concurrent_grab_batch_claims_each_task_once<H: Harness>(ctx: &Ctx<H
             let types = vec!["A".to_string(), "B".to_string()];
             let mut got = Vec::new();
             loop {
-                let batch = store.grab_batch(&me, &types, 7).await.unwrap();
+                let batch = store.claim_batch(&me, &types, 7).await.unwrap();
                 assert!(batch.len() <= 7);
                 if batch.is_empty() {
                     break;
@@ -389,7 +389,7 @@ pub async fn concurrent_claims_and_inserts_never_deadlock<H: Harness>(ctx: &Ctx<
             let types = vec!["A".to_string(), "B".to_string()];
             let mut mine = Vec::new();
             loop {
-                let batch = store.grab_batch(&me, &types, 10).await.unwrap();
+                let batch = store.claim_batch(&me, &types, 10).await.unwrap();
                 if batch.is_empty() {
                     if inserted.load(Ordering::SeqCst) && done.load(Ordering::SeqCst) == TASKS {
                         return mine;
@@ -436,8 +436,8 @@ pub async fn concurrent_claims_and_inserts_never_deadlock<H: Harness>(ctx: &Ctx<
     assert_eq!(s.count(Status::Running) + s.count(Status::Pending), 0);
 }
 
-/// 8 concurrent grab_by_id on one task, from separate store instances: exactly one wins.
-pub async fn concurrent_grab_by_id_has_one_winner<H: Harness>(ctx: &Ctx<H>) {
+/// 8 concurrent claim_by_id on one task, from separate store instances: exactly one wins.
+pub async fn concurrent_claim_by_id_has_one_winner<H: Harness>(ctx: &Ctx<H>) {
     let mut stores = Vec::new();
     for _ in 0..8 {
         stores.push(ctx.new_store().await);
@@ -452,14 +452,14 @@ pub async fn concurrent_grab_by_id_has_one_winner<H: Harness>(ctx: &Ctx<H>) {
             handles.push(tokio::spawn(async move {
                 let me = Owner::new(format!("racer-{i}")).unwrap();
                 barrier.wait().await;
-                s.grab_by_id(id, &me).await.unwrap().map(|t| (me, t))
+                s.claim_by_id(id, &me).await.unwrap().map(|t| (me, t))
             }));
         }
         let mut winners = Vec::new();
         for w in joined("the racers", handles).await.into_iter().flatten() {
             winners.push(w);
         }
-        assert_eq!(winners.len(), 1, "round {round}: exactly one grab wins");
+        assert_eq!(winners.len(), 1, "round {round}: exactly one claim wins");
         let (me, t) = &winners[0];
         let stored = ctx.task(id).await;
         assert_eq!(stored.owner.as_deref(), Some(me.as_str()));
@@ -468,10 +468,10 @@ pub async fn concurrent_grab_by_id_has_one_winner<H: Harness>(ctx: &Ctx<H>) {
     }
 }
 
-/// grab_batch: the lowest priority number first, then the earliest due, then the oldest;
+/// claim_batch: the lowest priority number first, then the earliest due, then the oldest;
 /// every level is claimable; a task not yet due waits whatever its priority; across
 /// event types the same order holds.
-pub async fn grab_batch_claims_by_priority_then_due_time_then_id<H: Harness>(ctx: &Ctx<H>) {
+pub async fn claim_batch_claims_by_priority_then_due_time_then_id<H: Harness>(ctx: &Ctx<H>) {
     use backstop_core::Priority;
     let put = |key: &'static str, p: Priority| async move {
         let e = ctx
@@ -507,13 +507,13 @@ pub async fn grab_batch_claims_by_priority_then_due_time_then_id<H: Harness>(ctx
     let ids = |ts: Vec<Task>| ts.iter().map(|t| t.id).collect::<Vec<_>>();
     let first = ctx
         .store
-        .grab_batch(&ctx.owner, &["P".into()], 3)
+        .claim_batch(&ctx.owner, &["P".into()], 3)
         .await
         .unwrap();
     assert_eq!(ids(first), vec![critical, high, normal_2]);
     let rest = ctx
         .store
-        .grab_batch(&ctx.owner, &["P".into()], 10)
+        .claim_batch(&ctx.owner, &["P".into()], 10)
         .await
         .unwrap();
     assert_eq!(ids(rest), vec![normal_1, low, bulk]);
@@ -536,7 +536,7 @@ pub async fn grab_batch_claims_by_priority_then_due_time_then_id<H: Harness>(ctx
     let p_normal = put("normal-3", Priority::NORMAL).await;
     let both = ctx
         .store
-        .grab_batch(&ctx.owner, &["P".into(), "Q".into()], 10)
+        .claim_batch(&ctx.owner, &["P".into(), "Q".into()], 10)
         .await
         .unwrap();
     assert_eq!(ids(both), vec![q_high, p_normal, q_low, p_bulk]);
@@ -545,7 +545,7 @@ pub async fn grab_batch_claims_by_priority_then_due_time_then_id<H: Harness>(ctx
 /// A level's backlog does not hide another level's tasks: with more due tasks of one
 /// priority than the limit, a claim still takes the higher-priority ones first and the
 /// rest in order, each task once.
-pub async fn grab_batch_drains_every_priority_level_in_order<H: Harness>(ctx: &Ctx<H>) {
+pub async fn claim_batch_drains_every_priority_level_in_order<H: Harness>(ctx: &Ctx<H>) {
     use backstop_core::Priority;
     let mut expected: Vec<(Priority, TaskId)> = Vec::new();
     for i in 0..60 {
@@ -564,7 +564,7 @@ pub async fn grab_batch_drains_every_priority_level_in_order<H: Harness>(ctx: &C
     loop {
         let batch = ctx
             .store
-            .grab_batch(&ctx.owner, &["P".into()], 7)
+            .claim_batch(&ctx.owner, &["P".into()], 7)
             .await
             .unwrap();
         if batch.is_empty() {
@@ -603,7 +603,7 @@ pub async fn claims_pass_a_row_another_transaction_holds<H: Harness>(ctx: &Ctx<H
     };
     let lock = ctx.harness.lock_row(&ctx.db, &ctx.config.table, held).await;
     let types = vec!["E".to_string()];
-    let claim = ctx.store.grab_batch(&ctx.owner, &types, 3);
+    let claim = ctx.store.claim_batch(&ctx.owner, &types, 3);
     match bound {
         Some(bound) => {
             let started = std::time::Instant::now();
@@ -629,7 +629,7 @@ pub async fn claims_pass_a_row_another_transaction_holds<H: Harness>(ctx: &Ctx<H
             drop(lock);
             let next = within("the lock to go", async {
                 loop {
-                    let got = ctx.store.grab_batch(&ctx.owner, &types, 3).await.unwrap();
+                    let got = ctx.store.claim_batch(&ctx.owner, &types, 3).await.unwrap();
                     if !got.is_empty() {
                         return got;
                     }
@@ -749,7 +749,7 @@ pub async fn claims_pass_an_uncommitted_enqueue<H: Harness>(ctx: &Ctx<H>) {
         );
         let claims = async {
             within("the held transaction to enqueue", hold.inside.notified()).await;
-            let claim = ctx.store.grab_batch(&ctx.owner, &types, 10);
+            let claim = ctx.store.claim_batch(&ctx.owner, &types, 10);
             let got = match bound {
                 Some(bound) => {
                     let started = std::time::Instant::now();

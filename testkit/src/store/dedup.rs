@@ -18,7 +18,7 @@ async fn finish<H: Harness>(ctx: &Ctx<H>, id: TaskId, status: Status) {
                 .unwrap();
         }
         _ => {
-            let t = ctx.grab(id).await;
+            let t = ctx.claim(id).await;
             let mark = if status == Status::Succeeded {
                 Mark::success(t.lease())
             } else {
@@ -45,7 +45,7 @@ pub async fn enqueue_dedup_while_active_makes_a_new_task_once_finished<H: Harnes
         (dup.id, dup.created, dup.status, dup.replaced),
         (first.id, false, Status::Pending, false)
     );
-    let running = ctx.grab(first.id).await;
+    let running = ctx.claim(first.id).await;
     let dup = put(ctx, NewTask::new("E", "k")).await;
     assert_eq!((dup.id, dup.status), (first.id, Status::Running));
     assert_eq!(
@@ -180,7 +180,7 @@ pub async fn enqueue_duplicate_can_replace_a_pending_payload<H: Harness>(ctx: &C
     assert!(!dup.replaced);
     assert_eq!(ctx.task(first.id).await.payload, "\"v2\"");
     // running: not replaced, answered as running
-    ctx.grab(first.id).await;
+    ctx.claim(first.id).await;
     let dup = put(
         ctx,
         NewTask::new("E", "k").json(&"v4").replace_pending(true),

@@ -80,7 +80,7 @@ pub async fn enqueue_is_idempotent_on_event_type_and_biz_key<H: Harness>(ctx: &C
     );
     assert_eq!(ctx.count_all().await, 1);
     // Also while the task is running.
-    let t = ctx.grab(first.id).await;
+    let t = ctx.claim(first.id).await;
     let third = ctx.store.enqueue(NewTask::new("E", "dup")).await.unwrap();
     assert_eq!((third.id, third.created), (first.id, false));
     assert_eq!(ctx.task(first.id).await, t);
@@ -94,7 +94,7 @@ pub async fn enqueue_same_biz_key_under_another_event_type_is_a_new_task<H: Harn
     assert_eq!(ctx.count_all().await, 2);
 }
 
-/// enqueue with delay: due at created_at + delay exactly, and not grabbable before.
+/// enqueue with delay: due at created_at + delay exactly, and not claimable before.
 pub async fn enqueue_with_delay_is_not_due_until_then<H: Harness>(ctx: &Ctx<H>) {
     let delay = Duration::from_millis(90_500);
     let e = ctx
@@ -106,17 +106,17 @@ pub async fn enqueue_with_delay_is_not_due_until_then<H: Harness>(ctx: &Ctx<H>) 
     assert_eq!(t.next_run_at - t.created_at, chrono_dur(delay));
     assert!(ctx
         .store
-        .grab_by_id(e.id, &ctx.owner)
+        .claim_by_id(e.id, &ctx.owner)
         .await
         .unwrap()
         .is_none());
     let batch = ctx
         .store
-        .grab_batch(&ctx.owner, &["E".into()], 10)
+        .claim_batch(&ctx.owner, &["E".into()], 10)
         .await
         .unwrap();
     assert!(batch.is_empty());
-    assert_eq!(ctx.task(e.id).await, t, "a failed grab changes nothing");
+    assert_eq!(ctx.task(e.id).await, t, "a failed claim changes nothing");
 }
 
 /// enqueue with run_at: due at that absolute time (to the millisecond), on every enqueue
@@ -138,7 +138,7 @@ pub async fn enqueue_with_run_at_is_due_at_that_time<H: Harness>(ctx: &Ctx<H>) {
     );
     assert!(ctx
         .store
-        .grab_by_id(e.id, &ctx.owner)
+        .claim_by_id(e.id, &ctx.owner)
         .await
         .unwrap()
         .is_none());
@@ -166,8 +166,8 @@ pub async fn enqueue_with_run_at_is_due_at_that_time<H: Harness>(ctx: &Ctx<H>) {
     let t = ctx.task(e.id).await;
     assert_between("next_run_at", t.next_run_at, before, after);
     assert_eq!(t.next_run_at, t.created_at);
-    let grabbed = ctx.grab(e.id).await;
-    assert_eq!(grabbed.status, Status::Running);
+    let claimed = ctx.claim(e.id).await;
+    assert_eq!(claimed.status, Status::Running);
 
     // the later of delay and run_at calls wins
     let e = ctx

@@ -246,8 +246,8 @@ pub async fn fuzz_store_calls_succeed_or_refuse_cleanly<H: Harness>(ctx: &Ctx<H>
         let (input, result): (String, backstop_core::Result<()>) = match g.below(8) {
             0 => {
                 let (t, n) = (types(&mut g), g.limit());
-                let input = format!("grab_batch({t:?}, {n})");
-                let r = no_panic(seed, &input, ctx.store.grab_batch(&ctx.owner, &t, n)).await;
+                let input = format!("claim_batch({t:?}, {n})");
+                let r = no_panic(seed, &input, ctx.store.claim_batch(&ctx.owner, &t, n)).await;
                 (input, r.map(drop))
             }
             1 => {

@@ -183,7 +183,8 @@ pub async fn inbox_purge_deletes_only_old_rows<H: Harness>(ctx: &Ctx<H>) {
             .await;
         assert_eq!(r.unwrap(), Processed::Done(()));
     }
-    h.backdate_inbox(db, 2 * HOUR).await;
+    h.backdate_rows(db, "backstop_task_inbox", "processed_at", 2 * HOUR)
+        .await;
     let r = h
         .idempotent_business_row(db, s, "c", "fresh", "pg-fresh", false)
         .await;

@@ -5,13 +5,13 @@ use super::*;
 /// mark_success with the current lease: succeeded, last_error cleared, owner kept.
 pub async fn mark_success_with_current_lease<H: Harness>(ctx: &Ctx<H>) {
     let id = ctx.enqueue("E", "k").await;
-    let t = ctx.grab(id).await;
+    let t = ctx.claim(id).await;
     assert!(ctx
         .store
         .mark_retry(t.lease(), Duration::ZERO, "first try failed")
         .await
         .unwrap());
-    let t = ctx.grab(id).await;
+    let t = ctx.claim(id).await;
     assert_eq!(t.last_error.as_deref(), Some("first try failed"));
     let t0 = Utc::now();
     assert!(ctx.store.mark_success(t.lease()).await.unwrap());
@@ -25,20 +25,20 @@ pub async fn mark_success_with_current_lease<H: Harness>(ctx: &Ctx<H>) {
     assert_between("updated_at", done.updated_at, t0, t1);
 }
 
-/// a stale lease (task recycled and grabbed again) can change nothing, and says so.
+/// a stale lease (task recycled and claimed again) can change nothing, and says so.
 pub async fn stale_lease_changes_nothing<H: Harness>(ctx: &Ctx<H>) {
     let id = ctx.enqueue("E", "k").await;
-    let old = ctx.grab(id).await;
+    let old = ctx.claim(id).await;
     ctx.backdate(id, TimeColumn::UpdatedAt, Duration::from_secs(600))
         .await;
     let r = ctx.store.recycle_dead(MINUTE, 10).await.unwrap();
     assert_eq!(r.to_pending, 1);
     let new = ctx
         .store
-        .grab_by_id(id, &owner("successor"))
+        .claim_by_id(id, &owner("successor"))
         .await
         .unwrap()
-        .expect("successor grabs");
+        .expect("successor claims");
     assert_eq!(new.lease, old.lease + 1);
     let snapshot = ctx.task(id).await;
     let l = old.lease();
@@ -69,7 +69,7 @@ pub async fn mark_on_a_task_not_running_changes_nothing<H: Harness>(ctx: &Ctx<H>
     assert!(!ctx.store.mark_success(pending.lease()).await.unwrap());
     assert!(!ctx.store.release(pending.lease()).await.unwrap());
     assert_eq!(ctx.task(id).await, pending);
-    let t = ctx.grab(id).await;
+    let t = ctx.claim(id).await;
     assert!(ctx.store.mark_success(t.lease()).await.unwrap());
     let done = ctx.task(id).await;
     assert!(!ctx.store.mark_success(t.lease()).await.unwrap(), "twice");
@@ -97,7 +97,7 @@ pub async fn mark_retry_fixed_schedules_exact_delay<H: Harness>(ctx: &Ctx<H>) {
             ctx.backdate(e.id, TimeColumn::NextRunAt, interval + MINUTE)
                 .await;
         }
-        let t = ctx.grab(e.id).await;
+        let t = ctx.claim(e.id).await;
         assert_eq!(t.retry_delay(), interval);
         let t0 = Utc::now();
         assert!(ctx
@@ -118,7 +118,7 @@ pub async fn mark_retry_fixed_schedules_exact_delay<H: Harness>(ctx: &Ctx<H>) {
         assert_eq!(r.next_run_at - r.updated_at, chrono_dur(interval));
         assert!(
             ctx.store
-                .grab_by_id(e.id, &ctx.owner)
+                .claim_by_id(e.id, &ctx.owner)
                 .await
                 .unwrap()
                 .is_none(),
@@ -145,7 +145,7 @@ pub async fn mark_retry_exponential_doubles_and_caps<H: Harness>(ctx: &Ctx<H>) {
         if i > 0 {
             ctx.backdate(e.id, TimeColumn::NextRunAt, HOUR).await;
         }
-        let t = ctx.grab(e.id).await;
+        let t = ctx.claim(e.id).await;
         assert_eq!(t.attempts as usize, i + 1);
         assert_eq!(t.retry_delay(), Duration::from_secs(secs));
         assert!(ctx
@@ -175,14 +175,14 @@ pub async fn mark_retry_on_last_attempt_fails_the_task<H: Harness>(ctx: &Ctx<H>)
         .enqueue(NewTask::new("E", "k").retry(RetryPolicy::fixed(2, Duration::ZERO)))
         .await
         .unwrap();
-    let t = ctx.grab(e.id).await;
+    let t = ctx.claim(e.id).await;
     assert!(t.has_attempts_left());
     assert!(ctx
         .store
         .mark_retry(t.lease(), Duration::ZERO, "one")
         .await
         .unwrap());
-    let t = ctx.grab(e.id).await;
+    let t = ctx.claim(e.id).await;
     assert!(!t.has_attempts_left());
     let before = ctx.task(e.id).await;
     assert!(ctx
@@ -198,7 +198,7 @@ pub async fn mark_retry_on_last_attempt_fails_the_task<H: Harness>(ctx: &Ctx<H>)
     assert_eq!(f.next_run_at, before.next_run_at);
     assert!(ctx
         .store
-        .grab_by_id(e.id, &ctx.owner)
+        .claim_by_id(e.id, &ctx.owner)
         .await
         .unwrap()
         .is_none());
@@ -207,7 +207,7 @@ pub async fn mark_retry_on_last_attempt_fails_the_task<H: Harness>(ctx: &Ctx<H>)
 /// mark_fail: failed for good, whatever attempts remain.
 pub async fn mark_fail_parks_the_task_as_failed<H: Harness>(ctx: &Ctx<H>) {
     let id = ctx.enqueue("E", "k").await;
-    let t = ctx.grab(id).await;
+    let t = ctx.claim(id).await;
     let t0 = Utc::now();
     assert!(ctx
         .store
@@ -231,7 +231,7 @@ pub async fn mark_batch_applies_in_order_and_reports_each<H: Harness>(ctx: &Ctx<
     let mut tasks = Vec::new();
     for i in 0..4 {
         let id = ctx.enqueue("E", &format!("k{i}")).await;
-        tasks.push(ctx.grab(id).await);
+        tasks.push(ctx.claim(id).await);
     }
     let stale = backstop_core::Lease {
         task_id: tasks[0].id,
@@ -269,7 +269,7 @@ pub async fn release_gives_the_attempt_back<H: Harness>(ctx: &Ctx<H>) {
         .await
         .unwrap();
     let before = ctx.task(e.id).await;
-    let t = ctx.grab(e.id).await;
+    let t = ctx.claim(e.id).await;
     assert!(!t.has_attempts_left());
     assert!(ctx.store.release(t.lease()).await.unwrap());
     let r = ctx.task(e.id).await;
@@ -283,7 +283,7 @@ pub async fn release_gives_the_attempt_back<H: Harness>(ctx: &Ctx<H>) {
     assert_eq!(r.next_run_at, before.next_run_at);
     assert_eq!(r.last_error, None);
     // the single allowed attempt is still there
-    let again = ctx.grab(e.id).await;
+    let again = ctx.claim(e.id).await;
     assert_eq!((again.attempts, again.lease), (1, 2));
     assert!(
         !ctx.store.release(t.lease()).await.unwrap(),
@@ -295,8 +295,8 @@ pub async fn release_gives_the_attempt_back<H: Harness>(ctx: &Ctx<H>) {
 pub async fn heartbeat_keeps_a_long_task_alive<H: Harness>(ctx: &Ctx<H>) {
     let a = ctx.enqueue("E", "a").await;
     let b = ctx.enqueue("E", "b").await;
-    let ta = ctx.grab(a).await;
-    let tb = ctx.grab(b).await;
+    let ta = ctx.claim(a).await;
+    let tb = ctx.claim(b).await;
     ctx.backdate(a, TimeColumn::UpdatedAt, Duration::from_secs(600))
         .await;
     ctx.backdate(b, TimeColumn::UpdatedAt, Duration::from_secs(600))
@@ -326,7 +326,7 @@ pub async fn heartbeat_keeps_a_long_task_alive<H: Harness>(ctx: &Ctx<H>) {
 /// last_error is cut to MAX_ERROR_BYTES at a character boundary.
 pub async fn last_error_is_bounded<H: Harness>(ctx: &Ctx<H>) {
     let id = ctx.enqueue("E", "k").await;
-    let t = ctx.grab(id).await;
+    let t = ctx.claim(id).await;
     let long = format!("x{}", "€".repeat(3 * MAX_ERROR_BYTES));
     assert!(ctx.store.mark_fail(t.lease(), &long).await.unwrap());
     let e = ctx.task(id).await.last_error.unwrap();
@@ -352,7 +352,7 @@ pub async fn heartbeats_and_marks_of_the_same_rows_never_deadlock<H: Harness>(ct
         }
         let claimed = ctx
             .store
-            .grab_batch(&ctx.owner, &types, TASKS)
+            .claim_batch(&ctx.owner, &types, TASKS)
             .await
             .unwrap();
         assert_eq!(claimed.len(), TASKS);

@@ -8,12 +8,14 @@
 //! `pub(crate)` in this module; an area file must be declared below.
 
 pub mod attempts;
+pub mod barrier;
 pub mod batch;
 pub mod claims;
 pub mod dedup;
 pub mod enqueue;
 pub mod fuzz;
 pub mod inbox;
+pub mod layers;
 pub mod marks;
 pub mod operators;
 pub mod order;

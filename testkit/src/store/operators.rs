@@ -25,14 +25,14 @@ pub async fn cancel_a_pending_task_never_runs_it<H: Harness>(ctx: &Ctx<H>) {
     assert_eq!(ctx.task(id).await, t, "returned as stored");
     assert!(ctx
         .store
-        .grab_by_id(id, &ctx.owner)
+        .claim_by_id(id, &ctx.owner)
         .await
         .unwrap()
         .is_none());
     let types = vec!["MAIL".to_owned()];
     assert!(ctx
         .store
-        .grab_batch(&ctx.owner, &types, 10)
+        .claim_batch(&ctx.owner, &types, 10)
         .await
         .unwrap()
         .is_empty());
@@ -56,7 +56,7 @@ pub async fn cancel_a_pending_task_never_runs_it<H: Harness>(ctx: &Ctx<H>) {
 /// refused (the lease moved), so its outcome is never applied.
 pub async fn cancel_a_running_task_refuses_its_completion<H: Harness>(ctx: &Ctx<H>) {
     let id = ctx.enqueue("MAIL", "m1").await;
-    let held = ctx.grab(id).await;
+    let held = ctx.claim(id).await;
     let t = ctx.store.cancel(id, &audit()).await.unwrap();
     assert_eq!(
         (t.status, t.attempts, t.lease),
@@ -82,10 +82,10 @@ pub async fn cancel_a_running_task_refuses_its_completion<H: Harness>(ctx: &Ctx<
 /// and nothing is logged.
 pub async fn cancel_refuses_finished_tasks_and_writes_nothing<H: Harness>(ctx: &Ctx<H>) {
     let done = ctx.enqueue("MAIL", "done").await;
-    let l = ctx.grab(done).await.lease();
+    let l = ctx.claim(done).await.lease();
     ctx.store.mark(&[Mark::success(l)]).await.unwrap();
     let failed = ctx.enqueue("MAIL", "failed").await;
-    let l = ctx.grab(failed).await.lease();
+    let l = ctx.claim(failed).await.lease();
     ctx.store.mark(&[Mark::fail(l, "boom")]).await.unwrap();
     let cancelled = ctx.enqueue("MAIL", "cancelled").await;
     ctx.store.cancel(cancelled, &audit()).await.unwrap();
@@ -151,7 +151,7 @@ pub async fn cancel_races_claims_and_no_claimed_completion_applies<H: Harness>(c
             let types = vec!["RACE".to_owned()];
             let mut got = Vec::new();
             for _ in 0..20 {
-                got.extend(store.grab_batch(&me, &types, 2).await.unwrap());
+                got.extend(store.claim_batch(&me, &types, 2).await.unwrap());
                 tokio::task::yield_now().await;
             }
             got
@@ -194,7 +194,7 @@ pub async fn cancel_races_claims_and_no_claimed_completion_applies<H: Harness>(c
 pub async fn delete_removes_a_task_that_is_not_running<H: Harness>(ctx: &Ctx<H>) {
     let pending = ctx.enqueue("MAIL", "p").await;
     let failed = ctx.enqueue("MAIL", "f").await;
-    let l = ctx.grab(failed).await.lease();
+    let l = ctx.claim(failed).await.lease();
     ctx.store.mark(&[Mark::fail(l, "boom")]).await.unwrap();
     for (id, status) in [(pending, Status::Pending), (failed, Status::Failed)] {
         let before = ctx.task(id).await;
@@ -210,7 +210,7 @@ pub async fn delete_removes_a_task_that_is_not_running<H: Harness>(ctx: &Ctx<H>)
         );
     }
     let running = ctx.enqueue("MAIL", "r").await;
-    let held = ctx.grab(running).await;
+    let held = ctx.claim(running).await;
     assert_conflict(ctx.store.delete(running, &audit()).await, "running");
     assert_eq!(ctx.task(running).await, held);
     // cancelled first, then it can go
@@ -233,7 +233,7 @@ pub async fn delete_removes_a_task_that_is_not_running<H: Harness>(ctx: &Ctx<H>)
 /// A task of `event_type`/`key` failed after `attempts` claims (the last with `error`).
 async fn failed_task<H: Harness>(ctx: &Ctx<H>, event_type: &str, key: &str) -> TaskId {
     let id = ctx.enqueue(event_type, key).await;
-    let l = ctx.grab(id).await.lease();
+    let l = ctx.claim(id).await.lease();
     ctx.store.mark(&[Mark::fail(l, "boom")]).await.unwrap();
     id
 }
@@ -273,13 +273,13 @@ pub async fn reset_brings_back_failed_and_cancelled_tasks<H: Harness>(ctx: &Ctx<
             ("reset", "bob", "fixed")
         );
         // it runs again
-        assert_eq!(ctx.grab(id).await.attempts, 1);
+        assert_eq!(ctx.claim(id).await.attempts, 1);
     }
     let pending = ctx.enqueue("PAY", "p").await;
     let running = ctx.enqueue("PAY", "r").await;
-    ctx.grab(running).await;
+    ctx.claim(running).await;
     let done = ctx.enqueue("PAY", "d").await;
-    let l = ctx.grab(done).await.lease();
+    let l = ctx.claim(done).await.lease();
     ctx.store.mark(&[Mark::success(l)]).await.unwrap();
     for (id, status) in [
         (pending, "pending"),

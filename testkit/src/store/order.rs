@@ -18,7 +18,7 @@ async fn status<H: Harness>(ctx: &Ctx<H>, id: TaskId) -> Status {
 async fn claim_all<H: Harness>(ctx: &Ctx<H>) -> Vec<TaskId> {
     let mut ids: Vec<TaskId> = ctx
         .store
-        .grab_batch(&ctx.owner, &["O".into()], 100)
+        .claim_batch(&ctx.owner, &["O".into()], 100)
         .await
         .unwrap()
         .iter()
@@ -62,7 +62,7 @@ pub async fn order_key_runs_a_keys_tasks_one_at_a_time_in_order<H: Harness>(ctx:
     );
     assert!(ctx
         .store
-        .grab_by_id(a2.id, &ctx.owner)
+        .claim_by_id(a2.id, &ctx.owner)
         .await
         .unwrap()
         .is_none());
@@ -88,7 +88,7 @@ pub async fn order_key_runs_a_keys_tasks_one_at_a_time_in_order<H: Harness>(ctx:
     assert_eq!(status(ctx, a3.id).await, Status::Waiting);
 
     // a2 fails with retries left: it keeps its place
-    let a2t = ctx.grab(a2.id).await;
+    let a2t = ctx.claim(a2.id).await;
     assert!(ctx
         .store
         .mark_retry(a2t.lease(), Duration::ZERO, "down")
@@ -97,7 +97,7 @@ pub async fn order_key_runs_a_keys_tasks_one_at_a_time_in_order<H: Harness>(ctx:
     assert!(release(ctx, "a").await.is_empty());
     assert_eq!(status(ctx, a3.id).await, Status::Waiting);
     // a2 parks: a3 waits until an operator resets a2, which then goes first
-    let a2t = ctx.grab(a2.id).await;
+    let a2t = ctx.claim(a2.id).await;
     assert!(ctx
         .store
         .mark_fail(a2t.lease(), "down for good")
@@ -112,10 +112,10 @@ pub async fn order_key_runs_a_keys_tasks_one_at_a_time_in_order<H: Harness>(ctx:
         .unwrap();
     assert_eq!(reset.status, Status::Pending, "first in line again");
     assert_eq!(status(ctx, a3.id).await, Status::Waiting);
-    let a2t = ctx.grab(a2.id).await;
+    let a2t = ctx.claim(a2.id).await;
     assert!(ctx.store.mark_success(a2t.lease()).await.unwrap());
     assert_eq!(release(ctx, "a").await, vec![a3.id]);
-    let a3t = ctx.grab(a3.id).await;
+    let a3t = ctx.claim(a3.id).await;
     assert!(ctx.store.mark_success(a3t.lease()).await.unwrap());
     assert!(release(ctx, "a").await.is_empty());
     // a key with nothing left is forgotten; a new task of it is first in line at once
@@ -143,7 +143,7 @@ pub async fn order_key_skip_policy_lets_the_key_go_on<H: Harness>(ctx: &Ctx<H>) 
         .unwrap();
     let a2 = put(ctx, "a", "a2").await;
     assert_eq!(ctx.task(a1.id).await.when_parked, WhenParked::Skip);
-    let t = ctx.grab(a1.id).await;
+    let t = ctx.claim(a1.id).await;
     // the last attempt's retry parks it
     assert!(ctx
         .store
@@ -152,7 +152,7 @@ pub async fn order_key_skip_policy_lets_the_key_go_on<H: Harness>(ctx: &Ctx<H>) 
         .unwrap());
     assert_eq!(status(ctx, a1.id).await, Status::Failed);
     assert_eq!(release(ctx, "a").await, vec![a2.id]);
-    ctx.grab(a2.id).await;
+    ctx.claim(a2.id).await;
     let reset = ctx
         .store
         .reset(a1.id, &Audit::new("op", "again"))
@@ -199,7 +199,7 @@ pub async fn order_keys_page_and_release_stranded_keys<H: Harness>(ctx: &Ctx<H>)
         vec!["k3".to_owned()]
     );
     for id in &heads {
-        let t = ctx.grab(*id).await;
+        let t = ctx.claim(*id).await;
         assert!(ctx.store.mark_success(t.lease()).await.unwrap());
     }
     let page = ctx.store.order_keys(None, 10).await.unwrap();
@@ -283,12 +283,12 @@ pub async fn release_many_keys_at_once<H: Harness>(ctx: &Ctx<H>) {
     let behind_parked = put(ctx, "m4", "m4-2").await.id;
     let pending = put(ctx, "m5", "m5-1").await.id;
     let behind_pending = put(ctx, "m5", "m5-2").await.id;
-    ctx.grab(running).await;
+    ctx.claim(running).await;
     for id in [done, last] {
-        let t = ctx.grab(id).await;
+        let t = ctx.claim(id).await;
         assert!(ctx.store.mark_success(t.lease()).await.unwrap());
     }
-    let t = ctx.grab(parked).await;
+    let t = ctx.claim(parked).await;
     assert!(ctx.store.mark_fail(t.lease(), "parked").await.unwrap());
     let keys: Vec<String> = ["ghost", "m1", "m2", "m3", "m4", "m5"]
         .iter()
@@ -323,7 +323,7 @@ pub async fn release_many_keys_at_once<H: Harness>(ctx: &Ctx<H>) {
         seconds.push(put(ctx, k, &format!("{k}-2")).await.id);
     }
     for id in &heads {
-        let t = ctx.grab(*id).await;
+        let t = ctx.claim(*id).await;
         assert!(ctx.store.mark_success(t.lease()).await.unwrap());
     }
     let calls = (0..4).map(|_| ctx.store.release_order_keys(&race_keys));

@@ -14,7 +14,7 @@ pub async fn stats_counts_per_status_and_event_type<H: Harness>(ctx: &Ctx<H>) {
         .enqueue(NewTask::new("B", "later").delay(HOUR))
         .await
         .unwrap();
-    let l = ctx.grab(b1).await.lease();
+    let l = ctx.claim(b1).await.lease();
     ctx.store.mark_success(l).await.unwrap();
     ctx.backdate(a1, TimeColumn::NextRunAt, Duration::from_secs(100))
         .await;
@@ -42,7 +42,7 @@ pub async fn list_filters_and_pages<H: Harness>(ctx: &Ctx<H>) {
         a.push(ctx.enqueue("A", &format!("{i}")).await);
     }
     let b = ctx.enqueue("B", "0").await;
-    let l = ctx.grab(a[1]).await.lease();
+    let l = ctx.claim(a[1]).await.lease();
     ctx.store.mark_fail(l, "x").await.unwrap();
     let ids = |v: Vec<Task>| v.into_iter().map(|t| t.id).collect::<Vec<_>>();
     let all = ctx.store.list(&TaskFilter::default()).await.unwrap();
@@ -76,7 +76,7 @@ pub async fn list_finds_by_business_key_and_error_text<H: Harness>(ctx: &Ctx<H>)
     let b = ctx.enqueue("SHIP", "order-7").await;
     let c = ctx.enqueue("PAY", "order-8").await;
     for (id, error) in [(a, "gateway said 100% busy"), (c, "Gateway timeout")] {
-        let l = ctx.grab(id).await.lease();
+        let l = ctx.claim(id).await.lease();
         ctx.store.mark(&[Mark::fail(l, error)]).await.unwrap();
     }
     let ids = |tasks: Vec<Task>| tasks.into_iter().map(|t| t.id).collect::<Vec<_>>();
@@ -142,14 +142,14 @@ pub async fn list_finds_by_business_key_and_error_text<H: Harness>(ctx: &Ctx<H>)
 pub async fn backlog_counts_every_status_but_succeeded<H: Harness>(ctx: &Ctx<H>) {
     for i in 0..3 {
         let id = ctx.enqueue("PAY", &format!("done{i}")).await;
-        let l = ctx.grab(id).await.lease();
+        let l = ctx.claim(id).await.lease();
         ctx.store.mark(&[Mark::success(l)]).await.unwrap();
     }
     let failed = ctx.enqueue("PAY", "failed").await;
-    let l = ctx.grab(failed).await.lease();
+    let l = ctx.claim(failed).await.lease();
     ctx.store.mark(&[Mark::fail(l, "boom")]).await.unwrap();
     let running = ctx.enqueue("SHIP", "running").await;
-    ctx.grab(running).await;
+    ctx.claim(running).await;
     let cancelled = ctx.enqueue("SHIP", "cancelled").await;
     ctx.store
         .cancel(cancelled, &backstop_core::Audit::new("ops", "test"))
@@ -208,7 +208,7 @@ pub async fn throughput_counts_finished_tasks_per_bucket<H: Harness>(ctx: &Ctx<H
     let minute = MINUTE;
     let finish = |event_type: &'static str, key: String, ok: bool, ago: Duration| async move {
         let id = ctx.enqueue(event_type, &key).await;
-        let l = ctx.grab(id).await.lease();
+        let l = ctx.claim(id).await.lease();
         let mark = if ok {
             Mark::success(l)
         } else {
@@ -228,7 +228,7 @@ pub async fn throughput_counts_finished_tasks_per_bucket<H: Harness>(ctx: &Ctx<H
     finish("SHIP", "too-old".into(), true, 11 * minute).await;
     ctx.enqueue("SHIP", "pending").await;
     let running = ctx.enqueue("SHIP", "running").await;
-    ctx.grab(running).await;
+    ctx.claim(running).await;
 
     let got = ctx.store.throughput(10 * minute, minute).await.unwrap();
     let seen: Vec<(&str, Status, u32, u64)> = got
@@ -288,4 +288,63 @@ pub async fn register_event_types_records_the_fleets_handlers<H: Harness>(ctx: &
         "event_type",
     );
     assert_eq!(ctx.store.event_types().await.unwrap().len(), 3);
+}
+
+/// count_matching: how many tasks each filter matches, exactly what `list` pages through
+/// for it (every condition, the limit aside); a filter `list` refuses is refused.
+pub async fn count_matching_counts_what_list_pages_through<H: Harness>(ctx: &Ctx<H>) {
+    let all = TaskFilter::default();
+    assert_eq!(ctx.store.count_matching(&all).await.unwrap(), 0);
+    let mut a = Vec::new();
+    for i in 0..7 {
+        a.push(ctx.enqueue("A", &format!("{i}")).await);
+    }
+    let b = ctx.enqueue("B", "0").await;
+    for (id, error) in [
+        (a[1], "smtp: refused"),
+        (a[2], "smtp: timeout"),
+        (b, "db down"),
+    ] {
+        let l = ctx.claim(id).await.lease();
+        ctx.store.mark_fail(l, error).await.unwrap();
+    }
+    ctx.backdate(a[6], TimeColumn::UpdatedAt, HOUR).await;
+    let filters = [
+        all.clone(),
+        all.clone().limit(2), // the limit pages; it does not bound the count
+        all.clone().status(Status::Failed),
+        all.clone().status(Status::Pending).event_type("A"),
+        all.clone().event_type("B"),
+        all.clone().biz_key("3"),
+        all.clone().error_contains("smtp"),
+        all.clone().older_than(MINUTE),
+        all.clone().after_id(a[4]),
+        all.clone().status(Status::Succeeded),
+    ];
+    let expected = [8, 8, 3, 5, 1, 1, 2, 1, 3, 0];
+    for (filter, want) in filters.iter().zip(expected) {
+        let n = ctx.store.count_matching(filter).await.unwrap();
+        assert_eq!(n, want, "{filter:?}");
+        // what list pages through for the same filter, a page at a time
+        let mut seen = 0;
+        let mut page = filter.clone().limit(3);
+        loop {
+            let got = ctx.store.list(&page).await.unwrap();
+            seen += got.len() as u64;
+            match got.last() {
+                Some(t) if got.len() == 3 => page = page.after_id(t.id),
+                _ => break,
+            }
+        }
+        assert_eq!(
+            seen, n,
+            "list pages through what count_matching counts: {filter:?}"
+        );
+    }
+    let bad = all.clone().event_type("bad type");
+    assert_kind(
+        ctx.store.count_matching(&bad).await,
+        ErrorKind::InvalidInput,
+        "event_type",
+    );
 }

@@ -5,7 +5,7 @@ use super::*;
 /// recycle_dead: a silent running task with attempts left goes back to pending.
 pub async fn recycle_dead_returns_task_to_pending_when_attempts_remain<H: Harness>(ctx: &Ctx<H>) {
     let id = ctx.enqueue("E", "k").await;
-    let t = ctx.grab(id).await;
+    let t = ctx.claim(id).await;
     ctx.backdate(id, TimeColumn::UpdatedAt, Duration::from_secs(181))
         .await;
     let t0 = Utc::now();
@@ -28,7 +28,7 @@ pub async fn recycle_dead_returns_task_to_pending_when_attempts_remain<H: Harnes
         err.contains("testkit-owner") && err.contains("heartbeat"),
         "{err}"
     );
-    assert_eq!(ctx.grab(id).await.attempts, 2);
+    assert_eq!(ctx.claim(id).await.attempts, 2);
 }
 
 /// recycle_dead: a silent running task on its last attempt parks as failed.
@@ -38,7 +38,7 @@ pub async fn recycle_dead_fails_task_on_its_last_attempt<H: Harness>(ctx: &Ctx<H
         .enqueue(NewTask::new("E", "k").retry(RetryPolicy::fixed(1, Duration::ZERO)))
         .await
         .unwrap();
-    ctx.grab(e.id).await;
+    ctx.claim(e.id).await;
     ctx.backdate(e.id, TimeColumn::UpdatedAt, Duration::from_secs(600))
         .await;
     let r = ctx.store.recycle_dead(MINUTE, 50).await.unwrap();
@@ -62,13 +62,13 @@ pub async fn recycle_dead_never_touches_live_or_finished_tasks<H: Harness>(ctx: 
         .await
         .unwrap()
         .id;
-    let first = ctx.grab(dead).await;
+    let first = ctx.claim(dead).await;
     assert!(ctx
         .store
         .mark_retry(first.lease(), Duration::ZERO, "x")
         .await
         .unwrap());
-    ctx.grab(dead).await;
+    ctx.claim(dead).await;
     ctx.backdate(dead, TimeColumn::UpdatedAt, HOUR).await;
     let cancelled = ctx.enqueue("E", "cancelled").await;
     ctx.store
@@ -92,15 +92,15 @@ pub async fn recycle_dead_never_touches_live_or_finished_tasks<H: Harness>(ctx: 
         ctx.backdate(id, TimeColumn::UpdatedAt, HOUR).await;
     }
     let live = ctx.enqueue("E", "live").await;
-    ctx.grab(live).await;
+    ctx.claim(live).await;
     ctx.backdate(live, TimeColumn::UpdatedAt, Duration::from_secs(50))
         .await;
     let pending = ctx.enqueue("E", "pending").await;
     let done = ctx.enqueue("E", "done").await;
-    let l = ctx.grab(done).await.lease();
+    let l = ctx.claim(done).await.lease();
     ctx.store.mark_success(l).await.unwrap();
     let failed = ctx.enqueue("E", "failed").await;
-    let l = ctx.grab(failed).await.lease();
+    let l = ctx.claim(failed).await.lease();
     ctx.store.mark_fail(l, "x").await.unwrap();
     for id in [pending, done, failed] {
         ctx.backdate(id, TimeColumn::UpdatedAt, HOUR).await;
@@ -133,7 +133,7 @@ pub async fn recycle_dead_respects_limit_oldest_first<H: Harness>(ctx: &Ctx<H>) 
     let mut ids = Vec::new();
     for i in 0..4u64 {
         let id = ctx.enqueue("E", &format!("k{i}")).await;
-        ctx.grab(id).await;
+        ctx.claim(id).await;
         // k3 silent longest, then k2, k1, k0
         ctx.backdate(id, TimeColumn::UpdatedAt, Duration::from_secs(600 + 60 * i))
             .await;
@@ -180,7 +180,7 @@ pub async fn recycle_dead_counts_what_it_recycles_while_claimers_race<H: Harness
         let task =
             NewTask::new("E", format!("k{i}")).retry(RetryPolicy::fixed(max_attempts, MINUTE));
         let id = ctx.store.enqueue(task).await.unwrap().id;
-        ctx.grab(id).await;
+        ctx.claim(id).await;
         ctx.backdate(id, TimeColumn::UpdatedAt, HOUR).await;
     }
     let (to_pending, to_failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
@@ -208,7 +208,11 @@ pub async fn recycle_dead_counts_what_it_recycles_while_claimers_race<H: Harness
             let me = Owner::new(format!("claimer{c}")).unwrap();
             let mut claimed = 0;
             while !swept.load(Ordering::SeqCst) {
-                claimed += store.grab_batch(&me, &["E".into()], 5).await.unwrap().len();
+                claimed += store
+                    .claim_batch(&me, &["E".into()], 5)
+                    .await
+                    .unwrap()
+                    .len();
             }
             claimed
         }));

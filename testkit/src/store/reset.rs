@@ -9,7 +9,7 @@ pub async fn manual_reset_restarts_a_failed_task<H: Harness>(ctx: &Ctx<H>) {
         .enqueue(NewTask::new("E", "k").retry(RetryPolicy::fixed(1, HOUR)))
         .await
         .unwrap();
-    let t = ctx.grab(e.id).await;
+    let t = ctx.claim(e.id).await;
     ctx.store
         .mark_retry(t.lease(), HOUR, "gave up")
         .await
@@ -29,7 +29,7 @@ pub async fn manual_reset_restarts_a_failed_task<H: Harness>(ctx: &Ctx<H>) {
     assert_eq!(r.last_error.as_deref(), Some("gave up"));
     assert_between("next_run_at", r.next_run_at, t0, t1);
     assert_eq!(r.next_run_at, r.updated_at);
-    let again = ctx.grab(e.id).await;
+    let again = ctx.claim(e.id).await;
     assert_eq!((again.attempts, again.lease), (1, 2));
 }
 
@@ -41,7 +41,7 @@ pub async fn manual_reset_recovers_a_stuck_running_task<H: Harness>(ctx: &Ctx<H>
         .enqueue(NewTask::new("E", "k").retry(RetryPolicy::fixed(1, Duration::ZERO)))
         .await
         .unwrap();
-    let t = ctx.grab(e.id).await;
+    let t = ctx.claim(e.id).await;
     assert_eq!(t.attempts, t.retry.max_attempts);
     ctx.backdate(e.id, TimeColumn::UpdatedAt, Duration::from_secs(300))
         .await;
@@ -66,7 +66,7 @@ pub async fn manual_reset_refuses_other_states<H: Harness>(ctx: &Ctx<H>) {
     let stuck_after = Duration::from_secs(180);
     let pending = ctx.enqueue("E", "pending").await;
     let done = ctx.enqueue("E", "done").await;
-    let l = ctx.grab(done).await.lease();
+    let l = ctx.claim(done).await.lease();
     ctx.store.mark_success(l).await.unwrap();
     // running on its last attempt with a live owner: normal, not stuck
     let live = ctx
@@ -75,7 +75,7 @@ pub async fn manual_reset_refuses_other_states<H: Harness>(ctx: &Ctx<H>) {
         .await
         .unwrap()
         .id;
-    ctx.grab(live).await;
+    ctx.claim(live).await;
     ctx.backdate(live, TimeColumn::UpdatedAt, Duration::from_secs(60))
         .await;
     for (id, needle) in [
@@ -111,7 +111,7 @@ pub async fn manual_reset_returns_the_reset_task_while_claimers_race<H: Harness>
             .enqueue(NewTask::new("E", format!("k{i}")).retry(RetryPolicy::fixed(1, HOUR)))
             .await
             .unwrap();
-        let t = ctx.grab(e.id).await;
+        let t = ctx.claim(e.id).await;
         assert!(ctx
             .store
             .mark_retry(t.lease(), HOUR, "gave up")
@@ -129,7 +129,7 @@ pub async fn manual_reset_returns_the_reset_task_while_claimers_race<H: Harness>
             let types = vec!["E".to_string()];
             let mut claimed = 0;
             while !stop.load(Ordering::SeqCst) {
-                claimed += store.grab_batch(&me, &types, 10).await.unwrap().len();
+                claimed += store.claim_batch(&me, &types, 10).await.unwrap().len();
             }
             claimed
         }));

@@ -9,16 +9,16 @@ pub async fn purge_succeeded_deletes_only_old_succeeded_tasks<H: Harness>(ctx: &
     let mut old_done = Vec::new();
     for i in 0..3 {
         let id = ctx.enqueue("E", &format!("old{i}")).await;
-        let l = ctx.grab(id).await.lease();
+        let l = ctx.claim(id).await.lease();
         ctx.store.mark_success(l).await.unwrap();
         ctx.backdate(id, TimeColumn::UpdatedAt, week + HOUR).await;
         old_done.push(id);
     }
     let fresh_done = ctx.enqueue("E", "fresh").await;
-    let l = ctx.grab(fresh_done).await.lease();
+    let l = ctx.claim(fresh_done).await.lease();
     ctx.store.mark_success(l).await.unwrap();
     let old_failed = ctx.enqueue("E", "failed").await;
-    let l = ctx.grab(old_failed).await.lease();
+    let l = ctx.claim(old_failed).await.lease();
     ctx.store.mark_fail(l, "x").await.unwrap();
     ctx.backdate(old_failed, TimeColumn::UpdatedAt, week + HOUR)
         .await;
@@ -45,12 +45,12 @@ pub async fn delete_succeeded_deletes_only_succeeded_tasks<H: Harness>(ctx: &Ctx
     let mut done = Vec::new();
     for i in 0..3 {
         let id = ctx.enqueue("E", &format!("done{i}")).await;
-        let l = ctx.grab(id).await.lease();
+        let l = ctx.claim(id).await.lease();
         ctx.store.mark_success(l).await.unwrap();
         done.push(id);
     }
     let failed = ctx.enqueue("E", "failed").await;
-    let l = ctx.grab(failed).await.lease();
+    let l = ctx.claim(failed).await.lease();
     ctx.store.mark_fail(l, "x").await.unwrap();
     let pending = ctx.enqueue("E", "pending").await;
     let n = ctx

@@ -74,7 +74,7 @@ pub async fn custom_table_name_is_used_and_isolated<H: Harness>(ctx: &Ctx<H>) {
 pub async fn store_works_as_dyn_task_store<H: Harness>(ctx: &Ctx<H>) {
     let store: Arc<dyn TaskStore> = Arc::new(ctx.store.clone());
     let e = store.enqueue(NewTask::new("E", "dyn")).await.unwrap();
-    let t = store.grab_by_id(e.id, &ctx.owner).await.unwrap().unwrap();
+    let t = store.claim_by_id(e.id, &ctx.owner).await.unwrap().unwrap();
     assert!(store.mark_success(t.lease()).await.unwrap());
     assert_eq!(ctx.task(e.id).await.status, Status::Succeeded);
 }
@@ -166,7 +166,7 @@ pub async fn migrate_upgrades_a_table_of_every_earlier_version<H: Harness>(ctx: 
 
         // claims, marks, fenced marks and resets work on the old rows
         let claimed = store
-            .grab_batch(&ctx.owner, &["OLD".to_owned()], 10)
+            .claim_batch(&ctx.owner, &["OLD".to_owned()], 10)
             .await
             .unwrap();
         assert_eq!(claimed.len(), 1, "only the due pending task: {claimed:?}");
@@ -188,7 +188,7 @@ pub async fn migrate_upgrades_a_table_of_every_earlier_version<H: Harness>(ctx: 
         // new tasks go in beside them
         let fresh = store.enqueue(NewTask::new("OLD", "new")).await.unwrap();
         assert!(fresh.created);
-        let t = store.grab_by_id(fresh.id, &ctx.owner).await.unwrap();
+        let t = store.claim_by_id(fresh.id, &ctx.owner).await.unwrap();
         assert!(t.is_some(), "from v{from}: a new task is claimable");
         let s = store.stats().await.unwrap();
         assert_eq!(

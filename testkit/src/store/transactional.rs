@@ -130,7 +130,7 @@ pub async fn tx_enqueue_runs_keys_and_dedup_rules<H: Harness>(ctx: &Ctx<H>) {
 
         // a finished task frees its key for a new one
         let done = ctx.enqueue("TXD", &format!("{path}-d")).await;
-        let t = ctx.grab(done).await;
+        let t = ctx.claim(done).await;
         assert!(
             backstop_core::TaskStoreExt::mark_success(&ctx.store, t.lease())
                 .await
@@ -255,13 +255,13 @@ pub async fn tx_claim_claims_a_task_enqueued_on_the_same_transaction<H: Harness>
 
         // claimed before, then given back (pending, lease past 0): not claimed again here
         let once = ctx.enqueue("TXC", &format!("{path}-once")).await;
-        let grabbed = ctx.grab(once).await;
-        assert!(ctx.store.release(grabbed.lease()).await.unwrap(), "{path}");
+        let claimed = ctx.claim(once).await;
+        assert!(ctx.store.release(claimed.lease()).await.unwrap(), "{path}");
         let released = ctx.task(once).await;
         assert_eq!(released.status, Status::Pending, "{path}");
         // … and a running task is not claimed either
         let running = ctx.enqueue("TXC", &format!("{path}-running")).await;
-        let held = ctx.grab(running).await;
+        let held = ctx.claim(running).await;
         for (n, (key, id)) in [
             (format!("{path}-once"), once),
             (format!("{path}-running"), running),

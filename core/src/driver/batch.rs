@@ -2,11 +2,11 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 
+use super::statement::{column, row, wrong_answer};
 use super::{
-    column, insert_params, row, wrong_answer, Answer, BlockingTxConnection, Dialect, EnqueuePlan,
-    EnqueueSql, EnqueueStep, RunAt, Statement, TxConnection, Value,
+    insert_params, Answer, BlockingTxConnection, Checked, Dialect, EnqueuePlan, EnqueueSql,
+    EnqueueStep, Inserted, RunAt, Statement, TxConnection, Value,
 };
-use crate::driver::{Checked, Inserted};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::{NewTask, Status, TaskId};
 
@@ -48,7 +48,7 @@ pub const INSERT_ROW_KEYS: [(&str, usize); 13] = [
 /// ```
 /// # use backstop_core::driver::Checked;
 /// # fn demo(task: Checked<&backstop_core::NewTask>) {
-/// use backstop_core::tx::insert_document;
+/// use backstop_core::driver::insert_document;
 /// let doc = insert_document(&[task]);
 /// let rows: serde_json::Value = serde_json::from_str(&doc).unwrap();
 /// assert_eq!(rows[0]["k"], task.biz_key());
@@ -99,7 +99,7 @@ fn push_row(doc: &mut String, task: Checked<&NewTask>) {
 /// few statements, whatever the batches' sizes.
 ///
 /// ```
-/// use backstop_core::tx::InsertTexts;
+/// use backstop_core::driver::InsertTexts;
 /// let texts = InsertTexts::new(256, |rows| format!("INSERT … {rows} rows"));
 /// assert_eq!((texts.take(1000), texts.take(200), texts.take(1)), (256, 128, 1));
 /// assert_eq!(texts.get(128), Some("INSERT … 128 rows"));
@@ -142,7 +142,7 @@ impl InsertTexts {
 /// positional: each row binds its own in turn.
 ///
 /// ```
-/// use backstop_core::tx::{values_rows, Dialect};
+/// use backstop_core::driver::{values_rows, Dialect};
 /// assert_eq!(values_rows(Dialect::Sqlite, "(?1, ?2, ?3)", 2, 2), "(?1, ?2, ?5), (?3, ?4, ?5)");
 /// assert_eq!(values_rows(Dialect::Postgres, "($1, now())", 1, 3), "($1, now()), ($2, now()), ($3, now())");
 /// assert_eq!(values_rows(Dialect::MySql, "(?, ?)", 2, 2), "(?, ?), (?, ?)");
@@ -246,7 +246,7 @@ impl<'a> EnqueueBatch<'a> {
             *named.entry((t.event_type(), t.biz_key())).or_default() += 1;
         }
         // asked once with no rows: whether the backend has a multi-row insert at all
-        let multi_row = sql.insert_rows("[]", &[]).is_some();
+        let multi_row = sql.inserts_rows();
         let (mut chunks, mut singles) = (VecDeque::new(), BTreeSet::new());
         let (mut chunk, mut bytes) = (Vec::new(), 0);
         for (i, t) in tasks.iter().enumerate() {
@@ -315,10 +315,10 @@ impl<'a> EnqueueBatch<'a> {
             }
             if let Some(i) = self.holders.pop_front() {
                 let task = self.tasks[i];
-                let step = EnqueueStep::ReadExisting;
-                let params = step.params(task, self.sql.run_at());
+                let step = EnqueueStep::ReadExisting(task);
+                let params = step.params(self.sql.run_at());
                 self.step = Step::Holder(i);
-                return Ok(Some(self.sql.statement(step, params, task)));
+                return Ok(Some(self.sql.statement(step, params)));
             }
             let Some(i) = self.singles.pop_first() else {
                 return Ok(None);
@@ -451,7 +451,7 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
-    use crate::tx::tests::Names;
+    use crate::driver::enqueue::tests::Names;
 
     /// A table of keys, answering the statements of [`Names`] as a database would: new
     /// ids increasing, a multi-row insert's rows sent back in reverse; `all_or_nothing`

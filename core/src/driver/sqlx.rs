@@ -56,6 +56,31 @@ where
         .collect()
 }
 
+/// A row of an order key, then maybe a task id.
+fn key_row<R: sqlx::Row>(row: R) -> Result<(String, Option<i64>)>
+where
+    usize: sqlx::ColumnIndex<R>,
+    i64: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    String: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    let key = row.try_get::<String, usize>(0).map_err(sqlx_error)?;
+    let id = match row.len() {
+        1 => None,
+        _ => Some(row.try_get::<i64, usize>(1).map_err(sqlx_error)?),
+    };
+    Ok((key, id))
+}
+
+/// The error of a list value on a sqlx connection: lists are bound only by a store's own
+/// statements on its own connection.
+fn no_lists() -> Error {
+    Error::new(
+        ErrorKind::Unexpected,
+        "enqueue",
+        "a list value cannot be bound on a sqlx connection",
+    )
+}
+
 fn is_duplicate_key(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())
 }
@@ -81,6 +106,7 @@ macro_rules! sqlx_connection {
                         Value::BigInt(v) => query.bind(v),
                         Value::Text(v) => query.bind(v),
                         Value::Timestamp(v) => query.bind(v.map(|t| $time(t, dialect))),
+                        Value::TextList(_) | Value::BigIntList(_) => return Err(no_lists()),
                     };
                 }
                 match statement.returns() {
@@ -104,6 +130,12 @@ macro_rules! sqlx_connection {
                         Err(e) if is_duplicate_key(&e) => Ok(Answer::DuplicateKey),
                         Err(e) => Err(sqlx_error(e)),
                     },
+                    Returns::KeyRows => {
+                        let rows = query.fetch_all(&mut *self).await.map_err(sqlx_error)?;
+                        Ok(Answer::KeyRows(
+                            rows.into_iter().map(key_row).collect::<Result<_>>()?,
+                        ))
+                    }
                 }
             }
         }

@@ -1,0 +1,4 @@
+-- name: oldest-due index out of reach of claims
+--
+-- (PostgreSQL moved its oldest-due index out of the claims' reach; claims
+-- here name their index.)

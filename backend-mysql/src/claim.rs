@@ -1,0 +1,187 @@
+//! How a batch is claimed ([`ClaimStrategy`]), chosen by the server's version, and the
+//! claim's locking read.
+
+use std::time::Duration;
+
+use backstop_core::driver::prelude::*;
+#[cfg(doc)]
+use backstop_core::TaskStore;
+use chrono::NaiveDateTime;
+use sqlx::{MySqlConnection, Row};
+
+use crate::conn::safe;
+use crate::rows::raw_task;
+use crate::sql::{LockWait, Sql, PRIORITY_LEVELS};
+
+/// How a batch of tasks is claimed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ClaimStrategy {
+    /// Queue-then-skip on MariaDB ≥ 10.6, skip locked on MySQL ≥ 8.0.1 (which has no
+    /// `WAIT n`), else ordered update. The default.
+    #[default]
+    Auto,
+    /// `SELECT … ORDER BY next_run_at, id LIMIT n FOR UPDATE` + `UPDATE … WHERE id IN
+    /// (…)` in one transaction: an ordered update, in two statements. Works on every
+    /// version; concurrent claimers queue behind each other's row locks, and behind an
+    /// application's transaction that has enqueued a task and not committed yet (InnoDB's
+    /// locking read waits on an uncommitted insert it meets near the head of the queue:
+    /// keep such transactions short, or claims wait up to `innodb_lock_wait_timeout`).
+    /// (A single
+    /// `UPDATE … ORDER BY … LIMIT` changes a column of the index it scans, so the server
+    /// collects every due row before applying the limit: a claim's cost would grow with
+    /// the backlog.)
+    OrderedUpdate,
+    /// `SELECT … FOR UPDATE SKIP LOCKED` + `UPDATE … WHERE id IN (…)` in one transaction:
+    /// concurrent claimers pass each other.
+    SkipLocked,
+    /// Claimers take turns at the head of the queue and pass only a stalled one: the
+    /// ordered claim's locking read waits up to 1 s for another claim's row locks
+    /// (`FOR UPDATE WAIT 1`); past that, the claim starts over with `SKIP LOCKED`.
+    ///
+    /// Under contention claims queue instead of running side by side over the same
+    /// index head, which keeps several instances at least as fast as one (where skip
+    /// locked slows down as instances are added; see the guide's Benchmarks), while a
+    /// claimer that stalls mid-claim (a paused VM, a partitioned host) holds the others
+    /// up by a second, not `innodb_lock_wait_timeout`. Once a claim has waited out that
+    /// second, the store's claims skip locked rows at once for the next 10 s, then queue
+    /// again: a holder that does not let go — a stalled claimer, or an application's
+    /// transaction that enqueued a task and has not committed (InnoDB's locking read
+    /// waits on an uncommitted insert near the head of the queue, due or not) — costs
+    /// one claim a second every 10 s, not every claim. Needs MariaDB ≥ 10.6 (`WAIT n`
+    /// and `SKIP LOCKED`); the default there.
+    QueueThenSkip,
+}
+
+impl ClaimStrategy {
+    /// What [`Auto`](Self::Auto) resolves to on a server reporting `version`
+    /// (`SELECT VERSION()`).
+    ///
+    /// ```
+    /// use backstop_mysql::ClaimStrategy;
+    /// assert_eq!(ClaimStrategy::auto_for("10.11.14-MariaDB"), ClaimStrategy::QueueThenSkip);
+    /// assert_eq!(ClaimStrategy::auto_for("8.0.36"), ClaimStrategy::SkipLocked);
+    /// assert_eq!(ClaimStrategy::auto_for("10.5.23-MariaDB"), ClaimStrategy::OrderedUpdate);
+    /// assert_eq!(ClaimStrategy::auto_for("5.7.44-log"), ClaimStrategy::OrderedUpdate);
+    /// ```
+    pub fn auto_for(version: &str) -> ClaimStrategy {
+        if supports_queue_then_skip(version) {
+            ClaimStrategy::QueueThenSkip
+        } else if supports_skip_locked(version) {
+            ClaimStrategy::SkipLocked
+        } else {
+            ClaimStrategy::OrderedUpdate
+        }
+    }
+}
+
+/// Whether a server version string supports `INSERT … RETURNING` (MariaDB ≥ 10.5).
+pub(crate) fn supports_returning(version: &str) -> bool {
+    matches!(parse_version(version), (true, v) if v >= (10, 5, 0))
+}
+
+/// Whether a server version string supports `SKIP LOCKED`.
+pub(crate) fn supports_skip_locked(version: &str) -> bool {
+    match parse_version(version) {
+        (true, v) => v >= (10, 6, 0),
+        (false, v) => v >= (8, 0, 1),
+    }
+}
+
+/// Whether the server runs [`ClaimStrategy::QueueThenSkip`]: MariaDB ≥ 10.6 (MySQL has
+/// no `SELECT … FOR UPDATE WAIT n`).
+pub(crate) fn supports_queue_then_skip(version: &str) -> bool {
+    matches!(parse_version(version), (true, v) if v >= (10, 6, 0))
+}
+
+/// (is MariaDB, (major, minor, patch)) of a `VERSION()` string.
+pub(crate) fn parse_version(version: &str) -> (bool, (u32, u32, u32)) {
+    let nums: Vec<u32> = version
+        .split(|c: char| !c.is_ascii_digit())
+        .take(3)
+        .map(|p| p.parse().unwrap_or(0))
+        .collect();
+    let v = (
+        nums.first().copied().unwrap_or(0),
+        nums.get(1).copied().unwrap_or(0),
+        nums.get(2).copied().unwrap_or(0),
+    );
+    (version.to_ascii_lowercase().contains("mariadb"), v)
+}
+
+/// How long a [`ClaimStrategy::QueueThenSkip`] claim queues behind another (seconds).
+pub(crate) const QUEUE_WAIT_S: u32 = 1;
+
+/// How long a [`ClaimStrategy::QueueThenSkip`] store's claims skip locked rows without
+/// queueing first, after one of its queued claims timed out.
+///
+/// Claims hold their rows for milliseconds, so a queued claim that waits out
+/// [`QUEUE_WAIT_S`] met a holder that does not let go: a stalled claimer, or an
+/// application's transaction that enqueued a task and has not committed yet. InnoDB's
+/// locking read meets an uncommitted insert near the head of the queue (a due task of
+/// the type, a delayed one, or one of the next type in the index) and waits on it; the
+/// holder may keep it for as long as its transaction lasts. Without the pause every
+/// claim would wait a second again while it does; with it, one claim per pause does.
+pub(crate) const QUEUE_PAUSE: Duration = Duration::from_secs(10);
+
+/// The claim's locking read of due tasks, in claim order `(priority, next_run_at, id)`,
+/// whole (the claim's update then needs no read back), with the read's `NOW(3)`: for
+/// each event type, one ordered walk of the `(status, event_type, priority, next_run_at,
+/// id)` index per level the transaction's opening found due (see [`Sql::pick`]), each
+/// stopping at `limit`, merged. The rows of a walk beyond the merged limit stay locked
+/// (unclaimed) until the claim's transaction ends.
+pub(crate) async fn pick(
+    sql: &Sql,
+    conn: &mut MySqlConnection,
+    wait: LockWait,
+    event_types: &[String],
+    limit: usize,
+) -> std::result::Result<(Vec<RawTask>, Option<NaiveDateTime>), sqlx::Error> {
+    let mut due: Vec<RawTask> = Vec::new();
+    let mut at = None;
+    // Of several types, only those the opening probe found due are read: one statement
+    // for the probe's answers instead of a locking read per type (an idle engine's poll
+    // of many types costs a few statements, not one per type).
+    let mut wanted = vec![true; event_types.len()];
+    if event_types.len() > 1 {
+        let row = sqlx::query(safe(&sql.due_types(event_types.len())))
+            .fetch_one(&mut *conn)
+            .await?;
+        for (i, w) in wanted.iter_mut().enumerate() {
+            *w = row.try_get::<i64, _>(i)? != 0;
+        }
+    }
+    for (i, t) in event_types.iter().enumerate() {
+        if !wanted[i] {
+            continue;
+        }
+        let text = sql.pick(wait, i);
+        let mut q = sqlx::query(safe(&text));
+        for _ in 0..PRIORITY_LEVELS {
+            q = q.bind(t).bind(limit as i64);
+        }
+        for row in q.fetch_all(&mut *conn).await? {
+            due.push(raw_task(&row)?);
+            // the last read's time: no earlier than any picked row's due time
+            at = Some(row.try_get::<NaiveDateTime, _>(COLUMN_COUNT)?);
+        }
+    }
+    due.sort_unstable_by_key(|r| (r.priority, r.next_run_at, r.id));
+    due.truncate(limit);
+    Ok((due, at))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A batch goes in multi-row inserts only where an insert can return its rows.
+    #[test]
+    pub(crate) fn multi_row_inserts_need_mariadb_returning() {
+        assert!(supports_returning("10.11.14-MariaDB-0+deb12u1"));
+        assert!(supports_returning("10.5.0-MariaDB"));
+        assert!(!supports_returning("10.4.32-MariaDB"));
+        assert!(!supports_returning("8.0.36"));
+        assert!(!supports_returning("8.4.0-log"));
+    }
+}

@@ -1,0 +1,80 @@
+//! The first connection, and MySQL's errors as backstop errors.
+
+use std::time::Duration;
+
+use backstop_core::driver::prelude::*;
+#[cfg(doc)]
+use backstop_core::TaskStore;
+use sqlx::mysql::{MySqlConnectOptions, MySqlDatabaseError};
+
+/// A pooled connection idle at least this long is pinged before it is handed out.
+pub(crate) const IDLE_PING_AFTER: Duration = Duration::from_secs(1);
+
+/// The MySQL error number of a database error.
+pub(crate) fn error_number(e: &sqlx::Error) -> Option<u16> {
+    match e {
+        sqlx::Error::Database(db) => db
+            .try_downcast_ref::<MySqlDatabaseError>()
+            .map(|e| e.number()),
+        _ => None,
+    }
+}
+
+/// A sqlx error as a backstop error (core's table of MySQL's error numbers). The store
+/// names the operation.
+pub(crate) fn my_err(e: sqlx::Error) -> Error {
+    backstop_core::tx::sqlx_error(e)
+}
+
+/// Open one connection outside the pool and close it, so a store that cannot connect
+/// says why. The pool reports any failed connect as "pool timed out while waiting for an
+/// open connection", and only after its acquire timeout. A refused connection is
+/// temporary, and so is a connect timeout. A host that does not resolve, refused
+/// credentials or a missing database are configuration errors. The message names the
+/// server and the user, never the password.
+pub(crate) async fn first_connection(
+    connect: &MySqlConnectOptions,
+    timeout: Duration,
+) -> Result<()> {
+    const OP: &str = "open_store";
+    let server = format!(
+        "{}:{} as user {:?}",
+        connect.get_host(),
+        connect.get_port(),
+        connect.get_username()
+    );
+    let attempt = sqlx::ConnectOptions::connect(connect);
+    let e = match tokio::time::timeout(timeout, attempt).await {
+        Ok(Ok(conn)) => {
+            let _ = sqlx::Connection::close(conn).await;
+            return Ok(());
+        }
+        Ok(Err(e)) => e,
+        Err(_) => {
+            return Err(ConnectFailure::TimedOut.error(
+                "MySQL",
+                &server,
+                format!("no answer in {timeout:?}"),
+            ))
+        }
+    };
+    let cause = match &e {
+        sqlx::Error::Tls(_) => Some(ConnectFailure::Tls),
+        sqlx::Error::Io(io) => {
+            ConnectFailure::of_io(io).or_else(|| ConnectFailure::of_tls(&io.to_string()))
+        }
+        sqlx::Error::Database(_) => match error_number(&e) {
+            Some(1045) => Some(ConnectFailure::AccessDenied),
+            Some(1049) => Some(ConnectFailure::UnknownDatabase),
+            _ => None,
+        },
+        _ => None,
+    };
+    Err(match cause {
+        Some(cause) => {
+            let detail = e.to_string();
+            cause.error("MySQL", &server, detail).with_source(e)
+        }
+        None => my_err(e).with_operation(OP),
+    })
+}

@@ -1,0 +1,798 @@
+//! The MySQL driver: the statement shapes of the store contract, on pooled connections.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use backstop_core::driver::prelude::*;
+#[cfg(doc)]
+use backstop_core::TaskStore;
+use chrono::{DateTime, NaiveDateTime, Utc};
+use sqlx::mysql::MySqlRow;
+use sqlx::{Executor, MySql, MySqlConnection, MySqlPool, Row};
+
+use crate::claim::{pick, ClaimStrategy, QUEUE_PAUSE, QUEUE_WAIT_S};
+use crate::conn::{micros, safe, MySqlOwnConnection};
+use crate::connect::{error_number, my_err};
+use crate::options::MySqlOptions;
+use crate::rows::{raw_task, Cols};
+use crate::sql::{LockWait, Sql};
+
+/// Most rows one set-based statement names (keeps statements and their plans small).
+pub(crate) const SET_CHUNK: usize = 128;
+
+/// The statement size for `n` rows: the next power of two. Statements whose text varies
+/// with every batch size would churn the driver's prepared-statement cache (each eviction
+/// is a `COM_STMT_CLOSE` round trip); a handful of sizes stay cached.
+pub(crate) fn bucket(n: usize) -> usize {
+    n.max(1).next_power_of_two()
+}
+
+/// `items`, then its last item repeated up to [`bucket`]`(items.len())`. Repeating a row in
+/// an `IN (…)` list or a `CASE id WHEN …` changes nothing.
+pub(crate) fn padded<T>(items: &[T]) -> impl Iterator<Item = &T> {
+    let extra = bucket(items.len()) - items.len();
+    items
+        .iter()
+        .chain(items.last().into_iter().cycle().take(extra))
+}
+
+/// The MySQL driver under a [`MySqlStore`](crate::MySqlStore): its pool, its SQL, the
+/// claim strategy the server supports and the claims' tokens.
+pub(crate) struct MySqlDriver {
+    pub(crate) pool: MySqlPool,
+    pub(crate) sql: Sql,
+    pub(crate) options: MySqlOptions,
+    /// The strategy in force (never `Auto`).
+    pub(crate) strategy: ClaimStrategy,
+    pub(crate) server_version: String,
+    /// Whether inserts can return their rows (`INSERT … RETURNING`: MariaDB ≥ 10.5), so
+    /// a batch enqueue goes in multi-row inserts.
+    pub(crate) returning: bool,
+    /// Claim tokens: a random start, then +1 per claim (unique per store).
+    pub(crate) next_token: AtomicU64,
+    /// [`ClaimStrategy::QueueThenSkip`]: until when (ms after `opened`) claims skip
+    /// locked rows without queueing first, because a queued claim of this store timed out
+    /// (see [`QUEUE_PAUSE`]); 0 when they queue.
+    pub(crate) skip_until_ms: AtomicU64,
+    /// When the store was made: the origin of `skip_until_ms`.
+    pub(crate) opened: std::time::Instant,
+}
+
+impl MySqlDriver {
+    /// Whether a queued claim timed out less than [`QUEUE_PAUSE`] ago, so claims skip.
+    pub(crate) fn queue_paused(&self) -> bool {
+        let now = self.opened.elapsed().as_millis() as u64;
+        now < self.skip_until_ms.load(Ordering::Relaxed)
+    }
+
+    /// A queued claim timed out: skip locked rows for [`QUEUE_PAUSE`].
+    pub(crate) fn pause_queueing(&self) {
+        let until = (self.opened.elapsed() + QUEUE_PAUSE).as_millis() as u64;
+        self.skip_until_ms.fetch_max(until, Ordering::Relaxed);
+        tracing::debug!(
+            pause_ms = QUEUE_PAUSE.as_millis() as u64,
+            "a queued claim waited out its lock wait: claims skip locked rows for a while"
+        );
+    }
+
+    /// A fresh claim token: tags the rows one statement changes.
+    pub(crate) fn token(&self) -> i64 {
+        (self.next_token.fetch_add(1, Ordering::Relaxed) & (i64::MAX as u64)) as i64
+    }
+
+    /// Run `f` on a pooled connection.
+    pub(crate) async fn on_conn<T, F, Fut>(&self, f: F) -> Result<T>
+    where
+        F: FnOnce(sqlx::pool::PoolConnection<MySql>) -> Fut,
+        Fut: Future<Output = std::result::Result<T, sqlx::Error>>,
+    {
+        let conn = self.pool.acquire().await.map_err(my_err)?;
+        f(conn).await.map_err(my_err)
+    }
+
+    /// An operator's change of task `id`: the `update` (fenced by status), its audit
+    /// entry and the row read back, in one transaction (the row lock keeps a claimer out
+    /// until commit); or the status that refused it.
+    pub(crate) async fn audited_update<'q, F>(
+        &'q self,
+        id: TaskId,
+        action: &'static str,
+        audit: &'q Audit,
+        update: F,
+    ) -> Result<Change>
+    where
+        F: FnOnce(&'q Sql) -> sqlx::query::Query<'q, MySql, sqlx::mysql::MySqlArguments>,
+    {
+        let sql = &self.sql;
+        let (row, status) = self
+            .on_conn(|mut conn| async move {
+                let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+                let done = update(sql).execute(&mut *tx).await?;
+                if done.rows_affected() != 1 {
+                    let status: Option<i8> = sqlx::query_scalar(safe(&sql.status_of))
+                        .bind(id)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    return Ok((None, status));
+                }
+                audit_entry(sql, &mut tx, id, action, audit).await?;
+                let row = sqlx::query(safe(&sql.get))
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok((row, None))
+            })
+            .await?;
+        changed(row, status)
+    }
+
+    /// Apply marks round by round on `ex` (a transaction, or a connection when one
+    /// statement does it all).
+    pub(crate) async fn apply_marks(
+        &self,
+        ex: &mut MySqlConnection,
+        marks: &[Mark],
+        rounds: &[Vec<usize>],
+    ) -> std::result::Result<Vec<bool>, sqlx::Error> {
+        let sql = &self.sql;
+        let mut flags = vec![false; marks.len()];
+        for round in rounds {
+            // Successes — the hot path — go in one set-based statement per chunk.
+            let successes: Vec<usize> = round
+                .iter()
+                .copied()
+                .filter(|&i| marks[i].action == MarkAction::Success)
+                .collect();
+            for chunk in successes.chunks(SET_CHUNK) {
+                // a fresh token per statement: it tags exactly the rows it changed (a
+                // succeeded row is never claimed again, so nothing overwrites the tag)
+                let token = self.token();
+                let text = sql.mark_success_many(bucket(chunk.len()));
+                let mut q = sqlx::query(safe(&text)).bind(token);
+                for &i in padded(chunk) {
+                    q = q.bind(marks[i].lease.task_id);
+                }
+                for &i in padded(chunk) {
+                    q = q.bind(marks[i].lease.task_id).bind(marks[i].lease.token);
+                }
+                let done = q.execute(&mut *ex).await?;
+                if done.rows_affected() == chunk.len() as u64 {
+                    for &i in chunk {
+                        flags[i] = true;
+                    }
+                    continue;
+                }
+                let text = sql.ids_with_token(bucket(chunk.len()));
+                let mut q = sqlx::query_scalar::<_, i64>(safe(&text)).bind(token);
+                for &i in padded(chunk) {
+                    q = q.bind(marks[i].lease.task_id);
+                }
+                let applied: HashSet<i64> = q.fetch_all(&mut *ex).await?.into_iter().collect();
+                for &i in chunk {
+                    flags[i] = applied.contains(&marks[i].lease.task_id);
+                }
+            }
+            for &i in round {
+                let m = &marks[i];
+                let Lease { task_id, token } = m.lease;
+                let q = match &m.action {
+                    MarkAction::Success => continue,
+                    MarkAction::Retry { delay, error } => sqlx::query(safe(&sql.mark_retry))
+                        .bind(micros(*delay))
+                        .bind(error.as_str()),
+                    MarkAction::Fail { error } => {
+                        sqlx::query(safe(&sql.mark_fail)).bind(error.as_str())
+                    }
+                    MarkAction::Release => sqlx::query(safe(&sql.release)),
+                };
+                let done = q.bind(task_id).bind(token).execute(&mut *ex).await?;
+                flags[i] = done.rows_affected() == 1;
+            }
+        }
+        Ok(flags)
+    }
+
+    /// Claim the rows [`pick`] locked (`at`: its read's `NOW(3)`): one update, and the
+    /// rows as it left them, without reading them back. The claim's locks keep every
+    /// picked row pending until commit, so the update applies to all of them; if it ever
+    /// did not, the rows are read back by this claim's token.
+    pub(crate) async fn claim_picked(
+        &self,
+        tx: &mut MySqlConnection,
+        owner: &Owner,
+        mut rows: Vec<RawTask>,
+        at: NaiveDateTime,
+    ) -> std::result::Result<Vec<RawTask>, sqlx::Error> {
+        let sql = &self.sql;
+        let token = self.token();
+        let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+        let text = sql.claim_ids(bucket(ids.len()));
+        let mut q = sqlx::query(safe(&text))
+            .bind(owner.as_str())
+            .bind(token)
+            .bind(at);
+        for id in padded(&ids) {
+            q = q.bind(id);
+        }
+        let done = q.execute(&mut *tx).await?;
+        if done.rows_affected() == ids.len() as u64 {
+            for r in &mut rows {
+                r.status = i64::from(Status::Running.code());
+                r.owner = Some(owner.as_str().to_owned());
+                r.attempts += 1;
+                r.lease += 1;
+                r.updated_at = at.and_utc();
+            }
+            return Ok(rows);
+        }
+        // Exactly the rows this call claimed: tagged with its token (inside the claim's
+        // transaction, so no other claim can have re-tagged them).
+        let text = sql.rows_with_token(bucket(ids.len()));
+        let mut q = sqlx::query(safe(&text)).bind(token);
+        for id in padded(&ids) {
+            q = q.bind(id);
+        }
+        let rows = q.fetch_all(&mut *tx).await?;
+        rows.iter().map(raw_task).collect()
+    }
+}
+
+impl MySqlDriver {
+    /// Run purge statement `sql` (the age in µs, then the limit) on the batch; how many
+    /// rows it deleted.
+    pub(crate) async fn purge(&self, sql: &str, batch: Checked<AgedBatch>) -> Result<u64> {
+        sqlx::query(safe(sql))
+            .bind(micros(batch.older_than))
+            .bind(batch.limit as i64)
+            .execute(&self.pool)
+            .await
+            .map(|d| d.rows_affected())
+            .map_err(my_err)
+    }
+    /// [`Driver::migrate`] under the migration lock. MySQL commits each DDL statement by
+    /// itself: each migration is recorded right after its statements, and a migration
+    /// whose one `ALTER TABLE` had applied before a crash (so its column or key exists
+    /// and the `ALTER` fails as a whole) is recorded as applied.
+    pub(crate) async fn migrate_locked(
+        &self,
+        conn: &mut sqlx::MySqlConnection,
+        target: u32,
+    ) -> Result<()> {
+        conn.execute(safe(&self.sql.schema.setup))
+            .await
+            .map_err(my_err)?;
+        let applied: Vec<i64> = sqlx::query_scalar(safe(&self.sql.schema.read))
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(my_err)?;
+        let table = &self.options.config.table;
+        let migrations = self.sql.schema.migrations()?;
+        for m in schema::pending(table, &applied, &migrations, target)? {
+            for statement in &m.statements {
+                match conn.execute(safe(statement)).await {
+                    Ok(_) => {}
+                    // duplicate column, duplicate key name, no such column or key to drop
+                    Err(e)
+                        if m.version > 1
+                            && matches!(error_number(&e), Some(1060 | 1061 | 1091)) =>
+                    {
+                        tracing::warn!(table, version = m.version, error = %e,
+                            "migration had applied before (the process stopped before recording it); recording it now");
+                    }
+                    Err(e) => return Err(my_err(e)),
+                }
+            }
+            sqlx::query(safe(&self.sql.schema.record))
+                .bind(m.version)
+                .bind(m.name)
+                .execute(&mut *conn)
+                .await
+                .map_err(my_err)?;
+            schema::log_applied(table, m);
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Driver for MySqlDriver {
+    fn config(&self) -> &StoreConfig {
+        &self.options.config
+    }
+
+    async fn migrate(&self, target: u32) -> Result<()> {
+        let mut conn = self.pool.acquire().await.map_err(my_err)?;
+        // Serialize concurrent migrations across instances.
+        let got: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, 60)")
+            .bind(&self.sql.lock_name)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(my_err)?;
+        if got != Some(1) {
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                "migrate",
+                "another instance held the migration lock for 60 s",
+            ));
+        }
+        let result = self.migrate_locked(&mut conn, target).await;
+        let _ = sqlx::query("SELECT RELEASE_LOCK(?)")
+            .bind(&self.sql.lock_name)
+            .execute(&mut *conn)
+            .await;
+        result
+    }
+
+    fn tasks_table(&self) -> (&str, &ListDialect) {
+        (&self.sql.tasks, &crate::sql::LIST)
+    }
+
+    async fn run(&self, statement: &Statement<'_>) -> Result<Answer> {
+        let mut conn = self.pool.acquire().await.map_err(my_err)?;
+        conn.run(statement).await
+    }
+
+    fn enqueue_sql(&self) -> &dyn EnqueueSql {
+        self
+    }
+
+    async fn enqueue(&self, task: Checked<&NewTask>) -> Result<Inserted> {
+        let mut conn = self.pool.acquire().await.map_err(my_err)?;
+        if task.order().is_none() {
+            return EnqueuePlan::new(self, task).run(&mut *conn).await;
+        }
+        // a task with an order key in a transaction, so its key's lock is held throughout
+        let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(my_err)?;
+        let inserted = EnqueuePlan::new(self, task).run(&mut *tx).await?;
+        tx.commit().await.map_err(my_err)?;
+        Ok(inserted)
+    }
+
+    async fn enqueue_many(&self, tasks: Checked<&[NewTask]>) -> Result<Vec<Inserted>> {
+        let mut conn = self.pool.acquire().await.map_err(my_err)?;
+        let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(my_err)?;
+        let inserted = EnqueueBatch::new(self, tasks).run(&mut *tx).await?;
+        tx.commit().await.map_err(my_err)?;
+        Ok(inserted)
+    }
+
+    async fn claim_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<RawTask>> {
+        let sql = &self.sql;
+        let row = self
+            .on_conn(|mut conn| async move {
+                let done = sqlx::query(safe(&sql.claim_by_id))
+                    .bind(owner.as_str())
+                    .bind(id)
+                    .execute(&mut *conn)
+                    .await?;
+                if done.rows_affected() == 0 {
+                    return Ok(None);
+                }
+                // The row is ours: read it back on the same connection.
+                sqlx::query(safe(&sql.get))
+                    .bind(id)
+                    .fetch_optional(&mut *conn)
+                    .await
+            })
+            .await?;
+        row.as_ref().map(raw_task).transpose().map_err(my_err)
+    }
+
+    async fn claim_batch(&self, claim: Checked<Claim<'_>>) -> Result<Vec<RawTask>> {
+        let sql = &self.sql;
+        let Claim {
+            owner,
+            event_types: types,
+            limit,
+        } = *claim;
+        let first = match self.strategy {
+            ClaimStrategy::SkipLocked => LockWait::Skip,
+            ClaimStrategy::QueueThenSkip if self.queue_paused() => LockWait::Skip,
+            ClaimStrategy::QueueThenSkip => LockWait::UpTo(QUEUE_WAIT_S),
+            _ => LockWait::Queue,
+        };
+        let Some(begin) = sql.claim_begin(types) else {
+            return Err(Error::invalid_input(
+                "claim",
+                "an event type has a character outside letters, digits, '_', '.', ':' and '-'",
+            ));
+        };
+        let begin = begin.as_str();
+        self.on_conn(|mut conn| async move {
+            let mut tx = sqlx::Connection::begin_with(&mut *conn, safe(begin)).await?;
+            let (picked, at) = match pick(sql, &mut tx, first, types, limit).await {
+                // Held past the wait: a stalled claimer, or an open transaction's
+                // uncommitted insert. Start over, passing it, and pass for a while.
+                Err(e) if matches!(first, LockWait::UpTo(_)) && error_number(&e) == Some(1205) => {
+                    self.pause_queueing();
+                    tx.rollback().await?;
+                    tx = sqlx::Connection::begin_with(&mut *conn, safe(begin)).await?;
+                    pick(sql, &mut tx, LockWait::Skip, types, limit).await?
+                }
+                picked => picked?,
+            };
+            let rows = match at {
+                Some(at) if !picked.is_empty() => {
+                    self.claim_picked(&mut tx, owner, picked, at).await?
+                }
+                _ => Vec::new(),
+            };
+            tx.commit().await?;
+            Ok(rows)
+        })
+        .await
+    }
+
+    async fn recycle_dead(&self, batch: Checked<AgedBatch>) -> Result<Recycled> {
+        let sql = &self.sql;
+        let (age, limit) = (micros(batch.older_than), batch.limit as i64);
+        let wait = if self.strategy == ClaimStrategy::OrderedUpdate {
+            LockWait::Queue
+        } else {
+            LockWait::Skip
+        };
+        self.on_conn(|mut conn| async move {
+            // Look before locking. The locking read below waits on any running row a
+            // concurrent mark or claim is changing, and the recycler with it, though there
+            // is almost never a dead task to find. The look takes no locks; a task that
+            // dies right after it is found on the next sweep.
+            let any: Option<i64> = sqlx::query_scalar(safe(&sql.any_dead))
+                .bind(age)
+                .fetch_optional(&mut *conn)
+                .await?;
+            if any.is_none() {
+                return Ok(Recycled::default());
+            }
+            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+            // The oldest dead rows, locked until commit, each with whether it has attempts
+            // left; then one update per outcome, whose affected rows are the counts.
+            let dead: Vec<(i64, bool)> = sqlx::query_as(safe(&sql.pick_dead(wait)))
+                .bind(age)
+                .bind(limit)
+                .fetch_all(&mut *tx)
+                .await?;
+            let mut recycled = Recycled::default();
+            for (to_pending, count) in [
+                (true, &mut recycled.to_pending),
+                (false, &mut recycled.to_failed),
+            ] {
+                let ids: Vec<i64> = dead
+                    .iter()
+                    .filter(|(_, left)| *left == to_pending)
+                    .map(|(id, _)| *id)
+                    .collect();
+                for chunk in ids.chunks(SET_CHUNK) {
+                    let text = sql.recycle(to_pending, bucket(chunk.len()));
+                    let mut q = sqlx::query(safe(&text)).bind(age);
+                    for id in padded(chunk) {
+                        q = q.bind(id);
+                    }
+                    *count += q.execute(&mut *tx).await?.rows_affected();
+                }
+            }
+            tx.commit().await?;
+            Ok(recycled)
+        })
+        .await
+    }
+
+    async fn heartbeat(&self, leases: Checked<&[Lease]>) -> Result<Vec<bool>> {
+        let sql = &self.sql;
+        let leases = *leases;
+        self.on_conn(|mut conn| async move {
+            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+            let mut flags = Vec::with_capacity(leases.len());
+            for chunk in leases.chunks(SET_CHUNK) {
+                let text = sql.heartbeat_many(bucket(chunk.len()));
+                let mut q = sqlx::query(safe(&text));
+                for l in padded(chunk) {
+                    q = q.bind(l.task_id);
+                }
+                for l in padded(chunk) {
+                    q = q.bind(l.task_id).bind(l.token);
+                }
+                let done = q.execute(&mut *tx).await?;
+                if done.rows_affected() == chunk.len() as u64 {
+                    // every lease matched (affected rows count matched rows): all refreshed
+                    flags.extend(std::iter::repeat_n(true, chunk.len()));
+                    continue;
+                }
+                // Some lease is gone: those still held are exactly the running rows whose
+                // lease is the one we named (and those were just refreshed).
+                let text = sql.running_leases(bucket(chunk.len()));
+                let mut q = sqlx::query_as::<_, (i64, i64)>(safe(&text));
+                for l in padded(chunk) {
+                    q = q.bind(l.task_id);
+                }
+                let held: HashSet<(i64, i64)> = q.fetch_all(&mut *tx).await?.into_iter().collect();
+                flags.extend(chunk.iter().map(|l| held.contains(&(l.task_id, l.token))));
+            }
+            tx.commit().await?;
+            Ok(flags)
+        })
+        .await
+    }
+
+    async fn mark(&self, marks: Checked<&[Mark]>) -> Result<Vec<bool>> {
+        let marks = *marks;
+        let rounds = mark_rounds(marks);
+        let rounds = &rounds;
+        // A lone mark, or successes that fit one statement, need no transaction.
+        let one_statement = marks.len() == 1
+            || (rounds.len() == 1
+                && marks.len() <= SET_CHUNK
+                && marks.iter().all(|m| m.action == MarkAction::Success));
+        self.on_conn(|mut conn| async move {
+            if one_statement {
+                return self.apply_marks(&mut conn, marks, rounds).await;
+            }
+            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+            let flags = self.apply_marks(&mut tx, marks, rounds).await?;
+            tx.commit().await?;
+            Ok(flags)
+        })
+        .await
+    }
+
+    async fn manual_reset(&self, id: TaskId, stuck_after: Checked<Duration>) -> Result<Change> {
+        let sql = &self.sql;
+        let stuck_after = micros(*stuck_after);
+        // The reset row is read back inside the reset's transaction: our row lock keeps a
+        // claimer (a poller sees the task due at once) out until commit, so the task
+        // returned is the task as reset, never as already claimed again.
+        let (row, status) = self
+            .on_conn(|mut conn| async move {
+                let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+                let done = sqlx::query(safe(&sql.manual_reset))
+                    .bind(id)
+                    .bind(stuck_after)
+                    .execute(&mut *tx)
+                    .await?;
+                let found = if done.rows_affected() == 1 {
+                    let row = sqlx::query(safe(&sql.get))
+                        .bind(id)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    (row, None)
+                } else {
+                    let status: Option<i8> = sqlx::query_scalar(safe(&sql.status_of))
+                        .bind(id)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    (None, status)
+                };
+                tx.commit().await?;
+                Ok(found)
+            })
+            .await?;
+        changed(row, status)
+    }
+
+    async fn cancel(&self, id: TaskId, audit: Checked<&Audit>) -> Result<Change> {
+        self.audited_update(id, "cancel", *audit, |sql| {
+            sqlx::query(safe(&sql.cancel)).bind(id)
+        })
+        .await
+    }
+
+    async fn reset(&self, id: TaskId, from: [i16; 2], audit: Checked<&Audit>) -> Result<Change> {
+        self.audited_update(id, "reset", *audit, |sql| {
+            sqlx::query(safe(&sql.retry))
+                .bind(id)
+                .bind(from[0])
+                .bind(from[1])
+        })
+        .await
+    }
+
+    async fn delete(&self, id: TaskId, audit: Checked<&Audit>) -> Result<Change> {
+        let sql = &self.sql;
+        let audit = *audit;
+        let (row, status) = self
+            .on_conn(|mut conn| async move {
+                let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+                let Some(row) = sqlx::query(safe(&sql.get_for_update))
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await?
+                else {
+                    return Ok((None, None));
+                };
+                let status: i8 = row.try_get("status")?;
+                if status == Status::Running.code() as i8 {
+                    return Ok((None, Some(status)));
+                }
+                sqlx::query(safe(&sql.delete))
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                audit_entry(sql, &mut tx, id, "delete", audit).await?;
+                tx.commit().await?;
+                Ok((Some(row), None))
+            })
+            .await?;
+        changed(row, status)
+    }
+
+    async fn audit_log(&self, id: TaskId) -> Result<Vec<RawAudit>> {
+        sqlx::query(safe(&self.sql.audit_log))
+            .bind(id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(my_err)?
+            .iter()
+            .map(|r| RawAudit::read(&Cols(r)).map_err(my_err))
+            .collect()
+    }
+
+    async fn get(&self, id: TaskId) -> Result<Option<RawTask>> {
+        let row = sqlx::query(safe(&self.sql.get))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(my_err)?;
+        row.as_ref().map(raw_task).transpose().map_err(my_err)
+    }
+
+    async fn list(&self, filter: Checked<&TaskFilter>) -> Result<Vec<RawTask>> {
+        let (sql, args) = list_sql(&self.sql.list_select, &crate::sql::LIST, &filter);
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for a in args {
+            query = match a {
+                ListArg::Status(s) => query.bind(s),
+                ListArg::Text(t) => query.bind(t),
+                ListArg::Age(d) => query.bind(micros(d)),
+                ListArg::Int(i) => query.bind(i),
+            };
+        }
+        let rows = query.fetch_all(&self.pool).await.map_err(my_err)?;
+        rows.iter()
+            .map(raw_task)
+            .collect::<std::result::Result<_, _>>()
+            .map_err(my_err)
+    }
+
+    async fn stats(&self, backlog_only: bool) -> Result<RawStats> {
+        let counts_sql = if backlog_only {
+            &self.sql.backlog_counts
+        } else {
+            &self.sql.stats_counts
+        };
+        let counts = sqlx::query_as::<_, (String, i8, i64)>(safe(counts_sql))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(my_err)?
+            .into_iter()
+            .map(|(event_type, status, count)| (event_type, status.into(), count))
+            .collect();
+        let oldest_due_pending_ms = sqlx::query_scalar(safe(&self.sql.stats_oldest_due))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(my_err)?;
+        Ok(RawStats {
+            counts,
+            oldest_due_pending_ms,
+        })
+    }
+
+    async fn throughput(&self, b: Checked<Buckets>) -> Result<Vec<(String, i64, i64, i64)>> {
+        Ok(
+            sqlx::query_as::<_, (String, i8, i64, i64)>(safe(&self.sql.throughput))
+                .bind(millis(b.bucket))
+                .bind(micros(b.window))
+                .bind(b.cap as i64)
+                .bind(micros(b.window))
+                .bind(b.cap as i64)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(my_err)?
+                .into_iter()
+                .map(|(event_type, status, bucket, count)| {
+                    (event_type, status.into(), bucket, count)
+                })
+                .collect(),
+        )
+    }
+
+    async fn purge_succeeded(&self, batch: Checked<AgedBatch>) -> Result<u64> {
+        self.purge(&self.sql.purge_succeeded, batch).await
+    }
+
+    async fn purge_barrier(&self, batch: Checked<AgedBatch>) -> Result<u64> {
+        self.purge(&self.sql.purge_barrier, batch).await
+    }
+
+    async fn barrier_records(&self, gid: Checked<&str>) -> Result<Vec<RawBarrier>> {
+        sqlx::query(safe(&self.sql.barrier_records))
+            .bind(*gid)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(my_err)?
+            .iter()
+            .map(|r| RawBarrier::read(&Cols(r)).map_err(my_err))
+            .collect()
+    }
+
+    async fn delete_succeeded(&self, ids: Checked<&[TaskId]>) -> Result<u64> {
+        let text = self.sql.delete_succeeded(bucket(ids.len()));
+        let mut q = sqlx::query(safe(&text));
+        for id in padded(*ids) {
+            q = q.bind(id);
+        }
+        q.execute(&self.pool)
+            .await
+            .map(|d| d.rows_affected())
+            .map_err(my_err)
+    }
+
+    async fn release_order_keys(&self, keys: Checked<&[String]>) -> Result<Vec<TaskId>> {
+        let pool = self.pool.clone();
+        let mut conn = MySqlOwnConnection { pool, tx: None };
+        release_order_keys(self, &mut conn, &keys).await
+    }
+
+    async fn register_event_types(&self, event_types: Checked<&[String]>) -> Result<()> {
+        let mut conn = self.pool.acquire().await.map_err(my_err)?;
+        for t in event_types.iter() {
+            sqlx::query(safe(&self.sql.types_register))
+                .bind(t)
+                .execute(&mut *conn)
+                .await
+                .map_err(my_err)?;
+        }
+        Ok(())
+    }
+
+    async fn event_types(&self) -> Result<Vec<(String, DateTime<Utc>, DateTime<Utc>)>> {
+        let mut conn = self.pool.acquire().await.map_err(my_err)?;
+        let rows: Vec<(String, NaiveDateTime, NaiveDateTime)> =
+            sqlx::query_as(safe(&self.sql.types_list))
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(my_err)?;
+        Ok(rows
+            .into_iter()
+            .map(|(t, f, l)| (t, f.and_utc(), l.and_utc()))
+            .collect())
+    }
+
+    async fn order_keys(&self, after: Option<&str>, limit: Checked<usize>) -> Result<Vec<String>> {
+        let mut conn = self.pool.acquire().await.map_err(my_err)?;
+        sqlx::query_scalar(safe(&self.sql.keys_page))
+            .bind(after.unwrap_or(""))
+            .bind(i64::try_from(*limit).unwrap_or(i64::MAX))
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(my_err)
+    }
+}
+
+/// Append an operator's audit entry on `tx`.
+pub(crate) async fn audit_entry(
+    sql: &Sql,
+    tx: &mut MySqlConnection,
+    id: TaskId,
+    action: &str,
+    audit: &Audit,
+) -> std::result::Result<(), sqlx::Error> {
+    sqlx::query(safe(&sql.audit_insert))
+        .bind(id)
+        .bind(action)
+        .bind(&audit.operator)
+        .bind(&audit.reason)
+        .execute(tx)
+        .await
+        .map(|_| ())
+}
+
+/// The answer of a fenced change: the row, or the status that refused it, or missing.
+pub(crate) fn changed(row: Option<MySqlRow>, status: Option<i8>) -> Result<Change> {
+    Ok(match (row, status) {
+        (Some(row), _) => Change::Done(Box::new(raw_task(&row).map_err(my_err)?)),
+        (None, Some(code)) => Change::Refused(code.into()),
+        (None, None) => Change::Missing,
+    })
+}

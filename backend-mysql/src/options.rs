@@ -1,0 +1,69 @@
+//! The options of a MySQL store, and the DDL they make.
+
+use std::time::Duration;
+
+use backstop_core::driver::prelude::*;
+#[cfg(doc)]
+use backstop_core::TaskStore;
+
+use crate::claim::ClaimStrategy;
+use crate::sql::Sql;
+
+/// Options of a [`MySqlStore`](crate::MySqlStore): `Default`, then the setters named after the fields.
+///
+/// ```
+/// use backstop_mysql::{ClaimStrategy, MySqlOptions};
+/// let options = MySqlOptions::default().claim_strategy(ClaimStrategy::SkipLocked);
+/// assert_eq!(options.max_connections, 16);
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct MySqlOptions {
+    /// Table name, payload limit (the payload column is `MEDIUMTEXT`), retries.
+    pub config: StoreConfig,
+    /// The claim strategy (default [`ClaimStrategy::Auto`]).
+    pub claim_strategy: ClaimStrategy,
+    /// Most pooled connections (default 16).
+    pub max_connections: u32,
+    /// How long to wait for a pooled connection (default 10 s).
+    pub acquire_timeout: Duration,
+}
+
+impl Default for MySqlOptions {
+    fn default() -> Self {
+        Self {
+            config: StoreConfig::default(),
+            claim_strategy: ClaimStrategy::Auto,
+            max_connections: 16,
+            acquire_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl MySqlOptions {
+    backstop_core::driver::setters! {
+        /// See [`config`](Self::config).
+        config: StoreConfig,
+        /// See [`claim_strategy`](Self::claim_strategy).
+        claim_strategy: ClaimStrategy,
+        /// See [`max_connections`](Self::max_connections).
+        max_connections: u32,
+        /// See [`acquire_timeout`](Self::acquire_timeout).
+        acquire_timeout: Duration,
+    }
+
+    backstop_core::driver::table_setter!();
+
+    /// The DDL [`migrate`](backstop_core::TaskStore::migrate) runs for these options, as
+    /// a script for a DBA ([`SchemaSql::script`](backstop_core::driver::schema::SchemaSql::script)).
+    ///
+    /// ```
+    /// let ddl = backstop_mysql::MySqlOptions::default().table("jobs").ddl().unwrap();
+    /// assert!(ddl.contains("CREATE TABLE IF NOT EXISTS `jobs`"));
+    /// assert!(ddl.contains("INSERT INTO `jobs_migrations`"));
+    /// ```
+    pub fn ddl(&self) -> Result<String> {
+        self.config.validate()?;
+        Sql::new(&self.config.table).schema.script()
+    }
+}

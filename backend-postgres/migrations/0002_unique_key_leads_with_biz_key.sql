@@ -1,0 +1,9 @@
+-- name: unique key leads with biz_key
+--
+-- The unique key leads with biz_key, so it also finds every task of a
+-- business key (an operator's search) with no index of its own. Rebuilt
+-- unconditionally: a table made just before versioning may already have
+-- this order, and the rebuild is then only its cost.
+
+ALTER TABLE {tasks} DROP CONSTRAINT "{table}_uk_event_biz",
+    ADD CONSTRAINT "{table}_uk_event_biz" UNIQUE (biz_key, event_type);

@@ -1,0 +1,3 @@
+-- name: claim token unindexed
+--
+-- (MySQL dropped the index of a column only it has.)

@@ -1,0 +1,493 @@
+//! The PostgreSQL driver: the statement shapes of the store contract, on pooled
+//! connections.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use backstop_core::driver::prelude::*;
+use backstop_core::driver::{Admit, Throttle};
+#[cfg(doc)]
+use backstop_core::TaskStore;
+use chrono::{DateTime, Utc};
+use deadpool_postgres::{Object, Pool};
+use tokio_postgres::{GenericClient, Row};
+
+use crate::conn::{OnClient, Param, PgConnection, Stmt};
+use crate::connect::pg_err;
+use crate::listen::pg_notify;
+use crate::options::PgOptions;
+use crate::rows::{col, raw_task, Cols};
+use crate::sql::Sql;
+use crate::tls;
+
+/// The PostgreSQL driver under a [`PgStore`](crate::PgStore): its pool, its SQL and the
+/// throttle of its `NOTIFY`s.
+pub(crate) struct PgDriver {
+    pub(crate) pool: Pool,
+    pub(crate) sql: Sql,
+    pub(crate) options: PgOptions,
+    /// How the store's connections are made, with their TLS (for the listener's own
+    /// connection); `None` for a store made from a pool.
+    pub(crate) pg_config: Option<(tokio_postgres::Config, tls::Tls)>,
+    pub(crate) throttle: Arc<Throttle>,
+}
+
+impl PgDriver {
+    /// Whether this enqueue announces its task (inside its transaction). When the
+    /// throttle holds it back, a trailing `NOTIFY` is sent at the end of the window on a
+    /// pooled connection, after this transaction has (most likely) committed; a
+    /// transaction still open then is found by the next poll.
+    pub(crate) fn notify_now(&self, event_type: &str) -> bool {
+        if !self.options.notify {
+            return false;
+        }
+        match self.throttle.admit(event_type) {
+            Admit::Now => true,
+            Admit::Covered => false,
+            Admit::Later(after) => {
+                let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                    self.throttle.trailing_sent(event_type);
+                    return false;
+                };
+                let (pool, throttle) = (self.pool.clone(), Arc::clone(&self.throttle));
+                let (channel, event_type) = (self.sql.channel.clone(), event_type.to_owned());
+                runtime.spawn(async move {
+                    tokio::time::sleep(after).await;
+                    throttle.trailing_sent(&event_type);
+                    if let Err(e) = pg_notify(&pool, &channel, &event_type).await {
+                        tracing::debug!(error = %e, %event_type, "trailing NOTIFY failed");
+                    }
+                });
+                false
+            }
+        }
+    }
+
+    /// The answer of a fenced change of task `id` whose statement returned `rows`: the
+    /// changed row, or why there was none (missing, or its status).
+    pub(crate) async fn changed(&self, id: TaskId, rows: Vec<RawTask>) -> Result<Change> {
+        if let Some(row) = rows.into_iter().next() {
+            return Ok(Change::Done(Box::new(row)));
+        }
+        let rows = self.query(&self.sql.status_of, &[&id]).await?;
+        Ok(match rows.first() {
+            None => Change::Missing,
+            Some(r) => Change::Refused(col::<i16>(r, 0)?.into()),
+        })
+    }
+
+    /// Whether statements are prepared once per pooled connection (named, cached), or
+    /// sent unnamed with their parameters' types each time (behind a transaction pooler,
+    /// where a named statement does not outlive its transaction).
+    pub(crate) fn prepared(&self) -> bool {
+        !self.options.transaction_pooling
+    }
+
+    /// `sql` as this store sends it on `client` (see [`prepared`](Self::prepared)).
+    pub(crate) async fn statement<'s>(&self, client: &Object, sql: &'s str) -> Result<Stmt<'s>> {
+        Ok(if self.prepared() {
+            Stmt::Cached(client.prepare_cached(sql).await.map_err(pg_err)?)
+        } else {
+            Stmt::Unnamed(sql)
+        })
+    }
+
+    /// Run one statement on a pooled connection.
+    pub(crate) async fn query(&self, sql: &str, params: &[&dyn Param]) -> Result<Vec<Row>> {
+        let client = self.client().await?;
+        let stmt = self.statement(&client, sql).await?;
+        stmt.query(&**client, params).await
+    }
+
+    /// Run one statement on a pooled connection; the rows it changed.
+    pub(crate) async fn execute(&self, sql: &str, params: &[&dyn Param]) -> Result<u64> {
+        let client = self.client().await?;
+        let stmt = self.statement(&client, sql).await?;
+        stmt.execute(&**client, params).await
+    }
+
+    /// Run one statement that reads task rows.
+    pub(crate) async fn tasks(&self, sql: &str, params: &[&dyn Param]) -> Result<Vec<RawTask>> {
+        self.query(sql, params)
+            .await?
+            .iter()
+            .map(raw_task)
+            .collect()
+    }
+
+    /// A pooled connection of the store's own for core's transactions.
+    pub(crate) async fn connection(&self) -> Result<PgConnection> {
+        Ok(PgConnection {
+            client: Some(self.client().await?),
+            prepared: self.prepared(),
+            in_transaction: false,
+        })
+    }
+
+    pub(crate) async fn client(&self) -> Result<Object> {
+        self.pool.get().await.map_err(|e| {
+            Error::new(
+                ErrorKind::Unavailable,
+                "connect",
+                format!("no PostgreSQL connection: {e}"),
+            )
+            .with_source(e)
+        })
+    }
+}
+
+#[async_trait]
+impl Driver for PgDriver {
+    fn config(&self) -> &StoreConfig {
+        &self.options.config
+    }
+
+    async fn migrate(&self, target: u32) -> Result<()> {
+        let mut client = self.client().await?;
+        // One transaction for the lot: PostgreSQL's DDL is transactional, so the schema
+        // moves from one version to the target or not at all.
+        let tx = client.transaction().await.map_err(pg_err)?;
+        // Serialize concurrent migrations: CREATE … IF NOT EXISTS alone races on the
+        // catalogs when two instances start together.
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtext($1))",
+            &[&self.sql.lock_key],
+        )
+        .await
+        .map_err(pg_err)?;
+        tx.batch_execute(&self.sql.schema.setup)
+            .await
+            .map_err(pg_err)?;
+        let applied: Vec<i64> = tx
+            .query(&self.sql.schema.read, &[])
+            .await
+            .map_err(pg_err)?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let table = &self.options.config.table;
+        let migrations = self.sql.schema.migrations()?;
+        for m in schema::pending(table, &applied, &migrations, target)? {
+            for statement in &m.statements {
+                tx.batch_execute(statement).await.map_err(pg_err)?;
+            }
+            let version = i32::try_from(m.version).unwrap_or(i32::MAX);
+            tx.execute(&self.sql.schema.record, &[&version, &m.name])
+                .await
+                .map_err(pg_err)?;
+            schema::log_applied(table, m);
+        }
+        tx.commit().await.map_err(pg_err)
+    }
+
+    fn tasks_table(&self) -> (&str, &ListDialect) {
+        (&self.sql.tasks, &crate::sql::LIST)
+    }
+
+    async fn run(&self, statement: &Statement<'_>) -> Result<Answer> {
+        let client = self.client().await?;
+        OnClient(&*client, self.prepared()).run(statement).await
+    }
+
+    fn enqueue_sql(&self) -> &dyn EnqueueSql {
+        self
+    }
+
+    async fn enqueue(&self, task: Checked<&NewTask>) -> Result<Inserted> {
+        // One statement in autocommit (more on a conflict, each guarded on its own); a
+        // task with an order key in a transaction, so its key's lock is held throughout.
+        let mut client = self.client().await?;
+        if task.order().is_none() {
+            return EnqueuePlan::new(self, task)
+                .run(&mut OnClient(&client, self.prepared()))
+                .await;
+        }
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let inserted = EnqueuePlan::new(self, task)
+            .run(&mut OnClient(&tx, self.prepared()))
+            .await?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok(inserted)
+    }
+
+    async fn enqueue_many(&self, tasks: Checked<&[NewTask]>) -> Result<Vec<Inserted>> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let inserted = EnqueueBatch::new(self, tasks)
+            .run(&mut OnClient(&tx, self.prepared()))
+            .await?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok(inserted)
+    }
+
+    async fn claim_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<RawTask>> {
+        let rows = self
+            .tasks(&self.sql.claim_by_id, &[&id, &owner.as_str()])
+            .await?;
+        Ok(rows.into_iter().next())
+    }
+
+    async fn claim_batch(&self, claim: Checked<Claim<'_>>) -> Result<Vec<RawTask>> {
+        let (owner, limit) = (claim.owner.as_str(), claim.limit as i64);
+        match claim.event_types {
+            [one] => {
+                self.tasks(&self.sql.claim_one_type, &[&owner, one, &limit])
+                    .await
+            }
+            many => {
+                self.tasks(&self.sql.claim_many_types, &[&owner, &many, &limit])
+                    .await
+            }
+        }
+    }
+
+    async fn recycle_dead(&self, batch: Checked<AgedBatch>) -> Result<Recycled> {
+        let rows = self
+            .query(
+                &self.sql.recycle_dead,
+                &[&millis(batch.older_than), &(batch.limit as i64)],
+            )
+            .await?;
+        let mut to_pending = 0;
+        for r in &rows {
+            if col::<i16>(r, 0)? == Status::Pending.code() {
+                to_pending += 1;
+            }
+        }
+        Ok(Recycled {
+            to_pending,
+            to_failed: rows.len() as u64 - to_pending,
+        })
+    }
+
+    async fn heartbeat(&self, leases: Checked<&[Lease]>) -> Result<Vec<bool>> {
+        let ids: Vec<i64> = leases.iter().map(|l| l.task_id).collect();
+        let tokens: Vec<i64> = leases.iter().map(|l| l.token).collect();
+        let rows = self.query(&self.sql.heartbeat, &[&ids, &tokens]).await?;
+        let refreshed = rows
+            .iter()
+            .map(|r| Ok((col::<i64>(r, 0)?, col::<i64>(r, 1)?)))
+            .collect::<Result<HashSet<(i64, i64)>>>()?;
+        Ok(leases
+            .iter()
+            .map(|l| refreshed.contains(&(l.task_id, l.token)))
+            .collect())
+    }
+
+    async fn mark(&self, marks: Checked<&[Mark]>) -> Result<Vec<bool>> {
+        let marks = *marks;
+        let rounds = mark_rounds(marks);
+        let mut client = self.client().await?;
+        let stmt = self.statement(&client, &self.sql.mark).await?;
+        let mut flags = vec![false; marks.len()];
+        if let [round] = rounds.as_slice() {
+            // One statement: no transaction needed (one round trip).
+            mark_round(&**client, &stmt, marks, round, &mut flags).await?;
+            return Ok(flags);
+        }
+        let tx = client.transaction().await.map_err(pg_err)?;
+        for round in &rounds {
+            mark_round(&*tx, &stmt, marks, round, &mut flags).await?;
+        }
+        tx.commit().await.map_err(pg_err)?;
+        Ok(flags)
+    }
+
+    async fn manual_reset(&self, id: TaskId, stuck_after: Checked<Duration>) -> Result<Change> {
+        let rows = self
+            .tasks(&self.sql.manual_reset, &[&id, &millis(*stuck_after)])
+            .await?;
+        self.changed(id, rows).await
+    }
+
+    async fn cancel(&self, id: TaskId, audit: Checked<&Audit>) -> Result<Change> {
+        let rows = self
+            .tasks(&self.sql.cancel, &[&id, &audit.operator, &audit.reason])
+            .await?;
+        self.changed(id, rows).await
+    }
+
+    async fn delete(&self, id: TaskId, audit: Checked<&Audit>) -> Result<Change> {
+        let rows = self
+            .tasks(&self.sql.delete, &[&id, &audit.operator, &audit.reason])
+            .await?;
+        self.changed(id, rows).await
+    }
+
+    async fn reset(&self, id: TaskId, from: [i16; 2], audit: Checked<&Audit>) -> Result<Change> {
+        let rows = self
+            .tasks(
+                &self.sql.retry,
+                &[&id, &audit.operator, &audit.reason, &from[0], &from[1]],
+            )
+            .await?;
+        self.changed(id, rows).await
+    }
+
+    async fn audit_log(&self, id: TaskId) -> Result<Vec<RawAudit>> {
+        self.query(&self.sql.audit_log, &[&id])
+            .await?
+            .iter()
+            .map(|r| RawAudit::read(&Cols(r)))
+            .collect()
+    }
+
+    async fn get(&self, id: TaskId) -> Result<Option<RawTask>> {
+        Ok(self.tasks(&self.sql.get, &[&id]).await?.into_iter().next())
+    }
+
+    async fn list(&self, filter: Checked<&TaskFilter>) -> Result<Vec<RawTask>> {
+        let (sql, args) = list_sql(&self.sql.list_select, &crate::sql::LIST, &filter);
+        let values: Vec<Box<dyn Param + Send>> = args
+            .into_iter()
+            .map(|a| -> Box<dyn Param + Send> {
+                match a {
+                    ListArg::Status(s) => Box::new(s),
+                    ListArg::Text(t) => Box::new(t.to_owned()),
+                    ListArg::Age(d) => Box::new(millis(d)),
+                    ListArg::Int(i) => Box::new(i),
+                }
+            })
+            .collect();
+        let params: Vec<&dyn Param> = values.iter().map(|v| &**v as &dyn Param).collect();
+        self.tasks(&sql, &params).await
+    }
+
+    async fn stats(&self, backlog_only: bool) -> Result<RawStats> {
+        let counts_sql = if backlog_only {
+            &self.sql.backlog_counts
+        } else {
+            &self.sql.stats_counts
+        };
+        let counts = self
+            .query(counts_sql, &[])
+            .await?
+            .iter()
+            .map(|r| Ok((col(r, 0)?, i64::from(col::<i16>(r, 1)?), col::<i64>(r, 2)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let rows = self.query(&self.sql.stats_oldest_due, &[]).await?;
+        let oldest_due_pending_ms = match rows.first() {
+            Some(r) => col(r, 0)?,
+            None => None,
+        };
+        Ok(RawStats {
+            counts,
+            oldest_due_pending_ms,
+        })
+    }
+
+    async fn throughput(&self, b: Checked<Buckets>) -> Result<Vec<(String, i64, i64, i64)>> {
+        let cap = i64::try_from(b.cap).unwrap_or(i64::MAX);
+        self.query(
+            &self.sql.throughput,
+            &[&millis(b.window), &millis(b.bucket), &cap],
+        )
+        .await?
+        .iter()
+        .map(|r| {
+            Ok((
+                col(r, 0)?,
+                i64::from(col::<i16>(r, 1)?),
+                col::<i64>(r, 2)?,
+                col::<i64>(r, 3)?,
+            ))
+        })
+        .collect()
+    }
+
+    async fn purge_succeeded(&self, batch: Checked<AgedBatch>) -> Result<u64> {
+        self.execute(
+            &self.sql.purge_succeeded,
+            &[&millis(batch.older_than), &(batch.limit as i64)],
+        )
+        .await
+    }
+
+    async fn purge_barrier(&self, batch: Checked<AgedBatch>) -> Result<u64> {
+        self.execute(
+            &self.sql.purge_barrier,
+            &[&millis(batch.older_than), &(batch.limit as i64)],
+        )
+        .await
+    }
+
+    async fn barrier_records(&self, gid: Checked<&str>) -> Result<Vec<RawBarrier>> {
+        self.query(&self.sql.barrier_records, &[&*gid])
+            .await?
+            .iter()
+            .map(|r| RawBarrier::read(&Cols(r)))
+            .collect()
+    }
+
+    async fn delete_succeeded(&self, ids: Checked<&[TaskId]>) -> Result<u64> {
+        self.execute(&self.sql.delete_succeeded, &[&*ids]).await
+    }
+
+    async fn release_order_keys(&self, keys: Checked<&[String]>) -> Result<Vec<TaskId>> {
+        let mut conn = self.connection().await?;
+        release_order_keys(self, &mut conn, &keys).await
+    }
+
+    async fn register_event_types(&self, event_types: Checked<&[String]>) -> Result<()> {
+        self.execute(&self.sql.types_register, &[&*event_types])
+            .await
+            .map(|_| ())
+    }
+
+    async fn event_types(&self) -> Result<Vec<(String, DateTime<Utc>, DateTime<Utc>)>> {
+        let rows = self.query(&self.sql.types_list, &[]).await?;
+        rows.iter()
+            .map(|r| Ok((col(r, 0)?, col(r, 1)?, col(r, 2)?)))
+            .collect()
+    }
+
+    async fn order_keys(&self, after: Option<&str>, limit: Checked<usize>) -> Result<Vec<String>> {
+        let limit = i64::try_from(*limit).unwrap_or(i64::MAX);
+        let rows = self
+            .query(&self.sql.keys_page, &[&after.unwrap_or(""), &limit])
+            .await?;
+        rows.iter().map(|r| col(r, 0)).collect()
+    }
+}
+
+/// Apply one round of marks (each task at most once) as one set-based statement, setting
+/// the flags of the marks that applied.
+pub(crate) async fn mark_round<C: GenericClient + Sync>(
+    client: &C,
+    stmt: &Stmt<'_>,
+    marks: &[Mark],
+    round: &[usize],
+    flags: &mut [bool],
+) -> Result<()> {
+    let mut ids = Vec::with_capacity(round.len());
+    let mut tokens = Vec::with_capacity(round.len());
+    let mut kinds = Vec::with_capacity(round.len());
+    let mut delays = Vec::with_capacity(round.len());
+    let mut errors: Vec<Option<&str>> = Vec::with_capacity(round.len());
+    for &i in round {
+        let m = &marks[i];
+        ids.push(m.lease.task_id);
+        tokens.push(m.lease.token);
+        let (kind, delay, error): (i16, i64, Option<&str>) = match &m.action {
+            MarkAction::Success => (1, 0, None),
+            MarkAction::Retry { delay, error } => (2, millis(*delay), Some(error.as_str())),
+            MarkAction::Fail { error } => (3, 0, Some(error.as_str())),
+            MarkAction::Release => (4, 0, None),
+        };
+        kinds.push(kind);
+        delays.push(delay);
+        errors.push(error);
+    }
+    let rows = stmt
+        .query(client, &[&ids, &tokens, &kinds, &delays, &errors])
+        .await?;
+    let applied = rows
+        .iter()
+        .map(|r| col::<i64>(r, 0))
+        .collect::<Result<HashSet<i64>>>()?;
+    for &i in round {
+        flags[i] = applied.contains(&marks[i].lease.task_id);
+    }
+    Ok(())
+}

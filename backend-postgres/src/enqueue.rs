@@ -1,0 +1,86 @@
+//! The enqueue's statements in PostgreSQL's SQL, which core runs on any connection.
+
+use backstop_core::driver::prelude::*;
+#[cfg(doc)]
+use backstop_core::TaskStore;
+
+use crate::driver::PgDriver;
+
+/// The enqueue's statements in PostgreSQL's SQL (run by core's [`EnqueuePlan`]). Every
+/// statement returns a row (`RETURNING`), so each is answered with its first row.
+impl EnqueueSql for PgDriver {
+    fn dialect(&self) -> Dialect {
+        Dialect::Postgres
+    }
+
+    fn statement<'a>(&'a self, step: EnqueueStep<'a>, mut params: Vec<Value<'a>>) -> Statement<'a> {
+        let sql = &self.sql;
+        let text = match step {
+            // announced at commit on the table's channel
+            EnqueueStep::Insert { task, .. } if self.notify_now(task.event_type()) => {
+                params.push(Value::Text(Some(&sql.channel)));
+                &sql.insert_notify
+            }
+            EnqueueStep::Insert { .. } => &sql.insert,
+            EnqueueStep::ReadExisting(_) => &sql.existing,
+            EnqueueStep::Release(_) => &sql.release_key,
+            EnqueueStep::Replace(..) => &sql.replace_payload,
+            EnqueueStep::LockKey(_) => &sql.key_lock,
+            EnqueueStep::KeyBlocker(_) => &sql.key_blocker,
+            EnqueueStep::KeyNext(_) => &sql.key_next,
+            EnqueueStep::KeyPromote(_) => &sql.key_promote,
+            EnqueueStep::KeyDrop(_) => &sql.key_drop,
+            EnqueueStep::Complete(_) => &sql.complete,
+            EnqueueStep::Claim { .. } => &sql.claim_in,
+            EnqueueStep::BarrierInsert { .. } => &sql.barrier_insert,
+            EnqueueStep::BarrierRead(_) => &sql.barrier_read,
+        };
+        Statement::new(text, params, Returns::Row)
+    }
+
+    /// Rows from one JSON parameter (`json_to_recordset`), returning their ids.
+    fn inserts_rows(&self) -> bool {
+        true
+    }
+
+    fn insert_rows<'a>(
+        &'a self,
+        doc: &'a str,
+        tasks: &[Checked<&'a NewTask>],
+    ) -> Option<Statement<'a>> {
+        // every type of the batch asks the throttle (each may be due an announcement)
+        let mut types: Vec<&str> = tasks.iter().map(|t| t.event_type()).collect();
+        types.sort_unstable();
+        types.dedup();
+        let notify = types
+            .into_iter()
+            .fold(false, |any, t| self.notify_now(t) | any);
+        let mut params = vec![Value::Text(Some(doc))];
+        let text = if notify {
+            params.push(Value::Text(Some(&self.sql.channel)));
+            &self.sql.insert_rows_notify
+        } else {
+            &self.sql.insert_rows
+        };
+        Some(Statement::new(text, params, Returns::Rows))
+    }
+
+    /// Each step of a release of many keys is one statement over one array.
+    fn releases_keys_together(&self) -> bool {
+        true
+    }
+
+    fn keys_statement<'a>(&'a self, step: &'a KeysStep) -> Option<Statement<'a>> {
+        let sql = &self.sql;
+        let (text, list, returns) = match step {
+            KeysStep::InsertKeys(k) => (&sql.keys_insert, Value::TextList(k), Returns::Row),
+            KeysStep::LockKeys(k) => (&sql.keys_lock, Value::TextList(k), Returns::KeyRows),
+            KeysStep::ReadBlockers(k) => (&sql.keys_blockers, Value::TextList(k), Returns::KeyRows),
+            KeysStep::ReadNext(k) => (&sql.keys_next, Value::TextList(k), Returns::KeyRows),
+            KeysStep::Promote(ids) => (&sql.keys_promote, Value::BigIntList(ids), Returns::Rows),
+            KeysStep::DropKeys(k) => (&sql.keys_drop, Value::TextList(k), Returns::Row),
+            _ => return None,
+        };
+        Some(Statement::new(text, vec![list], returns))
+    }
+}

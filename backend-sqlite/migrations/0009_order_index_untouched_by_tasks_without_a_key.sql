@@ -1,0 +1,4 @@
+-- name: order index untouched by tasks without a key
+--
+-- (MySQL's order index stopped changing with the status of tasks without
+-- a key; the partial index here never held them.)

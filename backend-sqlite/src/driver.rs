@@ -1,0 +1,505 @@
+//! The SQLite driver: the statement shapes of the store contract, its writes on the
+//! file's writer thread.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use backstop_core::driver::prelude::*;
+#[cfg(doc)]
+use backstop_core::TaskStore;
+use chrono::{DateTime, Utc};
+use rusqlite::{params, Connection, OptionalExtension};
+
+use crate::conn::{audited, changed, db_err, now_ms, OnConn, OwnedStatement};
+use crate::pool::{Pool, Settings};
+use crate::rows::{raw_task, tasks, Cols};
+use crate::sql::{Sql, PRIORITY_LEVELS};
+use crate::writer::Writer;
+
+/// The SQLite driver under a [`SqliteStore`](crate::SqliteStore): its pool of readers,
+/// the file's writer thread and its SQL.
+pub(crate) struct SqliteDriver {
+    pub(crate) pool: Pool,
+    pub(crate) sql: Arc<Sql>,
+    pub(crate) config: StoreConfig,
+    pub(crate) settings: Settings,
+    /// Runs every write of this store (see [`SqliteOptions::queue_writers`]); `None`:
+    /// writes run on the pool and meet on SQLite's lock.
+    pub(crate) writer: Option<Arc<Writer>>,
+}
+
+impl SqliteDriver {
+    /// Run the store's write `f` in a `BEGIN IMMEDIATE` transaction: on the file's writer
+    /// thread, where it may share its transaction with the writes queued next to it (group
+    /// commit, see the `writer` module), or on a pooled connection when writes are not
+    /// queued. `f` reads the clock (`now`) after the write lock is held, so it is never
+    /// stale; its result comes back once its changes are committed.
+    /// Run a purge statement of `sql` (`?1` the cutoff in ms, `?2` the limit) on the
+    /// batch; how many rows it deleted.
+    pub(crate) async fn purge(
+        &self,
+        op: &'static str,
+        statement: fn(&Sql) -> &String,
+        batch: Checked<AgedBatch>,
+    ) -> Result<u64> {
+        let (older_than, limit) = (batch.older_than, batch.limit as i64);
+        self.write(op, move |sql, tx, now| {
+            let cutoff = now.saturating_sub(millis(older_than));
+            let n = tx
+                .prepare_cached(statement(sql))?
+                .execute(params![cutoff, limit])?;
+            Ok(n as u64)
+        })
+        .await
+    }
+
+    pub(crate) async fn write<T, F>(&self, op: &'static str, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Sql, &Connection, i64) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let sql = Arc::clone(&self.sql);
+        match &self.writer {
+            Some(w) => {
+                w.write(op, self.settings, move |conn| {
+                    f(&sql, conn, now_ms()).map_err(|e| db_err(op, e))
+                })
+                .await
+            }
+            None => {
+                self.pool
+                    .run(op, move |conn| {
+                        let tx = conn
+                            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                            .map_err(|e| db_err(op, e))?;
+                        let out = f(&sql, &tx, now_ms()).map_err(|e| db_err(op, e))?;
+                        tx.commit().map_err(|e| db_err(op, e))?;
+                        Ok(out)
+                    })
+                    .await
+            }
+        }
+    }
+
+    /// Run `f` where this store's writes run: on the file's writer thread (after the
+    /// writes queued before it), or on the pool when writers are not queued.
+    pub(crate) async fn on_writer<T, F>(&self, op: &'static str, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,
+    {
+        match &self.writer {
+            Some(w) => w.run(op, self.settings, f).await,
+            None => self.pool.run(op, f).await,
+        }
+    }
+
+    /// Run the read `f` on a pooled connection.
+    pub(crate) async fn read<T, F>(&self, op: &'static str, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Sql, &Connection, i64) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let sql = Arc::clone(&self.sql);
+        self.pool
+            .run(op, move |conn| {
+                f(&sql, conn, now_ms()).map_err(|e| db_err(op, e))
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl Driver for SqliteDriver {
+    fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    async fn migrate(&self, target: u32) -> Result<()> {
+        let table = self.config.table.clone();
+        // One transaction under the write lock: SQLite's DDL is transactional, so the
+        // schema moves from one version to the target or not at all.
+        self.write("migrate", move |sql, tx, now| {
+            tx.execute_batch(&sql.schema.setup)?;
+            let applied = tx
+                .prepare(&sql.schema.read)?
+                .query_map([], |r| r.get::<_, i64>(0))?
+                .collect::<rusqlite::Result<Vec<i64>>>()?;
+            let migrations = match sql.schema.migrations() {
+                Ok(migrations) => migrations,
+                Err(e) => return Ok(Err(e)),
+            };
+            let todo = match schema::pending(&table, &applied, &migrations, target) {
+                Ok(todo) => todo,
+                Err(e) => return Ok(Err(e)),
+            };
+            for m in todo {
+                for statement in &m.statements {
+                    tx.execute_batch(statement)?;
+                }
+                tx.execute(
+                    &sql.schema.record,
+                    rusqlite::params![m.version, m.name, now],
+                )?;
+                schema::log_applied(&table, m);
+            }
+            Ok(Ok(()))
+        })
+        .await?
+    }
+
+    fn tasks_table(&self) -> (&str, &ListDialect) {
+        (&self.sql.tasks, &crate::sql::LIST)
+    }
+
+    async fn run(&self, statement: &Statement<'_>) -> Result<Answer> {
+        let statement = OwnedStatement::of(statement)?;
+        self.read("run", move |_, conn, _| statement.run(conn))
+            .await
+    }
+
+    fn enqueue_sql(&self) -> &dyn EnqueueSql {
+        &*self.sql
+    }
+
+    async fn enqueue(&self, task: Checked<&NewTask>) -> Result<Inserted> {
+        let task = task.cloned();
+        self.write("enqueue", move |sql, tx, _| {
+            Ok(EnqueuePlan::new(sql, task.as_ref()).run_blocking(&mut OnConn(tx)))
+        })
+        .await?
+    }
+
+    async fn enqueue_many(&self, tasks: Checked<&[NewTask]>) -> Result<Vec<Inserted>> {
+        let tasks = tasks.cloned_vec();
+        self.write("enqueue_many", move |sql, tx, _| {
+            Ok(EnqueueBatch::new(sql, tasks.as_slice()).run_blocking(&mut OnConn(tx)))
+        })
+        .await?
+    }
+
+    async fn claim_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<RawTask>> {
+        let owner = owner.as_str().to_owned();
+        self.write("claim_by_id", move |sql, tx, now| {
+            tx.prepare_cached(&sql.claim_by_id)?
+                .query_row(params![owner, now, id], raw_task)
+                .optional()
+        })
+        .await
+    }
+
+    async fn claim_batch(&self, claim: Checked<Claim<'_>>) -> Result<Vec<RawTask>> {
+        let owner = claim.owner.as_str().to_owned();
+        let types = claim.event_types.to_vec();
+        let limit = claim.limit as i64;
+        self.write("claim_batch", move |sql, tx, now| {
+            // which (event type, level) pairs have due tasks; then walk only those
+            let mut probe = tx.prepare_cached(&sql.due_levels)?;
+            let mut bound: Vec<&String> = Vec::new();
+            let mut walks = Vec::new();
+            for t in &types {
+                let levels = probe.query_row(params![t, now], |r| {
+                    (0..PRIORITY_LEVELS)
+                        .map(|i| r.get::<_, Option<i64>>(i))
+                        .collect::<rusqlite::Result<Vec<_>>>()
+                })?;
+                let present: Vec<usize> = levels
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|l| usize::try_from(l).ok())
+                    .collect();
+                if !present.is_empty() {
+                    walks.extend(present.into_iter().map(|l| (bound.len(), l)));
+                    bound.push(t);
+                }
+            }
+            if walks.is_empty() {
+                return Ok(Vec::new());
+            }
+            let mut stmt = tx.prepare_cached(&sql.claim_batch(&walks))?;
+            let mut values: Vec<&dyn rusqlite::ToSql> = vec![&owner, &now, &limit];
+            values.extend(bound.iter().map(|t| *t as &dyn rusqlite::ToSql));
+            tasks(&mut stmt, values.as_slice())
+        })
+        .await
+    }
+
+    async fn recycle_dead(&self, batch: Checked<AgedBatch>) -> Result<Recycled> {
+        let (older_than, limit) = (batch.older_than, batch.limit as i64);
+        self.write("recycle_dead", move |sql, tx, now| {
+            let cutoff = now.saturating_sub(millis(older_than));
+            let mut stmt = tx.prepare_cached(&sql.recycle_dead)?;
+            let statuses = stmt
+                .query_map(params![now, cutoff, limit], |r| r.get::<_, i64>(0))?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            let to_pending = statuses
+                .iter()
+                .filter(|s| **s == i64::from(Status::Pending.code()))
+                .count() as u64;
+            Ok(Recycled {
+                to_pending,
+                to_failed: statuses.len() as u64 - to_pending,
+            })
+        })
+        .await
+    }
+
+    async fn heartbeat(&self, leases: Checked<&[Lease]>) -> Result<Vec<bool>> {
+        let leases = leases.to_vec();
+        self.write("heartbeat", move |sql, tx, now| {
+            let mut stmt = tx.prepare_cached(&sql.heartbeat)?;
+            leases
+                .iter()
+                .map(|l| Ok(stmt.execute(params![now, l.task_id, l.token])? == 1))
+                .collect()
+        })
+        .await
+    }
+
+    async fn mark(&self, marks: Checked<&[Mark]>) -> Result<Vec<bool>> {
+        let marks = marks.to_vec();
+        self.write("mark", move |sql, tx, now| {
+            marks
+                .iter()
+                .map(|m| {
+                    let Lease { task_id, token } = m.lease;
+                    let n = match &m.action {
+                        MarkAction::Success => tx
+                            .prepare_cached(&sql.mark_success)?
+                            .execute(params![now, task_id, token])?,
+                        MarkAction::Retry { delay, error } => {
+                            tx.prepare_cached(&sql.mark_retry)?.execute(params![
+                                now,
+                                task_id,
+                                token,
+                                now.saturating_add(millis(*delay)),
+                                error
+                            ])?
+                        }
+                        MarkAction::Fail { error } => tx
+                            .prepare_cached(&sql.mark_fail)?
+                            .execute(params![now, task_id, token, error])?,
+                        MarkAction::Release => tx
+                            .prepare_cached(&sql.release)?
+                            .execute(params![now, task_id, token])?,
+                    };
+                    Ok(n == 1)
+                })
+                .collect()
+        })
+        .await
+    }
+
+    async fn manual_reset(&self, id: TaskId, stuck_after: Checked<Duration>) -> Result<Change> {
+        let stuck_after = *stuck_after;
+        self.write("manual_reset", move |sql, tx, now| {
+            let cutoff = now.saturating_sub(millis(stuck_after));
+            let reset = tx
+                .prepare_cached(&sql.manual_reset)?
+                .query_row(params![now, id, cutoff], raw_task)
+                .optional()?;
+            changed(sql, tx, id, reset)
+        })
+        .await
+    }
+
+    async fn cancel(&self, id: TaskId, audit: Checked<&Audit>) -> Result<Change> {
+        let audit = audit.cloned();
+        self.write("cancel", move |sql, tx, now| {
+            let row = tx
+                .prepare_cached(&sql.cancel)?
+                .query_row(params![now, id], raw_task)
+                .optional()?;
+            audited(sql, tx, id, "cancel", &audit.as_ref(), now, row)
+        })
+        .await
+    }
+
+    async fn reset(&self, id: TaskId, from: [i16; 2], audit: Checked<&Audit>) -> Result<Change> {
+        let audit = audit.cloned();
+        self.write("reset", move |sql, tx, now| {
+            let row = tx
+                .prepare_cached(&sql.retry)?
+                .query_row(params![now, id, from[0], from[1]], raw_task)
+                .optional()?;
+            audited(sql, tx, id, "reset", &audit.as_ref(), now, row)
+        })
+        .await
+    }
+
+    async fn delete(&self, id: TaskId, audit: Checked<&Audit>) -> Result<Change> {
+        let audit = audit.cloned();
+        self.write("delete", move |sql, tx, now| {
+            let row = tx
+                .prepare_cached(&sql.delete)?
+                .query_row(params![id], raw_task)
+                .optional()?;
+            audited(sql, tx, id, "delete", &audit.as_ref(), now, row)
+        })
+        .await
+    }
+
+    async fn audit_log(&self, id: TaskId) -> Result<Vec<RawAudit>> {
+        self.read("audit_log", move |sql, conn, _| {
+            conn.prepare_cached(&sql.audit_log)?
+                .query_map(params![id], |r| RawAudit::read(&Cols(r)))?
+                .collect()
+        })
+        .await
+    }
+
+    async fn get(&self, id: TaskId) -> Result<Option<RawTask>> {
+        self.read("get", move |sql, conn, _| {
+            conn.prepare_cached(&sql.get)?
+                .query_row(params![id], raw_task)
+                .optional()
+        })
+        .await
+    }
+
+    async fn list(&self, filter: Checked<&TaskFilter>) -> Result<Vec<RawTask>> {
+        let filter = filter.into_inner().clone();
+        self.read("list", move |sql, conn, now| {
+            let (text, args) = list_sql(&sql.list_select, &crate::sql::LIST, &filter);
+            let values: Vec<rusqlite::types::Value> = args
+                .into_iter()
+                .map(|a| match a {
+                    ListArg::Status(s) => i64::from(s).into(),
+                    ListArg::Text(t) => t.to_owned().into(),
+                    ListArg::Age(d) => now.saturating_sub(millis(d)).into(),
+                    ListArg::Int(i) => i.into(),
+                })
+                .collect();
+            // not cached: up to 64 shapes would push the hot statements out of the cache
+            tasks(
+                &mut conn.prepare(&text)?,
+                rusqlite::params_from_iter(values),
+            )
+        })
+        .await
+    }
+
+    async fn stats(&self, backlog_only: bool) -> Result<RawStats> {
+        self.read("stats", move |sql, conn, now| {
+            let counts_sql = if backlog_only {
+                &sql.backlog_counts
+            } else {
+                &sql.stats_counts
+            };
+            let counts = conn
+                .prepare_cached(counts_sql)?
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            let oldest_due_pending_ms = conn
+                .prepare_cached(&sql.stats_oldest_due)?
+                .query_row(params![now], |r| r.get(0))?;
+            Ok(RawStats {
+                counts,
+                oldest_due_pending_ms,
+            })
+        })
+        .await
+    }
+
+    async fn throughput(&self, b: Checked<Buckets>) -> Result<Vec<(String, i64, i64, i64)>> {
+        let (window, bucket) = (millis(b.window), millis(b.bucket));
+        let cap = i64::try_from(b.cap).unwrap_or(i64::MAX);
+        self.read("throughput", move |sql, conn, now| {
+            conn.prepare_cached(&sql.throughput)?
+                .query_map(params![now, window, bucket, cap], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .await
+    }
+
+    async fn purge_succeeded(&self, batch: Checked<AgedBatch>) -> Result<u64> {
+        self.purge("purge_succeeded", |sql| &sql.purge_succeeded, batch)
+            .await
+    }
+
+    async fn purge_barrier(&self, batch: Checked<AgedBatch>) -> Result<u64> {
+        self.purge("purge_barrier", |sql| &sql.purge_barrier, batch)
+            .await
+    }
+
+    async fn barrier_records(&self, gid: Checked<&str>) -> Result<Vec<RawBarrier>> {
+        let gid = (*gid).to_owned();
+        self.read("barrier_records", move |sql, conn, _| {
+            conn.prepare_cached(&sql.barrier_records)?
+                .query_map(params![gid], |r| RawBarrier::read(&Cols(r)))?
+                .collect()
+        })
+        .await
+    }
+
+    async fn delete_succeeded(&self, ids: Checked<&[TaskId]>) -> Result<u64> {
+        let ids = ids.to_vec();
+        self.write("delete_succeeded", move |sql, tx, _| {
+            let mut stmt = tx.prepare_cached(&sql.delete_succeeded)?;
+            let mut n = 0u64;
+            for id in &ids {
+                n += stmt.execute(params![id])? as u64;
+            }
+            Ok(n)
+        })
+        .await
+    }
+
+    async fn release_order_keys(&self, keys: Checked<&[String]>) -> Result<Vec<TaskId>> {
+        // every key in one write transaction, which is the keys' lock (one writer)
+        let keys = keys.to_vec();
+        self.write("release_order_keys", move |sql, tx, _| {
+            Ok(release_order_keys_blocking(sql, &mut OnConn(tx), &keys))
+        })
+        .await?
+    }
+
+    async fn register_event_types(&self, event_types: Checked<&[String]>) -> Result<()> {
+        let types = event_types.to_vec();
+        self.write("register_event_types", move |sql, tx, now| {
+            let mut stmt = tx.prepare_cached(&sql.types_register)?;
+            for t in &types {
+                stmt.execute(params![t, now])?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn event_types(&self) -> Result<Vec<(String, DateTime<Utc>, DateTime<Utc>)>> {
+        let rows: Vec<(String, i64, i64)> = self
+            .read("event_types", |sql, conn, _| {
+                conn.prepare_cached(&sql.types_list)?
+                    .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                    .collect()
+            })
+            .await?;
+        rows.into_iter()
+            .map(|(t, f, l)| {
+                let time = |ms: i64| {
+                    DateTime::from_timestamp_millis(ms).ok_or_else(|| {
+                        Error::new(
+                            ErrorKind::Unexpected,
+                            "event_types",
+                            format!("bad time {ms}"),
+                        )
+                    })
+                };
+                Ok((t, time(f)?, time(l)?))
+            })
+            .collect()
+    }
+
+    async fn order_keys(&self, after: Option<&str>, limit: Checked<usize>) -> Result<Vec<String>> {
+        let after = after.unwrap_or("").to_owned();
+        let limit = i64::try_from(*limit).unwrap_or(i64::MAX);
+        self.read("order_keys", move |sql, conn, _| {
+            conn.prepare_cached(&sql.keys_page)?
+                .query_map(params![after, limit], |r| r.get(0))?
+                .collect()
+        })
+        .await
+    }
+}

@@ -1,0 +1,137 @@
+//! The checks of an enqueue's input and the making of its answers, shared by the store
+//! and the transactional enqueue.
+
+use super::{Checked, Inserted};
+use crate::error::{Error, ErrorKind, Result};
+use crate::limits::StoreConfig;
+use crate::limits::{self, MAX_BATCH, MAX_LEASES};
+use crate::model::{Enqueued, Lease, Mark, MarkAction, NewTask, Status, TaskId};
+
+/// `task` checked against the store's limits, as `enqueue` checks it.
+pub(crate) fn check_task<'t>(
+    config: &StoreConfig,
+    task: &'t NewTask,
+) -> Result<Checked<&'t NewTask>> {
+    task.validate(config.max_payload_bytes)?;
+    Ok(Checked::new(task))
+}
+
+/// `tasks` checked against the store's limits, as `enqueue_many` checks them: at most
+/// [`MAX_ENQUEUE_MANY`](crate::limits::MAX_ENQUEUE_MANY), each as `enqueue` checks it
+/// (the first bad one named by its place in the batch).
+pub(crate) fn check_tasks<'t>(
+    config: &StoreConfig,
+    tasks: &'t [NewTask],
+) -> Result<Checked<&'t [NewTask]>> {
+    let max = crate::limits::MAX_ENQUEUE_MANY;
+    if tasks.len() > max {
+        return Err(Error::invalid_input(
+            "enqueue_many",
+            format!("at most {max} tasks in one batch, got {}", tasks.len()),
+        ));
+    }
+    for (i, task) in tasks.iter().enumerate() {
+        task.validate(config.max_payload_bytes).map_err(|e| {
+            Error::new(
+                e.kind(),
+                "enqueue_many",
+                format!("task {i} of the batch: {}", e.message()),
+            )
+        })?;
+    }
+    Ok(Checked::new(tasks))
+}
+
+/// The answers of a batch enqueue that `inserted` each of `tasks`, in order.
+pub(crate) fn enqueued_all(inserted: Vec<Inserted>, tasks: &[NewTask]) -> Result<Vec<Enqueued>> {
+    if inserted.len() != tasks.len() {
+        return Err(Error::new(
+            ErrorKind::Unexpected,
+            "enqueue_many",
+            format!("{} answers for {} tasks", inserted.len(), tasks.len()),
+        ));
+    }
+    // counted once per event type, not once per task
+    let mut created: Vec<(&str, u64)> = Vec::new();
+    let answers = inserted
+        .into_iter()
+        .zip(tasks)
+        .map(|(inserted, task)| {
+            if inserted.created {
+                match created.iter_mut().find(|(t, _)| *t == task.event_type()) {
+                    Some((_, n)) => *n += 1,
+                    None => created.push((task.event_type(), 1)),
+                }
+            }
+            answer(inserted, task)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    for (event_type, n) in created {
+        metrics::counter!("backstop_enqueued_total", "event_type" => event_type.to_owned())
+            .increment(n);
+    }
+    Ok(answers)
+}
+
+/// The answer of an enqueue that `inserted` `task`.
+///
+/// Every created task is counted here, whichever path inserted it (`TaskStore::enqueue`,
+/// `Engine::enqueue`, a backend's transactional enqueue), as `backstop_enqueued_total`
+/// by event type. The store cannot see the caller's commit: a task inserted in a
+/// transaction that then rolled back is counted too.
+pub(crate) fn enqueued(inserted: Inserted, task: &NewTask) -> Result<Enqueued> {
+    if inserted.created {
+        metrics::counter!("backstop_enqueued_total", "event_type" => task.event_type().to_owned())
+            .increment(1);
+    }
+    answer(inserted, task)
+}
+
+/// The answer of an enqueue that `inserted` `task`, not counted.
+fn answer(inserted: Inserted, task: &NewTask) -> Result<Enqueued> {
+    Ok(Enqueued {
+        id: inserted.id,
+        created: inserted.created,
+        event_type: task.event_type().to_owned(),
+        status: Status::from_code(inserted.status.into())?,
+        replaced: inserted.replaced,
+    })
+}
+
+/// Check a list of ids is not over [`MAX_BATCH`].
+pub(crate) fn check_ids(operation: &'static str, ids: &[TaskId]) -> Result<()> {
+    if ids.len() > MAX_BATCH {
+        return Err(Error::invalid_input(
+            operation,
+            format!("at most {MAX_BATCH} ids per call, got {}", ids.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// Check a list of leases (heartbeat) is not over [`MAX_LEASES`].
+pub(crate) fn check_leases(operation: &'static str, leases: &[Lease]) -> Result<()> {
+    if leases.len() > MAX_LEASES {
+        return Err(Error::invalid_input(
+            operation,
+            format!("at most {MAX_LEASES} leases per call, got {}", leases.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// Check a batch of marks: at most [`MAX_LEASES`], retry delays at most [`MAX_INTERVAL`](limits::MAX_INTERVAL).
+pub(crate) fn check_marks(operation: &'static str, marks: &[Mark]) -> Result<()> {
+    if marks.len() > MAX_LEASES {
+        return Err(Error::invalid_input(
+            operation,
+            format!("at most {MAX_LEASES} marks per call, got {}", marks.len()),
+        ));
+    }
+    for m in marks {
+        if let MarkAction::Retry { delay, .. } = &m.action {
+            limits::check_duration(operation, "retry delay", *delay)?;
+        }
+    }
+    Ok(())
+}

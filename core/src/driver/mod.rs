@@ -1,0 +1,376 @@
+//! **For backend authors**: the driver interface a database backend implements. An
+//! application never needs this module.
+//!
+//! A backend is two types:
+//!
+//! - a **driver** ([`Driver`]): one method per statement shape (insert a task, claim by id,
+//!   claim a batch, apply marks…), which runs the backend's SQL and reads the rows it
+//!   returns into [`RawTask`]s. Nothing else: it never checks its input (every argument
+//!   that needs a check arrives as [`Checked`], which only core can make), never sorts
+//!   results, never decodes a status code, never retries;
+//! - a **store** ([`Backend`]): the type applications hold. It names its driver, and core
+//!   gives it the whole [`TaskStore`](crate::TaskStore) contract: input validation
+//!   first, empty-input shortcuts, row decoding, result order, the operation named in
+//!   every error, and the retry of operations the database rolled back because of a
+//!   concurrent transaction ([`ErrorKind::Contention`](crate::ErrorKind::Contention)).
+//!
+//! So a new store operation is one method of [`TaskStore`](crate::TaskStore) written once
+//! in core, and one statement shape here that each backend answers with its SQL. The
+//! conformance suite (`backstop-testkit`) then runs every case of the contract on the
+//! backend.
+//!
+//! ```
+//! use backstop_core::driver::{Backend, Driver};
+//!
+//! /// A backend's store: what applications open, migrate and hand to the engine.
+//! #[derive(Clone)]
+//! struct MyStore {
+//!     driver: std::sync::Arc<dyn Driver>,
+//! }
+//!
+//! impl Backend for MyStore {
+//!     fn driver(&self) -> &dyn Driver {
+//!         &*self.driver
+//!     }
+//! }
+//! // `MyStore` is now a `TaskStore`: `store.enqueue(task)` validates the task, calls
+//! // `Driver::enqueue`, and names `enqueue` in any error.
+//! ```
+
+mod args;
+mod barrier;
+mod batch;
+mod checks;
+mod classify;
+mod connect;
+mod enqueue;
+mod insert;
+mod keys;
+mod release;
+mod retry;
+mod rows;
+pub mod schema;
+#[cfg(any(
+    feature = "sqlx-postgres",
+    feature = "sqlx-mysql",
+    feature = "sqlx-sqlite"
+))]
+mod sqlx;
+mod statement;
+mod text;
+mod transactional;
+mod url;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use crate::error::Result;
+use crate::limits::StoreConfig;
+use crate::model::{Audit, Lease, Mark, NewTask, Owner, Recycled, TaskFilter, TaskId};
+
+#[cfg(any(
+    feature = "sqlx-postgres",
+    feature = "sqlx-mysql",
+    feature = "sqlx-sqlite"
+))]
+pub use self::sqlx::sqlx_error;
+pub use args::{AgedBatch, Buckets, Change, Checked, Claim};
+pub use barrier::BarrierPlan;
+pub use batch::{
+    insert_document, rows_params, values_rows, EnqueueBatch, InsertTexts, INSERT_ROW_KEYS,
+    MAX_INSERT_BYTES, MAX_INSERT_ROWS,
+};
+pub(crate) use checks::{
+    check_ids, check_leases, check_marks, check_task, check_tasks, enqueued, enqueued_all,
+};
+pub use classify::{mysql_error_kind, postgres_error_kind, sqlite_error_kind};
+pub use connect::ConnectFailure;
+pub use enqueue::{insert_params, EnqueuePlan, EnqueueSql, EnqueueStep, RunAt, INSERT_PARAMS};
+pub use insert::{Existing, InsertStep, Inserted, KeyedInsert};
+pub use keys::{release_order_keys, release_order_keys_blocking};
+pub use release::{
+    KeyRelease, KeyReleasePlan, KeysRelease, KeysReleasePlan, KeysStep, ReleaseStep,
+};
+pub use retry::retry_contention;
+pub use rows::{
+    RawAudit, RawBarrier, RawStats, RawTask, TaskRow, AUDIT_COLUMNS, BARRIER_COLUMNS, COLUMNS,
+    COLUMN_COUNT,
+};
+pub use statement::{
+    Answer, BlockingTxConnection, Dialect, OwnConnection, Returns, Statement, TxConnection, Value,
+};
+pub use text::{
+    count_sql, ddl_script, list_sql, list_values, mark_rounds, millis, ListArg, ListDialect,
+};
+pub use transactional::{
+    complete_on, complete_on_blocking, enqueue_on, enqueue_on_blocking, Attempt, Transactional,
+};
+pub use url::{UrlOptions, UrlStore};
+
+/// The statement shapes of a backend. See the [module docs](self) for how a driver
+/// fits under the [`TaskStore`](crate::TaskStore) contract.
+///
+/// # Contract
+///
+/// Every method is one unit of work in the database: it commits whole or changes
+/// nothing. Each names the [`TaskStore`](crate::TaskStore) method it serves; that
+/// method's `# Contract` lines are what the SQL must do (the conformance suite checks
+/// them through the store). In addition:
+///
+/// - **Input is checked.** What arrives as [`Checked`] is within the limits named on
+///   the method; empty batches and zero limits never arrive.
+/// - **Database time** everywhere (`now()` on the server; in an embedded database, this
+///   machine's clock read once per statement).
+/// - **Errors** carry a kind and `is_temporary()`; the operation name is set by the
+///   store. A driver reports a failure it knows rolled the whole method back because of
+///   a concurrent transaction (deadlock, serialization failure, lock wait timeout) as
+///   [`ErrorKind::Contention`](crate::ErrorKind::Contention), and only such a failure:
+///   the store then runs the method again. A lost connection is `Unavailable`: the work
+///   may or may not have been applied, so the store does not repeat it.
+/// - **Result order** does not matter: the store sorts claims oldest first.
+#[async_trait]
+pub trait Driver: Send + Sync + 'static {
+    /// The store's settings (table, payload limit, retries).
+    fn config(&self) -> &StoreConfig;
+
+    /// [`migrate_to`](crate::TaskStore::migrate_to): under the migration lock, create the
+    /// version table if missing, read the versions applied, and apply what
+    /// [`schema::pending`] says is missing to reach `target`, each migration recorded in
+    /// the version table (see [`schema`] for the rules). Safe to run from several
+    /// instances at once.
+    async fn migrate(&self, target: u32) -> Result<()>;
+
+    /// [`enqueue`](crate::TaskStore::enqueue): insert `task` pending (due at database-now
+    /// plus its delay), or find the existing task with its `(event_type, biz_key)`.
+    /// Checked: every field (see [`NewTask::validate`]) against this store's payload
+    /// limit.
+    async fn enqueue(&self, task: Checked<&NewTask>) -> Result<Inserted>;
+
+    /// [`enqueue_many`](crate::TaskStore::enqueue_many): run an [`EnqueueBatch`] of
+    /// `tasks` on one transaction of the store's own, and commit; what each enqueue did,
+    /// in order. Checked: 1 to [`MAX_ENQUEUE_MANY`](crate::limits::MAX_ENQUEUE_MANY)
+    /// tasks, each as for [`enqueue`](Self::enqueue).
+    async fn enqueue_many(&self, tasks: Checked<&[NewTask]>) -> Result<Vec<Inserted>>;
+
+    /// [`claim_by_id`](crate::TaskStore::claim_by_id): claim task `id` for `owner` if it is
+    /// pending and due; the row as claimed.
+    async fn claim_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<RawTask>>;
+
+    /// [`claim_batch`](crate::TaskStore::claim_batch): claim up to `limit` due pending
+    /// tasks of `event_types` for `owner`, first by `(priority, next_run_at, id)`,
+    /// skipping rows another claim holds. Checked: see [`Claim`].
+    ///
+    /// The cost of a claim must not grow with the backlog of due tasks: each event type's
+    /// due rows of each priority level ([`Priority::ALL`](crate::Priority::ALL)) are read in index order
+    /// (`event_type, priority, next_run_at, id`) and the read stops at `limit`; the types
+    /// and levels are several such walks, merged — never a sort of every due row.
+    async fn claim_batch(&self, claim: Checked<Claim<'_>>) -> Result<Vec<RawTask>>;
+
+    /// [`recycle_dead`](crate::TaskStore::recycle_dead). Checked: see [`AgedBatch`]. The
+    /// counts must come from the statements that changed the rows.
+    async fn recycle_dead(&self, batch: Checked<AgedBatch>) -> Result<Recycled>;
+
+    /// [`heartbeat`](crate::TaskStore::heartbeat): one flag per lease, in order.
+    /// Checked: 1 to [`MAX_LEASES`](crate::limits::MAX_LEASES) leases.
+    async fn heartbeat(&self, leases: Checked<&[Lease]>) -> Result<Vec<bool>>;
+
+    /// [`mark`](crate::TaskStore::mark): one flag per mark, in order, all in one
+    /// transaction. Checked: 1 to `MAX_LEASES` marks, retry delays at most
+    /// `MAX_INTERVAL`, error messages already cut to
+    /// [`MAX_ERROR_BYTES`](crate::limits::MAX_ERROR_BYTES). A set-based statement applies
+    /// at most one mark per row: see [`mark_rounds`].
+    async fn mark(&self, marks: Checked<&[Mark]>) -> Result<Vec<bool>>;
+
+    /// [`manual_reset`](crate::TaskStore::manual_reset): reset task `id` if it is failed,
+    /// or running with `updated_at` older than `stuck_after`, returning the row as reset
+    /// (read in the reset's transaction); else say why not. Checked: `stuck_after` at
+    /// most `MAX_INTERVAL`.
+    async fn manual_reset(&self, id: TaskId, stuck_after: Checked<Duration>) -> Result<Change>;
+
+    /// [`cancel`](crate::TaskStore::cancel): if task `id` is pending or running, set it
+    /// cancelled (status 4), `lease + 1`, `updated_at = now`, and append an audit entry
+    /// (`cancel`, operator, reason, now) in the same transaction; return the row as
+    /// changed. Else say why not, writing nothing. Checked: the audit.
+    async fn cancel(&self, id: TaskId, audit: Checked<&Audit>) -> Result<Change>;
+
+    /// [`delete`](crate::TaskStore::delete): if task `id` exists and is not running,
+    /// delete it and append an audit entry (`delete`) in the same transaction; return the
+    /// row as it was. Else say why not, writing nothing. Checked: the audit.
+    async fn delete(&self, id: TaskId, audit: Checked<&Audit>) -> Result<Change>;
+
+    /// [`reset`](crate::TaskStore::reset): if task `id`'s status is one of `from`
+    /// (codes of failed or cancelled; the two may be equal), set it pending with
+    /// `attempts = 0`, `next_run_at = now`, owner cleared, `updated_at = now` (`lease` and
+    /// `last_error` kept), and append an audit entry (`reset`) in the same transaction;
+    /// return the row as changed. Else say why not, writing nothing.
+    async fn reset(&self, id: TaskId, from: [i16; 2], audit: Checked<&Audit>) -> Result<Change>;
+
+    /// [`audit_log`](crate::TaskStore::audit_log): task `id`'s entries, oldest first.
+    async fn audit_log(&self, id: TaskId) -> Result<Vec<RawAudit>>;
+
+    /// [`get`](crate::TaskStore::get).
+    async fn get(&self, id: TaskId) -> Result<Option<RawTask>>;
+
+    /// [`list`](crate::TaskStore::list), in id order. Checked: `limit` 1 to `MAX_BATCH`,
+    /// a valid event type, `older_than` at most `MAX_INTERVAL`.
+    async fn list(&self, filter: Checked<&TaskFilter>) -> Result<Vec<RawTask>>;
+
+    /// [`stats`](crate::TaskStore::stats), or with `backlog_only`
+    /// [`backlog`](crate::TaskStore::backlog): the counts of every status but succeeded,
+    /// read through the status indexes (a cost that does not grow with the succeeded
+    /// rows retained).
+    async fn stats(&self, backlog_only: bool) -> Result<RawStats>;
+
+    /// [`purge_succeeded`](crate::TaskStore::purge_succeeded). Checked: see [`AgedBatch`].
+    async fn purge_succeeded(&self, batch: Checked<AgedBatch>) -> Result<u64>;
+
+    /// [`purge_barrier`](crate::TaskStore::purge_barrier): the barrier records whose
+    /// `created_at` is older than the batch's age, oldest first. Checked: see
+    /// [`AgedBatch`].
+    async fn purge_barrier(&self, batch: Checked<AgedBatch>) -> Result<u64>;
+
+    /// [`barrier_records`](crate::TaskStore::barrier_records): the rows of
+    /// [`BARRIER_COLUMNS`] of global transaction `gid`, ordered by `created_at`, then
+    /// branch and operation, at most [`MAX_BATCH`](crate::limits::MAX_BATCH). Checked:
+    /// `gid` as [`BranchCall::new`](crate::BranchCall::new) checks it.
+    async fn barrier_records(&self, gid: Checked<&str>) -> Result<Vec<RawBarrier>>;
+
+    /// [`throughput`](crate::TaskStore::throughput): `(event_type, status code, bucket,
+    /// count)` of the succeeded (1) and failed (2) tasks whose `updated_at` is within
+    /// `window` of database time, at most `cap` per status (the most recent), the bucket
+    /// being `⌊(now − updated_at) / bucket⌋` (core clamps it into the window). Through the
+    /// `(status, updated_at)` index, walked from the newest.
+    async fn throughput(&self, buckets: Checked<Buckets>) -> Result<Vec<(String, i64, i64, i64)>>;
+
+    /// [`delete_succeeded`](crate::TaskStore::delete_succeeded). Checked: 1 to
+    /// `MAX_BATCH` ids.
+    async fn delete_succeeded(&self, ids: Checked<&[TaskId]>) -> Result<u64>;
+
+    /// [`release_order_keys`](crate::TaskStore::release_order_keys): run [`KeyRelease`]
+    /// for each key, in the order given (sorted and distinct), each in a transaction of
+    /// its own, or [`KeysRelease`] for all of them in one; the tasks made pending.
+    /// Checked: 1 to `MAX_BATCH` valid keys.
+    async fn release_order_keys(&self, keys: Checked<&[String]>) -> Result<Vec<TaskId>>;
+
+    /// [`order_keys`](crate::TaskStore::order_keys): up to `limit` keys of the keys table
+    /// greater than `after`, in order. Checked: `limit` 1 to `MAX_BATCH`.
+    async fn order_keys(&self, after: Option<&str>, limit: Checked<usize>) -> Result<Vec<String>>;
+
+    /// [`register_event_types`](crate::TaskStore::register_event_types): upsert each type
+    /// into the handlers table (`first_seen_at` kept, `last_seen_at` = now). Checked: 1 to
+    /// `MAX_EVENT_TYPES` distinct valid types.
+    async fn register_event_types(&self, event_types: Checked<&[String]>) -> Result<()>;
+
+    /// [`event_types`](crate::TaskStore::event_types): every row of the handlers table as
+    /// `(event_type, first_seen_at, last_seen_at)`.
+    async fn event_types(&self) -> Result<Vec<(String, DateTime<Utc>, DateTime<Utc>)>>;
+
+    /// The task table's name as this backend's statements write it (quoted, and
+    /// qualified by its schema where it has one), and how they spell a list's
+    /// conditions: what core needs to write a statement of its own in this backend's
+    /// SQL ([`count_sql`]), run with [`run`](Self::run).
+    fn tasks_table(&self) -> (&str, &ListDialect);
+
+    /// Run `statement` (core's own, in this backend's SQL: see
+    /// [`tasks_table`](Self::tasks_table)) on a pooled connection, in a transaction of
+    /// its own, and answer as its [`Returns`] asks. The operations core writes itself run
+    /// here: [`count_matching`](crate::TaskStore::count_matching).
+    async fn run(&self, statement: &Statement<'_>) -> Result<Answer>;
+
+    /// The statements of an enqueue and of a completion on the caller's transaction
+    /// ([`Transactional`]), in this backend's SQL. `enqueue` runs
+    /// the same statements on the store's own connection.
+    fn enqueue_sql(&self) -> &dyn EnqueueSql;
+}
+
+/// A backend's store: it names its [`Driver`], and core implements
+/// [`TaskStore`](crate::TaskStore) for it (see the [module docs](self)).
+pub trait Backend: Send + Sync + 'static {
+    /// The driver that runs this store's SQL.
+    fn driver(&self) -> &dyn Driver;
+}
+
+/// Everything a driver implementation names, in one import:
+/// `use backstop_core::driver::prelude::*;`.
+pub mod prelude {
+    pub use super::{
+        complete_on, complete_on_blocking, count_sql, ddl_script, enqueue_on, enqueue_on_blocking,
+        insert_params, list_sql, list_values, mark_rounds, millis,
+        schema::{self, Migration},
+        AgedBatch, Backend, BarrierPlan, Buckets, Change, Checked, Claim, ConnectFailure, Driver,
+        EnqueueBatch, EnqueuePlan, EnqueueSql, EnqueueStep, Existing, InsertStep, Inserted,
+        KeyRelease, KeyedInsert, KeysRelease, KeysStep, ListArg, ListDialect, RawAudit, RawBarrier,
+        RawStats, RawTask, ReleaseStep, RunAt, TaskRow, AUDIT_COLUMNS, BARRIER_COLUMNS, COLUMNS,
+        COLUMN_COUNT,
+    };
+    pub use super::{
+        insert_document, rows_params, values_rows, Answer, BlockingTxConnection, Dialect,
+        InsertTexts, Returns, Statement, Transactional, TxConnection, Value, INSERT_PARAMS,
+        INSERT_ROW_KEYS,
+    };
+    pub use super::{
+        release_order_keys, release_order_keys_blocking, KeyReleasePlan, KeysReleasePlan,
+        OwnConnection,
+    };
+    pub use crate::error::{Error, ErrorKind, Result};
+    pub use crate::limits::StoreConfig;
+    pub use crate::model::{
+        Audit, Barrier, BarrierRecord, BranchCall, BranchOp, Enqueued, Lease, Mark, MarkAction,
+        NewTask, Owner, Recycled, Status, TaskFilter, TaskId, WhenParked,
+    };
+    pub use async_trait::async_trait;
+}
+
+/// Chainable setters named after the fields of an options struct (inside its `impl`
+/// block), the style of every options type of backstop: `Options::default().field(v)`.
+///
+/// ```
+/// #[derive(Default)]
+/// #[non_exhaustive]
+/// pub struct MyOptions {
+///     /// Pool size.
+///     pub max_connections: usize,
+/// }
+///
+/// impl MyOptions {
+///     backstop_core::driver::setters! {
+///         /// See [`max_connections`](Self::max_connections).
+///         max_connections: usize,
+///     }
+/// }
+/// assert_eq!(MyOptions::default().max_connections(4).max_connections, 4);
+/// ```
+#[doc(inline)]
+pub use crate::__setters as setters;
+pub use crate::notify::{Admit, Throttle};
+
+/// The `table(name)` shortcut of a backend's options, for a `config: StoreConfig` field:
+/// `Options::default().table("jobs")` (see [`StoreConfig::table`]).
+#[doc(inline)]
+pub use crate::__table_setter as table_setter;
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __table_setter {
+    () => {
+        /// Use another table name (a shortcut for `StoreConfig::table`).
+        pub fn table(mut self, table: impl Into<String>) -> Self {
+            self.config.table = table.into();
+            self
+        }
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __setters {
+    ($($(#[$doc:meta])* $field:ident: $ty:ty),+ $(,)?) => {$(
+        $(#[$doc])*
+        pub fn $field(mut self, $field: $ty) -> Self {
+            self.$field = $field;
+            self
+        }
+    )+};
+}

@@ -1,0 +1,93 @@
+//! The state changes of a running task, each fenced by its lease.
+
+use std::time::Duration;
+
+use super::Lease;
+
+/// What to do with a running task, named by its lease. See [`TaskStore::mark`].
+///
+/// Exhaustive on purpose (unlike the other enums): each action is a line of the store
+/// contract that every driver implements in SQL, so a new action must be a compile error
+/// in every driver's `match`, never a silent fallthrough.
+///
+/// [`TaskStore::mark`]: crate::TaskStore::mark
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MarkAction {
+    /// running → succeeded.
+    Success,
+    /// running → pending, due `delay` from now (database time), with `error` as
+    /// `last_error`; running → failed instead when no attempts are left.
+    Retry {
+        /// The wait before the next attempt.
+        delay: Duration,
+        /// Why the attempt failed.
+        error: String,
+    },
+    /// running → failed (terminal) with `error` as `last_error`.
+    Fail {
+        /// Why the task failed.
+        error: String,
+    },
+    /// running → pending without spending the attempt (the claim's increment is undone);
+    /// for a task that never started (executor full, shutdown).
+    Release,
+}
+
+impl MarkAction {
+    /// The error text a retry or a failure records; `None` for the others.
+    pub fn error(&self) -> Option<&str> {
+        match self {
+            MarkAction::Retry { error, .. } | MarkAction::Fail { error } => Some(error),
+            MarkAction::Success | MarkAction::Release => None,
+        }
+    }
+}
+
+/// One state change of a running task. Built with [`Mark::success`], [`Mark::retry`],
+/// [`Mark::fail`] or [`Mark::release`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mark {
+    /// The claim the change is fenced by.
+    pub lease: Lease,
+    /// The change.
+    pub action: MarkAction,
+}
+
+impl Mark {
+    /// Mark the task succeeded.
+    pub fn success(lease: Lease) -> Self {
+        Self {
+            lease,
+            action: MarkAction::Success,
+        }
+    }
+
+    /// Schedule a retry after `delay` (or fail the task when no attempts are left).
+    pub fn retry(lease: Lease, delay: Duration, error: impl Into<String>) -> Self {
+        Self {
+            lease,
+            action: MarkAction::Retry {
+                delay,
+                error: error.into(),
+            },
+        }
+    }
+
+    /// Fail the task for good.
+    pub fn fail(lease: Lease, error: impl Into<String>) -> Self {
+        Self {
+            lease,
+            action: MarkAction::Fail {
+                error: error.into(),
+            },
+        }
+    }
+
+    /// Give the task back without spending an attempt.
+    pub fn release(lease: Lease) -> Self {
+        Self {
+            lease,
+            action: MarkAction::Release,
+        }
+    }
+}

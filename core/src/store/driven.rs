@@ -1,0 +1,592 @@
+//! The [`TaskStore`] contract implemented once, over a backend's [`Driver`].
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::TaskStore;
+use crate::driver::{
+    check_ids, check_leases, check_marks, check_task, check_tasks, enqueued, enqueued_all,
+    retry_contention, schema, AgedBatch, Buckets, Change, Checked, Claim, Driver, RawStats,
+    RawTask,
+};
+use crate::driver::{count_sql, list_values, Answer, Returns, Statement};
+use crate::error::{Error, ErrorKind, Result};
+use crate::limits;
+use crate::model::{
+    Audit, AuditEntry, BarrierRecord, Enqueued, EventTypeSeen, Lease, Mark, MarkAction, NewTask,
+    Owner, Recycled, Stats, Status, StatusCount, Task, TaskFilter, TaskId, Throughput,
+};
+
+/// The contract, implemented once for every driver: check the input, shortcut empty
+/// input, run the driver's statement shape (again, on contention), decode and order what
+/// it returns, and name the operation in every error. A backend's store reaches it
+/// through [`Backend::driver`](crate::driver::Backend::driver) (see [`StoreLayer`](crate::StoreLayer)).
+#[async_trait]
+impl TaskStore for dyn Driver {
+    async fn migrate(&self) -> Result<()> {
+        let d: &dyn Driver = self;
+        run(d, "migrate", || Driver::migrate(d, schema::LATEST)).await
+    }
+
+    async fn migrate_to(&self, version: u32) -> Result<()> {
+        let d: &dyn Driver = self;
+        if version == 0 || version > schema::LATEST {
+            return Err(Error::invalid_input(
+                "migrate",
+                format!(
+                    "no schema version {version}: this release knows versions 1 to {}",
+                    schema::LATEST
+                ),
+            ));
+        }
+        run(d, "migrate", || Driver::migrate(d, version)).await
+    }
+
+    async fn enqueue(&self, task: NewTask) -> Result<Enqueued> {
+        let d: &dyn Driver = self;
+        let checked = check_task(Driver::config(d), &task)?;
+        let inserted = run(d, "enqueue", || Driver::enqueue(d, checked)).await?;
+        enqueued(inserted, &task)
+    }
+
+    async fn enqueue_many(&self, tasks: &[NewTask]) -> Result<Vec<Enqueued>> {
+        let d: &dyn Driver = self;
+        let checked = check_tasks(Driver::config(d), tasks)?;
+        if tasks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let inserted = run(d, "enqueue_many", || Driver::enqueue_many(d, checked)).await?;
+        enqueued_all(inserted, tasks)
+    }
+
+    async fn claim_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<Task>> {
+        let d: &dyn Driver = self;
+        let row = run(d, "claim_by_id", || Driver::claim_by_id(d, id, owner)).await?;
+        row.map(RawTask::decode).transpose()
+    }
+
+    async fn claim_batch(
+        &self,
+        owner: &Owner,
+        event_types: &[String],
+        limit: usize,
+    ) -> Result<Vec<Task>> {
+        const OP: &str = "claim_batch";
+        limits::check_limit(OP, limit)?;
+        limits::check_event_types(OP, event_types)?;
+        if limit == 0 || event_types.is_empty() {
+            return Ok(Vec::new());
+        }
+        // distinct types: each is one ordered walk of its due rows
+        let mut types = event_types.to_vec();
+        types.sort_unstable();
+        types.dedup();
+        let d: &dyn Driver = self;
+        let claim = Checked::new(Claim {
+            owner,
+            event_types: &types,
+            limit,
+        });
+        let rows = run(d, OP, || Driver::claim_batch(d, claim)).await?;
+        let mut tasks = decode_all(rows)?;
+        tasks.sort_by_key(|t| (t.priority, t.next_run_at, t.id));
+        Ok(tasks)
+    }
+
+    async fn recycle_dead(&self, older_than: Duration, limit: usize) -> Result<Recycled> {
+        const OP: &str = "recycle_dead";
+        let Some(batch) = aged_batch(OP, older_than, limit)? else {
+            return Ok(Recycled::default());
+        };
+        let d: &dyn Driver = self;
+        run(d, OP, || Driver::recycle_dead(d, batch)).await
+    }
+
+    async fn heartbeat(&self, leases: &[Lease]) -> Result<Vec<bool>> {
+        const OP: &str = "heartbeat";
+        check_leases(OP, leases)?;
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let d: &dyn Driver = self;
+        let leases = Checked::new(leases);
+        let flags = run(d, OP, || Driver::heartbeat(d, leases)).await?;
+        one_flag_each(OP, flags, leases.len())
+    }
+
+    async fn mark(&self, marks: &[Mark]) -> Result<Vec<bool>> {
+        const OP: &str = "mark";
+        check_marks(OP, marks)?;
+        if marks.is_empty() {
+            return Ok(Vec::new());
+        }
+        // error texts cut to the column's bound here, once for every backend
+        let bounded: Vec<Mark>;
+        let marks = if marks.iter().any(|m| m.action.error().is_some_and(too_long)) {
+            bounded = marks.iter().map(bound_error).collect();
+            bounded.as_slice()
+        } else {
+            marks
+        };
+        let d: &dyn Driver = self;
+        let marks = Checked::new(marks);
+        let flags = run(d, OP, || Driver::mark(d, marks)).await?;
+        one_flag_each(OP, flags, marks.len())
+    }
+
+    async fn manual_reset(&self, id: TaskId, stuck_after: Duration) -> Result<Task> {
+        const OP: &str = "manual_reset";
+        limits::check_duration(OP, "stuck_after", stuck_after)?;
+        let d: &dyn Driver = self;
+        let stuck_after = Checked::new(stuck_after);
+        match run(d, OP, || Driver::manual_reset(d, id, stuck_after)).await? {
+            Change::Done(row) => reread_after_release(self, OP, row.decode()?).await,
+            Change::Missing => Err(Error::task_not_found(OP, id)),
+            Change::Refused(code) => Err(reset_refused(OP, id, Status::from_code(code)?)),
+        }
+    }
+
+    async fn cancel(&self, id: TaskId, audit: &Audit) -> Result<Task> {
+        const OP: &str = "cancel";
+        audit.check(OP)?;
+        let d: &dyn Driver = self;
+        let audit = Checked::new(audit);
+        let answer = run(d, OP, || Driver::cancel(d, id, audit)).await?;
+        let task = operator_change(OP, id, answer, "pending, waiting or running")?;
+        move_key_along(self, OP, &task).await?;
+        Ok(task)
+    }
+
+    async fn delete(&self, id: TaskId, audit: &Audit) -> Result<Task> {
+        const OP: &str = "delete";
+        audit.check(OP)?;
+        let d: &dyn Driver = self;
+        let audit = Checked::new(audit);
+        let answer = run(d, OP, || Driver::delete(d, id, audit)).await?;
+        let task = operator_change(
+            OP,
+            id,
+            answer,
+            "pending, waiting, succeeded, failed or cancelled (not running)",
+        )?;
+        move_key_along(self, OP, &task).await?;
+        Ok(task)
+    }
+
+    async fn reset(&self, id: TaskId, audit: &Audit) -> Result<Task> {
+        const OP: &str = "reset";
+        audit.check(OP)?;
+        let d: &dyn Driver = self;
+        let audit = Checked::new(audit);
+        let expected = [Status::Failed.code(), Status::Cancelled.code()];
+        let answer = run(d, OP, || Driver::reset(d, id, expected, audit)).await?;
+        let task = operator_change(OP, id, answer, "failed or cancelled")?;
+        reread_after_release(self, OP, task).await
+    }
+
+    async fn reset_matching(&self, filter: &TaskFilter, audit: &Audit) -> Result<Vec<Task>> {
+        const OP: &str = "reset_matching";
+        audit.check(OP)?;
+        filter.check().map_err(|e| e.with_operation(OP))?;
+        let expected = match filter.status {
+            None => [Status::Failed.code(), Status::Cancelled.code()],
+            Some(s @ (Status::Failed | Status::Cancelled)) => [s.code(), s.code()],
+            Some(other) => {
+                return Err(Error::invalid_input(
+                    OP,
+                    format!(
+                        "only failed or cancelled tasks can be reset, the filter asks for {other}"
+                    ),
+                ))
+            }
+        };
+        if filter.limit == 0 {
+            return Ok(Vec::new());
+        }
+        let d: &dyn Driver = self;
+        // The candidates, then each reset on its own with its status checked again: a
+        // task another operator reset meanwhile is refused and skipped.
+        let mut candidates = Vec::new();
+        for status in [expected[0], expected[1]] {
+            let mut f = filter.clone();
+            f.status = Some(Status::from_code(i64::from(status))?);
+            let f = Checked::new(&f);
+            candidates.extend(run(d, OP, || Driver::list(d, f)).await?);
+            if expected[0] == expected[1] {
+                break;
+            }
+        }
+        candidates.sort_by_key(|t| t.id);
+        candidates.truncate(filter.limit);
+        let audit = Checked::new(audit);
+        let mut reset = Vec::new();
+        for c in candidates {
+            match run(d, OP, || Driver::reset(d, c.id, expected, audit)).await? {
+                Change::Done(row) => {
+                    reset.push(reread_after_release(self, OP, row.decode()?).await?)
+                }
+                Change::Missing | Change::Refused(_) => {} // changed meanwhile: not ours
+            }
+        }
+        Ok(reset)
+    }
+
+    async fn audit_log(&self, id: TaskId) -> Result<Vec<AuditEntry>> {
+        let d: &dyn Driver = self;
+        let rows = run(d, "audit_log", || Driver::audit_log(d, id)).await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| AuditEntry {
+                task_id: r.task_id,
+                action: r.action,
+                operator: r.operator,
+                reason: r.reason,
+                at: r.at,
+            })
+            .collect())
+    }
+
+    async fn get(&self, id: TaskId) -> Result<Option<Task>> {
+        let d: &dyn Driver = self;
+        let row = run(d, "get", || Driver::get(d, id)).await?;
+        row.map(RawTask::decode).transpose()
+    }
+
+    async fn list(&self, filter: &TaskFilter) -> Result<Vec<Task>> {
+        const OP: &str = "list";
+        filter.check()?;
+        if filter.limit == 0 {
+            return Ok(Vec::new());
+        }
+        let d: &dyn Driver = self;
+        let filter = Checked::new(filter);
+        decode_all(run(d, OP, || Driver::list(d, filter)).await?)
+    }
+
+    async fn count_matching(&self, filter: &TaskFilter) -> Result<u64> {
+        const OP: &str = "count_matching";
+        filter.check().map_err(|e| e.with_operation(OP))?;
+        let d: &dyn Driver = self;
+        let (tasks, dialect) = Driver::tasks_table(d);
+        let (sql, args) = count_sql(tasks, dialect, filter, limits::MAX_COUNT);
+        let statement = Statement::owned(sql, list_values(dialect, args), Returns::Row);
+        let answer = run(d, OP, || Driver::run(d, &statement)).await?;
+        match answer {
+            Answer::Row(Some(row)) => match row.first() {
+                Some(n) => Ok(u64::try_from(*n).unwrap_or(0)),
+                None => Err(Error::new(
+                    ErrorKind::Unexpected,
+                    OP,
+                    "the count has no column",
+                )),
+            },
+            other => Err(Error::new(
+                ErrorKind::Unexpected,
+                OP,
+                format!("the count was answered with {other:?}"),
+            )),
+        }
+    }
+
+    async fn stats(&self) -> Result<Stats> {
+        let d: &dyn Driver = self;
+        decode_stats(run(d, "stats", || Driver::stats(d, false)).await?)
+    }
+
+    async fn backlog(&self) -> Result<Stats> {
+        let d: &dyn Driver = self;
+        decode_stats(run(d, "backlog", || Driver::stats(d, true)).await?)
+    }
+
+    async fn throughput(&self, window: Duration, bucket: Duration) -> Result<Vec<Throughput>> {
+        const OP: &str = "throughput";
+        limits::check_buckets(OP, window, bucket)?;
+        let last = u32::try_from(window.as_millis().div_ceil(bucket.as_millis()) - 1).unwrap_or(0);
+        let d: &dyn Driver = self;
+        let buckets = Checked::new(Buckets {
+            window,
+            bucket,
+            cap: limits::MAX_THROUGHPUT_ROWS,
+        });
+        let rows = run(d, OP, || Driver::throughput(d, buckets)).await?;
+        // rows on a bucket's edge (or a clock step) may land one bucket out: clamp, merge
+        let mut merged: std::collections::BTreeMap<(String, i64, u32), u64> = Default::default();
+        for (event_type, code, bucket, count) in rows {
+            let b = u32::try_from(bucket.max(0)).unwrap_or(u32::MAX).min(last);
+            *merged.entry((event_type, code, b)).or_default() += u64::try_from(count).unwrap_or(0);
+        }
+        merged
+            .into_iter()
+            .map(|((event_type, code, bucket), count)| {
+                Ok(Throughput {
+                    event_type,
+                    status: Status::from_code(code)?,
+                    bucket,
+                    count,
+                })
+            })
+            .collect()
+    }
+
+    async fn purge_succeeded(&self, older_than: Duration, limit: usize) -> Result<u64> {
+        const OP: &str = "purge_succeeded";
+        let Some(batch) = aged_batch(OP, older_than, limit)? else {
+            return Ok(0);
+        };
+        let d: &dyn Driver = self;
+        run(d, OP, || Driver::purge_succeeded(d, batch)).await
+    }
+
+    async fn purge_barrier(&self, older_than: Duration, limit: usize) -> Result<u64> {
+        const OP: &str = "purge_barrier";
+        let Some(batch) = aged_batch(OP, older_than, limit)? else {
+            return Ok(0);
+        };
+        let d: &dyn Driver = self;
+        run(d, OP, || Driver::purge_barrier(d, batch)).await
+    }
+
+    async fn barrier_records(&self, gid: &str) -> Result<Vec<BarrierRecord>> {
+        const OP: &str = "barrier_records";
+        crate::model::check_gid(OP, gid)?;
+        let d: &dyn Driver = self;
+        let gid = Checked::new(gid);
+        run(d, OP, || Driver::barrier_records(d, gid))
+            .await?
+            .into_iter()
+            .map(|r| r.decode())
+            .collect()
+    }
+
+    async fn delete_succeeded(&self, ids: &[TaskId]) -> Result<u64> {
+        const OP: &str = "delete_succeeded";
+        check_ids(OP, ids)?;
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let d: &dyn Driver = self;
+        let ids = Checked::new(ids);
+        run(d, OP, || Driver::delete_succeeded(d, ids)).await
+    }
+
+    async fn release_order_keys(&self, keys: &[String]) -> Result<Vec<TaskId>> {
+        const OP: &str = "release_order_keys";
+        if keys.len() > limits::MAX_BATCH {
+            return Err(Error::invalid_input(
+                OP,
+                format!(
+                    "at most {} keys per call, got {}",
+                    limits::MAX_BATCH,
+                    keys.len()
+                ),
+            ));
+        }
+        for k in keys {
+            limits::check_order_key(OP, k)?;
+        }
+        let mut keys = keys.to_vec();
+        keys.sort_unstable();
+        keys.dedup();
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let d: &dyn Driver = self;
+        let keys = Checked::new(keys.as_slice());
+        run(d, OP, || Driver::release_order_keys(d, keys)).await
+    }
+
+    async fn register_event_types(&self, event_types: &[String]) -> Result<()> {
+        const OP: &str = "register_event_types";
+        limits::check_event_types(OP, event_types)?;
+        let mut types = event_types.to_vec();
+        types.sort_unstable();
+        types.dedup();
+        if types.is_empty() {
+            return Ok(());
+        }
+        let d: &dyn Driver = self;
+        let types = Checked::new(types.as_slice());
+        run(d, OP, || Driver::register_event_types(d, types)).await
+    }
+
+    async fn event_types(&self) -> Result<Vec<EventTypeSeen>> {
+        let d: &dyn Driver = self;
+        let mut rows = run(d, "event_types", || Driver::event_types(d)).await?;
+        rows.sort();
+        Ok(rows
+            .into_iter()
+            .map(|(event_type, first_seen, last_seen)| EventTypeSeen {
+                event_type,
+                first_seen,
+                last_seen,
+            })
+            .collect())
+    }
+
+    async fn order_keys(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>> {
+        const OP: &str = "order_keys";
+        limits::check_limit(OP, limit)?;
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let d: &dyn Driver = self;
+        let limit = Checked::new(limit);
+        run(d, OP, || Driver::order_keys(d, after, limit)).await
+    }
+}
+
+/// Run one driver call as operation `op`: again (with backoff and jitter) while the
+/// database rolls it back on contention, up to the store's `contention_retries`; every
+/// error it returns names `op`.
+async fn run<T, F, Fut>(driver: &dyn Driver, op: &'static str, call: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    retry_contention(driver.config(), op, call).await
+}
+
+/// After an operator's change of a task with an order key: move the key along (the
+/// task may have left the way, or, reset, joined the line).
+async fn move_key_along<S: TaskStore + ?Sized>(
+    store: &S,
+    op: &'static str,
+    task: &Task,
+) -> Result<()> {
+    if let Some(key) = &task.order_key {
+        store
+            .release_order_keys(std::slice::from_ref(key))
+            .await
+            .map_err(|e| e.with_operation(op))?;
+    }
+    Ok(())
+}
+
+/// [`move_key_along`] for a reset task (reset into the line as waiting), answered as it
+/// then is: pending if it was first in line.
+async fn reread_after_release<S: TaskStore + ?Sized>(
+    store: &S,
+    op: &'static str,
+    task: Task,
+) -> Result<Task> {
+    if task.order_key.is_none() {
+        return Ok(task);
+    }
+    move_key_along(store, op, &task).await?;
+    Ok(store
+        .get(task.id)
+        .await
+        .map_err(|e| e.with_operation(op))?
+        .unwrap_or(task))
+}
+
+/// The answer of an operator's change `op` of task `id`: the task as changed, or
+/// `NotFound`, or `Conflict` naming its status and the statuses `allowed`.
+fn operator_change(op: &'static str, id: TaskId, answer: Change, allowed: &str) -> Result<Task> {
+    match answer {
+        Change::Done(row) => row.decode(),
+        Change::Missing => Err(Error::task_not_found(op, id)),
+        Change::Refused(code) => Err(change_refused(op, id, Status::from_code(code)?, allowed)),
+    }
+}
+
+/// Counts as the store answers them.
+fn decode_stats(raw: RawStats) -> Result<Stats> {
+    let counts = raw
+        .counts
+        .into_iter()
+        .map(|(event_type, code, count)| {
+            Ok(StatusCount {
+                event_type,
+                status: Status::from_code(code)?,
+                count: u64::try_from(count).unwrap_or(0),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Stats {
+        counts,
+        oldest_due_pending: raw
+            .oldest_due_pending_ms
+            .map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+    })
+}
+
+/// Check an age-based batch (`recycle_dead`, `purge_succeeded`); `None` when `limit` is 0
+/// and there is nothing to do.
+fn aged_batch(
+    op: &'static str,
+    older_than: Duration,
+    limit: usize,
+) -> Result<Option<Checked<AgedBatch>>> {
+    limits::check_duration(op, "older_than", older_than)?;
+    limits::check_limit(op, limit)?;
+    Ok((limit > 0).then(|| Checked::new(AgedBatch { older_than, limit })))
+}
+
+fn decode_all(rows: Vec<RawTask>) -> Result<Vec<Task>> {
+    rows.into_iter().map(RawTask::decode).collect()
+}
+
+/// `flags` when it has one flag per input, else an `Unexpected` error.
+fn one_flag_each(op: &'static str, flags: Vec<bool>, n: usize) -> Result<Vec<bool>> {
+    if flags.len() == n {
+        Ok(flags)
+    } else {
+        Err(Error::new(
+            ErrorKind::Unexpected,
+            op,
+            format!("the driver answered {} flags for {n} inputs", flags.len()),
+        ))
+    }
+}
+
+fn too_long(error: &str) -> bool {
+    error.len() > limits::MAX_ERROR_BYTES
+}
+
+/// `mark` with its error text cut to [`limits::MAX_ERROR_BYTES`].
+fn bound_error(mark: &Mark) -> Mark {
+    let cut = |e: &str| limits::bounded_error(e).to_owned();
+    let action = match &mark.action {
+        MarkAction::Retry { delay, error } => MarkAction::Retry {
+            delay: *delay,
+            error: cut(error),
+        },
+        MarkAction::Fail { error } => MarkAction::Fail { error: cut(error) },
+        other => other.clone(),
+    };
+    Mark {
+        lease: mark.lease,
+        action,
+    }
+}
+
+/// The `Conflict` error of an operator's `action` (`cancel`, `delete`) refused
+/// because of the task's status; nothing was changed.
+fn change_refused(operation: &'static str, id: TaskId, status: Status, allowed: &str) -> Error {
+    Error::new(
+        ErrorKind::Conflict,
+        operation,
+        format!("task {id} is {status}: only {allowed} tasks can be changed by {operation}; nothing was changed"),
+    )
+}
+
+/// The `Conflict` error of a `manual_reset` refused because of the task's status.
+fn reset_refused(operation: &'static str, id: TaskId, status: Status) -> Error {
+    let why = match status {
+        Status::Running => "it is running and its owner is alive (updated_at is recent)",
+        Status::Pending => "it is already pending",
+        Status::Succeeded => "it has succeeded",
+        Status::Failed => "it changed while being reset",
+        Status::Cancelled => "it was cancelled",
+        Status::Waiting => "it is waiting for an earlier task of its order key",
+    };
+    Error::new(
+        ErrorKind::Conflict,
+        operation,
+        format!(
+            "task {id} cannot be reset: {why}; only failed or stuck running tasks can be reset"
+        ),
+    )
+}

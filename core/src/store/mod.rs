@@ -1,0 +1,416 @@
+//! The [`TaskStore`] trait: the contract every backend honours and the conformance suite
+//! (`backstop-testkit`) checks line by line.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::error::Result;
+use crate::model::{
+    Audit, AuditEntry, BarrierRecord, Enqueued, EventTypeSeen, Lease, Mark, NewTask, Owner,
+    Recycled, Stats, Task, TaskFilter, TaskId, Throughput,
+};
+
+mod driven;
+mod layer;
+
+pub use layer::{Call, Layer, Op, StoreLayer};
+
+/// Storage of tasks: the local message table.
+///
+/// # Contract
+///
+/// Every implementation, whatever its database, behaves as follows; each line is a case
+/// in `backstop_testkit`. Every backend's store gets this trait from core, implemented
+/// once over the backend's [`Driver`](crate::driver::Driver) (see the
+/// [`driver`](crate::driver) module), so the lines below that core enforces (validation,
+/// empty input, order, errors, retries) hold for every backend by construction; the
+/// others are the SQL each driver runs.
+///
+/// - **Validation first.** Bad input (see [`NewTask::validate`] and the limits in
+///   [`limits`](crate::limits)) is refused with [`ErrorKind::InvalidInput`] before anything
+///   is written. A bad table name is refused with [`ErrorKind::Config`] when the store is
+///   opened.
+/// - **Database time.** Every timestamp written and every "is it due / is it old" test uses
+///   the database's clock, never the caller's.
+/// - **Statuses.** `0` pending, `1` succeeded, `2` failed (terminal), `3` running. Only a
+///   claim moves a task to running; only a mark with the current lease moves it out.
+/// - **Fencing.** Every claim increments `attempts` and `lease`. Every change to a running
+///   task ([`mark`](Self::mark), [`heartbeat`](Self::heartbeat)) names a [`Lease`] and
+///   applies only when the task is still running under that lease; otherwise it changes
+///   nothing and reports `false`. A recycled worker can never overwrite its successor.
+/// - **Atomic claims.** A task is claimed by at most one caller per claim, however many
+///   connections, processes or hosts race for it.
+/// - **Errors** carry the operation, a kind, and `is_temporary()` for transient database
+///   failures (busy, lost connection), which callers may retry. An operation the database
+///   rolled back because of a concurrent transaction (deadlock, serialization failure,
+///   lock wait timeout) is run again by the store itself
+///   ([`StoreConfig::contention_retries`](crate::StoreConfig::contention_retries)); if it
+///   still fails, its [`ErrorKind::Contention`](crate::ErrorKind::Contention) error is
+///   [persistent](crate::Error::is_persistent), not temporary.
+///
+/// The trait is object safe: `Arc<dyn TaskStore>` works. Conveniences built on these
+/// methods ([`mark_success`](TaskStoreExt::mark_success) and friends) live in
+/// [`TaskStoreExt`], so no wrapper can bypass them. A wrapper implements [`StoreLayer`]
+/// instead of this trait: it overrides what it changes and the rest is forwarded.
+///
+/// [`ErrorKind::InvalidInput`]: crate::ErrorKind::InvalidInput
+/// [`ErrorKind::Config`]: crate::ErrorKind::Config
+#[async_trait]
+pub trait TaskStore: Send + Sync + 'static {
+    /// Bring the schema (the task table, its indexes, the inbox and audit tables) to the
+    /// newest version this release knows, applying the numbered migrations it lacks.
+    ///
+    /// - Idempotent: running it again (or from several instances at once) changes
+    ///   nothing; one instance applies, under a lock, and the others wait for it.
+    /// - Each migration applied is recorded in the version table `{table}_migrations`.
+    ///   A table made before versioning is adopted as it stands and upgraded.
+    /// - A schema migrated by a newer release is left as it is (with a warning): newer
+    ///   migrations only add, so this release keeps working on it.
+    /// - Indexes: the claim order per event type `(event_type, priority, next_run_at, id)`
+    ///   of pending tasks, recycling and purging `(status, updated_at)`, and the unique
+    ///   `(biz_key, event_type, dedup_slot)`.
+    ///
+    /// The script a DBA can review or apply by hand is each backend's `ddl()`.
+    async fn migrate(&self) -> Result<()>;
+
+    /// Apply the migrations up to schema `version` only (1 is the first), for tests of
+    /// an upgrade and for staged rollouts. The store's other operations need the newest
+    /// version ([`migrate`](Self::migrate)).
+    ///
+    /// - `InvalidInput` for a version this release does not know, writing nothing.
+    /// - A `version` at or below the one applied changes nothing (no downgrades).
+    async fn migrate_to(&self, version: u32) -> Result<()>;
+
+    /// Insert a task in its own transaction.
+    ///
+    /// - The new task is pending, `attempts = 0`, `lease = 0`, no owner, due at
+    ///   database-now plus the task's delay (or at its `run_at`), with its priority and
+    ///   retry policy.
+    /// - Idempotent on `(event_type, biz_key)` under the task's [`Dedup`](crate::Dedup)
+    ///   rule: when the task holding that key is a duplicate by the rule (by default:
+    ///   it is pending or running), nothing is written and its id and status are
+    ///   returned with `created = false` — its payload replaced if the task asked for it
+    ///   ([`NewTask::replace_pending`]) and it is still pending. Otherwise (say it
+    ///   succeeded) a new task is inserted and the finished one keeps its row.
+    /// - Of concurrent enqueues of one key, at most one inserts; the others are its
+    ///   duplicates.
+    /// - Invalid input is refused with `InvalidInput` and nothing is written.
+    ///
+    /// Backends also offer a *transactional* enqueue on their native transaction, so the
+    /// task commits or rolls back with the caller's business rows.
+    async fn enqueue(&self, task: NewTask) -> Result<Enqueued>;
+
+    /// Insert many tasks in one transaction of the store's own: all or none.
+    ///
+    /// - Each task is answered, in the batch's order, as [`enqueue`](Self::enqueue)
+    ///   answers it were the tasks enqueued one after another in one transaction: a task
+    ///   whose `(event_type, biz_key)` an earlier task of the batch already holds is its
+    ///   duplicate (`created = false`, the earlier task's id, or its payload replaced
+    ///   when the later one asks for it).
+    /// - Validation first: when any task is invalid, or there are more than
+    ///   [`limits::MAX_ENQUEUE_MANY`](crate::limits::MAX_ENQUEUE_MANY), the whole batch
+    ///   is refused with `InvalidInput` (naming the task by its place) and nothing is
+    ///   written. An empty batch writes nothing and answers nothing.
+    /// - Atomic: an error leaves nothing of the batch behind.
+    /// - Tasks without an order key whose key no other task of the batch names go in
+    ///   multi-row inserts of up to [`tx::MAX_INSERT_ROWS`](crate::tx::MAX_INSERT_ROWS)
+    ///   rows (see [`EnqueueBatch`](crate::driver::EnqueueBatch)); the others one by one,
+    ///   on the same transaction.
+    ///
+    /// Backends also offer it on the caller's transaction
+    /// ([`Transactional::enqueue_many_in`](crate::Transactional::enqueue_many_in)).
+    async fn enqueue_many(&self, tasks: &[NewTask]) -> Result<Vec<Enqueued>>;
+
+    /// Claim one task by id: pending → running, only if it is due.
+    ///
+    /// - Applies only when the task is pending and `next_run_at <= now`; returns `None`
+    ///   otherwise (missing, not due, or in any other status).
+    /// - On success: status running, `owner` set, `attempts + 1`, `lease + 1`,
+    ///   `updated_at = now`; the returned task shows the new values.
+    /// - Of any number of concurrent callers, exactly one wins.
+    async fn claim_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<Task>>;
+
+    /// Claim up to `limit` due pending tasks of the given event types.
+    ///
+    /// - Due pending tasks only (`next_run_at <= now`), of `event_types` only; an empty
+    ///   list or `limit = 0` claims nothing.
+    /// - In claim order: the lowest [`Priority`](crate::Priority) number first, then the
+    ///   earliest due, then the oldest: `(priority, next_run_at, id)`; the result is in
+    ///   that order.
+    /// - Each claimed task is changed as by [`claim_by_id`](Self::claim_by_id).
+    /// - Concurrent callers never claim the same task; none claims more than `limit`.
+    /// - `limit` is at most [`limits::MAX_BATCH`](crate::limits::MAX_BATCH); at most
+    ///   [`limits::MAX_EVENT_TYPES`](crate::limits::MAX_EVENT_TYPES) event types, each
+    ///   valid (a type named twice counts once).
+    /// - The cost of a claim does not grow with the backlog of due tasks, of these event
+    ///   types or of others: each type's due tasks of each priority level are read in
+    ///   order, up to the limit.
+    async fn claim_batch(
+        &self,
+        owner: &Owner,
+        event_types: &[String],
+        limit: usize,
+    ) -> Result<Vec<Task>>;
+
+    /// Recover up to `limit` running tasks whose `updated_at` is older than `older_than`
+    /// (their owner stopped heartbeating): the dead-worker sweep.
+    ///
+    /// - Back to pending (owner cleared, due at once) when `attempts < max_attempts`;
+    ///   otherwise failed, with a `last_error` that says the last attempt died.
+    /// - Re-checks `status = running` and the age in the same statement: a task that
+    ///   completed or was heartbeated meanwhile is never touched.
+    /// - Oldest `updated_at` first.
+    async fn recycle_dead(&self, older_than: Duration, limit: usize) -> Result<Recycled>;
+
+    /// Refresh `updated_at` of running tasks still held under these leases, so a long
+    /// task is never recycled while its owner lives.
+    ///
+    /// - Returns one flag per lease, in order: `true` when refreshed, `false` when the
+    ///   lease is no longer current (the task was recycled, reset or completed).
+    async fn heartbeat(&self, leases: &[Lease]) -> Result<Vec<bool>>;
+
+    /// Apply state changes to running tasks, each fenced by its lease.
+    ///
+    /// - Each mark applies only when its task is running with that exact lease; otherwise
+    ///   it changes nothing. Returns one flag per mark, in order: `true` when applied.
+    /// - [`Success`](crate::MarkAction::Success): status succeeded, owner kept (who did
+    ///   it), `last_error` cleared.
+    /// - [`Retry`](crate::MarkAction::Retry): status pending, owner cleared,
+    ///   `next_run_at = now + delay` exactly, `last_error` set (cut to
+    ///   [`MAX_ERROR_BYTES`](crate::limits::MAX_ERROR_BYTES)); when the task has no
+    ///   attempts left (`attempts >= max_attempts`) it becomes failed instead.
+    /// - [`Fail`](crate::MarkAction::Fail): status failed, owner cleared, `last_error` set.
+    /// - [`Release`](crate::MarkAction::Release): status pending, owner cleared,
+    ///   `attempts − 1` (the claim's increment is given back), `next_run_at` unchanged.
+    /// - Every applied mark sets `updated_at = now`. Marks of one call apply in order, in
+    ///   one transaction where the backend allows.
+    async fn mark(&self, marks: &[Mark]) -> Result<Vec<bool>>;
+
+    /// An operator's retry: failed → pending with `attempts = 0`,
+    /// due now, `last_error` kept for the record.
+    ///
+    /// - Also resets a *stuck* running task: one whose `updated_at` is older than
+    ///   `stuck_after` (its owner is gone). A running task with a live owner is never reset.
+    /// - Returns the task as reset, read atomically with the reset: never the state of a
+    ///   claim that followed it (the reset task is due at once, so a poller may take it
+    ///   right away). `NotFound` when there is no such task; `Conflict` when it is
+    ///   pending, succeeded, or running with a live owner (nothing changes).
+    async fn manual_reset(&self, id: TaskId, stuck_after: Duration) -> Result<Task>;
+
+    /// An operator's cancel: a pending, waiting or running task becomes cancelled, a
+    /// terminal state of its own; it is never claimed again (and the next task of its
+    /// order key, if any, goes on).
+    ///
+    /// - Fenced against a concurrent claim: the change and its status check are one
+    ///   statement (or one locking transaction), so a claim either comes before (and the
+    ///   running task is cancelled) or finds the task cancelled.
+    /// - A running task's lease is bumped: its holder's heartbeats and completion are
+    ///   refused, so its outcome is never applied. The handler is not interrupted: an
+    ///   engine learns of it at its next heartbeat and tells the handler through
+    ///   [`lease_lost`](crate::lease_lost) (cooperative cancel).
+    /// - The audit log gets an entry (`cancel`, operator, reason, database time) in the
+    ///   same transaction.
+    /// - Returns the task as cancelled. `NotFound` when there is no such task, `Conflict`
+    ///   when it is succeeded, failed or already cancelled; `InvalidInput` for a bad
+    ///   audit. Nothing is written then.
+    async fn cancel(&self, id: TaskId, audit: &Audit) -> Result<Task>;
+
+    /// An operator's delete: removes a task that is not running (cancel it first), and
+    /// records it in the audit log in the same transaction. Returns the task as it was.
+    /// `NotFound` when there is no such task, `Conflict` when it is running,
+    /// `InvalidInput` for a bad audit; nothing is written then.
+    async fn delete(&self, id: TaskId, audit: &Audit) -> Result<Task>;
+
+    /// The audit log of task `id` (operators' changes), oldest first; kept after the task
+    /// is deleted.
+    async fn audit_log(&self, id: TaskId) -> Result<Vec<AuditEntry>>;
+
+    /// An operator's retry of one task: failed or cancelled → pending with
+    /// `attempts = 0`, due now, owner cleared, `last_error` kept for the record; audited
+    /// in the same transaction. A task with an order key goes back in line: pending if
+    /// it is first (as a parked task that blocks its key is), else waiting. Needs no engine setting: a running task is never reset
+    /// here (the dead-worker sweep recycles those whose owner died).
+    ///
+    /// Returns the task as reset. `NotFound` when there is no such task, `Conflict` when
+    /// it is pending, running or succeeded; nothing is written then.
+    async fn reset(&self, id: TaskId, audit: &Audit) -> Result<Task>;
+
+    /// Reset every failed or cancelled task matching `filter`, at most `filter.limit` per
+    /// call (page through with more calls), in id order. Each task is reset atomically
+    /// with its status checked again (the filter's status, or failed or cancelled), so
+    /// two operators resetting the same filter at once reset each task once: the one
+    /// that comes second finds it pending and skips it. Returns the tasks this call
+    /// reset; each has an audit entry. `InvalidInput` when the filter asks for another
+    /// status.
+    async fn reset_matching(&self, filter: &TaskFilter, audit: &Audit) -> Result<Vec<Task>>;
+
+    /// One task by id, or `None`.
+    async fn get(&self, id: TaskId) -> Result<Option<Task>>;
+
+    /// Tasks matching `filter`, in id order (see [`TaskFilter`]).
+    async fn list(&self, filter: &TaskFilter) -> Result<Vec<Task>>;
+
+    /// How many tasks match `filter`: the tasks [`list`](Self::list) would page through
+    /// (every condition of the filter; not its `limit`), for an operator's "N tasks
+    /// match" before a bulk action.
+    ///
+    /// - Counted up to [`MAX_COUNT`](crate::limits::MAX_COUNT): a count at the cap means
+    ///   that many or more, and the cost of a count is bounded by the cap whatever the
+    ///   table holds. Not for a loop: read [`backlog`](Self::backlog) there.
+    /// - The filter is checked as `list` checks it: `InvalidInput` for one it refuses.
+    async fn count_matching(&self, filter: &TaskFilter) -> Result<u64>;
+
+    /// Counts per status and event type, and the age of the oldest due pending task.
+    /// Counts every row (the succeeded ones retained too): for an operator's overview,
+    /// not for a loop; see [`backlog`](Self::backlog).
+    async fn stats(&self) -> Result<Stats>;
+
+    /// The backlog: counts per event type of every status but succeeded (pending,
+    /// running, failed, cancelled), and the age of the oldest due pending task. Read
+    /// through the status indexes, so its cost follows the backlog, not the succeeded
+    /// rows retained (10 million cost what none do). `count(Succeeded)` is 0 here.
+    async fn backlog(&self) -> Result<Stats>;
+
+    /// Tasks finished (succeeded, or failed for good) in the last `window` of database
+    /// time, counted per event type, status and `bucket` (0 the most recent) — a console's
+    /// throughput chart. Only non-zero counts are returned, ordered by event type, status
+    /// and bucket. A task counts where its `updated_at` falls, so one reset and finished
+    /// again counts once, at its last finish. Read through the `(status, updated_at)`
+    /// index from the newest, at most
+    /// [`MAX_THROUGHPUT_ROWS`](crate::limits::MAX_THROUGHPUT_ROWS) per status: the cost
+    /// follows the tasks finished in the window up to that bound, never the rows retained;
+    /// past it (a busy system) the older buckets read low, and a status whose counts add
+    /// up to the bound was capped.
+    /// `InvalidInput` unless `1s ≤ bucket ≤ window`, at most
+    /// [`MAX_THROUGHPUT_BUCKETS`](crate::limits::MAX_THROUGHPUT_BUCKETS) buckets.
+    async fn throughput(&self, window: Duration, bucket: Duration) -> Result<Vec<Throughput>>;
+
+    /// Delete up to `limit` succeeded tasks whose `updated_at` is older than
+    /// `older_than` (retention); returns how many were deleted. Never touches a task in
+    /// any other status.
+    async fn purge_succeeded(&self, older_than: Duration, limit: usize) -> Result<u64>;
+
+    /// Delete up to `limit` records of the participant barrier
+    /// ([`Transactional::barrier_in`](crate::Transactional::barrier_in)) written more than
+    /// `older_than` ago, oldest first; returns how many were deleted.
+    ///
+    /// A purged record no longer refuses anything: a second delivery of a purged call
+    /// runs again, and a forward call arriving after its purged compensation runs. Keep
+    /// records longer than any call of a global transaction can be delivered (its
+    /// deadline plus the retry horizon of the tasks that carry its calls).
+    async fn purge_barrier(&self, older_than: Duration, limit: usize) -> Result<u64>;
+
+    /// The participant barrier's records of global transaction `gid` (see
+    /// [`Transactional::barrier_in`](crate::Transactional::barrier_in)), ordered by when
+    /// they were written, then branch and operation; the first
+    /// [`MAX_BATCH`](crate::limits::MAX_BATCH). What an operator reads to see why a call
+    /// ran or was skipped: a record whose reason is a compensation stands for a forward
+    /// call that never ran before it.
+    ///
+    /// `gid` is checked as [`BranchCall::new`](crate::BranchCall::new) checks it
+    /// (`InvalidInput`).
+    async fn barrier_records(&self, gid: &str) -> Result<Vec<BarrierRecord>>;
+
+    /// Delete the tasks with these ids that are succeeded; returns how many were deleted.
+    /// A listed task in any other status (reset, say, since it was read) is kept. Used by
+    /// retention with an archive callback: list, archive, then delete exactly those.
+    async fn delete_succeeded(&self, ids: &[TaskId]) -> Result<u64>;
+
+    /// Move these order keys along (see [`NewTask::order_key`](crate::NewTask::order_key)):
+    /// for each key with no task in the way (pending, running, or parked and blocking),
+    /// its first waiting task (lowest id) becomes pending, due at the later of its
+    /// `next_run_at` and now. Returns the tasks made pending, so a caller can run them
+    /// ahead.
+    ///
+    /// - Marks do not move keys along: the engine calls this after it records outcomes
+    ///   of tasks with order keys; operators' changes (cancel, delete, reset) do it
+    ///   themselves; the engine's key sweep ([`order_keys`](Self::order_keys)) catches
+    ///   what a crash in between left behind.
+    /// - Idempotent and safe to race: of concurrent releases and enqueues of one key,
+    ///   one at a time holds the key's lock, so never two tasks of a key are pending or
+    ///   running at once.
+    /// - At most [`MAX_BATCH`](crate::limits::MAX_BATCH) valid keys (duplicates count
+    ///   once); `InvalidInput` otherwise, nothing written.
+    async fn release_order_keys(&self, keys: &[String]) -> Result<Vec<TaskId>>;
+
+    /// Up to `limit` (1 to [`MAX_BATCH`](crate::limits::MAX_BATCH)) order keys that have
+    /// tasks not yet done, greater than `after`, in order: the engine's key sweep pages
+    /// through them and releases each page. (Keys are listed from a table of their own,
+    /// so the page costs what it holds.)
+    async fn order_keys(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>>;
+
+    /// Record that an engine with handlers for `event_types` runs (it calls this when it
+    /// starts, and now and then while it runs): the fleet's handled types, so a task of a
+    /// type no engine handles (a typo) can be reported instead of waiting forever. At
+    /// most [`MAX_EVENT_TYPES`](crate::limits::MAX_EVENT_TYPES) valid types;
+    /// `InvalidInput` otherwise, nothing written.
+    async fn register_event_types(&self, event_types: &[String]) -> Result<()>;
+
+    /// The event types some engine has registered (see
+    /// [`register_event_types`](Self::register_event_types)), in order.
+    async fn event_types(&self) -> Result<Vec<EventTypeSeen>>;
+}
+
+/// Conveniences over [`TaskStore`], for every store (including `dyn TaskStore`).
+///
+/// ```
+/// # async fn demo(store: &dyn backstop_core::TaskStore, task: backstop_core::Task) -> backstop_core::Result<()> {
+/// use backstop_core::TaskStoreExt;
+/// if !store.mark_success(task.lease()).await? {
+///     // our lease was lost: the task was recycled and someone else owns it now
+/// }
+/// # Ok(()) }
+/// ```
+#[async_trait]
+pub trait TaskStoreExt: TaskStore {
+    /// Mark one task succeeded; `false` when the lease is stale.
+    async fn mark_success(&self, lease: Lease) -> Result<bool> {
+        first(self.mark(&[Mark::success(lease)]).await?)
+    }
+
+    /// Schedule a retry of one task after `delay` (failed when no attempts are left);
+    /// `false` when the lease is stale.
+    async fn mark_retry(&self, lease: Lease, delay: Duration, error: &str) -> Result<bool> {
+        first(self.mark(&[Mark::retry(lease, delay, error)]).await?)
+    }
+
+    /// Fail one task for good; `false` when the lease is stale.
+    async fn mark_fail(&self, lease: Lease, error: &str) -> Result<bool> {
+        first(self.mark(&[Mark::fail(lease, error)]).await?)
+    }
+
+    /// Give one task back without spending an attempt; `false` when the lease is stale.
+    async fn release(&self, lease: Lease) -> Result<bool> {
+        first(self.mark(&[Mark::release(lease)]).await?)
+    }
+
+    /// This store wrapped by `layer`: `store.layer(TracingLayer::new())` (see
+    /// [`Layer`], [`StoreLayer`]).
+    ///
+    /// ```
+    /// # async fn demo(store: impl backstop_core::TaskStore) {
+    /// use backstop_core::{layers::TracingLayer, TaskStoreExt};
+    /// let traced = store.layer(TracingLayer::new());
+    /// # }
+    /// ```
+    fn layer<L: Layer<Self>>(self, layer: L) -> L::Store
+    where
+        Self: Sized,
+    {
+        layer.layer(self)
+    }
+}
+
+impl<S: TaskStore + ?Sized> TaskStoreExt for S {}
+
+fn first(flags: Vec<bool>) -> Result<bool> {
+    match flags.as_slice() {
+        [flag] => Ok(*flag),
+        other => Err(crate::error::Error::new(
+            crate::error::ErrorKind::Unexpected,
+            "mark",
+            format!("store answered {} flags for one mark", other.len()),
+        )),
+    }
+}
