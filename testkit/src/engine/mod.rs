@@ -77,6 +77,31 @@ where
     }
 }
 
+/// How long a case that drains a thousand tasks or more waits for them. Such a case checks
+/// what ran (order, counts, overlaps), not how fast: its drain takes 8-10 s alone on a
+/// 2-core machine and more beside the rest of the suite, so it gets a margin no loaded
+/// machine reaches. Speed is the benchmarks' job.
+pub(crate) const BULK_PATIENCE: Duration = Duration::from_secs(120);
+
+/// Wait until `n` tasks of the store succeeded, within [`BULK_PATIENCE`]; on a timeout
+/// the panic prints the counts by status, so the lost run says where the tasks stood.
+pub(crate) async fn all_succeed<S: TaskStore>(store: &S, n: u64) {
+    let deadline = Instant::now() + BULK_PATIENCE;
+    loop {
+        let stats = store.stats().await.unwrap();
+        if stats.count(Status::Succeeded) == n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {BULK_PATIENCE:?} waiting for {n} tasks to succeed; counts by \
+             status: {:?}",
+            stats.counts
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 pub(crate) async fn wait_status<S: TaskStore>(store: &S, id: TaskId, status: Status) -> Task {
     let deadline = Instant::now() + PATIENCE;
     loop {

@@ -75,10 +75,7 @@ pub async fn engine_runs_each_order_key_in_order_and_keys_in_parallel<H: Harness
                 .unwrap(),
         );
     }
-    eventually("all 1000 ordered tasks to succeed", || async {
-        ctx.store.stats().await.unwrap().count(Status::Succeeded) == (KEYS * PER_KEY) as u64
-    })
-    .await;
+    all_succeed(&ctx.store, (KEYS * PER_KEY) as u64).await;
     for e in &engines {
         e.shutdown().await;
     }
@@ -107,8 +104,9 @@ pub async fn engine_runs_each_order_key_in_order_and_keys_in_parallel<H: Harness
         .map(|e| e.counters().succeeded as usize)
         .sum();
     assert_eq!(runs, KEYS * PER_KEY);
+    let per_engine: Vec<u64> = engines.iter().map(|e| e.counters().succeeded).collect();
     assert!(
-        engines.iter().all(|e| e.counters().succeeded > 0),
-        "both instances ran tasks"
+        per_engine.iter().all(|&n| n > 0),
+        "both instances ran tasks: {per_engine:?}"
     );
 }

@@ -99,10 +99,7 @@ pub async fn engine_two_instances_run_each_task_exactly_once<H: Harness>(ctx: &C
             .unwrap();
         engines.push(engine);
     }
-    eventually("all 2000 tasks to succeed", || async {
-        ctx.store.stats().await.unwrap().count(Status::Succeeded) == TASKS as u64
-    })
-    .await;
+    all_succeed(&ctx.store, TASKS as u64).await;
     for e in &engines {
         e.shutdown().await;
     }
