@@ -118,7 +118,7 @@ impl backstop_core::driver::EnqueueSql for Names {
 
 #[test]
 fn every_barrier_verdict_is_counted_once_by_op_and_verdict() {
-    use backstop_core::driver::{Answer, BarrierPlan};
+    use backstop_core::driver::{Answer, BarrierPlan, TxPlan};
     use backstop_core::{Barrier, BranchCall, BranchOp};
     let counts = Counts::default();
     metrics::with_local_recorder(&counts, || {
@@ -158,7 +158,7 @@ fn every_barrier_verdict_is_counted_once_by_op_and_verdict() {
             let call = BranchCall::new("g", "b", op).unwrap();
             let mut plan = BarrierPlan::new(&Names, &call);
             let mut answers = answers.into_iter();
-            while plan.next_statement().is_some() {
+            while plan.next_statement().unwrap().is_some() {
                 plan.answer(answers.next().unwrap()).unwrap();
             }
             assert_eq!(plan.finish().unwrap(), want);

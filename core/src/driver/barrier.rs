@@ -25,13 +25,12 @@
 //! cancel is empty and the try hangs. A rolled-back call leaves no row.
 
 use super::statement::{applied, wrong_answer};
-use super::{Answer, BlockingTxConnection, EnqueueSql, EnqueueStep, Statement, TxConnection};
+use super::{Answer, EnqueueSql, EnqueueStep, Statement, TxPlan};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::{Barrier, BranchCall, BranchOp};
 
-/// The statements deciding one call's [`Barrier`], in order, and the verdict: run with
-/// [`run`](Self::run) (or [`run_blocking`](Self::run_blocking)), or step by step with
-/// [`next_statement`](Self::next_statement) and [`answer`](Self::answer).
+/// The statements deciding one call's [`Barrier`], in order, and the verdict: a
+/// [`TxPlan`] whose output is the verdict.
 pub struct BarrierPlan<'a> {
     sql: &'a dyn EnqueueSql,
     call: &'a BranchCall,
@@ -62,9 +61,13 @@ impl<'a> BarrierPlan<'a> {
         };
         BarrierPlan { sql, call, step }
     }
+}
+
+impl<'a> TxPlan for BarrierPlan<'a> {
+    type Output = Barrier;
 
     /// The next statement to run, or `None` when the verdict is known.
-    pub fn next_statement(&self) -> Option<Statement<'a>> {
+    fn next_statement(&mut self) -> Result<Option<Statement<'_>>> {
         let step = match self.step {
             Step::Undone(op) => EnqueueStep::BarrierInsert {
                 call: self.call,
@@ -75,14 +78,14 @@ impl<'a> BarrierPlan<'a> {
                 op: self.call.op(),
             },
             Step::Read => EnqueueStep::BarrierRead(self.call),
-            Step::Done(_) => return None,
+            Step::Done(_) => return Ok(None),
         };
         let params = step.params(self.sql.run_at());
-        Some(self.sql.statement(step, params))
+        Ok(Some(self.sql.statement(step, params)))
     }
 
     /// The answer of the statement [`next_statement`](Self::next_statement) gave last.
-    pub fn answer(&mut self, answer: Answer) -> Result<()> {
+    fn answer(&mut self, answer: Answer) -> Result<()> {
         self.step = match self.step {
             Step::Undone(_) => Step::Own {
                 undone_inserted: applied(&answer, "barrier insert")?,
@@ -116,7 +119,7 @@ impl<'a> BarrierPlan<'a> {
     /// The verdict, once every statement is answered; counted in
     /// `backstop_barrier_total{op, verdict}` (the transaction may still roll back: the
     /// count is of verdicts given).
-    pub fn finish(self) -> Result<Barrier> {
+    fn finish(self) -> Result<Barrier> {
         match self.step {
             Step::Done(verdict) => {
                 metrics::counter!(
@@ -134,27 +137,6 @@ impl<'a> BarrierPlan<'a> {
             )),
         }
     }
-
-    /// Run the plan on `conn`.
-    pub async fn run<C: TxConnection + ?Sized>(mut self, conn: &mut C) -> Result<Barrier> {
-        while let Some(statement) = self.next_statement() {
-            let answer = conn.run(&statement).await?;
-            self.answer(answer)?;
-        }
-        self.finish()
-    }
-
-    /// Run the plan on a blocking driver's `conn`.
-    pub fn run_blocking<C: BlockingTxConnection + ?Sized>(
-        mut self,
-        conn: &mut C,
-    ) -> Result<Barrier> {
-        while let Some(statement) = self.next_statement() {
-            let answer = conn.run(&statement)?;
-            self.answer(answer)?;
-        }
-        self.finish()
-    }
 }
 
 #[cfg(test)]
@@ -168,7 +150,7 @@ mod tests {
         let mut plan = BarrierPlan::new(&Names, &call);
         let mut ran = Vec::new();
         let mut answers = answers.iter().cloned();
-        while let Some(s) = plan.next_statement() {
+        while let Some(s) = plan.next_statement().unwrap() {
             let params: Vec<String> = s.params().iter().map(|v| format!("{v:?}")).collect();
             ran.push(format!("{} {}", s.sql(), params.join(" ")));
             plan.answer(answers.next().expect("an answer per statement"))

@@ -4,8 +4,8 @@ use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 
 use super::statement::{column, row, wrong_answer};
 use super::{
-    insert_params, Answer, BlockingTxConnection, Checked, Dialect, EnqueuePlan, EnqueueSql,
-    EnqueueStep, Inserted, RunAt, Statement, TxConnection, Value,
+    insert_params, Answer, Checked, Dialect, EnqueuePlan, EnqueueSql, EnqueueStep, Inserted, RunAt,
+    Statement, TxPlan, Value,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::{NewTask, Status, TaskId};
@@ -205,10 +205,8 @@ enum Step<'a> {
 }
 
 /// **For backend authors**: a batch enqueue as a sequence of [`Statement`]s, without
-/// I/O, as [`EnqueuePlan`] is for one task: [`next_statement`](Self::next_statement),
-/// [`answer`](Self::answer), until `next` says there is none; then
-/// [`finish`](Self::finish). [`run`](Self::run) and [`run_blocking`](Self::run_blocking)
-/// do this on a connection. All on one transaction, the caller's or the store's.
+/// I/O, as [`EnqueuePlan`] is for one task: a [`TxPlan`] whose output is each task's
+/// [`Inserted`]. All on one transaction, the caller's or the store's.
 ///
 /// The answers are those of the tasks enqueued one by one in the batch's order:
 ///
@@ -280,13 +278,17 @@ impl<'a> EnqueueBatch<'a> {
             step: Step::Idle,
         }
     }
+}
+
+impl<'a> TxPlan for EnqueueBatch<'a> {
+    type Output = Vec<Inserted>;
 
     /// The next statement to run, or `None` when the batch is done.
-    pub fn next_statement(&mut self) -> Result<Option<Statement<'_>>> {
+    fn next_statement(&mut self) -> Result<Option<Statement<'_>>> {
         loop {
             match &mut self.step {
                 Step::Idle => {}
-                Step::Single(i, plan) => match plan.next_statement()? {
+                Step::Single(i, plan) => match plan.next()? {
                     Some(statement) => return Ok(Some(statement)),
                     None => {
                         let i = *i;
@@ -344,7 +346,7 @@ impl<'a> EnqueueBatch<'a> {
     }
 
     /// The answer of the statement [`next_statement`](Self::next_statement) gave last.
-    pub fn answer(&mut self, answer: Answer) -> Result<()> {
+    fn answer(&mut self, answer: Answer) -> Result<()> {
         match std::mem::replace(&mut self.step, Step::Idle) {
             Step::Idle => Err(unanswered()),
             Step::Single(i, mut plan) => {
@@ -398,7 +400,7 @@ impl<'a> EnqueueBatch<'a> {
 
     /// What each task's enqueue did, in the batch's order, once
     /// [`next_statement`](Self::next_statement) said it is done.
-    pub fn finish(self) -> Result<Vec<Inserted>> {
+    fn finish(self) -> Result<Vec<Inserted>> {
         if !matches!(self.step, Step::Idle) {
             return Err(unfinished());
         }
@@ -406,27 +408,6 @@ impl<'a> EnqueueBatch<'a> {
             .into_iter()
             .map(|o| o.ok_or_else(unfinished))
             .collect()
-    }
-
-    /// Run the batch on a blocking driver's `conn`.
-    pub fn run_blocking<C: BlockingTxConnection + ?Sized>(
-        mut self,
-        conn: &mut C,
-    ) -> Result<Vec<Inserted>> {
-        while let Some(statement) = self.next_statement()? {
-            let answer = conn.run(&statement)?;
-            self.answer(answer)?;
-        }
-        self.finish()
-    }
-
-    /// Run the batch on `conn`.
-    pub async fn run<C: TxConnection + ?Sized>(mut self, conn: &mut C) -> Result<Vec<Inserted>> {
-        while let Some(statement) = self.next_statement()? {
-            let answer = conn.run(&statement).await?;
-            self.answer(answer)?;
-        }
-        self.finish()
     }
 }
 

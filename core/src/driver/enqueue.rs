@@ -3,8 +3,8 @@
 
 use super::statement::{applied, column, first_column, locked, row};
 use super::{
-    millis, Answer, BlockingTxConnection, Checked, Dialect, Existing, InsertStep, Inserted,
-    KeyReleasePlan, KeyedInsert, KeysStep, Statement, TxConnection, Value,
+    millis, Answer, Checked, Dialect, Existing, InsertStep, Inserted, KeyReleasePlan, KeyedInsert,
+    KeysStep, Statement, TxPlan, Value,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::{BranchCall, BranchOp, Lease, NewTask, TaskId, WhenParked};
@@ -182,7 +182,7 @@ pub fn insert_params<'a>(task: Checked<&'a NewTask>, status: i16, run_at: RunAt)
 
 /// **For backend authors**: the statements of an enqueue in the backend's SQL, so core
 /// runs the one enqueue protocol ([`KeyedInsert`], [`KeyRelease`](crate::driver::KeyRelease)) on any
-/// [`TxConnection`] ([`Driver::enqueue_sql`](crate::driver::Driver::enqueue_sql)).
+/// [`TxConnection`](super::TxConnection) ([`Driver::enqueue_sql`](crate::driver::Driver::enqueue_sql)).
 ///
 /// Every statement whose [`Returns`](crate::driver::Returns) is `Row` selects only 64-bit integer columns:
 /// [`EnqueueStep::ReadExisting`] `(id, status, age in ms)`, the others the row's id.
@@ -277,10 +277,8 @@ pub trait EnqueueSql: Send + Sync {
     }
 }
 
-/// **For backend authors**: one enqueue as a sequence of [`Statement`]s, without I/O:
-/// take the [`next_statement`](Self::next_statement) statement, run it, [`answer`](Self::answer), until
-/// `next` says there is none; then [`finish`](Self::finish). [`run`](Self::run) does
-/// this on a [`TxConnection`]; a blocking driver loops itself.
+/// **For backend authors**: one enqueue as a sequence of [`Statement`]s, without I/O: a
+/// [`TxPlan`] whose output is what the enqueue did ([`Inserted`]).
 pub struct EnqueuePlan<'a> {
     sql: &'a dyn EnqueueSql,
     task: Checked<&'a NewTask>,
@@ -304,8 +302,9 @@ impl<'a> EnqueuePlan<'a> {
         }
     }
 
-    /// The next statement to run, or `None` when the enqueue is done.
-    pub fn next_statement(&mut self) -> Result<Option<Statement<'a>>> {
+    /// [`TxPlan::next_statement`], its statement borrowing the SQL only (so a plan that
+    /// runs this one inside it can hand it on). The next statement to run, or `None` when the enqueue is done.
+    pub(crate) fn next(&mut self) -> Result<Option<Statement<'a>>> {
         let task = self.task;
         let key = || {
             task.into_inner().order().ok_or_else(|| {
@@ -318,11 +317,15 @@ impl<'a> EnqueuePlan<'a> {
         };
         loop {
             if let Some(release) = &mut self.release {
-                if let Some(statement) = release.next_statement()? {
+                if let Some(statement) = release.next()? {
                     return Ok(Some(statement));
                 }
-                let promoted = release.promoted()?;
-                self.release = None;
+                let promoted = self
+                    .release
+                    .take()
+                    .map(TxPlan::finish)
+                    .transpose()?
+                    .flatten();
                 self.step = self.keyed.promoted(promoted)?;
                 continue;
             }
@@ -348,9 +351,18 @@ impl<'a> EnqueuePlan<'a> {
             return Ok(Some(self.sql.statement(step, params)));
         }
     }
+}
+
+impl<'a> TxPlan for EnqueuePlan<'a> {
+    type Output = Inserted;
+
+    /// The next statement to run, or `None` when the enqueue is done.
+    fn next_statement(&mut self) -> Result<Option<Statement<'_>>> {
+        self.next()
+    }
 
     /// The answer of the statement [`next_statement`](Self::next_statement) gave last.
-    pub fn answer(&mut self, answer: Answer) -> Result<()> {
+    fn answer(&mut self, answer: Answer) -> Result<()> {
         if let Some(release) = &mut self.release {
             return release.answer(answer);
         }
@@ -383,7 +395,7 @@ impl<'a> EnqueuePlan<'a> {
     }
 
     /// What the enqueue did, once [`next_statement`](Self::next_statement) said it is done.
-    pub fn finish(self) -> Result<Inserted> {
+    fn finish(self) -> Result<Inserted> {
         match self.step {
             InsertStep::Done(inserted) if self.release.is_none() => Ok(inserted),
             _ => Err(Error::new(
@@ -392,27 +404,6 @@ impl<'a> EnqueuePlan<'a> {
                 "the enqueue's statements were not all run",
             )),
         }
-    }
-
-    /// Run the plan on a blocking driver's `conn`.
-    pub fn run_blocking<C: BlockingTxConnection + ?Sized>(
-        mut self,
-        conn: &mut C,
-    ) -> Result<Inserted> {
-        while let Some(statement) = self.next_statement()? {
-            let answer = conn.run(&statement)?;
-            self.answer(answer)?;
-        }
-        self.finish()
-    }
-
-    /// Run the plan on `conn`.
-    pub async fn run<C: TxConnection + ?Sized>(mut self, conn: &mut C) -> Result<Inserted> {
-        while let Some(statement) = self.next_statement()? {
-            let answer = conn.run(&statement).await?;
-            self.answer(answer)?;
-        }
-        self.finish()
     }
 }
 

@@ -2,7 +2,9 @@
 //! ([`release_order_keys`](crate::TaskStore::release_order_keys)), and its policy: a
 //! backend supplies only SQL ([`EnqueueSql`]) and a connection.
 
-use super::{BlockingTxConnection, EnqueueSql, KeyReleasePlan, KeysReleasePlan, OwnConnection};
+use super::{
+    BlockingTxConnection, EnqueueSql, KeyReleasePlan, KeysReleasePlan, OwnConnection, TxPlan,
+};
 use crate::error::Result;
 use crate::model::TaskId;
 

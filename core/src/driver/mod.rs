@@ -46,6 +46,7 @@ mod connect;
 mod enqueue;
 mod insert;
 mod keys;
+mod plan;
 mod release;
 mod retry;
 mod rows;
@@ -90,6 +91,7 @@ pub use connect::ConnectFailure;
 pub use enqueue::{insert_params, EnqueuePlan, EnqueueSql, EnqueueStep, RunAt, INSERT_PARAMS};
 pub use insert::{Existing, InsertStep, Inserted, KeyedInsert};
 pub use keys::{release_order_keys, release_order_keys_blocking};
+pub use plan::TxPlan;
 pub use release::{
     KeyRelease, KeyReleasePlan, KeysRelease, KeysReleasePlan, KeysStep, ReleaseStep,
 };
@@ -312,7 +314,7 @@ pub mod prelude {
     };
     pub use super::{
         release_order_keys, release_order_keys_blocking, KeyReleasePlan, KeysReleasePlan,
-        OwnConnection,
+        OwnConnection, TxPlan,
     };
     pub use crate::error::{Error, ErrorKind, Result};
     pub use crate::limits::StoreConfig;

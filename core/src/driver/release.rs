@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use super::statement::{applied, count, first_column, key_ids, keys, locked, row};
-use super::{Answer, BlockingTxConnection, EnqueueSql, EnqueueStep, Statement, TxConnection};
+use super::{Answer, EnqueueSql, EnqueueStep, Statement, TxPlan};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::TaskId;
 
@@ -301,10 +301,9 @@ impl KeysRelease {
 }
 
 /// The release of one order key ([`KeyRelease`]) as statements of a backend's
-/// [`EnqueueSql`] (its per-key steps), without I/O: take the
-/// [`next_statement`](Self::next_statement), run it, [`answer`](Self::answer), until
-/// there is none; then [`promoted`](Self::promoted). Run inside one transaction (the
-/// key's lock is held to its end): an enqueue's, or one of the store's own.
+/// [`EnqueueSql`] (its per-key steps), without I/O: a [`TxPlan`] whose output is the
+/// task made pending. Run inside one transaction (the key's lock is held to its end): an
+/// enqueue's, or one of the store's own.
 pub struct KeyReleasePlan<'a> {
     sql: &'a dyn EnqueueSql,
     key: &'a str,
@@ -325,8 +324,9 @@ impl<'a> KeyReleasePlan<'a> {
         }
     }
 
-    /// The next statement to run, or `None` when the release is done.
-    pub fn next_statement(&mut self) -> Result<Option<Statement<'a>>> {
+    /// [`TxPlan::next_statement`], its statement borrowing the SQL only (so a plan that
+    /// runs this one inside it can hand it on). The next statement to run, or `None` when the release is done.
+    pub(crate) fn next(&mut self) -> Result<Option<Statement<'a>>> {
         let key = self.key;
         let step = match self.step {
             ReleaseStep::LockKey => EnqueueStep::LockKey(key),
@@ -339,9 +339,18 @@ impl<'a> KeyReleasePlan<'a> {
         let params = step.params(self.sql.run_at());
         Ok(Some(self.sql.statement(step, params)))
     }
+}
+
+impl<'a> TxPlan for KeyReleasePlan<'a> {
+    type Output = Option<TaskId>;
+
+    /// The next statement to run, or `None` when the release is done.
+    fn next_statement(&mut self) -> Result<Option<Statement<'_>>> {
+        self.next()
+    }
 
     /// The answer of the statement [`next_statement`](Self::next_statement) gave last.
-    pub fn answer(&mut self, answer: Answer) -> Result<()> {
+    fn answer(&mut self, answer: Answer) -> Result<()> {
         let release = &mut self.release;
         self.step = match self.step {
             ReleaseStep::LockKey => release.locked(locked(&answer)?)?,
@@ -356,32 +365,11 @@ impl<'a> KeyReleasePlan<'a> {
 
     /// The task made pending, once [`next_statement`](Self::next_statement) said the
     /// release is done.
-    pub fn promoted(&self) -> Result<Option<TaskId>> {
+    fn finish(self) -> Result<Option<TaskId>> {
         match self.step {
             ReleaseStep::Done(promoted) => Ok(promoted),
             _ => Err(unfinished()),
         }
-    }
-
-    /// Run the release on `conn`; the task made pending.
-    pub async fn run<C: TxConnection + ?Sized>(mut self, conn: &mut C) -> Result<Option<TaskId>> {
-        while let Some(statement) = self.next_statement()? {
-            let answer = conn.run(&statement).await?;
-            self.answer(answer)?;
-        }
-        self.promoted()
-    }
-
-    /// Run the release on a blocking driver's `conn`.
-    pub fn run_blocking<C: BlockingTxConnection + ?Sized>(
-        mut self,
-        conn: &mut C,
-    ) -> Result<Option<TaskId>> {
-        while let Some(statement) = self.next_statement()? {
-            let answer = conn.run(&statement)?;
-            self.answer(answer)?;
-        }
-        self.promoted()
     }
 }
 
@@ -402,9 +390,13 @@ impl<'a> KeysReleasePlan<'a> {
         let step = release.first();
         KeysReleasePlan { sql, release, step }
     }
+}
+
+impl<'a> TxPlan for KeysReleasePlan<'a> {
+    type Output = KeysRelease;
 
     /// The next statement to run, or `None` when the release is done.
-    pub fn next_statement(&mut self) -> Result<Option<Statement<'_>>> {
+    fn next_statement(&mut self) -> Result<Option<Statement<'_>>> {
         if let KeysStep::LockKeys(keys) = &self.step {
             if self.sql.keys_insert_locks() {
                 // the upsert that inserted the keys holds their locks: every key found
@@ -428,7 +420,7 @@ impl<'a> KeysReleasePlan<'a> {
     }
 
     /// The answer of the statement [`next_statement`](Self::next_statement) gave last.
-    pub fn answer(&mut self, answer: Answer) -> Result<()> {
+    fn answer(&mut self, answer: Answer) -> Result<()> {
         let release = &mut self.release;
         self.step = match &self.step {
             KeysStep::InsertKeys(_) => release.inserted(),
@@ -444,20 +436,11 @@ impl<'a> KeysReleasePlan<'a> {
 
     /// The release as it ended (the tasks made pending, the keys left over), once
     /// [`next_statement`](Self::next_statement) said it is done.
-    pub fn finish(self) -> Result<KeysRelease> {
+    fn finish(self) -> Result<KeysRelease> {
         match self.step {
             KeysStep::Done => Ok(self.release),
             _ => Err(unfinished()),
         }
-    }
-
-    /// Run the release on `conn`.
-    pub async fn run<C: TxConnection + ?Sized>(mut self, conn: &mut C) -> Result<KeysRelease> {
-        while let Some(statement) = self.next_statement()? {
-            let answer = conn.run(&statement).await?;
-            self.answer(answer)?;
-        }
-        self.finish()
     }
 }
 

@@ -9,7 +9,7 @@ use super::checks::{check_task, check_tasks, enqueued, enqueued_all};
 use super::statement::applied;
 use super::{
     Answer, Backend, BlockingTxConnection, Checked, Dialect, EnqueueBatch, EnqueuePlan, EnqueueSql,
-    EnqueueStep, Inserted, Statement, TxConnection,
+    EnqueueStep, Inserted, Statement, TxConnection, TxPlan,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::limits::StoreConfig;
