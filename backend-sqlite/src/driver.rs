@@ -81,6 +81,33 @@ impl SqliteDriver {
         }
     }
 
+    /// [`write`](Self::write) for a protocol of core's that answers with a backstop
+    /// error (a plan run on [`OnConn`]): when `f` fails, its writes are rolled back,
+    /// never committed half done.
+    pub(crate) async fn write_plan<T, F>(&self, op: &'static str, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Sql, &Connection) -> Result<T> + Send + 'static,
+    {
+        let sql = Arc::clone(&self.sql);
+        match &self.writer {
+            Some(w) => w.write(op, self.settings, move |conn| f(&sql, conn)).await,
+            None => {
+                self.pool
+                    .run(op, move |conn| {
+                        let tx = conn
+                            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                            .map_err(|e| db_err(op, e))?;
+                        // dropped on an error: rolled back
+                        let out = f(&sql, &tx)?;
+                        tx.commit().map_err(|e| db_err(op, e))?;
+                        Ok(out)
+                    })
+                    .await
+            }
+        }
+    }
+
     /// Run `f` where this store's writes run: on the file's writer thread (after the
     /// writes queued before it), or on the pool when writers are not queued.
     pub(crate) async fn on_writer<T, F>(&self, op: &'static str, f: F) -> Result<T>
@@ -164,18 +191,18 @@ impl Driver for SqliteDriver {
 
     async fn enqueue(&self, task: Checked<&NewTask>) -> Result<Inserted> {
         let task = task.cloned();
-        self.write("enqueue", move |sql, tx, _| {
-            Ok(EnqueuePlan::new(sql, task.as_ref()).run_blocking(&mut OnConn(tx)))
+        self.write_plan("enqueue", move |sql, tx| {
+            EnqueuePlan::new(sql, task.as_ref()).run_blocking(&mut OnConn(tx))
         })
-        .await?
+        .await
     }
 
     async fn enqueue_many(&self, tasks: Checked<&[NewTask]>) -> Result<Vec<Inserted>> {
         let tasks = tasks.cloned_vec();
-        self.write("enqueue_many", move |sql, tx, _| {
-            Ok(EnqueueBatch::new(sql, tasks.as_slice()).run_blocking(&mut OnConn(tx)))
+        self.write_plan("enqueue_many", move |sql, tx| {
+            EnqueueBatch::new(sql, tasks.as_slice()).run_blocking(&mut OnConn(tx))
         })
-        .await?
+        .await
     }
 
     async fn claim_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<RawTask>> {
@@ -450,10 +477,10 @@ impl Driver for SqliteDriver {
     async fn release_order_keys(&self, keys: Checked<&[String]>) -> Result<Vec<TaskId>> {
         // every key in one write transaction, which is the keys' lock (one writer)
         let keys = keys.to_vec();
-        self.write("release_order_keys", move |sql, tx, _| {
-            Ok(release_order_keys_blocking(sql, &mut OnConn(tx), &keys))
+        self.write_plan("release_order_keys", move |sql, tx| {
+            release_order_keys_blocking(sql, &mut OnConn(tx), &keys)
         })
-        .await?
+        .await
     }
 
     async fn register_event_types(&self, event_types: Checked<&[String]>) -> Result<()> {
