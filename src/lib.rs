@@ -66,6 +66,11 @@ pub use backstop_core::tx;
 pub use backstop_core::{BlockingTxConnection, Transactional, TxConnection};
 // The participant barrier: saga steps and TCC branches delivered twice, early or late.
 pub use backstop_core::{Barrier, BarrierRecord, BranchCall, BranchOp};
+// Sagas: definitions, their start in the caller's transaction, their state rows.
+pub use backstop_core::{
+    Saga, SagaDef, SagaDefBuilder, SagaId, SagaStart, SagaStarted, SagaStatus, SagaStep, StepPhase,
+    StepTask,
+};
 // Wake-ups across processes, and the consumer's inbox.
 pub use backstop_core::{Inbox, Message, Notifier, Processed, Wake, Wakes};
 // Periodic tasks.

@@ -716,6 +716,25 @@ impl Driver for MySqlDriver {
             .collect()
     }
 
+    async fn start_saga(&self, start: Checked<&SagaStart>) -> Result<SagaStarted> {
+        let mut conn = self.pool.acquire().await.map_err(my_err)?;
+        let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(my_err)?;
+        let started = SagaStartPlan::new(self, start).run(&mut *tx).await?;
+        tx.commit().await.map_err(my_err)?;
+        Ok(started)
+    }
+
+    async fn saga(&self, name: Checked<&str>, key: Checked<&str>) -> Result<Option<RawSaga>> {
+        sqlx::query(safe(&self.sql.saga_get))
+            .bind(*name)
+            .bind(*key)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(my_err)?
+            .map(|r| RawSaga::read(&Cols(&r)).map_err(my_err))
+            .transpose()
+    }
+
     async fn delete_succeeded(&self, ids: Checked<&[TaskId]>) -> Result<u64> {
         let text = self.sql.delete_succeeded(bucket(ids.len()));
         let mut q = sqlx::query(safe(&text));

@@ -33,6 +33,8 @@ impl EnqueueSql for MySqlDriver {
             EnqueueStep::Claim { .. } => (&sql.claim_in, Returns::RowsAffected),
             EnqueueStep::BarrierInsert { .. } => (&sql.barrier_insert, Returns::RowsAffected),
             EnqueueStep::BarrierRead(_) => (&sql.barrier_read, Returns::Row),
+            EnqueueStep::SagaInsert(_) => (&sql.saga_insert, Returns::RowsAffected),
+            EnqueueStep::SagaRead(_) => (&sql.saga_read, Returns::Row),
         };
         Statement::new(text, params, returns)
     }

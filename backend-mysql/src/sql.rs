@@ -6,7 +6,7 @@
 
 use backstop_core::driver::schema::{self, version_table, MigrationFile, SchemaSql};
 use backstop_core::driver::InsertTexts;
-use backstop_core::driver::{AUDIT_COLUMNS, BARRIER_COLUMNS, COLUMNS};
+use backstop_core::driver::{AUDIT_COLUMNS, BARRIER_COLUMNS, COLUMNS, SAGA_COLUMNS};
 use backstop_core::limits::is_event_type_char;
 use backstop_core::limits::MAX_BATCH;
 
@@ -57,6 +57,12 @@ pub(crate) struct Sql {
     pub purge_barrier: String,
     /// One global transaction's barrier records, oldest first.
     pub barrier_records: String,
+    /// A saga's state row, skipped when its name and key exist (`EnqueueStep::SagaInsert`).
+    pub saga_insert: String,
+    /// A saga's id and status code by name and key (`EnqueueStep::SagaRead`).
+    pub saga_read: String,
+    /// A saga's state row by name and key (`SAGA_COLUMNS`).
+    pub saga_get: String,
     /// event type: upsert into the handlers table.
     pub types_register: String,
     /// The handlers table.
@@ -130,6 +136,7 @@ impl Sql {
                 order_block, timeout_ms";
         let th = format!("`{table}_handlers`");
         let tb = format!("`{table}_barrier`");
+        let ts = format!("`{table}_saga`");
         let fenced = "WHERE id = ? AND status = 3 AND lease = ?";
         Sql {
             table: t.clone(),
@@ -159,6 +166,7 @@ impl Sql {
                     ("keys", tk.clone()),
                     ("handlers", th.clone()),
                     ("barrier", tb.clone()),
+                    ("saga", ts.clone()),
                     ("table", table.to_owned()),
                 ],
             },
@@ -328,6 +336,18 @@ impl Sql {
                 "SELECT {BARRIER_COLUMNS} FROM {tb} WHERE gid = ?
                  ORDER BY created_at, branch_id, op LIMIT {MAX_BATCH}"
             ),
+            saga_insert: format!(
+                "INSERT IGNORE INTO {ts} (name, saga_key, status, grp, input, version,
+                    created_at, updated_at)
+                 VALUES (?, ?, 0, 0, ?, 0, NOW(3), NOW(3))"
+            ),
+            // a locking read: the row a racing start committed after this transaction's
+            // snapshot is what its insert just found
+            saga_read: format!(
+                "SELECT id, CAST(status AS SIGNED) FROM {ts} WHERE name = ? AND saga_key = ?
+                 LOCK IN SHARE MODE"
+            ),
+            saga_get: format!("SELECT {SAGA_COLUMNS} FROM {ts} WHERE name = ? AND saga_key = ?"),
             purge_barrier: format!(
                 "DELETE FROM {tb} WHERE created_at < NOW(3) - INTERVAL ? MICROSECOND
                  ORDER BY created_at LIMIT ?"

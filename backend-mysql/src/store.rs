@@ -229,6 +229,27 @@ impl MySqlStore {
     ) -> Result<Barrier> {
         self.barrier_in(conn, call).await
     }
+
+    /// Start a saga on the caller's transaction, with the business writes that call for
+    /// it (see [`Transactional::start_in`]): the saga commits with them, or not at all.
+    ///
+    /// ```no_run
+    /// # async fn demo(store: backstop_mysql::MySqlStore) -> Result<(), Box<dyn std::error::Error>> {
+    /// use backstop_core::{SagaDef, SagaStep};
+    /// let def = SagaDef::builder("order").step(SagaStep::new("pay")).build()?;
+    /// let mut tx = store.pool().begin().await?;
+    /// sqlx::query("INSERT INTO orders (id) VALUES (42)").execute(&mut *tx).await?;
+    /// store.start_saga_tx(&mut tx, &def.start("order-42", &42)?).await?;
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn start_saga_tx(
+        &self,
+        conn: &mut MySqlConnection,
+        start: &SagaStart,
+    ) -> Result<SagaStarted> {
+        self.start_in(conn, start).await
+    }
 }
 
 impl Backend for MySqlStore {

@@ -276,6 +276,9 @@ impl Harness for MySqlHarness {
                 TxTasks::Barrier(call, slot) => {
                     TxTasks::barrier_answer(slot, store.barrier_tx(&mut tx, call).await?)
                 }
+                TxTasks::Saga(start, slot) => {
+                    TxTasks::saga_answer(slot, store.start_saga_tx(&mut tx, start).await?)
+                }
             },
             TxPath::Sqlx => tasks.enqueue_in(store, &mut *tx).await?,
             TxPath::Statements => tasks.enqueue_in(store, &mut AppConn(&mut tx)).await?,

@@ -420,6 +420,24 @@ impl Driver for PgDriver {
             .collect()
     }
 
+    async fn start_saga(&self, start: Checked<&SagaStart>) -> Result<SagaStarted> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let started = SagaStartPlan::new(self, start)
+            .run(&mut OnClient(&tx, self.prepared()))
+            .await?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok(started)
+    }
+
+    async fn saga(&self, name: Checked<&str>, key: Checked<&str>) -> Result<Option<RawSaga>> {
+        self.query(&self.sql.saga_get, &[&*name, &*key])
+            .await?
+            .first()
+            .map(|r| RawSaga::read(&Cols(r)))
+            .transpose()
+    }
+
     async fn delete_succeeded(&self, ids: Checked<&[TaskId]>) -> Result<u64> {
         self.execute(&self.sql.delete_succeeded, &[&*ids]).await
     }

@@ -34,6 +34,8 @@ impl EnqueueSql for PgDriver {
             EnqueueStep::Claim { .. } => &sql.claim_in,
             EnqueueStep::BarrierInsert { .. } => &sql.barrier_insert,
             EnqueueStep::BarrierRead(_) => &sql.barrier_read,
+            EnqueueStep::SagaInsert(_) => &sql.saga_insert,
+            EnqueueStep::SagaRead(_) => &sql.saga_read,
         };
         Statement::new(text, params, Returns::Row)
     }

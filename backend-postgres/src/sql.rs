@@ -10,7 +10,7 @@
 //! out of reach; the batch's ids drive the join through the primary key.
 
 use backstop_core::driver::schema::{self, version_table, MigrationFile, SchemaSql};
-use backstop_core::driver::{AUDIT_COLUMNS, BARRIER_COLUMNS, COLUMNS};
+use backstop_core::driver::{AUDIT_COLUMNS, BARRIER_COLUMNS, COLUMNS, SAGA_COLUMNS};
 use backstop_core::limits::MAX_BATCH;
 
 /// `COLUMNS` qualified by the table alias `t`.
@@ -107,6 +107,12 @@ pub(crate) struct Sql {
     pub purge_barrier: String,
     /// One global transaction's barrier records, oldest first.
     pub barrier_records: String,
+    /// A saga's state row, skipped when its name and key exist (`EnqueueStep::SagaInsert`).
+    pub saga_insert: String,
+    /// A saga's id and status code by name and key (`EnqueueStep::SagaRead`).
+    pub saga_read: String,
+    /// A saga's state row by name and key (`SAGA_COLUMNS`).
+    pub saga_get: String,
     /// $1 event types: upsert into the handlers table.
     pub types_register: String,
     /// The handlers table.
@@ -184,6 +190,7 @@ impl Sql {
         let tk = format!("\"{schema}\".\"{table}_keys\"");
         let th = format!("\"{schema}\".\"{table}_handlers\"");
         let tb = format!("\"{schema}\".\"{table}_barrier\"");
+        let ts = format!("\"{schema}\".\"{table}_saga\"");
         let tc = t_columns();
         // core's insert_params: $1 event_type $2 biz_key $3 payload $4 max_attempts
         // $5 strategy $6 interval_ms $7 max_interval_ms $8 delay_ms $9 run_at (NULL: use
@@ -251,6 +258,7 @@ impl Sql {
                     ("keys", tk.clone()),
                     ("handlers", th.clone()),
                     ("barrier", tb.clone()),
+                    ("saga", ts.clone()),
                     ("table", table.to_owned()),
                     ("schema", schema.to_owned()),
                 ],
@@ -570,6 +578,18 @@ impl Sql {
             barrier_records: format!(
                 "SELECT {BARRIER_COLUMNS} FROM {tb} WHERE gid = $1
                  ORDER BY created_at, branch_id, op LIMIT {MAX_BATCH}"
+            ),
+            saga_insert: format!(
+                "INSERT INTO {ts} (name, saga_key, status, grp, input, version, created_at,
+                    updated_at)
+                 VALUES ($1, $2, 0, 0, $3, 0, now(), now())
+                 ON CONFLICT (name, saga_key) DO NOTHING RETURNING 1::bigint"
+            ),
+            saga_read: format!(
+                "SELECT id, status::bigint FROM {ts} WHERE name = $1 AND saga_key = $2"
+            ),
+            saga_get: format!(
+                "SELECT {SAGA_COLUMNS} FROM {ts} WHERE name = $1 AND saga_key = $2"
             ),
             purge_barrier: format!(
                 "WITH old AS MATERIALIZED (

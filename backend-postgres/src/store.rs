@@ -259,6 +259,28 @@ impl PgStore {
         let prepared = self.inner.prepared();
         self.barrier_in(&mut OnClient(client, prepared), call).await
     }
+
+    /// Start a saga on the caller's transaction, with the business writes that call for
+    /// it (see [`Transactional::start_in`]): the saga commits with them, or not at all.
+    ///
+    /// ```no_run
+    /// # async fn demo(store: backstop_postgres::PgStore) -> Result<(), Box<dyn std::error::Error>> {
+    /// use backstop_core::{SagaDef, SagaStep};
+    /// let def = SagaDef::builder("order").step(SagaStep::new("pay")).build()?;
+    /// let mut client = store.client().await?;
+    /// let tx = client.transaction().await?;
+    /// tx.execute("INSERT INTO orders (id) VALUES (42)", &[]).await?;
+    /// store.start_saga_tx(&tx, &def.start("order-42", &42)?).await?;
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn start_saga_tx<C>(&self, client: &C, start: &SagaStart) -> Result<SagaStarted>
+    where
+        C: PgExecutor + ?Sized,
+    {
+        let prepared = self.inner.prepared();
+        self.start_in(&mut OnClient(client, prepared), start).await
+    }
 }
 
 impl Backend for PgStore {

@@ -271,6 +271,9 @@ impl Harness for PgHarness {
                     TxTasks::Barrier(call, slot) => {
                         TxTasks::barrier_answer(slot, store.barrier_tx(&tx, call).await?)
                     }
+                    TxTasks::Saga(start, slot) => {
+                        TxTasks::saga_answer(slot, store.start_saga_tx(&tx, start).await?)
+                    }
                 };
                 if commit {
                     tx.commit().await.expect("commit");

@@ -461,6 +461,25 @@ impl Driver for SqliteDriver {
         .await
     }
 
+    async fn start_saga(&self, start: Checked<&SagaStart>) -> Result<SagaStarted> {
+        let start = start.cloned();
+        self.write_plan("start_saga", move |sql, tx| {
+            SagaStartPlan::new(sql, start.as_ref()).run_blocking(&mut OnConn(tx))
+        })
+        .await
+    }
+
+    async fn saga(&self, name: Checked<&str>, key: Checked<&str>) -> Result<Option<RawSaga>> {
+        let (name, key) = ((*name).to_owned(), (*key).to_owned());
+        self.read("saga", move |sql, conn, _| {
+            conn.prepare_cached(&sql.saga_get)?
+                .query_map(params![name, key], |r| RawSaga::read(&Cols(r)))?
+                .next()
+                .transpose()
+        })
+        .await
+    }
+
     async fn delete_succeeded(&self, ids: Checked<&[TaskId]>) -> Result<u64> {
         let ids = ids.to_vec();
         self.write("delete_succeeded", move |sql, tx, _| {

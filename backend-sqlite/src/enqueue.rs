@@ -38,6 +38,8 @@ impl EnqueueSql for Sql {
                 (&self.barrier_insert, Returns::RowsAffected, true)
             }
             EnqueueStep::BarrierRead(_) => (&self.barrier_read, Returns::Row, false),
+            EnqueueStep::SagaInsert(_) => (&self.saga_insert, Returns::RowsAffected, true),
+            EnqueueStep::SagaRead(_) => (&self.saga_read, Returns::Row, false),
         };
         if clock {
             params.push(Value::BigInt(Some(now_ms())));

@@ -13,7 +13,7 @@
 
 use backstop_core::driver::schema::{self, version_table, MigrationFile, SchemaSql};
 use backstop_core::driver::{values_rows, Dialect, InsertTexts, INSERT_PARAMS};
-use backstop_core::driver::{AUDIT_COLUMNS, BARRIER_COLUMNS, COLUMNS};
+use backstop_core::driver::{AUDIT_COLUMNS, BARRIER_COLUMNS, COLUMNS, SAGA_COLUMNS};
 use backstop_core::limits::MAX_BATCH;
 
 /// How a list statement spells what differs (see `list_sql`); an age is bound as its
@@ -80,6 +80,12 @@ pub(crate) struct Sql {
     pub purge_barrier: String,
     /// One global transaction's barrier records, oldest first.
     pub barrier_records: String,
+    /// A saga's state row, skipped when its name and key exist (`EnqueueStep::SagaInsert`).
+    pub saga_insert: String,
+    /// A saga's id and status code by name and key (`EnqueueStep::SagaRead`).
+    pub saga_read: String,
+    /// A saga's state row by name and key (`SAGA_COLUMNS`).
+    pub saga_get: String,
     pub recycle_dead: String,
     pub heartbeat: String,
     pub mark_success: String,
@@ -140,6 +146,7 @@ impl Sql {
         let tk = format!("\"{table}_keys\"");
         let th = format!("\"{table}_handlers\"");
         let tb = format!("\"{table}_barrier\"");
+        let ts = format!("\"{table}_saga\"");
         // Every change to a running task is fenced by id, status and lease.
         let fenced = "WHERE id = ?2 AND status = 3 AND lease = ?3";
         let insert_into = format!(
@@ -176,6 +183,7 @@ impl Sql {
                     ("keys", tk.clone()),
                     ("handlers", th.clone()),
                     ("barrier", tb.clone()),
+                    ("saga", ts.clone()),
                     ("table", table.to_owned()),
                 ],
             },
@@ -342,6 +350,16 @@ impl Sql {
             barrier_records: format!(
                 "SELECT {BARRIER_COLUMNS} FROM {tb} WHERE gid = ?1
                  ORDER BY created_at, branch_id, op LIMIT {MAX_BATCH}"
+            ),
+            saga_insert: format!(
+                "INSERT INTO {ts} (name, saga_key, status, grp, input, version, created_at,
+                    updated_at)
+                 VALUES (?1, ?2, 0, 0, ?3, 0, ?4, ?4)
+                 ON CONFLICT (name, saga_key) DO NOTHING"
+            ),
+            saga_read: format!("SELECT id, status FROM {ts} WHERE name = ?1 AND saga_key = ?2"),
+            saga_get: format!(
+                "SELECT {SAGA_COLUMNS} FROM {ts} WHERE name = ?1 AND saga_key = ?2"
             ),
             purge_barrier: format!(
                 "DELETE FROM {tb} WHERE (gid, branch_id, op) IN (

@@ -306,6 +306,28 @@ impl SqliteTx<'_> {
     pub fn barrier(&self, call: &BranchCall) -> Result<Barrier> {
         self.store.barrier_blocking(&mut OnConn(self.tx), call)
     }
+
+    /// Start a saga in this transaction, with the business writes that call for it (see
+    /// [`Transactional::start_in`](backstop_core::Transactional::start_in)): the saga
+    /// commits with them, or not at all.
+    ///
+    /// ```no_run
+    /// # async fn demo(store: backstop_sqlite::SqliteStore) -> backstop_core::Result<()> {
+    /// use backstop_core::{SagaDef, SagaStep};
+    /// let def = SagaDef::builder("order").step(SagaStep::new("pay")).build()?;
+    /// let start = def.start("order-42", &42)?;
+    /// store
+    ///     .transaction(move |tx| {
+    ///         // insert the order on `tx`, then:
+    ///         tx.start_saga(&start)?;
+    ///         Ok(())
+    ///     })
+    ///     .await
+    /// # }
+    /// ```
+    pub fn start_saga(&self, start: &SagaStart) -> Result<SagaStarted> {
+        self.store.start_blocking(&mut OnConn(self.tx), start)
+    }
 }
 
 impl<'a> std::ops::Deref for SqliteTx<'a> {

@@ -172,6 +172,9 @@ impl Harness for SqliteHarness {
                             TxTasks::Barrier(call, slot) => {
                                 TxTasks::barrier_answer(slot, tx.barrier(call)?)
                             }
+                            TxTasks::Saga(start, slot) => {
+                                TxTasks::saga_answer(slot, tx.start_saga(start)?)
+                            }
                         };
                         if !commit {
                             tx.rollback();

@@ -36,8 +36,9 @@ pub use kind::{register_kind, TaskKind};
 pub use limits::StoreConfig;
 pub use model::{
     Audit, AuditEntry, Backoff, Barrier, BarrierRecord, BranchCall, BranchOp, Dedup, Enqueued,
-    EventTypeSeen, Lease, Mark, MarkAction, NewTask, Owner, Priority, Recycled, RetryPolicy, Stats,
-    Status, StatusCount, Task, TaskFilter, TaskId, Throughput, WhenParked,
+    EventTypeSeen, Lease, Mark, MarkAction, NewTask, Owner, Priority, Recycled, RetryPolicy, Saga,
+    SagaDef, SagaDefBuilder, SagaId, SagaStart, SagaStarted, SagaStatus, SagaStep, Stats, Status,
+    StatusCount, StepPhase, StepTask, Task, TaskFilter, TaskId, Throughput, WhenParked,
 };
 pub use notify::{Notifier, Wake, Wakes};
 pub use schedule::{Missed, Periodic, Schedule};

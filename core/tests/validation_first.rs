@@ -11,16 +11,18 @@ use std::time::Duration;
 
 use backstop_core::driver::{
     AgedBatch, Backend, Buckets, Change, Checked, Claim, Driver, EnqueueSql, EnqueueStep, Inserted,
-    RawAudit, RawBarrier, RawStats, RawTask,
+    RawAudit, RawBarrier, RawSaga, RawStats, RawTask,
 };
 use backstop_core::limits::{
     MAX_BATCH, MAX_BRANCH_ID_BYTES, MAX_ENQUEUE_MANY, MAX_ERROR_BYTES, MAX_EVENT_TYPES,
     MAX_EVENT_TYPE_BYTES, MAX_INTERVAL, MAX_LEASES, MAX_OPERATOR_BYTES, MAX_REASON_BYTES,
+    MAX_SAGA_KEY_BYTES,
 };
 use backstop_core::tx::{Answer, Dialect, Returns, Statement};
 use backstop_core::{
     async_trait, Audit, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner, Recycled, Result,
-    RetryPolicy, Status, StoreConfig, TaskFilter, TaskId, TaskStore,
+    RetryPolicy, SagaDef, SagaStart, SagaStarted, SagaStep, Status, StoreConfig, TaskFilter,
+    TaskId, TaskStore,
 };
 use backstop_core::{Transactional, TxConnection};
 
@@ -260,6 +262,20 @@ impl Driver for Tripwire {
         );
         Ok(Vec::new())
     }
+    async fn start_saga(&self, start: Checked<&SagaStart>) -> Result<SagaStarted> {
+        self.called();
+        panic!(
+            "a start within limits never reaches this driver: {}",
+            start.key()
+        )
+    }
+
+    async fn saga(&self, name: Checked<&str>, key: Checked<&str>) -> Result<Option<RawSaga>> {
+        self.called();
+        assert!(!name.is_empty() && !key.is_empty() && key.len() <= MAX_SAGA_KEY_BYTES);
+        Ok(None)
+    }
+
     async fn delete_succeeded(&self, ids: Checked<&[TaskId]>) -> Result<u64> {
         self.called();
         assert!((1..=MAX_BATCH).contains(&ids.len()));
@@ -465,6 +481,24 @@ async fn invalid_input_reaches_no_driver() {
     }
     refused(s.purge_succeeded(too_old, 1).await, "purge_succeeded");
     refused(s.purge_barrier(too_old, 1).await, "purge_barrier");
+    let def = SagaDef::builder("order")
+        .step(SagaStep::new("pay"))
+        .build()
+        .unwrap();
+    let huge = def.start("k", &"x".repeat(64 * 1024)).unwrap();
+    refused(s.start_saga(&huge).await, "start_saga");
+    refused(s.start_in(&mut Conn(0), &huge).await, "start_saga");
+    for (name, key) in [
+        ("", "k"),
+        ("a b", "k"),
+        ("order", ""),
+        (
+            "order", "k
+",
+        ),
+    ] {
+        refused(s.saga(name, key).await, "saga");
+    }
     for gid in ["", "g\n", &"g".repeat(MAX_BRANCH_ID_BYTES + 1)] {
         refused(s.barrier_records(gid).await, "barrier_records");
     }

@@ -397,6 +397,30 @@ impl<H: Harness> Ctx<H> {
         Ok(verdict.unwrap_or_else(|| panic!("{path}: the barrier did not run")))
     }
 
+    /// A saga started along `path` on a transaction with a business row keyed `biz_row`,
+    /// committed or rolled back: what the start did.
+    pub async fn start_saga_via(
+        &self,
+        path: TxPath,
+        biz_row: &str,
+        start: backstop_core::SagaStart,
+        commit: bool,
+    ) -> backstop_core::Result<backstop_core::SagaStarted> {
+        let slot = SagaSlot::default();
+        self.harness
+            .enqueue_with_business_row(
+                &self.db,
+                &self.store,
+                biz_row,
+                TxTasks::Saga(start, slot.clone()),
+                commit,
+                path,
+            )
+            .await?;
+        let started = *slot.lock().unwrap();
+        Ok(started.unwrap_or_else(|| panic!("{path}: the start did not run")))
+    }
+
     /// One task enqueued along `path` with a business row keyed `biz_row`, then claimed on
     /// the same transaction by `claim`; committed or rolled back.
     pub async fn enqueue_claimed_in_tx_via(
@@ -465,16 +489,31 @@ pub enum TxTasks {
     /// `SqliteTx::barrier`, `MySqlStore::barrier_tx`), written into the slot. Answers no
     /// [`Enqueued`].
     Barrier(backstop_core::BranchCall, BarrierSlot),
+    /// A saga started on the transaction (`start_in`, `start_blocking`; on the native
+    /// path `PgStore::start_saga_tx`, `SqliteTx::start_saga`, `MySqlStore::start_saga_tx`),
+    /// what the start did written into the slot. Answers no [`Enqueued`] (its first
+    /// group's tasks are read back from the store).
+    Saga(backstop_core::SagaStart, SagaSlot),
 }
 
 /// Where [`TxTasks::Barrier`] leaves the barrier's verdict.
 pub type BarrierSlot = Arc<std::sync::Mutex<Option<backstop_core::Barrier>>>;
+
+/// Where [`TxTasks::Saga`] leaves what the start did.
+pub type SagaSlot = Arc<std::sync::Mutex<Option<backstop_core::SagaStarted>>>;
 
 impl TxTasks {
     /// Record the barrier's `verdict` of a [`TxTasks::Barrier`] (for a harness's native
     /// path); an empty answer, as the barrier enqueues nothing.
     pub fn barrier_answer(slot: &BarrierSlot, verdict: backstop_core::Barrier) -> Vec<Enqueued> {
         *slot.lock().unwrap() = Some(verdict);
+        Vec::new()
+    }
+
+    /// Record what a [`TxTasks::Saga`] start did (for a harness's native path); an empty
+    /// answer.
+    pub fn saga_answer(slot: &SagaSlot, started: backstop_core::SagaStarted) -> Vec<Enqueued> {
+        *slot.lock().unwrap() = Some(started);
         Vec::new()
     }
 }
@@ -632,6 +671,10 @@ impl TxTasks {
                 let verdict = store.barrier_in(conn, call).await?;
                 Ok(TxTasks::barrier_answer(slot, verdict))
             }
+            TxTasks::Saga(start, slot) => {
+                let started = store.start_in(conn, start).await?;
+                Ok(TxTasks::saga_answer(slot, started))
+            }
         }
     }
 
@@ -657,6 +700,10 @@ impl TxTasks {
             TxTasks::Barrier(call, slot) => {
                 let verdict = store.barrier_blocking(conn, call)?;
                 Ok(TxTasks::barrier_answer(slot, verdict))
+            }
+            TxTasks::Saga(start, slot) => {
+                let started = store.start_blocking(conn, start)?;
+                Ok(TxTasks::saga_answer(slot, started))
             }
         }
     }

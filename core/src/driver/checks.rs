@@ -135,3 +135,28 @@ pub(crate) fn check_marks(operation: &'static str, marks: &[Mark]) -> Result<()>
     }
     Ok(())
 }
+
+/// A saga start checked against the store's limits: its input as a payload is (at most
+/// `max_payload_bytes`), and each task of its first group as `enqueue` checks it. The
+/// definition and key were checked when it was made ([`SagaDef::start`](crate::SagaDef::start)).
+pub(crate) fn check_start<'s>(
+    config: &StoreConfig,
+    start: &'s crate::model::SagaStart,
+) -> Result<Checked<&'s crate::model::SagaStart>> {
+    const OP: &str = "start_saga";
+    if start.input().len() > config.max_payload_bytes {
+        return Err(Error::invalid_input(
+            OP,
+            format!(
+                "the saga's input is {} bytes; the store's limit is {}",
+                start.input().len(),
+                config.max_payload_bytes
+            ),
+        ));
+    }
+    for task in start.first_tasks() {
+        task.validate(config.max_payload_bytes)
+            .map_err(|e| e.with_operation(OP))?;
+    }
+    Ok(Checked::new(start))
+}

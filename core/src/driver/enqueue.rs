@@ -7,7 +7,7 @@ use super::{
     KeysStep, Statement, TxPlan, Value,
 };
 use crate::error::{Error, ErrorKind, Result};
-use crate::model::{BranchCall, BranchOp, Lease, NewTask, TaskId, WhenParked};
+use crate::model::{BranchCall, BranchOp, Lease, NewTask, SagaStart, TaskId, WhenParked};
 
 /// A statement an enqueue runs (see [`EnqueueSql`]), with what it works on, and the
 /// parameters core binds to it, in this order ([`EnqueueSql::statement`] gets them made).
@@ -74,6 +74,17 @@ pub enum EnqueueStep<'a> {
     /// committed since the transaction's snapshot (MySQL). Parameters: the gid, the
     /// branch id, the operation's name.
     BarrierRead(&'a BranchCall),
+    /// The insert of a saga's state row (see [`SagaStartPlan`](crate::driver::SagaStartPlan)):
+    /// the name, the key, status 0 (running), group 0, the input, version 0,
+    /// `created_at` and `updated_at` now; skipped when a saga of this name and key
+    /// exists (`ON CONFLICT DO NOTHING`, `INSERT IGNORE`, `INSERT OR IGNORE`): a row
+    /// changed, or returned, when it inserted. Parameters: the name, the key, the input.
+    SagaInsert(&'a SagaStart),
+    /// The read of the saga of a name and key: one row of two integers, its id and its
+    /// status's code ([`SagaStatus::code`](crate::SagaStatus::code)); no row when there
+    /// is none. A locking read where the database's plain read would miss a row
+    /// committed since the transaction's snapshot (MySQL). Parameters: the name, the key.
+    SagaRead(&'a SagaStart),
 }
 
 impl<'a> EnqueueStep<'a> {
@@ -116,6 +127,15 @@ impl<'a> EnqueueStep<'a> {
             EnqueueStep::Claim { id, owner } => {
                 vec![Value::Text(Some(owner)), Value::BigInt(Some(id))]
             }
+            EnqueueStep::SagaInsert(start) => vec![
+                Value::Text(Some(start.name())),
+                Value::Text(Some(start.key())),
+                Value::Text(Some(start.input())),
+            ],
+            EnqueueStep::SagaRead(start) => vec![
+                Value::Text(Some(start.name())),
+                Value::Text(Some(start.key())),
+            ],
         }
     }
 }
@@ -445,6 +465,8 @@ pub(crate) mod tests {
                 EnqueueStep::Claim { .. } => "claim",
                 EnqueueStep::BarrierInsert { .. } => "barrier insert",
                 EnqueueStep::BarrierRead(_) => "barrier read",
+                EnqueueStep::SagaInsert(_) => "saga insert",
+                EnqueueStep::SagaRead(_) => "saga read",
             };
             Statement::new(name, params, Returns::Row)
         }

@@ -50,6 +50,7 @@ mod plan;
 mod release;
 mod retry;
 mod rows;
+mod saga;
 pub mod schema;
 #[cfg(any(
     feature = "sqlx-postgres",
@@ -69,7 +70,9 @@ use chrono::{DateTime, Utc};
 
 use crate::error::Result;
 use crate::limits::StoreConfig;
-use crate::model::{Audit, Lease, Mark, NewTask, Owner, Recycled, TaskFilter, TaskId};
+use crate::model::{
+    Audit, Lease, Mark, NewTask, Owner, Recycled, SagaStart, SagaStarted, TaskFilter, TaskId,
+};
 
 #[cfg(any(
     feature = "sqlx-postgres",
@@ -84,7 +87,8 @@ pub use batch::{
     MAX_INSERT_BYTES, MAX_INSERT_ROWS,
 };
 pub(crate) use checks::{
-    check_ids, check_leases, check_marks, check_task, check_tasks, enqueued, enqueued_all,
+    check_ids, check_leases, check_marks, check_start, check_task, check_tasks, enqueued,
+    enqueued_all,
 };
 pub use classify::{mysql_error_kind, postgres_error_kind, sqlite_error_kind};
 pub use connect::ConnectFailure;
@@ -97,9 +101,10 @@ pub use release::{
 };
 pub use retry::retry_contention;
 pub use rows::{
-    RawAudit, RawBarrier, RawStats, RawTask, TaskRow, AUDIT_COLUMNS, BARRIER_COLUMNS, COLUMNS,
-    COLUMN_COUNT,
+    RawAudit, RawBarrier, RawSaga, RawStats, RawTask, TaskRow, AUDIT_COLUMNS, BARRIER_COLUMNS,
+    COLUMNS, COLUMN_COUNT, SAGA_COLUMNS,
 };
+pub use saga::SagaStartPlan;
 pub use statement::{
     Answer, BlockingTxConnection, Dialect, OwnConnection, Returns, Statement, TxConnection, Value,
 };
@@ -239,6 +244,16 @@ pub trait Driver: Send + Sync + 'static {
     /// `gid` as [`BranchCall::new`](crate::BranchCall::new) checks it.
     async fn barrier_records(&self, gid: Checked<&str>) -> Result<Vec<RawBarrier>>;
 
+    /// [`start_saga`](crate::TaskStore::start_saga): core's [`SagaStartPlan`] run in one
+    /// transaction of the store's own, committed when it finishes and rolled back on an
+    /// error (on an embedded database, in its write transaction).
+    async fn start_saga(&self, start: Checked<&SagaStart>) -> Result<SagaStarted>;
+
+    /// [`saga`](crate::TaskStore::saga): the row of [`SAGA_COLUMNS`] of the saga of this
+    /// definition name and key, if any. Checked: the name and key are within
+    /// [`SagaDef::start`](crate::SagaDef::start)'s limits.
+    async fn saga(&self, name: Checked<&str>, key: Checked<&str>) -> Result<Option<RawSaga>>;
+
     /// [`throughput`](crate::TaskStore::throughput): `(event_type, status code, bucket,
     /// count)` of the succeeded (1) and failed (2) tasks whose `updated_at` is within
     /// `window` of database time, at most `cap` per status (the most recent), the bucket
@@ -304,8 +319,8 @@ pub mod prelude {
         AgedBatch, Backend, BarrierPlan, Buckets, Change, Checked, Claim, ConnectFailure, Driver,
         EnqueueBatch, EnqueuePlan, EnqueueSql, EnqueueStep, Existing, InsertStep, Inserted,
         KeyRelease, KeyedInsert, KeysRelease, KeysStep, ListArg, ListDialect, RawAudit, RawBarrier,
-        RawStats, RawTask, ReleaseStep, RunAt, TaskRow, AUDIT_COLUMNS, BARRIER_COLUMNS, COLUMNS,
-        COLUMN_COUNT,
+        RawSaga, RawStats, RawTask, ReleaseStep, RunAt, TaskRow, AUDIT_COLUMNS, BARRIER_COLUMNS,
+        COLUMNS, COLUMN_COUNT, SAGA_COLUMNS,
     };
     pub use super::{
         insert_document, rows_params, values_rows, Answer, BlockingTxConnection, Dialect,
@@ -314,13 +329,14 @@ pub mod prelude {
     };
     pub use super::{
         release_order_keys, release_order_keys_blocking, KeyReleasePlan, KeysReleasePlan,
-        OwnConnection, TxPlan,
+        OwnConnection, SagaStartPlan, TxPlan,
     };
     pub use crate::error::{Error, ErrorKind, Result};
     pub use crate::limits::StoreConfig;
     pub use crate::model::{
         Audit, Barrier, BarrierRecord, BranchCall, BranchOp, Enqueued, Lease, Mark, MarkAction,
-        NewTask, Owner, Recycled, Status, TaskFilter, TaskId, WhenParked,
+        NewTask, Owner, Recycled, Saga, SagaStart, SagaStarted, SagaStatus, Status, TaskFilter,
+        TaskId, WhenParked,
     };
     pub use async_trait::async_trait;
 }

@@ -8,7 +8,8 @@ use chrono::{DateTime, Utc};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::{
-    Backoff, BarrierRecord, BranchOp, Priority, RetryPolicy, Status, Task, TaskId, WhenParked,
+    Backoff, BarrierRecord, BranchOp, Priority, RetryPolicy, Saga, SagaStatus, Status, Task,
+    TaskId, WhenParked,
 };
 
 /// The audit table's columns, in the order [`RawAudit::read`] reads them.
@@ -85,6 +86,69 @@ impl RawBarrier {
             gid: self.gid,
             branch_id: self.branch_id,
             created_at: self.created_at,
+        })
+    }
+}
+
+/// The saga table's columns, in the order [`RawSaga::read`] reads them.
+pub const SAGA_COLUMNS: &str =
+    "id, name, saga_key, status, grp, input, reason, version, created_at, updated_at";
+
+/// A saga's state row as a driver reads it (a row of [`SAGA_COLUMNS`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)] // the columns of the saga table
+pub struct RawSaga {
+    pub id: i64,
+    pub name: String,
+    pub saga_key: String,
+    pub status: i64,
+    pub grp: i64,
+    pub input: String,
+    pub reason: Option<String>,
+    pub version: i64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl RawSaga {
+    /// Read a row of [`SAGA_COLUMNS`].
+    pub fn read<R: TaskRow + ?Sized>(r: &R) -> std::result::Result<RawSaga, R::Error> {
+        Ok(RawSaga {
+            id: r.int(0)?,
+            name: r.text(1)?,
+            saga_key: r.text(2)?,
+            status: r.int(3)?,
+            grp: r.int(4)?,
+            input: r.text(5)?,
+            reason: r.opt_text(6)?,
+            version: r.int(7)?,
+            created_at: r.time(8)?,
+            updated_at: r.time(9)?,
+        })
+    }
+
+    /// The saga, or `Unexpected` for a status code or group this release does not know.
+    pub fn decode(self) -> Result<Saga> {
+        let corrupt = |what: String| Error::new(ErrorKind::Unexpected, "saga", what);
+        let status = SagaStatus::from_code(self.status).ok_or_else(|| {
+            corrupt(format!(
+                "saga {} has the unknown status code {}",
+                self.id, self.status
+            ))
+        })?;
+        let group = u32::try_from(self.grp)
+            .map_err(|_| corrupt(format!("saga {} is at group {}", self.id, self.grp)))?;
+        Ok(Saga {
+            id: self.id,
+            name: self.name,
+            key: self.saga_key,
+            status,
+            group,
+            input: self.input,
+            reason: self.reason,
+            version: self.version,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
         })
     }
 }

@@ -5,15 +5,17 @@ use std::future::Future;
 
 use async_trait::async_trait;
 
-use super::checks::{check_task, check_tasks, enqueued, enqueued_all};
+use super::checks::{check_start, check_task, check_tasks, enqueued, enqueued_all};
 use super::statement::applied;
 use super::{
     Answer, Backend, BlockingTxConnection, Checked, Dialect, EnqueueBatch, EnqueuePlan, EnqueueSql,
-    EnqueueStep, Inserted, Statement, TxConnection, TxPlan,
+    EnqueueStep, Inserted, SagaStartPlan, Statement, TxConnection, TxPlan,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::limits::StoreConfig;
-use crate::model::{Barrier, BranchCall, Enqueued, Lease, NewTask, Owner, TaskId};
+use crate::model::{
+    Barrier, BranchCall, Enqueued, Lease, NewTask, Owner, SagaStart, SagaStarted, TaskId,
+};
 
 /// The attempt of a running task that a handler completes on its own transaction
 /// ([`Transactional::complete_in`], [`complete_on`]). The engine's
@@ -360,6 +362,55 @@ pub trait Transactional: Backend {
         super::BarrierPlan::new(sql, call)
             .run_blocking(conn)
             .map_err(|e| e.with_operation("barrier"))
+    }
+
+    /// Start a saga on the caller's transaction `conn`, with the business writes that
+    /// call for it: its state row and its first group's tasks commit with them, or not at
+    /// all. As [`TaskStore::start_saga`](crate::TaskStore::start_saga) answers: a key
+    /// started before is answered (`created: false`) and nothing is written.
+    ///
+    /// - Checked as `start_saga` checks (`InvalidInput`), and a connection of another
+    ///   [`Dialect`] than the store's is refused (`Config`), before anything runs.
+    /// - Never retried, as [`enqueue_in`](Self::enqueue_in): a racing start of the same
+    ///   key waits for this transaction's end, then answers this one's saga.
+    ///
+    /// ```no_run
+    /// # use backstop_core::{SagaDef, SagaStep, Transactional, TxConnection};
+    /// # async fn order<S: Transactional, C: TxConnection>(store: &S, tx: &mut C) -> backstop_core::Result<()> {
+    /// let def = SagaDef::builder("order")
+    ///     .step(SagaStep::new("stock").compensated())
+    ///     .step(SagaStep::new("pay"))
+    ///     .build()?;
+    /// // … insert the order on `tx`, then:
+    /// let started = store.start_in(tx, &def.start("order-42", &42)?).await?;
+    /// assert!(started.created);
+    /// // … commit
+    /// # Ok(()) }
+    /// ```
+    async fn start_in<C>(&self, conn: &mut C, start: &SagaStart) -> Result<SagaStarted>
+    where
+        C: TxConnection + ?Sized,
+    {
+        let sql = self.driver().enqueue_sql();
+        let checked = check_start(self.driver().config(), start)?;
+        same_dialect(sql.dialect(), conn.dialect(), "start_saga")?;
+        SagaStartPlan::new(sql, checked)
+            .run(conn)
+            .await
+            .map_err(|e| e.with_operation("start_saga"))
+    }
+
+    /// [`start_in`](Self::start_in) on a blocking driver's connection.
+    fn start_blocking<C>(&self, conn: &mut C, start: &SagaStart) -> Result<SagaStarted>
+    where
+        C: BlockingTxConnection + ?Sized,
+    {
+        let sql = self.driver().enqueue_sql();
+        let checked = check_start(self.driver().config(), start)?;
+        same_dialect(sql.dialect(), conn.dialect(), "start_saga")?;
+        SagaStartPlan::new(sql, checked)
+            .run_blocking(conn)
+            .map_err(|e| e.with_operation("start_saga"))
     }
 }
 

@@ -9,6 +9,7 @@ mod mark;
 mod new_task;
 mod query;
 mod retry;
+mod saga;
 mod task;
 
 pub use audit::{Audit, AuditEntry};
@@ -19,6 +20,11 @@ pub use mark::{Mark, MarkAction};
 pub use new_task::{Dedup, Enqueued, NewTask, Priority, WhenParked};
 pub use query::{EventTypeSeen, Recycled, Stats, StatusCount, TaskFilter, Throughput};
 pub use retry::{Backoff, RetryPolicy};
+pub(crate) use saga::check_saga_ids;
+pub use saga::{
+    Saga, SagaDef, SagaDefBuilder, SagaId, SagaStart, SagaStarted, SagaStatus, SagaStep, StepPhase,
+    StepTask,
+};
 pub use task::{Lease, Owner, Status, Task, TaskId};
 
 #[cfg(test)]

@@ -6,16 +6,17 @@ use async_trait::async_trait;
 
 use super::TaskStore;
 use crate::driver::{
-    check_ids, check_leases, check_marks, check_task, check_tasks, enqueued, enqueued_all,
-    retry_contention, schema, AgedBatch, Buckets, Change, Checked, Claim, Driver, RawStats,
-    RawTask,
+    check_ids, check_leases, check_marks, check_start, check_task, check_tasks, enqueued,
+    enqueued_all, retry_contention, schema, AgedBatch, Buckets, Change, Checked, Claim, Driver,
+    RawSaga, RawStats, RawTask,
 };
 use crate::driver::{count_sql, list_values, Answer, Returns, Statement};
 use crate::error::{Error, ErrorKind, Result};
 use crate::limits;
 use crate::model::{
     Audit, AuditEntry, BarrierRecord, Enqueued, EventTypeSeen, Lease, Mark, MarkAction, NewTask,
-    Owner, Recycled, Stats, Status, StatusCount, Task, TaskFilter, TaskId, Throughput,
+    Owner, Recycled, Saga, SagaStart, SagaStarted, Stats, Status, StatusCount, Task, TaskFilter,
+    TaskId, Throughput,
 };
 
 /// The contract, implemented once for every driver: check the input, shortcut empty
@@ -345,6 +346,24 @@ impl TaskStore for dyn Driver {
         };
         let d: &dyn Driver = self;
         run(d, OP, || Driver::purge_barrier(d, batch)).await
+    }
+
+    async fn start_saga(&self, start: &SagaStart) -> Result<SagaStarted> {
+        const OP: &str = "start_saga";
+        let d: &dyn Driver = self;
+        let checked = check_start(Driver::config(d), start)?;
+        run(d, OP, || Driver::start_saga(d, checked)).await
+    }
+
+    async fn saga(&self, name: &str, key: &str) -> Result<Option<Saga>> {
+        const OP: &str = "saga";
+        crate::model::check_saga_ids(OP, name, key)?;
+        let d: &dyn Driver = self;
+        let (name, key) = (Checked::new(name), Checked::new(key));
+        run(d, OP, || Driver::saga(d, name, key))
+            .await?
+            .map(RawSaga::decode)
+            .transpose()
     }
 
     async fn barrier_records(&self, gid: &str) -> Result<Vec<BarrierRecord>> {

@@ -10,7 +10,7 @@ use crate::driver::{Backend, Driver};
 use crate::error::Result;
 use crate::model::{
     Audit, AuditEntry, BarrierRecord, Enqueued, EventTypeSeen, Lease, Mark, NewTask, Owner,
-    Recycled, Stats, Task, TaskFilter, TaskId, Throughput,
+    Recycled, Saga, SagaStart, SagaStarted, Stats, Task, TaskFilter, TaskId, Throughput,
 };
 
 /// Declares [`Op`] from one list: its variants, [`Op::ALL`] and [`Op::name`].
@@ -90,6 +90,10 @@ ops! {
     PurgeBarrier => "purge_barrier",
     /// [`TaskStore::barrier_records`].
     BarrierRecords => "barrier_records",
+    /// [`TaskStore::start_saga`].
+    StartSaga => "start_saga",
+    /// [`TaskStore::saga`].
+    Saga => "saga",
     /// [`TaskStore::delete_succeeded`].
     DeleteSucceeded => "delete_succeeded",
     /// [`TaskStore::release_order_keys`].
@@ -433,6 +437,21 @@ pub trait StoreLayer: Send + Sync + 'static {
         .await
     }
 
+    /// [`TaskStore::start_saga`]; by default forwarded through [`around`](Self::around).
+    async fn on_start_saga(&self, start: &SagaStart) -> Result<SagaStarted> {
+        self.around(
+            Call::new(Op::StartSaga).count(start.first_tasks().len()),
+            self.inner().start_saga(start),
+        )
+        .await
+    }
+
+    /// [`TaskStore::saga`]; by default forwarded through [`around`](Self::around).
+    async fn on_saga(&self, name: &str, key: &str) -> Result<Option<Saga>> {
+        self.around(Call::new(Op::Saga), self.inner().saga(name, key))
+            .await
+    }
+
     /// [`TaskStore::delete_succeeded`]; by default forwarded through [`around`](Self::around).
     async fn on_delete_succeeded(&self, ids: &[TaskId]) -> Result<u64> {
         self.around(
@@ -578,6 +597,14 @@ impl<L: StoreLayer + ?Sized> TaskStore for L {
 
     async fn barrier_records(&self, gid: &str) -> Result<Vec<BarrierRecord>> {
         StoreLayer::on_barrier_records(self, gid).await
+    }
+
+    async fn start_saga(&self, start: &SagaStart) -> Result<SagaStarted> {
+        StoreLayer::on_start_saga(self, start).await
+    }
+
+    async fn saga(&self, name: &str, key: &str) -> Result<Option<Saga>> {
+        StoreLayer::on_saga(self, name, key).await
     }
 
     async fn delete_succeeded(&self, ids: &[TaskId]) -> Result<u64> {

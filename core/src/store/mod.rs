@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use crate::error::Result;
 use crate::model::{
     Audit, AuditEntry, BarrierRecord, Enqueued, EventTypeSeen, Lease, Mark, NewTask, Owner,
-    Recycled, Stats, Task, TaskFilter, TaskId, Throughput,
+    Recycled, Saga, SagaStart, SagaStarted, Stats, Task, TaskFilter, TaskId, Throughput,
 };
 
 mod driven;
@@ -311,6 +311,29 @@ pub trait TaskStore: Send + Sync + 'static {
     /// `gid` is checked as [`BranchCall::new`](crate::BranchCall::new) checks it
     /// (`InvalidInput`).
     async fn barrier_records(&self, gid: &str) -> Result<Vec<BarrierRecord>>;
+
+    /// Start a saga ([`SagaDef::start`](crate::SagaDef::start)) in a transaction of the
+    /// store's own: its state row (running, at group 0, with its input) and the tasks of
+    /// its first group's actions commit together. To start it with business writes, use
+    /// [`Transactional::start_in`](crate::Transactional::start_in).
+    ///
+    /// # Contract
+    ///
+    /// - **Idempotent by key.** A saga of this definition name and key that exists (in
+    ///   any status) is answered with `created: false` and its status, and nothing is
+    ///   written; of two starts of one key racing, one creates and the other answers it.
+    /// - **Whole or nothing.** The row and the first group's tasks (each enqueued as
+    ///   [`enqueue`](Self::enqueue) would, its business key naming the saga's key and
+    ///   the step) commit in one transaction.
+    /// - **Bad input writes nothing.** An input or a task over the store's payload limit
+    ///   is `InvalidInput` before anything runs.
+    async fn start_saga(&self, start: &SagaStart) -> Result<SagaStarted>;
+
+    /// The state row of the saga of definition `name` and `key`, if any.
+    ///
+    /// `name` and `key` are checked as [`SagaDef::builder`](crate::SagaDef::builder) and
+    /// [`SagaDef::start`](crate::SagaDef::start) check them (`InvalidInput`).
+    async fn saga(&self, name: &str, key: &str) -> Result<Option<Saga>>;
 
     /// Delete the tasks with these ids that are succeeded; returns how many were deleted.
     /// A listed task in any other status (reset, say, since it was read) is kept. Used by

@@ -23,6 +23,7 @@ pub mod queries;
 pub mod recycle;
 pub mod reset;
 pub mod retention;
+pub mod saga;
 pub mod schema;
 pub mod transactional;
 

@@ -1,0 +1,592 @@
+//! Orchestrated sagas: a definition ([`SagaDef`], built once and checked), a start
+//! ([`SagaStart`]: one saga of a definition, its key and input) and the state row a
+//! store keeps of each saga ([`Saga`]).
+//!
+//! A saga's steps are tasks: each step's action (and compensation) is a task of the
+//! saga's event type ([`SagaDef::event_type`]), so retries, leases, fencing, executors
+//! and metrics are the tasks' own. Starting a saga writes its state row and the tasks of
+//! its first group in one transaction, the caller's
+//! ([`Transactional::start_in`](crate::Transactional::start_in)) or the store's own
+//! ([`TaskStore::start_saga`](crate::TaskStore::start_saga)).
+
+use std::collections::HashSet;
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::limits;
+use crate::model::{NewTask, RetryPolicy};
+
+/// The id of a saga's state row.
+pub type SagaId = i64;
+
+/// Where a saga stands. Stored as a small integer ([`code`](Self::code)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum SagaStatus {
+    /// Its steps' actions run, group after group.
+    Running,
+    /// A step failed for a business reason: the compensations of the completed steps
+    /// run, in reverse order.
+    Compensating,
+    /// Every step's action succeeded.
+    Completed,
+    /// Every completed step was compensated.
+    Compensated,
+    /// Stopped for an operator, with the reason.
+    Parked,
+}
+
+impl SagaStatus {
+    /// Every status, in code order.
+    pub const ALL: [SagaStatus; 5] = [
+        SagaStatus::Running,
+        SagaStatus::Compensating,
+        SagaStatus::Completed,
+        SagaStatus::Compensated,
+        SagaStatus::Parked,
+    ];
+
+    /// The stored code: 0 running, 1 compensating, 2 completed, 3 compensated, 4 parked.
+    pub fn code(self) -> i16 {
+        match self {
+            SagaStatus::Running => 0,
+            SagaStatus::Compensating => 1,
+            SagaStatus::Completed => 2,
+            SagaStatus::Compensated => 3,
+            SagaStatus::Parked => 4,
+        }
+    }
+
+    /// The status of a stored code.
+    pub fn from_code(code: i64) -> Option<SagaStatus> {
+        SagaStatus::ALL
+            .into_iter()
+            .find(|s| i64::from(s.code()) == code)
+    }
+
+    /// Its name: `running`, `compensating`, `completed`, `compensated`, `parked`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SagaStatus::Running => "running",
+            SagaStatus::Compensating => "compensating",
+            SagaStatus::Completed => "completed",
+            SagaStatus::Compensated => "compensated",
+            SagaStatus::Parked => "parked",
+        }
+    }
+
+    /// Whether the saga is over: completed or compensated (a parked saga waits for an
+    /// operator).
+    pub fn is_final(self) -> bool {
+        matches!(self, SagaStatus::Completed | SagaStatus::Compensated)
+    }
+}
+
+impl fmt::Display for SagaStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which half of a step a task runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepPhase {
+    /// The forward action.
+    Action,
+    /// The compensation, undoing a completed action.
+    Compensate,
+}
+
+impl StepPhase {
+    /// `action` or `compensate`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepPhase::Action => "action",
+            StepPhase::Compensate => "compensate",
+        }
+    }
+}
+
+/// One step of a [`SagaDef`]: a name, whether it has a compensation, and the retry
+/// policies and timeout of its tasks.
+///
+/// ```
+/// use backstop_core::{RetryPolicy, SagaStep};
+/// use std::time::Duration;
+/// let step = SagaStep::new("reserve_stock")
+///     .compensated()
+///     .retry(RetryPolicy::fixed(5, Duration::from_secs(1)))
+///     .timeout(Duration::from_secs(10));
+/// assert!(step.has_compensation());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SagaStep {
+    name: String,
+    compensated: bool,
+    retry: RetryPolicy,
+    compensation_retry: RetryPolicy,
+    timeout: Option<Duration>,
+}
+
+impl SagaStep {
+    /// A step without a compensation, its action retried under the default policy.
+    pub fn new(name: impl Into<String>) -> Self {
+        SagaStep {
+            name: name.into(),
+            compensated: false,
+            retry: RetryPolicy::default(),
+            compensation_retry: SagaStep::default_compensation_retry(),
+            timeout: None,
+        }
+    }
+
+    /// Compensations retry until they succeed, within reason: 50 attempts, backing off
+    /// from 1 s to 10 min (about 8 hours in all) before the saga parks for an operator.
+    pub fn default_compensation_retry() -> RetryPolicy {
+        RetryPolicy::exponential(50, Duration::from_secs(1))
+            .with_max_interval(Duration::from_secs(600))
+    }
+
+    /// The step has a compensation, run when a later step fails for a business reason.
+    pub fn compensated(mut self) -> Self {
+        self.compensated = true;
+        self
+    }
+
+    /// How its action retries after a technical failure.
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
+        self
+    }
+
+    /// How its compensation retries ([`default_compensation_retry`](Self::default_compensation_retry)
+    /// unless set).
+    pub fn compensation_retry(mut self, policy: RetryPolicy) -> Self {
+        self.compensation_retry = policy;
+        self
+    }
+
+    /// The timeout of each attempt of its action and compensation.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether it has a compensation.
+    pub fn has_compensation(&self) -> bool {
+        self.compensated
+    }
+}
+
+/// A saga's definition: a name and groups of steps run in order, the steps of a group
+/// side by side (a group of one is a plain step). Built with [`SagaDef::builder`] and
+/// checked by [`build`](SagaDefBuilder::build).
+///
+/// ```
+/// use backstop_core::{SagaDef, SagaStep};
+/// let order = SagaDef::builder("order")
+///     .step(SagaStep::new("stock").compensated())
+///     .parallel([SagaStep::new("coupon").compensated(), SagaStep::new("points")])
+///     .step(SagaStep::new("pay"))
+///     .build()
+///     .unwrap();
+/// assert_eq!(order.event_type(), "saga:order");
+/// assert_eq!(order.groups().len(), 3);
+///
+/// // an empty flow, a nameless step or a name used twice is refused
+/// assert!(SagaDef::builder("order").build().is_err());
+/// assert!(SagaDef::builder("order").step(SagaStep::new("")).build().is_err());
+/// let twice = SagaDef::builder("order").step(SagaStep::new("a")).step(SagaStep::new("a"));
+/// assert!(twice.build().is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SagaDef {
+    name: String,
+    event_type: String,
+    groups: Vec<Vec<SagaStep>>,
+}
+
+/// Builds a [`SagaDef`].
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct SagaDefBuilder {
+    name: String,
+    groups: Vec<Vec<SagaStep>>,
+}
+
+impl SagaDef {
+    /// A definition named `name` (1 to [`MAX_SAGA_NAME_BYTES`](limits::MAX_SAGA_NAME_BYTES) of ASCII letters, digits,
+    /// `_`, `.`, `-`), its steps added in order.
+    pub fn builder(name: impl Into<String>) -> SagaDefBuilder {
+        SagaDefBuilder {
+            name: name.into(),
+            groups: Vec::new(),
+        }
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The event type of its steps' tasks: `saga:` and its name.
+    pub fn event_type(&self) -> &str {
+        &self.event_type
+    }
+
+    /// Its groups of steps, in order.
+    pub fn groups(&self) -> &[Vec<SagaStep>] {
+        &self.groups
+    }
+
+    /// A start of this saga under `key` (1 to [`MAX_SAGA_KEY_BYTES`](limits::MAX_SAGA_KEY_BYTES) bytes, no control
+    /// characters; one saga per definition and key) with `input`, serialized as JSON:
+    /// what [`TaskStore::start_saga`](crate::TaskStore::start_saga) and
+    /// [`Transactional::start_in`](crate::Transactional::start_in) write.
+    /// `InvalidInput` for a bad key or an input that does not serialize.
+    pub fn start<T: Serialize + ?Sized>(&self, key: &str, input: &T) -> Result<SagaStart> {
+        const OP: &str = "start_saga";
+        limits::check_key(OP, "saga key", key, limits::MAX_SAGA_KEY_BYTES)?;
+        let input = serde_json::to_string(input)
+            .map_err(|e| Error::invalid_input(OP, format!("the saga's input: {e}")))?;
+        let first = self
+            .groups
+            .first()
+            .map(|group| {
+                group
+                    .iter()
+                    .map(|step| self.step_task(key, step, StepPhase::Action))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(SagaStart {
+            name: self.name.clone(),
+            key: key.to_owned(),
+            input,
+            first,
+        })
+    }
+
+    /// The task that runs `phase` of `step` of the saga `key`: the saga's event type,
+    /// business key `{key}/{step}:a` (`:c` for a compensation, so each phase of a step
+    /// is enqueued once per saga), a [`StepTask`] payload, and the step's retry policy
+    /// and timeout.
+    pub fn step_task(&self, key: &str, step: &SagaStep, phase: StepPhase) -> NewTask {
+        let suffix = match phase {
+            StepPhase::Action => "a",
+            StepPhase::Compensate => "c",
+        };
+        let payload = StepTask {
+            saga: self.name.clone(),
+            key: key.to_owned(),
+            step: step.name.clone(),
+            phase,
+        };
+        let policy = match phase {
+            StepPhase::Action => step.retry,
+            StepPhase::Compensate => step.compensation_retry,
+        };
+        let task = NewTask::new(
+            self.event_type.clone(),
+            format!("{key}/{}:{suffix}", step.name),
+        )
+        .json(&payload)
+        .retry(policy);
+        match step.timeout {
+            Some(t) => task.timeout(t),
+            None => task,
+        }
+    }
+}
+
+impl SagaDefBuilder {
+    /// Add a step that runs alone, after the steps before it.
+    pub fn step(mut self, step: SagaStep) -> Self {
+        self.groups.push(vec![step]);
+        self
+    }
+
+    /// Add a group of steps that run side by side, after the steps before them; the
+    /// next step waits for all of them.
+    pub fn parallel(mut self, steps: impl IntoIterator<Item = SagaStep>) -> Self {
+        self.groups.push(steps.into_iter().collect());
+        self
+    }
+
+    /// The definition, checked: a valid name, at least one step, at most
+    /// [`MAX_SAGA_STEPS`](limits::MAX_SAGA_STEPS), no empty group, every step named (as the saga is) and no name
+    /// used twice. `InvalidInput` naming what is wrong otherwise.
+    pub fn build(self) -> Result<SagaDef> {
+        const OP: &str = "saga_definition";
+        check_name(OP, "saga name", &self.name, limits::MAX_SAGA_NAME_BYTES)?;
+        if self.groups.is_empty() {
+            return Err(Error::invalid_input(
+                OP,
+                format!("saga {:?} has no steps", self.name),
+            ));
+        }
+        if let Some(i) = self.groups.iter().position(Vec::is_empty) {
+            return Err(Error::invalid_input(
+                OP,
+                format!("saga {:?}: group {i} has no steps", self.name),
+            ));
+        }
+        let steps = self.groups.iter().map(Vec::len).sum::<usize>();
+        if steps > limits::MAX_SAGA_STEPS {
+            return Err(Error::invalid_input(
+                OP,
+                format!(
+                    "saga {:?} has {steps} steps; at most {}",
+                    self.name,
+                    limits::MAX_SAGA_STEPS
+                ),
+            ));
+        }
+        let mut seen = HashSet::new();
+        for step in self.groups.iter().flatten() {
+            check_name(OP, "step name", &step.name, limits::MAX_STEP_NAME_BYTES)?;
+            if !seen.insert(step.name.as_str()) {
+                return Err(Error::invalid_input(
+                    OP,
+                    format!("saga {:?} names step {:?} twice", self.name, step.name),
+                ));
+            }
+        }
+        Ok(SagaDef {
+            event_type: format!("saga:{}", self.name),
+            name: self.name,
+            groups: self.groups,
+        })
+    }
+}
+
+/// The name and key of a saga read back ([`TaskStore::saga`](crate::TaskStore::saga)):
+/// as a definition's name and a start's key are checked.
+pub(crate) fn check_saga_ids(op: &'static str, name: &str, key: &str) -> Result<()> {
+    check_name(op, "saga name", name, limits::MAX_SAGA_NAME_BYTES)?;
+    limits::check_key(op, "saga key", key, limits::MAX_SAGA_KEY_BYTES)
+}
+
+/// A saga's or a step's name: 1 to `max` bytes of ASCII letters, digits, `_`, `.`, `-`.
+fn check_name(op: &'static str, what: &str, name: &str, max: usize) -> Result<()> {
+    if name.is_empty() || name.len() > max {
+        return Err(Error::invalid_input(
+            op,
+            format!("{what} must be 1 to {max} bytes, got {}", name.len()),
+        ));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
+    {
+        return Err(Error::invalid_input(
+            op,
+            format!("{what} {name:?} contains {c:?}; use ASCII letters, digits, '_', '.' or '-'"),
+        ));
+    }
+    Ok(())
+}
+
+/// The payload of a step's task: which saga, which step, which phase.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepTask {
+    /// The saga's definition name.
+    pub saga: String,
+    /// The saga's key.
+    pub key: String,
+    /// The step's name.
+    pub step: String,
+    /// Action or compensation.
+    pub phase: StepPhase,
+}
+
+/// One saga of a definition to start: its key, its input (JSON) and the tasks of its
+/// first group ([`SagaDef::start`]).
+#[derive(Debug, Clone)]
+pub struct SagaStart {
+    name: String,
+    key: String,
+    input: String,
+    first: Vec<NewTask>,
+}
+
+impl SagaStart {
+    /// The definition's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The saga's key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Its input, as JSON.
+    pub fn input(&self) -> &str {
+        &self.input
+    }
+
+    /// The tasks of the first group's actions, enqueued with the state row.
+    pub fn first_tasks(&self) -> &[NewTask] {
+        &self.first
+    }
+}
+
+/// What a start did: the saga (new, or the one started before under the same key) and
+/// where it stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SagaStarted {
+    /// The saga's id.
+    pub id: SagaId,
+    /// Its status now (running for a new saga).
+    pub status: SagaStatus,
+    /// Whether this call created it (`false`: the key was started before, and nothing
+    /// was written).
+    pub created: bool,
+}
+
+impl SagaStarted {
+    /// A start's answer.
+    pub fn new(id: SagaId, status: SagaStatus, created: bool) -> Self {
+        SagaStarted {
+            id,
+            status,
+            created,
+        }
+    }
+}
+
+/// A saga's state row ([`TaskStore::saga`](crate::TaskStore::saga)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Saga {
+    /// Its id.
+    pub id: SagaId,
+    /// The definition's name.
+    pub name: String,
+    /// Its key.
+    pub key: String,
+    /// Where it stands.
+    pub status: SagaStatus,
+    /// The group it is at: running its actions, or (compensating) undoing its steps.
+    pub group: u32,
+    /// Its input, as JSON.
+    pub input: String,
+    /// Why it compensates or is parked.
+    pub reason: Option<String>,
+    /// Bumped by every change of the row (the fence of concurrent step completions).
+    pub version: i64,
+    /// When it started (database time).
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    /// When the row last changed.
+    pub updated_at: chrono::DateTime<chrono::Utc>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorKind;
+
+    fn two() -> SagaDef {
+        SagaDef::builder("order")
+            .step(SagaStep::new("stock").compensated())
+            .parallel([SagaStep::new("coupon"), SagaStep::new("points")])
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn bad_definitions_are_refused_with_what_is_wrong() {
+        let cases = [
+            (SagaDef::builder(""), "saga name"),
+            (SagaDef::builder("a b").step(SagaStep::new("s")), "contains"),
+            (
+                SagaDef::builder("x".repeat(49)).step(SagaStep::new("s")),
+                "1 to 48",
+            ),
+            (SagaDef::builder("o"), "no steps"),
+            (SagaDef::builder("o").parallel([]), "group 0 has no steps"),
+            (SagaDef::builder("o").step(SagaStep::new("")), "step name"),
+            (
+                SagaDef::builder("o").step(SagaStep::new("a/b")),
+                "contains '/'",
+            ),
+            (
+                SagaDef::builder("o")
+                    .step(SagaStep::new("a"))
+                    .parallel([SagaStep::new("b"), SagaStep::new("a")]),
+                "names step \"a\" twice",
+            ),
+            (
+                (0..=limits::MAX_SAGA_STEPS).fold(SagaDef::builder("o"), |b, i| {
+                    b.step(SagaStep::new(format!("s{i}")))
+                }),
+                "at most 64",
+            ),
+        ];
+        for (builder, want) in cases {
+            let e = builder.build().unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidInput);
+            assert_eq!(e.operation(), "saga_definition");
+            assert!(e.to_string().contains(want), "{e} should say {want:?}");
+        }
+        let longest = "x".repeat(limits::MAX_SAGA_NAME_BYTES);
+        let def = SagaDef::builder(longest.as_str())
+            .step(SagaStep::new(longest.as_str()))
+            .build()
+            .unwrap();
+        assert!(def.event_type().len() <= limits::MAX_EVENT_TYPE_BYTES);
+    }
+
+    #[test]
+    fn a_start_carries_the_first_group_as_tasks() {
+        let def = two();
+        let start = def.start("o-1", &serde_json::json!({"sku": 7})).unwrap();
+        assert_eq!((start.name(), start.key()), ("order", "o-1"));
+        assert_eq!(start.input(), r#"{"sku":7}"#);
+        let tasks = start.first_tasks();
+        assert_eq!(tasks.len(), 1);
+        assert_eq!(tasks[0].event_type(), "saga:order");
+        assert_eq!(tasks[0].biz_key(), "o-1/stock:a");
+        let payload: StepTask = serde_json::from_str(tasks[0].payload()).unwrap();
+        assert_eq!(payload.step, "stock");
+        assert_eq!(payload.phase, StepPhase::Action);
+        let c = def.step_task("o-1", &def.groups()[0][0], StepPhase::Compensate);
+        assert_eq!(c.biz_key(), "o-1/stock:c");
+        assert_eq!(c.retry_policy(), SagaStep::default_compensation_retry());
+        // the longest key and step name still make a valid business key
+        let key = "k".repeat(limits::MAX_SAGA_KEY_BYTES);
+        let step = SagaStep::new("s".repeat(limits::MAX_STEP_NAME_BYTES));
+        let t = def.step_task(&key, &step, StepPhase::Compensate);
+        assert!(t.biz_key().len() <= limits::MAX_BIZ_KEY_BYTES);
+        for bad in ["", "a\nb"] {
+            let e = def.start(bad, &1).unwrap_err();
+            assert_eq!(
+                (e.kind(), e.operation()),
+                (ErrorKind::InvalidInput, "start_saga")
+            );
+        }
+        let long = "k".repeat(limits::MAX_SAGA_KEY_BYTES + 1);
+        assert!(def.start(&long, &1).is_err());
+    }
+
+    #[test]
+    fn status_codes_round_trip() {
+        for s in SagaStatus::ALL {
+            assert_eq!(SagaStatus::from_code(i64::from(s.code())), Some(s));
+        }
+        assert_eq!(SagaStatus::from_code(9), None);
+        assert!(SagaStatus::Compensated.is_final() && !SagaStatus::Parked.is_final());
+    }
+}
