@@ -47,6 +47,7 @@ mod enqueue;
 mod insert;
 mod keys;
 mod plan;
+mod progress;
 mod release;
 mod retry;
 mod rows;
@@ -96,6 +97,7 @@ pub use enqueue::{insert_params, EnqueuePlan, EnqueueSql, EnqueueStep, RunAt, IN
 pub use insert::{Existing, InsertStep, Inserted, KeyedInsert};
 pub use keys::{release_order_keys, release_order_keys_blocking};
 pub use plan::TxPlan;
+pub use progress::{Decision, SagaChange, SagaProgress, StepEvent, StepState};
 pub use release::{
     KeyRelease, KeyReleasePlan, KeysRelease, KeysReleasePlan, KeysStep, ReleaseStep,
 };

@@ -1,0 +1,462 @@
+//! How a saga moves on when one of its steps' tasks finishes, as a decision without I/O
+//! ([`SagaProgress::decide`]): the one state machine of sagas, which the step runner
+//! applies in the finishing task's transaction, under the saga row's lock.
+
+use crate::model::{SagaDef, SagaStatus, StepPhase};
+
+/// What a step's task reports when it finishes (the event [`SagaProgress::decide`]
+/// decides on).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepEvent {
+    /// The action of step `step` (in group `group`) succeeded.
+    ActionDone {
+        /// The step's name.
+        step: String,
+        /// Its group's index.
+        group: u32,
+    },
+    /// The action of step `step` failed for a business reason (insufficient stock): the
+    /// completed steps are compensated. A technical failure is not an event: its task
+    /// retries.
+    ActionRefused {
+        /// The step's name.
+        step: String,
+        /// Its group's index.
+        group: u32,
+        /// Why, as the step said.
+        reason: String,
+    },
+    /// The compensation of step `step` (in group `group`) succeeded.
+    Compensated {
+        /// The step's name.
+        step: String,
+        /// Its group's index.
+        group: u32,
+    },
+}
+
+/// Where one step of a saga stands, as its step row records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StepState {
+    /// Its action succeeded.
+    Done,
+    /// Its action failed for a business reason.
+    Refused,
+    /// Its action succeeded, then its compensation did.
+    Compensated,
+}
+
+/// A change of the saga's row: its status, group and (when it starts compensating)
+/// the reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SagaChange {
+    /// The new status.
+    pub status: SagaStatus,
+    /// The group it is at now.
+    pub group: u32,
+    /// Why it compensates: set by the first refusal; `None` keeps the stored reason.
+    pub reason: Option<String>,
+}
+
+/// What to write, in the finishing task's transaction: the step's row, the saga's row
+/// if it changes, and the tasks to enqueue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// The finished step and its new state (always written: it is a fact).
+    pub record: (String, StepState),
+    /// The saga row's change, if any.
+    pub saga: Option<SagaChange>,
+    /// The tasks to enqueue: each step and the phase its task runs.
+    pub enqueue: Vec<(String, StepPhase)>,
+}
+
+/// The saga state machine. A saga runs its groups in order; a group's steps run side by
+/// side, and the next group starts when every one of them is done (the join). A step
+/// refused for a business reason turns the saga to compensating; once every step of its
+/// group has finished (a sibling still running may yet succeed), the done steps of that
+/// group are compensated, then every compensated step of each earlier group, group by
+/// group in reverse order; a group with nothing to compensate is passed; when none is
+/// left the saga is compensated. Steps without a compensation count as compensated.
+///
+/// ```
+/// use backstop_core::driver::{Decision, SagaProgress, SagaChange, StepEvent, StepState};
+/// use backstop_core::{SagaDef, SagaStatus, SagaStep, StepPhase};
+///
+/// let def = SagaDef::builder("order")
+///     .step(SagaStep::new("stock").compensated())
+///     .step(SagaStep::new("pay"))
+///     .build()
+///     .unwrap();
+/// // stock is done: pay starts
+/// let event = StepEvent::ActionDone { step: "stock".into(), group: 0 };
+/// let d = SagaProgress::new(&def).decide(SagaStatus::Running, 0, &[], &event);
+/// assert_eq!(d.saga.unwrap().group, 1);
+/// assert_eq!(d.enqueue, [("pay".to_string(), StepPhase::Action)]);
+/// // pay is refused: stock is compensated
+/// let event = StepEvent::ActionRefused { step: "pay".into(), group: 1, reason: "card".into() };
+/// let d = SagaProgress::new(&def).decide(SagaStatus::Running, 1, &[], &event);
+/// assert_eq!(d.saga.unwrap().status, SagaStatus::Compensating);
+/// assert_eq!(d.enqueue, [("stock".to_string(), StepPhase::Compensate)]);
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct SagaProgress<'d> {
+    def: &'d SagaDef,
+}
+
+impl<'d> SagaProgress<'d> {
+    /// The state machine of `def`'s sagas.
+    pub fn new(def: &'d SagaDef) -> Self {
+        SagaProgress { def }
+    }
+
+    /// Decide what `event` does to a saga at `status` and `group`, given the step rows
+    /// of the event's group recorded before it (`rows`: each step's name and state).
+    ///
+    /// An event of another group than the saga's, or of a saga completed, compensated
+    /// or parked, changes only the step's row: a late report never moves a saga.
+    pub fn decide(
+        &self,
+        status: SagaStatus,
+        group: u32,
+        rows: &[(String, StepState)],
+        event: &StepEvent,
+    ) -> Decision {
+        let (step, event_group, state) = match event {
+            StepEvent::ActionDone { step, group } => (step, *group, StepState::Done),
+            StepEvent::ActionRefused { step, group, .. } => (step, *group, StepState::Refused),
+            StepEvent::Compensated { step, group } => (step, *group, StepState::Compensated),
+        };
+        let mut decision = Decision {
+            record: (step.clone(), state),
+            saga: None,
+            enqueue: Vec::new(),
+        };
+        if event_group != group {
+            return decision;
+        }
+        // the group's rows with this event's applied
+        let mut now: Vec<(&str, StepState)> = rows
+            .iter()
+            .filter(|(s, _)| s != step)
+            .map(|(s, st)| (s.as_str(), *st))
+            .collect();
+        now.push((step.as_str(), state));
+        let steps = self.steps_of(group);
+        let settled = steps
+            .iter()
+            .all(|(name, _)| now.iter().any(|(s, _)| s == name));
+        match (status, event) {
+            (SagaStatus::Running, StepEvent::ActionDone { .. }) => {
+                let all_done = steps.iter().all(|(name, _)| {
+                    now.iter()
+                        .any(|(s, st)| s == name && *st == StepState::Done)
+                });
+                if all_done {
+                    self.advance(group, &mut decision);
+                }
+            }
+            (SagaStatus::Running, StepEvent::ActionRefused { reason, .. }) => {
+                decision.saga = Some(SagaChange {
+                    status: SagaStatus::Compensating,
+                    group,
+                    reason: Some(reason.clone()),
+                });
+                if settled {
+                    self.compensate_group(group, &now, &mut decision);
+                }
+            }
+            // a sibling finishing after the refusal: the group compensates once all of it
+            // has finished
+            (SagaStatus::Compensating, StepEvent::ActionDone { .. })
+            | (SagaStatus::Compensating, StepEvent::ActionRefused { .. })
+                if settled =>
+            {
+                self.compensate_group(group, &now, &mut decision);
+            }
+            (SagaStatus::Compensating, StepEvent::Compensated { .. }) => {
+                let pending = steps.iter().any(|(name, compensated)| {
+                    *compensated
+                        && now
+                            .iter()
+                            .any(|(s, st)| s == name && *st == StepState::Done)
+                });
+                if !pending {
+                    self.descend(group, &mut decision);
+                }
+            }
+            _ => {}
+        }
+        decision
+    }
+
+    /// The steps of group `group`: each name and whether it has a compensation.
+    fn steps_of(&self, group: u32) -> Vec<(&'d str, bool)> {
+        usize::try_from(group)
+            .ok()
+            .and_then(|g| self.def.groups().get(g))
+            .map(|steps| {
+                steps
+                    .iter()
+                    .map(|s| (s.name(), s.has_compensation()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Group `group` is done: start the next, or complete the saga.
+    fn advance(&self, group: u32, decision: &mut Decision) {
+        let next = group + 1;
+        let steps = self.steps_of(next);
+        if steps.is_empty() {
+            decision.saga = Some(SagaChange {
+                status: SagaStatus::Completed,
+                group,
+                reason: None,
+            });
+            return;
+        }
+        decision.saga = Some(SagaChange {
+            status: SagaStatus::Running,
+            group: next,
+            reason: None,
+        });
+        decision.enqueue = steps
+            .into_iter()
+            .map(|(name, _)| (name.to_owned(), StepPhase::Action))
+            .collect();
+    }
+
+    /// The refused group has finished: compensate its done steps, or go down.
+    fn compensate_group(&self, group: u32, now: &[(&str, StepState)], decision: &mut Decision) {
+        let undo: Vec<(String, StepPhase)> = self
+            .steps_of(group)
+            .into_iter()
+            .filter(|(name, compensated)| {
+                *compensated
+                    && now
+                        .iter()
+                        .any(|(s, st)| s == name && *st == StepState::Done)
+            })
+            .map(|(name, _)| (name.to_owned(), StepPhase::Compensate))
+            .collect();
+        if undo.is_empty() {
+            self.descend(group, decision);
+            return;
+        }
+        let reason = decision.saga.as_ref().and_then(|c| c.reason.clone());
+        decision.saga = Some(SagaChange {
+            status: SagaStatus::Compensating,
+            group,
+            reason,
+        });
+        decision.enqueue = undo;
+    }
+
+    /// Group `group` is compensated: compensate the nearest earlier group with a
+    /// compensation (all its steps are done), or end the saga compensated.
+    fn descend(&self, group: u32, decision: &mut Decision) {
+        let reason = decision.saga.as_ref().and_then(|c| c.reason.clone());
+        for earlier in (0..group).rev() {
+            let undo: Vec<(String, StepPhase)> = self
+                .steps_of(earlier)
+                .into_iter()
+                .filter(|(_, compensated)| *compensated)
+                .map(|(name, _)| (name.to_owned(), StepPhase::Compensate))
+                .collect();
+            if !undo.is_empty() {
+                decision.saga = Some(SagaChange {
+                    status: SagaStatus::Compensating,
+                    group: earlier,
+                    reason,
+                });
+                decision.enqueue = undo;
+                return;
+            }
+        }
+        decision.saga = Some(SagaChange {
+            status: SagaStatus::Compensated,
+            group: 0,
+            reason,
+        });
+        decision.enqueue.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::SagaStep;
+    use SagaStatus::{Compensated, Compensating, Completed, Running};
+    use StepPhase::{Action, Compensate};
+    use StepState::{Done, Refused};
+
+    /// stock (c), then coupon (c) ∥ points, then pay.
+    fn def() -> SagaDef {
+        SagaDef::builder("order")
+            .step(SagaStep::new("stock").compensated())
+            .parallel([
+                SagaStep::new("coupon").compensated(),
+                SagaStep::new("points"),
+            ])
+            .step(SagaStep::new("pay"))
+            .build()
+            .unwrap()
+    }
+
+    fn done(step: &str, group: u32) -> StepEvent {
+        StepEvent::ActionDone {
+            step: step.into(),
+            group,
+        }
+    }
+
+    fn refused(step: &str, group: u32) -> StepEvent {
+        StepEvent::ActionRefused {
+            step: step.into(),
+            group,
+            reason: format!("{step} refused"),
+        }
+    }
+
+    fn undone(step: &str, group: u32) -> StepEvent {
+        StepEvent::Compensated {
+            step: step.into(),
+            group,
+        }
+    }
+
+    fn rows(r: &[(&str, StepState)]) -> Vec<(String, StepState)> {
+        r.iter().map(|(s, st)| (s.to_string(), *st)).collect()
+    }
+
+    fn tasks(t: &[(&str, StepPhase)]) -> Vec<(String, StepPhase)> {
+        t.iter().map(|(s, p)| (s.to_string(), *p)).collect()
+    }
+
+    fn change(status: SagaStatus, group: u32, reason: Option<&str>) -> Option<SagaChange> {
+        Some(SagaChange {
+            status,
+            group,
+            reason: reason.map(str::to_owned),
+        })
+    }
+
+    #[test]
+    fn groups_run_in_order_and_a_parallel_group_joins() {
+        let def = def();
+        let p = SagaProgress::new(&def);
+        let d = p.decide(Running, 0, &[], &done("stock", 0));
+        assert_eq!(d.record, ("stock".into(), Done));
+        assert_eq!(d.saga, change(Running, 1, None));
+        assert_eq!(d.enqueue, tasks(&[("coupon", Action), ("points", Action)]));
+        // the first of the group to finish waits for its sibling
+        let d = p.decide(Running, 1, &[], &done("points", 1));
+        assert_eq!((d.saga, d.enqueue.len()), (None, 0));
+        let d = p.decide(Running, 1, &rows(&[("points", Done)]), &done("coupon", 1));
+        assert_eq!(d.saga, change(Running, 2, None));
+        assert_eq!(d.enqueue, tasks(&[("pay", Action)]));
+        let d = p.decide(Running, 2, &[], &done("pay", 2));
+        assert_eq!(d.saga, change(Completed, 2, None));
+        assert!(d.enqueue.is_empty());
+    }
+
+    #[test]
+    fn a_refusal_compensates_the_done_steps_group_by_group_in_reverse() {
+        let def = def();
+        let p = SagaProgress::new(&def);
+        // pay refused: group 1 has coupon to undo (points has no compensation)
+        let d = p.decide(Running, 2, &[], &refused("pay", 2));
+        assert_eq!(d.record, ("pay".into(), Refused));
+        assert_eq!(d.saga, change(Compensating, 1, Some("pay refused")));
+        assert_eq!(d.enqueue, tasks(&[("coupon", Compensate)]));
+        // coupon compensated: stock next
+        let d = p.decide(Compensating, 1, &[], &undone("coupon", 1));
+        assert_eq!(d.saga, change(Compensating, 0, None));
+        assert_eq!(d.enqueue, tasks(&[("stock", Compensate)]));
+        // stock compensated: nothing left
+        let d = p.decide(Compensating, 0, &[], &undone("stock", 0));
+        assert_eq!(d.saga, change(Compensated, 0, None));
+        assert!(d.enqueue.is_empty());
+    }
+
+    #[test]
+    fn a_refusal_in_a_parallel_group_waits_for_its_running_sibling() {
+        let def = def();
+        let p = SagaProgress::new(&def);
+        // points refused while coupon still runs: compensating, nothing enqueued yet
+        let d = p.decide(Running, 1, &[], &refused("points", 1));
+        assert_eq!(d.saga, change(Compensating, 1, Some("points refused")));
+        assert!(d.enqueue.is_empty(), "coupon may yet succeed");
+        // coupon succeeds late: it is undone, the saga stays at group 1
+        let d = p.decide(
+            Compensating,
+            1,
+            &rows(&[("points", Refused)]),
+            &done("coupon", 1),
+        );
+        assert_eq!(d.record, ("coupon".into(), Done));
+        assert_eq!(d.saga, change(Compensating, 1, None));
+        assert_eq!(d.enqueue, tasks(&[("coupon", Compensate)]));
+        // had coupon been refused too, group 1 had nothing to undo: stock next
+        let d = p.decide(
+            Compensating,
+            1,
+            &rows(&[("points", Refused)]),
+            &refused("coupon", 1),
+        );
+        assert_eq!(d.saga, change(Compensating, 0, None));
+        assert_eq!(d.enqueue, tasks(&[("stock", Compensate)]));
+        // a compensation finishing while another of its group is undone still waits
+        let two = SagaDef::builder("two")
+            .parallel([
+                SagaStep::new("a").compensated(),
+                SagaStep::new("b").compensated(),
+            ])
+            .step(SagaStep::new("c"))
+            .build()
+            .unwrap();
+        let p = SagaProgress::new(&two);
+        let d = p.decide(Compensating, 0, &rows(&[("b", Done)]), &undone("a", 0));
+        assert_eq!(
+            (d.saga, d.enqueue.len()),
+            (None, 0),
+            "b is not compensated yet"
+        );
+        let d = p.decide(
+            Compensating,
+            0,
+            &rows(&[("a", StepState::Compensated)]),
+            &undone("b", 0),
+        );
+        assert_eq!(d.saga, change(Compensated, 0, None));
+    }
+
+    #[test]
+    fn a_refusal_with_nothing_to_undo_ends_compensated_at_once() {
+        let def = def();
+        let p = SagaProgress::new(&def);
+        let d = p.decide(Running, 0, &[], &refused("stock", 0));
+        assert_eq!(d.saga, change(Compensated, 0, Some("stock refused")));
+        assert!(d.enqueue.is_empty());
+    }
+
+    #[test]
+    fn a_late_or_stray_report_only_records_the_step() {
+        let def = def();
+        let p = SagaProgress::new(&def);
+        for (status, group, event) in [
+            (Running, 2, done("stock", 0)),
+            (Completed, 2, done("pay", 2)),
+            (Compensated, 0, undone("stock", 0)),
+            (SagaStatus::Parked, 1, done("coupon", 1)),
+            (Compensating, 0, done("coupon", 1)),
+        ] {
+            let d = p.decide(status, group, &[], &event);
+            assert_eq!(
+                (d.saga, d.enqueue.len()),
+                (None, 0),
+                "{status} {group} {event:?}"
+            );
+        }
+    }
+}
