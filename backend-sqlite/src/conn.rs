@@ -3,7 +3,6 @@
 use backstop_core::driver::prelude::*;
 #[cfg(doc)]
 use backstop_core::TaskStore;
-use chrono::Utc;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::sql::Sql;
@@ -122,11 +121,6 @@ impl OwnedStatement {
         }
         answer(&mut st, self.returns)
     }
-}
-
-/// This machine's clock in Unix milliseconds: SQLite's "database time".
-pub(crate) fn now_ms() -> i64 {
-    Utc::now().timestamp_millis()
 }
 
 /// Map a rusqlite error to a backstop error of operation `op`.

@@ -10,9 +10,10 @@ use backstop_core::TaskStore;
 use chrono::{DateTime, Utc};
 use rusqlite::{params, Connection, OptionalExtension};
 
-use crate::conn::{audited, changed, db_err, now_ms, OnConn, OwnedStatement};
+use crate::conn::{audited, changed, db_err, OnConn, OwnedStatement};
 use crate::pool::{Pool, Settings};
 use crate::rows::{raw_task, tasks, Cols};
+use crate::sql::now_ms;
 use crate::sql::{Sql, PRIORITY_LEVELS};
 use crate::writer::Writer;
 

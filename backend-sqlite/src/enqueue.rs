@@ -4,8 +4,7 @@ use backstop_core::driver::prelude::*;
 #[cfg(doc)]
 use backstop_core::TaskStore;
 
-use crate::conn::now_ms;
-use crate::sql::Sql;
+use crate::sql::{now_ms, Sql};
 
 /// The enqueue's statements in SQLite's SQL (run by core's [`EnqueuePlan`]). Times are
 /// this machine's clock in milliseconds, read when each statement is made (inside the

@@ -7,7 +7,8 @@ use backstop_core::inbox::{inbox_key, inbox_purge};
 use backstop_core::{async_trait, Error, HandlerError, Inbox, Message, Processed, Result};
 use rusqlite::params;
 
-use crate::conn::{db_err, now_ms};
+use crate::conn::db_err;
+use crate::sql::now_ms;
 use crate::{SqliteStore, SqliteTx};
 
 /// A message handler of a consumer on SQLite: it gets the inbox's transaction for its

@@ -16,6 +16,12 @@ use backstop_core::driver::{values_rows, Dialect, InsertTexts, INSERT_PARAMS};
 use backstop_core::driver::{AUDIT_COLUMNS, BARRIER_COLUMNS, COLUMNS, SAGA_COLUMNS};
 use backstop_core::limits::MAX_BATCH;
 
+/// This machine's clock in Unix milliseconds: SQLite's "database time", as the
+/// statements store times.
+pub(crate) fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
 /// How a list statement spells what differs (see `list_sql`); an age is bound as its
 /// cutoff (now − age, in ms).
 pub(crate) const LIST: backstop_core::driver::ListDialect = backstop_core::driver::ListDialect {
@@ -25,7 +31,7 @@ pub(crate) const LIST: backstop_core::driver::ListDialect = backstop_core::drive
     backlog_order: "id",
     // a cutoff on the store's clock, read as the statement is made
     age: |d| {
-        let cutoff = crate::conn::now_ms().saturating_sub(backstop_core::driver::millis(d));
+        let cutoff = now_ms().saturating_sub(backstop_core::driver::millis(d));
         backstop_core::driver::Value::BigInt(Some(cutoff))
     },
 };
