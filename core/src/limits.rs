@@ -14,13 +14,13 @@ pub const MAX_BIZ_KEY_BYTES: usize = 128;
 /// [`BranchCall`](crate::BranchCall), in bytes.
 pub const MAX_BRANCH_ID_BYTES: usize = 128;
 /// Longest saga name, in bytes (letters, digits, `_`, `.`, `-`): its event type,
-/// `saga:` and the name, stays within [`MAX_EVENT_TYPE_BYTES`](MAX_EVENT_TYPE_BYTES).
+/// `saga:` and the name, stays within [`MAX_EVENT_TYPE_BYTES`].
 pub const MAX_SAGA_NAME_BYTES: usize = 48;
 /// Longest step name, in bytes (letters, digits, `_`, `.`, `-`).
 pub const MAX_STEP_NAME_BYTES: usize = 48;
 /// Longest saga key, in bytes (no control characters): a step's business key, the key,
 /// `/`, the step's name and its phase, stays within
-/// [`MAX_BIZ_KEY_BYTES`](MAX_BIZ_KEY_BYTES).
+/// [`MAX_BIZ_KEY_BYTES`].
 pub const MAX_SAGA_KEY_BYTES: usize = 64;
 /// Most steps in one saga.
 pub const MAX_SAGA_STEPS: usize = 64;
