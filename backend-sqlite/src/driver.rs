@@ -59,27 +59,10 @@ impl SqliteDriver {
         T: Send + 'static,
         F: FnOnce(&Sql, &Connection, i64) -> rusqlite::Result<T> + Send + 'static,
     {
-        let sql = Arc::clone(&self.sql);
-        match &self.writer {
-            Some(w) => {
-                w.write(op, self.settings, move |conn| {
-                    f(&sql, conn, now_ms()).map_err(|e| db_err(op, e))
-                })
-                .await
-            }
-            None => {
-                self.pool
-                    .run(op, move |conn| {
-                        let tx = conn
-                            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-                            .map_err(|e| db_err(op, e))?;
-                        let out = f(&sql, &tx, now_ms()).map_err(|e| db_err(op, e))?;
-                        tx.commit().map_err(|e| db_err(op, e))?;
-                        Ok(out)
-                    })
-                    .await
-            }
-        }
+        self.write_plan(op, move |sql, conn| {
+            f(sql, conn, now_ms()).map_err(|e| db_err(op, e))
+        })
+        .await
     }
 
     /// [`write`](Self::write) for a protocol of core's that answers with a backstop
