@@ -66,10 +66,12 @@ pub use backstop_core::tx;
 pub use backstop_core::{BlockingTxConnection, Transactional, TxConnection};
 // The participant barrier: saga steps and TCC branches delivered twice, early or late.
 pub use backstop_core::{Barrier, BarrierRecord, BranchCall, BranchOp};
-// Sagas: definitions, their start in the caller's transaction, their state rows.
+// Sagas: definitions, their start in the caller's transaction, their steps' code and
+// reports, their state rows.
 pub use backstop_core::{
-    Saga, SagaDef, SagaDefBuilder, SagaId, SagaStart, SagaStarted, SagaStatus, SagaStep, StepPhase,
-    StepTask,
+    Saga, SagaDef, SagaDefBuilder, SagaId, SagaStart, SagaStarted, SagaStatus, SagaStep,
+    SagaStepRecord, SagaSteps, StepApplied, StepContext, StepError, StepOutcome, StepPhase,
+    StepReport, StepState, StepTask,
 };
 // Wake-ups across processes, and the consumer's inbox.
 pub use backstop_core::{Inbox, Message, Notifier, Processed, Wake, Wakes};

@@ -235,6 +235,7 @@ async fn enqueues_on_sqlx_any_everywhere() {
             format!("{table}_handlers"),
             format!("{table}_barrier"),
             format!("{table}_saga"),
+            format!("{table}_saga_step"),
             format!("{table}_audit"),
             format!("{table}_inbox"),
             format!("{table}_migrations"),

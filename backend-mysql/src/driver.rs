@@ -735,6 +735,25 @@ impl Driver for MySqlDriver {
             .transpose()
     }
 
+    async fn saga_step(&self, def: &SagaDef, report: Checked<&StepReport>) -> Result<StepApplied> {
+        let mut conn = self.pool.acquire().await.map_err(my_err)?;
+        let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(my_err)?;
+        let applied = saga_step_on(self, self.config(), &mut *tx, def, report).await?;
+        tx.commit().await.map_err(my_err)?;
+        Ok(applied)
+    }
+
+    async fn saga_steps(&self, id: SagaId) -> Result<Vec<RawSagaStep>> {
+        sqlx::query(safe(&self.sql.saga_steps))
+            .bind(id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(my_err)?
+            .iter()
+            .map(|r| RawSagaStep::read(&Cols(r)).map_err(my_err))
+            .collect()
+    }
+
     async fn delete_succeeded(&self, ids: Checked<&[TaskId]>) -> Result<u64> {
         let text = self.sql.delete_succeeded(bucket(ids.len()));
         let mut q = sqlx::query(safe(&text));

@@ -35,6 +35,12 @@ impl EnqueueSql for MySqlDriver {
             EnqueueStep::BarrierRead(_) => (&sql.barrier_read, Returns::Row),
             EnqueueStep::SagaInsert(_) => (&sql.saga_insert, Returns::RowsAffected),
             EnqueueStep::SagaRead(_) => (&sql.saga_read, Returns::Row),
+            // error, id, lease: the mark's own statement
+            EnqueueStep::Fail { .. } => (&sql.mark_fail, Returns::RowsAffected),
+            EnqueueStep::SagaLock(_) => (&sql.saga_lock, Returns::Row),
+            EnqueueStep::StepRows { .. } => (&sql.step_rows, Returns::Rows),
+            EnqueueStep::StepRecord { .. } => (&sql.step_record, Returns::RowsAffected),
+            EnqueueStep::SagaSet { .. } => (&sql.saga_set, Returns::RowsAffected),
         };
         Statement::new(text, params, returns)
     }

@@ -6,7 +6,9 @@
 
 use backstop_core::driver::schema::{self, version_table, MigrationFile, SchemaSql};
 use backstop_core::driver::InsertTexts;
-use backstop_core::driver::{AUDIT_COLUMNS, BARRIER_COLUMNS, COLUMNS, SAGA_COLUMNS};
+use backstop_core::driver::{
+    AUDIT_COLUMNS, BARRIER_COLUMNS, COLUMNS, SAGA_COLUMNS, SAGA_STEP_COLUMNS,
+};
 use backstop_core::limits::is_event_type_char;
 use backstop_core::limits::MAX_BATCH;
 
@@ -63,6 +65,16 @@ pub(crate) struct Sql {
     pub saga_read: String,
     /// A saga's state row by name and key (`SAGA_COLUMNS`).
     pub saga_get: String,
+    /// The locking read of a saga's status and group (`EnqueueStep::SagaLock`).
+    pub saga_lock: String,
+    /// The step rows of a saga's group (`EnqueueStep::StepRows`).
+    pub step_rows: String,
+    /// The upsert of a step row (`EnqueueStep::StepRecord`).
+    pub step_record: String,
+    /// A saga's row after a step's report (`EnqueueStep::SagaSet`).
+    pub saga_set: String,
+    /// A saga's step rows by position (`SAGA_STEP_COLUMNS`).
+    pub saga_steps: String,
     /// event type: upsert into the handlers table.
     pub types_register: String,
     /// The handlers table.
@@ -137,6 +149,7 @@ impl Sql {
         let th = format!("`{table}_handlers`");
         let tb = format!("`{table}_barrier`");
         let ts = format!("`{table}_saga`");
+        let tss = format!("`{table}_saga_step`");
         let fenced = "WHERE id = ? AND status = 3 AND lease = ?";
         Sql {
             table: t.clone(),
@@ -167,6 +180,7 @@ impl Sql {
                     ("handlers", th.clone()),
                     ("barrier", tb.clone()),
                     ("saga", ts.clone()),
+                    ("saga_step", tss.clone()),
                     ("table", table.to_owned()),
                 ],
             },
@@ -348,6 +362,30 @@ impl Sql {
                  LOCK IN SHARE MODE"
             ),
             saga_get: format!("SELECT {SAGA_COLUMNS} FROM {ts} WHERE name = ? AND saga_key = ?"),
+            saga_lock: format!(
+                "SELECT CAST(status AS SIGNED), CAST(grp AS SIGNED) FROM {ts} WHERE id = ?
+                 FOR UPDATE"
+            ),
+            // a locking read: the rows a report committed after this transaction's
+            // snapshot are what the saga row's lock waited for
+            step_rows: format!(
+                "SELECT CAST(position AS SIGNED), CAST(state AS SIGNED) FROM {tss}
+                 WHERE saga_id = ? AND grp = ? FOR UPDATE"
+            ),
+            step_record: format!(
+                "INSERT INTO {tss} (saga_id, position, step, grp, state, output, updated_at)
+                 VALUES (?, ?, ?, ?, ?, ?, NOW(3))
+                 ON DUPLICATE KEY UPDATE state = VALUES(state),
+                    output = COALESCE(VALUES(output), output), updated_at = NOW(3)"
+            ),
+            saga_set: format!(
+                "UPDATE {ts} SET status = ?, grp = ?, reason = COALESCE(?, reason),
+                    version = version + 1, updated_at = NOW(3)
+                 WHERE id = ?"
+            ),
+            saga_steps: format!(
+                "SELECT {SAGA_STEP_COLUMNS} FROM {tss} WHERE saga_id = ? ORDER BY position"
+            ),
             purge_barrier: format!(
                 "DELETE FROM {tb} WHERE created_at < NOW(3) - INTERVAL ? MICROSECOND
                  ORDER BY created_at LIMIT ?"

@@ -438,6 +438,23 @@ impl Driver for PgDriver {
             .transpose()
     }
 
+    async fn saga_step(&self, def: &SagaDef, report: Checked<&StepReport>) -> Result<StepApplied> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let mut conn = OnClient(&tx, self.prepared());
+        let applied = saga_step_on(self, self.config(), &mut conn, def, report).await?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok(applied)
+    }
+
+    async fn saga_steps(&self, id: SagaId) -> Result<Vec<RawSagaStep>> {
+        self.query(&self.sql.saga_steps, &[&id])
+            .await?
+            .iter()
+            .map(|r| RawSagaStep::read(&Cols(r)))
+            .collect()
+    }
+
     async fn delete_succeeded(&self, ids: Checked<&[TaskId]>) -> Result<u64> {
         self.execute(&self.sql.delete_succeeded, &[&*ids]).await
     }

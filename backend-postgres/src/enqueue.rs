@@ -7,7 +7,8 @@ use backstop_core::TaskStore;
 use crate::driver::PgDriver;
 
 /// The enqueue's statements in PostgreSQL's SQL (run by core's [`EnqueuePlan`]). Every
-/// statement returns a row (`RETURNING`), so each is answered with its first row.
+/// statement returns a row (`RETURNING`), so each is answered with its first row; a
+/// group's step rows are answered with all of them.
 impl EnqueueSql for PgDriver {
     fn dialect(&self) -> Dialect {
         Dialect::Postgres
@@ -36,6 +37,13 @@ impl EnqueueSql for PgDriver {
             EnqueueStep::BarrierRead(_) => &sql.barrier_read,
             EnqueueStep::SagaInsert(_) => &sql.saga_insert,
             EnqueueStep::SagaRead(_) => &sql.saga_read,
+            EnqueueStep::Fail { .. } => &sql.fail_tx,
+            EnqueueStep::SagaLock(_) => &sql.saga_lock,
+            EnqueueStep::StepRows { .. } => {
+                return Statement::new(&sql.step_rows, params, Returns::Rows)
+            }
+            EnqueueStep::StepRecord { .. } => &sql.step_record,
+            EnqueueStep::SagaSet { .. } => &sql.saga_set,
         };
         Statement::new(text, params, Returns::Row)
     }

@@ -10,7 +10,9 @@
 //! out of reach; the batch's ids drive the join through the primary key.
 
 use backstop_core::driver::schema::{self, version_table, MigrationFile, SchemaSql};
-use backstop_core::driver::{AUDIT_COLUMNS, BARRIER_COLUMNS, COLUMNS, SAGA_COLUMNS};
+use backstop_core::driver::{
+    AUDIT_COLUMNS, BARRIER_COLUMNS, COLUMNS, SAGA_COLUMNS, SAGA_STEP_COLUMNS,
+};
 use backstop_core::limits::MAX_BATCH;
 
 /// `COLUMNS` qualified by the table alias `t`.
@@ -113,6 +115,18 @@ pub(crate) struct Sql {
     pub saga_read: String,
     /// A saga's state row by name and key (`SAGA_COLUMNS`).
     pub saga_get: String,
+    /// The fenced failure of a task on a transaction (`EnqueueStep::Fail`).
+    pub fail_tx: String,
+    /// The locking read of a saga's status and group (`EnqueueStep::SagaLock`).
+    pub saga_lock: String,
+    /// The step rows of a saga's group (`EnqueueStep::StepRows`).
+    pub step_rows: String,
+    /// The upsert of a step row (`EnqueueStep::StepRecord`).
+    pub step_record: String,
+    /// A saga's row after a step's report (`EnqueueStep::SagaSet`).
+    pub saga_set: String,
+    /// A saga's step rows by position (`SAGA_STEP_COLUMNS`).
+    pub saga_steps: String,
     /// $1 event types: upsert into the handlers table.
     pub types_register: String,
     /// The handlers table.
@@ -191,6 +205,7 @@ impl Sql {
         let th = format!("\"{schema}\".\"{table}_handlers\"");
         let tb = format!("\"{schema}\".\"{table}_barrier\"");
         let ts = format!("\"{schema}\".\"{table}_saga\"");
+        let tss = format!("\"{schema}\".\"{table}_saga_step\"");
         let tc = t_columns();
         // core's insert_params: $1 event_type $2 biz_key $3 payload $4 max_attempts
         // $5 strategy $6 interval_ms $7 max_interval_ms $8 delay_ms $9 run_at (NULL: use
@@ -259,6 +274,7 @@ impl Sql {
                     ("handlers", th.clone()),
                     ("barrier", tb.clone()),
                     ("saga", ts.clone()),
+                    ("saga_step", tss.clone()),
                     ("table", table.to_owned()),
                     ("schema", schema.to_owned()),
                 ],
@@ -590,6 +606,32 @@ impl Sql {
             ),
             saga_get: format!(
                 "SELECT {SAGA_COLUMNS} FROM {ts} WHERE name = $1 AND saga_key = $2"
+            ),
+            fail_tx: format!(
+                "UPDATE {t} SET status = 2, owner = NULL, last_error = $1, updated_at = now()
+                 WHERE id = $2 AND status + 0 = 3 AND lease = $3 RETURNING id"
+            ),
+            saga_lock: format!(
+                "SELECT status::bigint, grp::bigint FROM {ts} WHERE id = $1 FOR UPDATE"
+            ),
+            step_rows: format!(
+                "SELECT position::bigint, state::bigint FROM {tss}
+                 WHERE saga_id = $1 AND grp = $2"
+            ),
+            step_record: format!(
+                "INSERT INTO {tss} AS s (saga_id, position, step, grp, state, output, updated_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, now())
+                 ON CONFLICT (saga_id, position) DO UPDATE SET state = EXCLUDED.state,
+                    output = COALESCE(EXCLUDED.output, s.output), updated_at = now()
+                 RETURNING 1::bigint"
+            ),
+            saga_set: format!(
+                "UPDATE {ts} SET status = $1, grp = $2, reason = COALESCE($3, reason),
+                    version = version + 1, updated_at = now()
+                 WHERE id = $4 RETURNING 1::bigint"
+            ),
+            saga_steps: format!(
+                "SELECT {SAGA_STEP_COLUMNS} FROM {tss} WHERE saga_id = $1 ORDER BY position"
             ),
             purge_barrier: format!(
                 "WITH old AS MATERIALIZED (

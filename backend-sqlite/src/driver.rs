@@ -464,6 +464,24 @@ impl Driver for SqliteDriver {
         .await
     }
 
+    async fn saga_step(&self, def: &SagaDef, report: Checked<&StepReport>) -> Result<StepApplied> {
+        let (def, report) = (def.clone(), report.cloned());
+        let config = self.config().clone();
+        self.write_plan("saga_step", move |sql, tx| {
+            saga_step_blocking(sql, &config, &mut OnConn(tx), &def, report.as_ref())
+        })
+        .await
+    }
+
+    async fn saga_steps(&self, id: SagaId) -> Result<Vec<RawSagaStep>> {
+        self.read("saga_steps", move |sql, conn, _| {
+            conn.prepare_cached(&sql.saga_steps)?
+                .query_map(params![id], |r| RawSagaStep::read(&Cols(r)))?
+                .collect()
+        })
+        .await
+    }
+
     async fn delete_succeeded(&self, ids: Checked<&[TaskId]>) -> Result<u64> {
         let ids = ids.to_vec();
         self.write("delete_succeeded", move |sql, tx, _| {

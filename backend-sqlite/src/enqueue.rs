@@ -39,6 +39,11 @@ impl EnqueueSql for Sql {
             EnqueueStep::BarrierRead(_) => (&self.barrier_read, Returns::Row, false),
             EnqueueStep::SagaInsert(_) => (&self.saga_insert, Returns::RowsAffected, true),
             EnqueueStep::SagaRead(_) => (&self.saga_read, Returns::Row, false),
+            EnqueueStep::Fail { .. } => (&self.fail_tx, Returns::RowsAffected, true),
+            EnqueueStep::SagaLock(_) => (&self.saga_lock, Returns::Row, false),
+            EnqueueStep::StepRows { .. } => (&self.step_rows, Returns::Rows, false),
+            EnqueueStep::StepRecord { .. } => (&self.step_record, Returns::RowsAffected, true),
+            EnqueueStep::SagaSet { .. } => (&self.saga_set, Returns::RowsAffected, true),
         };
         if clock {
             params.push(Value::BigInt(Some(now_ms())));

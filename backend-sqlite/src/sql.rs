@@ -13,7 +13,9 @@
 
 use backstop_core::driver::schema::{self, version_table, MigrationFile, SchemaSql};
 use backstop_core::driver::{values_rows, Dialect, InsertTexts, INSERT_PARAMS};
-use backstop_core::driver::{AUDIT_COLUMNS, BARRIER_COLUMNS, COLUMNS, SAGA_COLUMNS};
+use backstop_core::driver::{
+    AUDIT_COLUMNS, BARRIER_COLUMNS, COLUMNS, SAGA_COLUMNS, SAGA_STEP_COLUMNS,
+};
 use backstop_core::limits::MAX_BATCH;
 
 /// This machine's clock in Unix milliseconds: SQLite's "database time", as the
@@ -92,6 +94,18 @@ pub(crate) struct Sql {
     pub saga_read: String,
     /// A saga's state row by name and key (`SAGA_COLUMNS`).
     pub saga_get: String,
+    /// The fenced failure of a task on a transaction (`EnqueueStep::Fail`).
+    pub fail_tx: String,
+    /// The locking read of a saga's status and group (`EnqueueStep::SagaLock`).
+    pub saga_lock: String,
+    /// The step rows of a saga's group (`EnqueueStep::StepRows`).
+    pub step_rows: String,
+    /// The upsert of a step row (`EnqueueStep::StepRecord`).
+    pub step_record: String,
+    /// A saga's row after a step's report (`EnqueueStep::SagaSet`).
+    pub saga_set: String,
+    /// A saga's step rows by position (`SAGA_STEP_COLUMNS`).
+    pub saga_steps: String,
     pub recycle_dead: String,
     pub heartbeat: String,
     pub mark_success: String,
@@ -153,6 +167,7 @@ impl Sql {
         let th = format!("\"{table}_handlers\"");
         let tb = format!("\"{table}_barrier\"");
         let ts = format!("\"{table}_saga\"");
+        let tss = format!("\"{table}_saga_step\"");
         // Every change to a running task is fenced by id, status and lease.
         let fenced = "WHERE id = ?2 AND status = 3 AND lease = ?3";
         let insert_into = format!(
@@ -190,6 +205,7 @@ impl Sql {
                     ("handlers", th.clone()),
                     ("barrier", tb.clone()),
                     ("saga", ts.clone()),
+                    ("saga_step", tss.clone()),
                     ("table", table.to_owned()),
                 ],
             },
@@ -366,6 +382,32 @@ impl Sql {
             saga_read: format!("SELECT id, status FROM {ts} WHERE name = ?1 AND saga_key = ?2"),
             saga_get: format!(
                 "SELECT {SAGA_COLUMNS} FROM {ts} WHERE name = ?1 AND saga_key = ?2"
+            ),
+            // ?4 now
+            fail_tx: format!(
+                "UPDATE {t} SET status = 2, owner = NULL, last_error = ?1, updated_at = ?4
+                 WHERE id = ?2 AND status = 3 AND lease = ?3"
+            ),
+            // the write transaction holds the whole file: no row lock of its own
+            saga_lock: format!("SELECT status, grp FROM {ts} WHERE id = ?1"),
+            step_rows: format!(
+                "SELECT position, state FROM {tss} WHERE saga_id = ?1 AND grp = ?2"
+            ),
+            // ?7 now
+            step_record: format!(
+                "INSERT INTO {tss} (saga_id, position, step, grp, state, output, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT (saga_id, position) DO UPDATE SET state = excluded.state,
+                    output = COALESCE(excluded.output, output), updated_at = excluded.updated_at"
+            ),
+            // ?5 now
+            saga_set: format!(
+                "UPDATE {ts} SET status = ?1, grp = ?2, reason = COALESCE(?3, reason),
+                    version = version + 1, updated_at = ?5
+                 WHERE id = ?4"
+            ),
+            saga_steps: format!(
+                "SELECT {SAGA_STEP_COLUMNS} FROM {tss} WHERE saga_id = ?1 ORDER BY position"
             ),
             purge_barrier: format!(
                 "DELETE FROM {tb} WHERE (gid, branch_id, op) IN (

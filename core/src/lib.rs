@@ -28,7 +28,7 @@ pub use engine::{
     describe_metrics, handler_fn, is_lease_lost, kind_fn, lease_lost, metric_names, Archive,
     BacklogGauges, Cancelled, Claimed, Context, Engine, EngineBuilder, EngineConfig,
     EngineCounters, ErrorAction, FnHandler, Handler, HandlerError, HandlerOptions, Json,
-    JsonHandler, KindFn, RunAhead,
+    JsonHandler, KindFn, RunAhead, SagaSteps, StepContext, StepError,
 };
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use inbox::{Inbox, Message, Processed};
@@ -37,8 +37,9 @@ pub use limits::StoreConfig;
 pub use model::{
     Audit, AuditEntry, Backoff, Barrier, BarrierRecord, BranchCall, BranchOp, Dedup, Enqueued,
     EventTypeSeen, Lease, Mark, MarkAction, NewTask, Owner, Priority, Recycled, RetryPolicy, Saga,
-    SagaDef, SagaDefBuilder, SagaId, SagaStart, SagaStarted, SagaStatus, SagaStep, Stats, Status,
-    StatusCount, StepPhase, StepTask, Task, TaskFilter, TaskId, Throughput, WhenParked,
+    SagaDef, SagaDefBuilder, SagaId, SagaStart, SagaStarted, SagaStatus, SagaStep, SagaStepRecord,
+    Stats, Status, StatusCount, StepApplied, StepOutcome, StepPhase, StepReport, StepState,
+    StepTask, Task, TaskFilter, TaskId, Throughput, WhenParked,
 };
 pub use notify::{Notifier, Wake, Wakes};
 pub use schedule::{Missed, Periodic, Schedule};

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use backstop_core::driver::{
     AgedBatch, Backend, Buckets, Change, Checked, Claim, Driver, EnqueueSql, EnqueueStep, Inserted,
-    RawAudit, RawBarrier, RawSaga, RawStats, RawTask,
+    RawAudit, RawBarrier, RawSaga, RawSagaStep, RawStats, RawTask,
 };
 use backstop_core::limits::{
     MAX_BATCH, MAX_BRANCH_ID_BYTES, MAX_ENQUEUE_MANY, MAX_ERROR_BYTES, MAX_EVENT_TYPES,
@@ -21,8 +21,8 @@ use backstop_core::limits::{
 use backstop_core::tx::{Answer, Dialect, Returns, Statement};
 use backstop_core::{
     async_trait, Audit, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner, Recycled, Result,
-    RetryPolicy, SagaDef, SagaStart, SagaStarted, SagaStep, Status, StoreConfig, TaskFilter,
-    TaskId, TaskStore,
+    RetryPolicy, SagaDef, SagaId, SagaStart, SagaStarted, SagaStep, Status, StepApplied,
+    StepOutcome, StepReport, StoreConfig, TaskFilter, TaskId, TaskStore,
 };
 use backstop_core::{Transactional, TxConnection};
 
@@ -276,6 +276,19 @@ impl Driver for Tripwire {
         Ok(None)
     }
 
+    async fn saga_step(&self, _: &SagaDef, report: Checked<&StepReport>) -> Result<StepApplied> {
+        self.called();
+        panic!(
+            "a report within limits never reaches this driver: {}",
+            report.key
+        )
+    }
+
+    async fn saga_steps(&self, _: SagaId) -> Result<Vec<RawSagaStep>> {
+        self.called();
+        Ok(Vec::new())
+    }
+
     async fn delete_succeeded(&self, ids: Checked<&[TaskId]>) -> Result<u64> {
         self.called();
         assert!((1..=MAX_BATCH).contains(&ids.len()));
@@ -498,6 +511,23 @@ async fn invalid_input_reaches_no_driver() {
         ),
     ] {
         refused(s.saga(name, key).await, "saga");
+    }
+    let lease = Lease {
+        task_id: 1,
+        token: 1,
+    };
+    let big = format!("\"{}\"", "x".repeat(64 * 1024));
+    for (key, step, output) in [
+        ("k", "refund", "1"),
+        ("k", "pay", "{nope"),
+        ("k", "pay", big.as_str()),
+        ("", "pay", "1"),
+    ] {
+        let outcome = StepOutcome::Done {
+            output: output.to_owned(),
+        };
+        let report = StepReport::new(lease, 1, key, step, outcome);
+        refused(s.saga_step(&def, &report).await, "saga_step");
     }
     for gid in ["", "g\n", &"g".repeat(MAX_BRANCH_ID_BYTES + 1)] {
         refused(s.barrier_records(gid).await, "barrier_records");

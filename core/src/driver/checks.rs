@@ -160,3 +160,55 @@ pub(crate) fn check_start<'s>(
     }
     Ok(Checked::new(start))
 }
+
+/// A step's report checked against the store's limits: a step of `def`, the saga's key
+/// as [`SagaDef::start`](crate::SagaDef::start) checks it, the output (JSON) at most
+/// `max_payload_bytes`, a reason cut to [`MAX_ERROR_BYTES`](crate::limits::MAX_ERROR_BYTES).
+pub(crate) fn check_report(
+    config: &StoreConfig,
+    def: &crate::model::SagaDef,
+    report: &crate::model::StepReport,
+) -> Result<crate::model::StepReport> {
+    use crate::model::StepOutcome;
+    const OP: &str = "saga_step";
+    if def.find_step(&report.step).is_none() {
+        return Err(Error::invalid_input(
+            OP,
+            format!("saga {:?} has no step {:?}", def.name(), report.step),
+        ));
+    }
+    crate::limits::check_key(
+        OP,
+        "saga key",
+        &report.key,
+        crate::limits::MAX_SAGA_KEY_BYTES,
+    )?;
+    let mut report = report.clone();
+    match &mut report.outcome {
+        StepOutcome::Done { output } => {
+            if output.len() > config.max_payload_bytes {
+                return Err(Error::invalid_input(
+                    OP,
+                    format!(
+                        "step {:?}'s output is {} bytes; the store's limit is {}",
+                        report.step,
+                        output.len(),
+                        config.max_payload_bytes
+                    ),
+                ));
+            }
+            if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(output) {
+                return Err(Error::invalid_input(
+                    OP,
+                    format!("step {:?}'s output is not valid JSON: {e}", report.step),
+                ));
+            }
+        }
+        StepOutcome::Refused { reason } | StepOutcome::Exhausted { reason, .. } => {
+            let cut = crate::limits::bounded_error(reason).to_owned();
+            *reason = cut;
+        }
+        StepOutcome::Compensated => {}
+    }
+    Ok(report)
+}

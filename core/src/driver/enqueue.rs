@@ -7,7 +7,10 @@ use super::{
     KeysStep, Statement, TxPlan, Value,
 };
 use crate::error::{Error, ErrorKind, Result};
-use crate::model::{BranchCall, BranchOp, Lease, NewTask, SagaStart, TaskId, WhenParked};
+use crate::model::{
+    BranchCall, BranchOp, Lease, NewTask, SagaId, SagaStart, SagaStatus, StepState, TaskId,
+    WhenParked,
+};
 
 /// A statement an enqueue runs (see [`EnqueueSql`]), with what it works on, and the
 /// parameters core binds to it, in this order ([`EnqueueSql::statement`] gets them made).
@@ -85,6 +88,66 @@ pub enum EnqueueStep<'a> {
     /// is none. A locking read where the database's plain read would miss a row
     /// committed since the transaction's snapshot (MySQL). Parameters: the name, the key.
     SagaRead(&'a SagaStart),
+    /// The fenced failure of a lease's task on the transaction (a saga step out of
+    /// attempts, see [`saga_step_on`](crate::driver::saga_step_on)): `status = 2`
+    /// (failed), `owner` cleared, `last_error` the error, `updated_at` = now, where the
+    /// task is running under the lease; a row changed, or returned, when it applied.
+    /// Parameters: the error, the task's id, the lease's token.
+    Fail {
+        /// The lease the task must still run under.
+        lease: Lease,
+        /// Its last error (at most [`MAX_ERROR_BYTES`](crate::limits::MAX_ERROR_BYTES)).
+        error: &'a str,
+    },
+    /// The locking read of saga `id`'s row (`FOR UPDATE`; SQLite's write transaction
+    /// holds the file): one row of two integers, its status code and its group; no row
+    /// when there is none. Parameters: the id.
+    SagaLock(SagaId),
+    /// The step rows of a saga's group: every row (`Returns::Rows`) of two integers, the
+    /// step's position and its state code ([`StepState::code`](crate::StepState::code)),
+    /// read after [`SagaLock`](Self::SagaLock) so that it sees every row committed
+    /// before (a locking read on MySQL). Parameters: the saga's id, the group
+    /// ([`Value::Int`]).
+    StepRows {
+        /// The saga.
+        saga: SagaId,
+        /// The group.
+        group: u32,
+    },
+    /// The upsert of one step row (key: saga id, position): inserted with
+    /// `updated_at` now, or its state set, its output replaced only by a non-`NULL` one,
+    /// and `updated_at` now. Parameters: the saga's id, the position ([`Value::Int`]),
+    /// the step's name, its group ([`Value::Int`]), the state's code
+    /// ([`Value::SmallInt`]), the output (`NULL` for none).
+    StepRecord {
+        /// The saga.
+        saga: SagaId,
+        /// The step's position in the definition.
+        position: u32,
+        /// The step's name.
+        step: &'a str,
+        /// Its group.
+        group: u32,
+        /// Its new state.
+        state: StepState,
+        /// Its action's output, when it has one.
+        output: Option<&'a str>,
+    },
+    /// The update of saga `id`'s row after a step report: status and group set, the
+    /// reason set when not `NULL` (else kept), `version + 1`, `updated_at` now. Run at
+    /// every report, so the row's change fences racing reports of one saga.
+    /// Parameters: the status code ([`Value::SmallInt`]), the group ([`Value::Int`]),
+    /// the reason, the id.
+    SagaSet {
+        /// The saga.
+        saga: SagaId,
+        /// Its status.
+        status: SagaStatus,
+        /// Its group.
+        group: u32,
+        /// Why it compensates or is parked, when this report says so.
+        reason: Option<&'a str>,
+    },
 }
 
 impl<'a> EnqueueStep<'a> {
@@ -136,8 +199,49 @@ impl<'a> EnqueueStep<'a> {
                 Value::Text(Some(start.name())),
                 Value::Text(Some(start.key())),
             ],
+            EnqueueStep::Fail { lease, error } => vec![
+                Value::Text(Some(error)),
+                Value::BigInt(Some(lease.task_id)),
+                Value::BigInt(Some(lease.token)),
+            ],
+            EnqueueStep::SagaLock(id) => vec![Value::BigInt(Some(id))],
+            EnqueueStep::StepRows { saga, group } => {
+                vec![Value::BigInt(Some(saga)), Value::Int(Some(int(group)))]
+            }
+            EnqueueStep::StepRecord {
+                saga,
+                position,
+                step,
+                group,
+                state,
+                output,
+            } => vec![
+                Value::BigInt(Some(saga)),
+                Value::Int(Some(int(position))),
+                Value::Text(Some(step)),
+                Value::Int(Some(int(group))),
+                Value::SmallInt(Some(state.code())),
+                Value::Text(output),
+            ],
+            EnqueueStep::SagaSet {
+                saga,
+                status,
+                group,
+                reason,
+            } => vec![
+                Value::SmallInt(Some(status.code())),
+                Value::Int(Some(int(group))),
+                Value::Text(reason),
+                Value::BigInt(Some(saga)),
+            ],
         }
     }
+}
+
+/// A group or a position (at most [`MAX_SAGA_STEPS`](crate::limits::MAX_SAGA_STEPS))
+/// as a 32-bit integer.
+fn int(n: u32) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
 }
 
 /// How a backend stores the time a task was asked to run at ([`insert_params`]).
@@ -373,6 +477,21 @@ impl<'a> EnqueuePlan<'a> {
     }
 }
 
+/// The next statement of an enqueue nested in another plan (`slot`): `Some` while it
+/// has one; at its end it is finished (its errors returned) and the slot emptied, and
+/// the answer is `None`, so the outer plan goes on with its own statements.
+pub(crate) fn nested_next<'a>(slot: &mut Option<EnqueuePlan<'a>>) -> Result<Option<Statement<'a>>> {
+    if let Some(plan) = slot {
+        if let Some(statement) = plan.next()? {
+            return Ok(Some(statement));
+        }
+    }
+    if let Some(plan) = slot.take() {
+        plan.finish()?;
+    }
+    Ok(None)
+}
+
 impl<'a> TxPlan for EnqueuePlan<'a> {
     type Output = Inserted;
 
@@ -467,6 +586,11 @@ pub(crate) mod tests {
                 EnqueueStep::BarrierRead(_) => "barrier read",
                 EnqueueStep::SagaInsert(_) => "saga insert",
                 EnqueueStep::SagaRead(_) => "saga read",
+                EnqueueStep::Fail { .. } => "fail",
+                EnqueueStep::SagaLock(_) => "saga lock",
+                EnqueueStep::StepRows { .. } => "step rows",
+                EnqueueStep::StepRecord { .. } => "step record",
+                EnqueueStep::SagaSet { .. } => "saga set",
             };
             Statement::new(name, params, Returns::Row)
         }

@@ -52,6 +52,7 @@ mod release;
 mod retry;
 mod rows;
 mod saga;
+mod saga_step;
 pub mod schema;
 #[cfg(any(
     feature = "sqlx-postgres",
@@ -72,7 +73,8 @@ use chrono::{DateTime, Utc};
 use crate::error::Result;
 use crate::limits::StoreConfig;
 use crate::model::{
-    Audit, Lease, Mark, NewTask, Owner, Recycled, SagaStart, SagaStarted, TaskFilter, TaskId,
+    Audit, Lease, Mark, NewTask, Owner, Recycled, SagaDef, SagaId, SagaStart, SagaStarted,
+    StepApplied, StepReport, TaskFilter, TaskId,
 };
 
 #[cfg(any(
@@ -88,8 +90,8 @@ pub use batch::{
     MAX_INSERT_BYTES, MAX_INSERT_ROWS,
 };
 pub(crate) use checks::{
-    check_ids, check_leases, check_marks, check_start, check_task, check_tasks, enqueued,
-    enqueued_all,
+    check_ids, check_leases, check_marks, check_report, check_start, check_task, check_tasks,
+    enqueued, enqueued_all,
 };
 pub use classify::{mysql_error_kind, postgres_error_kind, sqlite_error_kind};
 pub use connect::ConnectFailure;
@@ -103,10 +105,11 @@ pub use release::{
 };
 pub use retry::retry_contention;
 pub use rows::{
-    RawAudit, RawBarrier, RawSaga, RawStats, RawTask, TaskRow, AUDIT_COLUMNS, BARRIER_COLUMNS,
-    COLUMNS, COLUMN_COUNT, SAGA_COLUMNS,
+    RawAudit, RawBarrier, RawSaga, RawSagaStep, RawStats, RawTask, TaskRow, AUDIT_COLUMNS,
+    BARRIER_COLUMNS, COLUMNS, COLUMN_COUNT, SAGA_COLUMNS, SAGA_STEP_COLUMNS,
 };
 pub use saga::SagaStartPlan;
+pub use saga_step::{saga_step_blocking, saga_step_on};
 pub use statement::{
     Answer, BlockingTxConnection, Dialect, OwnConnection, Returns, Statement, TxConnection, Value,
 };
@@ -256,6 +259,16 @@ pub trait Driver: Send + Sync + 'static {
     /// [`SagaDef::start`](crate::SagaDef::start)'s limits.
     async fn saga(&self, name: Checked<&str>, key: Checked<&str>) -> Result<Option<RawSaga>>;
 
+    /// [`saga_step`](crate::TaskStore::saga_step): core's [`saga_step_on`] (or
+    /// [`saga_step_blocking`]) run in one transaction of the store's own, committed when
+    /// it finishes and rolled back on an error. Checked: the key, the output (JSON,
+    /// within the payload limit) and the reason (cut).
+    async fn saga_step(&self, def: &SagaDef, report: Checked<&StepReport>) -> Result<StepApplied>;
+
+    /// [`saga_steps`](crate::TaskStore::saga_steps): the rows of [`SAGA_STEP_COLUMNS`]
+    /// of saga `id`, by position.
+    async fn saga_steps(&self, id: SagaId) -> Result<Vec<RawSagaStep>>;
+
     /// [`throughput`](crate::TaskStore::throughput): `(event_type, status code, bucket,
     /// count)` of the succeeded (1) and failed (2) tasks whose `updated_at` is within
     /// `window` of database time, at most `cap` per status (the most recent), the bucket
@@ -321,8 +334,8 @@ pub mod prelude {
         AgedBatch, Backend, BarrierPlan, Buckets, Change, Checked, Claim, ConnectFailure, Driver,
         EnqueueBatch, EnqueuePlan, EnqueueSql, EnqueueStep, Existing, InsertStep, Inserted,
         KeyRelease, KeyedInsert, KeysRelease, KeysStep, ListArg, ListDialect, RawAudit, RawBarrier,
-        RawSaga, RawStats, RawTask, ReleaseStep, RunAt, TaskRow, AUDIT_COLUMNS, BARRIER_COLUMNS,
-        COLUMNS, COLUMN_COUNT, SAGA_COLUMNS,
+        RawSaga, RawSagaStep, RawStats, RawTask, ReleaseStep, RunAt, TaskRow, AUDIT_COLUMNS,
+        BARRIER_COLUMNS, COLUMNS, COLUMN_COUNT, SAGA_COLUMNS, SAGA_STEP_COLUMNS,
     };
     pub use super::{
         insert_document, rows_params, values_rows, Answer, BlockingTxConnection, Dialect,
@@ -330,15 +343,15 @@ pub mod prelude {
         INSERT_ROW_KEYS,
     };
     pub use super::{
-        release_order_keys, release_order_keys_blocking, KeyReleasePlan, KeysReleasePlan,
-        OwnConnection, SagaStartPlan, TxPlan,
+        release_order_keys, release_order_keys_blocking, saga_step_blocking, saga_step_on,
+        KeyReleasePlan, KeysReleasePlan, OwnConnection, SagaStartPlan, TxPlan,
     };
     pub use crate::error::{Error, ErrorKind, Result};
     pub use crate::limits::StoreConfig;
     pub use crate::model::{
         Audit, Barrier, BarrierRecord, BranchCall, BranchOp, Enqueued, Lease, Mark, MarkAction,
-        NewTask, Owner, Recycled, Saga, SagaStart, SagaStarted, SagaStatus, Status, TaskFilter,
-        TaskId, WhenParked,
+        NewTask, Owner, Recycled, Saga, SagaDef, SagaId, SagaStart, SagaStarted, SagaStatus,
+        Status, StepApplied, StepReport, TaskFilter, TaskId, WhenParked,
     };
     pub use async_trait::async_trait;
 }

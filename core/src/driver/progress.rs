@@ -2,6 +2,7 @@
 //! ([`SagaProgress::decide`]): the one state machine of sagas, which the step runner
 //! applies in the finishing task's transaction, under the saga row's lock.
 
+pub use crate::model::StepState;
 use crate::model::{SagaDef, SagaStatus, StepPhase};
 
 /// What a step's task reports when it finishes (the event [`SagaProgress::decide`]
@@ -33,17 +34,18 @@ pub enum StepEvent {
         /// Its group's index.
         group: u32,
     },
-}
-
-/// Where one step of a saga stands, as its step row records it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum StepState {
-    /// Its action succeeded.
-    Done,
-    /// Its action failed for a business reason.
-    Refused,
-    /// Its action succeeded, then its compensation did.
-    Compensated,
+    /// The task of `phase` of step `step` (in group `group`) ran out of attempts: the
+    /// saga parks for an operator, with the reason.
+    Exhausted {
+        /// The step's name.
+        step: String,
+        /// Its group's index.
+        group: u32,
+        /// Which half failed.
+        phase: StepPhase,
+        /// The last failure.
+        reason: String,
+    },
 }
 
 /// A change of the saga's row: its status, group and (when it starts compensating)
@@ -125,6 +127,16 @@ impl<'d> SagaProgress<'d> {
             StepEvent::ActionDone { step, group } => (step, *group, StepState::Done),
             StepEvent::ActionRefused { step, group, .. } => (step, *group, StepState::Refused),
             StepEvent::Compensated { step, group } => (step, *group, StepState::Compensated),
+            StepEvent::Exhausted {
+                step, group, phase, ..
+            } => (
+                step,
+                *group,
+                match phase {
+                    StepPhase::Action => StepState::ActionFailed,
+                    StepPhase::Compensate => StepState::CompensationFailed,
+                },
+            ),
         };
         let mut decision = Decision {
             record: (step.clone(), state),
@@ -183,6 +195,22 @@ impl<'d> SagaProgress<'d> {
                 if !pending {
                     self.descend(group, &mut decision);
                 }
+            }
+            (
+                SagaStatus::Running | SagaStatus::Compensating,
+                StepEvent::Exhausted { phase, reason, .. },
+            ) => {
+                decision.saga = Some(SagaChange {
+                    status: SagaStatus::Parked,
+                    group,
+                    reason: Some(format!(
+                        "the {} of step {step:?} ran out of attempts: {reason}",
+                        match phase {
+                            StepPhase::Action => "action",
+                            StepPhase::Compensate => "compensation",
+                        }
+                    )),
+                });
             }
             _ => {}
         }
@@ -438,6 +466,32 @@ mod tests {
         let d = p.decide(Running, 0, &[], &refused("stock", 0));
         assert_eq!(d.saga, change(Compensated, 0, Some("stock refused")));
         assert!(d.enqueue.is_empty());
+    }
+
+    #[test]
+    fn a_task_out_of_attempts_parks_the_saga_with_the_reason() {
+        let def = def();
+        let p = SagaProgress::new(&def);
+        let event = StepEvent::Exhausted {
+            step: "coupon".into(),
+            group: 1,
+            phase: Compensate,
+            reason: "timeout".into(),
+        };
+        let d = p.decide(Compensating, 1, &[], &event);
+        assert_eq!(d.record, ("coupon".into(), StepState::CompensationFailed));
+        assert_eq!(
+            d.saga,
+            change(
+                SagaStatus::Parked,
+                1,
+                Some("the compensation of step \"coupon\" ran out of attempts: timeout")
+            )
+        );
+        assert!(d.enqueue.is_empty());
+        // of a finished saga, only recorded
+        let d = p.decide(Completed, 2, &[], &event);
+        assert_eq!(d.saga, None);
     }
 
     #[test]

@@ -8,8 +8,8 @@ use chrono::{DateTime, Utc};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::{
-    Backoff, BarrierRecord, BranchOp, Priority, RetryPolicy, Saga, SagaStatus, Status, Task,
-    TaskId, WhenParked,
+    Backoff, BarrierRecord, BranchOp, Priority, RetryPolicy, Saga, SagaStatus, SagaStepRecord,
+    Status, StepState, Task, TaskId, WhenParked,
 };
 
 /// The audit table's columns, in the order [`RawAudit::read`] reads them.
@@ -148,6 +148,59 @@ impl RawSaga {
             reason: self.reason,
             version: self.version,
             created_at: self.created_at,
+            updated_at: self.updated_at,
+        })
+    }
+}
+
+/// The saga step table's columns, in the order [`RawSagaStep::read`] reads them.
+pub const SAGA_STEP_COLUMNS: &str = "step, position, grp, state, output, updated_at";
+
+/// A saga's step row as a driver reads it (a row of [`SAGA_STEP_COLUMNS`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)] // the columns of the saga step table
+pub struct RawSagaStep {
+    pub step: String,
+    pub position: i64,
+    pub grp: i64,
+    pub state: i64,
+    pub output: Option<String>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl RawSagaStep {
+    /// Read a row of [`SAGA_STEP_COLUMNS`].
+    pub fn read<R: TaskRow + ?Sized>(r: &R) -> std::result::Result<RawSagaStep, R::Error> {
+        Ok(RawSagaStep {
+            step: r.text(0)?,
+            position: r.int(1)?,
+            grp: r.int(2)?,
+            state: r.int(3)?,
+            output: r.opt_text(4)?,
+            updated_at: r.time(5)?,
+        })
+    }
+
+    /// The step's record, or `Unexpected` for a state code or number this release does
+    /// not know.
+    pub fn decode(self) -> Result<SagaStepRecord> {
+        let corrupt = |what: String| Error::new(ErrorKind::Unexpected, "saga_steps", what);
+        let state = StepState::from_code(self.state).ok_or_else(|| {
+            corrupt(format!(
+                "step {:?} has the unknown state code {}",
+                self.step, self.state
+            ))
+        })?;
+        let number = |n: i64| {
+            u32::try_from(n)
+                .map_err(|_| corrupt(format!("step {:?}: {n} is out of range", self.step)))
+        };
+        Ok(SagaStepRecord {
+            position: number(self.position)?,
+            group: number(self.grp)?,
+            step: self.step,
+            state,
+            output: self.output,
             updated_at: self.updated_at,
         })
     }

@@ -1,6 +1,7 @@
 //! A saga's start as statements without I/O ([`SagaStartPlan`]): its state row and the
 //! tasks of its first group, in one transaction, idempotent by the saga's key.
 
+use super::enqueue::nested_next;
 use super::statement::{applied, column, row, wrong_answer};
 use super::{Answer, Checked, EnqueuePlan, EnqueueSql, EnqueueStep, Statement, TxPlan};
 use crate::error::{Error, ErrorKind, Result};
@@ -47,14 +48,11 @@ impl<'a> SagaStartPlan<'a> {
 
     fn next(&mut self) -> Result<Option<Statement<'a>>> {
         loop {
-            if let Some(plan) = &mut self.enqueue {
-                if let Some(statement) = plan.next()? {
-                    return Ok(Some(statement));
+            if self.enqueue.is_some() {
+                match nested_next(&mut self.enqueue)? {
+                    Some(statement) => return Ok(Some(statement)),
+                    None => continue,
                 }
-                if let Some(plan) = self.enqueue.take() {
-                    plan.finish()?;
-                }
-                continue;
             }
             let step = match self.step {
                 Step::Insert => EnqueueStep::SagaInsert(self.start),

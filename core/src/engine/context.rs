@@ -99,6 +99,7 @@ struct Inner {
     store: Arc<dyn TaskStore>,
     states: Arc<States>,
     completed: AtomicBool,
+    failed: AtomicBool,
 }
 
 impl fmt::Debug for Context {
@@ -131,6 +132,7 @@ impl Context {
                 store,
                 states,
                 completed: AtomicBool::new(false),
+                failed: AtomicBool::new(false),
             }),
         }
     }
@@ -234,6 +236,22 @@ impl Context {
     /// Whether the handler completed the task in its own transaction.
     pub(crate) fn is_completed(&self) -> bool {
         self.inner.completed.load(Ordering::SeqCst)
+    }
+
+    /// Record that the handler failed the task in its own transaction (a saga step out
+    /// of attempts), so the engine does not mark it.
+    pub(crate) fn set_failed_in_tx(&self) {
+        self.inner.failed.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the handler failed the task in its own transaction.
+    pub(crate) fn is_failed_in_tx(&self) -> bool {
+        self.inner.failed.load(Ordering::SeqCst)
+    }
+
+    /// The store the attempt's engine runs on.
+    pub(crate) fn store(&self) -> &Arc<dyn TaskStore> {
+        &self.inner.store
     }
 }
 

@@ -36,6 +36,9 @@ enum Outcome {
     Released,
     /// The handler recorded its own success in its transaction (`complete_tx`).
     CompletedInTx,
+    /// The handler recorded the task's failure in its transaction (a saga step out of
+    /// attempts).
+    FailedInTx,
     /// Never started: its lease was found gone before it started (it waited past
     /// `dead_after` and was recycled meanwhile); another claim runs it.
     LeaseGone,
@@ -79,6 +82,9 @@ pub(crate) fn dispatch<S: TaskStore + Clone>(
             if matches!(outcome, Outcome::Done) && cx.is_completed() {
                 outcome = Outcome::CompletedInTx;
             }
+            if matches!(outcome, Outcome::Done) && cx.is_failed_in_tx() {
+                outcome = Outcome::FailedInTx;
+            }
             drop(cx);
             if let Outcome::LeaseGone = outcome {
                 // Nothing ran and nothing is to be written: the new claim's holder runs it
@@ -92,10 +98,15 @@ pub(crate) fn dispatch<S: TaskStore + Clone>(
                 shared.tracker.finished(&[lease]);
                 return;
             }
-            if let Outcome::CompletedInTx = outcome {
+            if let Outcome::CompletedInTx | Outcome::FailedInTx = outcome {
                 // Recorded, with the handler's own writes: nothing to mark.
-                shared.counters.succeeded(&exec.event_type);
-                tracing::debug!("task succeeded (completed in the handler's transaction)");
+                if let Outcome::FailedInTx = outcome {
+                    shared.counters.failed(&exec.event_type);
+                    tracing::warn!("task failed (in the handler's transaction)");
+                } else {
+                    shared.counters.succeeded(&exec.event_type);
+                    tracing::debug!("task succeeded (completed in the handler's transaction)");
+                }
                 shared.tracker.attempt_ended(lease);
                 drop(slot);
                 shared.tracker.slot_freed();
@@ -230,7 +241,7 @@ async fn run<S: TaskStore + Clone>(
     outcome
 }
 
-fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+pub(super) fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
         (*s).to_owned()
     } else if let Some(s) = p.downcast_ref::<String>() {
@@ -293,6 +304,8 @@ fn outcome_mark(exec: &Executor, task: &Task, outcome: Outcome, c: &Counters) ->
         }
         // handled before a mark is made; marked as a success should it ever get here
         Outcome::CompletedInTx => Mark::success(lease),
+        // handled before a mark is made; a release (refused: the task is failed)
+        Outcome::FailedInTx => Mark::release(lease),
         // handled before a mark is made; a release (refused: the lease is gone) otherwise
         Outcome::LeaseGone => Mark::release(lease),
     }

@@ -31,6 +31,7 @@ mod executor;
 mod handler;
 mod keys;
 mod loops;
+mod saga;
 mod tracker;
 
 use std::collections::{BTreeSet, HashMap};
@@ -50,6 +51,7 @@ pub use handler::{
     handler_fn, kind_fn, ErrorAction, FnHandler, Handler, HandlerError, HandlerOptions, Json,
     JsonHandler, KindFn,
 };
+pub use saga::{SagaSteps, StepContext, StepError};
 
 use crate::error::{BoxError, Error, Result};
 use crate::limits;
@@ -271,6 +273,9 @@ pub struct EngineBuilder<S> {
     notifier: Option<Arc<dyn Notifier>>,
     states: context::States,
     periodic: Vec<crate::schedule::Periodic>,
+    /// The first registration refused (a saga whose code does not match its
+    /// definition), reported by [`start`](Self::start).
+    refused: Option<Error>,
 }
 
 impl<S: TaskStore + Clone> EngineBuilder<S> {
@@ -327,6 +332,49 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
         self.handler(<H::Payload as TaskKind>::EVENT_TYPE, Json(handler), options)
     }
 
+    /// Run the steps of the sagas of `def` with `steps` (an action per step, a
+    /// compensation per compensated step), under `options` (concurrency, queue, the
+    /// attempt timeout of steps without their own; the retries are each step's). The
+    /// steps' tasks are of the event type [`SagaDef::event_type`](crate::SagaDef::event_type).
+    ///
+    /// Each step's task runs its code, then reports in one transaction
+    /// ([`TaskStore::saga_step`]): its completion, its output and the next steps' tasks.
+    /// A refusal ([`StepError::refuse`]) compensates the done steps in reverse order; a
+    /// technical failure retries the step, and parks the saga when the attempts run out.
+    /// [`start`](Self::start) refuses (`Config`) steps that do not match `def`.
+    ///
+    /// ```
+    /// use backstop_core::{Engine, HandlerOptions, SagaDef, SagaStep, SagaSteps, StepError};
+    /// # fn demo<S: backstop_core::TaskStore + Clone>(store: S) -> backstop_core::Result<()> {
+    /// let order = SagaDef::builder("order")
+    ///     .step(SagaStep::new("stock").compensated())
+    ///     .step(SagaStep::new("pay"))
+    ///     .build()?;
+    /// let steps = SagaSteps::new()
+    ///     .action("stock", |_cx| async { Ok(7) })
+    ///     .compensation("stock", |_cx| async { Ok(()) })
+    ///     .action("pay", |cx| async move {
+    ///         let reserved: u32 = cx.output("stock")?;
+    ///         if reserved > 5 {
+    ///             return Err(StepError::refuse("over the card's limit"));
+    ///         }
+    ///         Ok(())
+    ///     });
+    /// let engine = Engine::builder(store)
+    ///     .saga(order, steps, HandlerOptions::default())
+    ///     .start()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn saga(mut self, def: crate::SagaDef, steps: SagaSteps, options: HandlerOptions) -> Self {
+        if let Err(e) = steps.check(&def) {
+            self.refused.get_or_insert(e);
+            return self;
+        }
+        let event_type = def.event_type().to_owned();
+        let runner = saga::SagaRunner::new(def, steps, options.timeout);
+        self.handler(event_type, runner, options)
+    }
+
     /// Fire `periodic` on its schedule from this engine (see [`Periodic`](crate::Periodic)):
     /// register it on every instance that may fire it; each tick is enqueued once
     /// whatever the number of instances. Its event type needs a handler somewhere in the
@@ -376,6 +424,9 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
     /// event type, no handler at all.
     pub fn start(self) -> Result<Engine<S>> {
         const OP: &str = "start_engine";
+        if let Some(e) = self.refused {
+            return Err(e);
+        }
         self.config.validate()?;
         if self.handlers.is_empty() {
             return Err(Error::config(OP, "register at least one handler"));
@@ -519,6 +570,7 @@ impl<S: TaskStore + Clone> Engine<S> {
             notifier: None,
             states: context::States::default(),
             periodic: Vec::new(),
+            refused: None,
         }
     }
 

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::limits;
-use crate::model::{NewTask, RetryPolicy};
+use crate::model::{Lease, NewTask, RetryPolicy};
 
 /// The id of a saga's state row.
 pub type SagaId = i64;
@@ -370,6 +370,23 @@ impl SagaDefBuilder {
     }
 }
 
+impl SagaDef {
+    /// Step `name`: its group's index, its position among all the steps (in definition
+    /// order, the key of its step row) and the step.
+    pub fn find_step(&self, name: &str) -> Option<(u32, u32, &SagaStep)> {
+        let mut pos = 0u32;
+        for (g, group) in self.groups.iter().enumerate() {
+            for step in group {
+                if step.name == name {
+                    return Some((u32::try_from(g).ok()?, pos, step));
+                }
+                pos += 1;
+            }
+        }
+        None
+    }
+}
+
 /// The name and key of a saga read back ([`TaskStore::saga`](crate::TaskStore::saga)):
 /// as a definition's name and a start's key are checked.
 pub(crate) fn check_saga_ids(op: &'static str, name: &str, key: &str) -> Result<()> {
@@ -489,6 +506,181 @@ pub struct Saga {
     pub version: i64,
     /// When it started (database time).
     pub created_at: chrono::DateTime<chrono::Utc>,
+    /// When the row last changed.
+    pub updated_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// Where one step of a saga stands, as its step row records it. Stored as a small
+/// integer ([`code`](Self::code)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum StepState {
+    /// Its action succeeded.
+    Done,
+    /// Its action failed for a business reason (or was not run: the saga was
+    /// compensating when its task came).
+    Refused,
+    /// Its action succeeded, then its compensation did.
+    Compensated,
+    /// Its action's task ran out of attempts: the saga is parked.
+    ActionFailed,
+    /// Its compensation's task ran out of attempts: the saga is parked.
+    CompensationFailed,
+}
+
+impl StepState {
+    /// Every state, in code order.
+    pub const ALL: [StepState; 5] = [
+        StepState::Done,
+        StepState::Refused,
+        StepState::Compensated,
+        StepState::ActionFailed,
+        StepState::CompensationFailed,
+    ];
+
+    /// The stored code: 1 done, 2 refused, 3 compensated, 4 action failed,
+    /// 5 compensation failed.
+    pub fn code(self) -> i16 {
+        match self {
+            StepState::Done => 1,
+            StepState::Refused => 2,
+            StepState::Compensated => 3,
+            StepState::ActionFailed => 4,
+            StepState::CompensationFailed => 5,
+        }
+    }
+
+    /// The state of a stored code.
+    pub fn from_code(code: i64) -> Option<StepState> {
+        StepState::ALL
+            .into_iter()
+            .find(|s| i64::from(s.code()) == code)
+    }
+
+    /// Its name: `done`, `refused`, `compensated`, `action_failed`,
+    /// `compensation_failed`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepState::Done => "done",
+            StepState::Refused => "refused",
+            StepState::Compensated => "compensated",
+            StepState::ActionFailed => "action_failed",
+            StepState::CompensationFailed => "compensation_failed",
+        }
+    }
+}
+
+impl fmt::Display for StepState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How the task of one step finished, as the step runner reports it
+/// ([`TaskStore::saga_step`](crate::TaskStore::saga_step)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StepOutcome {
+    /// The action succeeded, with its output (JSON), which later steps read.
+    Done {
+        /// The output, as JSON.
+        output: String,
+    },
+    /// The action failed for a business reason (insufficient stock): the completed
+    /// steps are compensated.
+    Refused {
+        /// Why, as the step said.
+        reason: String,
+    },
+    /// The compensation succeeded.
+    Compensated,
+    /// The phase's task ran out of attempts after technical failures: the task fails
+    /// with `reason` and the saga parks for an operator. Never a compensation by itself.
+    Exhausted {
+        /// Which half of the step failed.
+        phase: StepPhase,
+        /// The last failure.
+        reason: String,
+    },
+}
+
+/// What a step's task reports when it finishes ([`TaskStore::saga_step`](crate::TaskStore::saga_step)):
+/// the attempt's lease (the fence), which saga and step, and how it finished.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StepReport {
+    /// The lease of the step's task: the report applies only while the task runs
+    /// under it.
+    pub lease: Lease,
+    /// The saga's id.
+    pub saga: SagaId,
+    /// The saga's key (the next steps' tasks are named after it).
+    pub key: String,
+    /// The step's name.
+    pub step: String,
+    /// How it finished.
+    pub outcome: StepOutcome,
+}
+
+impl StepReport {
+    /// A report of step `step` of saga `saga` (key `key`), whose task runs under `lease`.
+    pub fn new(
+        lease: Lease,
+        saga: SagaId,
+        key: impl Into<String>,
+        step: impl Into<String>,
+        outcome: StepOutcome,
+    ) -> Self {
+        StepReport {
+            lease,
+            saga,
+            key: key.into(),
+            step: step.into(),
+            outcome,
+        }
+    }
+}
+
+/// What a report did: where the saga stands now and how many tasks it enqueued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StepApplied {
+    /// The saga's status after the report.
+    pub status: SagaStatus,
+    /// The group it is at.
+    pub group: u32,
+    /// How many step tasks the report enqueued (the next group's actions, or the
+    /// compensations to run).
+    pub enqueued: usize,
+}
+
+impl StepApplied {
+    /// A report's answer.
+    pub fn new(status: SagaStatus, group: u32, enqueued: usize) -> Self {
+        StepApplied {
+            status,
+            group,
+            enqueued,
+        }
+    }
+}
+
+/// One step's row of a saga ([`TaskStore::saga_steps`](crate::TaskStore::saga_steps)):
+/// written when the step's action or compensation finishes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SagaStepRecord {
+    /// The step's name.
+    pub step: String,
+    /// Its position in the definition (all groups' steps in order, from 0).
+    pub position: u32,
+    /// Its group's index.
+    pub group: u32,
+    /// Where it stands.
+    pub state: StepState,
+    /// Its action's output (JSON), once the action succeeded.
+    pub output: Option<String>,
     /// When the row last changed.
     pub updated_at: chrono::DateTime<chrono::Utc>,
 }

@@ -6,17 +6,17 @@ use async_trait::async_trait;
 
 use super::TaskStore;
 use crate::driver::{
-    check_ids, check_leases, check_marks, check_start, check_task, check_tasks, enqueued,
-    enqueued_all, retry_contention, schema, AgedBatch, Buckets, Change, Checked, Claim, Driver,
-    RawSaga, RawStats, RawTask,
+    check_ids, check_leases, check_marks, check_report, check_start, check_task, check_tasks,
+    enqueued, enqueued_all, retry_contention, schema, AgedBatch, Buckets, Change, Checked, Claim,
+    Driver, RawSaga, RawSagaStep, RawStats, RawTask,
 };
 use crate::driver::{count_sql, list_values, Answer, Returns, Statement};
 use crate::error::{Error, ErrorKind, Result};
 use crate::limits;
 use crate::model::{
     Audit, AuditEntry, BarrierRecord, Enqueued, EventTypeSeen, Lease, Mark, MarkAction, NewTask,
-    Owner, Recycled, Saga, SagaStart, SagaStarted, Stats, Status, StatusCount, Task, TaskFilter,
-    TaskId, Throughput,
+    Owner, Recycled, Saga, SagaDef, SagaId, SagaStart, SagaStarted, SagaStepRecord, Stats, Status,
+    StatusCount, StepApplied, StepReport, Task, TaskFilter, TaskId, Throughput,
 };
 
 /// The contract, implemented once for every driver: check the input, shortcut empty
@@ -364,6 +364,24 @@ impl TaskStore for dyn Driver {
             .await?
             .map(RawSaga::decode)
             .transpose()
+    }
+
+    async fn saga_step(&self, def: &SagaDef, report: &StepReport) -> Result<StepApplied> {
+        const OP: &str = "saga_step";
+        let d: &dyn Driver = self;
+        let report = check_report(Driver::config(d), def, report)?;
+        let checked = Checked::new(&report);
+        run(d, OP, || Driver::saga_step(d, def, checked)).await
+    }
+
+    async fn saga_steps(&self, id: SagaId) -> Result<Vec<SagaStepRecord>> {
+        const OP: &str = "saga_steps";
+        let d: &dyn Driver = self;
+        run(d, OP, || Driver::saga_steps(d, id))
+            .await?
+            .into_iter()
+            .map(RawSagaStep::decode)
+            .collect()
     }
 
     async fn barrier_records(&self, gid: &str) -> Result<Vec<BarrierRecord>> {

@@ -10,7 +10,8 @@ use crate::driver::{Backend, Driver};
 use crate::error::Result;
 use crate::model::{
     Audit, AuditEntry, BarrierRecord, Enqueued, EventTypeSeen, Lease, Mark, NewTask, Owner,
-    Recycled, Saga, SagaStart, SagaStarted, Stats, Task, TaskFilter, TaskId, Throughput,
+    Recycled, Saga, SagaDef, SagaId, SagaStart, SagaStarted, SagaStepRecord, Stats, StepApplied,
+    StepReport, Task, TaskFilter, TaskId, Throughput,
 };
 
 /// Declares [`Op`] from one list: its variants, [`Op::ALL`] and [`Op::name`].
@@ -94,6 +95,10 @@ ops! {
     StartSaga => "start_saga",
     /// [`TaskStore::saga`].
     Saga => "saga",
+    /// [`TaskStore::saga_step`].
+    SagaStep => "saga_step",
+    /// [`TaskStore::saga_steps`].
+    SagaSteps => "saga_steps",
     /// [`TaskStore::delete_succeeded`].
     DeleteSucceeded => "delete_succeeded",
     /// [`TaskStore::release_order_keys`].
@@ -452,6 +457,18 @@ pub trait StoreLayer: Send + Sync + 'static {
             .await
     }
 
+    /// [`TaskStore::saga_step`]; by default forwarded through [`around`](Self::around).
+    async fn on_saga_step(&self, def: &SagaDef, report: &StepReport) -> Result<StepApplied> {
+        self.around(Call::new(Op::SagaStep), self.inner().saga_step(def, report))
+            .await
+    }
+
+    /// [`TaskStore::saga_steps`]; by default forwarded through [`around`](Self::around).
+    async fn on_saga_steps(&self, id: SagaId) -> Result<Vec<SagaStepRecord>> {
+        self.around(Call::new(Op::SagaSteps), self.inner().saga_steps(id))
+            .await
+    }
+
     /// [`TaskStore::delete_succeeded`]; by default forwarded through [`around`](Self::around).
     async fn on_delete_succeeded(&self, ids: &[TaskId]) -> Result<u64> {
         self.around(
@@ -605,6 +622,14 @@ impl<L: StoreLayer + ?Sized> TaskStore for L {
 
     async fn saga(&self, name: &str, key: &str) -> Result<Option<Saga>> {
         StoreLayer::on_saga(self, name, key).await
+    }
+
+    async fn saga_step(&self, def: &SagaDef, report: &StepReport) -> Result<StepApplied> {
+        StoreLayer::on_saga_step(self, def, report).await
+    }
+
+    async fn saga_steps(&self, id: SagaId) -> Result<Vec<SagaStepRecord>> {
+        StoreLayer::on_saga_steps(self, id).await
     }
 
     async fn delete_succeeded(&self, ids: &[TaskId]) -> Result<u64> {

@@ -8,7 +8,8 @@ use async_trait::async_trait;
 use crate::error::Result;
 use crate::model::{
     Audit, AuditEntry, BarrierRecord, Enqueued, EventTypeSeen, Lease, Mark, NewTask, Owner,
-    Recycled, Saga, SagaStart, SagaStarted, Stats, Task, TaskFilter, TaskId, Throughput,
+    Recycled, Saga, SagaDef, SagaId, SagaStart, SagaStarted, SagaStepRecord, Stats, StepApplied,
+    StepReport, Task, TaskFilter, TaskId, Throughput,
 };
 
 mod driven;
@@ -334,6 +335,35 @@ pub trait TaskStore: Send + Sync + 'static {
     /// `name` and `key` are checked as [`SagaDef::builder`](crate::SagaDef::builder) and
     /// [`SagaDef::start`](crate::SagaDef::start) check them (`InvalidInput`).
     async fn saga(&self, name: &str, key: &str) -> Result<Option<Saga>>;
+
+    /// Report how the task of a step of a saga of `def` finished, and move the saga on,
+    /// in a transaction of the store's own. The engine's step runner
+    /// ([`EngineBuilder::saga`](crate::EngineBuilder::saga)) calls it; a runner of one's
+    /// own may too.
+    ///
+    /// # Contract
+    ///
+    /// - **Fenced.** It applies only while the step's task runs under `report.lease`:
+    ///   the task is marked succeeded (or, for [`StepOutcome::Exhausted`](crate::StepOutcome::Exhausted),
+    ///   failed with the reason) in the same transaction. Otherwise `Conflict`, and
+    ///   nothing is written.
+    /// - **One transaction.** The task's mark, the step's row (its state, and its
+    ///   output for a done action), the saga's row and the tasks of the steps that start
+    ///   now commit together, under the saga row's lock: reports of one saga take turns.
+    /// - **The state machine** is [`SagaProgress`](crate::driver::SagaProgress): a group's
+    ///   actions all done start the next group (or complete the saga); a refusal
+    ///   compensates the done steps of its group once the group has finished, then each
+    ///   earlier group in reverse order, then the saga is compensated; a phase out of
+    ///   attempts parks the saga with the reason. A report of another group than the
+    ///   saga's, or of a completed, compensated or parked saga, only records the step.
+    /// - **Every report** bumps the saga's `version` and `updated_at`.
+    /// - **Bad input writes nothing**: a step `def` does not have, a bad key, an output
+    ///   that is not JSON or over the payload limit are `InvalidInput`.
+    async fn saga_step(&self, def: &SagaDef, report: &StepReport) -> Result<StepApplied>;
+
+    /// The step rows of saga `id`, by position: each finished step's state and its
+    /// action's output. Empty for a saga without finished steps, or no saga.
+    async fn saga_steps(&self, id: SagaId) -> Result<Vec<SagaStepRecord>>;
 
     /// Delete the tasks with these ids that are succeeded; returns how many were deleted.
     /// A listed task in any other status (reset, say, since it was read) is kept. Used by

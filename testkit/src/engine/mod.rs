@@ -16,6 +16,7 @@ pub mod periodic;
 pub mod poller;
 pub mod retention;
 pub mod run_ahead;
+pub mod saga;
 pub mod shutdown;
 pub mod wakeups;
 

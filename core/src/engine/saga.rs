@@ -1,0 +1,493 @@
+//! The step runner of sagas: the code of each step ([`SagaSteps`]), what a step sees
+//! ([`StepContext`]), how it fails ([`StepError`]), and the handler that runs a step's
+//! task and reports it ([`TaskStore::saga_step`]).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::FutureExt;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::handler::{ErrorAction, Handler, HandlerError};
+use super::Context;
+use crate::error::{Error, ErrorKind, Result};
+use crate::model::{
+    BranchCall, BranchOp, Saga, SagaDef, SagaStatus, SagaStepRecord, StepOutcome, StepPhase,
+    StepReport, StepState, StepTask, Task,
+};
+use crate::store::TaskStore;
+
+/// How a step's action or compensation failed.
+///
+/// - A **business** failure ([`StepError::refuse`]: insufficient stock, card declined)
+///   is an answer: the saga compensates its completed steps. Only an action refuses; a
+///   compensation that refuses is retried as a technical failure.
+/// - A **technical** failure (anything `?` converts: a timeout, a lost connection, a
+///   5xx) retries the step's task under its policy and never compensates by itself.
+///   When the attempts run out (or the failure is [permanent](HandlerError::fail)), the
+///   task fails and the saga parks for an operator.
+///
+/// ```
+/// use backstop_core::StepError;
+/// let e = StepError::refuse("insufficient stock");
+/// assert_eq!(e.refusal(), Some("insufficient stock"));
+/// let e: StepError = std::io::Error::other("connection reset").into();
+/// assert_eq!(e.refusal(), None);
+/// ```
+#[derive(Debug)]
+pub struct StepError(Failure);
+
+#[derive(Debug)]
+enum Failure {
+    Refused(String),
+    Technical(HandlerError),
+}
+
+impl StepError {
+    /// A business failure: the saga compensates.
+    pub fn refuse(reason: impl std::fmt::Display) -> Self {
+        StepError(Failure::Refused(reason.to_string()))
+    }
+
+    /// A technical failure, as a handler's error: retried after the task's backoff (or
+    /// as `error` asks: after a delay, or never again).
+    pub fn technical(error: HandlerError) -> Self {
+        StepError(Failure::Technical(error))
+    }
+
+    /// The reason of a business failure; `None` for a technical one.
+    pub fn refusal(&self) -> Option<&str> {
+        match &self.0 {
+            Failure::Refused(r) => Some(r),
+            Failure::Technical(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for StepError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Failure::Refused(r) => write!(f, "refused: {r}"),
+            Failure::Technical(e) => e.fmt(f),
+        }
+    }
+}
+
+impl<E: Into<crate::error::BoxError>> From<E> for StepError {
+    fn from(e: E) -> Self {
+        StepError(Failure::Technical(HandlerError::from(e)))
+    }
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+type ActionFn =
+    dyn Fn(StepContext) -> BoxFuture<std::result::Result<String, StepError>> + Send + Sync;
+type CompensationFn =
+    dyn Fn(StepContext) -> BoxFuture<std::result::Result<(), StepError>> + Send + Sync;
+
+/// The code of a saga's steps: an action for every step, a compensation for every
+/// [compensated](crate::SagaStep::compensated) one. Register it with its definition
+/// ([`EngineBuilder::saga`](crate::EngineBuilder::saga)), which checks that they match.
+///
+/// Delivery is at-least-once: an action or compensation may run again after a crash
+/// between its effect and its report. Make each idempotent, or guard a participant's
+/// writes with the barrier ([`StepContext::branch`]).
+///
+/// ```
+/// use backstop_core::{SagaSteps, StepError};
+///
+/// #[derive(serde::Deserialize)]
+/// struct Order { sku: u32, qty: u32 }
+///
+/// let steps = SagaSteps::new()
+///     .action("stock", |cx| async move {
+///         let order: Order = cx.input()?;
+///         if order.qty > 10 {
+///             return Err(StepError::refuse("insufficient stock"));
+///         }
+///         Ok(serde_json::json!({ "reserved": order.qty }))
+///     })
+///     .compensation("stock", |cx| async move {
+///         let reserved: serde_json::Value = cx.output("stock")?;
+///         println!("releasing {reserved}");
+///         Ok(())
+///     });
+/// # let _ = steps;
+/// ```
+#[derive(Default, Clone)]
+pub struct SagaSteps {
+    actions: HashMap<String, Arc<ActionFn>>,
+    compensations: HashMap<String, Arc<CompensationFn>>,
+}
+
+impl SagaSteps {
+    /// No steps yet.
+    pub fn new() -> Self {
+        SagaSteps::default()
+    }
+
+    /// The action of step `step`: its output (any `Serialize`) is saved with the step
+    /// and read by later steps ([`StepContext::output`]).
+    pub fn action<F, Fut, O>(mut self, step: impl Into<String>, f: F) -> Self
+    where
+        F: Fn(StepContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<O, StepError>> + Send + 'static,
+        O: Serialize + 'static,
+    {
+        let f = Arc::new(f);
+        let run: Arc<ActionFn> = Arc::new(move |cx| {
+            let fut = f(cx);
+            Box::pin(async move {
+                let output = fut.await?;
+                serde_json::to_string(&output).map_err(|e| {
+                    StepError::technical(HandlerError::fail(format!(
+                        "the step's output does not serialize: {e}"
+                    )))
+                })
+            })
+        });
+        self.actions.insert(step.into(), run);
+        self
+    }
+
+    /// The compensation of step `step`: undoes its action. It runs only after the action
+    /// succeeded, and retries until it succeeds (then the saga parks).
+    pub fn compensation<F, Fut>(mut self, step: impl Into<String>, f: F) -> Self
+    where
+        F: Fn(StepContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<(), StepError>> + Send + 'static,
+    {
+        let f = Arc::new(f);
+        let run: Arc<CompensationFn> = Arc::new(move |cx| Box::pin(f(cx)));
+        self.compensations.insert(step.into(), run);
+        self
+    }
+
+    /// Check the steps against `def`: an action for each step, a compensation for each
+    /// compensated step and for no other, nothing for a step `def` lacks.
+    pub(crate) fn check(&self, def: &SagaDef) -> Result<()> {
+        const OP: &str = "register_saga";
+        let fail = |m: String| Err(Error::config(OP, format!("saga {:?}: {m}", def.name())));
+        for step in def.groups().iter().flatten() {
+            if !self.actions.contains_key(step.name()) {
+                return fail(format!("step {:?} has no action", step.name()));
+            }
+            let has = self.compensations.contains_key(step.name());
+            if step.has_compensation() && !has {
+                return fail(format!(
+                    "step {:?} is compensated but has no compensation",
+                    step.name()
+                ));
+            }
+            if !step.has_compensation() && has {
+                return fail(format!(
+                    "step {:?} has a compensation but is not compensated \
+                     (SagaStep::compensated)",
+                    step.name()
+                ));
+            }
+        }
+        let mut named: Vec<&String> = self
+            .actions
+            .keys()
+            .chain(self.compensations.keys())
+            .collect();
+        named.sort();
+        if let Some(unknown) = named.into_iter().find(|s| def.find_step(s).is_none()) {
+            return fail(format!(
+                "code is given for step {unknown:?}, which it does not have"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What a step's action or compensation sees: the saga (its key and input), the outputs
+/// of the steps done before, and the attempt's [`Context`].
+#[derive(Clone)]
+pub struct StepContext {
+    saga: Arc<Saga>,
+    steps: Arc<Vec<SagaStepRecord>>,
+    step: String,
+    phase: StepPhase,
+    cx: Context,
+}
+
+impl StepContext {
+    /// The saga's row as the step found it (id, key, input, status…).
+    pub fn saga(&self) -> &Saga {
+        &self.saga
+    }
+
+    /// The step's name.
+    pub fn step(&self) -> &str {
+        &self.step
+    }
+
+    /// Which half of the step runs.
+    pub fn phase(&self) -> StepPhase {
+        self.phase
+    }
+
+    /// The attempt's context: its task, lease, cancellation and shared state.
+    pub fn context(&self) -> &Context {
+        &self.cx
+    }
+
+    /// The saga's input, decoded. A permanent failure when it does not decode (a retry
+    /// cannot fix it).
+    pub fn input<T: DeserializeOwned>(&self) -> std::result::Result<T, StepError> {
+        serde_json::from_str(&self.saga.input).map_err(|e| {
+            StepError::technical(HandlerError::fail(format!(
+                "saga {}'s input does not decode as {}: {e}",
+                self.saga.id,
+                std::any::type_name::<T>()
+            )))
+        })
+    }
+
+    /// The output of step `step`, done before this one, decoded. A permanent failure
+    /// when it has none (it is not done, or not an earlier step) or it does not decode.
+    pub fn output<T: DeserializeOwned>(&self, step: &str) -> std::result::Result<T, StepError> {
+        let text = self
+            .steps
+            .iter()
+            .find(|r| r.step == step)
+            .and_then(|r| r.output.as_deref())
+            .ok_or_else(|| {
+                StepError::technical(HandlerError::fail(format!(
+                    "saga {}: step {step:?} has no output (not done before {:?})",
+                    self.saga.id, self.step
+                )))
+            })?;
+        serde_json::from_str(text).map_err(|e| {
+            StepError::technical(HandlerError::fail(format!(
+                "saga {}: step {step:?}'s output does not decode as {}: {e}",
+                self.saga.id,
+                std::any::type_name::<T>()
+            )))
+        })
+    }
+
+    /// The participant barrier's call of this step (global transaction
+    /// `saga:<name>:<key>`, branch the step's name, the phase's operation), for a
+    /// participant to guard its writes with
+    /// ([`Transactional::barrier_in`](crate::Transactional::barrier_in)).
+    pub fn branch(&self) -> Result<BranchCall> {
+        let op = match self.phase {
+            StepPhase::Action => BranchOp::Action,
+            StepPhase::Compensate => BranchOp::Compensate,
+        };
+        BranchCall::new(
+            format!("saga:{}:{}", self.saga.name, self.saga.key),
+            self.step.as_str(),
+            op,
+        )
+    }
+}
+
+/// The handler of a saga's event type: runs the step a task names and reports it.
+pub(crate) struct SagaRunner {
+    def: Arc<SagaDef>,
+    steps: SagaSteps,
+    /// The attempt timeout of the type's tasks without one of their own.
+    timeout: Duration,
+}
+
+impl SagaRunner {
+    pub(crate) fn new(def: SagaDef, steps: SagaSteps, timeout: Duration) -> Self {
+        SagaRunner {
+            def: Arc::new(def),
+            steps,
+            timeout,
+        }
+    }
+
+    /// How long the step's code may run: a little less than the attempt's timeout, so a
+    /// last attempt that times out is still reported (and parks the saga).
+    fn budget(&self, task: &Task) -> Duration {
+        let full = task.timeout.unwrap_or(self.timeout);
+        full.saturating_sub((full / 10).min(Duration::from_secs(5)))
+    }
+
+    /// Run the step's code, its panics and its time budget turned into technical
+    /// failures.
+    async fn run_code(
+        &self,
+        task: &Task,
+        phase: StepPhase,
+        scx: StepContext,
+    ) -> std::result::Result<Option<String>, StepError> {
+        let budget = self.budget(task);
+        let step = scx.step.clone();
+        let fut: BoxFuture<std::result::Result<Option<String>, StepError>> = match phase {
+            StepPhase::Action => {
+                let f = self.steps.actions.get(&step).cloned();
+                Box::pin(async move {
+                    match f {
+                        Some(f) => f(scx).await.map(Some),
+                        None => Err(no_code(&step)),
+                    }
+                })
+            }
+            StepPhase::Compensate => {
+                let f = self.steps.compensations.get(&step).cloned();
+                Box::pin(async move {
+                    match f {
+                        Some(f) => f(scx).await.map(|()| None),
+                        None => Err(no_code(&step)),
+                    }
+                })
+            }
+        };
+        match tokio::time::timeout(budget, AssertUnwindSafe(fut).catch_unwind()).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(panic)) => Err(StepError::technical(HandlerError::retry(format!(
+                "the step panicked: {}",
+                super::executor::panic_message(panic)
+            )))),
+            Err(_) => Err(StepError::technical(HandlerError::retry(format!(
+                "the step timed out after {budget:?}"
+            )))),
+        }
+    }
+}
+
+fn no_code(step: &str) -> StepError {
+    StepError::technical(HandlerError::fail(format!("no code for step {step:?}")))
+}
+
+/// A handler error that the store's failure is: retried.
+fn store_failed(what: &str, e: Error) -> HandlerError {
+    HandlerError::retry(format!("{what}: {e}"))
+}
+
+#[async_trait]
+impl Handler for SagaRunner {
+    async fn handle(&self, task: &Task) -> std::result::Result<(), HandlerError> {
+        let cx = Context::current().ok_or_else(|| {
+            HandlerError::fail(format!(
+                "task {}: a saga step runs inside an engine's attempt",
+                task.id
+            ))
+        })?;
+        let call: StepTask = serde_json::from_str(&task.payload)
+            .map_err(|e| HandlerError::fail(format!("the payload is not a saga step's: {e}")))?;
+        let def = &self.def;
+        if call.saga != def.name() || def.find_step(&call.step).is_none() {
+            return Err(HandlerError::fail(format!(
+                "saga {:?} step {:?} is not a step of this engine's saga {:?}",
+                call.saga,
+                call.step,
+                def.name()
+            )));
+        }
+        let store = cx.store();
+        let saga = store
+            .saga(def.name(), &call.key)
+            .await
+            .map_err(|e| store_failed("reading the saga", e))?
+            .ok_or_else(|| {
+                HandlerError::fail(format!(
+                    "saga {:?} key {:?} has no state row",
+                    call.saga, call.key
+                ))
+            })?;
+        let outcome = match (call.phase, saga.status) {
+            // a parked saga waits for an operator; its step tasks wait too
+            (_, SagaStatus::Parked) => {
+                return Err(HandlerError::retry_after(
+                    Duration::from_secs(60),
+                    format!(
+                        "saga {} is parked: {}",
+                        saga.id,
+                        saga.reason.as_deref().unwrap_or("")
+                    ),
+                ))
+            }
+            // a late duplicate of a finished saga: nothing to do
+            (_, SagaStatus::Completed | SagaStatus::Compensated) => return Ok(()),
+            // an action whose saga compensates already is not run: it is refused, so its
+            // group can settle
+            (StepPhase::Action, SagaStatus::Compensating) => StepOutcome::Refused {
+                reason: "not run: the saga was compensating".to_owned(),
+            },
+            // a compensation of a running saga: a stray; nothing to undo
+            (StepPhase::Compensate, SagaStatus::Running) => return Ok(()),
+            (phase, _) => {
+                let steps = store
+                    .saga_steps(saga.id)
+                    .await
+                    .map_err(|e| store_failed("reading the saga's steps", e))?;
+                let settled = steps
+                    .iter()
+                    .any(|r| r.step == call.step && r.state != StepState::Done);
+                if phase == StepPhase::Compensate && settled {
+                    // compensated (or refused) before: a duplicate
+                    return Ok(());
+                }
+                let scx = StepContext {
+                    saga: Arc::new(saga.clone()),
+                    steps: Arc::new(steps),
+                    step: call.step.clone(),
+                    phase,
+                    cx: cx.clone(),
+                };
+                match (self.run_code(task, phase, scx).await, phase) {
+                    (Ok(output), StepPhase::Action) => StepOutcome::Done {
+                        output: output.unwrap_or_else(|| "null".to_owned()),
+                    },
+                    (Ok(_), StepPhase::Compensate) => StepOutcome::Compensated,
+                    (Err(StepError(Failure::Refused(reason))), StepPhase::Action) => {
+                        StepOutcome::Refused { reason }
+                    }
+                    (Err(StepError(Failure::Refused(reason))), StepPhase::Compensate) => {
+                        let e = HandlerError::retry(format!(
+                            "a compensation cannot refuse; retried: {reason}"
+                        ));
+                        exhausted_or_retry(task, phase, e)?
+                    }
+                    (Err(StepError(Failure::Technical(e))), phase) => {
+                        exhausted_or_retry(task, phase, e)?
+                    }
+                }
+            }
+        };
+        let report = StepReport::new(cx.lease(), saga.id, call.key, call.step, outcome);
+        let failed = matches!(report.outcome, StepOutcome::Exhausted { .. });
+        match store.saga_step(def, &report).await {
+            Ok(_) if failed => {
+                cx.set_failed_in_tx();
+                Ok(())
+            }
+            Ok(_) => {
+                crate::driver::Attempt::set_completed(&cx);
+                Ok(())
+            }
+            Err(e) if e.kind() == ErrorKind::Conflict => Err(HandlerError::retry(e)),
+            Err(e) => Err(store_failed("recording the step", e)),
+        }
+    }
+}
+
+/// A technical failure: the task's last attempt (or a permanent failure) is reported,
+/// parking the saga; any other is retried.
+fn exhausted_or_retry(
+    task: &Task,
+    phase: StepPhase,
+    e: HandlerError,
+) -> std::result::Result<StepOutcome, HandlerError> {
+    if task.has_attempts_left() && e.action() != ErrorAction::Fail {
+        return Err(e);
+    }
+    Ok(StepOutcome::Exhausted {
+        phase,
+        reason: e.message().to_owned(),
+    })
+}

@@ -1,0 +1,302 @@
+//! A step's report ([`TaskStore::saga_step`]): fenced by its task's lease, written in one
+//! transaction with the task's mark, the step's row, the saga's row and the next steps'
+//! tasks, and serialized per saga so a parallel group joins once.
+
+use backstop_core::limits::{DEFAULT_MAX_PAYLOAD_BYTES, MAX_ERROR_BYTES};
+use backstop_core::{
+    ErrorKind, Lease, RetryPolicy, SagaDef, SagaId, SagaStatus, SagaStep, Status, StepApplied,
+    StepOutcome, StepPhase, StepReport, StepState, Task, TaskFilter, TaskStore,
+};
+use futures_util::future::join_all;
+
+use crate::{within, Ctx, Harness};
+
+/// `stock` (compensated) beside `coupon` (compensated), then `pay`.
+fn order() -> SagaDef {
+    SagaDef::builder("order")
+        .parallel([
+            SagaStep::new("stock").compensated(),
+            SagaStep::new("coupon").compensated(),
+        ])
+        .step(SagaStep::new("pay"))
+        .build()
+        .unwrap()
+}
+
+/// Start saga `key` of `def` and claim the task of its step `step`'s action.
+async fn start_and_claim<H: Harness>(
+    ctx: &Ctx<H>,
+    def: &SagaDef,
+    key: &str,
+    step: &str,
+) -> (SagaId, Task) {
+    let started = ctx
+        .store
+        .start_saga(&def.start(key, &1).unwrap())
+        .await
+        .unwrap();
+    (started.id, claim(ctx, def, key, step).await)
+}
+
+/// Claim the pending task of `step`'s action in saga `key`.
+async fn claim<H: Harness>(ctx: &Ctx<H>, def: &SagaDef, key: &str, step: &str) -> Task {
+    let biz = format!("{key}/{step}:a");
+    let task = ctx
+        .store
+        .list(
+            &TaskFilter::default()
+                .event_type(def.event_type())
+                .limit(1000),
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|t| t.biz_key == biz)
+        .unwrap_or_else(|| panic!("no task {biz}"));
+    ctx.store
+        .claim_by_id(task.id, &ctx.owner)
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("{biz} is not claimable"))
+}
+
+fn done(output: &str) -> StepOutcome {
+    StepOutcome::Done {
+        output: output.to_owned(),
+    }
+}
+
+/// A report applies only while its task runs under its lease: with another lease it is
+/// `Conflict` and writes nothing (the task still running, no step row, the saga's row
+/// untouched). Applied, the task is succeeded, the step's row records it with its
+/// output, the saga's version and `updated_at` move; the first of a parallel group only
+/// records itself, the second starts the next group's task (the saga's event type, key
+/// `{key}/pay:a`, pending). The same report again is `Conflict`: its lease ended.
+pub async fn saga_step_is_fenced_by_its_tasks_lease<H: Harness>(ctx: &Ctx<H>) {
+    let def = order();
+    let (id, stock) = start_and_claim(ctx, &def, "f-1", "stock").await;
+    let before = ctx.store.saga("order", "f-1").await.unwrap().unwrap();
+    let stale = Lease {
+        task_id: stock.id,
+        token: stock.lease + 1,
+    };
+    let report = |lease, outcome| StepReport::new(lease, id, "f-1", "stock", outcome);
+    let e = ctx
+        .store
+        .saga_step(&def, &report(stale, done("1")))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.kind(), e.operation()),
+        (ErrorKind::Conflict, "saga_step"),
+        "{e}"
+    );
+    let task = ctx.store.get(stock.id).await.unwrap().unwrap();
+    assert_eq!((task.status, task.attempts), (Status::Running, 1));
+    assert!(ctx.store.saga_steps(id).await.unwrap().is_empty());
+    assert_eq!(
+        ctx.store.saga("order", "f-1").await.unwrap().unwrap(),
+        before
+    );
+
+    let applied = ctx
+        .store
+        .saga_step(&def, &report(stock.lease(), done(r#"{"n":1}"#)))
+        .await
+        .unwrap();
+    assert_eq!(applied, StepApplied::new(SagaStatus::Running, 0, 0));
+    let task = ctx.store.get(stock.id).await.unwrap().unwrap();
+    assert_eq!((task.status, task.last_error), (Status::Succeeded, None));
+    let steps = ctx.store.saga_steps(id).await.unwrap();
+    assert_eq!(steps.len(), 1);
+    let row = &steps[0];
+    assert_eq!(
+        (row.step.as_str(), row.position, row.group, row.state),
+        ("stock", 0, 0, StepState::Done)
+    );
+    assert_eq!(row.output.as_deref(), Some(r#"{"n":1}"#));
+    let after = ctx.store.saga("order", "f-1").await.unwrap().unwrap();
+    assert_eq!(
+        (after.status, after.group, after.version),
+        (SagaStatus::Running, 0, 1)
+    );
+    assert!(after.updated_at >= before.updated_at);
+    let e = ctx
+        .store
+        .saga_step(&def, &report(stock.lease(), done("2")))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.kind(),
+        ErrorKind::Conflict,
+        "the lease ended with the report"
+    );
+
+    let coupon = claim(ctx, &def, "f-1", "coupon").await;
+    let applied = ctx
+        .store
+        .saga_step(
+            &def,
+            &StepReport::new(coupon.lease(), id, "f-1", "coupon", done("null")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(applied, StepApplied::new(SagaStatus::Running, 1, 1));
+    let pay = claim(ctx, &def, "f-1", "pay").await;
+    assert_eq!(pay.event_type, "saga:order");
+    assert_eq!(pay.retry, RetryPolicy::default());
+    let after = ctx.store.saga("order", "f-1").await.unwrap().unwrap();
+    assert_eq!((after.group, after.version), (1, 2));
+}
+
+/// A report out of attempts fails its task with the reason (cut to the error limit) and
+/// parks the saga, saying which phase of which step; a refusal's reason is cut too.
+pub async fn saga_step_out_of_attempts_parks_the_saga<H: Harness>(ctx: &Ctx<H>) {
+    let def = order();
+    let (id, stock) = start_and_claim(ctx, &def, "x-1", "stock").await;
+    let long = "é".repeat(MAX_ERROR_BYTES);
+    let outcome = StepOutcome::Exhausted {
+        phase: StepPhase::Action,
+        reason: long.clone(),
+    };
+    let applied = ctx
+        .store
+        .saga_step(
+            &def,
+            &StepReport::new(stock.lease(), id, "x-1", "stock", outcome),
+        )
+        .await
+        .unwrap();
+    assert_eq!(applied, StepApplied::new(SagaStatus::Parked, 0, 0));
+    let task = ctx.store.get(stock.id).await.unwrap().unwrap();
+    assert_eq!(task.status, Status::Failed);
+    assert_eq!(task.owner, None);
+    let error = task.last_error.unwrap();
+    assert!(error.len() <= MAX_ERROR_BYTES && long.starts_with(&error));
+    let saga = ctx.store.saga("order", "x-1").await.unwrap().unwrap();
+    assert_eq!((saga.status, saga.version), (SagaStatus::Parked, 1));
+    let reason = saga.reason.unwrap();
+    assert!(
+        reason.starts_with("the action of step \"stock\" ran out of attempts: é"),
+        "{reason}"
+    );
+    let steps = ctx.store.saga_steps(id).await.unwrap();
+    assert_eq!(steps[0].state, StepState::ActionFailed);
+    assert_eq!(steps[0].output, None);
+
+    // a report of a parked saga only records the step
+    let coupon = claim(ctx, &def, "x-1", "coupon").await;
+    let applied = ctx
+        .store
+        .saga_step(
+            &def,
+            &StepReport::new(coupon.lease(), id, "x-1", "coupon", done("1")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(applied, StepApplied::new(SagaStatus::Parked, 0, 0));
+    let saga = ctx.store.saga("order", "x-1").await.unwrap().unwrap();
+    assert_eq!((saga.status, saga.version), (SagaStatus::Parked, 2));
+    assert!(
+        saga.reason.unwrap().contains("\"stock\""),
+        "the reason is kept"
+    );
+}
+
+/// Bad input is refused (`InvalidInput`, operation `saga_step`) before anything is
+/// written: a step the definition lacks, an output that is not JSON or is over the
+/// payload limit, a bad key. The task stays running and the saga untouched.
+pub async fn saga_step_refuses_bad_input_and_writes_nothing<H: Harness>(ctx: &Ctx<H>) {
+    let def = order();
+    let (id, stock) = start_and_claim(ctx, &def, "b-1", "stock").await;
+    let before = ctx.store.saga("order", "b-1").await.unwrap().unwrap();
+    let big = format!("\"{}\"", "x".repeat(DEFAULT_MAX_PAYLOAD_BYTES));
+    let cases = [
+        ("b-1", "refund", done("1"), "has no step \"refund\""),
+        ("b-1", "stock", done("{nope"), "not valid JSON"),
+        ("b-1", "stock", done(&big), "the store's limit"),
+        ("", "stock", done("1"), "saga key"),
+    ];
+    for (key, step, outcome, want) in cases {
+        let report = StepReport::new(stock.lease(), id, key, step, outcome);
+        let e = ctx.store.saga_step(&def, &report).await.unwrap_err();
+        assert_eq!(
+            (e.kind(), e.operation()),
+            (ErrorKind::InvalidInput, "saga_step"),
+            "{e}"
+        );
+        assert!(e.to_string().contains(want), "{e} should say {want:?}");
+    }
+    let task = ctx.store.get(stock.id).await.unwrap().unwrap();
+    assert_eq!(task.status, Status::Running);
+    assert!(ctx.store.saga_steps(id).await.unwrap().is_empty());
+    assert_eq!(
+        ctx.store.saga("order", "b-1").await.unwrap().unwrap(),
+        before
+    );
+}
+
+/// The reports of a wide parallel group, all at once on many connections, for several
+/// sagas: each saga joins exactly once (one task of its next step), ends at group 1 with
+/// one version per report and a done row per step.
+pub async fn saga_racing_sibling_reports_join_once<H: Harness>(ctx: &Ctx<H>) {
+    const SAGAS: usize = 6;
+    const WIDE: usize = 8;
+    let def = SagaDef::builder("wide")
+        .parallel((0..WIDE).map(|i| SagaStep::new(format!("s{i}"))))
+        .step(SagaStep::new("last"))
+        .build()
+        .unwrap();
+    let mut reports = Vec::new();
+    for n in 0..SAGAS {
+        let key = format!("w-{n}");
+        let started = ctx
+            .store
+            .start_saga(&def.start(&key, &n).unwrap())
+            .await
+            .unwrap();
+        for i in 0..WIDE {
+            let step = format!("s{i}");
+            let task = claim(ctx, &def, &key, &step).await;
+            reports.push(StepReport::new(
+                task.lease(),
+                started.id,
+                key.clone(),
+                step,
+                done(&i.to_string()),
+            ));
+        }
+    }
+    let racing = reports.iter().map(|r| ctx.store.saga_step(&def, r));
+    let answers = within("the racing reports", join_all(racing)).await;
+    for (r, a) in reports.iter().zip(&answers) {
+        assert!(a.is_ok(), "{} {}: {a:?}", r.key, r.step);
+    }
+    for n in 0..SAGAS {
+        let key = format!("w-{n}");
+        let saga = ctx.store.saga("wide", &key).await.unwrap().unwrap();
+        assert_eq!(
+            (saga.status, saga.group, saga.version),
+            (SagaStatus::Running, 1, WIDE as i64),
+            "{key}"
+        );
+        let steps = ctx.store.saga_steps(saga.id).await.unwrap();
+        assert_eq!(steps.len(), WIDE, "{key}");
+        assert!(steps.iter().all(|s| s.state == StepState::Done), "{key}");
+        let joined = answers
+            .iter()
+            .zip(&reports)
+            .filter(|(a, r)| r.key == key && a.as_ref().is_ok_and(|a| a.enqueued == 1))
+            .count();
+        assert_eq!(joined, 1, "{key}: one report starts the next group");
+        let last = ctx
+            .store
+            .list(&TaskFilter::default().event_type("saga:wide").limit(1000))
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|t| t.biz_key == format!("{key}/last:a"))
+            .count();
+        assert_eq!(last, 1, "{key}");
+    }
+}
