@@ -735,12 +735,53 @@ impl Driver for MySqlDriver {
             .transpose()
     }
 
-    async fn saga_step(&self, def: &SagaDef, report: Checked<&StepReport>) -> Result<StepApplied> {
+    async fn saga_write(&self, write: Checked<&SagaWrite>) -> Result<SagaWritten> {
         let mut conn = self.pool.acquire().await.map_err(my_err)?;
         let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(my_err)?;
-        let applied = saga_step_on(self, self.config(), &mut *tx, def, report).await?;
+        let written = saga_write_on(self, self.config(), &mut *tx, write).await?;
         tx.commit().await.map_err(my_err)?;
-        Ok(applied)
+        Ok(written)
+    }
+
+    async fn saga_by_id(&self, id: SagaId) -> Result<Option<RawSaga>> {
+        sqlx::query(safe(&self.sql.saga_by_id))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(my_err)?
+            .map(|r| RawSaga::read(&Cols(&r)).map_err(my_err))
+            .transpose()
+    }
+
+    async fn sagas(&self, filter: Checked<&SagaFilter>) -> Result<Vec<RawSaga>> {
+        let status = filter.status.map(|s| s.code());
+        let older = filter.older_than.map(micros);
+        sqlx::query(safe(&self.sql.sagas))
+            .bind(filter.after_id)
+            .bind(filter.name.as_deref())
+            .bind(filter.name.as_deref())
+            .bind(status)
+            .bind(status)
+            .bind(older)
+            .bind(older)
+            .bind(filter.limit as i64)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(my_err)?
+            .iter()
+            .map(|r| RawSaga::read(&Cols(r)).map_err(my_err))
+            .collect()
+    }
+
+    async fn saga_log(&self, id: SagaId) -> Result<Vec<RawAudit>> {
+        sqlx::query(safe(&self.sql.saga_log))
+            .bind(id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(my_err)?
+            .iter()
+            .map(|r| RawAudit::read(&Cols(r)).map_err(my_err))
+            .collect()
     }
 
     async fn saga_steps(&self, id: SagaId) -> Result<Vec<RawSagaStep>> {

@@ -41,6 +41,8 @@ impl EnqueueSql for MySqlDriver {
             EnqueueStep::StepRows { .. } => (&sql.step_rows, Returns::Rows),
             EnqueueStep::StepRecord { .. } => (&sql.step_record, Returns::RowsAffected),
             EnqueueStep::SagaSet { .. } => (&sql.saga_set, Returns::RowsAffected),
+            EnqueueStep::ResetFailed { .. } => (&sql.reset_failed, Returns::RowsAffected),
+            EnqueueStep::SagaLog { .. } => (&sql.saga_log_insert, Returns::RowsAffected),
         };
         Statement::new(text, params, returns)
     }

@@ -75,6 +75,16 @@ pub(crate) struct Sql {
     pub saga_set: String,
     /// A saga's step rows by position (`SAGA_STEP_COLUMNS`).
     pub saga_steps: String,
+    /// The failed tasks of a saga's failed steps reset (`EnqueueStep::ResetFailed`).
+    pub reset_failed: String,
+    /// An entry of the saga operators' log (`EnqueueStep::SagaLog`).
+    pub saga_log_insert: String,
+    /// A saga's operators' log, oldest first.
+    pub saga_log: String,
+    /// A saga's state row by id (`SAGA_COLUMNS`).
+    pub saga_by_id: String,
+    /// The sagas of a filter, by id (`SAGA_COLUMNS`).
+    pub sagas: String,
     /// event type: upsert into the handlers table.
     pub types_register: String,
     /// The handlers table.
@@ -150,6 +160,7 @@ impl Sql {
         let tb = format!("`{table}_barrier`");
         let ts = format!("`{table}_saga`");
         let tss = format!("`{table}_saga_step`");
+        let tsa = format!("`{table}_saga_audit`");
         let fenced = "WHERE id = ? AND status = 3 AND lease = ?";
         Sql {
             table: t.clone(),
@@ -181,6 +192,7 @@ impl Sql {
                     ("barrier", tb.clone()),
                     ("saga", ts.clone()),
                     ("saga_step", tss.clone()),
+                    ("saga_audit", tsa.clone()),
                     ("table", table.to_owned()),
                 ],
             },
@@ -385,6 +397,29 @@ impl Sql {
             ),
             saga_steps: format!(
                 "SELECT {SAGA_STEP_COLUMNS} FROM {tss} WHERE saga_id = ? ORDER BY position"
+            ),
+            reset_failed: format!(
+                "UPDATE {t} SET status = 0, attempts = 0, next_run_at = NOW(3), owner = NULL,
+                    updated_at = NOW(3)
+                 WHERE event_type = ? AND status = 2 AND biz_key IN (
+                    SELECT CONCAT(?, step, CASE WHEN state = 4 THEN ':a' ELSE ':c' END)
+                    FROM {tss} WHERE saga_id = ? AND grp = ? AND state IN (4, 5))"
+            ),
+            saga_log_insert: format!(
+                "INSERT INTO {tsa} (saga_id, action, operator, reason, at)
+                 VALUES (?, ?, ?, ?, NOW(3))"
+            ),
+            saga_log: format!(
+                "SELECT saga_id, action, operator, reason, at FROM {tsa}
+                 WHERE saga_id = ? ORDER BY id"
+            ),
+            saga_by_id: format!("SELECT {SAGA_COLUMNS} FROM {ts} WHERE id = ?"),
+            // after id, name twice, status twice, older than (µs) twice, limit
+            sagas: format!(
+                "SELECT {SAGA_COLUMNS} FROM {ts}
+                 WHERE id > ? AND (? IS NULL OR name = ?) AND (? IS NULL OR status = ?)
+                   AND (? IS NULL OR updated_at < NOW(3) - INTERVAL ? MICROSECOND)
+                 ORDER BY id LIMIT ?"
             ),
             purge_barrier: format!(
                 "DELETE FROM {tb} WHERE created_at < NOW(3) - INTERVAL ? MICROSECOND

@@ -438,13 +438,43 @@ impl Driver for PgDriver {
             .transpose()
     }
 
-    async fn saga_step(&self, def: &SagaDef, report: Checked<&StepReport>) -> Result<StepApplied> {
+    async fn saga_write(&self, write: Checked<&SagaWrite>) -> Result<SagaWritten> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
         let mut conn = OnClient(&tx, self.prepared());
-        let applied = saga_step_on(self, self.config(), &mut conn, def, report).await?;
+        let written = saga_write_on(self, self.config(), &mut conn, write).await?;
         tx.commit().await.map_err(pg_err)?;
-        Ok(applied)
+        Ok(written)
+    }
+
+    async fn saga_by_id(&self, id: SagaId) -> Result<Option<RawSaga>> {
+        self.query(&self.sql.saga_by_id, &[&id])
+            .await?
+            .first()
+            .map(|r| RawSaga::read(&Cols(r)))
+            .transpose()
+    }
+
+    async fn sagas(&self, filter: Checked<&SagaFilter>) -> Result<Vec<RawSaga>> {
+        let status = filter.status.map(|s| s.code());
+        let older = filter.older_than.map(millis);
+        let limit = filter.limit as i64;
+        self.query(
+            &self.sql.sagas,
+            &[&filter.after_id, &filter.name, &status, &older, &limit],
+        )
+        .await?
+        .iter()
+        .map(|r| RawSaga::read(&Cols(r)))
+        .collect()
+    }
+
+    async fn saga_log(&self, id: SagaId) -> Result<Vec<RawAudit>> {
+        self.query(&self.sql.saga_log, &[&id])
+            .await?
+            .iter()
+            .map(|r| RawAudit::read(&Cols(r)))
+            .collect()
     }
 
     async fn saga_steps(&self, id: SagaId) -> Result<Vec<RawSagaStep>> {

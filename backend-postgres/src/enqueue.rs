@@ -44,6 +44,8 @@ impl EnqueueSql for PgDriver {
             }
             EnqueueStep::StepRecord { .. } => &sql.step_record,
             EnqueueStep::SagaSet { .. } => &sql.saga_set,
+            EnqueueStep::ResetFailed { .. } => &sql.reset_failed,
+            EnqueueStep::SagaLog { .. } => &sql.saga_log_insert,
         };
         Statement::new(text, params, Returns::Row)
     }

@@ -127,6 +127,16 @@ pub(crate) struct Sql {
     pub saga_set: String,
     /// A saga's step rows by position (`SAGA_STEP_COLUMNS`).
     pub saga_steps: String,
+    /// The failed tasks of a saga's failed steps reset (`EnqueueStep::ResetFailed`).
+    pub reset_failed: String,
+    /// An entry of the saga operators' log (`EnqueueStep::SagaLog`).
+    pub saga_log_insert: String,
+    /// A saga's operators' log, oldest first.
+    pub saga_log: String,
+    /// A saga's state row by id (`SAGA_COLUMNS`).
+    pub saga_by_id: String,
+    /// The sagas of a filter, by id (`SAGA_COLUMNS`).
+    pub sagas: String,
     /// $1 event types: upsert into the handlers table.
     pub types_register: String,
     /// The handlers table.
@@ -206,6 +216,7 @@ impl Sql {
         let tb = format!("\"{schema}\".\"{table}_barrier\"");
         let ts = format!("\"{schema}\".\"{table}_saga\"");
         let tss = format!("\"{schema}\".\"{table}_saga_step\"");
+        let tsa = format!("\"{schema}\".\"{table}_saga_audit\"");
         let tc = t_columns();
         // core's insert_params: $1 event_type $2 biz_key $3 payload $4 max_attempts
         // $5 strategy $6 interval_ms $7 max_interval_ms $8 delay_ms $9 run_at (NULL: use
@@ -275,6 +286,7 @@ impl Sql {
                     ("barrier", tb.clone()),
                     ("saga", ts.clone()),
                     ("saga_step", tss.clone()),
+                    ("saga_audit", tsa.clone()),
                     ("table", table.to_owned()),
                     ("schema", schema.to_owned()),
                 ],
@@ -632,6 +644,33 @@ impl Sql {
             ),
             saga_steps: format!(
                 "SELECT {SAGA_STEP_COLUMNS} FROM {tss} WHERE saga_id = $1 ORDER BY position"
+            ),
+            reset_failed: format!(
+                "WITH r AS (
+                    UPDATE {t} SET status = 0, attempts = 0, next_run_at = now(), owner = NULL,
+                        updated_at = now()
+                    WHERE event_type = $1 AND status = 2 AND biz_key IN (
+                        SELECT $2 || step || CASE WHEN state = 4 THEN ':a' ELSE ':c' END
+                        FROM {tss} WHERE saga_id = $3 AND grp = $4 AND state IN (4, 5))
+                    RETURNING 1)
+                 SELECT count(*) FROM r"
+            ),
+            saga_log_insert: format!(
+                "INSERT INTO {tsa} (saga_id, action, operator, reason, at)
+                 VALUES ($1, $2, $3, $4, now()) RETURNING 1::bigint"
+            ),
+            saga_log: format!(
+                "SELECT saga_id, action, operator, reason, at FROM {tsa}
+                 WHERE saga_id = $1 ORDER BY id"
+            ),
+            saga_by_id: format!("SELECT {SAGA_COLUMNS} FROM {ts} WHERE id = $1"),
+            // $1 after id $2 name $3 status $4 older than (ms) $5 limit
+            sagas: format!(
+                "SELECT {SAGA_COLUMNS} FROM {ts}
+                 WHERE id > $1 AND ($2::text IS NULL OR name = $2)
+                   AND ($3::smallint IS NULL OR status = $3)
+                   AND ($4::bigint IS NULL OR updated_at < now() - $4::bigint {MS})
+                 ORDER BY id LIMIT $5"
             ),
             purge_barrier: format!(
                 "WITH old AS MATERIALIZED (

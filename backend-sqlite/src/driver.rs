@@ -464,11 +464,52 @@ impl Driver for SqliteDriver {
         .await
     }
 
-    async fn saga_step(&self, def: &SagaDef, report: Checked<&StepReport>) -> Result<StepApplied> {
-        let (def, report) = (def.clone(), report.cloned());
+    async fn saga_write(&self, write: Checked<&SagaWrite>) -> Result<SagaWritten> {
+        let write = write.cloned();
         let config = self.config().clone();
-        self.write_plan("saga_step", move |sql, tx| {
-            saga_step_blocking(sql, &config, &mut OnConn(tx), &def, report.as_ref())
+        self.write_plan("saga_write", move |sql, tx| {
+            saga_write_blocking(sql, &config, &mut OnConn(tx), write.as_ref())
+        })
+        .await
+    }
+
+    async fn saga_by_id(&self, id: SagaId) -> Result<Option<RawSaga>> {
+        self.read("saga_by_id", move |sql, conn, _| {
+            conn.prepare_cached(&sql.saga_by_id)?
+                .query_map(params![id], |r| RawSaga::read(&Cols(r)))?
+                .next()
+                .transpose()
+        })
+        .await
+    }
+
+    async fn sagas(&self, filter: Checked<&SagaFilter>) -> Result<Vec<RawSaga>> {
+        let filter = filter.cloned();
+        self.read("sagas", move |sql, conn, now| {
+            let status = filter.status.map(|s| s.code());
+            let older = filter.older_than.map(millis);
+            conn.prepare_cached(&sql.sagas)?
+                .query_map(
+                    params![
+                        filter.after_id,
+                        filter.name,
+                        status,
+                        older,
+                        filter.limit as i64,
+                        now
+                    ],
+                    |r| RawSaga::read(&Cols(r)),
+                )?
+                .collect()
+        })
+        .await
+    }
+
+    async fn saga_log(&self, id: SagaId) -> Result<Vec<RawAudit>> {
+        self.read("saga_log", move |sql, conn, _| {
+            conn.prepare_cached(&sql.saga_log)?
+                .query_map(params![id], |r| RawAudit::read(&Cols(r)))?
+                .collect()
         })
         .await
     }

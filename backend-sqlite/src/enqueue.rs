@@ -44,6 +44,8 @@ impl EnqueueSql for Sql {
             EnqueueStep::StepRows { .. } => (&self.step_rows, Returns::Rows, false),
             EnqueueStep::StepRecord { .. } => (&self.step_record, Returns::RowsAffected, true),
             EnqueueStep::SagaSet { .. } => (&self.saga_set, Returns::RowsAffected, true),
+            EnqueueStep::ResetFailed { .. } => (&self.reset_failed, Returns::RowsAffected, true),
+            EnqueueStep::SagaLog { .. } => (&self.saga_log_insert, Returns::RowsAffected, true),
         };
         if clock {
             params.push(Value::BigInt(Some(now_ms())));

@@ -106,6 +106,16 @@ pub(crate) struct Sql {
     pub saga_set: String,
     /// A saga's step rows by position (`SAGA_STEP_COLUMNS`).
     pub saga_steps: String,
+    /// The failed tasks of a saga's failed steps reset (`EnqueueStep::ResetFailed`).
+    pub reset_failed: String,
+    /// An entry of the saga operators' log (`EnqueueStep::SagaLog`).
+    pub saga_log_insert: String,
+    /// A saga's operators' log, oldest first.
+    pub saga_log: String,
+    /// A saga's state row by id (`SAGA_COLUMNS`).
+    pub saga_by_id: String,
+    /// The sagas of a filter, by id (`SAGA_COLUMNS`).
+    pub sagas: String,
     pub recycle_dead: String,
     pub heartbeat: String,
     pub mark_success: String,
@@ -168,6 +178,7 @@ impl Sql {
         let tb = format!("\"{table}_barrier\"");
         let ts = format!("\"{table}_saga\"");
         let tss = format!("\"{table}_saga_step\"");
+        let tsa = format!("\"{table}_saga_audit\"");
         // Every change to a running task is fenced by id, status and lease.
         let fenced = "WHERE id = ?2 AND status = 3 AND lease = ?3";
         let insert_into = format!(
@@ -206,6 +217,7 @@ impl Sql {
                     ("barrier", tb.clone()),
                     ("saga", ts.clone()),
                     ("saga_step", tss.clone()),
+                    ("saga_audit", tsa.clone()),
                     ("table", table.to_owned()),
                 ],
             },
@@ -408,6 +420,31 @@ impl Sql {
             ),
             saga_steps: format!(
                 "SELECT {SAGA_STEP_COLUMNS} FROM {tss} WHERE saga_id = ?1 ORDER BY position"
+            ),
+            // ?5 now
+            reset_failed: format!(
+                "UPDATE {t} SET status = 0, attempts = 0, next_run_at = ?5, owner = NULL,
+                    updated_at = ?5
+                 WHERE event_type = ?1 AND status = 2 AND biz_key IN (
+                    SELECT ?2 || step || CASE WHEN state = 4 THEN ':a' ELSE ':c' END
+                    FROM {tss} WHERE saga_id = ?3 AND grp = ?4 AND state IN (4, 5))"
+            ),
+            // ?5 now
+            saga_log_insert: format!(
+                "INSERT INTO {tsa} (saga_id, action, operator, reason, at)
+                 VALUES (?1, ?2, ?3, ?4, ?5)"
+            ),
+            saga_log: format!(
+                "SELECT saga_id, action, operator, reason, at FROM {tsa}
+                 WHERE saga_id = ?1 ORDER BY id"
+            ),
+            saga_by_id: format!("SELECT {SAGA_COLUMNS} FROM {ts} WHERE id = ?1"),
+            // ?1 after id ?2 name ?3 status ?4 older than (ms) ?5 limit ?6 now
+            sagas: format!(
+                "SELECT {SAGA_COLUMNS} FROM {ts}
+                 WHERE id > ?1 AND (?2 IS NULL OR name = ?2) AND (?3 IS NULL OR status = ?3)
+                   AND (?4 IS NULL OR updated_at < ?6 - ?4)
+                 ORDER BY id LIMIT ?5"
             ),
             purge_barrier: format!(
                 "DELETE FROM {tb} WHERE (gid, branch_id, op) IN (

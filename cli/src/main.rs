@@ -5,6 +5,8 @@
 //! backstop --url URL tasks list --status failed
 //! backstop --url URL tasks show 42
 //! backstop --url URL tasks reset --event-type SEND_EMAIL --status failed
+//! backstop --url URL sagas list --status parked
+//! backstop --url URL sagas retry 7 --reason "the payment service is back"
 //! backstop --url URL migrate
 //! backstop --url URL schema
 //! BACKSTOP_CONSOLE_TOKEN=… backstop --url URL serve --listen 127.0.0.1:8080
@@ -22,13 +24,15 @@ use backstop::{
 };
 use clap::{Args, Parser, Subcommand};
 
+mod sagas;
 mod serve;
 
 /// The operator's command line of backstop: see what is stuck and why, reset, cancel or
-/// delete tasks, print counts and the schema, run the web console.
+/// delete tasks, retry, compensate or resolve sagas, print counts and the schema, run the
+/// web console.
 ///
 /// Exit codes: 0 done; 1 the database failed (connect, query); 2 bad usage or input;
-/// 3 no such task; 4 the task's state does not allow the action; 5 declined at the
+/// 3 no such task or saga; 4 its state does not allow the action; 5 declined at the
 /// confirmation prompt.
 #[derive(Parser, Debug)]
 #[command(name = "backstop", version)]
@@ -64,6 +68,9 @@ enum Command {
     /// List, show, reset, cancel or delete tasks.
     #[command(subcommand)]
     Tasks(TasksCommand),
+    /// List and show sagas; retry, compensate or resolve one.
+    #[command(subcommand)]
+    Sagas(sagas::SagasCommand),
     /// Create the task, inbox and audit tables and their indexes (idempotent).
     Migrate,
     /// Print the DDL `migrate` runs for the URL's backend (nothing is connected).
@@ -147,9 +154,9 @@ enum Exit {
     Failed = 1,
     /// Bad usage or input (clap's usage errors exit with 2 too).
     Usage = 2,
-    /// No such task.
+    /// No such task or saga.
     NotFound = 3,
-    /// The task's state does not allow the action.
+    /// The task's or saga's state does not allow the action.
     Conflict = 4,
     /// Declined at the confirmation prompt.
     Declined = 5,
@@ -286,6 +293,7 @@ async fn run(cli: Cli) -> Outcome {
         Command::Tasks(TasksCommand::Reset(a)) => act(&store, Action::Reset, a, cli.json).await,
         Command::Tasks(TasksCommand::Cancel(a)) => act(&store, Action::Cancel, a, cli.json).await,
         Command::Tasks(TasksCommand::Delete(a)) => act(&store, Action::Delete, a, cli.json).await,
+        Command::Sagas(command) => sagas::run(&store, command, cli.json).await,
     }
 }
 
@@ -395,14 +403,7 @@ async fn act(store: &AnyStore, action: Action, a: ActionArgs, json: bool) -> Out
         }
         None => Target::filter(a.filter.to_filter()?)?,
     };
-    let operator = a
-        .operator
-        .clone()
-        .or_else(|| std::env::var("BACKSTOP_OPERATOR").ok())
-        .or_else(|| std::env::var("USER").ok())
-        .filter(|o| !o.is_empty())
-        .unwrap_or_else(|| "cli".into());
-    let audit = Audit::new(operator, a.reason.clone());
+    let audit = Audit::new(operator(a.operator.clone()), a.reason.clone());
     // the audit is checked before anything is listed or asked
     audit.validate()?;
     let plan = ops::plan(store, action, &target).await?;
@@ -433,29 +434,12 @@ async fn act(store: &AnyStore, action: Action, a: ActionArgs, json: bool) -> Out
         return Ok(());
     }
     if !a.yes {
-        if !std::io::stdin().is_terminal() {
-            return Err(Failure(
-                Exit::Usage,
-                format!(
-                    "refusing to {verb} {} task(s) without confirmation: stdin is not a terminal; \
-                     pass --yes (or --dry-run to see what would change)",
-                    plan.len()
-                ),
-            ));
-        }
-        eprintln!("about to {verb} {count}:");
-        let mut err = std::io::stderr();
-        print_tasks_to(&mut err, &plan);
-        eprint!("{} {} task(s)? [y/N] ", capitalize(verb), plan.len());
-        let _ = err.flush();
-        let mut answer = String::new();
-        let _ = std::io::stdin().lock().read_line(&mut answer);
-        if !matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes") {
-            return Err(Failure(
-                Exit::Declined,
-                format!("not confirmed: nothing was {}", action.done()),
-            ));
-        }
+        confirm(
+            &format!("{verb} {} task(s)", plan.len()),
+            &format!("{verb} {count}"),
+            |out| print_tasks_to(out, &plan),
+            &format!("nothing was {}", action.done()),
+        )?;
     }
     let applied = ops::apply(store, action, &target, &audit).await?;
     // a reset by filter reports only what it reset: the rest of the plan changed meanwhile
@@ -632,6 +616,42 @@ fn human(d: Duration) -> String {
     } else {
         format!("{:.1}d", s / 86_400.0)
     }
+}
+
+/// Who an operator's change is by: `--operator`, else `$BACKSTOP_OPERATOR`, else
+/// `$USER`, else `cli`.
+fn operator(given: Option<String>) -> String {
+    given
+        .or_else(|| std::env::var("BACKSTOP_OPERATOR").ok())
+        .or_else(|| std::env::var("USER").ok())
+        .filter(|o| !o.is_empty())
+        .unwrap_or_else(|| "cli".into())
+}
+
+/// Ask at the terminal before a change (`what`: "reset 3 task(s)"; `about`: what the
+/// prompt lists, shown by `show`). Refused when stdin is not a terminal (pass --yes);
+/// `Declined` unless the answer is yes, `nothing` saying what was not done.
+fn confirm(what: &str, about: &str, show: impl FnOnce(&mut dyn Write), nothing: &str) -> Outcome {
+    if !std::io::stdin().is_terminal() {
+        return Err(Failure(
+            Exit::Usage,
+            format!(
+                "refusing to {what} without confirmation: stdin is not a terminal; pass --yes \
+                 (or --dry-run to see what would change)"
+            ),
+        ));
+    }
+    eprintln!("about to {about}:");
+    let mut err = std::io::stderr();
+    show(&mut err);
+    eprint!("{}? [y/N] ", capitalize(what));
+    let _ = err.flush();
+    let mut answer = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut answer);
+    if !matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes") {
+        return Err(Failure(Exit::Declined, format!("not confirmed: {nothing}")));
+    }
+    Ok(())
 }
 
 fn capitalize(s: &str) -> String {

@@ -592,3 +592,100 @@ async fn schema_script_applies_as_printed() {
         assert_eq!((again.id, again.created), (e.id, false), "{}", db.url);
     }
 }
+
+/// `sagas`: list and show; a retry of a parked saga (dry run, refused without --yes, then
+/// done and logged), a retry of a running one refused (exit 4), a resolution, an unknown
+/// saga (exit 3), a bad status (exit 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_shows_and_commands_sagas() {
+    use backstop::{SagaDef, SagaStatus, SagaStep, StepOutcome, StepPhase, StepReport};
+    for db in databases("lists_shows_and_commands_sagas").await {
+        let def = SagaDef::builder("order")
+            .step(SagaStep::new("pay"))
+            .build()
+            .unwrap();
+        let parked = db
+            .store
+            .start_saga(&def.start("k1", &1).unwrap())
+            .await
+            .unwrap()
+            .id;
+        let running = db
+            .store
+            .start_saga(&def.start("k2", &2).unwrap())
+            .await
+            .unwrap()
+            .id;
+        // park k1: its step's task out of attempts
+        let pay = db
+            .store
+            .list(&backstop::TaskFilter::default().biz_key("k1/pay:a"))
+            .await
+            .unwrap()[0]
+            .id;
+        let owner = Owner::new("cli-test").unwrap();
+        let task = db.store.claim_by_id(pay, &owner).await.unwrap().unwrap();
+        let outcome = StepOutcome::Exhausted {
+            phase: StepPhase::Action,
+            reason: "gateway down".into(),
+        };
+        let report = StepReport::new(task.lease(), parked, "k1", "pay", outcome);
+        db.store.saga_step(&def, &report).await.unwrap();
+
+        let all = db.json(&["sagas", "list"]);
+        assert_eq!(all.as_array().unwrap().len(), 2, "{all}");
+        let only = db.json(&["sagas", "list", "--status", "parked"]);
+        assert_eq!(only[0]["id"], parked, "{only}");
+        assert!(only[0]["reason"].as_str().unwrap().contains("gateway down"));
+        let text = stdout(&db.cli(&["sagas", "list", "--name", "order"]));
+        assert!(text.contains("k1") && text.contains("parked"), "{text}");
+        let shown = db.json(&["sagas", "show", &parked.to_string()]);
+        assert_eq!(shown["steps"][0]["state"], "action_failed", "{shown}");
+        assert_eq!(shown["log"].as_array().unwrap().len(), 0);
+
+        let id = parked.to_string();
+        let out = db.cli(&["sagas", "retry", &id, "--dry-run"]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert!(
+            stdout(&out).contains("would retry saga"),
+            "{}",
+            stdout(&out)
+        );
+        let out = db.cli(&["sagas", "retry", &id]);
+        assert_eq!(code(&out), 2, "no terminal, no --yes: {}", stderr(&out));
+        assert_eq!(
+            db.status(pay).await,
+            Some(Status::Failed),
+            "nothing changed"
+        );
+        let out = db.cli(&[
+            "sagas",
+            "retry",
+            &id,
+            "--yes",
+            "--reason",
+            "gateway is back",
+        ]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert_eq!(db.status(pay).await, Some(Status::Pending));
+        let saga = db.store.saga_by_id(parked).await.unwrap().unwrap();
+        assert_eq!(saga.status, SagaStatus::Running);
+        let shown = db.json(&["sagas", "show", &id]);
+        assert_eq!(shown["log"][0]["action"], "retry", "{shown}");
+        assert_eq!(shown["log"][0]["operator"], "ci-operator");
+        assert_eq!(shown["log"][0]["reason"], "gateway is back");
+
+        let other = running.to_string();
+        let out = db.cli(&["sagas", "retry", &other, "--yes"]);
+        assert_eq!(code(&out), 4, "{}", stderr(&out));
+        assert!(stderr(&out).contains("is running"), "{}", stderr(&out));
+        let out = db.cli(&["sagas", "resolve", &other, "--as", "parked", "--yes"]);
+        assert_eq!(code(&out), 2, "{}", stderr(&out));
+        let done = db.json(&["sagas", "resolve", &other, "--as", "completed", "--yes"]);
+        assert_eq!(done["saga"]["status"], "completed", "{done}");
+        let out = db.cli(&["sagas", "show", "999999"]);
+        assert_eq!(code(&out), 3, "{}", stderr(&out));
+        let out = db.cli(&["sagas", "list", "--status", "stuck"]);
+        assert_eq!(code(&out), 2, "{}", stderr(&out));
+    }
+}

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use backstop_core::driver::{
     AgedBatch, Backend, Buckets, Change, Checked, Claim, Driver, EnqueueSql, EnqueueStep, Inserted,
-    RawAudit, RawBarrier, RawSaga, RawSagaStep, RawStats, RawTask,
+    RawAudit, RawBarrier, RawSaga, RawSagaStep, RawStats, RawTask, SagaWrite, SagaWritten,
 };
 use backstop_core::limits::{
     MAX_BATCH, MAX_BRANCH_ID_BYTES, MAX_ENQUEUE_MANY, MAX_ERROR_BYTES, MAX_EVENT_TYPES,
@@ -21,8 +21,8 @@ use backstop_core::limits::{
 use backstop_core::tx::{Answer, Dialect, Returns, Statement};
 use backstop_core::{
     async_trait, Audit, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner, Recycled, Result,
-    RetryPolicy, SagaDef, SagaId, SagaStart, SagaStarted, SagaStep, Status, StepApplied,
-    StepOutcome, StepReport, StoreConfig, TaskFilter, TaskId, TaskStore,
+    RetryPolicy, SagaCommand, SagaDef, SagaFilter, SagaId, SagaStart, SagaStarted, SagaStatus,
+    SagaStep, Status, StepOutcome, StepReport, StoreConfig, TaskFilter, TaskId, TaskStore,
 };
 use backstop_core::{Transactional, TxConnection};
 
@@ -276,15 +276,28 @@ impl Driver for Tripwire {
         Ok(None)
     }
 
-    async fn saga_step(&self, _: &SagaDef, report: Checked<&StepReport>) -> Result<StepApplied> {
+    async fn saga_write(&self, write: Checked<&SagaWrite>) -> Result<SagaWritten> {
         self.called();
-        panic!(
-            "a report within limits never reaches this driver: {}",
-            report.key
-        )
+        panic!("a write within limits never reaches this driver: {write:?}")
     }
 
     async fn saga_steps(&self, _: SagaId) -> Result<Vec<RawSagaStep>> {
+        self.called();
+        Ok(Vec::new())
+    }
+
+    async fn saga_by_id(&self, _: SagaId) -> Result<Option<RawSaga>> {
+        self.called();
+        panic!("only a valid command reads a saga by id")
+    }
+
+    async fn sagas(&self, filter: Checked<&SagaFilter>) -> Result<Vec<RawSaga>> {
+        self.called();
+        limit_ok(filter.limit);
+        Ok(Vec::new())
+    }
+
+    async fn saga_log(&self, _: SagaId) -> Result<Vec<RawAudit>> {
         self.called();
         Ok(Vec::new())
     }
@@ -529,6 +542,23 @@ async fn invalid_input_reaches_no_driver() {
         let report = StepReport::new(lease, 1, key, step, outcome);
         refused(s.saga_step(&def, &report).await, "saga_step");
     }
+    let ok = Audit::new("ops", "");
+    for (command, audit) in [
+        (SagaCommand::Retry, Audit::new("", "")),
+        (SagaCommand::Resolve(SagaStatus::Running), ok.clone()),
+        (SagaCommand::Resolve(SagaStatus::Parked), ok.clone()),
+    ] {
+        refused(s.command_saga(1, command, &audit).await, "command_saga");
+    }
+    for bad in [
+        SagaFilter::default().limit(0),
+        SagaFilter::default().limit(MAX_BATCH + 1),
+        SagaFilter::default().name("a b"),
+        SagaFilter::default().older_than(too_old),
+    ] {
+        refused(s.sagas(&bad).await, "sagas");
+    }
+    refused(s.nudge_saga(&def, 1, "").await, "nudge_saga");
     for gid in ["", "g\n", &"g".repeat(MAX_BRANCH_ID_BYTES + 1)] {
         refused(s.barrier_records(gid).await, "barrier_records");
     }

@@ -8,7 +8,7 @@ use super::{
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::{
-    BranchCall, BranchOp, Lease, NewTask, SagaId, SagaStart, SagaStatus, StepState, TaskId,
+    Audit, BranchCall, BranchOp, Lease, NewTask, SagaId, SagaStart, SagaStatus, StepState, TaskId,
     WhenParked,
 };
 
@@ -148,6 +148,33 @@ pub enum EnqueueStep<'a> {
         /// Why it compensates or is parked, when this report says so.
         reason: Option<&'a str>,
     },
+    /// An operator's retry of a parked saga: every failed task (status 2) of the saga's
+    /// event type whose business key is the prefix, a step's name and `:a` (a step row
+    /// of the group in state 4, action failed) or `:c` (state 5, compensation failed),
+    /// set pending as [`reset`](crate::TaskStore::reset) sets it (`attempts = 0`,
+    /// `next_run_at` now, owner cleared, `updated_at` now). Answers how many it reset
+    /// (a count, or a row of one integer). Parameters: the event type, the prefix (the
+    /// saga's key and `/`), the saga's id, the group ([`Value::Int`]).
+    ResetFailed {
+        /// The saga's event type.
+        event_type: &'a str,
+        /// The saga's key and `/`.
+        prefix: &'a str,
+        /// The saga.
+        saga: SagaId,
+        /// Its group.
+        group: u32,
+    },
+    /// An entry of the saga operators' log (`<table>_saga_audit`), `at` now.
+    /// Parameters: the saga's id, the action, the operator, the reason.
+    SagaLog {
+        /// The saga.
+        saga: SagaId,
+        /// What was done.
+        action: &'a str,
+        /// Who and why.
+        audit: &'a Audit,
+    },
 }
 
 impl<'a> EnqueueStep<'a> {
@@ -233,6 +260,27 @@ impl<'a> EnqueueStep<'a> {
                 Value::Int(Some(int(group))),
                 Value::Text(reason),
                 Value::BigInt(Some(saga)),
+            ],
+            EnqueueStep::ResetFailed {
+                event_type,
+                prefix,
+                saga,
+                group,
+            } => vec![
+                Value::Text(Some(event_type)),
+                Value::Text(Some(prefix)),
+                Value::BigInt(Some(saga)),
+                Value::Int(Some(int(group))),
+            ],
+            EnqueueStep::SagaLog {
+                saga,
+                action,
+                audit,
+            } => vec![
+                Value::BigInt(Some(saga)),
+                Value::Text(Some(action)),
+                Value::Text(Some(&audit.operator)),
+                Value::Text(Some(&audit.reason)),
             ],
         }
     }
@@ -591,6 +639,8 @@ pub(crate) mod tests {
                 EnqueueStep::StepRows { .. } => "step rows",
                 EnqueueStep::StepRecord { .. } => "step record",
                 EnqueueStep::SagaSet { .. } => "saga set",
+                EnqueueStep::ResetFailed { .. } => "reset failed",
+                EnqueueStep::SagaLog { .. } => "saga log",
             };
             Statement::new(name, params, Returns::Row)
         }

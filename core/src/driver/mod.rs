@@ -52,7 +52,7 @@ mod release;
 mod retry;
 mod rows;
 mod saga;
-mod saga_step;
+mod saga_write;
 pub mod schema;
 #[cfg(any(
     feature = "sqlx-postgres",
@@ -73,8 +73,8 @@ use chrono::{DateTime, Utc};
 use crate::error::Result;
 use crate::limits::StoreConfig;
 use crate::model::{
-    Audit, Lease, Mark, NewTask, Owner, Recycled, SagaDef, SagaId, SagaStart, SagaStarted,
-    StepApplied, StepReport, TaskFilter, TaskId,
+    Audit, Lease, Mark, NewTask, Owner, Recycled, SagaFilter, SagaId, SagaStart, SagaStarted,
+    TaskFilter, TaskId,
 };
 
 #[cfg(any(
@@ -109,7 +109,7 @@ pub use rows::{
     BARRIER_COLUMNS, COLUMNS, COLUMN_COUNT, SAGA_COLUMNS, SAGA_STEP_COLUMNS,
 };
 pub use saga::SagaStartPlan;
-pub use saga_step::{saga_step_blocking, saga_step_on};
+pub use saga_write::{saga_write_blocking, saga_write_on, SagaWrite, SagaWritten};
 pub use statement::{
     Answer, BlockingTxConnection, Dialect, OwnConnection, Returns, Statement, TxConnection, Value,
 };
@@ -259,15 +259,31 @@ pub trait Driver: Send + Sync + 'static {
     /// [`SagaDef::start`](crate::SagaDef::start)'s limits.
     async fn saga(&self, name: Checked<&str>, key: Checked<&str>) -> Result<Option<RawSaga>>;
 
-    /// [`saga_step`](crate::TaskStore::saga_step): core's [`saga_step_on`] (or
-    /// [`saga_step_blocking`]) run in one transaction of the store's own, committed when
-    /// it finishes and rolled back on an error. Checked: the key, the output (JSON,
-    /// within the payload limit) and the reason (cut).
-    async fn saga_step(&self, def: &SagaDef, report: Checked<&StepReport>) -> Result<StepApplied>;
+    /// [`saga_step`](crate::TaskStore::saga_step),
+    /// [`command_saga`](crate::TaskStore::command_saga),
+    /// [`nudge_saga`](crate::TaskStore::nudge_saga): core's [`saga_write_on`] (or
+    /// [`saga_write_blocking`]) run in one transaction of the store's own, committed when
+    /// it returns and rolled back on an error. Checked: a report's step, key, output
+    /// (JSON, within the payload limit) and reason (cut); a command's audit.
+    async fn saga_write(&self, write: Checked<&SagaWrite>) -> Result<SagaWritten>;
 
     /// [`saga_steps`](crate::TaskStore::saga_steps): the rows of [`SAGA_STEP_COLUMNS`]
     /// of saga `id`, by position.
     async fn saga_steps(&self, id: SagaId) -> Result<Vec<RawSagaStep>>;
+
+    /// [`saga_by_id`](crate::TaskStore::saga_by_id): the row of [`SAGA_COLUMNS`] of saga
+    /// `id`, if any.
+    async fn saga_by_id(&self, id: SagaId) -> Result<Option<RawSaga>>;
+
+    /// [`sagas`](crate::TaskStore::sagas): the rows of [`SAGA_COLUMNS`] that match, by
+    /// id. Checked: see [`SagaFilter`](crate::SagaFilter) (`limit` 1 to `MAX_BATCH`, a
+    /// valid name, an age at most `MAX_INTERVAL`).
+    async fn sagas(&self, filter: Checked<&SagaFilter>) -> Result<Vec<RawSaga>>;
+
+    /// [`saga_log`](crate::TaskStore::saga_log): saga `id`'s operators' log entries
+    /// (`saga_id, action, operator, reason, at`, read with [`RawAudit::read`]), oldest
+    /// first.
+    async fn saga_log(&self, id: SagaId) -> Result<Vec<RawAudit>>;
 
     /// [`throughput`](crate::TaskStore::throughput): `(event_type, status code, bucket,
     /// count)` of the succeeded (1) and failed (2) tasks whose `updated_at` is within
@@ -343,15 +359,16 @@ pub mod prelude {
         INSERT_ROW_KEYS,
     };
     pub use super::{
-        release_order_keys, release_order_keys_blocking, saga_step_blocking, saga_step_on,
-        KeyReleasePlan, KeysReleasePlan, OwnConnection, SagaStartPlan, TxPlan,
+        release_order_keys, release_order_keys_blocking, saga_write_blocking, saga_write_on,
+        KeyReleasePlan, KeysReleasePlan, OwnConnection, SagaStartPlan, SagaWrite, SagaWritten,
+        TxPlan,
     };
     pub use crate::error::{Error, ErrorKind, Result};
     pub use crate::limits::StoreConfig;
     pub use crate::model::{
         Audit, Barrier, BarrierRecord, BranchCall, BranchOp, Enqueued, Lease, Mark, MarkAction,
-        NewTask, Owner, Recycled, Saga, SagaDef, SagaId, SagaStart, SagaStarted, SagaStatus,
-        Status, StepApplied, StepReport, TaskFilter, TaskId, WhenParked,
+        NewTask, Owner, Recycled, Saga, SagaFilter, SagaId, SagaStart, SagaStarted, SagaStatus,
+        Status, TaskFilter, TaskId, WhenParked,
     };
     pub use async_trait::async_trait;
 }

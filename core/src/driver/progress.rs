@@ -217,6 +217,65 @@ impl<'d> SagaProgress<'d> {
         decision
     }
 
+    /// What a saga at `status` and `group` calls for, given its group's step rows
+    /// (`rows`), when nothing reported it (a nudge: after an operator's command, or for a
+    /// saga found stuck). The tasks it names may exist already: each step's task is
+    /// enqueued once per phase ([`Dedup::Forever`](crate::Dedup::Forever)), so asking
+    /// again adds nothing.
+    ///
+    /// - Running: the actions of the group's steps without a row; when every step is
+    ///   done, the next group (or completion).
+    /// - Compensating: the actions of the group's steps without a row (they are refused
+    ///   unrun, settling the group); once settled, the compensations of its done steps;
+    ///   with none, the next group down (or compensated).
+    /// - Otherwise nothing.
+    ///
+    /// ```
+    /// use backstop_core::driver::{SagaProgress, StepState};
+    /// use backstop_core::{SagaDef, SagaStatus, SagaStep, StepPhase};
+    ///
+    /// let def = SagaDef::builder("order")
+    ///     .step(SagaStep::new("stock").compensated())
+    ///     .step(SagaStep::new("pay"))
+    ///     .build()
+    ///     .unwrap();
+    /// // an operator asked for compensation of a saga at pay, which never ran
+    /// let d = SagaProgress::new(&def).nudge(SagaStatus::Compensating, 1, &[]);
+    /// assert_eq!(d.enqueue, [("pay".to_string(), StepPhase::Action)]);
+    /// // pay refused (unrun): stock is compensated
+    /// let rows = [("pay".to_string(), StepState::Refused)];
+    /// let d = SagaProgress::new(&def).nudge(SagaStatus::Compensating, 1, &rows);
+    /// assert_eq!(d.enqueue, [("stock".to_string(), StepPhase::Compensate)]);
+    /// ```
+    pub fn nudge(&self, status: SagaStatus, group: u32, rows: &[(String, StepState)]) -> Decision {
+        let mut decision = Decision {
+            record: (String::new(), StepState::Done),
+            saga: None,
+            enqueue: Vec::new(),
+        };
+        let now: Vec<(&str, StepState)> = rows.iter().map(|(s, st)| (s.as_str(), *st)).collect();
+        let steps = self.steps_of(group);
+        let missing: Vec<(String, StepPhase)> = steps
+            .iter()
+            .filter(|(name, _)| !now.iter().any(|(s, _)| s == name))
+            .map(|(name, _)| ((*name).to_owned(), StepPhase::Action))
+            .collect();
+        match status {
+            SagaStatus::Running if missing.is_empty() => {
+                let all_done = now.iter().all(|(_, st)| *st == StepState::Done);
+                if all_done {
+                    self.advance(group, &mut decision);
+                }
+            }
+            SagaStatus::Compensating if missing.is_empty() => {
+                self.compensate_group(group, &now, &mut decision);
+            }
+            SagaStatus::Running | SagaStatus::Compensating => decision.enqueue = missing,
+            _ => {}
+        }
+        decision
+    }
+
     /// The steps of group `group`: each name and whether it has a compensation.
     fn steps_of(&self, group: u32) -> Vec<(&'d str, bool)> {
         usize::try_from(group)

@@ -18,8 +18,8 @@ use super::handler::{ErrorAction, Handler, HandlerError};
 use super::Context;
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::{
-    BranchCall, BranchOp, Saga, SagaDef, SagaStatus, SagaStepRecord, StepOutcome, StepPhase,
-    StepReport, StepState, StepTask, Task,
+    BranchCall, BranchOp, NudgeTask, Saga, SagaDef, SagaStatus, SagaStepRecord, StepOutcome,
+    StepPhase, StepReport, StepState, StepTask, Task,
 };
 use crate::store::TaskStore;
 
@@ -377,8 +377,15 @@ impl Handler for SagaRunner {
                 task.id
             ))
         })?;
-        let call: StepTask = serde_json::from_str(&task.payload)
-            .map_err(|e| HandlerError::fail(format!("the payload is not a saga step's: {e}")))?;
+        let call = match serde_json::from_str::<Call>(&task.payload) {
+            Ok(Call::Step(call)) => call,
+            Ok(Call::Nudge(nudge)) => return self.nudge(&cx, nudge).await,
+            Err(e) => {
+                return Err(HandlerError::fail(format!(
+                    "the payload is not a saga step's or a nudge's: {e}"
+                )))
+            }
+        };
         let def = &self.def;
         if call.saga != def.name() || def.find_step(&call.step).is_none() {
             return Err(HandlerError::fail(format!(
@@ -425,11 +432,12 @@ impl Handler for SagaRunner {
                     .saga_steps(saga.id)
                     .await
                     .map_err(|e| store_failed("reading the saga's steps", e))?;
-                let settled = steps
-                    .iter()
-                    .any(|r| r.step == call.step && r.state != StepState::Done);
-                if phase == StepPhase::Compensate && settled {
-                    // compensated (or refused) before: a duplicate
+                let undone = steps.iter().any(|r| {
+                    r.step == call.step
+                        && matches!(r.state, StepState::Compensated | StepState::Refused)
+                });
+                if phase == StepPhase::Compensate && undone {
+                    // compensated before (or its action refused: nothing to undo)
                     return Ok(());
                 }
                 let scx = StepContext {
@@ -473,6 +481,43 @@ impl Handler for SagaRunner {
             Err(e) if e.kind() == ErrorKind::Conflict => Err(HandlerError::retry(e)),
             Err(e) => Err(store_failed("recording the step", e)),
         }
+    }
+}
+
+/// What a task of a saga's event type asks: a step, or a nudge.
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum Call {
+    Step(StepTask),
+    Nudge(NudgeTask),
+}
+
+impl SagaRunner {
+    /// Enqueue what the nudged saga's state calls for.
+    async fn nudge(&self, cx: &Context, nudge: NudgeTask) -> std::result::Result<(), HandlerError> {
+        if nudge.saga != self.def.name() {
+            return Err(HandlerError::fail(format!(
+                "a nudge of saga {:?} reached the runner of {:?}",
+                nudge.saga,
+                self.def.name()
+            )));
+        }
+        let store = cx.store();
+        let Some(saga) = store
+            .saga(&nudge.saga, &nudge.key)
+            .await
+            .map_err(|e| store_failed("reading the saga", e))?
+        else {
+            return Err(HandlerError::fail(format!(
+                "saga {:?} key {:?} has no state row",
+                nudge.saga, nudge.key
+            )));
+        };
+        store
+            .nudge_saga(&self.def, saga.id, &nudge.key)
+            .await
+            .map_err(|e| store_failed("nudging the saga", e))?;
+        Ok(())
     }
 }
 

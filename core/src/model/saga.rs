@@ -86,6 +86,26 @@ impl SagaStatus {
     }
 }
 
+impl std::str::FromStr for SagaStatus {
+    type Err = Error;
+
+    /// A status by its name ([`as_str`](Self::as_str)), any case.
+    fn from_str(s: &str) -> Result<SagaStatus> {
+        SagaStatus::ALL
+            .into_iter()
+            .find(|status| status.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| {
+                Error::invalid_input(
+                    "parse_saga_status",
+                    format!(
+                        "unknown saga status {s:?}: use running, compensating, completed, \
+                         compensated or parked"
+                    ),
+                )
+            })
+    }
+}
+
 impl fmt::Display for SagaStatus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -301,7 +321,9 @@ impl SagaDef {
             format!("{key}/{}:{suffix}", step.name),
         )
         .json(&payload)
-        .retry(policy);
+        .retry(policy)
+        // never twice, whatever state the first is in: a nudge may ask again
+        .dedup(crate::model::Dedup::Forever);
         match step.timeout {
             Some(t) => task.timeout(t),
             None => task,
@@ -683,6 +705,167 @@ pub struct SagaStepRecord {
     pub output: Option<String>,
     /// When the row last changed.
     pub updated_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// What an operator asks of a saga ([`TaskStore::command_saga`](crate::TaskStore::command_saga)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SagaCommand {
+    /// A parked saga: run its failed steps' tasks again (they are reset to pending), and
+    /// go back to running, or to compensating when it was compensating.
+    Retry,
+    /// A running saga, or one parked on a failed action: give up and compensate its done
+    /// steps, the audit's reason as the saga's. The engine that runs the saga's steps
+    /// enqueues the compensations.
+    Compensate,
+    /// A saga not yet completed or compensated: declare it so by hand (after fixing what
+    /// it left); its steps' tasks still pending do nothing when they run.
+    Resolve(SagaStatus),
+}
+
+impl SagaCommand {
+    /// Its name, as the operators' log records it: `retry`, `compensate`, `resolve`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SagaCommand::Retry => "retry",
+            SagaCommand::Compensate => "compensate",
+            SagaCommand::Resolve(_) => "resolve",
+        }
+    }
+
+    /// The statuses it may be given in, for the refusal's message.
+    pub fn allowed(self) -> &'static str {
+        match self {
+            SagaCommand::Retry => "parked",
+            SagaCommand::Compensate => "running, or parked on a failed action",
+            SagaCommand::Resolve(_) => "running, compensating or parked",
+        }
+    }
+}
+
+/// One entry of a saga's operators' log ([`TaskStore::saga_log`](crate::TaskStore::saga_log)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SagaLogEntry {
+    /// The saga.
+    pub saga_id: SagaId,
+    /// What was done: a [`SagaCommand`]'s name.
+    pub action: String,
+    /// Who did it.
+    pub operator: String,
+    /// Why.
+    pub reason: String,
+    /// When (database time).
+    pub at: chrono::DateTime<chrono::Utc>,
+}
+
+/// Which sagas to list ([`TaskStore::sagas`](crate::TaskStore::sagas)): all conditions
+/// hold; by id, after `after_id`, at most `limit`.
+///
+/// ```
+/// use backstop_core::{SagaFilter, SagaStatus};
+/// use std::time::Duration;
+/// // running sagas that have not moved for an hour
+/// let stuck = SagaFilter::default()
+///     .status(SagaStatus::Running)
+///     .older_than(Duration::from_secs(3600));
+/// assert_eq!(stuck.limit, 100);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SagaFilter {
+    /// Of this definition.
+    pub name: Option<String>,
+    /// In this status.
+    pub status: Option<SagaStatus>,
+    /// Whose row last changed longer ago than this (database time).
+    pub older_than: Option<Duration>,
+    /// With an id greater than this (the last id of the previous page).
+    pub after_id: SagaId,
+    /// At most this many (1 to [`MAX_BATCH`](crate::limits::MAX_BATCH); default 100).
+    pub limit: usize,
+}
+
+impl Default for SagaFilter {
+    fn default() -> Self {
+        SagaFilter {
+            name: None,
+            status: None,
+            older_than: None,
+            after_id: 0,
+            limit: 100,
+        }
+    }
+}
+
+impl SagaFilter {
+    /// Of definition `name`.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// In `status`.
+    pub fn status(mut self, status: SagaStatus) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    /// Not changed for longer than `age`.
+    pub fn older_than(mut self, age: Duration) -> Self {
+        self.older_than = Some(age);
+        self
+    }
+
+    /// After id `id`.
+    pub fn after_id(mut self, id: SagaId) -> Self {
+        self.after_id = id;
+        self
+    }
+
+    /// At most `limit`.
+    pub fn limit(mut self, limit: usize) -> Self {
+        self.limit = limit;
+        self
+    }
+
+    /// `InvalidInput` for a bad name, a limit of 0 or over `MAX_BATCH`, or an age over
+    /// `MAX_INTERVAL`.
+    pub(crate) fn check(&self, op: &'static str) -> Result<()> {
+        if let Some(name) = &self.name {
+            check_name(op, "saga name", name, limits::MAX_SAGA_NAME_BYTES)?;
+        }
+        if self.limit == 0 || self.limit > limits::MAX_BATCH {
+            return Err(Error::invalid_input(
+                op,
+                format!(
+                    "limit must be 1 to {}, got {}",
+                    limits::MAX_BATCH,
+                    self.limit
+                ),
+            ));
+        }
+        if self.older_than.is_some_and(|d| d > limits::MAX_INTERVAL) {
+            return Err(Error::invalid_input(
+                op,
+                format!("older_than must be at most {:?}", limits::MAX_INTERVAL),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The payload of a nudge: a task of a saga's event type that asks the engine running
+/// its steps to enqueue what its state calls for (after an operator's
+/// [`SagaCommand::Compensate`], or for a saga found stuck).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NudgeTask {
+    /// The saga's definition name.
+    pub saga: String,
+    /// The saga's key.
+    pub key: String,
+    /// Always `true`: what tells a nudge from a step's task.
+    pub nudge: bool,
 }
 
 #[cfg(test)]

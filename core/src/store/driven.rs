@@ -8,15 +8,16 @@ use super::TaskStore;
 use crate::driver::{
     check_ids, check_leases, check_marks, check_report, check_start, check_task, check_tasks,
     enqueued, enqueued_all, retry_contention, schema, AgedBatch, Buckets, Change, Checked, Claim,
-    Driver, RawSaga, RawSagaStep, RawStats, RawTask,
+    Driver, RawSaga, RawSagaStep, RawStats, RawTask, SagaWrite, SagaWritten,
 };
 use crate::driver::{count_sql, list_values, Answer, Returns, Statement};
 use crate::error::{Error, ErrorKind, Result};
 use crate::limits;
 use crate::model::{
     Audit, AuditEntry, BarrierRecord, Enqueued, EventTypeSeen, Lease, Mark, MarkAction, NewTask,
-    Owner, Recycled, Saga, SagaDef, SagaId, SagaStart, SagaStarted, SagaStepRecord, Stats, Status,
-    StatusCount, StepApplied, StepReport, Task, TaskFilter, TaskId, Throughput,
+    Owner, Recycled, Saga, SagaCommand, SagaDef, SagaFilter, SagaId, SagaLogEntry, SagaStart,
+    SagaStarted, SagaStepRecord, Stats, Status, StatusCount, StepApplied, StepReport, Task,
+    TaskFilter, TaskId, Throughput,
 };
 
 /// The contract, implemented once for every driver: check the input, shortcut empty
@@ -370,8 +371,125 @@ impl TaskStore for dyn Driver {
         const OP: &str = "saga_step";
         let d: &dyn Driver = self;
         let report = check_report(Driver::config(d), def, report)?;
-        let checked = Checked::new(&report);
-        run(d, OP, || Driver::saga_step(d, def, checked)).await
+        let write = SagaWrite::Step {
+            def: def.clone(),
+            report,
+        };
+        let checked = Checked::new(&write);
+        match run(d, OP, || Driver::saga_write(d, checked)).await? {
+            SagaWritten::Applied(applied) => Ok(applied),
+            other => Err(Error::new(
+                ErrorKind::Unexpected,
+                OP,
+                format!("a report was answered {other:?}"),
+            )),
+        }
+    }
+
+    async fn command_saga(&self, id: SagaId, command: SagaCommand, audit: &Audit) -> Result<Saga> {
+        const OP: &str = "command_saga";
+        audit.check(OP)?;
+        if let SagaCommand::Resolve(status) = command {
+            if !status.is_final() {
+                return Err(Error::invalid_input(
+                    OP,
+                    format!("a saga is resolved as completed or compensated, not {status}"),
+                ));
+            }
+        }
+        let d: &dyn Driver = self;
+        let Some(saga) = run(d, OP, || Driver::saga_by_id(d, id)).await? else {
+            return Err(saga_not_found(OP, id));
+        };
+        let write = SagaWrite::Command {
+            id,
+            name: saga.name,
+            key: saga.saga_key,
+            command,
+            audit: audit.clone(),
+        };
+        let checked = Checked::new(&write);
+        match run(d, OP, || Driver::saga_write(d, checked)).await? {
+            SagaWritten::Applied(_) => run(d, OP, || Driver::saga_by_id(d, id))
+                .await?
+                .ok_or_else(|| saga_not_found(OP, id))?
+                .decode(),
+            SagaWritten::Missing => Err(saga_not_found(OP, id)),
+            SagaWritten::Refused(status) => Err(Error::new(
+                ErrorKind::Conflict,
+                OP,
+                format!(
+                    "saga {id} is {status}: {} is for a saga {}",
+                    command.as_str(),
+                    command.allowed()
+                ),
+            )),
+        }
+    }
+
+    async fn nudge_saga(
+        &self,
+        def: &SagaDef,
+        id: SagaId,
+        key: &str,
+    ) -> Result<Option<StepApplied>> {
+        const OP: &str = "nudge_saga";
+        limits::check_key(OP, "saga key", key, limits::MAX_SAGA_KEY_BYTES)?;
+        let d: &dyn Driver = self;
+        let write = SagaWrite::Nudge {
+            def: def.clone(),
+            id,
+            key: key.to_owned(),
+        };
+        let checked = Checked::new(&write);
+        match run(d, OP, || Driver::saga_write(d, checked)).await? {
+            SagaWritten::Applied(applied) => Ok(Some(applied)),
+            SagaWritten::Missing => Ok(None),
+            other => Err(Error::new(
+                ErrorKind::Unexpected,
+                OP,
+                format!("a nudge was answered {other:?}"),
+            )),
+        }
+    }
+
+    async fn saga_by_id(&self, id: SagaId) -> Result<Option<Saga>> {
+        const OP: &str = "saga_by_id";
+        let d: &dyn Driver = self;
+        run(d, OP, || Driver::saga_by_id(d, id))
+            .await?
+            .map(RawSaga::decode)
+            .transpose()
+    }
+
+    async fn sagas(&self, filter: &SagaFilter) -> Result<Vec<Saga>> {
+        const OP: &str = "sagas";
+        filter.check(OP)?;
+        let d: &dyn Driver = self;
+        let checked = Checked::new(filter);
+        let mut all = run(d, OP, || Driver::sagas(d, checked))
+            .await?
+            .into_iter()
+            .map(RawSaga::decode)
+            .collect::<Result<Vec<_>>>()?;
+        all.sort_by_key(|s| s.id);
+        Ok(all)
+    }
+
+    async fn saga_log(&self, id: SagaId) -> Result<Vec<SagaLogEntry>> {
+        const OP: &str = "saga_log";
+        let d: &dyn Driver = self;
+        Ok(run(d, OP, || Driver::saga_log(d, id))
+            .await?
+            .into_iter()
+            .map(|a| SagaLogEntry {
+                saga_id: a.task_id,
+                action: a.action,
+                operator: a.operator,
+                reason: a.reason,
+                at: a.at,
+            })
+            .collect())
     }
 
     async fn saga_steps(&self, id: SagaId) -> Result<Vec<SagaStepRecord>> {
@@ -520,6 +638,11 @@ async fn reread_after_release<S: TaskStore + ?Sized>(
 
 /// The answer of an operator's change `op` of task `id`: the task as changed, or
 /// `NotFound`, or `Conflict` naming its status and the statuses `allowed`.
+/// The `NotFound` error of an operation on saga `id`, which does not exist.
+fn saga_not_found(op: &'static str, id: SagaId) -> Error {
+    Error::new(ErrorKind::NotFound, op, format!("saga {id} not found"))
+}
+
 fn operator_change(op: &'static str, id: TaskId, answer: Change, allowed: &str) -> Result<Task> {
     match answer {
         Change::Done(row) => row.decode(),

@@ -10,8 +10,8 @@ use crate::driver::{Backend, Driver};
 use crate::error::Result;
 use crate::model::{
     Audit, AuditEntry, BarrierRecord, Enqueued, EventTypeSeen, Lease, Mark, NewTask, Owner,
-    Recycled, Saga, SagaDef, SagaId, SagaStart, SagaStarted, SagaStepRecord, Stats, StepApplied,
-    StepReport, Task, TaskFilter, TaskId, Throughput,
+    Recycled, Saga, SagaCommand, SagaDef, SagaFilter, SagaId, SagaLogEntry, SagaStart, SagaStarted,
+    SagaStepRecord, Stats, StepApplied, StepReport, Task, TaskFilter, TaskId, Throughput,
 };
 
 /// Declares [`Op`] from one list: its variants, [`Op::ALL`] and [`Op::name`].
@@ -99,6 +99,16 @@ ops! {
     SagaStep => "saga_step",
     /// [`TaskStore::saga_steps`].
     SagaSteps => "saga_steps",
+    /// [`TaskStore::saga_by_id`].
+    SagaById => "saga_by_id",
+    /// [`TaskStore::sagas`].
+    Sagas => "sagas",
+    /// [`TaskStore::command_saga`].
+    CommandSaga => "command_saga",
+    /// [`TaskStore::nudge_saga`].
+    NudgeSaga => "nudge_saga",
+    /// [`TaskStore::saga_log`].
+    SagaLog => "saga_log",
     /// [`TaskStore::delete_succeeded`].
     DeleteSucceeded => "delete_succeeded",
     /// [`TaskStore::release_order_keys`].
@@ -469,6 +479,52 @@ pub trait StoreLayer: Send + Sync + 'static {
             .await
     }
 
+    /// [`TaskStore::saga_by_id`]; by default forwarded through [`around`](Self::around).
+    async fn on_saga_by_id(&self, id: SagaId) -> Result<Option<Saga>> {
+        self.around(Call::new(Op::SagaById), self.inner().saga_by_id(id))
+            .await
+    }
+
+    /// [`TaskStore::sagas`]; by default forwarded through [`around`](Self::around).
+    async fn on_sagas(&self, filter: &SagaFilter) -> Result<Vec<Saga>> {
+        self.around(Call::new(Op::Sagas), self.inner().sagas(filter))
+            .await
+    }
+
+    /// [`TaskStore::command_saga`]; by default forwarded through [`around`](Self::around).
+    async fn on_command_saga(
+        &self,
+        id: SagaId,
+        command: SagaCommand,
+        audit: &Audit,
+    ) -> Result<Saga> {
+        self.around(
+            Call::new(Op::CommandSaga),
+            self.inner().command_saga(id, command, audit),
+        )
+        .await
+    }
+
+    /// [`TaskStore::nudge_saga`]; by default forwarded through [`around`](Self::around).
+    async fn on_nudge_saga(
+        &self,
+        def: &SagaDef,
+        id: SagaId,
+        key: &str,
+    ) -> Result<Option<StepApplied>> {
+        self.around(
+            Call::new(Op::NudgeSaga),
+            self.inner().nudge_saga(def, id, key),
+        )
+        .await
+    }
+
+    /// [`TaskStore::saga_log`]; by default forwarded through [`around`](Self::around).
+    async fn on_saga_log(&self, id: SagaId) -> Result<Vec<SagaLogEntry>> {
+        self.around(Call::new(Op::SagaLog), self.inner().saga_log(id))
+            .await
+    }
+
     /// [`TaskStore::delete_succeeded`]; by default forwarded through [`around`](Self::around).
     async fn on_delete_succeeded(&self, ids: &[TaskId]) -> Result<u64> {
         self.around(
@@ -630,6 +686,31 @@ impl<L: StoreLayer + ?Sized> TaskStore for L {
 
     async fn saga_steps(&self, id: SagaId) -> Result<Vec<SagaStepRecord>> {
         StoreLayer::on_saga_steps(self, id).await
+    }
+
+    async fn saga_by_id(&self, id: SagaId) -> Result<Option<Saga>> {
+        StoreLayer::on_saga_by_id(self, id).await
+    }
+
+    async fn sagas(&self, filter: &SagaFilter) -> Result<Vec<Saga>> {
+        StoreLayer::on_sagas(self, filter).await
+    }
+
+    async fn command_saga(&self, id: SagaId, command: SagaCommand, audit: &Audit) -> Result<Saga> {
+        StoreLayer::on_command_saga(self, id, command, audit).await
+    }
+
+    async fn nudge_saga(
+        &self,
+        def: &SagaDef,
+        id: SagaId,
+        key: &str,
+    ) -> Result<Option<StepApplied>> {
+        StoreLayer::on_nudge_saga(self, def, id, key).await
+    }
+
+    async fn saga_log(&self, id: SagaId) -> Result<Vec<SagaLogEntry>> {
+        StoreLayer::on_saga_log(self, id).await
     }
 
     async fn delete_succeeded(&self, ids: &[TaskId]) -> Result<u64> {

@@ -8,8 +8,8 @@ use async_trait::async_trait;
 use crate::error::Result;
 use crate::model::{
     Audit, AuditEntry, BarrierRecord, Enqueued, EventTypeSeen, Lease, Mark, NewTask, Owner,
-    Recycled, Saga, SagaDef, SagaId, SagaStart, SagaStarted, SagaStepRecord, Stats, StepApplied,
-    StepReport, Task, TaskFilter, TaskId, Throughput,
+    Recycled, Saga, SagaCommand, SagaDef, SagaFilter, SagaId, SagaLogEntry, SagaStart, SagaStarted,
+    SagaStepRecord, Stats, StepApplied, StepReport, Task, TaskFilter, TaskId, Throughput,
 };
 
 mod driven;
@@ -364,6 +364,44 @@ pub trait TaskStore: Send + Sync + 'static {
     /// The step rows of saga `id`, by position: each finished step's state and its
     /// action's output. Empty for a saga without finished steps, or no saga.
     async fn saga_steps(&self, id: SagaId) -> Result<Vec<SagaStepRecord>>;
+
+    /// The state row of saga `id`, if any.
+    async fn saga_by_id(&self, id: SagaId) -> Result<Option<Saga>>;
+
+    /// The sagas that match `filter`, by id (page with `after_id`). `InvalidInput` for a
+    /// bad filter (see [`SagaFilter`]).
+    async fn sagas(&self, filter: &SagaFilter) -> Result<Vec<Saga>>;
+
+    /// An operator's command on saga `id` ([`SagaCommand`]), audited: the change and its
+    /// entry in the saga's operators' log ([`saga_log`](Self::saga_log)) commit together.
+    /// Returns the saga's row as the command left it.
+    ///
+    /// # Contract
+    ///
+    /// - **Retry** (a parked saga): its failed steps' failed tasks are reset to pending
+    ///   (attempts 0, due now) and it goes back to compensating if any step of its group
+    ///   was refused or compensated or failed compensating, else to running.
+    /// - **Compensate** (a running saga, or one parked on a failed action): it turns
+    ///   compensating, the reason naming the operator and the audit's reason, and a
+    ///   nudge task is enqueued for the engine running its steps, which enqueues the
+    ///   compensations ([`nudge_saga`](Self::nudge_saga)).
+    /// - **Resolve** to completed or compensated (a saga not yet either): set so, the
+    ///   reason naming the operator.
+    /// - **Refused, writing nothing**: no saga of that id is `NotFound`; a saga in a
+    ///   status the command may not be given in is `Conflict`, naming its status; a bad
+    ///   audit, or a resolution to another status, is `InvalidInput`.
+    async fn command_saga(&self, id: SagaId, command: SagaCommand, audit: &Audit) -> Result<Saga>;
+
+    /// Enqueue what saga `id`'s state calls for, in one transaction under its row's
+    /// lock ([`SagaProgress::nudge`](crate::driver::SagaProgress::nudge)): the engine's
+    /// step runner calls it for a nudge task, a reconciler for a saga found stuck. Each
+    /// step's task is enqueued once per phase, so a nudge asked twice adds nothing.
+    /// `None` when there is no saga `id`.
+    async fn nudge_saga(&self, def: &SagaDef, id: SagaId, key: &str)
+        -> Result<Option<StepApplied>>;
+
+    /// Saga `id`'s operators' log, oldest first.
+    async fn saga_log(&self, id: SagaId) -> Result<Vec<SagaLogEntry>>;
 
     /// Delete the tasks with these ids that are succeeded; returns how many were deleted.
     /// A listed task in any other status (reset, say, since it was read) is kept. Used by

@@ -130,18 +130,7 @@ async fn run_until<S: TaskStore>(store: &S, key: &str, status: SagaStatus) -> Sa
         .await
         .unwrap();
     assert!(started.created);
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let saga = store.saga("order", key).await.unwrap().unwrap();
-        if saga.status == status {
-            return saga;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {PATIENCE:?} waiting for saga {key} to be {status}; it is {saga:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_saga(store, key, status).await
 }
 
 fn states(steps: &[SagaStepRecord]) -> Vec<(&str, StepState)> {
@@ -453,4 +442,132 @@ pub async fn engine_saga_refuses_steps_that_do_not_match<H: Harness>(ctx: &Ctx<H
     assert!(e
         .to_string()
         .contains("\"stock\" is compensated but has no compensation"));
+}
+
+/// An operator's retry of a saga parked on a failing compensation: the failed task is
+/// reset, the saga compensates again, the compensation (now healthy) succeeds and the
+/// saga ends compensated. The retry is in the saga's operators' log; a second retry of
+/// the no longer parked saga is refused, naming its status.
+pub async fn engine_saga_operator_retry_resumes_compensation<H: Harness>(ctx: &Ctx<H>) {
+    let journal = Journal::default();
+    let healthy = Arc::new(AtomicBool::new(false));
+    let seen = Arc::clone(&healthy);
+    let steps = order_steps(&journal, |_| async {
+        Err(StepError::refuse("card declined"))
+    })
+    .compensation("coupon", move |_cx| {
+        let seen = Arc::clone(&seen);
+        async move {
+            match seen.load(Ordering::SeqCst) {
+                true => Ok(()),
+                false => Err(std::io::Error::other("coupon service down").into()),
+            }
+        }
+    });
+    let engine = engine(ctx.store.clone(), steps);
+    let parked = run_until(&ctx.store, "o-7", SagaStatus::Parked).await;
+    healthy.store(true, Ordering::SeqCst);
+    let audit = backstop_core::Audit::new("ops-1", "coupon service is back");
+    let retried = ctx
+        .store
+        .command_saga(parked.id, backstop_core::SagaCommand::Retry, &audit)
+        .await
+        .unwrap();
+    assert_eq!(retried.status, SagaStatus::Compensating);
+    assert_eq!(retried.version, parked.version + 1);
+    let done = wait_saga(&ctx.store, "o-7", SagaStatus::Compensated).await;
+    engine.shutdown().await;
+    assert_eq!(journal.count("stock", "compensate"), 1);
+    let tasks = step_tasks(&ctx.store).await;
+    let (status, attempts, _) = &tasks["o-7/coupon:c"];
+    assert_eq!(
+        (*status, *attempts),
+        (Status::Succeeded, 1),
+        "reset, then run once"
+    );
+    let log = ctx.store.saga_log(done.id).await.unwrap();
+    assert_eq!(log.len(), 1);
+    assert_eq!(
+        (
+            log[0].action.as_str(),
+            log[0].operator.as_str(),
+            log[0].reason.as_str()
+        ),
+        ("retry", "ops-1", "coupon service is back")
+    );
+    let e = ctx
+        .store
+        .command_saga(done.id, backstop_core::SagaCommand::Retry, &audit)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Conflict, "{e}");
+    assert!(e.to_string().contains("is compensated"), "{e}");
+}
+
+/// An operator's compensation of a saga parked on a failing action: the engine, nudged,
+/// compensates the done steps in reverse (the failed action has nothing to undo) and the
+/// saga ends compensated, its reason naming the operator.
+pub async fn engine_saga_operator_compensates_a_parked_saga<H: Harness>(ctx: &Ctx<H>) {
+    let journal = Journal::default();
+    let steps = order_steps(&journal, |_| async {
+        Err(StepError::technical(HandlerError::fail(
+            "the gateway said no",
+        )))
+    });
+    let engine = engine(ctx.store.clone(), steps);
+    let parked = run_until(&ctx.store, "o-8", SagaStatus::Parked).await;
+    assert_eq!(
+        journal.count("pay", "action"),
+        1,
+        "a permanent failure: one attempt"
+    );
+    let audit = backstop_core::Audit::new("ops-2", "refund the customer");
+    let turned = ctx
+        .store
+        .command_saga(parked.id, backstop_core::SagaCommand::Compensate, &audit)
+        .await
+        .unwrap();
+    assert_eq!(turned.status, SagaStatus::Compensating);
+    assert_eq!(
+        turned.reason.as_deref(),
+        Some("compensated by ops-2: refund the customer")
+    );
+    let done = wait_saga(&ctx.store, "o-8", SagaStatus::Compensated).await;
+    engine.shutdown().await;
+    let order = journal.order();
+    let at = |s: &str| {
+        order
+            .iter()
+            .position(|e| e.0 == s && e.1 == "compensate")
+            .unwrap_or_else(|| panic!("{s} was not compensated: {order:?}"))
+    };
+    assert!(at("coupon") < at("stock"));
+    let steps = ctx.store.saga_steps(done.id).await.unwrap();
+    assert_eq!(
+        states(&steps),
+        [
+            ("stock", StepState::Compensated),
+            ("coupon", StepState::Compensated),
+            ("points", StepState::Done),
+            ("pay", StepState::ActionFailed),
+        ]
+    );
+    let tasks = step_tasks(&ctx.store).await;
+    assert_eq!(tasks["o-8/~nudge"].0, Status::Succeeded, "{tasks:?}");
+}
+
+/// Wait until saga `key` of the order is in `status`.
+async fn wait_saga<S: TaskStore>(store: &S, key: &str, status: SagaStatus) -> Saga {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let saga = store.saga("order", key).await.unwrap().unwrap();
+        if saga.status == status {
+            return saga;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {PATIENCE:?} waiting for saga {key} to be {status}; it is {saga:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }

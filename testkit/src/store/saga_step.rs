@@ -4,10 +4,12 @@
 
 use backstop_core::limits::{DEFAULT_MAX_PAYLOAD_BYTES, MAX_ERROR_BYTES};
 use backstop_core::{
-    ErrorKind, Lease, RetryPolicy, SagaDef, SagaId, SagaStatus, SagaStep, Status, StepApplied,
-    StepOutcome, StepPhase, StepReport, StepState, Task, TaskFilter, TaskStore,
+    Audit, ErrorKind, Lease, RetryPolicy, SagaCommand, SagaDef, SagaFilter, SagaId, SagaStatus,
+    SagaStep, Status, StepApplied, StepOutcome, StepPhase, StepReport, StepState, Task, TaskFilter,
+    TaskStore,
 };
 use futures_util::future::join_all;
+use std::time::Duration;
 
 use crate::{within, Ctx, Harness};
 
@@ -299,4 +301,110 @@ pub async fn saga_racing_sibling_reports_join_once<H: Harness>(ctx: &Ctx<H>) {
             .count();
         assert_eq!(last, 1, "{key}");
     }
+}
+
+/// Operators' commands answer by the saga's status: a retry of a running saga, or a
+/// compensation of a compensated one, is `Conflict` naming the status and writes nothing
+/// (no log entry, the version unchanged); no saga is `NotFound`. A resolution of a
+/// running saga sets it completed with the operator in the reason, and logs it. The list
+/// finds sagas by name, status and age, by id, paged.
+pub async fn saga_commands_answer_by_status<H: Harness>(ctx: &Ctx<H>) {
+    let def = order();
+    let audit = Audit::new("ops", "looked at it");
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        let key = format!("c-{n}");
+        ids.push(
+            ctx.store
+                .start_saga(&def.start(&key, &n).unwrap())
+                .await
+                .unwrap()
+                .id,
+        );
+    }
+    let e = ctx
+        .store
+        .command_saga(ids[0], SagaCommand::Retry, &audit)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.kind(), e.operation()),
+        (ErrorKind::Conflict, "command_saga")
+    );
+    assert!(
+        e.to_string()
+            .contains("is running: retry is for a saga parked"),
+        "{e}"
+    );
+    let e = ctx
+        .store
+        .command_saga(999_999, SagaCommand::Retry, &audit)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+    let saga = ctx.store.saga_by_id(ids[0]).await.unwrap().unwrap();
+    assert_eq!(saga.version, 0, "nothing written");
+    assert!(ctx.store.saga_log(ids[0]).await.unwrap().is_empty());
+
+    let resolved = ctx
+        .store
+        .command_saga(ids[0], SagaCommand::Resolve(SagaStatus::Completed), &audit)
+        .await
+        .unwrap();
+    assert_eq!(
+        (resolved.status, resolved.version),
+        (SagaStatus::Completed, 1)
+    );
+    assert_eq!(
+        resolved.reason.as_deref(),
+        Some("resolved by ops: looked at it")
+    );
+    let log = ctx.store.saga_log(ids[0]).await.unwrap();
+    assert_eq!(log.len(), 1);
+    assert_eq!(
+        (
+            log[0].saga_id,
+            log[0].action.as_str(),
+            log[0].operator.as_str()
+        ),
+        (ids[0], "resolve", "ops")
+    );
+    let e = ctx
+        .store
+        .command_saga(ids[0], SagaCommand::Compensate, &audit)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("is completed"), "{e}");
+
+    let running = ctx
+        .store
+        .sagas(
+            &SagaFilter::default()
+                .name("order")
+                .status(SagaStatus::Running),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        running.iter().map(|s| s.id).collect::<Vec<_>>(),
+        [ids[1], ids[2]]
+    );
+    let page = ctx
+        .store
+        .sagas(&SagaFilter::default().after_id(ids[0]).limit(1))
+        .await
+        .unwrap();
+    assert_eq!(page.iter().map(|s| s.id).collect::<Vec<_>>(), [ids[1]]);
+    let old = ctx
+        .store
+        .sagas(&SagaFilter::default().older_than(Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    assert!(old.is_empty(), "none is an hour old");
+    assert!(ctx
+        .store
+        .sagas(&SagaFilter::default().name("other"))
+        .await
+        .unwrap()
+        .is_empty());
 }

@@ -1,0 +1,934 @@
+//! The writes to a saga's rows as statements without I/O, each in one transaction
+//! ([`saga_write_on`], [`saga_write_blocking`]): a step's report (the step's task
+//! completed or failed, its row written, the saga moved on and the next steps' tasks
+//! enqueued), an operator's command, and a nudge.
+//!
+//! Two plans run back to back on the transaction, with a decision between them:
+//!
+//! 1. [`ReadPlan`]: for a report, the fence (the task's completion, or its failure,
+//!    under the report's lease: no row changed and the report is refused); the saga
+//!    row's lock; the step rows of the group concerned;
+//! 2. the decision: [`SagaProgress::decide`] for a report, [`SagaProgress::nudge`] for a
+//!    nudge, the command's own rules for a command;
+//! 3. [`WritePlan`]: the step's row, the saga's row, the failed tasks reset, the
+//!    operators' log, and an [`EnqueuePlan`] per task to start.
+//!
+//! Writes to one saga serialize on its row: a report locks its own task's row, then the
+//! saga's, so two siblings of a parallel group finishing at once take turns, and the
+//! second sees the first's step row (the join).
+
+use super::checks::check_task;
+use super::enqueue::nested_next;
+use super::statement::{applied, column, row};
+use super::{
+    Answer, BlockingTxConnection, Checked, EnqueuePlan, EnqueueSql, EnqueueStep, Statement,
+    TxConnection, TxPlan,
+};
+use super::{Decision, SagaProgress, StepEvent};
+use crate::error::{Error, ErrorKind, Result};
+use crate::limits::StoreConfig;
+use crate::model::{
+    Audit, NewTask, NudgeTask, SagaCommand, SagaDef, SagaId, SagaStatus, StepApplied, StepOutcome,
+    StepReport, StepState,
+};
+
+/// A write to a saga's rows, run as statements in one transaction
+/// ([`Driver::saga_write`](crate::driver::Driver::saga_write)).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum SagaWrite {
+    /// A step's report ([`TaskStore::saga_step`](crate::TaskStore::saga_step)).
+    Step {
+        /// The saga's definition.
+        def: SagaDef,
+        /// The report.
+        report: StepReport,
+    },
+    /// An operator's command ([`TaskStore::command_saga`](crate::TaskStore::command_saga)).
+    Command {
+        /// The saga.
+        id: SagaId,
+        /// Its definition's name.
+        name: String,
+        /// Its key.
+        key: String,
+        /// The command.
+        command: SagaCommand,
+        /// Who asks, and why.
+        audit: Audit,
+    },
+    /// A nudge ([`TaskStore::nudge_saga`](crate::TaskStore::nudge_saga)).
+    Nudge {
+        /// The saga's definition.
+        def: SagaDef,
+        /// The saga.
+        id: SagaId,
+        /// Its key.
+        key: String,
+    },
+}
+
+/// What a [`SagaWrite`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SagaWritten {
+    /// It applied: where the saga stands now, and how many tasks it enqueued (or, for
+    /// a retry, reset).
+    Applied(StepApplied),
+    /// No saga has the id (a command or a nudge).
+    Missing,
+    /// The saga is in a status the command may not be given in.
+    Refused(SagaStatus),
+}
+
+const OP: &str = "saga_write";
+
+/// Run `write` on the transaction `conn` (the store's own, or the caller's): see the
+/// [module docs](self). A report is `Conflict` when the step's task no longer runs
+/// under its lease, `Unexpected` when its saga's row is missing. On an error, roll the
+/// transaction back.
+pub async fn saga_write_on<C: TxConnection + ?Sized>(
+    sql: &dyn EnqueueSql,
+    config: &StoreConfig,
+    conn: &mut C,
+    write: Checked<&SagaWrite>,
+) -> Result<SagaWritten> {
+    let write = write.into_inner();
+    let found = ReadPlan::new(sql, write)?.run(conn).await?;
+    let Some(found) = found else {
+        return missing(write);
+    };
+    let next = match Next::decide(write, found)? {
+        Ok(next) => next,
+        Err(status) => return Ok(SagaWritten::Refused(status)),
+    };
+    let tasks = next.checked(config)?;
+    let counted = WritePlan::new(sql, write, &next, tasks).run(conn).await?;
+    Ok(next.answer(counted))
+}
+
+/// [`saga_write_on`] on a blocking driver's connection.
+pub fn saga_write_blocking<C: BlockingTxConnection + ?Sized>(
+    sql: &dyn EnqueueSql,
+    config: &StoreConfig,
+    conn: &mut C,
+    write: Checked<&SagaWrite>,
+) -> Result<SagaWritten> {
+    let write = write.into_inner();
+    let found = ReadPlan::new(sql, write)?.run_blocking(conn)?;
+    let Some(found) = found else {
+        return missing(write);
+    };
+    let next = match Next::decide(write, found)? {
+        Ok(next) => next,
+        Err(status) => return Ok(SagaWritten::Refused(status)),
+    };
+    let tasks = next.checked(config)?;
+    let counted = WritePlan::new(sql, write, &next, tasks).run_blocking(conn)?;
+    Ok(next.answer(counted))
+}
+
+/// No saga row: an error for a report (its task's saga must exist), an answer otherwise.
+fn missing(write: &SagaWrite) -> Result<SagaWritten> {
+    match write {
+        SagaWrite::Step { report, .. } => Err(unexpected(format!(
+            "saga {} has no row to lock",
+            report.saga
+        ))),
+        _ => Ok(SagaWritten::Missing),
+    }
+}
+
+/// Where a reported step is in its definition.
+#[derive(Debug, Clone, Copy)]
+struct At {
+    group: u32,
+    position: u32,
+}
+
+fn locate(def: &SagaDef, step: &str) -> Result<At> {
+    def.find_step(step)
+        .map(|(group, position, _)| At { group, position })
+        .ok_or_else(|| {
+            Error::invalid_input(OP, format!("saga {:?} has no step {step:?}", def.name()))
+        })
+}
+
+/// What the read found: the saga's status and group, and the step rows of the group
+/// concerned (position, state).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Found {
+    status: SagaStatus,
+    group: u32,
+    rows: Vec<(u32, StepState)>,
+}
+
+/// A step row to write.
+struct Record<'a> {
+    position: u32,
+    step: &'a str,
+    group: u32,
+    state: StepState,
+    output: Option<&'a str>,
+}
+
+/// What the write plan writes, decided on what was read.
+struct Next<'a> {
+    record: Option<Record<'a>>,
+    /// The saga row's status, group and (when set) reason.
+    set: Option<(SagaStatus, u32, Option<String>)>,
+    /// Reset the failed tasks of the group's failed steps (a retry).
+    reset: Option<(String, String)>,
+    /// The operators' log entry: action, operator, reason.
+    log: Option<(&'static str, &'a Audit)>,
+    tasks: Vec<NewTask>,
+    /// The saga's status and group after the write.
+    after: (SagaStatus, u32),
+}
+
+impl<'a> Next<'a> {
+    /// The decision on `found`, or the status a command may not be given in.
+    fn decide(
+        write: &'a SagaWrite,
+        found: Found,
+    ) -> Result<std::result::Result<Next<'a>, SagaStatus>> {
+        match write {
+            SagaWrite::Step { def, report } => Ok(Ok(Next::step(def, report, found)?)),
+            SagaWrite::Nudge { def, key, .. } => Ok(Ok(Next::nudge(def, key, found)?)),
+            SagaWrite::Command {
+                name,
+                key,
+                command,
+                audit,
+                ..
+            } => Ok(Next::command(name, key, *command, audit, found)),
+        }
+    }
+
+    fn step(def: &'a SagaDef, report: &'a StepReport, found: Found) -> Result<Next<'a>> {
+        let at = locate(def, &report.step)?;
+        let rows = named(def, &found.rows);
+        let (step, group) = (report.step.clone(), at.group);
+        let event = match &report.outcome {
+            StepOutcome::Done { .. } => StepEvent::ActionDone { step, group },
+            StepOutcome::Refused { reason } => StepEvent::ActionRefused {
+                step,
+                group,
+                reason: reason.clone(),
+            },
+            StepOutcome::Compensated => StepEvent::Compensated { step, group },
+            StepOutcome::Exhausted { phase, reason } => StepEvent::Exhausted {
+                step,
+                group,
+                phase: *phase,
+                reason: reason.clone(),
+            },
+        };
+        let decision = SagaProgress::new(def).decide(found.status, found.group, &rows, &event);
+        let mut next = Next::from_decision(def, &report.key, &found, &decision)?;
+        next.record = Some(Record {
+            position: at.position,
+            step: &report.step,
+            group: at.group,
+            state: decision.record.1,
+            output: match &report.outcome {
+                StepOutcome::Done { output } => Some(output),
+                _ => None,
+            },
+        });
+        // every report updates the row (its version and time), changed or not
+        let reason = decision.saga.as_ref().and_then(|c| c.reason.clone());
+        next.set = Some((next.after.0, next.after.1, reason));
+        Ok(next)
+    }
+
+    fn nudge(def: &'a SagaDef, key: &str, found: Found) -> Result<Next<'a>> {
+        let rows = named(def, &found.rows);
+        let decision = SagaProgress::new(def).nudge(found.status, found.group, &rows);
+        let mut next = Next::from_decision(def, key, &found, &decision)?;
+        if let Some(change) = &decision.saga {
+            next.set = Some((change.status, change.group, change.reason.clone()));
+        }
+        Ok(next)
+    }
+
+    /// The tasks and the status after `decision`, nothing written yet.
+    fn from_decision(
+        def: &SagaDef,
+        key: &str,
+        found: &Found,
+        decision: &Decision,
+    ) -> Result<Next<'a>> {
+        let mut tasks = Vec::with_capacity(decision.enqueue.len());
+        for (step, phase) in &decision.enqueue {
+            let (_, _, step) = def.find_step(step).ok_or_else(|| {
+                unexpected(format!(
+                    "the decision names a step {step:?} the saga does not have"
+                ))
+            })?;
+            tasks.push(def.step_task(key, step, *phase));
+        }
+        let after = match &decision.saga {
+            Some(change) => (change.status, change.group),
+            None => (found.status, found.group),
+        };
+        Ok(Next {
+            record: None,
+            set: None,
+            reset: None,
+            log: None,
+            tasks,
+            after,
+        })
+    }
+
+    /// An operator's command on what was found, or the status it may not be given in.
+    fn command(
+        name: &str,
+        key: &str,
+        command: SagaCommand,
+        audit: &'a Audit,
+        found: Found,
+    ) -> std::result::Result<Next<'a>, SagaStatus> {
+        let has = |state: StepState| found.rows.iter().any(|(_, s)| *s == state);
+        let said = |what: &str| {
+            let mut reason = format!("{what} by {}", audit.operator);
+            if !audit.reason.is_empty() {
+                reason.push_str(": ");
+                reason.push_str(&audit.reason);
+            }
+            reason
+        };
+        let mut next = Next {
+            record: None,
+            set: None,
+            reset: None,
+            log: Some((command.as_str(), audit)),
+            tasks: Vec::new(),
+            after: (found.status, found.group),
+        };
+        match (command, found.status) {
+            (SagaCommand::Retry, SagaStatus::Parked) => {
+                let compensating = has(StepState::CompensationFailed)
+                    || has(StepState::Compensated)
+                    || has(StepState::Refused);
+                let status = match compensating {
+                    true => SagaStatus::Compensating,
+                    false => SagaStatus::Running,
+                };
+                next.after = (status, found.group);
+                next.set = Some((status, found.group, None));
+                next.reset = Some((format!("saga:{name}"), format!("{key}/")));
+            }
+            (SagaCommand::Compensate, SagaStatus::Running)
+            | (SagaCommand::Compensate, SagaStatus::Parked)
+                if !has(StepState::CompensationFailed) && !has(StepState::Compensated) =>
+            {
+                next.after = (SagaStatus::Compensating, found.group);
+                next.set = Some((
+                    SagaStatus::Compensating,
+                    found.group,
+                    Some(said("compensated")),
+                ));
+                let nudge = NudgeTask {
+                    saga: name.to_owned(),
+                    key: key.to_owned(),
+                    nudge: true,
+                };
+                next.tasks.push(
+                    NewTask::new(format!("saga:{name}"), format!("{key}/~nudge")).json(&nudge),
+                );
+            }
+            (
+                SagaCommand::Resolve(status @ (SagaStatus::Completed | SagaStatus::Compensated)),
+                SagaStatus::Running | SagaStatus::Compensating | SagaStatus::Parked,
+            ) => {
+                next.after = (status, found.group);
+                next.set = Some((status, found.group, Some(said("resolved"))));
+            }
+            (_, status) => return Err(status),
+        }
+        Ok(next)
+    }
+
+    /// The tasks, checked as an enqueue checks them (a store with a tiny payload limit
+    /// refuses them here, before anything is written).
+    fn checked(&self, config: &StoreConfig) -> Result<Vec<Checked<&NewTask>>> {
+        self.tasks.iter().map(|t| check_task(config, t)).collect()
+    }
+
+    /// The answer, given how many failed tasks a retry reset.
+    fn answer(&self, reset: u64) -> SagaWritten {
+        let count = match self.reset {
+            Some(_) => usize::try_from(reset).unwrap_or(usize::MAX),
+            None => self.tasks.len(),
+        };
+        SagaWritten::Applied(StepApplied::new(self.after.0, self.after.1, count))
+    }
+}
+
+/// The rows' steps by name (a position `def` does not have is left out).
+fn named(def: &SagaDef, rows: &[(u32, StepState)]) -> Vec<(String, StepState)> {
+    let steps: Vec<&str> = def.groups().iter().flatten().map(|s| s.name()).collect();
+    rows.iter()
+        .filter_map(|(p, state)| {
+            let p = usize::try_from(*p).ok()?;
+            steps.get(p).map(|n| ((*n).to_owned(), *state))
+        })
+        .collect()
+}
+
+/// The first half of a write: fence (a report), lock, read.
+struct ReadPlan<'a> {
+    sql: &'a dyn EnqueueSql,
+    write: &'a SagaWrite,
+    saga: SagaId,
+    /// The group whose rows to read: the reported step's, or (`None`) the saga's.
+    group: Option<u32>,
+    stage: Read,
+    found: Option<(SagaStatus, u32)>,
+    rows: Vec<(u32, StepState)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Read {
+    Fence,
+    Lock,
+    Rows,
+    Done,
+}
+
+impl<'a> ReadPlan<'a> {
+    fn new(sql: &'a dyn EnqueueSql, write: &'a SagaWrite) -> Result<Self> {
+        let (saga, group, stage) = match write {
+            SagaWrite::Step { def, report } => (
+                report.saga,
+                Some(locate(def, &report.step)?.group),
+                Read::Fence,
+            ),
+            SagaWrite::Command { id, .. } | SagaWrite::Nudge { id, .. } => (*id, None, Read::Lock),
+        };
+        Ok(ReadPlan {
+            sql,
+            write,
+            saga,
+            group,
+            stage,
+            found: None,
+            rows: Vec::new(),
+        })
+    }
+}
+
+impl TxPlan for ReadPlan<'_> {
+    type Output = Option<Found>;
+
+    fn next_statement(&mut self) -> Result<Option<Statement<'_>>> {
+        let step = match (self.stage, self.write) {
+            (Read::Fence, SagaWrite::Step { report, .. }) => match &report.outcome {
+                StepOutcome::Exhausted { reason, .. } => EnqueueStep::Fail {
+                    lease: report.lease,
+                    error: reason,
+                },
+                _ => EnqueueStep::Complete(report.lease),
+            },
+            (Read::Fence, _) => return Err(unexpected("a fence without a report")),
+            (Read::Lock, _) => EnqueueStep::SagaLock(self.saga),
+            (Read::Rows, _) => EnqueueStep::StepRows {
+                saga: self.saga,
+                group: self.group.or(self.found.map(|f| f.1)).unwrap_or_default(),
+            },
+            (Read::Done, _) => return Ok(None),
+        };
+        let params = step.params(self.sql.run_at());
+        Ok(Some(self.sql.statement(step, params)))
+    }
+
+    fn answer(&mut self, answer: Answer) -> Result<()> {
+        self.stage = match self.stage {
+            Read::Fence => {
+                if !applied(&answer, "fence")? {
+                    return Err(lease_gone(self.write));
+                }
+                Read::Lock
+            }
+            Read::Lock => match row(&answer)? {
+                None => Read::Done,
+                Some(r) => {
+                    let code = column(r, 0)?;
+                    let status = SagaStatus::from_code(code).ok_or_else(|| {
+                        unexpected(format!("a saga's status code {code} is unknown"))
+                    })?;
+                    self.found = Some((status, to_u32(column(r, 1)?)?));
+                    Read::Rows
+                }
+            },
+            Read::Rows => {
+                let Answer::Rows(rows) = answer else {
+                    return Err(super::statement::wrong_answer(&answer, "rows"));
+                };
+                for r in rows {
+                    let code = column(&r, 1)?;
+                    let state = StepState::from_code(code).ok_or_else(|| {
+                        unexpected(format!("a step's state code {code} is unknown"))
+                    })?;
+                    self.rows.push((to_u32(column(&r, 0)?)?, state));
+                }
+                Read::Done
+            }
+            Read::Done => return Err(unexpected("an answer with no statement pending")),
+        };
+        Ok(())
+    }
+
+    fn finish(self) -> Result<Option<Found>> {
+        match (self.stage, self.found) {
+            (Read::Done, found) => Ok(found.map(|(status, group)| Found {
+                status,
+                group,
+                rows: self.rows,
+            })),
+            _ => Err(unexpected("the write's reads were not all run")),
+        }
+    }
+}
+
+/// The `Conflict` of a report whose task no longer runs under its lease.
+fn lease_gone(write: &SagaWrite) -> Error {
+    let lease = match write {
+        SagaWrite::Step { report, .. } => report.lease,
+        _ => return unexpected("a fence without a report"),
+    };
+    Error::new(
+        ErrorKind::Conflict,
+        OP,
+        format!(
+            "task {} is no longer running under lease {} (cancelled, reset or recycled): the \
+             step's report is refused",
+            lease.task_id, lease.token
+        ),
+    )
+}
+
+/// The second half of a write: the step's row, the saga's row, the reset, the log, the
+/// tasks.
+struct WritePlan<'a> {
+    sql: &'a dyn EnqueueSql,
+    saga: SagaId,
+    next: &'a Next<'a>,
+    tasks: std::vec::IntoIter<Checked<&'a NewTask>>,
+    stage: Write,
+    enqueue: Option<EnqueuePlan<'a>>,
+    reset: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Write {
+    Record,
+    Saga,
+    Reset,
+    Log,
+    Tasks,
+    Done,
+}
+
+impl<'a> WritePlan<'a> {
+    fn new(
+        sql: &'a dyn EnqueueSql,
+        write: &'a SagaWrite,
+        next: &'a Next<'a>,
+        tasks: Vec<Checked<&'a NewTask>>,
+    ) -> Self {
+        let saga = match write {
+            SagaWrite::Step { report, .. } => report.saga,
+            SagaWrite::Command { id, .. } | SagaWrite::Nudge { id, .. } => *id,
+        };
+        WritePlan {
+            sql,
+            saga,
+            next,
+            tasks: tasks.into_iter(),
+            stage: Write::Record,
+            enqueue: None,
+            reset: 0,
+        }
+    }
+
+    /// The statement of the current stage, or `None` when the write has nothing for it.
+    fn stage_statement(&self) -> Option<EnqueueStep<'a>> {
+        let next = self.next;
+        match self.stage {
+            Write::Record => next.record.as_ref().map(|r| EnqueueStep::StepRecord {
+                saga: self.saga,
+                position: r.position,
+                step: r.step,
+                group: r.group,
+                state: r.state,
+                output: r.output,
+            }),
+            Write::Saga => next
+                .set
+                .as_ref()
+                .map(|(status, group, reason)| EnqueueStep::SagaSet {
+                    saga: self.saga,
+                    status: *status,
+                    group: *group,
+                    reason: reason.as_deref(),
+                }),
+            Write::Reset => {
+                next.reset
+                    .as_ref()
+                    .map(|(event_type, prefix)| EnqueueStep::ResetFailed {
+                        event_type,
+                        prefix,
+                        saga: self.saga,
+                        group: next.after.1,
+                    })
+            }
+            Write::Log => next.log.map(|(action, audit)| EnqueueStep::SagaLog {
+                saga: self.saga,
+                action,
+                audit,
+            }),
+            Write::Tasks | Write::Done => None,
+        }
+    }
+
+    fn advance(stage: Write) -> Write {
+        match stage {
+            Write::Record => Write::Saga,
+            Write::Saga => Write::Reset,
+            Write::Reset => Write::Log,
+            Write::Log => Write::Tasks,
+            Write::Tasks | Write::Done => Write::Done,
+        }
+    }
+
+    fn next(&mut self) -> Result<Option<Statement<'a>>> {
+        loop {
+            if self.enqueue.is_some() {
+                match nested_next(&mut self.enqueue)? {
+                    Some(statement) => return Ok(Some(statement)),
+                    None => continue,
+                }
+            }
+            match self.stage {
+                Write::Done => return Ok(None),
+                Write::Tasks => match self.tasks.next() {
+                    Some(task) => {
+                        self.enqueue = Some(EnqueuePlan::new(self.sql, task));
+                        continue;
+                    }
+                    None => {
+                        self.stage = Write::Done;
+                        return Ok(None);
+                    }
+                },
+                _ => {}
+            }
+            match self.stage_statement() {
+                Some(step) => {
+                    let params = step.params(self.sql.run_at());
+                    return Ok(Some(self.sql.statement(step, params)));
+                }
+                None => self.stage = WritePlan::advance(self.stage),
+            }
+        }
+    }
+}
+
+impl TxPlan for WritePlan<'_> {
+    /// How many failed tasks a reset reset.
+    type Output = u64;
+
+    fn next_statement(&mut self) -> Result<Option<Statement<'_>>> {
+        self.next()
+    }
+
+    fn answer(&mut self, answer: Answer) -> Result<()> {
+        if let Some(plan) = &mut self.enqueue {
+            return plan.answer(answer);
+        }
+        match self.stage {
+            // upserts and inserts: any count (MySQL counts an upsert's update twice)
+            Write::Record | Write::Log => match answer {
+                Answer::Row(_) | Answer::RowsAffected(_) => {}
+                other => return Err(super::statement::wrong_answer(&other, "a count")),
+            },
+            Write::Saga => {
+                if !applied(&answer, "saga set")? {
+                    return Err(unexpected(format!(
+                        "saga {}'s row was not updated",
+                        self.saga
+                    )));
+                }
+            }
+            Write::Reset => {
+                self.reset = match answer {
+                    Answer::RowsAffected(n) => n,
+                    ref other => row(other)?
+                        .map(|r| column(r, 0))
+                        .transpose()?
+                        .map_or(0, |n| u64::try_from(n).unwrap_or(0)),
+                };
+            }
+            Write::Tasks | Write::Done => {
+                return Err(unexpected("an answer with no statement pending"))
+            }
+        }
+        self.stage = WritePlan::advance(self.stage);
+        Ok(())
+    }
+
+    fn finish(self) -> Result<u64> {
+        match self.stage {
+            Write::Done if self.enqueue.is_none() => Ok(self.reset),
+            _ => Err(unexpected("the write's statements were not all run")),
+        }
+    }
+}
+
+fn to_u32(n: i64) -> Result<u32> {
+    u32::try_from(n).map_err(|_| unexpected(format!("a group or position {n} out of range")))
+}
+
+fn unexpected(message: impl Into<String>) -> Error {
+    Error::new(ErrorKind::Unexpected, OP, message.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::enqueue::tests::Names;
+    use crate::model::{Lease, SagaStep, StepPhase};
+
+    fn def() -> SagaDef {
+        SagaDef::builder("order")
+            .step(SagaStep::new("stock").compensated())
+            .parallel([SagaStep::new("coupon"), SagaStep::new("points")])
+            .build()
+            .unwrap()
+    }
+
+    fn report(step: &str, outcome: StepOutcome) -> StepReport {
+        let lease = Lease {
+            task_id: 5,
+            token: 2,
+        };
+        StepReport::new(lease, 9, "o-1", step, outcome)
+    }
+
+    /// Run a report on `Names`, answering each statement from `answers` (an insert of
+    /// a task answers with a new id); the statements run.
+    fn run(
+        def: &SagaDef,
+        r: &StepReport,
+        answers: Vec<Answer>,
+    ) -> Result<(Vec<String>, StepApplied)> {
+        let write = SagaWrite::Step {
+            def: def.clone(),
+            report: r.clone(),
+        };
+        let (ran, written) = write_on(&write, answers)?;
+        match written {
+            SagaWritten::Applied(applied) => Ok((ran, applied)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Run `write` on `Names`, answering each statement from `answers` (an insert of a
+    /// task answers with a new id); the statements run.
+    fn write_on(write: &SagaWrite, answers: Vec<Answer>) -> Result<(Vec<String>, SagaWritten)> {
+        struct Scripted(std::vec::IntoIter<Answer>, Vec<String>);
+        impl BlockingTxConnection for Scripted {
+            fn dialect(&self) -> super::super::Dialect {
+                super::super::Dialect::Postgres
+            }
+            fn run(&mut self, s: &Statement<'_>) -> Result<Answer> {
+                self.1.push(s.sql().to_owned());
+                Ok(match s.sql() {
+                    "insert" => Answer::Row(Some(vec![100])),
+                    _ => self.0.next().expect("an answer per statement"),
+                })
+            }
+        }
+        let mut conn = Scripted(answers.into_iter(), Vec::new());
+        let config = StoreConfig::default();
+        let written = saga_write_blocking(&Names, &config, &mut conn, Checked::new(write))?;
+        Ok((conn.1, written))
+    }
+
+    #[test]
+    fn a_done_step_records_itself_moves_the_saga_and_enqueues_the_next_group() {
+        let def = def();
+        let r = report(
+            "stock",
+            StepOutcome::Done {
+                output: "{}".into(),
+            },
+        );
+        let (ran, applied) = run(
+            &def,
+            &r,
+            vec![
+                Answer::RowsAffected(1),
+                Answer::Row(Some(vec![0, 0])),
+                Answer::Rows(vec![]),
+                Answer::RowsAffected(1),
+                Answer::RowsAffected(1),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            ran,
+            [
+                "complete",
+                "saga lock",
+                "step rows",
+                "step record",
+                "saga set",
+                "insert",
+                "insert"
+            ]
+        );
+        assert_eq!(applied, StepApplied::new(SagaStatus::Running, 1, 2));
+    }
+
+    #[test]
+    fn the_first_sibling_only_records_and_the_second_joins() {
+        let def = def();
+        let done = |s: &str| report(s, StepOutcome::Done { output: "1".into() });
+        let base = |rows| {
+            vec![
+                Answer::RowsAffected(1),
+                Answer::Row(Some(vec![0, 1])),
+                Answer::Rows(rows),
+                Answer::RowsAffected(1),
+                Answer::RowsAffected(1),
+            ]
+        };
+        let (_, first) = run(&def, &done("points"), base(vec![])).unwrap();
+        assert_eq!(first, StepApplied::new(SagaStatus::Running, 1, 0));
+        // coupon (position 1) finds points (position 2) done: the saga completes
+        let (_, second) = run(&def, &done("coupon"), base(vec![vec![2, 1]])).unwrap();
+        assert_eq!(second, StepApplied::new(SagaStatus::Completed, 1, 0));
+    }
+
+    #[test]
+    fn a_lost_lease_or_a_missing_saga_writes_nothing_more() {
+        let def = def();
+        let r = report("stock", StepOutcome::Compensated);
+        let e = run(&def, &r, vec![Answer::RowsAffected(0)]).unwrap_err();
+        assert_eq!((e.kind(), e.operation()), (ErrorKind::Conflict, OP));
+        assert!(e.to_string().contains("lease 2"), "{e}");
+        let e = run(&def, &r, vec![Answer::RowsAffected(1), Answer::Row(None)]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unexpected);
+        let e = run(&def, &report("nope", StepOutcome::Compensated), vec![]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    }
+
+    #[test]
+    fn an_exhausted_step_fails_its_task_and_parks_the_saga() {
+        let def = def();
+        let r = report(
+            "stock",
+            StepOutcome::Exhausted {
+                phase: StepPhase::Action,
+                reason: "down".into(),
+            },
+        );
+        let (ran, applied) = run(
+            &def,
+            &r,
+            vec![
+                Answer::RowsAffected(1),
+                Answer::Row(Some(vec![0, 0])),
+                Answer::Rows(vec![]),
+                Answer::RowsAffected(1),
+                Answer::RowsAffected(1),
+            ],
+        )
+        .unwrap();
+        assert_eq!(ran[0], "fail");
+        assert_eq!(applied, StepApplied::new(SagaStatus::Parked, 0, 0));
+    }
+
+    fn command(command: SagaCommand) -> SagaWrite {
+        SagaWrite::Command {
+            id: 9,
+            name: "order".into(),
+            key: "o-1".into(),
+            command,
+            audit: Audit::new("ops", "checked by hand"),
+        }
+    }
+
+    #[test]
+    fn a_retry_resets_the_failed_tasks_and_goes_back_to_where_the_saga_was() {
+        let parked = |state: i64| {
+            vec![
+                Answer::Row(Some(vec![4, 1])),
+                Answer::Rows(vec![vec![1, state]]),
+                Answer::RowsAffected(1),
+                Answer::RowsAffected(2),
+                Answer::RowsAffected(1),
+            ]
+        };
+        let (ran, done) = write_on(&command(SagaCommand::Retry), parked(4)).unwrap();
+        assert_eq!(
+            ran,
+            [
+                "saga lock",
+                "step rows",
+                "saga set",
+                "reset failed",
+                "saga log"
+            ]
+        );
+        assert_eq!(
+            done,
+            SagaWritten::Applied(StepApplied::new(SagaStatus::Running, 1, 2))
+        );
+        let (_, done) = write_on(&command(SagaCommand::Retry), parked(5)).unwrap();
+        assert_eq!(
+            done,
+            SagaWritten::Applied(StepApplied::new(SagaStatus::Compensating, 1, 2))
+        );
+    }
+
+    #[test]
+    fn a_command_in_the_wrong_status_or_of_no_saga_writes_nothing() {
+        let running = vec![Answer::Row(Some(vec![0, 0])), Answer::Rows(vec![])];
+        let (ran, done) = write_on(&command(SagaCommand::Retry), running).unwrap();
+        assert_eq!(ran, ["saga lock", "step rows"]);
+        assert_eq!(done, SagaWritten::Refused(SagaStatus::Running));
+        // parked on a failed compensation: compensate again is refused (retry it)
+        let parked = vec![
+            Answer::Row(Some(vec![4, 0])),
+            Answer::Rows(vec![vec![0, 5]]),
+        ];
+        let (_, done) = write_on(&command(SagaCommand::Compensate), parked).unwrap();
+        assert_eq!(done, SagaWritten::Refused(SagaStatus::Parked));
+        let (ran, done) = write_on(&command(SagaCommand::Retry), vec![Answer::Row(None)]).unwrap();
+        assert_eq!((ran.len(), done), (1, SagaWritten::Missing));
+    }
+
+    #[test]
+    fn compensate_turns_the_saga_and_enqueues_a_nudge() {
+        let answers = vec![
+            Answer::Row(Some(vec![0, 1])),
+            Answer::Rows(vec![]),
+            Answer::RowsAffected(1),
+            Answer::RowsAffected(1),
+        ];
+        let (ran, done) = write_on(&command(SagaCommand::Compensate), answers).unwrap();
+        assert_eq!(
+            ran,
+            ["saga lock", "step rows", "saga set", "saga log", "insert"]
+        );
+        assert_eq!(
+            done,
+            SagaWritten::Applied(StepApplied::new(SagaStatus::Compensating, 1, 1))
+        );
+    }
+}
