@@ -69,9 +69,9 @@ pub use backstop_core::{Barrier, BarrierRecord, BranchCall, BranchOp};
 // Sagas: definitions, their start in the caller's transaction, their steps' code and
 // reports, their state rows.
 pub use backstop_core::{
-    NudgeTask, Saga, SagaCommand, SagaDef, SagaDefBuilder, SagaFilter, SagaId, SagaLogEntry,
-    SagaStart, SagaStarted, SagaStatus, SagaStep, SagaStepRecord, SagaSteps, StepApplied,
-    StepContext, StepError, StepOutcome, StepPhase, StepReport, StepState, StepTask,
+    NudgeTask, ReconcileTask, Saga, SagaCommand, SagaDef, SagaDefBuilder, SagaFilter, SagaId,
+    SagaLogEntry, SagaStart, SagaStarted, SagaStatus, SagaStep, SagaStepRecord, SagaSteps,
+    StepApplied, StepContext, StepError, StepOutcome, StepPhase, StepReport, StepState, StepTask,
 };
 // Wake-ups across processes, and the consumer's inbox.
 pub use backstop_core::{Inbox, Message, Notifier, Processed, Wake, Wakes};

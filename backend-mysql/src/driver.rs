@@ -756,6 +756,7 @@ impl Driver for MySqlDriver {
     async fn sagas(&self, filter: Checked<&SagaFilter>) -> Result<Vec<RawSaga>> {
         let status = filter.status.map(|s| s.code());
         let older = filter.older_than.map(micros);
+        let started = filter.started_older_than.map(micros);
         sqlx::query(safe(&self.sql.sagas))
             .bind(filter.after_id)
             .bind(filter.name.as_deref())
@@ -764,6 +765,8 @@ impl Driver for MySqlDriver {
             .bind(status)
             .bind(older)
             .bind(older)
+            .bind(started)
+            .bind(started)
             .bind(filter.limit as i64)
             .fetch_all(&self.pool)
             .await

@@ -414,11 +414,13 @@ impl Sql {
                  WHERE saga_id = ? ORDER BY id"
             ),
             saga_by_id: format!("SELECT {SAGA_COLUMNS} FROM {ts} WHERE id = ?"),
-            // after id, name twice, status twice, older than (µs) twice, limit
+            // after id, name twice, status twice, older than (µs) twice, started older than
+            // (µs) twice, limit
             sagas: format!(
                 "SELECT {SAGA_COLUMNS} FROM {ts}
                  WHERE id > ? AND (? IS NULL OR name = ?) AND (? IS NULL OR status = ?)
                    AND (? IS NULL OR updated_at < NOW(3) - INTERVAL ? MICROSECOND)
+                   AND (? IS NULL OR created_at < NOW(3) - INTERVAL ? MICROSECOND)
                  ORDER BY id LIMIT ?"
             ),
             purge_barrier: format!(

@@ -458,10 +458,18 @@ impl Driver for PgDriver {
     async fn sagas(&self, filter: Checked<&SagaFilter>) -> Result<Vec<RawSaga>> {
         let status = filter.status.map(|s| s.code());
         let older = filter.older_than.map(millis);
+        let started = filter.started_older_than.map(millis);
         let limit = filter.limit as i64;
         self.query(
             &self.sql.sagas,
-            &[&filter.after_id, &filter.name, &status, &older, &limit],
+            &[
+                &filter.after_id,
+                &filter.name,
+                &status,
+                &older,
+                &limit,
+                &started,
+            ],
         )
         .await?
         .iter()

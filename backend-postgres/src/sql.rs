@@ -664,12 +664,14 @@ impl Sql {
                  WHERE saga_id = $1 ORDER BY id"
             ),
             saga_by_id: format!("SELECT {SAGA_COLUMNS} FROM {ts} WHERE id = $1"),
-            // $1 after id $2 name $3 status $4 older than (ms) $5 limit
+            // $1 after id $2 name $3 status $4 older than (ms) $5 limit $6 started older
+            // than (ms)
             sagas: format!(
                 "SELECT {SAGA_COLUMNS} FROM {ts}
                  WHERE id > $1 AND ($2::text IS NULL OR name = $2)
                    AND ($3::smallint IS NULL OR status = $3)
                    AND ($4::bigint IS NULL OR updated_at < now() - $4::bigint {MS})
+                   AND ($6::bigint IS NULL OR created_at < now() - $6::bigint {MS})
                  ORDER BY id LIMIT $5"
             ),
             purge_barrier: format!(

@@ -488,6 +488,7 @@ impl Driver for SqliteDriver {
         self.read("sagas", move |sql, conn, now| {
             let status = filter.status.map(|s| s.code());
             let older = filter.older_than.map(millis);
+            let started = filter.started_older_than.map(millis);
             conn.prepare_cached(&sql.sagas)?
                 .query_map(
                     params![
@@ -496,7 +497,8 @@ impl Driver for SqliteDriver {
                         status,
                         older,
                         filter.limit as i64,
-                        now
+                        now,
+                        started
                     ],
                     |r| RawSaga::read(&Cols(r)),
                 )?

@@ -439,11 +439,13 @@ impl Sql {
                  WHERE saga_id = ?1 ORDER BY id"
             ),
             saga_by_id: format!("SELECT {SAGA_COLUMNS} FROM {ts} WHERE id = ?1"),
-            // ?1 after id ?2 name ?3 status ?4 older than (ms) ?5 limit ?6 now
+            // ?1 after id ?2 name ?3 status ?4 older than (ms) ?5 limit ?6 now ?7 started
+            // older than (ms)
             sagas: format!(
                 "SELECT {SAGA_COLUMNS} FROM {ts}
                  WHERE id > ?1 AND (?2 IS NULL OR name = ?2) AND (?3 IS NULL OR status = ?3)
                    AND (?4 IS NULL OR updated_at < ?6 - ?4)
+                   AND (?7 IS NULL OR created_at < ?6 - ?7)
                  ORDER BY id LIMIT ?5"
             ),
             purge_barrier: format!(

@@ -36,11 +36,11 @@ pub use kind::{register_kind, TaskKind};
 pub use limits::StoreConfig;
 pub use model::{
     Audit, AuditEntry, Backoff, Barrier, BarrierRecord, BranchCall, BranchOp, Dedup, Enqueued,
-    EventTypeSeen, Lease, Mark, MarkAction, NewTask, NudgeTask, Owner, Priority, Recycled,
-    RetryPolicy, Saga, SagaCommand, SagaDef, SagaDefBuilder, SagaFilter, SagaId, SagaLogEntry,
-    SagaStart, SagaStarted, SagaStatus, SagaStep, SagaStepRecord, Stats, Status, StatusCount,
-    StepApplied, StepOutcome, StepPhase, StepReport, StepState, StepTask, Task, TaskFilter, TaskId,
-    Throughput, WhenParked,
+    EventTypeSeen, Lease, Mark, MarkAction, NewTask, NudgeTask, Owner, Priority, ReconcileTask,
+    Recycled, RetryPolicy, Saga, SagaCommand, SagaDef, SagaDefBuilder, SagaFilter, SagaId,
+    SagaLogEntry, SagaStart, SagaStarted, SagaStatus, SagaStep, SagaStepRecord, Stats, Status,
+    StatusCount, StepApplied, StepOutcome, StepPhase, StepReport, StepState, StepTask, Task,
+    TaskFilter, TaskId, Throughput, WhenParked,
 };
 pub use notify::{Notifier, Wake, Wakes};
 pub use schedule::{Missed, Periodic, Schedule};

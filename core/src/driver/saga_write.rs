@@ -346,6 +346,10 @@ impl<'a> Next<'a> {
                 next.after = (status, found.group);
                 next.set = Some((status, found.group, Some(said("resolved"))));
             }
+            (SagaCommand::Park, SagaStatus::Running | SagaStatus::Compensating) => {
+                next.after = (SagaStatus::Parked, found.group);
+                next.set = Some((SagaStatus::Parked, found.group, Some(said("parked"))));
+            }
             (_, status) => return Err(status),
         }
         Ok(next)

@@ -343,6 +343,13 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
     /// technical failure retries the step, and parks the saga when the attempts run out.
     /// [`start`](Self::start) refuses (`Config`) steps that do not match `def`.
     ///
+    /// The saga's reconciler fires on every instance that registers it, once per tick
+    /// (a periodic task, [`SagaDef::reconciler_name`](crate::SagaDef::reconciler_name),
+    /// every [`stuck_after`](crate::SagaDef::stuck_after) or deadline, at most a minute):
+    /// it parks the sagas past their [`deadline`](crate::SagaDef::deadline) for an
+    /// operator, and nudges those whose row has not changed for `stuck_after`
+    /// ([`TaskStore::nudge_saga`]): a lost or deleted step task comes back.
+    ///
     /// ```
     /// use backstop_core::{Engine, HandlerOptions, SagaDef, SagaStep, SagaSteps, StepError};
     /// # fn demo<S: backstop_core::TaskStore + Clone>(store: S) -> backstop_core::Result<()> {
@@ -370,9 +377,17 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
             self.refused.get_or_insert(e);
             return self;
         }
+        let reconciler = match saga::reconciler(&def) {
+            Ok(periodic) => periodic,
+            Err(e) => {
+                self.refused.get_or_insert(e);
+                return self;
+            }
+        };
         let event_type = def.event_type().to_owned();
         let runner = saga::SagaRunner::new(def, steps, options.timeout);
-        self.handler(event_type, runner, options)
+        self.periodic(reconciler)
+            .handler(event_type, runner, options)
     }
 
     /// Fire `periodic` on its schedule from this engine (see [`Periodic`](crate::Periodic)):

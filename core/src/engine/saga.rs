@@ -18,9 +18,11 @@ use super::handler::{ErrorAction, Handler, HandlerError};
 use super::Context;
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::{
-    BranchCall, BranchOp, NudgeTask, Saga, SagaDef, SagaStatus, SagaStepRecord, StepOutcome,
-    StepPhase, StepReport, StepState, StepTask, Task,
+    BranchCall, BranchOp, NewTask, NudgeTask, ReconcileTask, Saga, SagaCommand, SagaDef,
+    SagaFilter, SagaStatus, SagaStepRecord, StepOutcome, StepPhase, StepReport, StepState,
+    StepTask, Task,
 };
+use crate::schedule::{Periodic, Schedule};
 use crate::store::TaskStore;
 
 /// How a step's action or compensation failed.
@@ -380,6 +382,7 @@ impl Handler for SagaRunner {
         let call = match serde_json::from_str::<Call>(&task.payload) {
             Ok(Call::Step(call)) => call,
             Ok(Call::Nudge(nudge)) => return self.nudge(&cx, nudge).await,
+            Ok(Call::Reconcile(tick)) => return self.reconcile(&cx, tick).await,
             Err(e) => {
                 return Err(HandlerError::fail(format!(
                     "the payload is not a saga step's or a nudge's: {e}"
@@ -484,15 +487,97 @@ impl Handler for SagaRunner {
     }
 }
 
-/// What a task of a saga's event type asks: a step, or a nudge.
+/// What a task of a saga's event type asks: a step, a nudge, or a reconciler's tick.
 #[derive(serde::Deserialize)]
 #[serde(untagged)]
 enum Call {
     Step(StepTask),
     Nudge(NudgeTask),
+    Reconcile(ReconcileTask),
 }
 
+/// The periodic task of `def`'s reconciler: every `stuck_after` (or deadline, if
+/// shorter), at most a minute, at least a second.
+pub(crate) fn reconciler(def: &SagaDef) -> Result<Periodic> {
+    let every = def
+        .deadline()
+        .map_or(def.stuck_after(), |d| d.min(def.stuck_after()))
+        .clamp(Duration::from_secs(1), Duration::from_secs(60));
+    let tick = ReconcileTask {
+        saga: def.name().to_owned(),
+        reconcile: true,
+    };
+    Ok(Periodic::new(
+        def.reconciler_name(),
+        Schedule::every(every)?,
+        NewTask::new(def.event_type(), "-").json(&tick),
+    ))
+}
+
+/// The pages of sagas a reconciler's tick reads at most, per status and finding.
+const RECONCILE_PAGES: usize = 10;
+
 impl SagaRunner {
+    /// A reconciler's tick: park the sagas past their deadline, nudge the stuck ones.
+    async fn reconcile(
+        &self,
+        cx: &Context,
+        tick: ReconcileTask,
+    ) -> std::result::Result<(), HandlerError> {
+        let (store, def) = (cx.store(), &self.def);
+        if tick.saga != def.name() {
+            return Err(HandlerError::fail(format!(
+                "a reconciler's tick of saga {:?} reached the runner of {:?}",
+                tick.saga,
+                def.name()
+            )));
+        }
+        let mut findings = Vec::new();
+        for status in [SagaStatus::Running, SagaStatus::Compensating] {
+            let base = SagaFilter::default()
+                .name(def.name())
+                .status(status)
+                .limit(crate::limits::MAX_BATCH);
+            if let Some(deadline) = def.deadline() {
+                for saga in pages(store, base.clone().started_older_than(deadline)).await? {
+                    findings.push((saga, true));
+                }
+            }
+            for saga in pages(store, base.older_than(def.stuck_after())).await? {
+                if !findings.iter().any(|(s, _)| s.id == saga.id) {
+                    findings.push((saga, false));
+                }
+            }
+        }
+        for (saga, late) in findings {
+            let finding = if late { "late" } else { "stuck" };
+            metrics::counter!("backstop_saga_findings_total", "saga" => def.name().to_owned(), "finding" => finding)
+                .increment(1);
+            if late {
+                let deadline = def.deadline().unwrap_or_default();
+                let audit = crate::model::Audit::new(
+                    "reconciler",
+                    format!("past its deadline of {deadline:?}"),
+                );
+                match store.command_saga(saga.id, SagaCommand::Park, &audit).await {
+                    // moved on meanwhile: nothing to do
+                    Err(e) if e.kind() == ErrorKind::Conflict => {}
+                    other => {
+                        other.map_err(|e| store_failed("parking a late saga", e))?;
+                        tracing::warn!(saga = saga.id, key = %saga.key, "saga past its deadline: parked");
+                    }
+                }
+            } else {
+                store
+                    .nudge_saga(def, saga.id, &saga.key)
+                    .await
+                    .map_err(|e| store_failed("nudging a stuck saga", e))?;
+                tracing::info!(saga = saga.id, key = %saga.key, "stuck saga nudged");
+            }
+        }
+        Ok(())
+    }
+
     /// Enqueue what the nudged saga's state calls for.
     async fn nudge(&self, cx: &Context, nudge: NudgeTask) -> std::result::Result<(), HandlerError> {
         if nudge.saga != self.def.name() {
@@ -519,6 +604,30 @@ impl SagaRunner {
             .map_err(|e| store_failed("nudging the saga", e))?;
         Ok(())
     }
+}
+
+/// Every saga of `filter`, page after page, at most [`RECONCILE_PAGES`] pages.
+async fn pages(
+    store: &Arc<dyn TaskStore>,
+    filter: SagaFilter,
+) -> std::result::Result<Vec<Saga>, HandlerError> {
+    let mut all = Vec::new();
+    let mut filter = filter;
+    for _ in 0..RECONCILE_PAGES {
+        let page = store
+            .sagas(&filter)
+            .await
+            .map_err(|e| store_failed("listing sagas", e))?;
+        let full = page.len() == filter.limit;
+        if let Some(last) = page.last() {
+            filter = filter.after_id(last.id);
+        }
+        all.extend(page);
+        if !full {
+            break;
+        }
+    }
+    Ok(all)
 }
 
 /// A technical failure: the task's last attempt (or a permanent failure) is reported,

@@ -22,9 +22,9 @@ pub use query::{EventTypeSeen, Recycled, Stats, StatusCount, TaskFilter, Through
 pub use retry::{Backoff, RetryPolicy};
 pub(crate) use saga::check_saga_ids;
 pub use saga::{
-    NudgeTask, Saga, SagaCommand, SagaDef, SagaDefBuilder, SagaFilter, SagaId, SagaLogEntry,
-    SagaStart, SagaStarted, SagaStatus, SagaStep, SagaStepRecord, StepApplied, StepOutcome,
-    StepPhase, StepReport, StepState, StepTask,
+    NudgeTask, ReconcileTask, Saga, SagaCommand, SagaDef, SagaDefBuilder, SagaFilter, SagaId,
+    SagaLogEntry, SagaStart, SagaStarted, SagaStatus, SagaStep, SagaStepRecord, StepApplied,
+    StepOutcome, StepPhase, StepReport, StepState, StepTask,
 };
 pub use task::{Lease, Owner, Status, Task, TaskId};
 

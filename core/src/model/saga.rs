@@ -234,6 +234,8 @@ pub struct SagaDef {
     name: String,
     event_type: String,
     groups: Vec<Vec<SagaStep>>,
+    stuck_after: Duration,
+    deadline: Option<Duration>,
 }
 
 /// Builds a [`SagaDef`].
@@ -242,6 +244,8 @@ pub struct SagaDef {
 pub struct SagaDefBuilder {
     name: String,
     groups: Vec<Vec<SagaStep>>,
+    stuck_after: Duration,
+    deadline: Option<Duration>,
 }
 
 impl SagaDef {
@@ -251,6 +255,8 @@ impl SagaDef {
         SagaDefBuilder {
             name: name.into(),
             groups: Vec::new(),
+            stuck_after: SagaDef::DEFAULT_STUCK_AFTER,
+            deadline: None,
         }
     }
 
@@ -267,6 +273,26 @@ impl SagaDef {
     /// Its groups of steps, in order.
     pub fn groups(&self) -> &[Vec<SagaStep>] {
         &self.groups
+    }
+
+    /// How long a running or compensating saga's row may stay unchanged before the
+    /// reconciler nudges it (default [`DEFAULT_STUCK_AFTER`](Self::DEFAULT_STUCK_AFTER)).
+    pub fn stuck_after(&self) -> Duration {
+        self.stuck_after
+    }
+
+    /// How long a saga may run or compensate, from its start, before the reconciler
+    /// parks it for an operator (none by default).
+    pub fn deadline(&self) -> Option<Duration> {
+        self.deadline
+    }
+
+    /// The default of [`stuck_after`](Self::stuck_after): 15 minutes.
+    pub const DEFAULT_STUCK_AFTER: Duration = Duration::from_secs(15 * 60);
+
+    /// The name of its reconciler's periodic task: `saga:<name>:reconcile`.
+    pub fn reconciler_name(&self) -> String {
+        format!("saga:{}:reconcile", self.name)
     }
 
     /// A start of this saga under `key` (1 to [`MAX_SAGA_KEY_BYTES`](limits::MAX_SAGA_KEY_BYTES) bytes, no control
@@ -338,6 +364,22 @@ impl SagaDefBuilder {
         self
     }
 
+    /// A running or compensating saga whose row has not changed for `after` is found
+    /// stuck by the reconciler, which enqueues what its state calls for (a lost or
+    /// deleted step task comes back). 1 s to `MAX_INTERVAL`; default 15 minutes.
+    pub fn stuck_after(mut self, after: Duration) -> Self {
+        self.stuck_after = after;
+        self
+    }
+
+    /// A saga still running or compensating `deadline` after its start is parked by the
+    /// reconciler, for an operator, with the reason (never compensated on a guess). At
+    /// most `MAX_INTERVAL`; none by default.
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
     /// Add a group of steps that run side by side, after the steps before them; the
     /// next step waits for all of them.
     pub fn parallel(mut self, steps: impl IntoIterator<Item = SagaStep>) -> Self {
@@ -384,10 +426,36 @@ impl SagaDefBuilder {
                 ));
             }
         }
+        if self.stuck_after < Duration::from_secs(1) || self.stuck_after > limits::MAX_INTERVAL {
+            return Err(Error::invalid_input(
+                OP,
+                format!(
+                    "saga {:?}: stuck_after must be 1 s to {:?}, got {:?}",
+                    self.name,
+                    limits::MAX_INTERVAL,
+                    self.stuck_after
+                ),
+            ));
+        }
+        if let Some(d) = self
+            .deadline
+            .filter(|d| d.is_zero() || *d > limits::MAX_INTERVAL)
+        {
+            return Err(Error::invalid_input(
+                OP,
+                format!(
+                    "saga {:?}: the deadline must be positive and at most {:?}, got {d:?}",
+                    self.name,
+                    limits::MAX_INTERVAL
+                ),
+            ));
+        }
         Ok(SagaDef {
             event_type: format!("saga:{}", self.name),
             name: self.name,
             groups: self.groups,
+            stuck_after: self.stuck_after,
+            deadline: self.deadline,
         })
     }
 }
@@ -721,6 +789,10 @@ pub enum SagaCommand {
     /// A saga not yet completed or compensated: declare it so by hand (after fixing what
     /// it left); its steps' tasks still pending do nothing when they run.
     Resolve(SagaStatus),
+    /// A running or compensating saga: stop it for an operator, the audit's reason as
+    /// the saga's (the reconciler parks a saga past its deadline so); its steps' tasks
+    /// wait.
+    Park,
 }
 
 impl SagaCommand {
@@ -730,6 +802,7 @@ impl SagaCommand {
             SagaCommand::Retry => "retry",
             SagaCommand::Compensate => "compensate",
             SagaCommand::Resolve(_) => "resolve",
+            SagaCommand::Park => "park",
         }
     }
 
@@ -739,6 +812,7 @@ impl SagaCommand {
             SagaCommand::Retry => "parked",
             SagaCommand::Compensate => "running, or parked on a failed action",
             SagaCommand::Resolve(_) => "running, compensating or parked",
+            SagaCommand::Park => "running or compensating",
         }
     }
 }
@@ -780,6 +854,8 @@ pub struct SagaFilter {
     pub status: Option<SagaStatus>,
     /// Whose row last changed longer ago than this (database time).
     pub older_than: Option<Duration>,
+    /// Started longer ago than this (database time).
+    pub started_older_than: Option<Duration>,
     /// With an id greater than this (the last id of the previous page).
     pub after_id: SagaId,
     /// At most this many (1 to [`MAX_BATCH`](crate::limits::MAX_BATCH); default 100).
@@ -792,6 +868,7 @@ impl Default for SagaFilter {
             name: None,
             status: None,
             older_than: None,
+            started_older_than: None,
             after_id: 0,
             limit: 100,
         }
@@ -814,6 +891,12 @@ impl SagaFilter {
     /// Not changed for longer than `age`.
     pub fn older_than(mut self, age: Duration) -> Self {
         self.older_than = Some(age);
+        self
+    }
+
+    /// Started more than `age` ago.
+    pub fn started_older_than(mut self, age: Duration) -> Self {
+        self.started_older_than = Some(age);
         self
     }
 
@@ -845,14 +928,29 @@ impl SagaFilter {
                 ),
             ));
         }
-        if self.older_than.is_some_and(|d| d > limits::MAX_INTERVAL) {
-            return Err(Error::invalid_input(
-                op,
-                format!("older_than must be at most {:?}", limits::MAX_INTERVAL),
-            ));
+        for (what, age) in [
+            ("older_than", self.older_than),
+            ("started_older_than", self.started_older_than),
+        ] {
+            if age.is_some_and(|d| d > limits::MAX_INTERVAL) {
+                return Err(Error::invalid_input(
+                    op,
+                    format!("{what} must be at most {:?}", limits::MAX_INTERVAL),
+                ));
+            }
         }
         Ok(())
     }
+}
+
+/// The payload of a saga reconciler's tick ([`SagaDef::reconciler_name`]): the engine
+/// running the saga's steps looks for its stuck sagas and those past their deadline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReconcileTask {
+    /// The saga's definition name.
+    pub saga: String,
+    /// Always `true`: what tells a reconciler's tick from a step's task.
+    pub reconcile: bool,
 }
 
 /// The payload of a nudge: a task of a saga's event type that asks the engine running
@@ -908,6 +1006,18 @@ mod tests {
                     b.step(SagaStep::new(format!("s{i}")))
                 }),
                 "at most 64",
+            ),
+            (
+                SagaDef::builder("o")
+                    .step(SagaStep::new("a"))
+                    .stuck_after(Duration::from_millis(10)),
+                "stuck_after must be 1 s",
+            ),
+            (
+                SagaDef::builder("o")
+                    .step(SagaStep::new("a"))
+                    .deadline(Duration::ZERO),
+                "the deadline must be positive",
             ),
         ];
         for (builder, want) in cases {

@@ -50,14 +50,16 @@ impl Journal {
 /// `stock` (compensated), then `coupon` (compensated) beside `points`, then `pay`; every
 /// phase retried 3 times, 20 ms apart.
 fn order_def() -> SagaDef {
+    order_builder().build().unwrap()
+}
+
+fn order_builder() -> backstop_core::SagaDefBuilder {
     let fast = RetryPolicy::fixed(3, Duration::from_millis(20));
     let step = |name: &str| SagaStep::new(name).retry(fast).compensation_retry(fast);
     SagaDef::builder("order")
         .step(step("stock").compensated())
         .parallel([step("coupon").compensated(), step("points")])
         .step(step("pay"))
-        .build()
-        .unwrap()
 }
 
 /// The order's steps, journaled: stock outputs `{"reserved": qty}`, coupon `"C-1"`,
@@ -137,21 +139,27 @@ fn states(steps: &[SagaStepRecord]) -> Vec<(&str, StepState)> {
     steps.iter().map(|r| (r.step.as_str(), r.state)).collect()
 }
 
-/// The saga's step tasks, by business key: `(status, attempts)`.
+/// The saga's step tasks (and nudges; not the reconciler's ticks), by business key:
+/// `(status, attempts, last error)`.
 async fn step_tasks<S: TaskStore>(store: &S) -> HashMap<String, (Status, u32, Option<String>)> {
     store
         .list(&TaskFilter::default().event_type("saga:order").limit(100))
         .await
         .unwrap()
         .into_iter()
+        .filter(|t| t.biz_key.contains('/'))
         .map(|t| (t.biz_key, (t.status, t.attempts, t.last_error)))
         .collect()
 }
 
 fn engine<S: TaskStore + Clone>(store: S, steps: SagaSteps) -> Engine<S> {
+    engine_of(store, order_def(), steps)
+}
+
+fn engine_of<S: TaskStore + Clone>(store: S, def: SagaDef, steps: SagaSteps) -> Engine<S> {
     Engine::builder(store)
         .config(fast_config())
-        .saga(order_def(), steps, opts())
+        .saga(def, steps, opts())
         .start()
         .unwrap()
 }
@@ -570,4 +578,92 @@ async fn wait_saga<S: TaskStore>(store: &S, key: &str, status: SagaStatus) -> Sa
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// The reconciler brings back a step task that was lost (deleted by an operator before
+/// any engine ran it): the saga, unchanged for longer than `stuck_after`, is nudged, the
+/// task is enqueued again, and the saga completes.
+pub async fn engine_saga_reconciler_brings_back_a_lost_step<H: Harness>(ctx: &Ctx<H>) {
+    let def = order_builder()
+        .stuck_after(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let started = ctx
+        .store
+        .start_saga(&def.start("o-9", &1).unwrap())
+        .await
+        .unwrap();
+    let lost = step_tasks(&ctx.store).await;
+    assert_eq!(lost.len(), 1, "{lost:?}");
+    let stock = ctx
+        .store
+        .list(&TaskFilter::default().biz_key("o-9/stock:a"))
+        .await
+        .unwrap()[0]
+        .id;
+    let audit = backstop_core::Audit::new("ops", "removed by mistake");
+    ctx.store.delete(stock, &audit).await.unwrap();
+    let journal = Journal::default();
+    let engine = engine_of(
+        ctx.store.clone(),
+        def,
+        order_steps(&journal, |_| async { Ok(()) }),
+    );
+    let done = wait_saga(&ctx.store, "o-9", SagaStatus::Completed).await;
+    engine.shutdown().await;
+    assert_eq!(done.id, started.id);
+    assert_eq!(journal.count("stock", "action"), 1);
+    let tasks = step_tasks(&ctx.store).await;
+    assert_eq!(tasks["o-9/stock:a"].0, Status::Succeeded);
+    assert!(
+        ctx.store.get(stock).await.unwrap().is_none(),
+        "a new task, not the old"
+    );
+}
+
+/// The reconciler parks a saga still running past its deadline, for an operator: the
+/// reason and the saga's log say so (operator `reconciler`). The step that was running
+/// reports when it ends; the parked saga does not move on.
+pub async fn engine_saga_reconciler_parks_a_late_saga<H: Harness>(ctx: &Ctx<H>) {
+    let def = order_builder()
+        .deadline(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let journal = Journal::default();
+    let slow = journal.clone();
+    let steps = order_steps(&journal, |_| async { Ok(()) }).action("stock", move |_cx| {
+        let journal = slow.clone();
+        async move {
+            let start = Instant::now();
+            tokio::time::sleep(Duration::from_millis(3500)).await;
+            journal.note("stock", "action", start);
+            Ok(1)
+        }
+    });
+    let engine = engine_of(ctx.store.clone(), def.clone(), steps);
+    ctx.store
+        .start_saga(&def.start("o-10", &1).unwrap())
+        .await
+        .unwrap();
+    let parked = wait_saga(&ctx.store, "o-10", SagaStatus::Parked).await;
+    assert_eq!(
+        parked.reason.as_deref(),
+        Some("parked by reconciler: past its deadline of 1s")
+    );
+    let log = ctx.store.saga_log(parked.id).await.unwrap();
+    assert_eq!(
+        (log[0].action.as_str(), log[0].operator.as_str()),
+        ("park", "reconciler")
+    );
+    // stock ends and reports: recorded, and nothing more
+    let deadline = Instant::now() + PATIENCE;
+    while ctx.store.saga_steps(parked.id).await.unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "stock never reported");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    engine.shutdown().await;
+    let saga = ctx.store.saga_by_id(parked.id).await.unwrap().unwrap();
+    assert_eq!(saga.status, SagaStatus::Parked);
+    let tasks = step_tasks(&ctx.store).await;
+    assert_eq!(tasks.len(), 1, "the next group waits: {tasks:?}");
 }
