@@ -525,19 +525,22 @@ impl<'a> EnqueuePlan<'a> {
     }
 }
 
-/// The next statement of an enqueue nested in another plan (`slot`): `Some` while it
-/// has one; at its end it is finished (its errors returned) and the slot emptied, and
-/// the answer is `None`, so the outer plan goes on with its own statements.
-pub(crate) fn nested_next<'a>(slot: &mut Option<EnqueuePlan<'a>>) -> Result<Option<Statement<'a>>> {
+/// The next statement of an enqueue nested in another plan (`slot`): `Ok(statement)`
+/// while it has one; at its end it is finished (its errors returned), the slot emptied,
+/// and the answer is what it inserted (`None` for an empty slot), so the outer plan goes
+/// on with its own statements.
+pub(crate) fn nested_next<'a>(
+    slot: &mut Option<EnqueuePlan<'a>>,
+) -> Result<std::result::Result<Statement<'a>, Option<Inserted>>> {
     if let Some(plan) = slot {
         if let Some(statement) = plan.next()? {
-            return Ok(Some(statement));
+            return Ok(Ok(statement));
         }
     }
-    if let Some(plan) = slot.take() {
-        plan.finish()?;
+    match slot.take() {
+        Some(plan) => Ok(Err(Some(plan.finish()?))),
+        None => Ok(Err(None)),
     }
-    Ok(None)
 }
 
 impl<'a> TxPlan for EnqueuePlan<'a> {

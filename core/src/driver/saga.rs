@@ -50,8 +50,8 @@ impl<'a> SagaStartPlan<'a> {
         loop {
             if self.enqueue.is_some() {
                 match nested_next(&mut self.enqueue)? {
-                    Some(statement) => return Ok(Some(statement)),
-                    None => continue,
+                    Ok(statement) => return Ok(Some(statement)),
+                    Err(_) => continue,
                 }
             }
             let step = match self.step {

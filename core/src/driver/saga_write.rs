@@ -17,12 +17,12 @@
 //! saga's, so two siblings of a parallel group finishing at once take turns, and the
 //! second sees the first's step row (the join).
 
-use super::checks::check_task;
+use super::checks::{check_task, enqueued};
 use super::enqueue::nested_next;
 use super::statement::{applied, column, row};
 use super::{
-    Answer, BlockingTxConnection, Checked, EnqueuePlan, EnqueueSql, EnqueueStep, Statement,
-    TxConnection, TxPlan,
+    Answer, BlockingTxConnection, Checked, EnqueuePlan, EnqueueSql, EnqueueStep, Inserted,
+    Statement, TxConnection, TxPlan,
 };
 use super::{Decision, SagaProgress, StepEvent};
 use crate::error::{Error, ErrorKind, Result};
@@ -69,7 +69,7 @@ pub enum SagaWrite {
 }
 
 /// What a [`SagaWrite`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SagaWritten {
     /// It applied: where the saga stands now, and how many tasks it enqueued (or, for
@@ -103,8 +103,8 @@ pub async fn saga_write_on<C: TxConnection + ?Sized>(
         Err(status) => return Ok(SagaWritten::Refused(status)),
     };
     let tasks = next.checked(config)?;
-    let counted = WritePlan::new(sql, write, &next, tasks).run(conn).await?;
-    Ok(next.answer(counted))
+    let done = WritePlan::new(sql, write, &next, tasks).run(conn).await?;
+    next.answer(done)
 }
 
 /// [`saga_write_on`] on a blocking driver's connection.
@@ -124,8 +124,8 @@ pub fn saga_write_blocking<C: BlockingTxConnection + ?Sized>(
         Err(status) => return Ok(SagaWritten::Refused(status)),
     };
     let tasks = next.checked(config)?;
-    let counted = WritePlan::new(sql, write, &next, tasks).run_blocking(conn)?;
-    Ok(next.answer(counted))
+    let done = WritePlan::new(sql, write, &next, tasks).run_blocking(conn)?;
+    next.answer(done)
 }
 
 /// No saga row: an error for a report (its task's saga must exist), an answer otherwise.
@@ -361,13 +361,20 @@ impl<'a> Next<'a> {
         self.tasks.iter().map(|t| check_task(config, t)).collect()
     }
 
-    /// The answer, given how many failed tasks a retry reset.
-    fn answer(&self, reset: u64) -> SagaWritten {
+    /// The answer, given how many failed tasks a retry reset and what the enqueues did.
+    fn answer(&self, (reset, inserted): (u64, Vec<Inserted>)) -> Result<SagaWritten> {
         let count = match self.reset {
             Some(_) => usize::try_from(reset).unwrap_or(usize::MAX),
             None => self.tasks.len(),
         };
-        SagaWritten::Applied(StepApplied::new(self.after.0, self.after.1, count))
+        let tasks = inserted
+            .into_iter()
+            .zip(&self.tasks)
+            .map(|(i, task)| enqueued(i, task))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(SagaWritten::Applied(
+            StepApplied::new(self.after.0, self.after.1, count).with_tasks(tasks),
+        ))
     }
 }
 
@@ -524,6 +531,8 @@ struct WritePlan<'a> {
     stage: Write,
     enqueue: Option<EnqueuePlan<'a>>,
     reset: u64,
+    /// What each task's enqueue did, in order.
+    inserted: Vec<Inserted>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -555,6 +564,7 @@ impl<'a> WritePlan<'a> {
             stage: Write::Record,
             enqueue: None,
             reset: 0,
+            inserted: Vec::new(),
         }
     }
 
@@ -612,8 +622,11 @@ impl<'a> WritePlan<'a> {
         loop {
             if self.enqueue.is_some() {
                 match nested_next(&mut self.enqueue)? {
-                    Some(statement) => return Ok(Some(statement)),
-                    None => continue,
+                    Ok(statement) => return Ok(Some(statement)),
+                    Err(inserted) => {
+                        self.inserted.extend(inserted);
+                        continue;
+                    }
                 }
             }
             match self.stage {
@@ -642,8 +655,8 @@ impl<'a> WritePlan<'a> {
 }
 
 impl TxPlan for WritePlan<'_> {
-    /// How many failed tasks a reset reset.
-    type Output = u64;
+    /// How many failed tasks a reset reset, and what each task's enqueue did.
+    type Output = (u64, Vec<Inserted>);
 
     fn next_statement(&mut self) -> Result<Option<Statement<'_>>> {
         self.next()
@@ -684,9 +697,9 @@ impl TxPlan for WritePlan<'_> {
         Ok(())
     }
 
-    fn finish(self) -> Result<u64> {
+    fn finish(self) -> Result<(u64, Vec<Inserted>)> {
         match self.stage {
-            Write::Done if self.enqueue.is_none() => Ok(self.reset),
+            Write::Done if self.enqueue.is_none() => Ok((self.reset, self.inserted)),
             _ => Err(unexpected("the write's statements were not all run")),
         }
     }
@@ -795,7 +808,16 @@ mod tests {
                 "insert"
             ]
         );
-        assert_eq!(applied, StepApplied::new(SagaStatus::Running, 1, 2));
+        assert_eq!(
+            (applied.status, applied.group, applied.enqueued),
+            (SagaStatus::Running, 1, 2)
+        );
+        let kinds: Vec<_> = applied
+            .tasks
+            .iter()
+            .map(|t| (t.created, t.event_type.as_str()))
+            .collect();
+        assert_eq!(kinds, [(true, "saga:order"), (true, "saga:order")]);
     }
 
     #[test]
@@ -930,9 +952,12 @@ mod tests {
             ran,
             ["saga lock", "step rows", "saga set", "saga log", "insert"]
         );
+        let SagaWritten::Applied(applied) = done else {
+            panic!("{done:?}")
+        };
         assert_eq!(
-            done,
-            SagaWritten::Applied(StepApplied::new(SagaStatus::Compensating, 1, 1))
+            (applied.status, applied.group, applied.tasks.len()),
+            (SagaStatus::Compensating, 1, 1)
         );
     }
 }

@@ -26,6 +26,14 @@ impl States {
     }
 }
 
+/// What an attempt can ask of its engine: run tasks it enqueued ahead of the poller,
+/// after their commit (a saga step's next steps).
+#[async_trait::async_trait]
+pub(crate) trait Ahead: Send + Sync {
+    /// [`Engine::run_now`](crate::Engine::run_now) of `enqueued`: best effort.
+    async fn run_now(&self, enqueued: &crate::model::Enqueued);
+}
+
 /// Why an attempt is asked to stop (see [`Context::cancelled`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -98,6 +106,7 @@ struct Inner {
     engine: watch::Receiver<State>,
     store: Arc<dyn TaskStore>,
     states: Arc<States>,
+    ahead: Arc<dyn Ahead>,
     completed: AtomicBool,
     failed: AtomicBool,
 }
@@ -123,6 +132,7 @@ impl Context {
         engine: watch::Receiver<State>,
         store: Arc<dyn TaskStore>,
         states: Arc<States>,
+        ahead: Arc<dyn Ahead>,
     ) -> Context {
         Context {
             inner: Arc::new(Inner {
@@ -131,6 +141,7 @@ impl Context {
                 engine,
                 store,
                 states,
+                ahead,
                 completed: AtomicBool::new(false),
                 failed: AtomicBool::new(false),
             }),
@@ -247,6 +258,11 @@ impl Context {
     /// Whether the handler failed the task in its own transaction.
     pub(crate) fn is_failed_in_tx(&self) -> bool {
         self.inner.failed.load(Ordering::SeqCst)
+    }
+
+    /// Run `enqueued` (committed) ahead of the poller, on this attempt's engine.
+    pub(crate) async fn run_ahead(&self, enqueued: &crate::model::Enqueued) {
+        self.inner.ahead.run_now(enqueued).await;
     }
 
     /// The store the attempt's engine runs on.

@@ -64,6 +64,7 @@ pub(crate) fn dispatch<S: TaskStore + Clone>(
         shared.state.subscribe(),
         Arc::clone(&shared.dyn_store),
         Arc::clone(&shared.states),
+        Arc::new(super::EngineAhead(Arc::clone(&shared))),
     );
     let span = tracing::info_span!(
         "backstop.task",

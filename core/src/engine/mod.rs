@@ -264,6 +264,93 @@ impl<S> Shared<S> {
     }
 }
 
+impl<S: TaskStore + Clone> Shared<S> {
+    /// [`Engine::run_now`].
+    async fn run_now(self: &Arc<Self>, enqueued: &Enqueued) -> RunAhead {
+        let run = match self.run_here(enqueued).await {
+            Ok(run) => run,
+            Err(e) => {
+                let shared = self;
+                shared.counters.store_errors(&enqueued.event_type);
+                tracing::warn!(owner = %shared.owner, task_id = enqueued.id,
+                    event_type = %enqueued.event_type, error = %e,
+                    "run-ahead claim failed: the task is committed and the poller will run it");
+                RunAhead::Deferred
+            }
+        };
+        if matches!(run, RunAhead::NoHandler | RunAhead::Rejected) {
+            // Another process may run it now: tell it (best effort, after commit).
+            self.announce(&enqueued.event_type).await;
+        }
+        run
+    }
+
+    /// Announce through the notifier that tasks of `event_type` are ready; failures are
+    /// logged and counted, never returned (the poller runs the task anyway).
+    async fn announce(&self, event_type: &str) {
+        let shared = self;
+        let Some(notifier) = &shared.notifier else {
+            return;
+        };
+        match notifier.notify(event_type).await {
+            Ok(()) => shared.counters.notified(event_type),
+            Err(e) => {
+                shared.counters.notifier_errors(event_type);
+                tracing::warn!(owner = %shared.owner, %event_type, error = %e,
+                    "notify failed: other instances will find the task at their next poll");
+            }
+        }
+    }
+
+    async fn run_here(self: &Arc<Self>, enqueued: &Enqueued) -> Result<RunAhead> {
+        let shared = self;
+        // held until the claimed task is dispatched (or nothing was claimed)
+        let Some(_claim) = shared.begin_claim() else {
+            return Ok(RunAhead::ShuttingDown);
+        };
+        if !enqueued.created {
+            return Ok(RunAhead::Duplicate);
+        }
+        if enqueued.status == crate::model::Status::Waiting {
+            // queued behind an earlier task of its order key: not claimable yet
+            return Ok(RunAhead::NotClaimed);
+        }
+        let Some(exec) = shared.executors.get(&enqueued.event_type) else {
+            return Ok(RunAhead::NoHandler);
+        };
+        let Ok(slot) = Arc::clone(&exec.slots).try_acquire_owned() else {
+            shared.counters.rejected(&exec.event_type);
+            tracing::debug!(task_id = enqueued.id, event_type = %exec.event_type,
+                "executor full: run-ahead rejected, the poller will run the task");
+            return Ok(RunAhead::Rejected);
+        };
+        match shared.store.claim_by_id(enqueued.id, &shared.owner).await? {
+            None => Ok(RunAhead::NotClaimed),
+            Some(task) => {
+                shared.counters.run_ahead(&exec.event_type);
+                executor::dispatch(
+                    Arc::clone(shared),
+                    Arc::clone(exec),
+                    task,
+                    slot,
+                    Origin::RunAhead,
+                );
+                Ok(RunAhead::Started)
+            }
+        }
+    }
+}
+
+/// An engine's run-ahead, for its attempts' contexts.
+struct EngineAhead<S>(Arc<Shared<S>>);
+
+#[async_trait]
+impl<S: TaskStore + Clone> context::Ahead for EngineAhead<S> {
+    async fn run_now(&self, enqueued: &Enqueued) {
+        self.0.run_now(enqueued).await;
+    }
+}
+
 /// Builds an [`Engine`]: register one handler per event type, then [`start`](Self::start).
 pub struct EngineBuilder<S> {
     store: S,
@@ -639,77 +726,7 @@ impl<S: TaskStore + Clone> Engine<S> {
     /// engine.run_now(&enqueued).await; // best effort: the poller is the safety net
     /// ```
     pub async fn run_now(&self, enqueued: &Enqueued) -> RunAhead {
-        let run = match self.run_here(enqueued).await {
-            Ok(run) => run,
-            Err(e) => {
-                let shared = &self.inner.shared;
-                shared.counters.store_errors(&enqueued.event_type);
-                tracing::warn!(owner = %shared.owner, task_id = enqueued.id,
-                    event_type = %enqueued.event_type, error = %e,
-                    "run-ahead claim failed: the task is committed and the poller will run it");
-                RunAhead::Deferred
-            }
-        };
-        if matches!(run, RunAhead::NoHandler | RunAhead::Rejected) {
-            // Another process may run it now: tell it (best effort, after commit).
-            self.announce(&enqueued.event_type).await;
-        }
-        run
-    }
-
-    /// Announce through the notifier that tasks of `event_type` are ready; failures are
-    /// logged and counted, never returned (the poller runs the task anyway).
-    async fn announce(&self, event_type: &str) {
-        let shared = &self.inner.shared;
-        let Some(notifier) = &shared.notifier else {
-            return;
-        };
-        match notifier.notify(event_type).await {
-            Ok(()) => shared.counters.notified(event_type),
-            Err(e) => {
-                shared.counters.notifier_errors(event_type);
-                tracing::warn!(owner = %shared.owner, %event_type, error = %e,
-                    "notify failed: other instances will find the task at their next poll");
-            }
-        }
-    }
-
-    async fn run_here(&self, enqueued: &Enqueued) -> Result<RunAhead> {
-        let shared = &self.inner.shared;
-        // held until the claimed task is dispatched (or nothing was claimed)
-        let Some(_claim) = shared.begin_claim() else {
-            return Ok(RunAhead::ShuttingDown);
-        };
-        if !enqueued.created {
-            return Ok(RunAhead::Duplicate);
-        }
-        if enqueued.status == crate::model::Status::Waiting {
-            // queued behind an earlier task of its order key: not claimable yet
-            return Ok(RunAhead::NotClaimed);
-        }
-        let Some(exec) = shared.executors.get(&enqueued.event_type) else {
-            return Ok(RunAhead::NoHandler);
-        };
-        let Ok(slot) = Arc::clone(&exec.slots).try_acquire_owned() else {
-            shared.counters.rejected(&exec.event_type);
-            tracing::debug!(task_id = enqueued.id, event_type = %exec.event_type,
-                "executor full: run-ahead rejected, the poller will run the task");
-            return Ok(RunAhead::Rejected);
-        };
-        match shared.store.claim_by_id(enqueued.id, &shared.owner).await? {
-            None => Ok(RunAhead::NotClaimed),
-            Some(task) => {
-                shared.counters.run_ahead(&exec.event_type);
-                executor::dispatch(
-                    Arc::clone(shared),
-                    Arc::clone(exec),
-                    task,
-                    slot,
-                    Origin::RunAhead,
-                );
-                Ok(RunAhead::Started)
-            }
-        }
+        self.inner.shared.run_now(enqueued).await
     }
 
     /// Enqueue `task` in its own transaction, then [`run_now`](Self::run_now) — for callers

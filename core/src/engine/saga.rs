@@ -477,8 +477,12 @@ impl Handler for SagaRunner {
                 cx.set_failed_in_tx();
                 Ok(())
             }
-            Ok(_) => {
+            Ok(applied) => {
                 crate::driver::Attempt::set_completed(&cx);
+                // committed: the next steps start now, not at the next poll
+                for task in applied.tasks.iter().filter(|t| t.created) {
+                    cx.run_ahead(task).await;
+                }
                 Ok(())
             }
             Err(e) if e.kind() == ErrorKind::Conflict => Err(HandlerError::retry(e)),
@@ -598,10 +602,13 @@ impl SagaRunner {
                 nudge.saga, nudge.key
             )));
         };
-        store
+        let applied = store
             .nudge_saga(&self.def, saga.id, &nudge.key)
             .await
             .map_err(|e| store_failed("nudging the saga", e))?;
+        for task in applied.iter().flat_map(|a| &a.tasks).filter(|t| t.created) {
+            cx.run_ahead(task).await;
+        }
         Ok(())
     }
 }

@@ -732,27 +732,38 @@ impl StepReport {
     }
 }
 
-/// What a report did: where the saga stands now and how many tasks it enqueued.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a report (a command, a nudge) did: where the saga stands now, and the tasks it
+/// enqueued.
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct StepApplied {
-    /// The saga's status after the report.
+    /// The saga's status after it.
     pub status: SagaStatus,
     /// The group it is at.
     pub group: u32,
-    /// How many step tasks the report enqueued (the next group's actions, or the
-    /// compensations to run).
+    /// How many step tasks it enqueued (the next group's actions, or the compensations
+    /// to run; for a retry, how many failed tasks it reset).
     pub enqueued: usize,
+    /// What each enqueue did (a task already there is a duplicate, not created), so the
+    /// engine runs the new ones ahead of its poller.
+    pub tasks: Vec<crate::model::Enqueued>,
 }
 
 impl StepApplied {
-    /// A report's answer.
+    /// An answer without tasks.
     pub fn new(status: SagaStatus, group: u32, enqueued: usize) -> Self {
         StepApplied {
             status,
             group,
             enqueued,
+            tasks: Vec::new(),
         }
+    }
+
+    /// The same, with what each enqueue did.
+    pub fn with_tasks(mut self, tasks: Vec<crate::model::Enqueued>) -> Self {
+        self.tasks = tasks;
+        self
     }
 }
 

@@ -667,3 +667,30 @@ pub async fn engine_saga_reconciler_parks_a_late_saga<H: Harness>(ctx: &Ctx<H>) 
     let tasks = step_tasks(&ctx.store).await;
     assert_eq!(tasks.len(), 1, "the next group waits: {tasks:?}");
 }
+
+/// A step's next steps run ahead of the poller once its report commits: with a poller
+/// that polls only when asked (one round, and a follow-up round right after a round that
+/// claimed something), one poll starts the first step and the saga completes: the steps
+/// enqueued later run ahead (without it, the saga would wait for an hourly poll).
+pub async fn engine_saga_next_steps_run_ahead<H: Harness>(ctx: &Ctx<H>) {
+    let journal = Journal::default();
+    let engine = Engine::builder(ctx.store.clone())
+        .config(no_poll_config())
+        .saga(
+            order_def(),
+            order_steps(&journal, |_| async { Ok(()) }),
+            opts(),
+        )
+        .start()
+        .unwrap();
+    ctx.store
+        .start_saga(&order_def().start("o-11", &1).unwrap())
+        .await
+        .unwrap();
+    engine.poll_now();
+    wait_saga(&ctx.store, "o-11", SagaStatus::Completed).await;
+    let counters = engine.counters();
+    engine.shutdown().await;
+    assert_eq!(counters.polled + counters.run_ahead, 4, "{counters:?}");
+    assert!(counters.run_ahead >= 2, "{counters:?}");
+}

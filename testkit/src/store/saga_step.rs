@@ -73,7 +73,7 @@ fn done(output: &str) -> StepOutcome {
 /// untouched). Applied, the task is succeeded, the step's row records it with its
 /// output, the saga's version and `updated_at` move; the first of a parallel group only
 /// records itself, the second starts the next group's task (the saga's event type, key
-/// `{key}/pay:a`, pending). The same report again is `Conflict`: its lease ended.
+/// `{key}/pay:a`, pending; the answer names it). The same report again is `Conflict`: its lease ended.
 pub async fn saga_step_is_fenced_by_its_tasks_lease<H: Harness>(ctx: &Ctx<H>) {
     let def = order();
     let (id, stock) = start_and_claim(ctx, &def, "f-1", "stock").await;
@@ -143,8 +143,17 @@ pub async fn saga_step_is_fenced_by_its_tasks_lease<H: Harness>(ctx: &Ctx<H>) {
         )
         .await
         .unwrap();
-    assert_eq!(applied, StepApplied::new(SagaStatus::Running, 1, 1));
+    assert_eq!(
+        (applied.status, applied.group, applied.enqueued),
+        (SagaStatus::Running, 1, 1)
+    );
     let pay = claim(ctx, &def, "f-1", "pay").await;
+    assert_eq!(applied.tasks.len(), 1);
+    assert_eq!(
+        (applied.tasks[0].id, applied.tasks[0].created),
+        (pay.id, true),
+        "the answer names the task it enqueued"
+    );
     assert_eq!(pay.event_type, "saga:order");
     assert_eq!(pay.retry, RetryPolicy::default());
     let after = ctx.store.saga("order", "f-1").await.unwrap().unwrap();
