@@ -13,6 +13,7 @@ mod cross;
 mod idle;
 mod peers;
 mod raw;
+mod saga;
 mod sys;
 
 use std::collections::HashMap;
@@ -38,7 +39,7 @@ struct Args {
     drain_tasks: usize,
     out: std::path::PathBuf,
     /// Run only these scenarios (run-ahead, enqueue, drain, fastest, ordered, idle, scale, backlogs, counts, wakeup,
-    /// relay, consume, isolation, idle-load; with `--peer`: apalis, peers).
+    /// relay, consume, isolation, idle-load, saga; with `--peer`: apalis, peers).
     only: Option<Vec<String>>,
     /// Also run apalis (bench/peer-apalis, built by scripts/bench --peer).
     peer: bool,
@@ -1243,6 +1244,10 @@ async fn main() {
                     .into_iter()
                     .map(report),
             );
+        }
+        if a.runs("saga") {
+            let (n, one) = if a.smoke { (50, 10) } else { (5000, 300) };
+            rows.push(report(saga::saga_vs_chain(&t, n, one, a.repeat).await));
         }
         let redis = std::env::var("BACKSTOP_BENCH_REDIS_URL")
             .ok()

@@ -7,7 +7,8 @@
 //!
 //! 1. [`ReadPlan`]: for a report, the fence (the task's completion, or its failure,
 //!    under the report's lease: no row changed and the report is refused); the saga
-//!    row's lock; the step rows of the group concerned;
+//!    row's lock; the step rows of the group concerned (none for a report of a step
+//!    alone in its group: it has no sibling to join);
 //! 2. the decision: [`SagaProgress::decide`] for a report, [`SagaProgress::nudge`] for a
 //!    nudge, the command's own rules for a command;
 //! 3. [`WritePlan`]: the step's row, the saga's row, the failed tasks reset, the
@@ -396,6 +397,9 @@ struct ReadPlan<'a> {
     saga: SagaId,
     /// The group whose rows to read: the reported step's, or (`None`) the saga's.
     group: Option<u32>,
+    /// Whether to read them: a report of a step alone in its group needs none (no
+    /// sibling to join or wait for).
+    rows_needed: bool,
     stage: Read,
     found: Option<(SagaStatus, u32)>,
     rows: Vec<(u32, StepState)>,
@@ -411,19 +415,25 @@ enum Read {
 
 impl<'a> ReadPlan<'a> {
     fn new(sql: &'a dyn EnqueueSql, write: &'a SagaWrite) -> Result<Self> {
-        let (saga, group, stage) = match write {
-            SagaWrite::Step { def, report } => (
-                report.saga,
-                Some(locate(def, &report.step)?.group),
-                Read::Fence,
-            ),
-            SagaWrite::Command { id, .. } | SagaWrite::Nudge { id, .. } => (*id, None, Read::Lock),
+        let (saga, group, rows_needed, stage) = match write {
+            SagaWrite::Step { def, report } => {
+                let group = locate(def, &report.step)?.group;
+                let alone = usize::try_from(group)
+                    .ok()
+                    .and_then(|g| def.groups().get(g))
+                    .is_some_and(|steps| steps.len() == 1);
+                (report.saga, Some(group), !alone, Read::Fence)
+            }
+            SagaWrite::Command { id, .. } | SagaWrite::Nudge { id, .. } => {
+                (*id, None, true, Read::Lock)
+            }
         };
         Ok(ReadPlan {
             sql,
             write,
             saga,
             group,
+            rows_needed,
             stage,
             found: None,
             rows: Vec::new(),
@@ -471,7 +481,10 @@ impl TxPlan for ReadPlan<'_> {
                         unexpected(format!("a saga's status code {code} is unknown"))
                     })?;
                     self.found = Some((status, to_u32(column(r, 1)?)?));
-                    Read::Rows
+                    match self.rows_needed {
+                        true => Read::Rows,
+                        false => Read::Done,
+                    }
                 }
             },
             Read::Rows => {
@@ -790,7 +803,7 @@ mod tests {
             vec![
                 Answer::RowsAffected(1),
                 Answer::Row(Some(vec![0, 0])),
-                Answer::Rows(vec![]),
+                // stock is alone in its group: no step rows to read
                 Answer::RowsAffected(1),
                 Answer::RowsAffected(1),
             ],
@@ -801,7 +814,6 @@ mod tests {
             [
                 "complete",
                 "saga lock",
-                "step rows",
                 "step record",
                 "saga set",
                 "insert",
@@ -869,7 +881,7 @@ mod tests {
             vec![
                 Answer::RowsAffected(1),
                 Answer::Row(Some(vec![0, 0])),
-                Answer::Rows(vec![]),
+                // stock is alone in its group: no step rows to read
                 Answer::RowsAffected(1),
                 Answer::RowsAffected(1),
             ],

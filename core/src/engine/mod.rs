@@ -448,7 +448,7 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
     ///     .action("stock", |_cx| async { Ok(7) })
     ///     .compensation("stock", |_cx| async { Ok(()) })
     ///     .action("pay", |cx| async move {
-    ///         let reserved: u32 = cx.output("stock")?;
+    ///         let reserved: u32 = cx.output("stock").await?;
     ///         if reserved > 5 {
     ///             return Err(StepError::refuse("over the card's limit"));
     ///         }

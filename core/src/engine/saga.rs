@@ -116,7 +116,7 @@ type CompensationFn =
 ///         Ok(serde_json::json!({ "reserved": order.qty }))
 ///     })
 ///     .compensation("stock", |cx| async move {
-///         let reserved: serde_json::Value = cx.output("stock")?;
+///         let reserved: serde_json::Value = cx.output("stock").await?;
 ///         println!("releasing {reserved}");
 ///         Ok(())
 ///     });
@@ -215,7 +215,9 @@ impl SagaSteps {
 #[derive(Clone)]
 pub struct StepContext {
     saga: Arc<Saga>,
-    steps: Arc<Vec<SagaStepRecord>>,
+    /// The saga's step rows, read at the first [`output`](Self::output) (or before a
+    /// compensation).
+    steps: Arc<tokio::sync::OnceCell<Vec<SagaStepRecord>>>,
     step: String,
     phase: StepPhase,
     cx: Context,
@@ -254,11 +256,20 @@ impl StepContext {
         })
     }
 
-    /// The output of step `step`, done before this one, decoded. A permanent failure
-    /// when it has none (it is not done, or not an earlier step) or it does not decode.
-    pub fn output<T: DeserializeOwned>(&self, step: &str) -> std::result::Result<T, StepError> {
-        let text = self
+    /// The output of step `step`, done before this one, decoded (the saga's step rows are
+    /// read once, at the first call). A permanent failure when it has none (it is not
+    /// done, or not an earlier step) or it does not decode; a retryable one when the rows
+    /// could not be read.
+    pub async fn output<T: DeserializeOwned>(
+        &self,
+        step: &str,
+    ) -> std::result::Result<T, StepError> {
+        let rows = self
             .steps
+            .get_or_try_init(|| self.cx.store().saga_steps(self.saga.id))
+            .await
+            .map_err(|e| StepError::technical(store_failed("reading the saga's steps", e)))?;
+        let text = rows
             .iter()
             .find(|r| r.step == step)
             .and_then(|r| r.output.as_deref())
@@ -431,21 +442,24 @@ impl Handler for SagaRunner {
             // a compensation of a running saga: a stray; nothing to undo
             (StepPhase::Compensate, SagaStatus::Running) => return Ok(()),
             (phase, _) => {
-                let steps = store
-                    .saga_steps(saga.id)
-                    .await
-                    .map_err(|e| store_failed("reading the saga's steps", e))?;
-                let undone = steps.iter().any(|r| {
-                    r.step == call.step
-                        && matches!(r.state, StepState::Compensated | StepState::Refused)
-                });
-                if phase == StepPhase::Compensate && undone {
-                    // compensated before (or its action refused: nothing to undo)
-                    return Ok(());
+                let steps = Arc::new(tokio::sync::OnceCell::new());
+                if phase == StepPhase::Compensate {
+                    let rows = steps
+                        .get_or_try_init(|| store.saga_steps(saga.id))
+                        .await
+                        .map_err(|e| store_failed("reading the saga's steps", e))?;
+                    let undone = rows.iter().any(|r: &SagaStepRecord| {
+                        r.step == call.step
+                            && matches!(r.state, StepState::Compensated | StepState::Refused)
+                    });
+                    if undone {
+                        // compensated before (or its action refused: nothing to undo)
+                        return Ok(());
+                    }
                 }
                 let scx = StepContext {
                     saga: Arc::new(saga.clone()),
-                    steps: Arc::new(steps),
+                    steps,
                     step: call.step.clone(),
                     phase,
                     cx: cx.clone(),

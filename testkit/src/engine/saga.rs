@@ -107,9 +107,9 @@ where
             let (journal, pay) = (journal_pay.clone(), pay.clone());
             async move {
                 let start = Instant::now();
-                let stock: serde_json::Value = cx.output("stock")?;
-                let coupon: String = cx.output("coupon")?;
-                let points: u32 = cx.output("points")?;
+                let stock: serde_json::Value = cx.output("stock").await?;
+                let coupon: String = cx.output("coupon").await?;
+                let points: u32 = cx.output("points").await?;
                 assert_eq!(
                     (stock["reserved"].as_u64(), coupon.as_str(), points),
                     (Some(3), "C-1", 10),
