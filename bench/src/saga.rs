@@ -49,6 +49,17 @@ impl Times {
     }
 }
 
+/// This process's mark on its saga keys: the saga tables outlive a run (the task
+/// table's reset leaves them), and a key started before would answer its old saga.
+fn run_id() -> u128 {
+    static RUN: OnceLock<u128> = OnceLock::new();
+    *RUN.get_or_init(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    })
+}
+
 fn config() -> EngineConfig {
     EngineConfig::default()
         .poll_interval(Duration::from_millis(5))
@@ -134,7 +145,8 @@ async fn drained(t: &Target, n: usize, saga: bool, round: usize) -> (Duration, T
     t.raw.reset().await;
     let store = t.store(16).await;
     let def = saga_def();
-    let keys: Vec<String> = (0..n).map(|i| format!("r{round}-{i}")).collect();
+    let run = run_id();
+    let keys: Vec<String> = (0..n).map(|i| format!("{run}-r{round}-{i}")).collect();
     if saga {
         for chunk in keys.chunks(64) {
             let mut all = tokio::task::JoinSet::new();
@@ -188,7 +200,7 @@ async fn one_at_a_time(t: &Target, count: usize, saga: bool, round: usize) -> Hi
         false => chain_engine(store.clone(), &times, &done),
     };
     for i in 0..count {
-        let key = format!("l{round}-{i}");
+        let key = format!("{}-l{round}-{i}", run_id());
         match saga {
             true => {
                 let started = store
