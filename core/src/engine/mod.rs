@@ -788,6 +788,32 @@ impl<S: TaskStore + Clone> Engine<S> {
         Ok(enqueued)
     }
 
+    /// Start a saga in a transaction of the store's own ([`TaskStore::start_saga`]),
+    /// then start its first group at once: this engine's poller is woken for the saga's
+    /// event type when it runs the saga's steps, else the other processes are told
+    /// through the [notifier](EngineBuilder::notifier). To start a saga with business
+    /// writes, use [`Transactional::start_in`](crate::Transactional::start_in) and call
+    /// [`poll_now`](Self::poll_now) after the commit.
+    ///
+    /// ```no_run
+    /// # async fn demo<S: backstop_core::TaskStore + Clone>(engine: backstop_core::Engine<S>, def: backstop_core::SagaDef) -> backstop_core::Result<()> {
+    /// let started = engine.start_saga(&def.start("order-42", &42)?).await?;
+    /// assert!(started.created);
+    /// # Ok(()) }
+    /// ```
+    pub async fn start_saga(&self, start: &crate::SagaStart) -> Result<crate::SagaStarted> {
+        let shared = &self.inner.shared;
+        let started = shared.store.start_saga(start).await?;
+        if started.created {
+            let event_type = format!("saga:{}", start.name());
+            match shared.executors.contains_key(&event_type) {
+                true => shared.poll_type(event_type),
+                false => shared.announce(&event_type).await,
+            }
+        }
+        Ok(started)
+    }
+
     /// Ask the poller to poll now rather than at its next tick (after the first-poll delay).
     pub fn poll_now(&self) {
         self.inner.shared.wake_all();

@@ -670,8 +670,9 @@ pub async fn engine_saga_reconciler_parks_a_late_saga<H: Harness>(ctx: &Ctx<H>) 
 
 /// A step's next steps run ahead of the poller once its report commits: with a poller
 /// that polls only when asked (one round, and a follow-up round right after a round that
-/// claimed something), one poll starts the first step and the saga completes: the steps
-/// enqueued later run ahead (without it, the saga would wait for an hourly poll).
+/// claimed something), `Engine::start_saga` wakes it for the first step and the saga
+/// completes: the steps enqueued later run ahead (without it, the saga would wait for an
+/// hourly poll). A key started again creates nothing.
 pub async fn engine_saga_next_steps_run_ahead<H: Harness>(ctx: &Ctx<H>) {
     let journal = Journal::default();
     let engine = Engine::builder(ctx.store.clone())
@@ -683,12 +684,15 @@ pub async fn engine_saga_next_steps_run_ahead<H: Harness>(ctx: &Ctx<H>) {
         )
         .start()
         .unwrap();
-    ctx.store
-        .start_saga(&order_def().start("o-11", &1).unwrap())
-        .await
-        .unwrap();
-    engine.poll_now();
-    wait_saga(&ctx.store, "o-11", SagaStatus::Completed).await;
+    let start = order_def().start("o-11", &1).unwrap();
+    let started = engine.start_saga(&start).await.unwrap();
+    assert!(started.created);
+    let done = wait_saga(&ctx.store, "o-11", SagaStatus::Completed).await;
+    let again = engine.start_saga(&start).await.unwrap();
+    assert_eq!(
+        (again.id, again.created, again.status),
+        (done.id, false, SagaStatus::Completed)
+    );
     let counters = engine.counters();
     engine.shutdown().await;
     assert_eq!(counters.polled + counters.run_ahead, 4, "{counters:?}");
