@@ -446,7 +446,7 @@ impl Sql {
                  WHERE id > ?1 AND (?2 IS NULL OR name = ?2) AND (?3 IS NULL OR status = ?3)
                    AND (?4 IS NULL OR updated_at < ?6 - ?4)
                    AND (?7 IS NULL OR created_at < ?6 - ?7)
-                 ORDER BY id LIMIT ?5"
+                 ORDER BY id LIMIT CAST(?5 AS INTEGER)"
             ),
             purge_barrier: format!(
                 "DELETE FROM {tb} WHERE (gid, branch_id, op) IN (
