@@ -89,7 +89,7 @@ pub enum EnqueueStep<'a> {
     /// committed since the transaction's snapshot (MySQL). Parameters: the name, the key.
     SagaRead(&'a SagaStart),
     /// The fenced failure of a lease's task on the transaction (a saga step out of
-    /// attempts, see [`saga_step_on`](crate::driver::saga_step_on)): `status = 2`
+    /// attempts, see [`saga_write_on`](crate::driver::saga_write_on)): `status = 2`
     /// (failed), `owner` cleared, `last_error` the error, `updated_at` = now, where the
     /// task is running under the lease; a row changed, or returned, when it applied.
     /// Parameters: the error, the task's id, the lease's token.

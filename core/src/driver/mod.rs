@@ -276,7 +276,7 @@ pub trait Driver: Send + Sync + 'static {
     async fn saga_by_id(&self, id: SagaId) -> Result<Option<RawSaga>>;
 
     /// [`sagas`](crate::TaskStore::sagas): the rows of [`SAGA_COLUMNS`] that match, by
-    /// id. Checked: see [`SagaFilter`](crate::SagaFilter) (`limit` 1 to `MAX_BATCH`, a
+    /// id. Checked: see [`SagaFilter`] (`limit` 1 to `MAX_BATCH`, a
     /// valid name, an age at most `MAX_INTERVAL`).
     async fn sagas(&self, filter: Checked<&SagaFilter>) -> Result<Vec<RawSaga>>;
 

@@ -84,10 +84,11 @@ pub enum SagaWritten {
 
 const OP: &str = "saga_write";
 
-/// Run `write` on the transaction `conn` (the store's own, or the caller's): see the
-/// [module docs](self). A report is `Conflict` when the step's task no longer runs
-/// under its lease, `Unexpected` when its saga's row is missing. On an error, roll the
-/// transaction back.
+/// Run `write` ([`SagaWrite`]) on the transaction `conn` (the store's own, or the
+/// caller's): read (a report's fence, the saga row's lock, the group's step rows),
+/// decide, write (the step row, the saga row, a retry's reset, the operators' log, the
+/// tasks). A report is `Conflict` when the step's task no longer runs under its lease,
+/// `Unexpected` when its saga's row is missing. On an error, roll the transaction back.
 pub async fn saga_write_on<C: TxConnection + ?Sized>(
     sql: &dyn EnqueueSql,
     config: &StoreConfig,
