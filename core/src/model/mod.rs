@@ -10,6 +10,7 @@ mod new_task;
 mod query;
 mod retry;
 mod saga;
+mod saga_run;
 mod task;
 
 pub use audit::{Audit, AuditEntry};
@@ -22,9 +23,12 @@ pub use query::{EventTypeSeen, Recycled, Stats, StatusCount, TaskFilter, Through
 pub use retry::{Backoff, RetryPolicy};
 pub(crate) use saga::check_saga_ids;
 pub use saga::{
-    NudgeTask, ReconcileTask, Saga, SagaCommand, SagaDef, SagaDefBuilder, SagaFilter, SagaId,
-    SagaLogEntry, SagaStart, SagaStarted, SagaStatus, SagaStep, SagaStepRecord, StepApplied,
-    StepOutcome, StepPhase, StepReport, StepState, StepTask,
+    Saga, SagaDef, SagaDefBuilder, SagaId, SagaStart, SagaStarted, SagaStatus, SagaStep, StepPhase,
+    StepTask,
+};
+pub use saga_run::{
+    NudgeTask, ReconcileTask, SagaCommand, SagaFilter, SagaLogEntry, SagaStepRecord, StepApplied,
+    StepOutcome, StepReport, StepState,
 };
 pub use task::{Lease, Owner, Status, Task, TaskId};
 
