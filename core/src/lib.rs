@@ -39,8 +39,8 @@ pub use model::{
     EventTypeSeen, Lease, Mark, MarkAction, NewTask, NudgeTask, Owner, Priority, ReconcileTask,
     Recycled, RetryPolicy, Saga, SagaCommand, SagaDef, SagaDefBuilder, SagaFilter, SagaId,
     SagaLogEntry, SagaStart, SagaStarted, SagaStatus, SagaStep, SagaStepRecord, Stats, Status,
-    StatusCount, StepApplied, StepOutcome, StepPhase, StepReport, StepState, StepTask, Task,
-    TaskFilter, TaskId, Throughput, WhenParked,
+    StatusCount, StepApplied, StepOutcome, StepPhase, StepReport, StepRole, StepState, StepTask,
+    Task, TaskFilter, TaskId, TccDefBuilder, Throughput, WhenParked,
 };
 pub use notify::{Notifier, Wake, Wakes};
 pub use schedule::{Missed, Periodic, Schedule};

@@ -3,7 +3,21 @@
 //! applies in the finishing task's transaction, under the saga row's lock.
 
 pub use crate::model::StepState;
-use crate::model::{SagaDef, SagaStatus, StepPhase};
+use crate::model::{SagaDef, SagaStatus, SagaStep, StepPhase, StepRole};
+
+/// Whether `step`, its action in `state`, is undone when its group compensates: a
+/// saga's compensated step once its action succeeded; a TCC try whatever its try did
+/// (refused, out of attempts or not run: the barrier makes that cancel empty) unless
+/// cancelled already.
+fn needs_undo(step: &SagaStep, state: StepState) -> bool {
+    match step.role() {
+        StepRole::Try => !matches!(
+            state,
+            StepState::Compensated | StepState::CompensationFailed
+        ),
+        _ => step.has_compensation() && state == StepState::Done,
+    }
+}
 
 /// What a step's task reports when it finishes (the event [`SagaProgress::decide`]
 /// decides on).
@@ -156,22 +170,37 @@ impl<'d> SagaProgress<'d> {
         let steps = self.steps_of(group);
         let settled = steps
             .iter()
-            .all(|(name, _)| now.iter().any(|(s, _)| s == name));
+            .all(|step| now.iter().any(|(s, _)| *s == step.name()));
+        // a TCC try out of attempts cancels, as a refusal does: its outcome is unknown
+        let try_exhausted = matches!(
+            event,
+            StepEvent::Exhausted {
+                phase: StepPhase::Action,
+                ..
+            }
+        ) && self.role_of(step) == StepRole::Try;
+        let refusal = match event {
+            StepEvent::ActionRefused { reason, .. } => Some(reason.clone()),
+            StepEvent::Exhausted { reason, .. } if try_exhausted => Some(format!(
+                "the try of branch {step:?} ran out of attempts: {reason}"
+            )),
+            _ => None,
+        };
         match (status, event) {
             (SagaStatus::Running, StepEvent::ActionDone { .. }) => {
-                let all_done = steps.iter().all(|(name, _)| {
+                let all_done = steps.iter().all(|step| {
                     now.iter()
-                        .any(|(s, st)| s == name && *st == StepState::Done)
+                        .any(|(s, st)| *s == step.name() && *st == StepState::Done)
                 });
                 if all_done {
                     self.advance(group, &mut decision);
                 }
             }
-            (SagaStatus::Running, StepEvent::ActionRefused { reason, .. }) => {
+            (SagaStatus::Running, _) if refusal.is_some() => {
                 decision.saga = Some(SagaChange {
                     status: SagaStatus::Compensating,
                     group,
-                    reason: Some(reason.clone()),
+                    reason: refusal,
                 });
                 if settled {
                     self.compensate_group(group, &now, &mut decision);
@@ -179,18 +208,16 @@ impl<'d> SagaProgress<'d> {
             }
             // a sibling finishing after the refusal: the group compensates once all of it
             // has finished
-            (SagaStatus::Compensating, StepEvent::ActionDone { .. })
-            | (SagaStatus::Compensating, StepEvent::ActionRefused { .. })
-                if settled =>
-            {
+            (SagaStatus::Compensating, StepEvent::ActionDone { .. }) if settled => {
+                self.compensate_group(group, &now, &mut decision);
+            }
+            (SagaStatus::Compensating, _) if settled && refusal.is_some() => {
                 self.compensate_group(group, &now, &mut decision);
             }
             (SagaStatus::Compensating, StepEvent::Compensated { .. }) => {
-                let pending = steps.iter().any(|(name, compensated)| {
-                    *compensated
-                        && now
-                            .iter()
-                            .any(|(s, st)| s == name && *st == StepState::Done)
+                let pending = steps.iter().any(|step| {
+                    now.iter()
+                        .any(|(s, st)| *s == step.name() && needs_undo(step, *st))
                 });
                 if !pending {
                     self.descend(group, &mut decision);
@@ -199,7 +226,7 @@ impl<'d> SagaProgress<'d> {
             (
                 SagaStatus::Running | SagaStatus::Compensating,
                 StepEvent::Exhausted { phase, reason, .. },
-            ) => {
+            ) if !try_exhausted => {
                 decision.saga = Some(SagaChange {
                     status: SagaStatus::Parked,
                     group,
@@ -257,8 +284,8 @@ impl<'d> SagaProgress<'d> {
         let steps = self.steps_of(group);
         let missing: Vec<(String, StepPhase)> = steps
             .iter()
-            .filter(|(name, _)| !now.iter().any(|(s, _)| s == name))
-            .map(|(name, _)| ((*name).to_owned(), StepPhase::Action))
+            .filter(|step| !now.iter().any(|(s, _)| *s == step.name()))
+            .map(|step| (step.name().to_owned(), StepPhase::Action))
             .collect();
         match status {
             SagaStatus::Running if missing.is_empty() => {
@@ -276,18 +303,19 @@ impl<'d> SagaProgress<'d> {
         decision
     }
 
-    /// The steps of group `group`: each name and whether it has a compensation.
-    fn steps_of(&self, group: u32) -> Vec<(&'d str, bool)> {
+    /// The steps of group `group`.
+    fn steps_of(&self, group: u32) -> &'d [SagaStep] {
         usize::try_from(group)
             .ok()
             .and_then(|g| self.def.groups().get(g))
-            .map(|steps| {
-                steps
-                    .iter()
-                    .map(|s| (s.name(), s.has_compensation()))
-                    .collect()
-            })
-            .unwrap_or_default()
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// The role of step `name` (a saga's step when the definition lacks it).
+    fn role_of(&self, name: &str) -> StepRole {
+        self.def
+            .find_step(name)
+            .map_or(StepRole::Step, |(_, _, s)| s.role())
     }
 
     /// Group `group` is done: start the next, or complete the saga.
@@ -308,29 +336,56 @@ impl<'d> SagaProgress<'d> {
             reason: None,
         });
         decision.enqueue = steps
-            .into_iter()
-            .map(|(name, _)| (name.to_owned(), StepPhase::Action))
+            .iter()
+            .map(|step| (step.name().to_owned(), StepPhase::Action))
             .collect();
     }
 
-    /// The refused group has finished: compensate its done steps, or go down.
+    /// The refused group has finished: compensate its steps that need it, or go down.
+    /// A TCC transaction's confirm group is never undone: an operator's compensation
+    /// that reaches it is overruled (its confirms ran, as they must once every try
+    /// succeeded), and the transaction completes.
     fn compensate_group(&self, group: u32, now: &[(&str, StepState)], decision: &mut Decision) {
-        let undo: Vec<(String, StepPhase)> = self
-            .steps_of(group)
-            .into_iter()
-            .filter(|(name, compensated)| {
-                *compensated
-                    && now
-                        .iter()
-                        .any(|(s, st)| s == name && *st == StepState::Done)
+        let steps = self.steps_of(group);
+        let reason = decision.saga.as_ref().and_then(|c| c.reason.clone());
+        if steps.iter().any(|s| s.role() == StepRole::Confirm) {
+            let confirmed = steps.iter().all(|step| {
+                now.iter()
+                    .any(|(s, st)| *s == step.name() && *st == StepState::Done)
+            });
+            decision.saga = Some(match confirmed {
+                true => SagaChange {
+                    status: SagaStatus::Completed,
+                    group,
+                    reason: Some(
+                        "confirmed: a TCC transaction that began confirming is not cancelled"
+                            .to_owned(),
+                    ),
+                },
+                false => SagaChange {
+                    status: SagaStatus::Parked,
+                    group,
+                    reason: Some(
+                        "a TCC transaction that began confirming is not cancelled, and a \
+                         confirm of it did not run: resolve it by hand"
+                            .to_owned(),
+                    ),
+                },
+            });
+            return;
+        }
+        let undo: Vec<(String, StepPhase)> = steps
+            .iter()
+            .filter(|step| {
+                now.iter()
+                    .any(|(s, st)| *s == step.name() && needs_undo(step, *st))
             })
-            .map(|(name, _)| (name.to_owned(), StepPhase::Compensate))
+            .map(|step| (step.name().to_owned(), StepPhase::Compensate))
             .collect();
         if undo.is_empty() {
             self.descend(group, decision);
             return;
         }
-        let reason = decision.saga.as_ref().and_then(|c| c.reason.clone());
         decision.saga = Some(SagaChange {
             status: SagaStatus::Compensating,
             group,
@@ -346,9 +401,9 @@ impl<'d> SagaProgress<'d> {
         for earlier in (0..group).rev() {
             let undo: Vec<(String, StepPhase)> = self
                 .steps_of(earlier)
-                .into_iter()
-                .filter(|(_, compensated)| *compensated)
-                .map(|(name, _)| (name.to_owned(), StepPhase::Compensate))
+                .iter()
+                .filter(|step| step.has_compensation())
+                .map(|step| (step.name().to_owned(), StepPhase::Compensate))
                 .collect();
             if !undo.is_empty() {
                 decision.saga = Some(SagaChange {
@@ -571,5 +626,177 @@ mod tests {
                 "{status} {group} {event:?}"
             );
         }
+    }
+
+    /// debit ∥ credit ∥ fee, as a TCC transaction.
+    fn tcc() -> SagaDef {
+        SagaDef::tcc("transfer")
+            .branch(SagaStep::new("debit"))
+            .branch(SagaStep::new("credit"))
+            .branch(SagaStep::new("fee"))
+            .build()
+            .unwrap()
+    }
+
+    fn try_exhausted(step: &str) -> StepEvent {
+        StepEvent::Exhausted {
+            step: step.into(),
+            group: 0,
+            phase: Action,
+            reason: "timeout".into(),
+        }
+    }
+
+    #[test]
+    fn tcc_confirms_every_branch_once_every_try_succeeded() {
+        let def = tcc();
+        let p = SagaProgress::new(&def);
+        let d = p.decide(Running, 0, &rows(&[("debit", Done)]), &done("credit", 0));
+        assert_eq!((d.saga, d.enqueue.len()), (None, 0), "fee still tries");
+        let d = p.decide(
+            Running,
+            0,
+            &rows(&[("debit", Done), ("credit", Done)]),
+            &done("fee", 0),
+        );
+        assert_eq!(d.saga, change(Running, 1, None));
+        assert_eq!(
+            d.enqueue,
+            tasks(&[
+                ("debit.confirm", Action),
+                ("credit.confirm", Action),
+                ("fee.confirm", Action)
+            ])
+        );
+        let d = p.decide(
+            Running,
+            1,
+            &rows(&[("debit.confirm", Done), ("credit.confirm", Done)]),
+            &done("fee.confirm", 1),
+        );
+        assert_eq!(d.saga, change(Completed, 1, None));
+        // a confirm out of attempts parks: it cannot cancel
+        let d = p.decide(
+            Running,
+            1,
+            &[],
+            &StepEvent::Exhausted {
+                step: "fee.confirm".into(),
+                group: 1,
+                phase: Action,
+                reason: "timeout".into(),
+            },
+        );
+        assert_eq!(d.saga.map(|c| c.status), Some(SagaStatus::Parked));
+    }
+
+    #[test]
+    fn tcc_any_failed_try_cancels_every_branch_whatever_it_did() {
+        use StepState::{ActionFailed, Compensated as Undone};
+        let def = tcc();
+        let p = SagaProgress::new(&def);
+        // credit refused while debit and fee still try: wait for them
+        let d = p.decide(Running, 0, &[], &refused("credit", 0));
+        assert_eq!(d.saga, change(Compensating, 0, Some("credit refused")));
+        assert!(d.enqueue.is_empty());
+        let d = p.decide(
+            Compensating,
+            0,
+            &rows(&[("credit", Refused)]),
+            &done("debit", 0),
+        );
+        assert_eq!((d.saga, d.enqueue.len()), (None, 0), "fee still tries");
+        // fee runs out of attempts: every branch is cancelled, the refused and failed too
+        let d = p.decide(
+            Compensating,
+            0,
+            &rows(&[("credit", Refused), ("debit", Done)]),
+            &try_exhausted("fee"),
+        );
+        assert_eq!(d.record, ("fee".into(), ActionFailed));
+        assert_eq!(d.saga, change(Compensating, 0, None));
+        assert_eq!(
+            d.enqueue,
+            tasks(&[
+                ("debit", Compensate),
+                ("credit", Compensate),
+                ("fee", Compensate)
+            ])
+        );
+        // cancelled one by one; the last ends the transaction compensated
+        let d = p.decide(
+            Compensating,
+            0,
+            &rows(&[
+                ("debit", Undone),
+                ("credit", Refused),
+                ("fee", ActionFailed),
+            ]),
+            &undone("credit", 0),
+        );
+        assert_eq!(
+            (d.saga, d.enqueue.len()),
+            (None, 0),
+            "fee is not cancelled yet"
+        );
+        let d = p.decide(
+            Compensating,
+            0,
+            &rows(&[("debit", Undone), ("credit", Undone)]),
+            &undone("fee", 0),
+        );
+        assert_eq!(d.saga, change(Compensated, 0, None));
+        // a try out of attempts, its siblings done: cancel at once, with the reason
+        let d = p.decide(
+            Running,
+            0,
+            &rows(&[("debit", Done), ("credit", Done)]),
+            &try_exhausted("fee"),
+        );
+        assert_eq!(
+            d.saga,
+            change(
+                Compensating,
+                0,
+                Some("the try of branch \"fee\" ran out of attempts: timeout")
+            )
+        );
+        assert_eq!(d.enqueue.len(), 3);
+    }
+
+    #[test]
+    fn tcc_confirming_is_never_cancelled() {
+        let def = tcc();
+        let p = SagaProgress::new(&def);
+        // an operator compensates while confirms run: the missing confirms still run
+        let confirmed = rows(&[("debit.confirm", Done)]);
+        let d = p.nudge(Compensating, 1, &confirmed);
+        assert_eq!(
+            d.enqueue,
+            tasks(&[("credit.confirm", Action), ("fee.confirm", Action)])
+        );
+        // once they did, the transaction completes: no try is cancelled
+        let d = p.decide(
+            Compensating,
+            1,
+            &rows(&[("debit.confirm", Done), ("credit.confirm", Done)]),
+            &done("fee.confirm", 1),
+        );
+        assert!(d.enqueue.is_empty());
+        let change = d.saga.unwrap();
+        assert_eq!(change.status, Completed);
+        assert!(change.reason.unwrap().contains("not cancelled"));
+        // a confirm recorded refused (not run) leaves it parked for an operator
+        let d = p.nudge(
+            Compensating,
+            1,
+            &rows(&[
+                ("debit.confirm", Done),
+                ("credit.confirm", Refused),
+                ("fee.confirm", Done),
+            ]),
+        );
+        assert_eq!(d.saga.map(|c| c.status), Some(SagaStatus::Parked));
+        assert!(d.enqueue.is_empty());
     }
 }

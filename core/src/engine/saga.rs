@@ -19,8 +19,8 @@ use super::Context;
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::{
     BranchCall, BranchOp, NewTask, NudgeTask, ReconcileTask, Saga, SagaCommand, SagaDef,
-    SagaFilter, SagaStatus, SagaStepRecord, StepOutcome, StepPhase, StepReport, StepState,
-    StepTask, Task,
+    SagaFilter, SagaStatus, SagaStepRecord, StepOutcome, StepPhase, StepReport, StepRole,
+    StepState, StepTask, Task,
 };
 use crate::schedule::{Periodic, Schedule};
 use crate::store::TaskStore;
@@ -28,8 +28,9 @@ use crate::store::TaskStore;
 /// How a step's action or compensation failed.
 ///
 /// - A **business** failure ([`StepError::refuse`]: insufficient stock, card declined)
-///   is an answer: the saga compensates its completed steps. Only an action refuses; a
-///   compensation that refuses is retried as a technical failure.
+///   is an answer: the saga compensates its completed steps (a TCC transaction cancels
+///   every branch). Only an action or a TCC try refuses; a compensation, cancel or
+///   confirm that refuses is retried as a technical failure.
 /// - A **technical** failure (anything `?` converts: a timeout, a lost connection, a
 ///   5xx) retries the step's task under its policy and never compensates by itself.
 ///   When the attempts run out (or the failure is [permanent](HandlerError::fail)), the
@@ -171,6 +172,45 @@ impl SagaSteps {
         self
     }
 
+    /// The try, confirm and cancel of TCC branch `branch`
+    /// ([`SagaDef::tcc`](crate::SagaDef::tcc)): the try is the branch's action (its
+    /// output is saved, and read by its confirm and cancel as
+    /// [`output(branch)`](StepContext::output)), the cancel its compensation, the
+    /// confirm the action of step `<branch>.confirm`. A confirm or cancel that refuses is
+    /// retried.
+    ///
+    /// ```
+    /// use backstop_core::SagaSteps;
+    /// let steps = SagaSteps::new().tcc(
+    ///     "debit",
+    ///     |_cx| async move { Ok("hold-7") },
+    ///     |_cx| async move { Ok(()) },
+    ///     |_cx| async move { Ok(()) },
+    /// );
+    /// # let _ = steps;
+    /// ```
+    pub fn tcc<T, TFut, O, C, CFut, X, XFut>(
+        self,
+        branch: impl Into<String>,
+        try_: T,
+        confirm: C,
+        cancel: X,
+    ) -> Self
+    where
+        T: Fn(StepContext) -> TFut + Send + Sync + 'static,
+        TFut: Future<Output = std::result::Result<O, StepError>> + Send + 'static,
+        O: Serialize + 'static,
+        C: Fn(StepContext) -> CFut + Send + Sync + 'static,
+        CFut: Future<Output = std::result::Result<(), StepError>> + Send + 'static,
+        X: Fn(StepContext) -> XFut + Send + Sync + 'static,
+        XFut: Future<Output = std::result::Result<(), StepError>> + Send + 'static,
+    {
+        let branch = branch.into();
+        self.action(SagaDef::confirm_step(&branch), confirm)
+            .action(branch.clone(), try_)
+            .compensation(branch, cancel)
+    }
+
     /// Check the steps against `def`: an action for each step, a compensation for each
     /// compensated step and for no other, nothing for a step `def` lacks.
     pub(crate) fn check(&self, def: &SagaDef) -> Result<()> {
@@ -220,6 +260,8 @@ pub struct StepContext {
     steps: Arc<tokio::sync::OnceCell<Vec<SagaStepRecord>>>,
     step: String,
     phase: StepPhase,
+    /// The barrier's branch and operation of this step and phase.
+    barrier: (String, BranchOp),
     cx: Context,
 }
 
@@ -288,19 +330,20 @@ impl StepContext {
         })
     }
 
-    /// The participant barrier's call of this step (global transaction
-    /// `saga:<name>:<key>`, branch the step's name, the phase's operation), for a
-    /// participant to guard its writes with
-    /// ([`Transactional::barrier_in`](crate::Transactional::barrier_in)).
+    /// The participant barrier's call of this step, for a participant to guard its
+    /// writes with ([`Transactional::barrier_in`](crate::Transactional::barrier_in)):
+    /// global transaction `saga:<name>:<key>`; of a saga's step, branch the step's name
+    /// and operation [`Action`](BranchOp::Action) or
+    /// [`Compensate`](BranchOp::Compensate); of a TCC branch
+    /// ([`SagaDef::tcc`](crate::SagaDef::tcc)), branch the branch's name (a confirm's
+    /// too) and operation [`Try`](BranchOp::Try), [`Confirm`](BranchOp::Confirm) or
+    /// [`Cancel`](BranchOp::Cancel).
     pub fn branch(&self) -> Result<BranchCall> {
-        let op = match self.phase {
-            StepPhase::Action => BranchOp::Action,
-            StepPhase::Compensate => BranchOp::Compensate,
-        };
+        let (branch, op) = &self.barrier;
         BranchCall::new(
             format!("saga:{}:{}", self.saga.name, self.saga.key),
-            self.step.as_str(),
-            op,
+            branch.as_str(),
+            *op,
         )
     }
 }
@@ -401,14 +444,18 @@ impl Handler for SagaRunner {
             }
         };
         let def = &self.def;
-        if call.saga != def.name() || def.find_step(&call.step).is_none() {
+        let Some((_, _, step)) = def
+            .find_step(&call.step)
+            .filter(|_| call.saga == def.name())
+        else {
             return Err(HandlerError::fail(format!(
                 "saga {:?} step {:?} is not a step of this engine's saga {:?}",
                 call.saga,
                 call.step,
                 def.name()
             )));
-        }
+        };
+        let (role, branch) = (step.role(), def.branch_of(step));
         let store = cx.store();
         let saga = store
             .saga(def.name(), &call.key)
@@ -435,10 +482,13 @@ impl Handler for SagaRunner {
             // a late duplicate of a finished saga: nothing to do
             (_, SagaStatus::Completed | SagaStatus::Compensated) => return Ok(()),
             // an action whose saga compensates already is not run: it is refused, so its
-            // group can settle
-            (StepPhase::Action, SagaStatus::Compensating) => StepOutcome::Refused {
-                reason: "not run: the saga was compensating".to_owned(),
-            },
+            // group can settle (a TCC confirm runs: the tries all succeeded, so the
+            // transaction confirms; see SagaProgress)
+            (StepPhase::Action, SagaStatus::Compensating) if role != StepRole::Confirm => {
+                StepOutcome::Refused {
+                    reason: "not run: the saga was compensating".to_owned(),
+                }
+            }
             // a compensation of a running saga: a stray; nothing to undo
             (StepPhase::Compensate, SagaStatus::Running) => return Ok(()),
             (phase, _) => {
@@ -450,7 +500,11 @@ impl Handler for SagaRunner {
                         .map_err(|e| store_failed("reading the saga's steps", e))?;
                     let undone = rows.iter().any(|r: &SagaStepRecord| {
                         r.step == call.step
-                            && matches!(r.state, StepState::Compensated | StepState::Refused)
+                            && match role {
+                                // a TCC try is cancelled whatever it did
+                                StepRole::Try => r.state == StepState::Compensated,
+                                _ => matches!(r.state, StepState::Compensated | StepState::Refused),
+                            }
                     });
                     if undone {
                         // compensated before (or its action refused: nothing to undo)
@@ -462,6 +516,7 @@ impl Handler for SagaRunner {
                     steps,
                     step: call.step.clone(),
                     phase,
+                    barrier: (branch.to_owned(), barrier_op(role, phase)),
                     cx: cx.clone(),
                 };
                 match (self.run_code(task, phase, scx).await, phase) {
@@ -469,8 +524,16 @@ impl Handler for SagaRunner {
                         output: output.unwrap_or_else(|| "null".to_owned()),
                     },
                     (Ok(_), StepPhase::Compensate) => StepOutcome::Compensated,
-                    (Err(StepError(Failure::Refused(reason))), StepPhase::Action) => {
+                    (Err(StepError(Failure::Refused(reason))), StepPhase::Action)
+                        if role != StepRole::Confirm =>
+                    {
                         StepOutcome::Refused { reason }
+                    }
+                    (Err(StepError(Failure::Refused(reason))), StepPhase::Action) => {
+                        let e = HandlerError::retry(format!(
+                            "a TCC confirm cannot refuse; retried: {reason}"
+                        ));
+                        exhausted_or_retry(task, phase, e)?
                     }
                     (Err(StepError(Failure::Refused(reason))), StepPhase::Compensate) => {
                         let e = HandlerError::retry(format!(
@@ -649,6 +712,17 @@ async fn pages(
         }
     }
     Ok(all)
+}
+
+/// The barrier's operation of `phase` of a step in `role`.
+fn barrier_op(role: StepRole, phase: StepPhase) -> BranchOp {
+    match (role, phase) {
+        (StepRole::Try, StepPhase::Action) => BranchOp::Try,
+        (StepRole::Try, StepPhase::Compensate) => BranchOp::Cancel,
+        (StepRole::Confirm, _) => BranchOp::Confirm,
+        (_, StepPhase::Action) => BranchOp::Action,
+        (_, StepPhase::Compensate) => BranchOp::Compensate,
+    }
 }
 
 /// A technical failure: the task's last attempt (or a permanent failure) is reported,

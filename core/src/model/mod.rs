@@ -12,6 +12,7 @@ mod retry;
 mod saga;
 mod saga_run;
 mod task;
+mod tcc;
 
 pub use audit::{Audit, AuditEntry};
 pub(crate) use barrier::check_gid;
@@ -24,13 +25,14 @@ pub use retry::{Backoff, RetryPolicy};
 pub(crate) use saga::check_saga_ids;
 pub use saga::{
     Saga, SagaDef, SagaDefBuilder, SagaId, SagaStart, SagaStarted, SagaStatus, SagaStep, StepPhase,
-    StepTask,
+    StepRole, StepTask,
 };
 pub use saga_run::{
     NudgeTask, ReconcileTask, SagaCommand, SagaFilter, SagaLogEntry, SagaStepRecord, StepApplied,
     StepOutcome, StepReport, StepState,
 };
 pub use task::{Lease, Owner, Status, Task, TaskId};
+pub use tcc::TccDefBuilder;
 
 #[cfg(test)]
 mod tests {

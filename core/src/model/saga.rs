@@ -147,6 +147,7 @@ impl StepPhase {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SagaStep {
     name: String,
+    role: StepRole,
     compensated: bool,
     retry: RetryPolicy,
     compensation_retry: RetryPolicy,
@@ -158,6 +159,7 @@ impl SagaStep {
     pub fn new(name: impl Into<String>) -> Self {
         SagaStep {
             name: name.into(),
+            role: StepRole::Step,
             compensated: false,
             retry: RetryPolicy::default(),
             compensation_retry: SagaStep::default_compensation_retry(),
@@ -206,6 +208,48 @@ impl SagaStep {
     pub fn has_compensation(&self) -> bool {
         self.compensated
     }
+
+    /// What it is in its definition: a saga's step, or a TCC branch's try or confirm.
+    pub fn role(&self) -> StepRole {
+        self.role
+    }
+
+    /// The same step in role `role` (the TCC builder makes its tries and confirms so).
+    pub(crate) fn with_role(mut self, role: StepRole) -> Self {
+        self.role = role;
+        self
+    }
+
+    /// The retry policies of its action and its compensation.
+    pub(crate) fn policies(&self) -> (RetryPolicy, RetryPolicy) {
+        (self.retry, self.compensation_retry)
+    }
+
+    /// The timeout of each attempt of its tasks, if it has its own.
+    pub(crate) fn attempt_timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+}
+
+/// What a [`SagaStep`] is in its definition. A saga's steps are
+/// [`Step`](Self::Step)s; a TCC transaction ([`SagaDef::tcc`]) is a definition of two
+/// groups, every branch's [`Try`](Self::Try) side by side, then every branch's
+/// [`Confirm`](Self::Confirm).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StepRole {
+    /// A saga's step: an action and maybe a compensation, undone only when its action
+    /// succeeded.
+    Step,
+    /// A TCC branch's try (its compensation is the branch's cancel). Once any try fails
+    /// (refused, or out of attempts), every branch is cancelled, whatever its try did:
+    /// a try whose outcome is unknown may have reserved, and the barrier makes the
+    /// cancel of a try that never ran empty.
+    Try,
+    /// A TCC branch's confirm (step `<branch>.confirm`): runs after every try
+    /// succeeded, and retries until it succeeds (a refusal is retried too); out of
+    /// attempts, the transaction parks.
+    Confirm,
 }
 
 /// A saga's definition: a name and groups of steps run in order, the steps of a group

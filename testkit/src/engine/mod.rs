@@ -18,6 +18,7 @@ pub mod retention;
 pub mod run_ahead;
 pub mod saga;
 pub mod shutdown;
+pub mod tcc;
 pub mod wakeups;
 
 use std::collections::{HashMap, HashSet};
