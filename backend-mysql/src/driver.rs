@@ -678,6 +678,18 @@ impl Driver for MySqlDriver {
         })
     }
 
+    async fn saga_backlog(&self) -> Result<Vec<(String, i64, i64, i64)>> {
+        Ok(
+            sqlx::query_as::<_, (String, i16, i64, i64)>(safe(&self.sql.saga_backlog))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(my_err)?
+                .into_iter()
+                .map(|(name, status, count, ms)| (name, status.into(), count, ms))
+                .collect(),
+        )
+    }
+
     async fn throughput(&self, b: Checked<Buckets>) -> Result<Vec<(String, i64, i64, i64)>> {
         Ok(
             sqlx::query_as::<_, (String, i8, i64, i64)>(safe(&self.sql.throughput))

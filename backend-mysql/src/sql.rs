@@ -85,6 +85,8 @@ pub(crate) struct Sql {
     pub saga_by_id: String,
     /// The sagas of a filter, by id (`SAGA_COLUMNS`).
     pub sagas: String,
+    /// The unfinished sagas per name and status: count, ms since the oldest change.
+    pub saga_backlog: String,
     /// event type: upsert into the handlers table.
     pub types_register: String,
     /// The handlers table.
@@ -422,6 +424,11 @@ impl Sql {
                    AND (? IS NULL OR updated_at < NOW(3) - INTERVAL ? MICROSECOND)
                    AND (? IS NULL OR created_at < NOW(3) - INTERVAL ? MICROSECOND)
                  ORDER BY id LIMIT ?"
+            ),
+            saga_backlog: format!(
+                "SELECT name, status, COUNT(*),
+                        CAST(TIMESTAMPDIFF(MICROSECOND, MIN(updated_at), NOW(3)) / 1000 AS SIGNED)
+                 FROM {ts} WHERE status IN (0, 1, 4) GROUP BY name, status"
             ),
             purge_barrier: format!(
                 "DELETE FROM {tb} WHERE created_at < NOW(3) - INTERVAL ? MICROSECOND

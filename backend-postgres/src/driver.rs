@@ -477,6 +477,21 @@ impl Driver for PgDriver {
         .collect()
     }
 
+    async fn saga_backlog(&self) -> Result<Vec<(String, i64, i64, i64)>> {
+        self.query(&self.sql.saga_backlog, &[])
+            .await?
+            .iter()
+            .map(|r| {
+                Ok((
+                    col(r, 0)?,
+                    i64::from(col::<i16>(r, 1)?),
+                    col::<i64>(r, 2)?,
+                    col::<i64>(r, 3)?,
+                ))
+            })
+            .collect()
+    }
+
     async fn saga_log(&self, id: SagaId) -> Result<Vec<RawAudit>> {
         self.query(&self.sql.saga_log, &[&id])
             .await?

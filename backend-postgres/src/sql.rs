@@ -137,6 +137,8 @@ pub(crate) struct Sql {
     pub saga_by_id: String,
     /// The sagas of a filter, by id (`SAGA_COLUMNS`).
     pub sagas: String,
+    /// The unfinished sagas per name and status: count, ms since the oldest change.
+    pub saga_backlog: String,
     /// $1 event types: upsert into the handlers table.
     pub types_register: String,
     /// The handlers table.
@@ -673,6 +675,11 @@ impl Sql {
                    AND ($4::bigint IS NULL OR updated_at < now() - $4::bigint {MS})
                    AND ($6::bigint IS NULL OR created_at < now() - $6::bigint {MS})
                  ORDER BY id LIMIT $5"
+            ),
+            saga_backlog: format!(
+                "SELECT name, status, count(*),
+                        (extract(epoch FROM now() - min(updated_at)) * 1000)::bigint
+                 FROM {ts} WHERE status IN (0, 1, 4) GROUP BY name, status"
             ),
             purge_barrier: format!(
                 "WITH old AS MATERIALIZED (

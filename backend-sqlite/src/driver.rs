@@ -412,6 +412,17 @@ impl Driver for SqliteDriver {
         .await
     }
 
+    async fn saga_backlog(&self) -> Result<Vec<(String, i64, i64, i64)>> {
+        self.read("saga_backlog", move |sql, conn, now| {
+            conn.prepare_cached(&sql.saga_backlog)?
+                .query_map(params![now], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .await
+    }
+
     async fn throughput(&self, b: Checked<Buckets>) -> Result<Vec<(String, i64, i64, i64)>> {
         let (window, bucket) = (millis(b.window), millis(b.bucket));
         let cap = i64::try_from(b.cap).unwrap_or(i64::MAX);

@@ -116,6 +116,9 @@ pub(crate) struct Sql {
     pub saga_by_id: String,
     /// The sagas of a filter, by id (`SAGA_COLUMNS`).
     pub sagas: String,
+    /// ?1 now: the unfinished sagas per name and status: count, ms since the oldest
+    /// change.
+    pub saga_backlog: String,
     pub recycle_dead: String,
     pub heartbeat: String,
     pub mark_success: String,
@@ -447,6 +450,10 @@ impl Sql {
                    AND (?4 IS NULL OR updated_at < ?6 - ?4)
                    AND (?7 IS NULL OR created_at < ?6 - ?7)
                  ORDER BY id LIMIT CAST(?5 AS INTEGER)"
+            ),
+            saga_backlog: format!(
+                "SELECT name, status, COUNT(*), ?1 - MIN(updated_at)
+                 FROM {ts} WHERE status IN (0, 1, 4) GROUP BY name, status"
             ),
             purge_barrier: format!(
                 "DELETE FROM {tb} WHERE (gid, branch_id, op) IN (

@@ -1116,14 +1116,16 @@ async fn metrics<S: TaskStore + Clone + 'static>(
             let read = async {
                 let stats = inner.store.backlog().await?;
                 let handled = inner.store.event_types().await?;
-                Ok::<_, Error>((stats, handled))
+                let sagas = inner.store.saga_backlog().await?;
+                Ok::<_, Error>((stats, handled, sagas))
             };
             match read.await {
-                Ok((stats, handled)) => {
+                Ok((stats, handled, sagas)) => {
                     let handled = handled.into_iter().map(|t| t.event_type).collect();
                     let mut g = inner.gauges.lock().unwrap_or_else(|p| p.into_inner());
                     g.0 = Some(Instant::now());
                     g.1.record(&stats);
+                    g.1.record_sagas(&sagas);
                     for (event_type, waiting) in g.1.record_unhandled(&stats, &handled) {
                         tracing::warn!(%event_type, waiting,
                             "tasks wait for an event type no engine has a handler for");

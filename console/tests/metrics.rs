@@ -12,7 +12,7 @@ use axum::http::{header, Request, StatusCode};
 use backstop_console::{Console, Metrics, TokenAuth};
 use backstop_core::{
     handler_fn, Audit, Engine, EngineConfig, HandlerError, HandlerOptions, NewTask, RetryPolicy,
-    Status, Task, TaskStore,
+    SagaCommand, SagaDef, SagaStatus, SagaStep, Status, Task, TaskStore,
 };
 use backstop_sqlite::SqliteStore;
 use tower::ServiceExt;
@@ -118,8 +118,29 @@ async fn the_scrape_counts_every_path_with_explicit_buckets_and_no_ids() {
         .map(|e| e.created)
         .collect();
     assert_eq!(created, [true, true, false, false]);
+    // a parked saga (the saga gauges come with the backlog's)
+    let order = SagaDef::builder("order")
+        .step(SagaStep::new("pay"))
+        .build()
+        .unwrap();
+    let saga = store
+        .start_saga(&order.start("secret-order-9", &1).unwrap())
+        .await
+        .unwrap();
+    store
+        .command_saga(saga.id, SagaCommand::Park, &Audit::new("ops", "checking"))
+        .await
+        .unwrap();
 
     let page = scrape(&app).await;
+    let parked = "backstop_sagas{saga=\"order\",status=\"parked\"}";
+    assert_eq!(value(&page, parked), Some(1.0), "{page}");
+    let age = "backstop_saga_unchanged_seconds{saga=\"order\",status=\"parked\"}";
+    assert!(
+        value(&page, age).is_some_and(|s| (0.0..60.0).contains(&s)),
+        "{page}"
+    );
+    assert!(!page.contains("secret-order-9"), "{page}");
     assert_eq!(
         value(&page, "backstop_unhandled_tasks{event_type=\"MAIL_TYPO\"}"),
         Some(1.0),
@@ -229,7 +250,19 @@ async fn the_scrape_counts_every_path_with_explicit_buckets_and_no_ids() {
     let mut seen = backstop_core::BacklogGauges::default();
     seen.record(&backlog_with_failed(&store).await);
     seen.record(&store.backlog().await.unwrap());
+    seen.record_sagas(&store.saga_backlog().await.unwrap());
+    store
+        .command_saga(
+            saga.id,
+            SagaCommand::Resolve(SagaStatus::Completed),
+            &Audit::new("ops", "done by hand"),
+        )
+        .await
+        .unwrap();
+    seen.record_sagas(&store.saga_backlog().await.unwrap());
     let page = scrape(&app).await;
+    assert_eq!(value(&page, parked), Some(0.0), "{page}");
+    assert_eq!(value(&page, age), Some(0.0), "{page}");
     assert_eq!(
         value(
             &page,

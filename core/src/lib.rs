@@ -37,10 +37,10 @@ pub use limits::StoreConfig;
 pub use model::{
     Audit, AuditEntry, Backoff, Barrier, BarrierRecord, BranchCall, BranchOp, Dedup, Enqueued,
     EventTypeSeen, Lease, Mark, MarkAction, NewTask, NudgeTask, Owner, Priority, ReconcileTask,
-    Recycled, RetryPolicy, Saga, SagaCommand, SagaDef, SagaDefBuilder, SagaFilter, SagaId,
-    SagaLogEntry, SagaStart, SagaStarted, SagaStatus, SagaStep, SagaStepRecord, Stats, Status,
-    StatusCount, StepApplied, StepOutcome, StepPhase, StepReport, StepRole, StepState, StepTask,
-    Task, TaskFilter, TaskId, TccDefBuilder, Throughput, WhenParked,
+    Recycled, RetryPolicy, Saga, SagaCommand, SagaCount, SagaDef, SagaDefBuilder, SagaFilter,
+    SagaId, SagaLogEntry, SagaStart, SagaStarted, SagaStatus, SagaStep, SagaStepRecord, Stats,
+    Status, StatusCount, StepApplied, StepOutcome, StepPhase, StepReport, StepRole, StepState,
+    StepTask, Task, TaskFilter, TaskId, TccDefBuilder, Throughput, WhenParked,
 };
 pub use notify::{Notifier, Wake, Wakes};
 pub use schedule::{Missed, Periodic, Schedule};

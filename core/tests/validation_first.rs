@@ -297,6 +297,11 @@ impl Driver for Tripwire {
         Ok(Vec::new())
     }
 
+    async fn saga_backlog(&self) -> Result<Vec<(String, i64, i64, i64)>> {
+        self.called();
+        Ok(Vec::new())
+    }
+
     async fn saga_log(&self, _: SagaId) -> Result<Vec<RawAudit>> {
         self.called();
         Ok(Vec::new())

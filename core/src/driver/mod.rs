@@ -280,6 +280,11 @@ pub trait Driver: Send + Sync + 'static {
     /// valid name, an age at most `MAX_INTERVAL`).
     async fn sagas(&self, filter: Checked<&SagaFilter>) -> Result<Vec<RawSaga>>;
 
+    /// [`saga_backlog`](crate::TaskStore::saga_backlog): `(name, status code, count,
+    /// milliseconds since the oldest updated_at)` per name and status, of the sagas in
+    /// status 0 (running), 1 (compensating) or 4 (parked).
+    async fn saga_backlog(&self) -> Result<Vec<(String, i64, i64, i64)>>;
+
     /// [`saga_log`](crate::TaskStore::saga_log): saga `id`'s operators' log entries
     /// (`saga_id, action, operator, reason, at`, read with [`RawAudit::read`]), oldest
     /// first.

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::model::{Stats, Status};
+use crate::model::{SagaCount, Stats, Status};
 
 /// A snapshot of what one engine instance has done since it started.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -119,6 +119,26 @@ const OTHERS: &[(&str, &str, Kind)] = &[
         Kind::Gauge,
     ),
     (
+        "backstop_sagas",
+        "Unfinished sagas per definition (saga) and status (running, compensating, parked), from the saga backlog. Parked ones wait for an operator.",
+        Kind::Gauge,
+    ),
+    (
+        "backstop_saga_unchanged_seconds",
+        "Per definition (saga) and unfinished status: how long the least recently changed saga has been unchanged. A running or compensating one unchanged long past its stuck_after is not moving.",
+        Kind::Gauge,
+    ),
+    (
+        "backstop_saga_step_failures_total",
+        "Technical failures of saga steps per definition (saga) and phase (action, compensate): each failed attempt, retried or not.",
+        Kind::Counter,
+    ),
+    (
+        "backstop_saga_findings_total",
+        "What the saga reconcilers found per definition (saga) and finding: stuck (nudged) or late (past its deadline: parked).",
+        Kind::Counter,
+    ),
+    (
         "backstop_barrier_total",
         "Participant barrier verdicts by branch operation (op) and verdict: run, duplicate, empty_compensation, hanging. Many hanging calls mean forward calls arrive after their compensations: deadlines shorter than the calls' delivery.",
         Kind::Counter,
@@ -197,6 +217,7 @@ pub fn describe_metrics() {
 pub struct BacklogGauges {
     seen: std::collections::BTreeSet<(String, Status)>,
     unhandled: std::collections::BTreeSet<String>,
+    sagas: std::collections::BTreeSet<(String, &'static str)>,
 }
 
 impl BacklogGauges {
@@ -211,6 +232,7 @@ impl BacklogGauges {
     ) -> crate::error::Result<Vec<(String, u64)>> {
         let stats = store.backlog().await?;
         self.record(&stats);
+        self.record_sagas(&store.saga_backlog().await?);
         let handled: std::collections::BTreeSet<String> = store
             .event_types()
             .await?
@@ -248,6 +270,29 @@ impl BacklogGauges {
         }
         self.unhandled = counts.into_keys().collect();
         new
+    }
+
+    /// Set `backstop_sagas{saga, status}` and `backstop_saga_unchanged_seconds{saga,
+    /// status}` from the saga backlog ([`TaskStore::saga_backlog`](crate::TaskStore::saga_backlog)); a pair that
+    /// dropped out of it reads 0.
+    pub fn record_sagas(&mut self, counts: &[SagaCount]) {
+        let mut now = std::collections::BTreeSet::new();
+        for c in counts {
+            let labels = [
+                ("saga", c.name.clone()),
+                ("status", c.status.as_str().to_owned()),
+            ];
+            metrics::gauge!("backstop_sagas", &labels).set(c.count as f64);
+            metrics::gauge!("backstop_saga_unchanged_seconds", &labels)
+                .set(c.oldest_unchanged.as_secs_f64());
+            now.insert((c.name.clone(), c.status.as_str()));
+        }
+        for (name, status) in self.sagas.difference(&now) {
+            let labels = [("saga", name.clone()), ("status", (*status).to_owned())];
+            metrics::gauge!("backstop_sagas", &labels).set(0.0);
+            metrics::gauge!("backstop_saga_unchanged_seconds", &labels).set(0.0);
+        }
+        self.sagas = now;
     }
 
     /// Set the gauges from `stats`.

@@ -533,16 +533,16 @@ impl Handler for SagaRunner {
                         let e = HandlerError::retry(format!(
                             "a TCC confirm cannot refuse; retried: {reason}"
                         ));
-                        exhausted_or_retry(task, phase, e)?
+                        exhausted_or_retry(def.name(), task, phase, e)?
                     }
                     (Err(StepError(Failure::Refused(reason))), StepPhase::Compensate) => {
                         let e = HandlerError::retry(format!(
                             "a compensation cannot refuse; retried: {reason}"
                         ));
-                        exhausted_or_retry(task, phase, e)?
+                        exhausted_or_retry(def.name(), task, phase, e)?
                     }
                     (Err(StepError(Failure::Technical(e))), phase) => {
-                        exhausted_or_retry(task, phase, e)?
+                        exhausted_or_retry(def.name(), task, phase, e)?
                     }
                 }
             }
@@ -727,11 +727,15 @@ fn barrier_op(role: StepRole, phase: StepPhase) -> BranchOp {
 
 /// A technical failure: the task's last attempt (or a permanent failure) is reported,
 /// parking the saga; any other is retried.
+/// Each technical failure counts in `backstop_saga_step_failures_total{saga, phase}`.
 fn exhausted_or_retry(
+    saga: &str,
     task: &Task,
     phase: StepPhase,
     e: HandlerError,
 ) -> std::result::Result<StepOutcome, HandlerError> {
+    metrics::counter!("backstop_saga_step_failures_total", "saga" => saga.to_owned(), "phase" => phase.as_str())
+        .increment(1);
     if task.has_attempts_left() && e.action() != ErrorAction::Fail {
         return Err(e);
     }

@@ -28,8 +28,8 @@ pub use saga::{
     StepRole, StepTask,
 };
 pub use saga_run::{
-    NudgeTask, ReconcileTask, SagaCommand, SagaFilter, SagaLogEntry, SagaStepRecord, StepApplied,
-    StepOutcome, StepReport, StepState,
+    NudgeTask, ReconcileTask, SagaCommand, SagaCount, SagaFilter, SagaLogEntry, SagaStepRecord,
+    StepApplied, StepOutcome, StepReport, StepState,
 };
 pub use task::{Lease, Owner, Status, Task, TaskId};
 pub use tcc::TccDefBuilder;

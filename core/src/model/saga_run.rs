@@ -388,3 +388,18 @@ pub struct NudgeTask {
     /// Always `true`: what tells a nudge from a step's task.
     pub nudge: bool,
 }
+
+/// The unfinished sagas of one definition in one status
+/// ([`TaskStore::saga_backlog`](crate::TaskStore::saga_backlog)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SagaCount {
+    /// The definition's name.
+    pub name: String,
+    /// Running, compensating or parked.
+    pub status: SagaStatus,
+    /// How many.
+    pub count: u64,
+    /// How long the least recently changed of them has been unchanged (database time).
+    pub oldest_unchanged: Duration,
+}

@@ -15,9 +15,9 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::limits;
 use crate::model::{
     Audit, AuditEntry, BarrierRecord, Enqueued, EventTypeSeen, Lease, Mark, MarkAction, NewTask,
-    Owner, Recycled, Saga, SagaCommand, SagaDef, SagaFilter, SagaId, SagaLogEntry, SagaStart,
-    SagaStarted, SagaStepRecord, Stats, Status, StatusCount, StepApplied, StepReport, Task,
-    TaskFilter, TaskId, Throughput,
+    Owner, Recycled, Saga, SagaCommand, SagaCount, SagaDef, SagaFilter, SagaId, SagaLogEntry,
+    SagaStart, SagaStarted, SagaStatus, SagaStepRecord, Stats, Status, StatusCount, StepApplied,
+    StepReport, Task, TaskFilter, TaskId, Throughput,
 };
 
 /// The contract, implemented once for every driver: check the input, shortcut empty
@@ -474,6 +474,30 @@ impl TaskStore for dyn Driver {
             .collect::<Result<Vec<_>>>()?;
         all.sort_by_key(|s| s.id);
         Ok(all)
+    }
+
+    async fn saga_backlog(&self) -> Result<Vec<SagaCount>> {
+        const OP: &str = "saga_backlog";
+        let d: &dyn Driver = self;
+        run(d, OP, || Driver::saga_backlog(d))
+            .await?
+            .into_iter()
+            .map(|(name, status, count, ms)| {
+                let status = SagaStatus::from_code(status).ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Unexpected,
+                        OP,
+                        format!("sagas {name:?} have the unknown status code {status}"),
+                    )
+                })?;
+                Ok(SagaCount {
+                    name,
+                    status,
+                    count: u64::try_from(count).unwrap_or(0),
+                    oldest_unchanged: Duration::from_millis(u64::try_from(ms).unwrap_or(0)),
+                })
+            })
+            .collect()
     }
 
     async fn saga_log(&self, id: SagaId) -> Result<Vec<SagaLogEntry>> {

@@ -10,8 +10,9 @@ use crate::driver::{Backend, Driver};
 use crate::error::Result;
 use crate::model::{
     Audit, AuditEntry, BarrierRecord, Enqueued, EventTypeSeen, Lease, Mark, NewTask, Owner,
-    Recycled, Saga, SagaCommand, SagaDef, SagaFilter, SagaId, SagaLogEntry, SagaStart, SagaStarted,
-    SagaStepRecord, Stats, StepApplied, StepReport, Task, TaskFilter, TaskId, Throughput,
+    Recycled, Saga, SagaCommand, SagaCount, SagaDef, SagaFilter, SagaId, SagaLogEntry, SagaStart,
+    SagaStarted, SagaStepRecord, Stats, StepApplied, StepReport, Task, TaskFilter, TaskId,
+    Throughput,
 };
 
 /// Declares [`Op`] from one list: its variants, [`Op::ALL`] and [`Op::name`].
@@ -109,6 +110,8 @@ ops! {
     NudgeSaga => "nudge_saga",
     /// [`TaskStore::saga_log`].
     SagaLog => "saga_log",
+    /// [`TaskStore::saga_backlog`].
+    SagaBacklog => "saga_backlog",
     /// [`TaskStore::delete_succeeded`].
     DeleteSucceeded => "delete_succeeded",
     /// [`TaskStore::release_order_keys`].
@@ -519,6 +522,12 @@ pub trait StoreLayer: Send + Sync + 'static {
         .await
     }
 
+    /// [`TaskStore::saga_backlog`]; by default forwarded through [`around`](Self::around).
+    async fn on_saga_backlog(&self) -> Result<Vec<SagaCount>> {
+        self.around(Call::new(Op::SagaBacklog), self.inner().saga_backlog())
+            .await
+    }
+
     /// [`TaskStore::saga_log`]; by default forwarded through [`around`](Self::around).
     async fn on_saga_log(&self, id: SagaId) -> Result<Vec<SagaLogEntry>> {
         self.around(Call::new(Op::SagaLog), self.inner().saga_log(id))
@@ -711,6 +720,10 @@ impl<L: StoreLayer + ?Sized> TaskStore for L {
 
     async fn saga_log(&self, id: SagaId) -> Result<Vec<SagaLogEntry>> {
         StoreLayer::on_saga_log(self, id).await
+    }
+
+    async fn saga_backlog(&self) -> Result<Vec<SagaCount>> {
+        StoreLayer::on_saga_backlog(self).await
     }
 
     async fn delete_succeeded(&self, ids: &[TaskId]) -> Result<u64> {

@@ -8,8 +8,9 @@ use async_trait::async_trait;
 use crate::error::Result;
 use crate::model::{
     Audit, AuditEntry, BarrierRecord, Enqueued, EventTypeSeen, Lease, Mark, NewTask, Owner,
-    Recycled, Saga, SagaCommand, SagaDef, SagaFilter, SagaId, SagaLogEntry, SagaStart, SagaStarted,
-    SagaStepRecord, Stats, StepApplied, StepReport, Task, TaskFilter, TaskId, Throughput,
+    Recycled, Saga, SagaCommand, SagaCount, SagaDef, SagaFilter, SagaId, SagaLogEntry, SagaStart,
+    SagaStarted, SagaStepRecord, Stats, StepApplied, StepReport, Task, TaskFilter, TaskId,
+    Throughput,
 };
 
 mod driven;
@@ -371,6 +372,14 @@ pub trait TaskStore: Send + Sync + 'static {
     /// The sagas that match `filter`, by id (page with `after_id`). `InvalidInput` for a
     /// bad filter (see [`SagaFilter`]).
     async fn sagas(&self, filter: &SagaFilter) -> Result<Vec<Saga>>;
+
+    /// The unfinished sagas per definition and status (running, compensating, parked;
+    /// none of a status is no entry): how many, and how long the least recently changed
+    /// has been unchanged, in database time. Read through the `(status, updated_at)`
+    /// index, so its cost follows the unfinished sagas, not the finished ones kept.
+    /// The gauges `backstop_sagas` and `backstop_saga_unchanged_seconds` come from it
+    /// ([`BacklogGauges`](crate::BacklogGauges)).
+    async fn saga_backlog(&self) -> Result<Vec<SagaCount>>;
 
     /// An operator's command on saga `id` ([`SagaCommand`]), audited: the change and its
     /// entry in the saga's operators' log ([`saga_log`](Self::saga_log)) commit together.

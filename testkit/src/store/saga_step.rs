@@ -417,3 +417,72 @@ pub async fn saga_commands_answer_by_status<H: Harness>(ctx: &Ctx<H>) {
         .unwrap()
         .is_empty());
 }
+
+/// `saga_backlog` counts the unfinished sagas per definition and status, and how long
+/// the least recently changed of each has been unchanged: three running orders (one
+/// backdated an hour), one parked, one completed (not counted), one running saga of
+/// another definition. A status with none has no entry.
+pub async fn saga_backlog_counts_unfinished_sagas<H: Harness>(ctx: &Ctx<H>) {
+    assert!(ctx.store.saga_backlog().await.unwrap().is_empty());
+    let def = order();
+    let other = SagaDef::builder("refund")
+        .step(SagaStep::new("pay"))
+        .build()
+        .unwrap();
+    let audit = Audit::new("ops", "checking");
+    let mut ids = Vec::new();
+    for n in 0..5 {
+        let start = def.start(&format!("b-{n}"), &n).unwrap();
+        ids.push(ctx.store.start_saga(&start).await.unwrap().id);
+    }
+    ctx.store
+        .start_saga(&other.start("r-1", &1).unwrap())
+        .await
+        .unwrap();
+    ctx.store
+        .command_saga(ids[3], SagaCommand::Park, &audit)
+        .await
+        .unwrap();
+    ctx.store
+        .command_saga(ids[4], SagaCommand::Resolve(SagaStatus::Completed), &audit)
+        .await
+        .unwrap();
+    let saga_table = format!("{}_saga", ctx.config.table);
+    ctx.harness
+        .backdate(
+            &ctx.db,
+            &saga_table,
+            ids[1],
+            crate::TimeColumn::UpdatedAt,
+            Duration::from_secs(3600),
+        )
+        .await;
+    let mut counts: Vec<(String, SagaStatus, u64, Duration)> = ctx
+        .store
+        .saga_backlog()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.name, c.status, c.count, c.oldest_unchanged))
+        .collect();
+    counts.sort_by_key(|c| (c.0.clone(), c.1.code()));
+    let shape: Vec<(&str, SagaStatus, u64)> =
+        counts.iter().map(|c| (c.0.as_str(), c.1, c.2)).collect();
+    assert_eq!(
+        shape,
+        [
+            ("order", SagaStatus::Running, 3),
+            ("order", SagaStatus::Parked, 1),
+            ("refund", SagaStatus::Running, 1),
+        ]
+    );
+    let hour = Duration::from_secs(3600);
+    assert!(
+        counts[0].3 >= hour && counts[0].3 < hour + Duration::from_secs(60),
+        "the backdated saga is the oldest: {:?}",
+        counts[0].3
+    );
+    for c in &counts[1..] {
+        assert!(c.3 < Duration::from_secs(60), "{c:?}");
+    }
+}
