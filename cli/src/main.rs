@@ -251,7 +251,7 @@ async fn run(cli: Cli) -> Outcome {
             } else {
                 println!(
                     "migrated to schema version {1}: tables {0}, {0}_inbox, {0}_audit, \
-                     {0}_keys, {0}_handlers, {0}_barrier, {0}_saga and {0}_saga_step are in place (versions in \
+                     {0}_keys, {0}_handlers, {0}_barrier, {0}_saga, {0}_saga_step and {0}_saga_audit are in place (versions in \
                      {0}_migrations)",
                     cli.table,
                     backstop::driver::schema::LATEST

@@ -239,6 +239,10 @@ fn print_sagas(sagas: &[Saga]) {
 }
 
 fn print_sagas_to(out: &mut dyn Write, sagas: &[Saga]) {
+    if sagas.is_empty() {
+        let _ = writeln!(out, "(no sagas)");
+        return;
+    }
     let mut rows = vec![
         ["ID", "NAME", "KEY", "STATUS", "GROUP", "UPDATED", "REASON"]
             .map(String::from)

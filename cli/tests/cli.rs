@@ -639,6 +639,8 @@ async fn lists_shows_and_commands_sagas() {
         assert!(only[0]["reason"].as_str().unwrap().contains("gateway down"));
         let text = stdout(&db.cli(&["sagas", "list", "--name", "order"]));
         assert!(text.contains("k1") && text.contains("parked"), "{text}");
+        let none = stdout(&db.cli(&["sagas", "list", "--name", "refund"]));
+        assert_eq!(none.trim(), "(no sagas)");
         let shown = db.json(&["sagas", "show", &parked.to_string()]);
         assert_eq!(shown["steps"][0]["state"], "action_failed", "{shown}");
         assert_eq!(shown["log"].as_array().unwrap().len(), 0);

@@ -439,7 +439,7 @@ impl Handler for SagaRunner {
             Ok(Call::Reconcile(tick)) => return self.reconcile(&cx, tick).await,
             Err(e) => {
                 return Err(HandlerError::fail(format!(
-                    "the payload is not a saga step's or a nudge's: {e}"
+                    "the payload is not a saga step's, a nudge's or a reconciler tick's: {e}"
                 )))
             }
         };
