@@ -11,7 +11,7 @@ use tracing::Instrument;
 use super::completer::Completion;
 use super::counters::Counters;
 use super::{ErrorAction, Handler, HandlerOptions, Origin, Shared, State};
-use crate::model::{Mark, Task};
+use crate::model::{Backoff, Mark, RetryPolicy, Task};
 use crate::store::TaskStore;
 
 /// The executor of one event type: `slots` bound what it holds (running + queued),
@@ -260,10 +260,20 @@ fn outcome_mark(exec: &Executor, task: &Task, outcome: Outcome, c: &Counters) ->
         if task.has_attempts_left() {
             c.retried(et);
             tracing::info!(?delay, %error, "attempt failed: retry scheduled");
-        } else {
-            c.failed(et);
-            tracing::warn!(%error, "attempt failed and no attempts are left: task failed");
+            return Mark::retry(lease, delay, error);
         }
+        c.failed(et);
+        tracing::warn!(%error, "attempt failed and no attempts are left: task failed");
+        // best-effort notification: the schedule used up, the task waits for
+        // reconciliation, and says so
+        let error = match task.retry.backoff {
+            Backoff::Notify { .. } => format!(
+                "{} the notification schedule is used up ({} attempts): {error}",
+                RetryPolicy::TO_RECONCILE,
+                task.attempts
+            ),
+            _ => error,
+        };
         Mark::retry(lease, delay, error)
     };
     match outcome {

@@ -25,6 +25,14 @@ pub enum Backoff {
         /// The cap on any wait (default 24 h).
         max: Duration,
     },
+    /// Best-effort notification's schedule (the source articles' §3.5): the retries
+    /// wait 1, 5, 10, 30 and 60 `unit`s, then 60 each (with a unit of a minute: 1 m,
+    /// 5 m, 10 m, 30 m, 60 m). See [`RetryPolicy::best_effort`].
+    #[non_exhaustive]
+    Notify {
+        /// The schedule's unit: a minute for the articles' schedule.
+        unit: Duration,
+    },
 }
 
 impl Backoff {
@@ -38,19 +46,29 @@ impl Backoff {
         Backoff::Exponential { initial, max }
     }
 
-    /// The strategy name stored in the database: `FIXED` or `EXPONENTIAL`.
+    /// The notification schedule in `unit`s: 1, 5, 10, 30, 60, then 60 each.
+    pub const NOTIFY_SCHEDULE: [u32; 5] = [1, 5, 10, 30, 60];
+
+    /// Best-effort notification's schedule in `unit`s (see [`Backoff::Notify`]).
+    pub fn notify(unit: Duration) -> Backoff {
+        Backoff::Notify { unit }
+    }
+
+    /// The strategy name stored in the database: `FIXED`, `EXPONENTIAL` or `NOTIFY`.
     pub fn strategy(&self) -> &'static str {
         match self {
             Backoff::Fixed { .. } => "FIXED",
             Backoff::Exponential { .. } => "EXPONENTIAL",
+            Backoff::Notify { .. } => "NOTIFY",
         }
     }
 
-    /// The base interval (`interval` or `initial`).
+    /// The base interval (`interval`, `initial` or `unit`).
     pub fn interval(&self) -> Duration {
         match *self {
             Backoff::Fixed { interval } => interval,
             Backoff::Exponential { initial, .. } => initial,
+            Backoff::Notify { unit } => unit,
         }
     }
 
@@ -59,6 +77,7 @@ impl Backoff {
         match *self {
             Backoff::Fixed { interval } => interval,
             Backoff::Exponential { max, .. } => max,
+            Backoff::Notify { unit } => unit.saturating_mul(60),
         }
     }
 
@@ -70,6 +89,7 @@ impl Backoff {
                 initial: interval,
                 max,
             }),
+            "NOTIFY" => Ok(Backoff::Notify { unit: interval }),
             other => Err(Error::new(
                 crate::error::ErrorKind::Unexpected,
                 "decode_task",
@@ -97,6 +117,11 @@ impl Backoff {
                 let exp = attempt.saturating_sub(1).min(62);
                 let factor = 1u32.checked_shl(exp).unwrap_or(u32::MAX);
                 initial.checked_mul(factor).unwrap_or(max).min(max)
+            }
+            Backoff::Notify { unit } => {
+                let at = usize::try_from(attempt.saturating_sub(1)).unwrap_or(usize::MAX);
+                let steps = Backoff::NOTIFY_SCHEDULE;
+                unit.saturating_mul(steps.get(at).copied().unwrap_or(steps[steps.len() - 1]))
             }
         }
     }
@@ -163,6 +188,37 @@ impl RetryPolicy {
             jitter_pct: Self::DEFAULT_JITTER_PCT,
         }
     }
+
+    /// Best-effort notification (the source articles' §3.5): 6 attempts, the retries
+    /// waiting 1 m, 5 m, 10 m, 30 m and 60 m (no jitter: the schedule is the contract).
+    /// When the schedule is used up, the task parks as failed with a last error that
+    /// begins `to reconcile:` ([`TO_RECONCILE`](Self::TO_RECONCILE)): an item for the
+    /// reconciliation inbox (`backstop tasks list --status failed`), never dropped.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use backstop_core::RetryPolicy;
+    /// let p = RetryPolicy::best_effort();
+    /// let waits: Vec<u64> = (1..6).map(|n| p.delay_after(n).as_secs() / 60).collect();
+    /// assert_eq!((p.max_attempts, waits), (6, vec![1, 5, 10, 30, 60]));
+    /// ```
+    pub fn best_effort() -> Self {
+        Self::best_effort_in(Duration::from_secs(60))
+    }
+
+    /// [`best_effort`](Self::best_effort) with the schedule in `unit`s instead of
+    /// minutes (1, 5, 10, 30, 60 `unit`s).
+    pub fn best_effort_in(unit: Duration) -> Self {
+        Self {
+            max_attempts: 6,
+            backoff: Backoff::Notify { unit },
+            jitter_pct: 0,
+        }
+    }
+
+    /// How the last error of a task whose notification schedule
+    /// ([`best_effort`](Self::best_effort)) is used up begins.
+    pub const TO_RECONCILE: &'static str = "to reconcile:";
 
     /// Set the jitter: `pct` percent of each wait is random (0 turns it off; at most
     /// 100). See [`jitter_pct`](Self::jitter_pct).
@@ -264,5 +320,36 @@ impl Default for RetryPolicy {
     /// 5 attempts, exponential backoff from 10 s, capped at 24 h, 25 % jitter.
     fn default() -> Self {
         Self::exponential(5, Duration::from_secs(10))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_notification_schedule_is_kept_stored_and_checked() {
+        let unit = Duration::from_millis(20);
+        let p = RetryPolicy::best_effort_in(unit);
+        let waits: Vec<Duration> = (0..8).map(|n| p.delay_after(n)).collect();
+        let ms = |n: u64| Duration::from_millis(20 * n);
+        // attempt 0 counts as 1; past the schedule every wait is its last
+        assert_eq!(
+            waits,
+            [ms(1), ms(1), ms(5), ms(10), ms(30), ms(60), ms(60), ms(60)]
+        );
+        assert_eq!(
+            (0..50).map(|_| p.retry_delay(3)).max(),
+            Some(ms(10)),
+            "no jitter"
+        );
+        let b = p.backoff;
+        assert_eq!(b.strategy(), "NOTIFY");
+        let back = Backoff::from_parts(b.strategy(), b.interval(), b.max_interval()).unwrap();
+        assert_eq!(back, b);
+        assert!(p.validate("t").is_ok());
+        // the longest wait must fit the interval limit
+        let too_long = RetryPolicy::best_effort_in(limits::MAX_INTERVAL / 59);
+        assert!(too_long.validate("t").is_err());
     }
 }

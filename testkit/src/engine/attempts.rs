@@ -405,3 +405,53 @@ pub async fn engine_applies_a_tasks_own_timeout<H: Harness>(ctx: &Ctx<H>) {
     );
     engine.shutdown().await;
 }
+
+/// Best-effort notification ([`RetryPolicy::best_effort_in`]): the policy round-trips
+/// through the row; the retries follow the schedule (1, 5, 10, 30, 60 units apart, here
+/// 20 ms units); when the schedule is used up (6 attempts) the task parks as failed
+/// with a last error beginning "to reconcile:" and keeping the handler's. A task that
+/// gets through before then succeeds with no such mark.
+pub async fn engine_best_effort_follows_its_schedule_then_parks<H: Harness>(ctx: &Ctx<H>) {
+    let unit = Duration::from_millis(20);
+    let calls = Calls::default();
+    let engine = Engine::builder(ctx.store.clone())
+        .config(fast_config())
+        .handler(
+            "NOTIFY",
+            flaky(calls.clone(), 100),
+            opts().retry(RetryPolicy::best_effort_in(unit)),
+        )
+        .handler(
+            "NOTIFY_OK",
+            flaky(calls.clone(), 2),
+            opts().retry(RetryPolicy::best_effort_in(unit)),
+        )
+        .start()
+        .unwrap();
+    let (enq, _) = engine.enqueue(engine.task("NOTIFY", "n1")).await.unwrap();
+    let (ok, _) = engine
+        .enqueue(engine.task("NOTIFY_OK", "n2"))
+        .await
+        .unwrap();
+    let stored = ctx.task(enq.id).await;
+    assert_eq!(stored.retry, RetryPolicy::best_effort_in(unit));
+    let t = wait_status(&ctx.store, enq.id, Status::Failed).await;
+    assert_eq!(t.attempts, 6);
+    let error = t.last_error.unwrap_or_default();
+    assert!(
+        error.starts_with(RetryPolicy::TO_RECONCILE) && error.contains("downstream down (call 6)"),
+        "{error}"
+    );
+    let times = calls.times("n1");
+    assert_eq!(times.len(), 6);
+    for (w, units) in times.windows(2).zip([1u32, 5, 10, 30, 60]) {
+        let (gap, wait) = (w[1] - w[0], unit * units);
+        assert!(
+            gap + Duration::from_millis(5) >= wait,
+            "attempts {gap:?} apart, the schedule says {wait:?}"
+        );
+    }
+    let t = wait_status(&ctx.store, ok.id, Status::Succeeded).await;
+    assert_eq!((t.attempts, t.last_error), (3, None));
+    engine.shutdown().await;
+}
