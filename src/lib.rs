@@ -69,10 +69,13 @@ pub use backstop_core::{Barrier, BarrierRecord, BranchCall, BranchOp};
 // Sagas: definitions, their start in the caller's transaction, their steps' code and
 // reports, their state rows.
 pub use backstop_core::{
-    NudgeTask, ReconcileTask, Saga, SagaCommand, SagaDef, SagaDefBuilder, SagaFilter, SagaId,
-    SagaLogEntry, SagaStart, SagaStarted, SagaStatus, SagaStep, SagaStepRecord, SagaSteps,
-    StepApplied, StepContext, StepError, StepOutcome, StepPhase, StepReport, StepState, StepTask,
+    NudgeTask, ReconcileTask, Saga, SagaCommand, SagaCount, SagaDef, SagaDefBuilder, SagaFilter,
+    SagaId, SagaLogEntry, SagaStart, SagaStarted, SagaStatus, SagaStep, SagaStepRecord, SagaSteps,
+    StepApplied, StepContext, StepError, StepOutcome, StepPhase, StepReport, StepRole, StepState,
+    StepTask, TccDefBuilder,
 };
+// Reconcilers: stuck rows found on a schedule and resolved by policy.
+pub use backstop_core::{Finding, Reconciler, Resolution};
 // Wake-ups across processes, and the consumer's inbox.
 pub use backstop_core::{Inbox, Message, Notifier, Processed, Wake, Wakes};
 // Periodic tasks.

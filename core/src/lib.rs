@@ -27,8 +27,8 @@ pub mod tx;
 pub use engine::{
     describe_metrics, handler_fn, is_lease_lost, kind_fn, lease_lost, metric_names, Archive,
     BacklogGauges, Cancelled, Claimed, Context, Engine, EngineBuilder, EngineConfig,
-    EngineCounters, ErrorAction, FnHandler, Handler, HandlerError, HandlerOptions, Json,
-    JsonHandler, KindFn, RunAhead, SagaSteps, StepContext, StepError,
+    EngineCounters, ErrorAction, Finding, FnHandler, Handler, HandlerError, HandlerOptions, Json,
+    JsonHandler, KindFn, Reconciler, Resolution, RunAhead, SagaSteps, StepContext, StepError,
 };
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use inbox::{Inbox, Message, Processed};

@@ -139,6 +139,16 @@ const OTHERS: &[(&str, &str, Kind)] = &[
         Kind::Counter,
     ),
     (
+        "backstop_reconcile_findings_total",
+        "Findings a reconciler's scan enqueued for resolution, per reconciler (those with a resolution under way or an open operator item are not counted again).",
+        Kind::Counter,
+    ),
+    (
+        "backstop_reconcile_resolutions_total",
+        "Findings resolved per reconciler and resolution: pushed_forward, compensated, settled, operator (an item parked to reconcile).",
+        Kind::Counter,
+    ),
+    (
         "backstop_barrier_total",
         "Participant barrier verdicts by branch operation (op) and verdict: run, duplicate, empty_compensation, hanging. Many hanging calls mean forward calls arrive after their compensations: deadlines shorter than the calls' delivery.",
         Kind::Counter,

@@ -31,6 +31,7 @@ mod executor;
 mod handler;
 mod keys;
 mod loops;
+mod reconcile;
 mod saga;
 mod tracker;
 
@@ -51,6 +52,7 @@ pub use handler::{
     handler_fn, kind_fn, ErrorAction, FnHandler, Handler, HandlerError, HandlerOptions, Json,
     JsonHandler, KindFn,
 };
+pub use reconcile::{Finding, Reconciler, Resolution};
 pub use saga::{SagaSteps, StepContext, StepError};
 
 use crate::error::{BoxError, Error, Result};
@@ -475,6 +477,31 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
         let runner = saga::SagaRunner::new(def, steps, options.timeout);
         self.periodic(reconciler)
             .handler(event_type, runner, options)
+    }
+
+    /// Run reconciler `name` (a saga's name rules) every `every`: its scan on each tick
+    /// (once per tick whatever the number of instances), then the resolution of each
+    /// finding as a task of the event type `reconcile:<name>`, under `options` (its
+    /// retry policy, timeout, concurrency). See [`Reconciler`] for the findings'
+    /// deduplication and the operator items. A bad name or interval refuses
+    /// [`start`](Self::start).
+    pub fn reconciler(
+        mut self,
+        name: &str,
+        every: std::time::Duration,
+        reconciler: impl Reconciler,
+        options: HandlerOptions,
+    ) -> Self {
+        match reconcile::register(name, every, reconciler, options.retry) {
+            Ok((runner, periodic)) => {
+                let event_type = reconcile::event_type(name);
+                self.periodic(periodic).handler(event_type, runner, options)
+            }
+            Err(e) => {
+                self.refused.get_or_insert(e);
+                self
+            }
+        }
     }
 
     /// Fire `periodic` on its schedule from this engine (see [`Periodic`](crate::Periodic)):

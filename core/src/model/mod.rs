@@ -22,7 +22,7 @@ pub use mark::{Mark, MarkAction};
 pub use new_task::{Dedup, Enqueued, NewTask, Priority, WhenParked};
 pub use query::{EventTypeSeen, Recycled, Stats, StatusCount, TaskFilter, Throughput};
 pub use retry::{Backoff, RetryPolicy};
-pub(crate) use saga::check_saga_ids;
+pub(crate) use saga::{check_name, check_saga_ids};
 pub use saga::{
     Saga, SagaDef, SagaDefBuilder, SagaId, SagaStart, SagaStarted, SagaStatus, SagaStep, StepPhase,
     StepRole, StepTask,

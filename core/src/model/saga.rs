@@ -529,7 +529,7 @@ pub(crate) fn check_saga_ids(op: &'static str, name: &str, key: &str) -> Result<
 }
 
 /// A saga's or a step's name: 1 to `max` bytes of ASCII letters, digits, `_`, `.`, `-`.
-pub(super) fn check_name(op: &'static str, what: &str, name: &str, max: usize) -> Result<()> {
+pub(crate) fn check_name(op: &'static str, what: &str, name: &str, max: usize) -> Result<()> {
     if name.is_empty() || name.len() > max {
         return Err(Error::invalid_input(
             op,

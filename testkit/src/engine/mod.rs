@@ -14,6 +14,7 @@ pub mod leases;
 pub mod order;
 pub mod periodic;
 pub mod poller;
+pub mod reconcile;
 pub mod retention;
 pub mod run_ahead;
 pub mod saga;
