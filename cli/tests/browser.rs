@@ -255,6 +255,23 @@ fn the_standalone_console_lists_opens_and_resets_a_failed_task_in_a_browser() {
             .enqueue(NewTask::new("CHARGE", "order-44"))
             .await
             .unwrap();
+        // a saga an operator parked
+        let def = backstop::SagaDef::builder("checkout")
+            .step(backstop::SagaStep::new("pay"))
+            .build()
+            .unwrap();
+        let saga = store
+            .start_saga(&def.start("order-45", &1).unwrap())
+            .await
+            .unwrap();
+        store
+            .command_saga(
+                saga.id,
+                backstop::SagaCommand::Park,
+                &backstop::Audit::new("ops", "awaiting the fraud check"),
+            )
+            .await
+            .unwrap();
         store
     });
     let id = rt
@@ -376,6 +393,20 @@ fn the_standalone_console_lists_opens_and_resets_a_failed_task_in_a_browser() {
         backstop::Status::Failed,
         "only the one task was reset"
     );
+    // the sagas: the list, then the parked one's timeline with the operator's park
+    b.click("nav a[href='/sagas']");
+    let sagas = b.wait_for("the sagas", |p| p.contains("<h1>Sagas</h1>"));
+    assert!(
+        sagas.contains("order-45") && sagas.contains("parked"),
+        "{sagas}"
+    );
+    b.click("table.sagas a");
+    let timeline = b.wait_for("the saga's timeline", |p| p.contains("<h2>Timeline</h2>"));
+    assert!(
+        timeline.contains("park by ops: awaiting the fraud check") && timeline.contains("pay"),
+        "{timeline}"
+    );
+    b.screenshot(&shots.join("saga.png"));
     drop(b);
     rt.block_on(engine.shutdown());
 }

@@ -25,6 +25,8 @@ use backstop_core::{Audit, BacklogGauges, Error, ErrorKind, Status, Task, TaskFi
 use serde::{Deserialize, Serialize};
 
 use crate::metrics::Metrics;
+
+mod sagas;
 use crate::ops::{self, Action, Target};
 
 /// What a request may do.
@@ -262,7 +264,8 @@ impl<S: TaskStore + Clone + 'static> Console<S> {
     }
 
     /// The router: `/` overview, `/tasks` list, `/tasks/{id}` detail, confirmations and
-    /// actions, `/bulk`, `/login`, `/logout`, `/metrics` (when set), `/assets/style.css`.
+    /// actions, `/bulk`, `/sagas` list and `/sagas/{id}` timeline, `/login`, `/logout`,
+    /// `/metrics` (when set), `/assets/style.css`.
     pub fn router(self) -> Router {
         let (k1, k2) = (RandomState::new(), RandomState::new());
         let inner = Arc::new(Inner {
@@ -281,6 +284,8 @@ impl<S: TaskStore + Clone + 'static> Console<S> {
             .route("/tasks/{id}/confirm/{action}", get(confirm::<S>))
             .route("/tasks/{id}/{action}", post(act::<S>))
             .route("/bulk", get(bulk_confirm::<S>).post(bulk::<S>))
+            .route("/sagas", get(sagas::list::<S>))
+            .route("/sagas/{id}", get(sagas::detail::<S>))
             .route("/logout", post(logout))
             .route("/metrics", get(metrics::<S>))
             .route_layer(middleware::from_fn_with_state(
@@ -1241,7 +1246,7 @@ fn page(base: &Base, caller: &Caller, title: &str, body: &str) -> Html<String> {
         _ => "read-only".to_owned(),
     };
     let nav = format!(
-        "<nav><a href=\"{home}\">Overview</a> <a href=\"{b}/tasks\">Tasks</a> <a href=\"{b}/tasks?status=failed\">Failed</a>
+        "<nav><a href=\"{home}\">Overview</a> <a href=\"{b}/tasks\">Tasks</a> <a href=\"{b}/tasks?status=failed\">Failed</a> <a href=\"{b}/sagas\">Sagas</a>
          <span class=who>{who}</span>
          <form method=post action=\"{b}/logout\" class=logout><button type=submit>Sign out</button></form></nav>",
         home = base.home()

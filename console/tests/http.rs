@@ -578,3 +578,167 @@ async fn the_redaction_hook_decides_what_of_a_payload_is_shown() {
         detail.body
     );
 }
+
+/// The saga pages: the list filters by definition and status and links each saga; a
+/// saga's timeline shows its steps' tasks (attempts, last error), its step rows, the
+/// barrier's records and the operators' log, in time order; the input and outputs are
+/// not shown when a redactor is set; a missing saga is a 404 and a bad filter a 400.
+/// Read-only access sees them.
+#[tokio::test]
+async fn saga_pages_list_and_show_a_timeline() {
+    use backstop_core::{
+        Audit, Engine, HandlerOptions, RetryPolicy, SagaCommand, SagaDef, SagaStatus, SagaStep,
+        SagaSteps, StepError,
+    };
+    use std::time::Duration;
+    let f = fixture().await;
+    let fast = RetryPolicy::fixed(2, Duration::from_millis(10));
+    let order = SagaDef::builder("order")
+        .step(SagaStep::new("stock").compensated().retry(fast))
+        .step(SagaStep::new("pay").retry(fast))
+        .build()
+        .unwrap();
+    let store = f.store.clone();
+    let guarded = move |cx: backstop_core::StepContext| {
+        let store = store.clone();
+        async move {
+            let call = cx.branch()?;
+            store.transaction(move |tx| tx.barrier(&call)).await?;
+            Ok::<_, StepError>(())
+        }
+    };
+    let steps = SagaSteps::new()
+        .action("stock", {
+            let guarded = guarded.clone();
+            move |cx: backstop_core::StepContext| {
+                let g = guarded(cx);
+                async move {
+                    g.await?;
+                    Ok(serde_json::json!({ "held": "secret-sku-9" }))
+                }
+            }
+        })
+        .compensation("stock", move |cx| {
+            let g = guarded(cx);
+            async move {
+                // a moment after pay's refusal, so the timeline's order is plain
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                g.await
+            }
+        })
+        .action("pay", |_cx| async {
+            Err::<(), _>(StepError::refuse("card declined"))
+        });
+    let engine = Engine::builder(f.store.clone())
+        .saga(order.clone(), steps, HandlerOptions::default())
+        .start()
+        .unwrap();
+    let first = engine
+        .start_saga(
+            &order
+                .start("o-1", &serde_json::json!({"card": "4111-secret"}))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while f.store.saga_by_id(first.id).await.unwrap().unwrap().status != SagaStatus::Compensated {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the saga did not compensate"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    engine.shutdown().await;
+    // another, parked by an operator (no engine runs it)
+    let other = f
+        .store
+        .start_saga(&order.start("o-2", &1).unwrap())
+        .await
+        .unwrap();
+    f.store
+        .command_saga(
+            other.id,
+            SagaCommand::Park,
+            &Audit::new("alice", "waiting for the warehouse"),
+        )
+        .await
+        .unwrap();
+    let app = f.console().router();
+
+    let all = send(&app, get("/sagas", Some(READ))).await;
+    assert_eq!(all.status, StatusCode::OK);
+    assert!(
+        all.body.contains(&format!("href=\"/sagas/{}\"", first.id))
+            && all.body.contains("o-2")
+            && all.body.contains("card declined"),
+        "{}",
+        all.body
+    );
+    let parked = send(&app, get("/sagas?status=parked&name=order", Some(READ))).await;
+    assert!(
+        parked.body.contains("o-2") && !parked.body.contains(">o-1<"),
+        "{}",
+        parked.body
+    );
+    let none = send(&app, get("/sagas?name=refund", Some(READ))).await;
+    assert!(none.body.contains("No saga matches."));
+    assert_eq!(
+        send(&app, get("/sagas?status=lost", Some(READ)))
+            .await
+            .status,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        send(&app, get("/sagas/999", Some(READ))).await.status,
+        StatusCode::NOT_FOUND
+    );
+
+    let page = send(&app, get(&format!("/sagas/{}", first.id), Some(READ))).await;
+    assert_eq!(page.status, StatusCode::OK);
+    let body = &page.body;
+    let at = |needle: &str| {
+        body.find(needle)
+            .unwrap_or_else(|| panic!("the timeline lacks {needle:?}: {body}"))
+    };
+    // the tasks of each phase with their outcome, the step rows, the barrier's records
+    for needle in [
+        "<td>stock</td><td>action: <a href=\"/tasks/",
+        "<td>pay</td><td>action: <span class=\"status succeeded\">succeeded</span> after 1 of 2 attempt(s)",
+        "<td>stock</td><td>compensation: <a href=\"/tasks/",
+        "<td>barrier</td><td>stock</td><td>action recorded",
+        "<td>barrier</td><td>stock</td><td>compensate recorded",
+        "secret-sku-9",
+        "4111-secret",
+    ] {
+        at(needle);
+    }
+    // in time order: the action's barrier record, pay refused, the compensation's
+    // record, stock's row compensated
+    let order = [
+        at("action recorded"),
+        at("<td>step</td><td>pay</td><td><span class=\"status refused\""),
+        at("compensate recorded"),
+        at("<td>step</td><td>stock</td><td><span class=\"status compensated\""),
+    ];
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}: {body}");
+    let parked = send(&app, get(&format!("/sagas/{}", other.id), Some(READ))).await;
+    assert!(
+        parked.body.contains("<td>operator</td>")
+            && parked
+                .body
+                .contains("park by alice: waiting for the warehouse"),
+        "{}",
+        parked.body
+    );
+
+    // with a redactor, no input or output
+    let redacted = f.console().redact(|_| "(hidden)".into()).router();
+    let page = send(&redacted, get(&format!("/sagas/{}", first.id), Some(READ))).await;
+    assert!(
+        !page.body.contains("secret-sku-9") && !page.body.contains("4111-secret"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("(redacted)"));
+}
