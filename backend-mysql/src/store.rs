@@ -250,6 +250,19 @@ impl MySqlStore {
     ) -> Result<SagaStarted> {
         self.start_in(conn, start).await
     }
+
+    /// Record a saga step's report on the caller's transaction, with the step's business
+    /// writes (see [`Transactional::saga_step_in`]): they commit together, or not at all.
+    /// A step's code gets its report from
+    /// [`StepContext::report`](backstop_core::StepContext::report).
+    pub async fn saga_step_tx(
+        &self,
+        conn: &mut MySqlConnection,
+        def: &SagaDef,
+        report: &StepReport,
+    ) -> Result<StepApplied> {
+        self.saga_step_in(conn, def, report).await
+    }
 }
 
 impl Backend for MySqlStore {

@@ -279,6 +279,9 @@ impl Harness for MySqlHarness {
                 TxTasks::Saga(start, slot) => {
                     TxTasks::saga_answer(slot, store.start_saga_tx(&mut tx, start).await?)
                 }
+                TxTasks::SagaStep(def, report, slot) => {
+                    TxTasks::step_answer(slot, store.saga_step_tx(&mut tx, def, report).await?)
+                }
             },
             TxPath::Sqlx => tasks.enqueue_in(store, &mut *tx).await?,
             TxPath::Statements => tasks.enqueue_in(store, &mut AppConn(&mut tx)).await?,

@@ -281,6 +281,24 @@ impl PgStore {
         let prepared = self.inner.prepared();
         self.start_in(&mut OnClient(client, prepared), start).await
     }
+
+    /// Record a saga step's report on the caller's transaction, with the step's business
+    /// writes (see [`Transactional::saga_step_in`]): they commit together, or not at all.
+    /// A step's code gets its report from
+    /// [`StepContext::report`](backstop_core::StepContext::report).
+    pub async fn saga_step_tx<C>(
+        &self,
+        client: &C,
+        def: &SagaDef,
+        report: &StepReport,
+    ) -> Result<StepApplied>
+    where
+        C: PgExecutor + ?Sized,
+    {
+        let prepared = self.inner.prepared();
+        self.saga_step_in(&mut OnClient(client, prepared), def, report)
+            .await
+    }
 }
 
 impl Backend for PgStore {

@@ -274,6 +274,9 @@ impl Harness for PgHarness {
                     TxTasks::Saga(start, slot) => {
                         TxTasks::saga_answer(slot, store.start_saga_tx(&tx, start).await?)
                     }
+                    TxTasks::SagaStep(def, report, slot) => {
+                        TxTasks::step_answer(slot, store.saga_step_tx(&tx, def, report).await?)
+                    }
                 };
                 if commit {
                     tx.commit().await.expect("commit");

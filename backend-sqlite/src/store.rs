@@ -328,6 +328,15 @@ impl SqliteTx<'_> {
     pub fn start_saga(&self, start: &SagaStart) -> Result<SagaStarted> {
         self.store.start_blocking(&mut OnConn(self.tx), start)
     }
+
+    /// Record a saga step's report in this transaction, with the step's business writes
+    /// (see [`Transactional::saga_step_in`](backstop_core::Transactional::saga_step_in)):
+    /// they commit together, or not at all. A step's code gets its report from
+    /// [`StepContext::report`](backstop_core::StepContext::report).
+    pub fn saga_step(&self, def: &SagaDef, report: &StepReport) -> Result<StepApplied> {
+        self.store
+            .saga_step_blocking(&mut OnConn(self.tx), def, report)
+    }
 }
 
 impl<'a> std::ops::Deref for SqliteTx<'a> {

@@ -175,6 +175,9 @@ impl Harness for SqliteHarness {
                             TxTasks::Saga(start, slot) => {
                                 TxTasks::saga_answer(slot, tx.start_saga(start)?)
                             }
+                            TxTasks::SagaStep(def, report, slot) => {
+                                TxTasks::step_answer(slot, tx.saga_step(def, report)?)
+                            }
                         };
                         if !commit {
                             tx.rollback();

@@ -421,6 +421,31 @@ impl<H: Harness> Ctx<H> {
         Ok(started.unwrap_or_else(|| panic!("{path}: the start did not run")))
     }
 
+    /// A saga step's report along `path` on a transaction with a business row keyed
+    /// `biz_row`, committed or rolled back: what it applied.
+    pub async fn saga_step_via(
+        &self,
+        path: TxPath,
+        biz_row: &str,
+        def: Arc<backstop_core::SagaDef>,
+        report: backstop_core::StepReport,
+        commit: bool,
+    ) -> backstop_core::Result<backstop_core::StepApplied> {
+        let slot = StepSlot::default();
+        self.harness
+            .enqueue_with_business_row(
+                &self.db,
+                &self.store,
+                biz_row,
+                TxTasks::SagaStep(def, report, slot.clone()),
+                commit,
+                path,
+            )
+            .await?;
+        let applied = slot.lock().unwrap().take();
+        Ok(applied.unwrap_or_else(|| panic!("{path}: the report did not run")))
+    }
+
     /// One task enqueued along `path` with a business row keyed `biz_row`, then claimed on
     /// the same transaction by `claim`; committed or rolled back.
     pub async fn enqueue_claimed_in_tx_via(
@@ -494,7 +519,19 @@ pub enum TxTasks {
     /// what the start did written into the slot. Answers no [`Enqueued`] (its first
     /// group's tasks are read back from the store).
     Saga(backstop_core::SagaStart, SagaSlot),
+    /// A saga step's report on the transaction (`saga_step_in`, `saga_step_blocking`; on
+    /// the native path `PgStore::saga_step_tx`, `SqliteTx::saga_step`,
+    /// `MySqlStore::saga_step_tx`), what it applied written into the slot. Answers the
+    /// tasks it enqueued.
+    SagaStep(
+        Arc<backstop_core::SagaDef>,
+        backstop_core::StepReport,
+        StepSlot,
+    ),
 }
+
+/// Where [`TxTasks::SagaStep`] leaves what the report applied.
+pub type StepSlot = Arc<std::sync::Mutex<Option<backstop_core::StepApplied>>>;
 
 /// Where [`TxTasks::Barrier`] leaves the barrier's verdict.
 pub type BarrierSlot = Arc<std::sync::Mutex<Option<backstop_core::Barrier>>>;
@@ -515,6 +552,14 @@ impl TxTasks {
     pub fn saga_answer(slot: &SagaSlot, started: backstop_core::SagaStarted) -> Vec<Enqueued> {
         *slot.lock().unwrap() = Some(started);
         Vec::new()
+    }
+
+    /// Record what a [`TxTasks::SagaStep`] report applied (for a harness's native path);
+    /// answers the tasks it enqueued.
+    pub fn step_answer(slot: &StepSlot, applied: backstop_core::StepApplied) -> Vec<Enqueued> {
+        let tasks = applied.tasks.clone();
+        *slot.lock().unwrap() = Some(applied);
+        tasks
     }
 }
 
@@ -675,6 +720,10 @@ impl TxTasks {
                 let started = store.start_in(conn, start).await?;
                 Ok(TxTasks::saga_answer(slot, started))
             }
+            TxTasks::SagaStep(def, report, slot) => {
+                let applied = store.saga_step_in(conn, def, report).await?;
+                Ok(TxTasks::step_answer(slot, applied))
+            }
         }
     }
 
@@ -704,6 +753,10 @@ impl TxTasks {
             TxTasks::Saga(start, slot) => {
                 let started = store.start_blocking(conn, start)?;
                 Ok(TxTasks::saga_answer(slot, started))
+            }
+            TxTasks::SagaStep(def, report, slot) => {
+                let applied = store.saga_step_blocking(conn, def, report)?;
+                Ok(TxTasks::step_answer(slot, applied))
             }
         }
     }

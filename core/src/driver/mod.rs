@@ -90,8 +90,8 @@ pub use batch::{
     MAX_INSERT_BYTES, MAX_INSERT_ROWS,
 };
 pub(crate) use checks::{
-    check_ids, check_leases, check_marks, check_report, check_start, check_task, check_tasks,
-    enqueued, enqueued_all,
+    check_ids, check_leases, check_marks, check_start, check_task, check_tasks, enqueued,
+    enqueued_all,
 };
 pub use classify::{mysql_error_kind, postgres_error_kind, sqlite_error_kind};
 pub use connect::ConnectFailure;
@@ -110,6 +110,7 @@ pub use rows::{
 };
 pub use saga::SagaStartPlan;
 pub use saga_write::{saga_write_blocking, saga_write_on, SagaWrite, SagaWritten};
+pub(crate) use saga_write::{step_applied, step_write};
 pub use statement::{
     Answer, BlockingTxConnection, Dialect, OwnConnection, Returns, Statement, TxConnection, Value,
 };
@@ -372,8 +373,8 @@ pub mod prelude {
     pub use crate::limits::StoreConfig;
     pub use crate::model::{
         Audit, Barrier, BarrierRecord, BranchCall, BranchOp, Enqueued, Lease, Mark, MarkAction,
-        NewTask, Owner, Recycled, Saga, SagaFilter, SagaId, SagaStart, SagaStarted, SagaStatus,
-        Status, TaskFilter, TaskId, WhenParked,
+        NewTask, Owner, Recycled, Saga, SagaDef, SagaFilter, SagaId, SagaStart, SagaStarted,
+        SagaStatus, Status, StepApplied, StepReport, TaskFilter, TaskId, WhenParked,
     };
     pub use async_trait::async_trait;
 }

@@ -130,6 +130,31 @@ pub fn saga_write_blocking<C: BlockingTxConnection + ?Sized>(
     next.answer(done)
 }
 
+/// A step's report as a saga write, checked as `saga_step` checks it.
+pub(crate) fn step_write(
+    config: &StoreConfig,
+    def: &SagaDef,
+    report: &StepReport,
+) -> Result<SagaWrite> {
+    let report = super::checks::check_report(config, def, report)?;
+    Ok(SagaWrite::Step {
+        def: def.clone(),
+        report,
+    })
+}
+
+/// What a report's write answers: what it applied; any other answer is a bug.
+pub(crate) fn step_applied(written: SagaWritten) -> Result<StepApplied> {
+    match written {
+        SagaWritten::Applied(applied) => Ok(applied),
+        other => Err(Error::new(
+            ErrorKind::Unexpected,
+            "saga_step",
+            format!("a report was answered {other:?}"),
+        )),
+    }
+}
+
 /// No saga row: an error for a report (its task's saga must exist), an answer otherwise.
 fn missing(write: &SagaWrite) -> Result<SagaWritten> {
     match write {

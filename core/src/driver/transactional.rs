@@ -6,6 +6,7 @@ use std::future::Future;
 use async_trait::async_trait;
 
 use super::checks::{check_start, check_task, check_tasks, enqueued, enqueued_all};
+use super::saga_write::{saga_write_blocking, saga_write_on, step_applied, step_write};
 use super::statement::applied;
 use super::{
     Answer, Backend, BlockingTxConnection, Checked, Dialect, EnqueueBatch, EnqueuePlan, EnqueueSql,
@@ -14,7 +15,8 @@ use super::{
 use crate::error::{Error, ErrorKind, Result};
 use crate::limits::StoreConfig;
 use crate::model::{
-    Barrier, BranchCall, Enqueued, Lease, NewTask, Owner, SagaStart, SagaStarted, TaskId,
+    Barrier, BranchCall, Enqueued, Lease, NewTask, Owner, SagaDef, SagaStart, SagaStarted,
+    StepApplied, StepReport, TaskId,
 };
 
 /// The attempt of a running task that a handler completes on its own transaction
@@ -411,6 +413,55 @@ pub trait Transactional: Backend {
         SagaStartPlan::new(sql, checked)
             .run_blocking(conn)
             .map_err(|e| e.with_operation("start_saga"))
+    }
+
+    /// Record a saga step's report ([`TaskStore::saga_step`](crate::TaskStore::saga_step))
+    /// on the caller's transaction, with the business writes of the step: the step's
+    /// effect, its task's success, its step row, the saga's row and the next steps'
+    /// tasks commit together, or not at all, so a step that writes to this database
+    /// takes effect exactly once. The same contract as `saga_step` (fenced by the task's
+    /// lease: `Conflict` when it lost it; bad input is `InvalidInput` and writes nothing);
+    /// on an error, roll the transaction back. A step's code reports so with
+    /// [`StepContext::report`](crate::StepContext::report) and
+    /// [`StepContext::reported`](crate::StepContext::reported).
+    async fn saga_step_in<C>(
+        &self,
+        conn: &mut C,
+        def: &SagaDef,
+        report: &StepReport,
+    ) -> Result<StepApplied>
+    where
+        C: TxConnection + ?Sized,
+    {
+        const OP: &str = "saga_step";
+        let sql = self.driver().enqueue_sql();
+        let config = self.driver().config();
+        let write = step_write(config, def, report)?;
+        same_dialect(sql.dialect(), conn.dialect(), OP)?;
+        let written = saga_write_on(sql, config, conn, Checked::new(&write))
+            .await
+            .map_err(|e| e.with_operation(OP))?;
+        step_applied(written)
+    }
+
+    /// [`saga_step_in`](Self::saga_step_in) on a blocking driver's connection.
+    fn saga_step_blocking<C>(
+        &self,
+        conn: &mut C,
+        def: &SagaDef,
+        report: &StepReport,
+    ) -> Result<StepApplied>
+    where
+        C: BlockingTxConnection + ?Sized,
+    {
+        const OP: &str = "saga_step";
+        let sql = self.driver().enqueue_sql();
+        let config = self.driver().config();
+        let write = step_write(config, def, report)?;
+        same_dialect(sql.dialect(), conn.dialect(), OP)?;
+        let written = saga_write_blocking(sql, config, conn, Checked::new(&write))
+            .map_err(|e| e.with_operation(OP))?;
+        step_applied(written)
     }
 }
 

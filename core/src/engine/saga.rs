@@ -19,8 +19,8 @@ use super::Context;
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::{
     BranchCall, BranchOp, NewTask, NudgeTask, ReconcileTask, Saga, SagaCommand, SagaDef,
-    SagaFilter, SagaStatus, SagaStepRecord, StepOutcome, StepPhase, StepReport, StepRole,
-    StepState, StepTask, Task,
+    SagaFilter, SagaStatus, SagaStepRecord, StepApplied, StepOutcome, StepPhase, StepReport,
+    StepRole, StepState, StepTask, Task,
 };
 use crate::schedule::{Periodic, Schedule};
 use crate::store::TaskStore;
@@ -262,6 +262,9 @@ pub struct StepContext {
     phase: StepPhase,
     /// The barrier's branch and operation of this step and phase.
     barrier: (String, BranchOp),
+    /// What the step's own report answered, once it committed on the step's
+    /// transaction ([`reported`](Self::reported)).
+    reported: Arc<std::sync::Mutex<Option<StepApplied>>>,
     cx: Context,
 }
 
@@ -328,6 +331,56 @@ impl StepContext {
                 std::any::type_name::<T>()
             )))
         })
+    }
+
+    /// The report of this step's success, for the step's own transaction: an action's
+    /// `output` (serialized; what [`output`](Self::output) answers later steps), a
+    /// compensation's none (`output` is ignored). Write it with the step's business
+    /// writes ([`Transactional::saga_step_in`](crate::Transactional::saga_step_in), or
+    /// the backend's native `saga_step_tx`), commit, then hand the answer to
+    /// [`reported`](Self::reported): the effect, the step's completion and the next
+    /// steps' tasks commit together, so a step on this database takes effect once.
+    /// `InvalidInput` when `output` does not serialize.
+    ///
+    /// ```no_run
+    /// # use backstop_core::{SagaDef, StepContext, StepError, Transactional, TxConnection};
+    /// # async fn step<S: Transactional, C: TxConnection>(
+    /// #     store: &S, tx: &mut C, def: &SagaDef, cx: StepContext,
+    /// # ) -> Result<u32, StepError> {
+    /// // … the step's business writes on `tx`, then its report on the same transaction:
+    /// let report = cx.report(&3)?;
+    /// let applied = store.saga_step_in(tx, def, &report).await?;
+    /// // … commit `tx`, then:
+    /// cx.reported(applied);
+    /// Ok(3)
+    /// # }
+    /// ```
+    pub fn report<O: Serialize + ?Sized>(&self, output: &O) -> Result<StepReport> {
+        let outcome = match self.phase {
+            StepPhase::Action => StepOutcome::Done {
+                output: serde_json::to_string(output).map_err(|e| {
+                    Error::invalid_input("saga_step", format!("the step's output: {e}"))
+                })?,
+            },
+            StepPhase::Compensate => StepOutcome::Compensated,
+        };
+        Ok(StepReport::new(
+            self.cx.lease(),
+            self.saga.id,
+            self.saga.key.clone(),
+            self.step.clone(),
+            outcome,
+        ))
+    }
+
+    /// The step's own report ([`report`](Self::report)) committed, and answered
+    /// `applied`: the runner does not report the step again (whatever the code returns
+    /// now), and starts the next steps at once.
+    pub fn reported(&self, applied: StepApplied) {
+        *self
+            .reported
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(applied);
     }
 
     /// The participant barrier's call of this step, for a participant to guard its
@@ -511,15 +564,30 @@ impl Handler for SagaRunner {
                         return Ok(());
                     }
                 }
+                let reported = Arc::new(std::sync::Mutex::new(None));
                 let scx = StepContext {
                     saga: Arc::new(saga.clone()),
                     steps,
                     step: call.step.clone(),
                     phase,
                     barrier: (branch.to_owned(), barrier_op(role, phase)),
+                    reported: Arc::clone(&reported),
                     cx: cx.clone(),
                 };
-                match (self.run_code(task, phase, scx).await, phase) {
+                let result = self.run_code(task, phase, scx).await;
+                let own = reported
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .take();
+                if let Some(applied) = own {
+                    // the step reported itself, on its own transaction
+                    crate::driver::Attempt::set_completed(&cx);
+                    for task in applied.tasks.iter().filter(|t| t.created) {
+                        cx.run_ahead(task).await;
+                    }
+                    return Ok(());
+                }
+                match (result, phase) {
                     (Ok(output), StepPhase::Action) => StepOutcome::Done {
                         output: output.unwrap_or_else(|| "null".to_owned()),
                     },

@@ -6,9 +6,9 @@ use async_trait::async_trait;
 
 use super::TaskStore;
 use crate::driver::{
-    check_ids, check_leases, check_marks, check_report, check_start, check_task, check_tasks,
-    enqueued, enqueued_all, retry_contention, schema, AgedBatch, Buckets, Change, Checked, Claim,
-    Driver, RawSaga, RawSagaStep, RawStats, RawTask, SagaWrite, SagaWritten,
+    check_ids, check_leases, check_marks, check_start, check_task, check_tasks, enqueued,
+    enqueued_all, retry_contention, schema, AgedBatch, Buckets, Change, Checked, Claim, Driver,
+    RawSaga, RawSagaStep, RawStats, RawTask, SagaWrite, SagaWritten,
 };
 use crate::driver::{count_sql, list_values, Answer, Returns, Statement};
 use crate::error::{Error, ErrorKind, Result};
@@ -370,20 +370,9 @@ impl TaskStore for dyn Driver {
     async fn saga_step(&self, def: &SagaDef, report: &StepReport) -> Result<StepApplied> {
         const OP: &str = "saga_step";
         let d: &dyn Driver = self;
-        let report = check_report(Driver::config(d), def, report)?;
-        let write = SagaWrite::Step {
-            def: def.clone(),
-            report,
-        };
+        let write = crate::driver::step_write(Driver::config(d), def, report)?;
         let checked = Checked::new(&write);
-        match run(d, OP, || Driver::saga_write(d, checked)).await? {
-            SagaWritten::Applied(applied) => Ok(applied),
-            other => Err(Error::new(
-                ErrorKind::Unexpected,
-                OP,
-                format!("a report was answered {other:?}"),
-            )),
-        }
+        crate::driver::step_applied(run(d, OP, || Driver::saga_write(d, checked)).await?)
     }
 
     async fn command_saga(&self, id: SagaId, command: SagaCommand, audit: &Audit) -> Result<Saga> {

@@ -18,6 +18,7 @@ pub mod reconcile;
 pub mod retention;
 pub mod run_ahead;
 pub mod saga;
+pub mod saga_in_tx;
 pub mod shutdown;
 pub mod tcc;
 pub mod wakeups;

@@ -486,3 +486,86 @@ pub async fn saga_backlog_counts_unfinished_sagas<H: Harness>(ctx: &Ctx<H>) {
         assert!(c.3 < Duration::from_secs(60), "{c:?}");
     }
 }
+
+/// A step's report on the caller's transaction
+/// ([`Transactional::saga_step_in`](backstop_core::Transactional::saga_step_in) and its
+/// native forms), along every path: rolled back with the business row, it leaves
+/// nothing (the task still running under its lease, no step row, the saga's row as it
+/// was); committed, the business row, the task's success, the step row and the saga's
+/// row are there together; the same report again is `Conflict` and its business row
+/// rolls back with it; a report of a step the definition lacks is `InvalidInput` and
+/// writes nothing.
+pub async fn saga_step_in_commits_with_the_business_row<H: Harness>(ctx: &Ctx<H>) {
+    let def = std::sync::Arc::new(order());
+    for path in crate::TxPath::ALL {
+        let key = format!("in-{path}");
+        let (id, stock) = start_and_claim(ctx, &def, &key, "stock").await;
+        let before = ctx.store.saga("order", &key).await.unwrap().unwrap();
+        let report = |step: &str| {
+            StepReport::new(stock.lease(), id, key.clone(), step, done(r#"{"held":2}"#))
+        };
+        let row = |what: &str| format!("{key}-{what}");
+        ctx.saga_step_via(path, &row("rolled"), def.clone(), report("stock"), false)
+            .await
+            .unwrap();
+        assert!(
+            !ctx.harness
+                .business_row_exists(&ctx.db, &row("rolled"))
+                .await
+        );
+        let task = ctx.store.get(stock.id).await.unwrap().unwrap();
+        assert_eq!(
+            (task.status, task.lease),
+            (Status::Running, stock.lease),
+            "{path}"
+        );
+        assert!(ctx.store.saga_steps(id).await.unwrap().is_empty(), "{path}");
+        assert_eq!(
+            ctx.store.saga("order", &key).await.unwrap().unwrap(),
+            before
+        );
+
+        let e = ctx
+            .saga_step_via(path, &row("bad"), def.clone(), report("nope"), true)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{path}: {e}");
+        assert!(!ctx.harness.business_row_exists(&ctx.db, &row("bad")).await);
+
+        let applied = ctx
+            .saga_step_via(path, &row("done"), def.clone(), report("stock"), true)
+            .await
+            .unwrap();
+        assert_eq!(
+            applied,
+            StepApplied::new(SagaStatus::Running, 0, 0),
+            "{path}"
+        );
+        assert!(ctx.harness.business_row_exists(&ctx.db, &row("done")).await);
+        let task = ctx.store.get(stock.id).await.unwrap().unwrap();
+        assert_eq!(task.status, Status::Succeeded, "{path}");
+        let steps = ctx.store.saga_steps(id).await.unwrap();
+        assert_eq!(steps.len(), 1, "{path}");
+        assert_eq!(
+            (steps[0].state, steps[0].output.as_deref()),
+            (StepState::Done, Some(r#"{"held":2}"#))
+        );
+        let after = ctx.store.saga("order", &key).await.unwrap().unwrap();
+        assert_eq!(after.version, before.version + 1, "{path}");
+
+        let e = ctx
+            .saga_step_via(path, &row("again"), def.clone(), report("stock"), true)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            (e.kind(), e.operation()),
+            (ErrorKind::Conflict, "saga_step"),
+            "{path}: {e}"
+        );
+        assert!(
+            !ctx.harness
+                .business_row_exists(&ctx.db, &row("again"))
+                .await
+        );
+    }
+}
