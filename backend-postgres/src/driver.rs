@@ -385,14 +385,7 @@ impl Driver for PgDriver {
         )
         .await?
         .iter()
-        .map(|r| {
-            Ok((
-                col(r, 0)?,
-                i64::from(col::<i16>(r, 1)?),
-                col::<i64>(r, 2)?,
-                col::<i64>(r, 3)?,
-            ))
-        })
+        .map(name_code_counts)
         .collect()
     }
 
@@ -481,14 +474,7 @@ impl Driver for PgDriver {
         self.query(&self.sql.saga_backlog, &[])
             .await?
             .iter()
-            .map(|r| {
-                Ok((
-                    col(r, 0)?,
-                    i64::from(col::<i16>(r, 1)?),
-                    col::<i64>(r, 2)?,
-                    col::<i64>(r, 3)?,
-                ))
-            })
+            .map(name_code_counts)
             .collect()
     }
 
@@ -578,4 +564,15 @@ pub(crate) async fn mark_round<C: GenericClient + Sync>(
         flags[i] = applied.contains(&marks[i].lease.task_id);
     }
     Ok(())
+}
+
+/// A row of a name, a status code (`smallint`) and two counts: the throughput's and the
+/// saga backlog's.
+fn name_code_counts(r: &tokio_postgres::Row) -> Result<(String, i64, i64, i64)> {
+    Ok((
+        col(r, 0)?,
+        i64::from(col::<i16>(r, 1)?),
+        col::<i64>(r, 2)?,
+        col::<i64>(r, 3)?,
+    ))
 }

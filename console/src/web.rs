@@ -610,7 +610,7 @@ struct FilterForm {
 impl FilterForm {
     /// Empty fields are no filter.
     fn normalized(mut self) -> Self {
-        for f in [
+        blank_is_none([
             &mut self.status,
             &mut self.event_type,
             &mut self.key,
@@ -618,11 +618,7 @@ impl FilterForm {
             &mut self.older_than,
             &mut self.after,
             &mut self.limit,
-        ] {
-            if f.as_deref().is_some_and(|v| v.trim().is_empty()) {
-                *f = None;
-            }
-        }
+        ]);
         self
     }
 
@@ -673,6 +669,38 @@ fn query<T: Serialize>(form: &T) -> String {
     esc(&serde_urlencoded::to_string(form).unwrap_or_default())
 }
 
+/// A form's fields left empty are no filter.
+fn blank_is_none<const N: usize>(fields: [&mut Option<String>; N]) {
+    for f in fields {
+        if f.as_deref().is_some_and(|v| v.trim().is_empty()) {
+            *f = None;
+        }
+    }
+}
+
+/// The `<option>`s of a status filter, `selected` marked.
+fn status_options<T: std::fmt::Display>(all: &[T], selected: Option<&str>) -> String {
+    all.iter()
+        .map(|s| {
+            let s = s.to_string();
+            let sel = if selected == Some(s.as_str()) {
+                " selected"
+            } else {
+                ""
+            };
+            format!("<option{sel}>{s}</option>")
+        })
+        .collect()
+}
+
+/// The "next page" link of a full page: `next` is the form with `after` set.
+fn next_page<T: Serialize>(b: &str, path: &str, next: &T) -> String {
+    format!(
+        "<p><a class=next href=\"{b}{path}?{}\">next page →</a></p>",
+        query(next)
+    )
+}
+
 async fn tasks<S: TaskStore + Clone + 'static>(
     State(inner): Shared<S>,
     Extension(base): Extension<Base>,
@@ -700,13 +728,7 @@ async fn tasks<S: TaskStore + Clone + 'static>(
          <label>error contains <input name=error value=\"{}\"></label>
          <label>not updated for <input name=older_than placeholder=\"2h\" size=5 value=\"{}\"></label>
          <button type=submit>Filter</button></form>",
-        Status::ALL
-            .iter()
-            .map(|s| {
-                let sel = if form.status.as_deref() == Some(&s.to_string()) { " selected" } else { "" };
-                format!("<option{sel}>{s}</option>")
-            })
-            .collect::<String>(),
+        status_options(&Status::ALL, form.status.as_deref()),
         opt(&form.event_type),
         opt(&form.key),
         opt(&form.error),
@@ -719,11 +741,7 @@ async fn tasks<S: TaskStore + Clone + 'static>(
                 after: Some(last.id.to_string()),
                 ..form.clone()
             };
-            let _ = write!(
-                body,
-                "<p><a class=next href=\"{b}/tasks?{}\">next page →</a></p>",
-                query(&next)
-            );
+            body.push_str(&next_page(b, "/tasks", &next));
         }
     }
     if caller.admin().is_some() {

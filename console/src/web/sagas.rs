@@ -25,16 +25,12 @@ pub(super) struct SagaForm {
 
 impl SagaForm {
     fn normalized(mut self) -> Self {
-        for f in [
+        blank_is_none([
             &mut self.name,
             &mut self.status,
             &mut self.older_than,
             &mut self.after,
-        ] {
-            if f.as_deref().is_some_and(|v| v.trim().is_empty()) {
-                *f = None;
-            }
-        }
+        ]);
         self
     }
 
@@ -86,13 +82,7 @@ pub(super) async fn list<S: TaskStore + Clone + 'static>(
          <label>unchanged for <input name=older_than placeholder=\"15m\" size=5 value=\"{}\"></label>
          <button type=submit>Filter</button></form>",
         opt(&form.name),
-        SagaStatus::ALL
-            .iter()
-            .map(|s| {
-                let sel = if form.status.as_deref() == Some(s.as_str()) { " selected" } else { "" };
-                format!("<option{sel}>{s}</option>")
-            })
-            .collect::<String>(),
+        status_options(&SagaStatus::ALL, form.status.as_deref()),
         opt(&form.older_than),
     );
     body.push_str(&saga_table(b, &list));
@@ -102,11 +92,7 @@ pub(super) async fn list<S: TaskStore + Clone + 'static>(
                 after: Some(last.id.to_string()),
                 ..form.clone()
             };
-            let _ = write!(
-                body,
-                "<p><a class=next href=\"{b}/sagas?{}\">next page →</a></p>",
-                query(&next)
-            );
+            body.push_str(&next_page(b, "/sagas", &next));
         }
     }
     page(&base, &caller, "Sagas", &body).into_response()
