@@ -563,7 +563,9 @@ async fn invalid_input_reaches_no_driver() {
     ] {
         refused(s.sagas(&bad).await, "sagas");
     }
-    refused(s.nudge_saga(&def, 1, "").await, "nudge_saga");
+    refused(s.nudge_saga(&def, 1, "", None).await, "nudge_saga");
+    let bad = Audit::new("", "no operator");
+    refused(s.nudge_saga(&def, 1, "k", Some(&bad)).await, "nudge_saga");
     for gid in ["", "g\n", &"g".repeat(MAX_BRANCH_ID_BYTES + 1)] {
         refused(s.barrier_records(gid).await, "barrier_records");
     }

@@ -66,6 +66,8 @@ pub enum SagaWrite {
         id: SagaId,
         /// Its key.
         key: String,
+        /// Who nudges, and why: logged when the nudge changes something.
+        audit: Option<Audit>,
     },
 }
 
@@ -208,6 +210,9 @@ struct Next<'a> {
     reset: Option<(String, String)>,
     /// The operators' log entry: action, operator, reason.
     log: Option<(&'static str, &'a Audit)>,
+    /// A log entry written after the tasks, only when the write changed something (the
+    /// saga's row, or a task it created): a nudge's.
+    log_if_changed: Option<(&'static str, &'a Audit)>,
     tasks: Vec<NewTask>,
     /// The saga's status and group after the write.
     after: (SagaStatus, u32),
@@ -221,7 +226,9 @@ impl<'a> Next<'a> {
     ) -> Result<std::result::Result<Next<'a>, SagaStatus>> {
         match write {
             SagaWrite::Step { def, report } => Ok(Ok(Next::step(def, report, found)?)),
-            SagaWrite::Nudge { def, key, .. } => Ok(Ok(Next::nudge(def, key, found)?)),
+            SagaWrite::Nudge {
+                def, key, audit, ..
+            } => Ok(Ok(Next::nudge(def, key, found, audit.as_ref())?)),
             SagaWrite::Command {
                 name,
                 key,
@@ -269,13 +276,21 @@ impl<'a> Next<'a> {
         Ok(next)
     }
 
-    fn nudge(def: &'a SagaDef, key: &str, found: Found) -> Result<Next<'a>> {
+    fn nudge(
+        def: &'a SagaDef,
+        key: &str,
+        found: Found,
+        audit: Option<&'a Audit>,
+    ) -> Result<Next<'a>> {
         let rows = named(def, &found.rows);
         let decision = SagaProgress::new(def).nudge(found.status, found.group, &rows);
         let mut next = Next::from_decision(def, key, &found, &decision)?;
         if let Some(change) = &decision.saga {
             next.set = Some((change.status, change.group, change.reason.clone()));
         }
+        // logged only when it does something: a healthy saga nudged (its tasks all
+        // there) adds no entry
+        next.log_if_changed = audit.map(|a| ("nudge", a));
         Ok(next)
     }
 
@@ -304,6 +319,7 @@ impl<'a> Next<'a> {
             set: None,
             reset: None,
             log: None,
+            log_if_changed: None,
             tasks,
             after,
         })
@@ -331,6 +347,7 @@ impl<'a> Next<'a> {
             set: None,
             reset: None,
             log: Some((command.as_str(), audit)),
+            log_if_changed: None,
             tasks: Vec::new(),
             after: (found.status, found.group),
         };
@@ -581,6 +598,8 @@ enum Write {
     Reset,
     Log,
     Tasks,
+    /// After the tasks: [`Next::log_if_changed`].
+    Changed,
     Done,
 }
 
@@ -643,6 +662,16 @@ impl<'a> WritePlan<'a> {
                 action,
                 audit,
             }),
+            Write::Changed => {
+                let changed = next.set.is_some() || self.inserted.iter().any(|i| i.created);
+                next.log_if_changed
+                    .filter(|_| changed)
+                    .map(|(action, audit)| EnqueueStep::SagaLog {
+                        saga: self.saga,
+                        action,
+                        audit,
+                    })
+            }
             Write::Tasks | Write::Done => None,
         }
     }
@@ -653,7 +682,8 @@ impl<'a> WritePlan<'a> {
             Write::Saga => Write::Reset,
             Write::Reset => Write::Log,
             Write::Log => Write::Tasks,
-            Write::Tasks | Write::Done => Write::Done,
+            Write::Tasks => Write::Changed,
+            Write::Changed | Write::Done => Write::Done,
         }
     }
 
@@ -676,8 +706,8 @@ impl<'a> WritePlan<'a> {
                         continue;
                     }
                     None => {
-                        self.stage = Write::Done;
-                        return Ok(None);
+                        self.stage = Write::Changed;
+                        continue;
                     }
                 },
                 _ => {}
@@ -707,7 +737,7 @@ impl TxPlan for WritePlan<'_> {
         }
         match self.stage {
             // upserts and inserts: any count (MySQL counts an upsert's update twice)
-            Write::Record | Write::Log => match answer {
+            Write::Record | Write::Log | Write::Changed => match answer {
                 Answer::Row(_) | Answer::RowsAffected(_) => {}
                 other => return Err(super::statement::wrong_answer(&other, "a count")),
             },

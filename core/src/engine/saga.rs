@@ -717,8 +717,12 @@ impl SagaRunner {
                     }
                 }
             } else {
+                let stuck = crate::model::Audit::new(
+                    "reconciler",
+                    format!("unchanged for over {:?}: pushed forward", def.stuck_after()),
+                );
                 store
-                    .nudge_saga(def, saga.id, &saga.key)
+                    .nudge_saga(def, saga.id, &saga.key, Some(&stuck))
                     .await
                     .map_err(|e| store_failed("nudging a stuck saga", e))?;
                 tracing::info!(saga = saga.id, key = %saga.key, "stuck saga nudged");
@@ -748,7 +752,7 @@ impl SagaRunner {
             )));
         };
         let applied = store
-            .nudge_saga(&self.def, saga.id, &nudge.key)
+            .nudge_saga(&self.def, saga.id, &nudge.key, None)
             .await
             .map_err(|e| store_failed("nudging the saga", e))?;
         for task in applied.iter().flat_map(|a| &a.tasks).filter(|t| t.created) {

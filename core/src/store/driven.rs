@@ -421,14 +421,19 @@ impl TaskStore for dyn Driver {
         def: &SagaDef,
         id: SagaId,
         key: &str,
+        audit: Option<&Audit>,
     ) -> Result<Option<StepApplied>> {
         const OP: &str = "nudge_saga";
         limits::check_key(OP, "saga key", key, limits::MAX_SAGA_KEY_BYTES)?;
+        if let Some(audit) = audit {
+            audit.check(OP)?;
+        }
         let d: &dyn Driver = self;
         let write = SagaWrite::Nudge {
             def: def.clone(),
             id,
             key: key.to_owned(),
+            audit: audit.cloned(),
         };
         let checked = Checked::new(&write);
         match run(d, OP, || Driver::saga_write(d, checked)).await? {

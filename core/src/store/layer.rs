@@ -514,10 +514,11 @@ pub trait StoreLayer: Send + Sync + 'static {
         def: &SagaDef,
         id: SagaId,
         key: &str,
+        audit: Option<&Audit>,
     ) -> Result<Option<StepApplied>> {
         self.around(
             Call::new(Op::NudgeSaga),
-            self.inner().nudge_saga(def, id, key),
+            self.inner().nudge_saga(def, id, key, audit),
         )
         .await
     }
@@ -714,8 +715,9 @@ impl<L: StoreLayer + ?Sized> TaskStore for L {
         def: &SagaDef,
         id: SagaId,
         key: &str,
+        audit: Option<&Audit>,
     ) -> Result<Option<StepApplied>> {
-        StoreLayer::on_nudge_saga(self, def, id, key).await
+        StoreLayer::on_nudge_saga(self, def, id, key, audit).await
     }
 
     async fn saga_log(&self, id: SagaId) -> Result<Vec<SagaLogEntry>> {

@@ -405,9 +405,17 @@ pub trait TaskStore: Send + Sync + 'static {
     /// lock ([`SagaProgress::nudge`](crate::driver::SagaProgress::nudge)): the engine's
     /// step runner calls it for a nudge task, a reconciler for a saga found stuck. Each
     /// step's task is enqueued once per phase, so a nudge asked twice adds nothing.
-    /// `None` when there is no saga `id`.
-    async fn nudge_saga(&self, def: &SagaDef, id: SagaId, key: &str)
-        -> Result<Option<StepApplied>>;
+    /// `None` when there is no saga `id`. With `audit`, a nudge that changes something
+    /// (enqueues a task, moves the saga) is written to the saga's operators' log as
+    /// `nudge` (the reconciler's pushes forward); one that finds nothing to do is not.
+    /// `InvalidInput` for a bad key or audit, writing nothing.
+    async fn nudge_saga(
+        &self,
+        def: &SagaDef,
+        id: SagaId,
+        key: &str,
+        audit: Option<&Audit>,
+    ) -> Result<Option<StepApplied>>;
 
     /// Saga `id`'s operators' log, oldest first.
     async fn saga_log(&self, id: SagaId) -> Result<Vec<SagaLogEntry>>;

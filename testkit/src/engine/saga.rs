@@ -582,7 +582,8 @@ async fn wait_saga<S: TaskStore>(store: &S, key: &str, status: SagaStatus) -> Sa
 
 /// The reconciler brings back a step task that was lost (deleted by an operator before
 /// any engine ran it): the saga, unchanged for longer than `stuck_after`, is nudged, the
-/// task is enqueued again, and the saga completes.
+/// task is enqueued again, and the saga completes. The nudge that brought it back is in
+/// the saga's log (`nudge` by `reconciler`), once.
 pub async fn engine_saga_reconciler_brings_back_a_lost_step<H: Harness>(ctx: &Ctx<H>) {
     let def = order_builder()
         .stuck_after(Duration::from_secs(1))
@@ -603,6 +604,17 @@ pub async fn engine_saga_reconciler_brings_back_a_lost_step<H: Harness>(ctx: &Ct
         .id;
     let audit = backstop_core::Audit::new("ops", "removed by mistake");
     ctx.store.delete(stock, &audit).await.unwrap();
+    // unchanged for an hour: the first tick finds it
+    let saga_table = format!("{}_saga", ctx.config.table);
+    ctx.harness
+        .backdate(
+            &ctx.db,
+            &saga_table,
+            started.id,
+            TimeColumn::UpdatedAt,
+            HOUR,
+        )
+        .await;
     let journal = Journal::default();
     let engine = engine_of(
         ctx.store.clone(),
@@ -619,6 +631,14 @@ pub async fn engine_saga_reconciler_brings_back_a_lost_step<H: Harness>(ctx: &Ct
         ctx.store.get(stock).await.unwrap().is_none(),
         "a new task, not the old"
     );
+    // the push forward is in the saga's log, once: later ticks found nothing to add
+    let log = ctx.store.saga_log(started.id).await.unwrap();
+    let entries: Vec<(&str, &str)> = log
+        .iter()
+        .map(|e| (e.action.as_str(), e.operator.as_str()))
+        .collect();
+    assert_eq!(entries, [("nudge", "reconciler")], "{log:?}");
+    assert!(log[0].reason.contains("pushed forward"), "{log:?}");
 }
 
 /// The reconciler parks a saga still running past its deadline, for an operator: the
