@@ -119,6 +119,9 @@ async fn show(store: &AnyStore, id: i64, json: bool) -> Outcome {
     let saga = find(store, id).await?;
     let steps = store.saga_steps(id).await?;
     let log = store.saga_log(id).await?;
+    let barrier = store
+        .barrier_records(&format!("saga:{}:{}", saga.name, saga.key))
+        .await?;
     if json {
         let mut doc = saga_json(&saga);
         doc["steps"] = steps
@@ -137,6 +140,15 @@ async fn show(store: &AnyStore, id: i64, json: bool) -> Outcome {
                 serde_json::json!({
                     "action": e.action, "operator": e.operator, "reason": e.reason,
                     "at": e.at.to_rfc3339(),
+                })
+            })
+            .collect();
+        doc["barrier"] = barrier
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "branch": r.branch_id, "op": r.op.as_str(), "reason": r.reason.as_str(),
+                    "at": r.created_at.to_rfc3339(),
                 })
             })
             .collect();
@@ -167,6 +179,23 @@ async fn show(store: &AnyStore, id: i64, json: bool) -> Outcome {
             s.step,
             s.state.as_str(),
             s.output.as_deref().unwrap_or("-")
+        );
+    }
+    println!("barrier");
+    if barrier.is_empty() {
+        println!("  (no records: its steps' participants use none, or none ran)");
+    }
+    for r in &barrier {
+        let how = if r.reason == r.op {
+            String::new()
+        } else {
+            format!(" (written by its {})", r.reason)
+        };
+        println!(
+            "  {}  {:<20} {}{how}",
+            time(&r.created_at),
+            r.branch_id,
+            r.op
         );
     }
     println!("log");

@@ -644,6 +644,9 @@ async fn lists_shows_and_commands_sagas() {
         let shown = db.json(&["sagas", "show", &parked.to_string()]);
         assert_eq!(shown["steps"][0]["state"], "action_failed", "{shown}");
         assert_eq!(shown["log"].as_array().unwrap().len(), 0);
+        assert_eq!(shown["barrier"], serde_json::json!([]), "{shown}");
+        let text = stdout(&db.cli(&["sagas", "show", &parked.to_string()]));
+        assert!(text.contains("barrier\n  (no records"), "{text}");
 
         let id = parked.to_string();
         let out = db.cli(&["sagas", "retry", &id, "--dry-run"]);
