@@ -1264,7 +1264,7 @@ fn page(base: &Base, caller: &Caller, title: &str, body: &str) -> Html<String> {
         _ => "read-only".to_owned(),
     };
     let nav = format!(
-        "<nav><a href=\"{home}\">Overview</a> <a href=\"{b}/tasks\">Tasks</a> <a href=\"{b}/tasks?status=failed\">Failed</a> <a href=\"{b}/sagas\">Sagas</a>
+        "<nav><a href=\"{home}\">Overview</a> <a href=\"{b}/tasks\">Tasks</a> <a href=\"{b}/tasks?status=failed\">Failed</a> <a href=\"{b}/tasks?status=failed&amp;error=to+reconcile%3A\">To reconcile</a> <a href=\"{b}/sagas\">Sagas</a>
          <span class=who>{who}</span>
          <form method=post action=\"{b}/logout\" class=logout><button type=submit>Sign out</button></form></nav>",
         home = base.home()

@@ -179,6 +179,21 @@ async fn read_only_sees_everything_and_changes_nothing() {
     assert!(overview.body.contains("SEND_EMAIL") && overview.body.contains("read-only"));
     let list = send(&app, get("/tasks?status=failed", Some(READ))).await;
     assert!(list.body.contains("smtp: connection refused") && !list.body.contains("Bulk actions"));
+    // the reconciliation inbox: the failed tasks left "to reconcile", linked from the nav
+    f.failed(
+        "NOTIFY_PROVIDER",
+        "order-2",
+        "to reconcile: the notification schedule is used up (6 attempts): 503",
+    )
+    .await;
+    let link = "/tasks?status=failed&amp;error=to+reconcile%3A";
+    assert!(list.body.contains(link), "{}", list.body);
+    let inbox = send(&app, get(&link.replace("&amp;", "&"), Some(READ))).await;
+    assert!(
+        inbox.body.contains("NOTIFY_PROVIDER") && !inbox.body.contains("smtp: connection refused"),
+        "{}",
+        inbox.body
+    );
     let detail = send(&app, get(&format!("/tasks/{id}"), Some(READ))).await;
     assert_eq!(detail.status, StatusCode::OK);
     assert!(detail.body.contains("ada@example.com") && !detail.body.contains("/confirm/"));
