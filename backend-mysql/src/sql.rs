@@ -403,9 +403,7 @@ impl Sql {
             reset_failed: format!(
                 "UPDATE {t} SET status = 0, attempts = 0, next_run_at = NOW(3), owner = NULL,
                     updated_at = NOW(3)
-                 WHERE event_type = ? AND status = 2 AND biz_key IN (
-                    SELECT CONCAT(?, step, CASE WHEN state = 4 THEN ':a' ELSE ':c' END)
-                    FROM {tss} WHERE saga_id = ? AND grp = ? AND state IN (4, 5))"
+                 WHERE event_type = ? AND status = 2 AND LOCATE(?, biz_key) = 1"
             ),
             saga_log_insert: format!(
                 "INSERT INTO {tsa} (saga_id, action, operator, reason, at)

@@ -651,9 +651,8 @@ impl Sql {
                 "WITH r AS (
                     UPDATE {t} SET status = 0, attempts = 0, next_run_at = now(), owner = NULL,
                         updated_at = now()
-                    WHERE event_type = $1 AND status = 2 AND biz_key IN (
-                        SELECT $2 || step || CASE WHEN state = 4 THEN ':a' ELSE ':c' END
-                        FROM {tss} WHERE saga_id = $3 AND grp = $4 AND state IN (4, 5))
+                    WHERE event_type = $1 AND status = 2
+                      AND left(biz_key, char_length($2::text)) = $2::text
                     RETURNING 1)
                  SELECT count(*) FROM r"
             ),

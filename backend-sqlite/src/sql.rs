@@ -426,11 +426,9 @@ impl Sql {
             ),
             // ?5 now
             reset_failed: format!(
-                "UPDATE {t} SET status = 0, attempts = 0, next_run_at = ?5, owner = NULL,
-                    updated_at = ?5
-                 WHERE event_type = ?1 AND status = 2 AND biz_key IN (
-                    SELECT ?2 || step || CASE WHEN state = 4 THEN ':a' ELSE ':c' END
-                    FROM {tss} WHERE saga_id = ?3 AND grp = ?4 AND state IN (4, 5))"
+                "UPDATE {t} SET status = 0, attempts = 0, next_run_at = ?3, owner = NULL,
+                    updated_at = ?3
+                 WHERE event_type = ?1 AND status = 2 AND substr(biz_key, 1, length(?2)) = ?2"
             ),
             // ?5 now
             saga_log_insert: format!(

@@ -149,21 +149,18 @@ pub enum EnqueueStep<'a> {
         reason: Option<&'a str>,
     },
     /// An operator's retry of a parked saga: every failed task (status 2) of the saga's
-    /// event type whose business key is the prefix, a step's name and `:a` (a step row
-    /// of the group in state 4, action failed) or `:c` (state 5, compensation failed),
-    /// set pending as [`reset`](crate::TaskStore::reset) sets it (`attempts = 0`,
-    /// `next_run_at` now, owner cleared, `updated_at` now). Answers how many it reset
-    /// (a count, or a row of one integer). Parameters: the event type, the prefix (the
-    /// saga's key and `/`), the saga's id, the group ([`Value::Int`]).
+    /// event type whose business key starts with the prefix (an exact prefix, not a
+    /// `LIKE` pattern), set pending as [`reset`](crate::TaskStore::reset) sets it
+    /// (`attempts = 0`, `next_run_at` now, owner cleared, `updated_at` now). Those are
+    /// the step tasks that parked it: out of attempts with their step row saying so, or
+    /// failed with no report (the sweep's, an operator's) that the reconciler parked it
+    /// for. Answers how many it reset (a count, or a row of one integer). Parameters:
+    /// the event type, the prefix (the saga's key and `/`).
     ResetFailed {
         /// The saga's event type.
         event_type: &'a str,
         /// The saga's key and `/`.
         prefix: &'a str,
-        /// The saga.
-        saga: SagaId,
-        /// Its group.
-        group: u32,
     },
     /// An entry of the saga operators' log (`<table>_saga_audit`), `at` now.
     /// Parameters: the saga's id, the action, the operator, the reason.
@@ -261,17 +258,9 @@ impl<'a> EnqueueStep<'a> {
                 Value::Text(reason),
                 Value::BigInt(Some(saga)),
             ],
-            EnqueueStep::ResetFailed {
-                event_type,
-                prefix,
-                saga,
-                group,
-            } => vec![
-                Value::Text(Some(event_type)),
-                Value::Text(Some(prefix)),
-                Value::BigInt(Some(saga)),
-                Value::Int(Some(int(group))),
-            ],
+            EnqueueStep::ResetFailed { event_type, prefix } => {
+                vec![Value::Text(Some(event_type)), Value::Text(Some(prefix))]
+            }
             EnqueueStep::SagaLog {
                 saga,
                 action,

@@ -99,6 +99,7 @@ pub use enqueue::{insert_params, EnqueuePlan, EnqueueSql, EnqueueStep, RunAt, IN
 pub use insert::{Existing, InsertStep, Inserted, KeyedInsert};
 pub use keys::{release_order_keys, release_order_keys_blocking};
 pub use plan::TxPlan;
+pub(crate) use progress::needs_undo;
 pub use progress::{Decision, SagaChange, SagaProgress, StepEvent, StepState};
 pub use release::{
     KeyRelease, KeyReleasePlan, KeysRelease, KeysReleasePlan, KeysStep, ReleaseStep,

@@ -9,7 +9,7 @@ use crate::model::{SagaDef, SagaStatus, SagaStep, StepPhase, StepRole};
 /// saga's compensated step once its action succeeded; a TCC try whatever its try did
 /// (refused, out of attempts or not run: the barrier makes that cancel empty) unless
 /// cancelled already.
-fn needs_undo(step: &SagaStep, state: StepState) -> bool {
+pub(crate) fn needs_undo(step: &SagaStep, state: StepState) -> bool {
     match step.role() {
         StepRole::Try => !matches!(
             state,

@@ -206,7 +206,7 @@ struct Next<'a> {
     record: Option<Record<'a>>,
     /// The saga row's status, group and (when set) reason.
     set: Option<(SagaStatus, u32, Option<String>)>,
-    /// Reset the failed tasks of the group's failed steps (a retry).
+    /// Reset the saga's failed step tasks (a retry): the event type and key prefix.
     reset: Option<(String, String)>,
     /// The operators' log entry: action, operator, reason.
     log: Option<(&'static str, &'a Audit)>,
@@ -647,16 +647,10 @@ impl<'a> WritePlan<'a> {
                     group: *group,
                     reason: reason.as_deref(),
                 }),
-            Write::Reset => {
-                next.reset
-                    .as_ref()
-                    .map(|(event_type, prefix)| EnqueueStep::ResetFailed {
-                        event_type,
-                        prefix,
-                        saga: self.saga,
-                        group: next.after.1,
-                    })
-            }
+            Write::Reset => next
+                .reset
+                .as_ref()
+                .map(|(event_type, prefix)| EnqueueStep::ResetFailed { event_type, prefix }),
             Write::Log => next.log.map(|(action, audit)| EnqueueStep::SagaLog {
                 saga: self.saga,
                 action,

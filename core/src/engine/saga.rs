@@ -716,6 +716,16 @@ impl SagaRunner {
                         tracing::warn!(saga = saga.id, key = %saga.key, "saga past its deadline: parked");
                     }
                 }
+            } else if let Some(why) = unreported_failure(store, def, &saga).await? {
+                // waiting in vain: park it for an operator (whose retry resets the task)
+                let audit = crate::model::Audit::new("reconciler", why);
+                match store.command_saga(saga.id, SagaCommand::Park, &audit).await {
+                    Err(e) if e.kind() == ErrorKind::Conflict => {}
+                    other => {
+                        other.map_err(|e| store_failed("parking a saga whose step failed", e))?;
+                        tracing::warn!(saga = saga.id, key = %saga.key, reason = %audit.reason, "saga parked");
+                    }
+                }
             } else {
                 let stuck = crate::model::Audit::new(
                     "reconciler",
@@ -760,6 +770,66 @@ impl SagaRunner {
         }
         Ok(())
     }
+}
+
+/// Why a stuck saga waits in vain, if it does: a task of its group that failed with no
+/// report reaching the saga. The runner reports a step task's last attempt (the saga
+/// parks at once), but an attempt can end without its runner: its worker died or
+/// stopped past its lease on the last attempt and the sweep failed the task
+/// ([`TaskStore::recycle_dead`]), or an operator failed it. Its step's row then shows
+/// nothing of it: an action's task failed while the step has no row, or a
+/// compensation's while the step is still done (`needs_undo`). The reconciler parks
+/// such a saga with the task's last error rather than nudging it forever (the task
+/// exists: a nudge adds nothing); an operator's retry resets the task.
+async fn unreported_failure(
+    store: &Arc<dyn TaskStore>,
+    def: &SagaDef,
+    saga: &Saga,
+) -> std::result::Result<Option<String>, HandlerError> {
+    let Some(group) = usize::try_from(saga.group)
+        .ok()
+        .and_then(|g| def.groups().get(g))
+    else {
+        return Ok(None);
+    };
+    let rows = store
+        .saga_steps(saga.id)
+        .await
+        .map_err(|e| store_failed("reading the saga's steps", e))?;
+    for step in group {
+        let row = rows.iter().find(|r| r.step == step.name()).map(|r| r.state);
+        let phase = match row {
+            None => StepPhase::Action,
+            Some(st)
+                if saga.status == SagaStatus::Compensating
+                    && crate::driver::needs_undo(step, st) =>
+            {
+                StepPhase::Compensate
+            }
+            Some(_) => continue,
+        };
+        let filter = crate::model::TaskFilter::default()
+            .event_type(def.event_type())
+            .biz_key(def.step_key(&saga.key, step, phase))
+            .status(crate::model::Status::Failed)
+            .limit(1);
+        let failed = store
+            .list(&filter)
+            .await
+            .map_err(|e| store_failed("reading the saga's step tasks", e))?;
+        if let Some(task) = failed.first() {
+            return Ok(Some(format!(
+                "the {} of step {:?} failed with no report: {}",
+                match phase {
+                    StepPhase::Action => "action",
+                    StepPhase::Compensate => "compensation",
+                },
+                step.name(),
+                task.last_error.as_deref().unwrap_or("no error recorded")
+            )));
+        }
+    }
+    Ok(None)
 }
 
 /// Every saga of `filter`, page after page, at most [`RECONCILE_PAGES`] pages.

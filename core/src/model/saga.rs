@@ -367,15 +367,21 @@ impl SagaDef {
         })
     }
 
+    /// The business key of the task that runs `phase` of `step` of the saga `key`:
+    /// `{key}/{step}:a`, `:c` for a compensation.
+    pub fn step_key(&self, key: &str, step: &SagaStep, phase: StepPhase) -> String {
+        let suffix = match phase {
+            StepPhase::Action => "a",
+            StepPhase::Compensate => "c",
+        };
+        format!("{key}/{}:{suffix}", step.name)
+    }
+
     /// The task that runs `phase` of `step` of the saga `key`: the saga's event type,
     /// business key `{key}/{step}:a` (`:c` for a compensation, so each phase of a step
     /// is enqueued once per saga), a [`StepTask`] payload, and the step's retry policy
     /// and timeout.
     pub fn step_task(&self, key: &str, step: &SagaStep, phase: StepPhase) -> NewTask {
-        let suffix = match phase {
-            StepPhase::Action => "a",
-            StepPhase::Compensate => "c",
-        };
         let payload = StepTask {
             saga: self.name.clone(),
             key: key.to_owned(),
@@ -386,14 +392,11 @@ impl SagaDef {
             StepPhase::Action => step.retry,
             StepPhase::Compensate => step.compensation_retry,
         };
-        let task = NewTask::new(
-            self.event_type.clone(),
-            format!("{key}/{}:{suffix}", step.name),
-        )
-        .json(&payload)
-        .retry(policy)
-        // never twice, whatever state the first is in: a nudge may ask again
-        .dedup(crate::model::Dedup::Forever);
+        let task = NewTask::new(self.event_type.clone(), self.step_key(key, step, phase))
+            .json(&payload)
+            .retry(policy)
+            // never twice, whatever state the first is in: a nudge may ask again
+            .dedup(crate::model::Dedup::Forever);
         match step.timeout {
             Some(t) => task.timeout(t),
             None => task,

@@ -202,7 +202,7 @@ pub struct SagaStepRecord {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SagaCommand {
-    /// A parked saga: run its failed steps' tasks again (they are reset to pending), and
+    /// A parked saga: run its failed step tasks again (they are reset to pending), and
     /// go back to running, or to compensating when it was compensating.
     Retry,
     /// A running saga, or one parked on a failed action: give up and compensate its done

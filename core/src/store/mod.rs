@@ -387,8 +387,9 @@ pub trait TaskStore: Send + Sync + 'static {
     ///
     /// # Contract
     ///
-    /// - **Retry** (a parked saga): its failed steps' failed tasks are reset to pending
-    ///   (attempts 0, due now) and it goes back to compensating if any step of its group
+    /// - **Retry** (a parked saga): its failed step tasks (those of its event type whose
+    ///   business key starts with `<key>/`: out of attempts, or failed with no report
+    ///   reaching the saga) are reset to pending (attempts 0, due now) and it goes back to compensating if any step of its group
     ///   was refused or compensated or failed compensating, else to running.
     /// - **Compensate** (a running saga, or one parked on a failed action): it turns
     ///   compensating, the reason naming the operator and the audit's reason, and a
