@@ -44,6 +44,8 @@ pub struct Input {
     pub effects: Vec<(String, String)>,
     /// Entries in the dead-letter stream.
     pub dead_letters: u64,
+    /// What the sagas left.
+    pub sagas: crate::saga::Outcomes,
     /// When every relayed task's effect was there, after the last fault.
     pub inbox_settle_ms: i64,
     pub inbox_bound: Duration,
@@ -219,7 +221,7 @@ fn ids(examples: &[TaskId]) -> String {
 
 /// The verdict of a settling time: `ms` after the last fault (`i64::MAX`: never) within
 /// `bound`.
-fn settled(name: &'static str, ms: i64, bound: Duration) -> Line {
+pub fn settled(name: &'static str, ms: i64, bound: Duration) -> Line {
     let bound_ms = bound.as_millis() as i64;
     Line {
         ok: ms <= bound_ms,
@@ -254,6 +256,7 @@ pub fn check(input: Input) -> Report {
         catch_up_ms,
         effects,
         dead_letters,
+        sagas,
         inbox_settle_ms,
         inbox_bound,
         graceful,
@@ -261,8 +264,15 @@ pub fn check(input: Input) -> Report {
         dir,
     } = input;
     let mut lines = Vec::new();
+    // the sagas' step tasks (and their reconciler's ticks) are checked as sagas, below;
+    // every other invariant is of the suite's own tasks
+    let tasks: Vec<Task> = tasks
+        .into_iter()
+        .filter(|t| !t.event_type.starts_with("saga:"))
+        .collect();
     let by_key: HashMap<&str, &Task> = tasks.iter().map(|t| (t.biz_key.as_str(), t)).collect();
     let orders: HashSet<&str> = orders.iter().map(String::as_str).collect();
+    let saga_keys: HashSet<&str> = sagas.sagas.iter().map(|s| s.key.as_str()).collect();
     let count = |o: Outcome| written.values().filter(|w| w.outcome == o).count();
     let (committed, rolled_back, unknown) = (
         count(Outcome::Committed),
@@ -278,7 +288,7 @@ pub fn check(input: Input) -> Report {
     // 1. every committed task reached the terminal state its kind leads to
     let (mut missing, mut unfinished, mut wrong) = (0, 0, 0);
     for (key, w) in &written {
-        if w.outcome != Outcome::Committed {
+        if w.outcome != Outcome::Committed || w.event_type == crate::saga::STARTED {
             continue;
         }
         match by_key.get(key.as_str()) {
@@ -310,7 +320,7 @@ pub fn check(input: Input) -> Report {
     let mut strays = 0;
     for (key, w) in &written {
         let (task, order) = (
-            by_key.contains_key(key.as_str()),
+            by_key.contains_key(key.as_str()) || saga_keys.contains(key.as_str()),
             orders.contains(key.as_str()),
         );
         match w.outcome {
@@ -570,6 +580,9 @@ pub fn check(input: Input) -> Report {
         inbox_settle_ms,
         inbox_bound,
     ));
+
+    // the sagas' invariants
+    lines.extend(crate::saga::check(&written, &orders, &sagas));
 
     // 7. graceful shutdown leaves nothing running
     let unclean: Vec<TaskId> = graceful

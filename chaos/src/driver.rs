@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use backstop::{
-    AnyStore, NewTask, RetryPolicy, Status, Task, TaskFilter, TaskId, TaskStore, Transactional,
+    AnyStore, NewTask, RetryPolicy, SagaStart, Status, Task, TaskFilter, TaskId, TaskStore,
+    Transactional,
 };
 use sqlx::AnyPool;
 use tokio::process::{Child, Command};
@@ -83,6 +84,9 @@ pub struct Lane {
     pub consumers: usize,
     /// Only these faults (of those the backend gets); all when empty.
     pub only: &'static [FaultKind],
+    /// The sagas' barrier without its unique key (`--broken-barrier`): the saga checks
+    /// must fail.
+    pub broken_barrier: bool,
 }
 
 impl Lane {
@@ -94,6 +98,7 @@ impl Lane {
             workers: 3,
             consumers: 2,
             only: &[],
+            broken_barrier: false,
         }
     }
     pub fn full() -> Lane {
@@ -104,6 +109,7 @@ impl Lane {
             workers: 4,
             consumers: 2,
             only: &[],
+            broken_barrier: false,
         }
     }
 }
@@ -223,6 +229,11 @@ struct Target {
     orders: String,
     /// The consumers' effect rows: one per message applied, no unique key.
     effects: String,
+    /// The sagas' effect rows (no unique key either), the table their barrier writes,
+    /// and the workers' argument naming that barrier.
+    saga_effects: String,
+    saga_barrier: String,
+    barrier_arg: String,
     /// The store URL the workers use (through the proxy on the server backends).
     worker_url: String,
     proxy: Option<Proxy>,
@@ -253,7 +264,7 @@ fn reroute(url: &str, to: &str) -> Result<(String, String), BoxError> {
     Ok((host, rerouted))
 }
 
-async fn setup(backend: Backend, dir: &Path, tag: &str) -> Result<Target, BoxError> {
+async fn setup(backend: Backend, dir: &Path, tag: &str, lane: Lane) -> Result<Target, BoxError> {
     sqlx::any::install_default_drivers();
     let table = format!("chaos_{tag}");
     let orders = format!("chaos_orders_{tag}");
@@ -301,6 +312,9 @@ async fn setup(backend: Backend, dir: &Path, tag: &str) -> Result<Target, BoxErr
     )))
     .execute(&pool)
     .await?;
+    let (saga_effects, _) = crate::saga::tables(tag);
+    let (saga_barrier, barrier_arg) =
+        crate::saga::setup(&pool, tag, backend == Backend::Mysql, lane.broken_barrier).await?;
     let (worker_url, proxy) = if backend == Backend::Sqlite {
         (store_url, None)
     } else {
@@ -320,6 +334,9 @@ async fn setup(backend: Backend, dir: &Path, tag: &str) -> Result<Target, BoxErr
         },
         orders,
         effects,
+        saga_effects,
+        saga_barrier,
+        barrier_arg,
         worker_url,
         proxy,
         restart,
@@ -524,8 +541,21 @@ async fn produce(
                 let mut batch = Vec::with_capacity(size);
                 for _ in 0..size {
                     let key = format!("k{}", next.fetch_add(1, Ordering::Relaxed));
-                    let (event_type, task) = chaos_task(&mut rng, &key);
-                    batch.push((key, event_type, task));
+                    // one lone transaction in ten starts a saga
+                    let saga = (size == 1 && rng.u8(..100) < 10)
+                        .then(|| crate::saga::start(&key, &crate::saga::Plan::pick(&mut rng)));
+                    let (event_type, job) = match saga {
+                        Some(Ok(start)) => (crate::saga::STARTED, Job::Saga(start)),
+                        Some(Err(e)) => {
+                            eprintln!("chaos: a saga's start: {e}");
+                            return;
+                        }
+                        None => {
+                            let (event_type, task) = chaos_task(&mut rng, &key);
+                            (event_type, Job::Task(task))
+                        }
+                    };
+                    batch.push((key, event_type, job));
                 }
                 let outcome = business(&t, &batch, rollback).await;
                 let mut written = written.lock().unwrap_or_else(|e| e.into_inner());
@@ -641,9 +671,17 @@ fn chaos_task(rng: &mut fastrand::Rng, key: &str) -> (&'static str, NewTask) {
     (event_type, task)
 }
 
+/// What a business transaction writes beside each order row.
+enum Job {
+    Task(NewTask),
+    /// A saga started with the order (`start_in`).
+    Saga(SagaStart),
+}
+
 /// One business transaction: an order row and its task for each of `batch` (one task
-/// with `enqueue_in`, several with `enqueue_many_in`), committed or rolled back.
-async fn business(t: &Target, batch: &[(String, &str, NewTask)], rollback: bool) -> Outcome {
+/// with `enqueue_in`, several with `enqueue_many_in`), or an order and its saga,
+/// committed or rolled back.
+async fn business(t: &Target, batch: &[(String, &str, Job)], rollback: bool) -> Outcome {
     let Ok(mut tx) = t.pool.begin().await else {
         return Outcome::RolledBack;
     };
@@ -662,9 +700,16 @@ async fn business(t: &Target, batch: &[(String, &str, NewTask)], rollback: bool)
         }
     }
     let enqueued = match batch {
-        [(_, _, task)] => t.store.enqueue_in(&mut *tx, task).await.map(|_| ()),
+        [(_, _, Job::Saga(start))] => t.store.start_in(&mut *tx, start).await.map(|_| ()),
+        [(_, _, Job::Task(task))] => t.store.enqueue_in(&mut *tx, task).await.map(|_| ()),
         many => {
-            let tasks: Vec<NewTask> = many.iter().map(|(_, _, task)| task.clone()).collect();
+            let tasks: Vec<NewTask> = many
+                .iter()
+                .filter_map(|(_, _, job)| match job {
+                    Job::Task(task) => Some(task.clone()),
+                    Job::Saga(_) => None,
+                })
+                .collect();
             t.store.enqueue_many_in(&mut *tx, &tasks).await.map(|_| ())
         }
     };
@@ -731,7 +776,7 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
     let tag = format!("{}_{seed}", std::process::id());
     let dir = std::env::temp_dir().join(format!("backstop-chaos-{}-{tag}", backend.name()));
     std::fs::create_dir_all(&dir)?;
-    let t = Arc::new(setup(backend, &dir, &tag).await?);
+    let t = Arc::new(setup(backend, &dir, &tag, lane).await?);
     let mut rng = fastrand::Rng::with_seed(seed);
     let mut redis = RedisServer::start(&dir).await?;
     let stream = format!("chaos:{tag}");
@@ -745,6 +790,8 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
             redis.url(),
             stream.clone(),
             t.orders.clone(),
+            t.saga_effects.clone(),
+            t.barrier_arg.clone(),
         ],
         dir: dir.clone(),
         children: Vec::new(),
@@ -944,6 +991,9 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
 
+    // the sagas: none running or compensating (the reconciler parks what waits in vain)
+    let sagas_settle_ms = crate::saga::settle(&t.store, crate::saga::SETTLE_BOUND).await?;
+
     // graceful stop of every worker and consumer
     graceful.extend(workers.stop_all().await?);
     graceful.extend(consumers.stop_all().await?);
@@ -955,6 +1005,14 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
     .fetch_all(&t.pool)
     .await?;
     let dead_letters = redis.len(&format!("{stream}:dead")).await?;
+    let sagas = crate::saga::read(
+        &t.store,
+        &t.pool,
+        &t.saga_effects,
+        &t.saga_barrier,
+        sagas_settle_ms,
+    )
+    .await?;
     redis.stop().await;
 
     let tasks = all_tasks(&t.store).await?;
@@ -988,6 +1046,7 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
         catch_up_ms,
         effects,
         dead_letters,
+        sagas,
         inbox_settle_ms: inbox_settled_at.saturating_sub(quiet_from),
         inbox_bound,
         graceful,

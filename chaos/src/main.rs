@@ -23,6 +23,7 @@ mod driver;
 mod ledger;
 mod proxy;
 mod redis_server;
+mod saga;
 mod worker;
 
 use std::process::ExitCode;
@@ -35,7 +36,9 @@ const USAGE: &str =
     "usage: backstop-chaos run [--lane smoke|full] [--backends sqlite,postgres,mysql] [--seed N]
                            [--faults kind,…]   (kill--9 stop graceful-stop db-restart connection-kill
                                                 latency stall reset outage consumer-kill redis-restart)
-       backstop-chaos worker <store url> <ledger file> <redis url> <stream> <orders table>   (spawned by run)
+                           [--broken-barrier]  (the sagas' barrier without its unique key: must fail)
+       backstop-chaos worker <store url> <ledger file> <redis url> <stream> <orders table>
+                             <saga effects table> <barrier: real|keyless copy>   (spawned by run)
        backstop-chaos consumer <store url> <redis url> <stream> <effects table>   (spawned by run)";
 
 fn main() -> ExitCode {
@@ -52,11 +55,11 @@ fn main() -> ExitCode {
         }
     };
     match args.first().map(String::as_str) {
-        Some("worker") if args.len() == 6 => {
+        Some("worker") if args.len() == 8 => {
             let path = std::path::Path::new(&args[2]);
             child(
                 "worker",
-                runtime.block_on(worker::run(&args[1], path, &args[3], &args[4], &args[5])),
+                runtime.block_on(worker::run(&args[1], path, &args[3..])),
             )
         }
         Some("consumer") if args.len() == 5 => child(
@@ -110,6 +113,7 @@ fn parse(args: &[String]) -> Result<(Vec<Backend>, Lane, u64), String> {
                     .map(|b| Backend::parse(b).ok_or(format!("unknown backend {b}")))
                     .collect::<Result<_, _>>()?
             }
+            "--broken-barrier" => lane.broken_barrier = true,
             "--seed" => seed = value()?.parse().map_err(|e| format!("--seed: {e}"))?,
             "--faults" => {
                 only = value()?

@@ -136,14 +136,17 @@ pub async fn connect(url: &str) -> Result<AnyStore, BoxError> {
 }
 
 /// Run a worker until SIGTERM (graceful) or a signal that ends it: the engine with the
-/// suite's handlers, the relay to `stream` on the Redis at `redis_url` among them.
-pub async fn run(
-    url: &str,
-    ledger_path: &Path,
-    redis_url: &str,
-    stream: &str,
-    orders: &str,
-) -> Result<(), BoxError> {
+/// suite's handlers, the relay to the stream on the Redis named in `args` among them,
+/// and the saga's steps. `args`: the Redis URL, the stream, the orders table, the saga
+/// effects table and the barrier (`real`, or the keyless copy's table).
+pub async fn run(url: &str, ledger_path: &Path, args: &[String]) -> Result<(), BoxError> {
+    let [redis_url, stream, orders, effects, barrier] = args else {
+        return Err(format!(
+            "a worker takes 5 arguments after its ledger, not {}",
+            args.len()
+        )
+        .into());
+    };
     let ledger = Arc::new(Ledger::open(ledger_path)?);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let store = connect(url).await?;
@@ -154,6 +157,7 @@ pub async fn run(
         RelayOptions::new(stream).trim_interval(Some(Duration::from_secs(2))),
     )?;
     let notifier = store.native_notifier()?;
+    let (saga, saga_steps) = crate::saga::steps(store.clone(), url, effects, barrier).await?;
     let store = LedgerStore {
         inner: store,
         ledger: Arc::clone(&ledger),
@@ -183,8 +187,9 @@ pub async fn run(
                 ledger: Arc::clone(&ledger),
                 relay,
             },
-            options,
-        );
+            options.clone(),
+        )
+        .saga(saga, saga_steps, options);
     if let Some(n) = notifier {
         builder = builder.notifier(n);
     }
