@@ -98,10 +98,20 @@ impl Inbox for MySqlStore {
         message: &Message,
         handler: &MySqlHandler,
     ) -> std::result::Result<Processed<()>, HandlerError> {
+        let call = message
+            .branch()
+            .map_err(|e| HandlerError::from(e).permanent())?;
         let Some(mut tx) = self.begin_inbox(consumer, &message.id).await? else {
             return Ok(Processed::Duplicate);
         };
-        handler(&mut tx, message).await?;
+        // a relayed saga step: the barrier decides, on the inbox's transaction
+        let runs = match &call {
+            Some(call) => self.barrier_tx(&mut tx, call).await?.should_run(),
+            None => true,
+        };
+        if runs {
+            handler(&mut tx, message).await?;
+        }
         tx.commit()
             .await
             .map_err(|e| my_err(e).with_operation(OP))?;

@@ -119,11 +119,21 @@ impl Inbox for PgStore {
         message: &Message,
         handler: &PgHandler,
     ) -> std::result::Result<Processed<()>, HandlerError> {
+        let call = message
+            .branch()
+            .map_err(|e| HandlerError::from(e).permanent())?;
         let mut client = self.client().await?;
         let Some(tx) = self.begin_inbox(&mut client, consumer, &message.id).await? else {
             return Ok(Processed::Duplicate);
         };
-        handler(&tx, message).await?;
+        // a relayed saga step: the barrier decides, on the inbox's transaction
+        let runs = match &call {
+            Some(call) => self.barrier_tx(&tx, call).await?.should_run(),
+            None => true,
+        };
+        if runs {
+            handler(&tx, message).await?;
+        }
         commit(tx).await?;
         Ok(Processed::Done(()))
     }

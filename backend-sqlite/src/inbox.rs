@@ -93,9 +93,20 @@ impl Inbox for SqliteStore {
         message: &Message,
         handler: &SqliteHandler,
     ) -> std::result::Result<Processed<()>, HandlerError> {
+        let call = message
+            .branch()
+            .map_err(|e| HandlerError::from(e).permanent())?;
         let (handler, owned) = (Arc::clone(handler), message.clone());
-        self.run_idempotent(consumer, &message.id, move |tx| handler(tx, &owned))
-            .await
+        self.run_idempotent(consumer, &message.id, move |tx| {
+            // a relayed saga step: the barrier decides, on the inbox's transaction
+            if let Some(call) = &call {
+                if !tx.barrier(call)?.should_run() {
+                    return Ok(());
+                }
+            }
+            handler(tx, &owned)
+        })
+        .await
     }
 
     async fn purge_inbox(&self, older_than: Duration, limit: usize) -> Result<u64> {

@@ -82,6 +82,19 @@ pub struct Message {
 }
 
 impl Message {
+    /// The participant barrier's call this message carries in its headers
+    /// ([`BranchCall::HEADERS`](crate::BranchCall::HEADERS)), if any: a saga's step (or a
+    /// TCC branch) relayed to this participant. Every backend's
+    /// [`Inbox::process`] applies it: in the inbox transaction, before the handler, the
+    /// barrier decides whether the handler runs (a compensation that arrives first
+    /// leaves a record and runs nothing; a forward call after its compensation, or a
+    /// second delivery of a call under a new message id, runs nothing); the verdict
+    /// commits with the inbox row either way. `InvalidInput` when the headers carry a
+    /// partial or invalid call.
+    pub fn branch(&self) -> Result<Option<crate::BranchCall>> {
+        crate::BranchCall::from_headers(&self.headers)
+    }
+
     /// A message with no headers, delivered once (for tests and other sources).
     pub fn new(
         id: impl Into<String>,

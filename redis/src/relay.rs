@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use backstop_core::{async_trait, Error, Handler, HandlerError, Result, Task};
+use backstop_core::{async_trait, BranchCall, Error, Handler, HandlerError, Result, Task};
 use redis::Value;
 
 use crate::stream::{parse_id, F_ID, F_KEY, F_PAYLOAD, F_TYPE, HEADER_PREFIX};
@@ -22,6 +22,15 @@ pub struct RelayOptions {
     pub id_prefix: String,
     /// Headers added to every entry (as `h.<name>` fields).
     pub headers: Vec<(String, String)>,
+    /// The member of a task's JSON payload that holds a participant barrier's call
+    /// (default none): when a task's payload has it, the entry carries the call as the
+    /// headers [`BranchCall::HEADERS`](backstop_core::BranchCall::HEADERS), and the
+    /// consumer's inbox applies the barrier before its handler
+    /// ([`Message::branch`](backstop_core::Message::branch)). How a saga's step reaches a
+    /// participant through the stream: the step enqueues, on its own transaction, a task
+    /// whose payload holds `cx.branch()`. A member that is not a valid call fails the
+    /// task for good.
+    pub branch_field: Option<String>,
     /// How often the relay trims the entries every consumer group has read (default
     /// every 60 s; `None`: never, trim by your own means). See [`StreamRelay::trim`].
     pub trim_interval: Option<Duration>,
@@ -33,6 +42,7 @@ impl Default for RelayOptions {
             stream: "backstop:events".to_owned(),
             id_prefix: String::new(),
             headers: Vec::new(),
+            branch_field: None,
             trim_interval: Some(Duration::from_secs(60)),
         }
     }
@@ -62,6 +72,26 @@ impl RelayOptions {
         self
     }
 
+    /// See [`branch_field`](Self::branch_field).
+    ///
+    /// ```
+    /// use backstop_core::{BranchCall, BranchOp, NewTask};
+    /// use backstop_redis::RelayOptions;
+    ///
+    /// #[derive(serde::Serialize)]
+    /// struct Reserve { sku: u32, branch: BranchCall }
+    ///
+    /// // in a saga step: `let branch = cx.branch()?;`
+    /// let branch = BranchCall::new("saga:order:42", "stock", BranchOp::Action).unwrap();
+    /// let task = NewTask::new("RESERVE_STOCK", "42").json(&Reserve { sku: 7, branch });
+    /// let options = RelayOptions::new("stock").branch_field("branch");
+    /// # let _ = (task, options);
+    /// ```
+    pub fn branch_field(mut self, field: impl Into<String>) -> Self {
+        self.branch_field = Some(field.into());
+        self
+    }
+
     /// See [`trim_interval`](Self::trim_interval).
     pub fn trim_interval(mut self, every: Option<Duration>) -> Self {
         self.trim_interval = every;
@@ -78,6 +108,9 @@ impl RelayOptions {
         }
         if self.headers.iter().any(|(k, _)| k.is_empty()) {
             return Err(Error::config(OP, "a header name is empty"));
+        }
+        if self.branch_field.as_deref() == Some("") {
+            return Err(Error::config(OP, "the branch field's name is empty"));
         }
         Ok(())
     }
@@ -178,6 +211,13 @@ impl StreamRelay {
             .arg(&task.payload);
         for (k, v) in &self.options.headers {
             cmd.arg(format!("{HEADER_PREFIX}{k}")).arg(v);
+        }
+        if let Some(field) = &self.options.branch_field {
+            let call = BranchCall::from_payload_field(&task.payload, field)
+                .map_err(|e| e.with_operation("relay"))?;
+            for (k, v) in call.iter().flat_map(BranchCall::headers) {
+                cmd.arg(format!("{HEADER_PREFIX}{k}")).arg(v);
+            }
         }
         match self.query(&cmd).await {
             Ok(Value::BulkString(id)) => Ok(String::from_utf8_lossy(&id).into_owned()),
@@ -310,7 +350,11 @@ fn pairs(v: &Value) -> Vec<(String, String)> {
 #[async_trait]
 impl Handler for StreamRelay {
     async fn handle(&self, task: &Task) -> std::result::Result<(), HandlerError> {
-        self.publish(task).await?;
+        self.publish(task).await.map_err(|e| match e.kind() {
+            // a payload whose branch call is not valid: no retry can fix it
+            backstop_core::ErrorKind::InvalidInput => HandlerError::from(e).permanent(),
+            _ => HandlerError::from(e),
+        })?;
         if self.trim_due() {
             if let Err(e) = self.trim().await {
                 tracing::warn!(error = %e, stream = %self.options.stream, "trimming the stream failed");

@@ -224,6 +224,88 @@ async fn relay_publishes_each_task_with_a_stable_message_id() {
     assert_eq!(distinct.len(), 20);
 }
 
+/// relay + inbox: a task whose payload holds a branch call (`RelayOptions::branch_field`)
+/// is published with the call as headers, and the consumer's inbox runs its handler
+/// behind the participant barrier: a compensation that comes first runs nothing, the
+/// action after it runs nothing (hanging), another branch's action runs once and its
+/// second publication (a second task) nothing; a message without a call runs as ever. A
+/// payload whose call is not valid fails its task for good, and publishes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relayed_saga_steps_run_behind_the_consumers_barrier() {
+    let Some(url) = redis_url("relayed_saga_steps_run_behind_the_consumers_barrier") else {
+        return;
+    };
+    let stream = unique("branch");
+    let (_dir, store) = store().await;
+    let relay = StreamRelay::open(&url, RelayOptions::new(&stream).branch_field("branch")).unwrap();
+    let engine = Engine::builder(store.clone())
+        .config(EngineConfig::default().retention(None))
+        .handler("STOCK", relay, HandlerOptions::default().concurrency(1))
+        .start()
+        .unwrap();
+    let call = |branch: &str, op: &str| {
+        format!(
+            r#"{{"sku": 7, "branch": {{"gid": "saga:order:9", "branch_id": "{branch}", "op": "{op}"}}}}"#
+        )
+    };
+    let payloads = [
+        call("stock", "compensate"),
+        call("stock", "action"),
+        call("coupon", "action"),
+        call("coupon", "action"),
+        r#"{"sku": 8}"#.to_owned(),
+        call("stock", "undo"),
+    ];
+    let mut tasks = Vec::new();
+    for (i, payload) in payloads.iter().enumerate() {
+        let (e, _) = engine
+            .enqueue(
+                engine
+                    .task("STOCK", format!("b{i}"))
+                    .payload_raw(payload.clone()),
+            )
+            .await
+            .unwrap();
+        // one at a time: the stream's order is the order of the calls
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let t = store.get(e.id).await.unwrap().unwrap();
+            if matches!(t.status, Status::Succeeded | Status::Failed) {
+                tasks.push(t);
+                break;
+            }
+            assert!(Instant::now() < deadline, "task {} not relayed", e.id);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    engine.shutdown().await;
+    let bad = &tasks[5];
+    assert_eq!((bad.status, bad.attempts), (Status::Failed, 1), "{bad:?}");
+    let mut c = conn(&url).await;
+    let entries = range(&mut c, &stream).await;
+    assert_eq!(entries.len(), 5, "the bad call is not published");
+    for ((_, f), op) in entries
+        .iter()
+        .zip(["compensate", "action", "action", "action"])
+    {
+        assert_eq!(field(f, "h.backstop-gid"), "saga:order:9");
+        assert_eq!(field(f, "h.backstop-op"), op);
+    }
+    assert!(entries[4].1.iter().all(|(k, _)| !k.starts_with("h.")));
+    let consumer =
+        StreamConsumer::start(&url, store.clone(), effect("stock"), fast(&stream, "stock"))
+            .unwrap();
+    until("the five entries to be processed", || {
+        consumer.counters().processed == 5
+    })
+    .await;
+    consumer.shutdown().await;
+    // the first coupon action and the message without a call
+    assert_eq!(effects(&store, "stock").await, 2);
+    let records = store.barrier_records("saga:order:9").await.unwrap();
+    assert_eq!(records.len(), 3, "{records:?}");
+}
+
 /// trimming: never without a group; with groups, only below what every group has read
 /// and acknowledged (a group's smallest pending id, or the entry after its last
 /// delivered one).

@@ -44,6 +44,11 @@ impl BranchOp {
         }
     }
 
+    /// The operation named `name` ([`as_str`](Self::as_str)), exactly.
+    pub fn parse(name: &str) -> Option<BranchOp> {
+        Self::ALL.into_iter().find(|op| op.as_str() == name)
+    }
+
     /// The forward operation this one undoes: [`Action`](Self::Action) for
     /// [`Compensate`](Self::Compensate), [`Try`](Self::Try) for [`Cancel`](Self::Cancel);
     /// `None` for a forward operation.
@@ -109,6 +114,114 @@ impl BranchCall {
     /// The same branch's call of `op`.
     pub fn with_op(&self, op: BranchOp) -> BranchCall {
         BranchCall { op, ..self.clone() }
+    }
+
+    /// The names of the message headers that carry a call ([`headers`](Self::headers)):
+    /// the global transaction, the branch, the operation.
+    pub const HEADERS: [&'static str; 3] = ["backstop-gid", "backstop-branch", "backstop-op"];
+
+    /// The call as message headers, named as in [`HEADERS`](Self::HEADERS): a message
+    /// that carries them is applied behind the consumer's barrier (see
+    /// [`Message::branch`](crate::Message::branch)).
+    pub fn headers(&self) -> [(&'static str, &str); 3] {
+        let [gid, branch, op] = Self::HEADERS;
+        [
+            (gid, self.gid.as_str()),
+            (branch, self.branch_id.as_str()),
+            (op, self.op.as_str()),
+        ]
+    }
+
+    /// The call that `headers` carry ([`HEADERS`](Self::HEADERS)); `None` when they carry
+    /// none of its headers. `InvalidInput` when they carry some but not all, an unknown
+    /// operation, or an id [`new`](Self::new) refuses.
+    ///
+    /// ```
+    /// use backstop_core::{BranchCall, BranchOp};
+    /// let call = BranchCall::new("saga:order:42", "stock", BranchOp::Compensate).unwrap();
+    /// let headers: Vec<(String, String)> = call
+    ///     .headers()
+    ///     .iter()
+    ///     .map(|(k, v)| (k.to_string(), v.to_string()))
+    ///     .collect();
+    /// assert_eq!(BranchCall::from_headers(&headers).unwrap(), Some(call));
+    /// assert_eq!(BranchCall::from_headers(&[]).unwrap(), None);
+    /// ```
+    pub fn from_headers(headers: &[(String, String)]) -> Result<Option<BranchCall>> {
+        const OP: &str = "barrier";
+        let get = |name: &str| {
+            headers
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+        };
+        let [gid, branch, op] = Self::HEADERS.map(get);
+        match (gid, branch, op) {
+            (None, None, None) => Ok(None),
+            (Some(gid), Some(branch), Some(op)) => {
+                let op = BranchOp::parse(op).ok_or_else(|| {
+                    crate::Error::invalid_input(OP, format!("unknown branch operation {op:?}"))
+                })?;
+                BranchCall::new(gid, branch, op).map(Some)
+            }
+            _ => Err(crate::Error::invalid_input(
+                OP,
+                format!(
+                    "a message carries some of the headers {:?} but not all",
+                    Self::HEADERS
+                ),
+            )),
+        }
+    }
+
+    /// The call in member `field` of a JSON object `payload` (an object with `gid`,
+    /// `branch_id` and `op`); `None` when the payload has no such member (or it is
+    /// `null`, or the payload is not an object). `InvalidInput` when the member is not a
+    /// valid call. What the relay publishes as headers
+    /// (the Redis relay's `RelayOptions::branch_field`).
+    ///
+    /// ```
+    /// use backstop_core::{BranchCall, BranchOp};
+    /// let payload = r#"{"sku": 7, "branch": {"gid": "g-1", "branch_id": "stock", "op": "action"}}"#;
+    /// let call = BranchCall::from_payload_field(payload, "branch").unwrap().unwrap();
+    /// assert_eq!((call.gid(), call.branch_id(), call.op()), ("g-1", "stock", BranchOp::Action));
+    /// assert_eq!(BranchCall::from_payload_field(payload, "other").unwrap(), None);
+    /// ```
+    pub fn from_payload_field(payload: &str, field: &str) -> Result<Option<BranchCall>> {
+        const OP: &str = "barrier";
+        let Ok(serde_json::Value::Object(mut object)) = serde_json::from_str(payload) else {
+            return Ok(None);
+        };
+        let value = match object.remove(field) {
+            None | Some(serde_json::Value::Null) => return Ok(None),
+            Some(v) => v,
+        };
+        let text = |name: &str| {
+            value.get(name).and_then(|v| v.as_str()).ok_or_else(|| {
+                crate::Error::invalid_input(
+                    OP,
+                    format!("the payload's {field:?} has no string {name:?}"),
+                )
+            })
+        };
+        let op = text("op")?;
+        let op = BranchOp::parse(op).ok_or_else(|| {
+            crate::Error::invalid_input(OP, format!("unknown branch operation {op:?}"))
+        })?;
+        BranchCall::new(text("gid")?, text("branch_id")?, op).map(Some)
+    }
+}
+
+impl serde::Serialize for BranchCall {
+    /// As `{"gid": …, "branch_id": …, "op": …}` (what
+    /// [`from_payload_field`](BranchCall::from_payload_field) reads).
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("BranchCall", 3)?;
+        st.serialize_field("gid", &self.gid)?;
+        st.serialize_field("branch_id", &self.branch_id)?;
+        st.serialize_field("op", self.op.as_str())?;
+        st.end()
     }
 }
 

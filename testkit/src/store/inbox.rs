@@ -212,3 +212,88 @@ pub async fn inbox_purge_deletes_only_old_rows<H: Harness>(ctx: &Ctx<H>) {
         "limit",
     );
 }
+
+/// A message with the barrier's headers, as the relay publishes a saga step.
+fn branch_message(id: &str, biz: &str, call: &backstop_core::BranchCall) -> Message {
+    let mut m = Message::new(id, "STOCK", biz, "{}");
+    m.headers = call
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    m
+}
+
+/// inbox: a message that carries a branch call in its headers (a relayed saga step) runs
+/// its handler behind the participant barrier, on the inbox's transaction: a
+/// compensation that arrives first runs nothing and leaves its records; the forward call
+/// after it runs nothing (hanging); a forward call runs once, and the same call under a
+/// new message id (a second publication) runs nothing. Each is processed (its inbox row
+/// committed with the barrier's verdict). Partial or invalid headers are a permanent
+/// failure that writes nothing: neither the inbox row nor a barrier record.
+pub async fn inbox_runs_a_relayed_branch_behind_the_barrier<H: Harness>(ctx: &Ctx<H>) {
+    use backstop_core::{BranchCall, BranchOp, ErrorAction};
+    let (h, db, s) = (&ctx.harness, &ctx.db, &ctx.store);
+    let handler = h.inbox_handler(db).await;
+    let gid = "saga:order:br-1";
+    let stock = BranchCall::new(gid, "stock", BranchOp::Action).unwrap();
+    let coupon = BranchCall::new(gid, "coupon", BranchOp::Action).unwrap();
+    let runs = |id: &str, biz: &str, call: &BranchCall| {
+        let m = branch_message(id, biz, call);
+        let handler = &handler;
+        async move { s.process("stock-svc", &m, handler).await.unwrap() }
+    };
+    // the compensation first: empty; the late action: hanging
+    let undo = stock.with_op(BranchOp::Compensate);
+    assert_eq!(runs("m-1", "br-undo", &undo).await, Processed::Done(()));
+    assert_eq!(runs("m-2", "br-late", &stock).await, Processed::Done(()));
+    // another branch's action runs once; published again under a new id, it is skipped
+    assert_eq!(runs("m-3", "br-coupon", &coupon).await, Processed::Done(()));
+    assert_eq!(runs("m-4", "br-again", &coupon).await, Processed::Done(()));
+    // the same message again is the inbox's duplicate
+    assert_eq!(
+        runs("m-3", "br-coupon", &coupon).await,
+        Processed::Duplicate
+    );
+    assert_eq!(h.count_business_rows(db, "br-").await, 1);
+    assert!(h.business_row_exists(db, "br-coupon").await);
+    let mut records: Vec<(String, BranchOp, BranchOp)> = s
+        .barrier_records(gid)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.branch_id, r.op, r.reason))
+        .collect();
+    records.sort_by(|a, b| (&a.0, a.1.as_str()).cmp(&(&b.0, b.1.as_str())));
+    assert_eq!(
+        records,
+        [
+            ("coupon".into(), BranchOp::Action, BranchOp::Action),
+            ("stock".into(), BranchOp::Action, BranchOp::Compensate),
+            ("stock".into(), BranchOp::Compensate, BranchOp::Compensate),
+        ]
+    );
+    // partial headers: refused for good, nothing written
+    let mut partial = branch_message("m-5", "br-partial", &coupon);
+    partial.headers.retain(|(k, _)| k != "backstop-op");
+    let e = s
+        .process("stock-svc", &partial, &handler)
+        .await
+        .unwrap_err();
+    assert_eq!(e.action(), ErrorAction::Fail, "{e}");
+    let mut unknown = branch_message("m-5", "br-partial", &coupon);
+    unknown.headers[2].1 = "undo".into();
+    let e = s
+        .process("stock-svc", &unknown, &handler)
+        .await
+        .unwrap_err();
+    assert_eq!(e.action(), ErrorAction::Fail, "{e}");
+    assert_eq!(s.barrier_records(gid).await.unwrap().len(), 3);
+    // not even the inbox row: the message, fixed, runs (without headers: no barrier)
+    let plain = Message::new("m-5", "STOCK", "br-partial", "{}");
+    assert_eq!(
+        s.process("stock-svc", &plain, &handler).await.unwrap(),
+        Processed::Done(())
+    );
+    assert_eq!(h.count_business_rows(db, "br-").await, 2);
+}
