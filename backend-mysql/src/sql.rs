@@ -16,6 +16,8 @@ use backstop_core::limits::MAX_BATCH;
 pub(crate) const LIST: backstop_core::driver::ListDialect = backstop_core::driver::ListDialect {
     placeholder: |_| "?".to_owned(),
     contains: |p| format!("LOCATE({p}, last_error) > 0"),
+    // the table's binary collation: byte for byte
+    starts_with: |p| format!("LOCATE({p}, biz_key) = 1"),
     older_than: |p| format!("updated_at < NOW(3) - INTERVAL {p} MICROSECOND"),
     // as on PostgreSQL: `ORDER BY id LIMIT n` walked the primary key through every
     // succeeded row (an error search took seconds at 10M rows)

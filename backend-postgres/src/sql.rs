@@ -69,6 +69,7 @@ fn channel(schema: &str, table: &str) -> String {
 pub(crate) const LIST: backstop_core::driver::ListDialect = backstop_core::driver::ListDialect {
     placeholder: |n| format!("${n}"),
     contains: |p| format!("strpos(last_error, {p}) > 0"),
+    starts_with: |p| format!("starts_with(biz_key, {p}::text)"),
     older_than: |p| format!("updated_at < now() - {p}::bigint {MS}"),
     // pending tasks are the newest rows: a walk of the primary key from the oldest (the
     // plan PostgreSQL picks for `ORDER BY id LIMIT n` when the status is rare) reads every

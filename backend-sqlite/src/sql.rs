@@ -29,6 +29,7 @@ pub(crate) fn now_ms() -> i64 {
 pub(crate) const LIST: backstop_core::driver::ListDialect = backstop_core::driver::ListDialect {
     placeholder: |n| format!("?{n}"),
     contains: |p| format!("instr(last_error, {p}) > 0"),
+    starts_with: |p| format!("substr(biz_key, 1, length({p})) = {p}"),
     older_than: |p| format!("updated_at < {p}"),
     backlog_order: "id",
     // a cutoff on the store's clock, read as the statement is made

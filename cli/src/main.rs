@@ -116,6 +116,10 @@ struct FilterArgs {
     /// Only this business key.
     #[arg(long)]
     key: Option<String>,
+    /// Only business keys starting with this text (exact: a saga's step tasks are
+    /// `<saga key>/…`).
+    #[arg(long)]
+    key_prefix: Option<String>,
     /// Only tasks whose last error contains this text (exact, case sensitive).
     #[arg(long)]
     error: Option<String>,
@@ -308,6 +312,9 @@ impl FilterArgs {
         }
         if let Some(k) = &self.key {
             f = f.biz_key(k.clone());
+        }
+        if let Some(k) = &self.key_prefix {
+            f = f.biz_key_prefix(k.clone());
         }
         if let Some(e) = &self.error {
             f = f.error_contains(e.clone());

@@ -168,6 +168,15 @@ async fn lists_shows_and_resets_failed_tasks() {
             .map(|t| t["id"].as_i64().unwrap())
             .collect();
         assert_eq!(ids, vec![b]);
+        let by_prefix = db.json(&["tasks", "list", "--key-prefix", "order-1"]);
+        let mut ids: Vec<i64> = by_prefix
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["id"].as_i64().unwrap())
+            .collect();
+        ids.sort_unstable();
+        assert_eq!(ids, vec![a, other], "{by_prefix}");
         assert_eq!(listed[0]["last_error"], "smtp: mailbox full");
         assert_eq!(listed[0]["status"], "failed");
         // keyset paging

@@ -82,6 +82,7 @@ impl EnqueueSql for Tripwire {
 const LIST: backstop_core::driver::ListDialect = backstop_core::driver::ListDialect {
     placeholder: |n| format!("${n}"),
     contains: |p| format!("strpos(last_error, {p}) > 0"),
+    starts_with: |p| format!("starts_with(biz_key, {p})"),
     older_than: |p| format!("updated_at < now() - {p}"),
     backlog_order: "id",
     age: |d| backstop_core::tx::Value::BigInt(Some(d.as_millis() as i64)),

@@ -123,7 +123,7 @@ fn saga_table(b: &str, list: &[Saga]) -> String {
     s
 }
 
-/// The pages of a saga type's unfinished tasks the timeline reads at most.
+/// The pages of a saga's step tasks the timeline reads at most.
 const TASK_PAGES: usize = 5;
 
 /// One line of a timeline: when, what kind, which step or branch, what happened.
@@ -159,7 +159,7 @@ pub(super) async fn detail<S: TaskStore + Clone + 'static>(
         Ok(r) => r,
         Err(e) => return store_error(&base, &e),
     };
-    let tasks = match step_tasks(store, &saga, &steps).await {
+    let tasks = match step_tasks(store, &saga).await {
         Ok(t) => t,
         Err(e) => return store_error(&base, &e),
     };
@@ -311,44 +311,24 @@ pub(super) async fn detail<S: TaskStore + Clone + 'static>(
     page(&base, &caller, &format!("Saga {id}"), &body).into_response()
 }
 
-/// The tasks of a saga's steps: for each step with a row, its action's and its
-/// compensation's tasks by key; and the saga type's unfinished tasks of this saga (a
-/// step under way has no row yet), at most [`TASK_PAGES`] pages of them.
-async fn step_tasks<S: TaskStore>(
-    store: &S,
-    saga: &Saga,
-    steps: &[backstop_core::SagaStepRecord],
-) -> backstop_core::Result<Vec<Task>> {
-    let event_type = format!("saga:{}", saga.name);
-    let prefix = format!("{}/", saga.key);
+/// The tasks of a saga's steps (its type's tasks keyed `<saga key>/…`: every step's
+/// action and compensation, and its nudges), in id order, at most [`TASK_PAGES`] pages.
+async fn step_tasks<S: TaskStore>(store: &S, saga: &Saga) -> backstop_core::Result<Vec<Task>> {
+    let mut filter = TaskFilter::default()
+        .event_type(format!("saga:{}", saga.name))
+        .biz_key_prefix(format!("{}/", saga.key))
+        .limit(backstop_core::limits::MAX_BATCH);
     let mut found: Vec<Task> = Vec::new();
-    for r in steps {
-        for phase in ["a", "c"] {
-            let filter = TaskFilter::default()
-                .event_type(event_type.clone())
-                .biz_key(format!("{prefix}{}:{phase}", r.step))
-                .limit(10);
-            found.extend(store.list(&filter).await?);
+    for _ in 0..TASK_PAGES {
+        let page = store.list(&filter).await?;
+        let full = page.len() == filter.limit;
+        if let Some(last) = page.last() {
+            filter = filter.after_id(last.id);
+        }
+        found.extend(page);
+        if !full {
+            break;
         }
     }
-    for status in [Status::Pending, Status::Running, Status::Failed] {
-        let mut filter = TaskFilter::default()
-            .event_type(event_type.clone())
-            .status(status)
-            .limit(backstop_core::limits::MAX_BATCH);
-        for _ in 0..TASK_PAGES {
-            let page = store.list(&filter).await?;
-            let full = page.len() == filter.limit;
-            if let Some(last) = page.last() {
-                filter = filter.after_id(last.id);
-            }
-            found.extend(page.into_iter().filter(|t| t.biz_key.starts_with(&prefix)));
-            if !full {
-                break;
-            }
-        }
-    }
-    found.sort_by_key(|t| t.id);
-    found.dedup_by_key(|t| t.id);
     Ok(found)
 }

@@ -93,6 +93,9 @@ pub struct ListDialect {
     pub placeholder: fn(usize) -> String,
     /// The condition "`last_error` contains the text bound to `p`".
     pub contains: fn(&str) -> String,
+    /// The condition "`biz_key` starts with the text bound to `p`" (exactly: no
+    /// wildcards, byte for byte as keys compare).
+    pub starts_with: fn(&str) -> String,
     /// The condition "`updated_at` is older than the [`ListArg::Age`] bound to `p`".
     pub older_than: fn(&str) -> String,
     /// The order of a list bounded by the backlog (a status other than succeeded, or an
@@ -119,6 +122,7 @@ pub struct ListDialect {
 /// let pg = ListDialect {
 ///     placeholder: |n| format!("${n}"),
 ///     contains: |p| format!("strpos(last_error, {p}) > 0"),
+///     starts_with: |p| format!("starts_with(biz_key, {p})"),
 ///     older_than: |p| format!("updated_at < now() - {p}"),
 ///     backlog_order: "id + 0",
 ///     age: |d| backstop_core::driver::Value::BigInt(Some(d.as_millis() as i64)),
@@ -162,6 +166,7 @@ pub fn list_sql<'f>(
 /// let pg = ListDialect {
 ///     placeholder: |n| format!("${n}"),
 ///     contains: |p| format!("strpos(last_error, {p}) > 0"),
+///     starts_with: |p| format!("starts_with(biz_key, {p})"),
 ///     older_than: |p| format!("updated_at < now() - {p}"),
 ///     backlog_order: "id + 0",
 ///     age: |d| Value::BigInt(Some(d.as_millis() as i64)),
@@ -234,6 +239,10 @@ fn where_clause<'f>(
     }
     if let Some(k) = &filter.biz_key {
         conditions.push(format!("biz_key = {}", bind(ListArg::Text(k), args)));
+    }
+    if let Some(prefix) = &filter.biz_key_prefix {
+        let p = bind(ListArg::Text(prefix), args);
+        conditions.push((dialect.starts_with)(&p));
     }
     if let Some(e) = &filter.error_contains {
         let p = bind(ListArg::Text(e), args);

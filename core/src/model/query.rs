@@ -29,6 +29,9 @@ pub struct TaskFilter {
     pub event_type: Option<String>,
     /// Only this business key (with `event_type`: the one task of that key).
     pub biz_key: Option<String>,
+    /// Only business keys that start with this text (exactly: no wildcards, case
+    /// sensitive): a saga's step tasks are `<saga key>/…`.
+    pub biz_key_prefix: Option<String>,
     /// Only tasks whose `last_error` contains this text (exactly: no wildcards, case
     /// sensitive; 1 to 200 bytes).
     pub error_contains: Option<String>,
@@ -46,6 +49,7 @@ impl Default for TaskFilter {
             status: None,
             event_type: None,
             biz_key: None,
+            biz_key_prefix: None,
             error_contains: None,
             after_id: None,
             older_than: None,
@@ -67,6 +71,9 @@ impl TaskFilter {
         }
         if let Some(k) = &self.biz_key {
             limits::check_biz_key(OP, k)?;
+        }
+        if let Some(k) = &self.biz_key_prefix {
+            limits::check_key(OP, "biz_key_prefix", k, limits::MAX_BIZ_KEY_BYTES)?;
         }
         if let Some(text) = &self.error_contains {
             if text.is_empty() || text.len() > MAX_ERROR_FILTER_BYTES {
@@ -97,6 +104,12 @@ impl TaskFilter {
     /// Only tasks of business key `biz_key`.
     pub fn biz_key(mut self, biz_key: impl Into<String>) -> Self {
         self.biz_key = Some(biz_key.into());
+        self
+    }
+
+    /// Only tasks whose business key starts with `prefix`.
+    pub fn biz_key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.biz_key_prefix = Some(prefix.into());
         self
     }
 

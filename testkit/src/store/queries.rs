@@ -136,6 +136,46 @@ pub async fn list_finds_by_business_key_and_error_text<H: Harness>(ctx: &Ctx<H>)
     );
 }
 
+/// list: by the start of the business key (a saga's step tasks, `<key>/…`): exactly that
+/// prefix, byte for byte (`%` and `_` are plain characters, case matters, a key equal to
+/// the prefix matches), with the other filters and paging, and counted alike; an empty
+/// prefix is refused.
+pub async fn list_finds_by_business_key_prefix<H: Harness>(ctx: &Ctx<H>) {
+    let a = ctx.enqueue("SAGA", "o-1/stock:a").await;
+    let b = ctx.enqueue("SAGA", "o-1/pay:a").await;
+    let _other = ctx.enqueue("SAGA", "o-10/stock:a").await;
+    let _case = ctx.enqueue("SAGA", "O-1/stock:a").await;
+    let _wild = ctx.enqueue("SAGA", "oX1/stock:a").await;
+    let exact = ctx.enqueue("SHIP", "o-1/").await;
+    let pct = ctx.enqueue("SAGA", "100%/x").await;
+    let ids = |tasks: Vec<Task>| tasks.into_iter().map(|t| t.id).collect::<Vec<_>>();
+    let list = |f: TaskFilter| async move { ids(ctx.store.list(&f).await.unwrap()) };
+    let prefix = TaskFilter::default().biz_key_prefix("o-1/");
+    assert_eq!(list(prefix.clone()).await, vec![a, b, exact]);
+    assert_eq!(list(prefix.clone().event_type("SAGA")).await, vec![a, b]);
+    assert_eq!(list(prefix.clone().after_id(a).limit(1)).await, vec![b]);
+    assert_eq!(
+        list(prefix.clone().status(Status::Failed)).await,
+        Vec::<TaskId>::new()
+    );
+    assert_eq!(
+        list(TaskFilter::default().biz_key_prefix("o_1")).await,
+        Vec::<TaskId>::new()
+    );
+    assert_eq!(
+        list(TaskFilter::default().biz_key_prefix("100%")).await,
+        vec![pct]
+    );
+    assert_eq!(ctx.store.count_matching(&prefix).await.unwrap(), 3);
+    assert_kind(
+        ctx.store
+            .list(&TaskFilter::default().biz_key_prefix(""))
+            .await,
+        ErrorKind::InvalidInput,
+        "biz_key_prefix",
+    );
+}
+
 /// backlog: the counts of every status but succeeded, per event type, and the oldest
 /// due pending age — the same numbers `stats` has for them — without counting the
 /// succeeded rows.
