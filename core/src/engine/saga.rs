@@ -407,7 +407,15 @@ pub(crate) struct SagaRunner {
     steps: SagaSteps,
     /// The attempt timeout of the type's tasks without one of their own.
     timeout: Duration,
+    /// The saga rows this runner's reports just committed, by the step tasks they
+    /// created and run ahead: the next step starts from the row its predecessor's report
+    /// wrote rather than reading it again (a round trip per step).
+    handoff: std::sync::Mutex<HashMap<crate::model::TaskId, (Saga, std::time::Instant)>>,
 }
+
+/// How long a handed-off saga row stands for the row read: a run-ahead starts within
+/// milliseconds; a step run later (by the poller, after a failed claim) reads the row.
+const HANDOFF_FOR: Duration = Duration::from_secs(2);
 
 impl SagaRunner {
     pub(crate) fn new(def: SagaDef, steps: SagaSteps, timeout: Duration) -> Self {
@@ -415,7 +423,41 @@ impl SagaRunner {
             def: Arc::new(def),
             steps,
             timeout,
+            handoff: std::sync::Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Hand `saga` as its report left it to the steps the report created, when the
+    /// report left its status as it was (a change of status brings a reason, and the
+    /// next steps read the row).
+    fn hand_off(&self, saga: &Saga, applied: &StepApplied) {
+        if applied.status != saga.status || !applied.tasks.iter().any(|t| t.created) {
+            return;
+        }
+        let now = std::time::Instant::now();
+        let mut after = saga.clone();
+        after.status = applied.status;
+        after.group = applied.group;
+        after.version += 1;
+        let mut map = self
+            .handoff
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.retain(|_, (_, at)| now.duration_since(*at) < HANDOFF_FOR);
+        for t in applied.tasks.iter().filter(|t| t.created) {
+            map.insert(t.id, (after.clone(), now));
+        }
+    }
+
+    /// The saga row handed off to step task `task` (its first attempt, within
+    /// [`HANDOFF_FOR`]), if any.
+    fn handed(&self, task: &Task) -> Option<Saga> {
+        let mut map = self
+            .handoff
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (saga, at) = map.remove(&task.id)?;
+        (task.attempts == 1 && at.elapsed() < HANDOFF_FOR).then_some(saga)
     }
 
     /// How long the step's code may run: a little less than the attempt's timeout, so a
@@ -510,16 +552,19 @@ impl Handler for SagaRunner {
         };
         let (role, branch) = (step.role(), def.branch_of(step));
         let store = cx.store();
-        let saga = store
-            .saga(def.name(), &call.key)
-            .await
-            .map_err(|e| store_failed("reading the saga", e))?
-            .ok_or_else(|| {
-                HandlerError::fail(format!(
-                    "saga {:?} key {:?} has no state row",
-                    call.saga, call.key
-                ))
-            })?;
+        let saga = match self.handed(task).filter(|s| s.key == call.key) {
+            Some(saga) => saga,
+            None => store
+                .saga(def.name(), &call.key)
+                .await
+                .map_err(|e| store_failed("reading the saga", e))?
+                .ok_or_else(|| {
+                    HandlerError::fail(format!(
+                        "saga {:?} key {:?} has no state row",
+                        call.saga, call.key
+                    ))
+                })?,
+        };
         let outcome = match (call.phase, saga.status) {
             // a parked saga waits for an operator; its step tasks wait too
             (_, SagaStatus::Parked) => {
@@ -582,6 +627,7 @@ impl Handler for SagaRunner {
                 if let Some(applied) = own {
                     // the step reported itself, on its own transaction
                     crate::driver::Attempt::set_completed(&cx);
+                    self.hand_off(&saga, &applied);
                     for task in applied.tasks.iter().filter(|t| t.created) {
                         cx.run_ahead(task).await;
                     }
@@ -625,6 +671,7 @@ impl Handler for SagaRunner {
             Ok(applied) => {
                 crate::driver::Attempt::set_completed(&cx);
                 // committed: the next steps start now, not at the next poll
+                self.hand_off(&saga, &applied);
                 for task in applied.tasks.iter().filter(|t| t.created) {
                     cx.run_ahead(task).await;
                 }
