@@ -201,8 +201,11 @@ pub async fn steps(
     barrier: &str,
 ) -> Result<(SagaDef, SagaSteps), BoxError> {
     sqlx::any::install_default_drivers();
+    // bounded waits, as an application sets them: a connection the faults left half dead
+    // (killed by the server behind the proxy) otherwise holds a step for a minute
     let pool = sqlx::pool::PoolOptions::new()
         .max_connections(8)
+        .acquire_timeout(CALL_TIMEOUT)
         .connect(&without_table(url))
         .await?;
     let env = Arc::new(Env {
@@ -275,10 +278,22 @@ async fn run(env: Arc<Env>, cx: StepContext) -> Result<(), StepError> {
     let report = action && step == "stock";
     let calls = if plan.twice && !report { 2 } else { 1 };
     for _ in 0..calls {
-        guarded(&env, &cx, report).await?;
+        match tokio::time::timeout(CALL_TIMEOUT, guarded(&env, &cx, report)).await {
+            Ok(done) => done?,
+            // the transaction is dropped (rolled back, or its connection discarded)
+            Err(_) => {
+                return Err(StepError::technical(HandlerError::retry(format!(
+                    "chaos: the step's transaction took over {CALL_TIMEOUT:?}"
+                ))))
+            }
+        }
     }
     Ok(())
 }
+
+/// How long a step's transaction (and the wait for its connection) may take before the
+/// attempt fails and is retried.
+const CALL_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The step's effect row on a transaction of its own, if the barrier lets this call
 /// run; with `report`, the step's completion on the same transaction.
