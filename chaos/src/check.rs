@@ -212,11 +212,18 @@ fn explain(faults: &[Fault], first: &Run, second: &Run) -> Option<FaultKind> {
 
 /// A few of the offending task ids, to look them up in the ledgers.
 fn ids(examples: &[TaskId]) -> String {
-    if examples.is_empty() {
-        return String::new();
+    some("tasks", examples.iter().map(|i| i.to_string()))
+}
+
+/// A few of the offenders (`what` names them), for a verdict's detail: empty, or
+/// `; <what> a, b, …` (five at most).
+pub fn some(what: &str, all: impl Iterator<Item = String>) -> String {
+    let some: Vec<String> = all.take(5).collect();
+    if some.is_empty() {
+        String::new()
+    } else {
+        format!("; {what} {}", some.join(", "))
     }
-    let some: Vec<String> = examples.iter().take(5).map(|i| i.to_string()).collect();
-    format!("; tasks {}", some.join(", "))
 }
 
 /// The verdict of a settling time: `ms` after the last fault (`i64::MAX`: never) within

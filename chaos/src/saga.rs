@@ -28,7 +28,7 @@ use backstop::{
 use serde::{Deserialize, Serialize};
 use sqlx::AnyPool;
 
-use crate::check::Line;
+use crate::check::{some, Line};
 use crate::driver::{Outcome, Written};
 use crate::ledger::now_ms;
 use crate::BoxError;
@@ -458,7 +458,8 @@ pub fn check(
 ) -> Vec<Line> {
     let mut lines = Vec::new();
     let by_key: HashMap<&str, &Saga> = out.sagas.iter().map(|s| (s.key.as_str(), s)).collect();
-    let plan_of = |s: &Saga| serde_json::from_str::<Plan>(&s.input).unwrap_or_default();
+    // an input that does not decode has no plan: counted not as planned below
+    let plan_of = |s: &Saga| serde_json::from_str::<Plan>(&s.input).ok();
     // effects per (saga, step, op), in the order they were applied
     let mut applied: HashMap<(&str, &str, &str), Vec<i64>> = HashMap::new();
     for e in &out.effects {
@@ -487,7 +488,11 @@ pub fn check(
         let Some(s) = saga else { continue };
         started += 1;
         *ends.entry(s.status).or_default() += 1;
-        let plan = plan_of(s);
+        let Some(plan) = plan_of(s) else {
+            wrong += 1;
+            examples.push(s.id);
+            continue;
+        };
         let reasoned = s.reason.as_deref().is_some_and(|r| !r.is_empty());
         let right = match s.status {
             SagaStatus::Completed => !plan.refuse,
@@ -534,7 +539,11 @@ pub fn check(
 
     // 2. each step's effect (and each compensation's) applied at most once per saga
     let twice: Vec<_> = applied.iter().filter(|(_, at)| at.len() > 1).collect();
-    let doubled = out.sagas.iter().filter(|s| plan_of(s).twice).count();
+    let doubled = out
+        .sagas
+        .iter()
+        .filter(|s| plan_of(s).is_some_and(|p| p.twice))
+        .count();
     lines.push(Line {
         ok: twice.is_empty() && doubled > 0,
         name: "each saga step's effect applied at most once",
@@ -542,7 +551,7 @@ pub fn check(
             "{} effects: {} applied more than once{}; {doubled} sagas delivered their writes twice on purpose",
             out.effects.len(),
             twice.len(),
-            keys(twice.iter().map(|((k, s, o), _)| format!("{k}/{s}:{o}")))
+            some("steps", twice.iter().map(|((k, s, o), _)| format!("{k}/{s}:{o}")))
         ),
     });
 
@@ -568,7 +577,7 @@ pub fn check(
             "{} compensations applied: {} without their action's effect{}; {empty} empty compensations, each with the forward row it wrote in the barrier",
             out.effects.iter().filter(|e| e.op == BranchOp::Compensate.as_str()).count(),
             orphaned.len(),
-            keys(orphaned.iter().cloned())
+            some("steps", orphaned.iter().cloned())
         ),
     });
 
@@ -594,7 +603,7 @@ pub fn check(
                 .filter(|(_, _, op)| *op == BranchOp::Compensate.as_str())
                 .count(),
             late.len(),
-            keys(late.iter().cloned())
+            some("steps", late.iter().cloned())
         ),
     });
 
@@ -635,18 +644,7 @@ pub fn check(
     lines
 }
 
+/// A few of the offending sagas.
 fn ids(examples: &[i64]) -> String {
-    keys(examples.iter().map(|i| i.to_string()))
-        .replacen("; ", "; sagas ", 1)
-        .to_string()
-}
-
-/// A few of the offending keys.
-fn keys(all: impl Iterator<Item = String>) -> String {
-    let some: Vec<String> = all.take(5).collect();
-    if some.is_empty() {
-        String::new()
-    } else {
-        format!("; {}", some.join(", "))
-    }
+    some("sagas", examples.iter().map(|i| i.to_string()))
 }

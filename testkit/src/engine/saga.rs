@@ -564,6 +564,14 @@ pub async fn engine_saga_operator_compensates_a_parked_saga<H: Harness>(ctx: &Ct
     assert_eq!(tasks["o-8/~nudge"].0, Status::Succeeded, "{tasks:?}");
 }
 
+/// Move saga `id`'s row an hour back: a reconciler's first tick finds it stuck.
+async fn unchanged_for_an_hour<H: Harness>(ctx: &Ctx<H>, id: backstop_core::SagaId) {
+    let saga_table = format!("{}_saga", ctx.config.table);
+    ctx.harness
+        .backdate(&ctx.db, &saga_table, id, TimeColumn::UpdatedAt, HOUR)
+        .await;
+}
+
 /// Wait until saga `key` of the order is in `status`.
 async fn wait_saga<S: TaskStore>(store: &S, key: &str, status: SagaStatus) -> Saga {
     let deadline = Instant::now() + PATIENCE;
@@ -605,16 +613,7 @@ pub async fn engine_saga_reconciler_brings_back_a_lost_step<H: Harness>(ctx: &Ct
     let audit = backstop_core::Audit::new("ops", "removed by mistake");
     ctx.store.delete(stock, &audit).await.unwrap();
     // unchanged for an hour: the first tick finds it
-    let saga_table = format!("{}_saga", ctx.config.table);
-    ctx.harness
-        .backdate(
-            &ctx.db,
-            &saga_table,
-            started.id,
-            TimeColumn::UpdatedAt,
-            HOUR,
-        )
-        .await;
+    unchanged_for_an_hour(ctx, started.id).await;
     let journal = Journal::default();
     let engine = engine_of(
         ctx.store.clone(),
@@ -736,16 +735,7 @@ pub async fn engine_saga_reconciler_parks_an_unreported_failure<H: Harness>(ctx:
     }
     let failed = ctx.task(stock).await;
     assert_eq!(failed.status, Status::Failed);
-    let saga_table = format!("{}_saga", ctx.config.table);
-    ctx.harness
-        .backdate(
-            &ctx.db,
-            &saga_table,
-            started.id,
-            TimeColumn::UpdatedAt,
-            HOUR,
-        )
-        .await;
+    unchanged_for_an_hour(ctx, started.id).await;
     let journal = Journal::default();
     let engine = engine_of(
         ctx.store.clone(),
