@@ -119,9 +119,7 @@ async fn show(store: &AnyStore, id: i64, json: bool) -> Outcome {
     let saga = find(store, id).await?;
     let steps = store.saga_steps(id).await?;
     let log = store.saga_log(id).await?;
-    let barrier = store
-        .barrier_records(&format!("saga:{}:{}", saga.name, saga.key))
-        .await?;
+    let barrier = store.barrier_records(&saga.gid()).await?;
     if json {
         let mut doc = saga_json(&saga);
         doc["steps"] = steps

@@ -147,7 +147,7 @@ pub(super) async fn detail<S: TaskStore + Clone + 'static>(
         Ok(None) => return page_error(&base, StatusCode::NOT_FOUND, &format!("no saga {id}")),
         Err(e) => return store_error(&base, &e),
     };
-    let gid = format!("saga:{}:{}", saga.name, saga.key);
+    let gid = saga.gid();
     let read = async {
         tokio::try_join!(
             store.saga_steps(id),

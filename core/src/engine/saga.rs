@@ -393,11 +393,7 @@ impl StepContext {
     /// [`Cancel`](BranchOp::Cancel).
     pub fn branch(&self) -> Result<BranchCall> {
         let (branch, op) = &self.barrier;
-        BranchCall::new(
-            format!("saga:{}:{}", self.saga.name, self.saga.key),
-            branch.as_str(),
-            *op,
-        )
+        BranchCall::new(self.saga.gid(), branch.as_str(), *op)
     }
 }
 

@@ -647,6 +647,15 @@ pub struct Saga {
     pub updated_at: chrono::DateTime<chrono::Utc>,
 }
 
+impl Saga {
+    /// The participant barrier's global transaction of this saga, `saga:<name>:<key>`:
+    /// the `gid` of its steps' [`StepContext::branch`](crate::StepContext::branch) calls,
+    /// and what [`TaskStore::barrier_records`](crate::TaskStore::barrier_records) takes.
+    pub fn gid(&self) -> String {
+        format!("saga:{}:{}", self.name, self.key)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
