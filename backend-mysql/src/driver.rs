@@ -438,12 +438,14 @@ impl Driver for MySqlDriver {
             // Look before locking. The locking read below waits on any running row a
             // concurrent mark or claim is changing, and the recycler with it, though there
             // is almost never a dead task to find. The look takes no locks; a task that
-            // dies right after it is found on the next sweep.
-            let any: Option<i64> = sqlx::query_scalar(safe(&sql.any_dead))
+            // dies right after it is found on the next sweep. What it sees and the locking
+            // read (skipping locked rows) does not take was passed over.
+            let seen: i64 = sqlx::query_scalar(safe(&sql.seen_dead))
                 .bind(age)
-                .fetch_optional(&mut *conn)
+                .bind(limit)
+                .fetch_one(&mut *conn)
                 .await?;
-            if any.is_none() {
+            if seen <= 0 {
                 return Ok(Recycled::default());
             }
             let mut tx = sqlx::Connection::begin(&mut *conn).await?;
@@ -474,6 +476,7 @@ impl Driver for MySqlDriver {
                 }
             }
             tx.commit().await?;
+            recycled.passed_over = (seen as u64).saturating_sub(dead.len() as u64);
             Ok(recycled)
         })
         .await

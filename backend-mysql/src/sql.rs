@@ -107,7 +107,7 @@ pub(crate) struct Sql {
     pub keys_page: String,
     pub claim_by_id: String,
     pub get: String,
-    pub any_dead: String,
+    pub seen_dead: String,
     pub mark_retry: String,
     pub mark_fail: String,
     pub release: String,
@@ -285,11 +285,11 @@ impl Sql {
                  WHERE id = ? AND status = 0 AND next_run_at <= NOW(3)"
             ),
             get: format!("SELECT {COLUMNS} FROM {t} WHERE id = ?"),
-            // older_than µs. A consistent (non-locking) read: see `recycle_dead`.
-            any_dead: format!(
-                "SELECT 1 FROM {t}
-                 WHERE status = 3 AND updated_at < NOW(3) - INTERVAL ? MICROSECOND
-                 LIMIT 1"
+            // older_than µs, limit. A consistent (non-locking) read: see `recycle_dead`.
+            seen_dead: format!(
+                "SELECT COUNT(*) FROM (SELECT 1 FROM {t} FORCE INDEX (ix_updated)
+                    WHERE status = 3 AND updated_at < NOW(3) - INTERVAL ? MICROSECOND
+                    LIMIT ?) AS d"
             ),
             // delay µs, error, id, lease
             mark_retry: format!(

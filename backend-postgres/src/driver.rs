@@ -249,15 +249,19 @@ impl Driver for PgDriver {
                 &[&millis(batch.older_than), &(batch.limit as i64)],
             )
             .await?;
-        let mut to_pending = 0;
-        for r in &rows {
-            if col::<i16>(r, 0)? == Status::Pending.code() {
-                to_pending += 1;
-            }
-        }
+        let row = rows.first().ok_or_else(|| {
+            Error::new(
+                ErrorKind::Unexpected,
+                "recycle_dead",
+                "the sweep answered no row",
+            )
+        })?;
+        let count = |i| col::<i64>(row, i).map(|n| n.max(0) as u64);
+        let (to_pending, total, passed_over) = (count(0)?, count(1)?, count(2)?);
         Ok(Recycled {
             to_pending,
-            to_failed: rows.len() as u64 - to_pending,
+            to_failed: total.saturating_sub(to_pending),
+            passed_over,
         })
     }
 

@@ -498,14 +498,22 @@ impl Sql {
             ),
             // $1 older_than ms, $2 limit. Status and age re-checked on the row itself.
             // The rows by id, as a claim's (see `claim`): never a join the generic plan
-            // could turn into a walk of the primary key.
+            // could turn into a walk of the primary key. Answers one row: those put back
+            // to pending, those recycled, and those passed over (dead in the statement's
+            // snapshot, up to the limit, but not locked: another transaction held them).
             recycle_dead: format!(
                 "WITH dead AS MATERIALIZED (
                     SELECT id FROM {t}
                     WHERE status = 3 AND updated_at < now() - $1::bigint {MS}
                     ORDER BY updated_at, id
                     LIMIT $2
-                    FOR UPDATE SKIP LOCKED)
+                    FOR UPDATE SKIP LOCKED),
+                 seen AS (
+                    SELECT count(*) AS n FROM (
+                        SELECT 1 FROM {t}
+                        WHERE status = 3 AND updated_at < now() - $1::bigint {MS}
+                        LIMIT $2) AS s),
+                 moved AS (
                  UPDATE {t} AS t SET
                     status = CASE WHEN t.attempts < t.max_attempts THEN 0 ELSE 2 END,
                     last_error = 'attempt ' || t.attempts || ' of ' || t.max_attempts
@@ -516,7 +524,10 @@ impl Sql {
                     updated_at = now()
                  WHERE t.id = ANY (ARRAY(SELECT id FROM dead)) AND t.status + 0 = 3
                     AND t.updated_at < now() - $1::bigint {MS}
-                 RETURNING t.status"
+                 RETURNING t.status)
+                 SELECT (SELECT count(*) FROM moved WHERE status = 0),
+                    (SELECT count(*) FROM moved),
+                    GREATEST((SELECT n FROM seen) - (SELECT count(*) FROM dead), 0)"
             ),
             // $1 ids, $2 leases
             // The rows are locked in id order first (as the mark's are): a heartbeat and

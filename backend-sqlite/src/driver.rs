@@ -250,6 +250,8 @@ impl Driver for SqliteDriver {
             Ok(Recycled {
                 to_pending,
                 to_failed: statuses.len() as u64 - to_pending,
+                // one writer at a time: no row is ever held by another transaction
+                passed_over: 0,
             })
         })
         .await

@@ -45,10 +45,14 @@ async fn pause<S>(shared: &Shared<S>, state: &mut watch::Receiver<State>, d: Dur
 /// first sweep after the store comes back recycles every task that ran through the
 /// outage, and each of them runs twice.
 ///
-/// A sweep that recycled something sweeps again [`RESWEEP`] later (not a whole interval):
-/// the sweep passes over rows another transaction holds for a moment (`SKIP LOCKED`: a
-/// mark, a claim reading one row past the end of its range on MySQL), and dead tasks come
-/// in bursts (an instance died), so one it passed over is picked up then.
+/// A sweep that recycled something, or passed over a dead task whose row another
+/// transaction held at that moment (`SKIP LOCKED`: a mark, a claim reading one row past
+/// the end of its range on MySQL; counted in [`Recycled::passed_over`]), sweeps again
+/// [`RESWEEP`] later, not a whole interval later: dead tasks come in bursts (an instance
+/// died), and one passed over is picked up once its row is free, however long the
+/// interval (an hour, with a long poll interval).
+///
+/// [`Recycled::passed_over`]: crate::Recycled::passed_over
 pub(crate) async fn recycler<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
     let mut state = shared.state.subscribe();
     let cfg = &shared.config;
@@ -111,6 +115,7 @@ pub(crate) async fn recycler<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
             .await
         {
             Ok(r) => {
+                found = r.passed_over > 0;
                 if r.total() > 0 {
                     found = true;
                     shared.counters.recycled_n(r.total());

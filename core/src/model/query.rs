@@ -147,10 +147,15 @@ pub struct Recycled {
     pub to_pending: u64,
     /// Dead tasks parked as failed (their last attempt died).
     pub to_failed: u64,
+    /// Dead tasks the sweep saw but left alone because another transaction held their
+    /// rows at that moment (a sweep that passes locked rows: `SKIP LOCKED`). They are
+    /// still dead: the engine sweeps again shortly rather than at its next interval. A
+    /// backend whose sweep waits for such rows, or that has no row locks, reports 0.
+    pub passed_over: u64,
 }
 
 impl Recycled {
-    /// All tasks recycled.
+    /// All tasks recycled (not counting those passed over).
     pub fn total(&self) -> u64 {
         self.to_pending + self.to_failed
     }

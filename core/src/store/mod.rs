@@ -163,6 +163,9 @@ pub trait TaskStore: Send + Sync + 'static {
     /// - Re-checks `status = running` and the age in the same statement: a task that
     ///   completed or was heartbeated meanwhile is never touched.
     /// - Oldest `updated_at` first.
+    /// - A dead task whose row another transaction holds is either waited for or passed
+    ///   over; one passed over is counted in [`Recycled::passed_over`] (never lost: the
+    ///   caller sweeps again).
     async fn recycle_dead(&self, older_than: Duration, limit: usize) -> Result<Recycled>;
 
     /// Refresh `updated_at` of running tasks still held under these leases, so a long

@@ -321,6 +321,62 @@ pub async fn engine_recycler_sweeps_every_dead_task_and_wakes_the_poller<H: Harn
     engine.shutdown().await;
 }
 
+/// a dead task the sweep passed over, its row held by another transaction, is swept
+/// again soon (not at the next interval, an hour away here) and runs once its row is
+/// free; one the sweep waits for (a backend documented to wait) runs once the lock goes.
+pub async fn engine_resweeps_soon_for_a_dead_task_it_passed_over<H: Harness>(ctx: &Ctx<H>) {
+    let config = fast_config()
+        .owner(Some(Owner::new("successor").unwrap()))
+        .poll_interval(HOUR)
+        .first_poll_delay(Duration::ZERO)
+        .dead_after(Duration::from_secs(60));
+    let mut dead = Vec::new();
+    for (key, age) in [("held", 300), ("behind", 240)] {
+        let id = ctx.enqueue("PAY", key).await;
+        ctx.claim(id).await;
+        ctx.backdate(id, TimeColumn::UpdatedAt, Duration::from_secs(age))
+            .await;
+        dead.push(id);
+    }
+    let Some(bound) = crate::store::passing_bound(ctx, "no row locks: nothing to pass over") else {
+        return;
+    };
+    let lock = ctx
+        .harness
+        .lock_row(&ctx.db, &ctx.config.table, dead[0])
+        .await;
+    let calls = Calls::default();
+    let engine = Engine::builder(ctx.store.clone())
+        .config(config)
+        .handler("PAY", flaky(calls.clone(), 0), opts())
+        .start()
+        .unwrap();
+    if bound.is_some() {
+        eventually("the task behind the held one to run", || async {
+            calls.count("behind") == 1
+        })
+        .await;
+    }
+    // more than one sweep's pause while the row is held: a sweep that passed it over and
+    // recycled nothing else sweeps again
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let expected = if bound.is_some() { 1 } else { 0 };
+    assert_eq!(calls.count("held"), 0, "the held task waits for its row");
+    assert_eq!(engine.counters().recycled, expected);
+    drop(lock);
+    eventually("the held task to run once its row is free", || async {
+        calls.count("held") == 1
+    })
+    .await;
+    for id in dead {
+        let t = wait_status(&ctx.store, id, Status::Succeeded).await;
+        assert_eq!((t.attempts, t.owner.as_deref()), (2, Some("successor")));
+        assert_eq!(calls.count(&t.biz_key), 1);
+    }
+    assert_eq!(engine.counters().recycled, 2);
+    engine.shutdown().await;
+}
+
 /// a late completion by a worker whose task was recycled and claimed again is refused by
 /// the lease and counted; the successor's claim is untouched.
 pub async fn engine_refuses_a_late_completion_after_recycle<H: Harness>(ctx: &Ctx<H>) {

@@ -653,36 +653,6 @@ pub async fn claims_pass_a_row_another_transaction_holds<H: Harness>(ctx: &Ctx<H
     }
 }
 
-/// Where the backend documents that claims wait for a row another transaction holds:
-/// asserts `claim` has not returned after 1.5 s, leaving it to be finished once the
-/// holder lets go.
-async fn assert_still_waiting<F: std::future::Future + Unpin>(claim: &mut F, what: &str) {
-    assert!(
-        tokio::time::timeout(Duration::from_millis(1500), claim)
-            .await
-            .is_err(),
-        "documented to wait {what}, the claim returned"
-    );
-}
-
-/// How long a claim may take to pass a row another transaction holds: `Some(None)` when
-/// the backend documents that claims wait for it; `None` (printed, with `why`) when it
-/// has no row locks, one writer holding the whole database (the case has nothing to
-/// check).
-fn passing_bound<H: Harness>(ctx: &Ctx<H>, why: &str) -> Option<Option<Duration>> {
-    match ctx.harness.locked_rows() {
-        crate::LockedRows::NoRowLocks => {
-            eprintln!(
-                "{}: one writer holds the whole database: {why}",
-                ctx.harness.backend()
-            );
-            None
-        }
-        crate::LockedRows::Waits => Some(None),
-        crate::LockedRows::PassesWithin(d) => Some(Some(d)),
-    }
-}
-
 /// Holds the transaction that enqueued a task open, uncommitted, until released: the
 /// [`ClaimIn`](crate::ClaimIn) hook of [`TxTasks::Claimed`](crate::TxTasks), used
 /// to claim nothing and wait.

@@ -71,3 +71,36 @@ pub(crate) fn assert_kind<T: std::fmt::Debug>(
 pub(crate) async fn assert_nothing_written<H: Harness>(ctx: &Ctx<H>) {
     assert_eq!(ctx.count_all().await, 0, "bad input must write nothing");
 }
+
+/// Where the backend documents that claims wait for a row another transaction holds:
+/// asserts `claim` (or another call) has not returned after 1.5 s, leaving it to be finished once the
+/// holder lets go.
+pub(crate) async fn assert_still_waiting<F: std::future::Future + Unpin>(
+    claim: &mut F,
+    what: &str,
+) {
+    assert!(
+        tokio::time::timeout(Duration::from_millis(1500), claim)
+            .await
+            .is_err(),
+        "documented to wait {what}, the call returned"
+    );
+}
+
+/// How long a claim may take to pass a row another transaction holds: `Some(None)` when
+/// the backend documents that claims wait for it; `None` (printed, with `why`) when it
+/// has no row locks, one writer holding the whole database (the case has nothing to
+/// check).
+pub(crate) fn passing_bound<H: Harness>(ctx: &Ctx<H>, why: &str) -> Option<Option<Duration>> {
+    match ctx.harness.locked_rows() {
+        crate::LockedRows::NoRowLocks => {
+            eprintln!(
+                "{}: one writer holds the whole database: {why}",
+                ctx.harness.backend()
+            );
+            None
+        }
+        crate::LockedRows::Waits => Some(None),
+        crate::LockedRows::PassesWithin(d) => Some(Some(d)),
+    }
+}

@@ -2,6 +2,70 @@
 
 use super::*;
 
+/// recycle_dead: a dead task whose row another transaction holds is passed over and
+/// counted (a sweep that passes locked rows), or waited for (one documented to wait);
+/// either way the dead tasks behind it are recycled, and it is once its row is free.
+pub async fn recycle_dead_passes_over_a_held_row_and_counts_it<H: Harness>(ctx: &Ctx<H>) {
+    let mut dead = Vec::new();
+    for (key, age) in [("held", 300), ("behind", 240)] {
+        let id = ctx.enqueue("E", key).await;
+        ctx.claim(id).await;
+        ctx.backdate(id, TimeColumn::UpdatedAt, Duration::from_secs(age))
+            .await;
+        dead.push(id);
+    }
+    let Some(bound) = passing_bound(ctx, "no row locks: nothing to pass over") else {
+        return;
+    };
+    let lock = ctx
+        .harness
+        .lock_row(&ctx.db, &ctx.config.table, dead[0])
+        .await;
+    let sweep = ctx.store.recycle_dead(MINUTE, 50);
+    match bound {
+        Some(_) => {
+            let r = within("a sweep past a held row", sweep).await.unwrap();
+            assert_eq!(
+                (r.to_pending, r.to_failed, r.passed_over),
+                (1, 0, 1),
+                "the one behind recycled, the held one passed over"
+            );
+            let held = ctx.task(dead[0]).await;
+            assert_eq!(
+                (held.status, held.owner.as_deref()),
+                (Status::Running, Some("testkit-owner")),
+                "the held row is untouched"
+            );
+            // the lock's connection closes in the background: sweep until it is gone
+            drop(lock);
+            let r = within("the lock to go", async {
+                loop {
+                    let r = ctx.store.recycle_dead(MINUTE, 50).await.unwrap();
+                    if r.passed_over == 0 {
+                        return r;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+            .await;
+            assert_eq!((r.to_pending, r.to_failed, r.passed_over), (1, 0, 0));
+        }
+        None => {
+            let mut sweep = Box::pin(sweep);
+            assert_still_waiting(&mut sweep, "behind the lock").await;
+            drop(lock);
+            let r = within("a sweep after the lock is released", sweep)
+                .await
+                .unwrap();
+            assert_eq!((r.to_pending, r.to_failed, r.passed_over), (2, 0, 0));
+        }
+    }
+    for id in dead {
+        let t = ctx.task(id).await;
+        assert_eq!((t.status, t.attempts, t.owner), (Status::Pending, 1, None));
+    }
+}
+
 /// recycle_dead: a silent running task with attempts left goes back to pending.
 pub async fn recycle_dead_returns_task_to_pending_when_attempts_remain<H: Harness>(ctx: &Ctx<H>) {
     let id = ctx.enqueue("E", "k").await;
@@ -15,7 +79,7 @@ pub async fn recycle_dead_returns_task_to_pending_when_attempts_remain<H: Harnes
         .await
         .unwrap();
     let t1 = Utc::now();
-    assert_eq!((r.to_pending, r.to_failed), (1, 0));
+    assert_eq!((r.to_pending, r.to_failed, r.passed_over), (1, 0, 0));
     let p = ctx.task(id).await;
     assert_eq!(p.status, Status::Pending);
     assert_eq!(p.owner, None);
@@ -110,7 +174,11 @@ pub async fn recycle_dead_never_touches_live_or_finished_tasks<H: Harness>(ctx: 
         before.push(ctx.task(id).await);
     }
     let r = ctx.store.recycle_dead(MINUTE, 50).await.unwrap();
-    assert_eq!((r.to_pending, r.to_failed), (1, 0), "the dead one only");
+    assert_eq!(
+        (r.to_pending, r.to_failed, r.passed_over),
+        (1, 0, 0),
+        "the dead one only"
+    );
     let d = ctx.task(dead).await;
     assert_eq!(
         (d.status, d.attempts, d.lease, d.owner.as_deref()),
