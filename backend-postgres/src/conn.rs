@@ -221,6 +221,7 @@ macro_rules! typed {
 }
 
 typed!(
+    bool => BOOL,
     i16 => INT2,
     i32 => INT4,
     i64 => INT8,

@@ -77,6 +77,25 @@ impl PgDriver {
         })
     }
 
+    /// The task a step's report met under its key (a duplicate of its insert), read on
+    /// a pooled connection after the report committed.
+    async fn existing(&self, event_type: &str, biz_key: &str) -> Result<Inserted> {
+        let rows = self
+            .query(&self.sql.existing, &[&event_type, &biz_key])
+            .await?;
+        let row = rows.first().ok_or_else(|| {
+            unexpected_answer(&format!(
+                "the task under key {biz_key:?} went away after the report met it"
+            ))
+        })?;
+        Ok(Inserted {
+            id: col(row, 0)?,
+            created: false,
+            status: i16::try_from(col::<i64>(row, 1)?).unwrap_or(-1),
+            replaced: false,
+        })
+    }
+
     /// Whether statements are prepared once per pooled connection (named, cached), or
     /// sent unnamed with their parameters' types each time (behind a transaction pooler,
     /// where a named statement does not outlive its transaction).
@@ -444,6 +463,54 @@ impl Driver for PgDriver {
         Ok(written)
     }
 
+    async fn saga_advance(&self, advance: Checked<&SagaAdvance>) -> Result<Option<Vec<Inserted>>> {
+        let a = advance.into_inner();
+        let tasks = a.checked_tasks(self.config())?;
+        let doc = insert_document(&tasks);
+        let notify = tasks
+            .iter()
+            .fold(false, |any, t| self.notify_now(t.event_type()) | any);
+        let int = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
+        let rows = self
+            .query(
+                &self.sql.saga_advance,
+                &[
+                    &a.saga,
+                    &int(a.group),
+                    &a.lease.task_id,
+                    &a.lease.token,
+                    &int(a.position),
+                    &a.step,
+                    &a.state.code(),
+                    &a.output,
+                    &a.status.code(),
+                    &int(a.next_group),
+                    &doc,
+                    &self.sql.channel,
+                    &notify,
+                ],
+            )
+            .await?;
+        let row = rows.first().ok_or_else(|| unexpected_answer("no row"))?;
+        match col::<i64>(row, 0)? {
+            0 => return Ok(None),
+            3 => {}
+            n => return Err(unexpected_answer(&format!("{n} rows written of 3"))),
+        }
+        let keys: Vec<String> = col(row, 1)?;
+        let ids: Vec<i64> = col(row, 2)?;
+        let mut inserted = Vec::with_capacity(tasks.len());
+        for task in &tasks {
+            let new = keys.iter().position(|k| k == task.biz_key());
+            inserted.push(match new.and_then(|i| ids.get(i)) {
+                Some(id) => Inserted::created(*id),
+                // its key was taken (a nudge enqueued it first): the task there
+                None => self.existing(task.event_type(), task.biz_key()).await?,
+            });
+        }
+        Ok(Some(inserted))
+    }
+
     async fn saga_by_id(&self, id: SagaId) -> Result<Option<RawSaga>> {
         self.query(&self.sql.saga_by_id, &[&id])
             .await?
@@ -579,4 +646,13 @@ fn name_code_counts(r: &tokio_postgres::Row) -> Result<(String, i64, i64, i64)> 
         col::<i64>(r, 2)?,
         col::<i64>(r, 3)?,
     ))
+}
+
+/// An answer of a step's report in one statement that cannot be.
+fn unexpected_answer(what: &str) -> Error {
+    Error::new(
+        ErrorKind::Unexpected,
+        "saga_step",
+        format!("the report's statement answered {what}"),
+    )
 }

@@ -83,6 +83,8 @@ pub(crate) struct Sql {
     /// The version table's statements and the migrations.
     pub schema: SchemaSql,
     pub insert: String,
+    /// A step's report in its common case, in one statement (core's `SagaAdvance`).
+    pub saga_advance: String,
     /// `insert` that also announces the new task on `channel` (delivered at commit;
     /// nothing on a duplicate). $16 is the channel.
     pub insert_notify: String,
@@ -254,6 +256,52 @@ impl Sql {
                 t bigint)
              {on_conflict}"
         );
+        // A step's report in its common case, all or none (core's SagaAdvance): the saga
+        // row locked where it runs (status 0) at the step's group, the step's task
+        // completed under its lease, then the step row, the saga row and the next
+        // steps' tasks. $1 saga, $2 group, $3 task id, $4 lease token, $5 position,
+        // $6 step, $7 state, $8 output, $9 the saga's status after, $10 its group after,
+        // $11 the tasks (core's insert_document), $12 channel, $13 whether to announce
+        // them. One row: whether it applied, and the keys and ids of the tasks inserted.
+        let saga_advance = format!(
+            "WITH s AS (
+                SELECT id FROM {ts} WHERE id = $1::bigint AND status = 0 AND grp = $2::int
+                FOR UPDATE),
+             f AS (
+                UPDATE {t} SET status = 1, last_error = NULL, updated_at = now()
+                WHERE id = $3::bigint AND status + 0 = 3 AND lease = $4::bigint
+                    AND EXISTS (SELECT 1 FROM s)
+                RETURNING id),
+             r AS (
+                INSERT INTO {tss} AS x (saga_id, position, step, grp, state, output, updated_at)
+                SELECT $1, $5::int, $6::text, $2, $7::smallint, $8::text, now() FROM f
+                ON CONFLICT (saga_id, position) DO UPDATE SET state = EXCLUDED.state,
+                    output = COALESCE(EXCLUDED.output, x.output), updated_at = now()
+                RETURNING 1),
+             u AS (
+                UPDATE {ts} SET status = $9::smallint, grp = $10::int, version = version + 1,
+                    updated_at = now()
+                WHERE id = $1 AND EXISTS (SELECT 1 FROM f)
+                RETURNING 1),
+             n AS (
+                {insert_into}
+                SELECT r.e, r.k, r.p, 0, 0, r.m, r.s, r.i, r.x,
+                    CASE WHEN r.a IS NULL THEN now() + r.d {MS}
+                        ELSE GREATEST('epoch'::timestamptz + r.a {MS}, now()) END,
+                    0, now(), now(), r.r, r.j, NULL, r.b, r.t
+                FROM json_to_recordset($11::text::json) AS r(e text, k text, p text,
+                    m bigint, s text, i bigint, x bigint, d bigint, a bigint, r smallint, j smallint,
+                    b smallint, t bigint)
+                WHERE EXISTS (SELECT 1 FROM f)
+                {on_conflict}
+                RETURNING id, biz_key, event_type)
+             SELECT (SELECT count(*) FROM f) + (SELECT count(*) FROM r)
+                    + (SELECT count(*) FROM u),
+                ARRAY(SELECT n.biz_key::text FROM n), ARRAY(SELECT n.id FROM n),
+                (SELECT count(*) FROM n
+                    CROSS JOIN LATERAL (SELECT pg_notify($12::text, n.event_type)
+                        WHERE $13::boolean) AS m)"
+        );
         let insert_rows_notify = format!(
             "WITH ins AS ({insert_rows} RETURNING id, event_type)
              SELECT ins.id FROM ins
@@ -343,6 +391,7 @@ impl Sql {
                  WHERE i.consumer = old.consumer AND i.message_id = old.message_id"
             ),
             insert: insert.clone(),
+            saga_advance,
             insert_rows,
             insert_rows_notify,
             insert_notify: format!(

@@ -52,6 +52,7 @@ mod release;
 mod retry;
 mod rows;
 mod saga;
+mod saga_advance;
 mod saga_write;
 pub mod schema;
 #[cfg(any(
@@ -110,8 +111,9 @@ pub use rows::{
     BARRIER_COLUMNS, COLUMNS, COLUMN_COUNT, SAGA_COLUMNS, SAGA_STEP_COLUMNS,
 };
 pub use saga::SagaStartPlan;
+pub use saga_advance::SagaAdvance;
 pub use saga_write::{saga_write_blocking, saga_write_on, SagaWrite, SagaWritten};
-pub(crate) use saga_write::{step_applied, step_write};
+pub(crate) use saga_write::{step_advance, step_applied, step_write};
 pub use statement::{
     Answer, BlockingTxConnection, Dialect, OwnConnection, Returns, Statement, TxConnection, Value,
 };
@@ -269,6 +271,19 @@ pub trait Driver: Send + Sync + 'static {
     /// (JSON, within the payload limit) and reason (cut); a command's audit.
     async fn saga_write(&self, write: Checked<&SagaWrite>) -> Result<SagaWritten>;
 
+    /// [`saga_step`](crate::TaskStore::saga_step) in its common case, in one statement
+    /// where the dialect allows ([`SagaAdvance`] says what it writes, all or none): what
+    /// each task's insert did, in order, or `None` when it wrote nothing (the saga is
+    /// not running at the step's group, or the lease is gone), and the store runs
+    /// [`saga_write`](Self::saga_write) instead, which decides and answers as always.
+    /// Checked: the tasks, as an enqueue's.
+    ///
+    /// The default writes nothing: every report takes the general write.
+    async fn saga_advance(&self, advance: Checked<&SagaAdvance>) -> Result<Option<Vec<Inserted>>> {
+        let _ = advance;
+        Ok(None)
+    }
+
     /// [`saga_steps`](crate::TaskStore::saga_steps): the rows of [`SAGA_STEP_COLUMNS`]
     /// of saga `id`, by position.
     async fn saga_steps(&self, id: SagaId) -> Result<Vec<RawSagaStep>>;
@@ -367,8 +382,8 @@ pub mod prelude {
     };
     pub use super::{
         release_order_keys, release_order_keys_blocking, saga_write_blocking, saga_write_on,
-        KeyReleasePlan, KeysReleasePlan, OwnConnection, SagaStartPlan, SagaWrite, SagaWritten,
-        TxPlan,
+        KeyReleasePlan, KeysReleasePlan, OwnConnection, SagaAdvance, SagaStartPlan, SagaWrite,
+        SagaWritten, TxPlan,
     };
     pub use crate::error::{Error, ErrorKind, Result};
     pub use crate::limits::StoreConfig;

@@ -25,7 +25,7 @@ use super::{
     Answer, BlockingTxConnection, Checked, EnqueuePlan, EnqueueSql, EnqueueStep, Inserted,
     Statement, TxConnection, TxPlan,
 };
-use super::{Decision, SagaProgress, StepEvent};
+use super::{Decision, SagaAdvance, SagaProgress, StepEvent};
 use crate::error::{Error, ErrorKind, Result};
 use crate::limits::StoreConfig;
 use crate::model::{
@@ -143,6 +143,49 @@ pub(crate) fn step_write(
         def: def.clone(),
         report,
     })
+}
+
+/// A report as a [`SagaAdvance`], when it is the common case: the action of a step alone
+/// in its group done. The decision is the one the general write would make on a saga
+/// running at the step's group (no step rows to read: a lone step has no sibling);
+/// `None` for any other report, or a decision that sets a reason.
+pub(crate) fn step_advance(config: &StoreConfig, write: &SagaWrite) -> Result<Option<SagaAdvance>> {
+    let SagaWrite::Step { def, report } = write else {
+        return Ok(None);
+    };
+    let StepOutcome::Done { output } = &report.outcome else {
+        return Ok(None);
+    };
+    let at = locate(def, &report.step)?;
+    let alone = usize::try_from(at.group)
+        .ok()
+        .and_then(|g| def.groups().get(g))
+        .is_some_and(|steps| steps.len() == 1);
+    if !alone {
+        return Ok(None);
+    }
+    let found = Found {
+        status: SagaStatus::Running,
+        group: at.group,
+        rows: Vec::new(),
+    };
+    let next = Next::step(def, report, found)?;
+    let (Some(record), Some((status, next_group, None))) = (&next.record, &next.set) else {
+        return Ok(None);
+    };
+    next.checked(config)?;
+    Ok(Some(SagaAdvance {
+        saga: report.saga,
+        lease: report.lease,
+        group: at.group,
+        position: record.position,
+        step: report.step.clone(),
+        state: record.state,
+        output: output.clone(),
+        status: *status,
+        next_group: *next_group,
+        tasks: next.tasks,
+    }))
 }
 
 /// What a report's write answers: what it applied; any other answer is a bug.

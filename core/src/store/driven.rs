@@ -371,6 +371,14 @@ impl TaskStore for dyn Driver {
         const OP: &str = "saga_step";
         let d: &dyn Driver = self;
         let write = crate::driver::step_write(Driver::config(d), def, report)?;
+        // the common case in one statement where the backend can; otherwise (or when the
+        // saga is not where that case assumes) the general write
+        if let Some(advance) = crate::driver::step_advance(Driver::config(d), &write)? {
+            let checked = Checked::new(&advance);
+            if let Some(inserted) = run(d, OP, || Driver::saga_advance(d, checked)).await? {
+                return advance.applied(inserted);
+            }
+        }
         let checked = Checked::new(&write);
         crate::driver::step_applied(run(d, OP, || Driver::saga_write(d, checked)).await?)
     }

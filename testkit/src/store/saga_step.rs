@@ -160,6 +160,150 @@ pub async fn saga_step_is_fenced_by_its_tasks_lease<H: Harness>(ctx: &Ctx<H>) {
     assert_eq!((after.group, after.version), (1, 2));
 }
 
+/// The report of a step alone in its group (a backend may write it in one statement)
+/// is all or nothing and answers as any report: with another lease `Conflict`, nothing
+/// written; applied, the task succeeded, the step row with its output, the saga at the
+/// next group with its version bumped, the next step's task pending and named in the
+/// answer; a next task already under its key (a nudge enqueued it first) answered as not
+/// created, with its id; a report of a saga an operator turned to compensating decided
+/// on the saga as it is (its action recorded, then compensated); the last step completes
+/// the saga and enqueues nothing.
+pub async fn saga_step_of_a_lone_step_is_all_or_nothing<H: Harness>(ctx: &Ctx<H>) {
+    let def = SagaDef::builder("line")
+        .step(SagaStep::new("a").compensated())
+        .step(SagaStep::new("b").compensated())
+        .step(SagaStep::new("c"))
+        .build()
+        .unwrap();
+    let (id, a) = start_and_claim(ctx, &def, "l-1", "a").await;
+    let report =
+        |task: &Task, step: &str, outcome| StepReport::new(task.lease(), id, "l-1", step, outcome);
+    let stale = StepReport::new(
+        Lease {
+            task_id: a.id,
+            token: a.lease + 1,
+        },
+        id,
+        "l-1",
+        "a",
+        done("1"),
+    );
+    let e = ctx.store.saga_step(&def, &stale).await.unwrap_err();
+    assert_eq!(
+        (e.kind(), e.operation()),
+        (ErrorKind::Conflict, "saga_step")
+    );
+    let saga = ctx.store.saga("line", "l-1").await.unwrap().unwrap();
+    assert_eq!(
+        (saga.status, saga.group, saga.version),
+        (SagaStatus::Running, 0, 0)
+    );
+    assert!(ctx.store.saga_steps(id).await.unwrap().is_empty());
+    assert_eq!(
+        ctx.store.get(a.id).await.unwrap().unwrap().status,
+        Status::Running
+    );
+
+    // the next step's task is there already: the report meets it
+    let b_task = def.step_task("l-1", def.find_step("b").unwrap().2, StepPhase::Action);
+    let b_id = ctx.store.enqueue(b_task).await.unwrap().id;
+    let applied = ctx
+        .store
+        .saga_step(&def, &report(&a, "a", done(r#"{"a":1}"#)))
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            applied.status,
+            applied.group,
+            applied.enqueued,
+            applied.tasks.len()
+        ),
+        (SagaStatus::Running, 1, 1, 1)
+    );
+    let met = &applied.tasks[0];
+    assert_eq!(
+        (met.id, met.created, met.status),
+        (b_id, false, Status::Pending),
+        "the task under the key, not created"
+    );
+    let task = ctx.store.get(a.id).await.unwrap().unwrap();
+    assert_eq!((task.status, task.last_error), (Status::Succeeded, None));
+    let rows = ctx.store.saga_steps(id).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (
+            rows[0].step.as_str(),
+            rows[0].position,
+            rows[0].group,
+            rows[0].state
+        ),
+        ("a", 0, 0, StepState::Done)
+    );
+    assert_eq!(rows[0].output.as_deref(), Some(r#"{"a":1}"#));
+    let after = ctx.store.saga("line", "l-1").await.unwrap().unwrap();
+    assert_eq!(
+        (after.status, after.group, after.version),
+        (SagaStatus::Running, 1, 1)
+    );
+    assert!(after.updated_at >= saga.updated_at);
+
+    // an operator compensates while b runs: b's report is decided on the saga as it is
+    let b = claim(ctx, &def, "l-1", "b").await;
+    let op = Audit::new("op", "customer cancelled");
+    ctx.store
+        .command_saga(id, SagaCommand::Compensate, &op)
+        .await
+        .unwrap();
+    let before = ctx.store.saga("line", "l-1").await.unwrap().unwrap();
+    let applied = ctx
+        .store
+        .saga_step(&def, &report(&b, "b", done("2")))
+        .await
+        .unwrap();
+    assert_eq!(applied.status, SagaStatus::Compensating);
+    let undo: Vec<&str> = applied
+        .tasks
+        .iter()
+        .filter(|t| t.created)
+        .map(|t| t.event_type.as_str())
+        .collect();
+    assert_eq!(undo, vec!["saga:line"], "b's compensation enqueued");
+    let comp = ctx.store.get(applied.tasks[0].id).await.unwrap().unwrap();
+    assert_eq!(comp.biz_key, "l-1/b:c");
+    let rows = ctx.store.saga_steps(id).await.unwrap();
+    let b_row = rows.iter().find(|r| r.step == "b").unwrap();
+    assert_eq!(
+        (b_row.state, b_row.output.as_deref()),
+        (StepState::Done, Some("2"))
+    );
+    let after = ctx.store.saga("line", "l-1").await.unwrap().unwrap();
+    assert_eq!(
+        (after.status, after.version),
+        (SagaStatus::Compensating, before.version + 1)
+    );
+
+    // the last step completes a saga and enqueues nothing
+    let def2 = SagaDef::builder("one")
+        .step(SagaStep::new("only"))
+        .build()
+        .unwrap();
+    let (id2, only) = start_and_claim(ctx, &def2, "o-1", "only").await;
+    let applied = ctx
+        .store
+        .saga_step(
+            &def2,
+            &StepReport::new(only.lease(), id2, "o-1", "only", done("null")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(applied, StepApplied::new(SagaStatus::Completed, 0, 0));
+    let saga = ctx.store.saga("one", "o-1").await.unwrap().unwrap();
+    assert_eq!((saga.status, saga.version), (SagaStatus::Completed, 1));
+    let task = ctx.store.get(only.id).await.unwrap().unwrap();
+    assert_eq!(task.status, Status::Succeeded);
+}
+
 /// A report out of attempts fails its task with the reason (cut to the error limit) and
 /// parks the saga, saying which phase of which step; a refusal's reason is cut too.
 pub async fn saga_step_out_of_attempts_parks_the_saga<H: Harness>(ctx: &Ctx<H>) {

@@ -1,0 +1,86 @@
+//! A step's report in its most common case, as one write a dialect may apply in a single
+//! statement: the action of a step alone in its group succeeded while its saga runs at
+//! that group, so the saga moves on to the next group (or completes).
+//!
+//! The general write ([`saga_write_on`](crate::driver::saga_write_on)) reads before it
+//! decides: the fence, the saga row's lock, then the writes, each a statement of one
+//! transaction. In this case the decision is known before anything is read (a lone step
+//! has no sibling to join), provided the saga is where the report assumes; a dialect that
+//! can test that and write in one statement (PostgreSQL's data-modifying `WITH`) saves
+//! the round trips and the transaction's `BEGIN` and `COMMIT`. Where the saga is not
+//! there (compensating, parked, moved on by a nudge) or the lease is gone, it writes
+//! nothing and the store runs the general write, which decides and answers as always.
+
+use super::checks::{check_task, enqueued};
+use super::{Checked, Inserted, StepState};
+use crate::error::Result;
+use crate::limits::StoreConfig;
+use crate::model::{Lease, NewTask, SagaId, SagaStatus, StepApplied};
+
+/// The writes of a step's report in the common case ([`Driver::saga_advance`]), all or
+/// none, in one statement, under one condition: the saga row `saga` is running
+/// (status 0) at group `group`, and the step's task still runs under `lease`. Then:
+///
+/// - the task completes as [`EnqueueStep::Complete`](crate::driver::EnqueueStep::Complete) completes it;
+/// - the step row `(saga, position)` is written as the general write's is: `step`,
+///   `group`, `state`, `output`, `updated_at` now (an existing row's state and output
+///   replaced);
+/// - the saga row gets `status` and `next_group`, its version bumped, `updated_at` now
+///   (its reason kept);
+/// - `tasks` are inserted as a batch enqueue's multi-row insert inserts them
+///   ([`insert_document`](crate::driver::insert_document)), a task whose key exists
+///   being skipped (their dedup rule is [`Dedup::Forever`](crate::Dedup::Forever)).
+///
+/// [`Driver::saga_advance`]: crate::driver::Driver::saga_advance
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct SagaAdvance {
+    /// The saga's id.
+    pub saga: SagaId,
+    /// The lease the step's task must still run under.
+    pub lease: Lease,
+    /// The step's group: the saga must be running at it.
+    pub group: u32,
+    /// The step's position in its definition.
+    pub position: u32,
+    /// The step's name.
+    pub step: String,
+    /// The step row's state.
+    pub state: StepState,
+    /// The step's output (JSON).
+    pub output: String,
+    /// The saga's status after the report.
+    pub status: SagaStatus,
+    /// The saga's group after the report.
+    pub next_group: u32,
+    /// The next steps' tasks, checked as an enqueue checks them.
+    pub tasks: Vec<NewTask>,
+}
+
+impl SagaAdvance {
+    /// The tasks, checked (they were, when the advance was made).
+    pub fn checked_tasks(&self, config: &StoreConfig) -> Result<Vec<Checked<&NewTask>>> {
+        self.tasks.iter().map(|t| check_task(config, t)).collect()
+    }
+
+    /// The report's answer, given what the insert of each task did (in order).
+    pub(crate) fn applied(&self, inserted: Vec<Inserted>) -> Result<StepApplied> {
+        if inserted.len() != self.tasks.len() {
+            return Err(crate::error::Error::new(
+                crate::error::ErrorKind::Unexpected,
+                "saga_step",
+                format!(
+                    "{} answers for the {} tasks of a step's report",
+                    inserted.len(),
+                    self.tasks.len()
+                ),
+            ));
+        }
+        let tasks = inserted
+            .into_iter()
+            .zip(&self.tasks)
+            .map(|(i, task)| enqueued(i, task))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(StepApplied::new(self.status, self.next_group, self.tasks.len()).with_tasks(tasks))
+    }
+}
