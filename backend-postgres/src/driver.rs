@@ -463,13 +463,15 @@ impl Driver for PgDriver {
         Ok(written)
     }
 
-    async fn saga_advance(&self, advance: Checked<&SagaAdvance>) -> Result<Option<Vec<Inserted>>> {
+    async fn saga_advance(&self, advance: Checked<&SagaAdvance>) -> Result<Option<Advanced>> {
         let a = advance.into_inner();
         let tasks = a.checked_tasks(self.config())?;
         let doc = insert_document(&tasks);
-        let notify = tasks
-            .iter()
-            .fold(false, |any, t| self.notify_now(t.event_type()) | any);
+        // a task claimed here runs here: nobody else needs to hear of it
+        let notify = a.claim.is_none()
+            && tasks
+                .iter()
+                .fold(false, |any, t| self.notify_now(t.event_type()) | any);
         let int = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
         let rows = self
             .query(
@@ -488,27 +490,38 @@ impl Driver for PgDriver {
                     &doc,
                     &self.sql.channel,
                     &notify,
+                    &a.claim,
                 ],
             )
             .await?;
-        let row = rows.first().ok_or_else(|| unexpected_answer("no row"))?;
-        match col::<i64>(row, 0)? {
+        let first = rows.first().ok_or_else(|| unexpected_answer("no row"))?;
+        match col::<i64>(first, COLUMN_COUNT)? {
             0 => return Ok(None),
             3 => {}
             n => return Err(unexpected_answer(&format!("{n} rows written of 3"))),
         }
-        let keys: Vec<String> = col(row, 1)?;
-        let ids: Vec<i64> = col(row, 2)?;
+        let mut new = Vec::with_capacity(rows.len());
+        for row in &rows {
+            if col::<Option<i64>>(row, 0)?.is_some() {
+                new.push(raw_task(row)?);
+            }
+        }
         let mut inserted = Vec::with_capacity(tasks.len());
         for task in &tasks {
-            let new = keys.iter().position(|k| k == task.biz_key());
-            inserted.push(match new.and_then(|i| ids.get(i)) {
-                Some(id) => Inserted::created(*id),
+            inserted.push(match new.iter().find(|t| t.biz_key == task.biz_key()) {
+                Some(t) => Inserted {
+                    status: i16::try_from(t.status).unwrap_or(-1),
+                    ..Inserted::created(t.id)
+                },
                 // its key was taken (a nudge enqueued it first): the task there
                 None => self.existing(task.event_type(), task.biz_key()).await?,
             });
         }
-        Ok(Some(inserted))
+        let claimed = match a.claim {
+            Some(_) => new,
+            None => Vec::new(),
+        };
+        Ok(Some(Advanced::new(inserted, claimed)))
     }
 
     async fn saga_by_id(&self, id: SagaId) -> Result<Option<RawSaga>> {

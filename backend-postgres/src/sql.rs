@@ -259,10 +259,13 @@ impl Sql {
         // A step's report in its common case, all or none (core's SagaAdvance): the saga
         // row locked where it runs (status 0) at the step's group, the step's task
         // completed under its lease, then the step row, the saga row and the next
-        // steps' tasks. $1 saga, $2 group, $3 task id, $4 lease token, $5 position,
-        // $6 step, $7 state, $8 output, $9 the saga's status after, $10 its group after,
-        // $11 the tasks (core's insert_document), $12 channel, $13 whether to announce
-        // them. One row: whether it applied, and the keys and ids of the tasks inserted.
+        // steps' tasks, inserted claimed by $14 when it is set. $1 saga, $2 group, $3
+        // task id, $4 lease token, $5 position, $6 step, $7 state, $8 output, $9 the
+        // saga's status after, $10 its group after, $11 the tasks (core's
+        // insert_document), $12 channel, $13 whether to announce them, $14 the owner
+        // who claims them (NULL: pending). A row per task inserted (its columns, then
+        // how many rows the report wrote: 3 when it applied), or one of NULLs and that
+        // count when none was.
         let saga_advance = format!(
             "WITH s AS (
                 SELECT id FROM {ts} WHERE id = $1::bigint AND status = 0 AND grp = $2::int
@@ -284,23 +287,29 @@ impl Sql {
                 WHERE id = $1 AND EXISTS (SELECT 1 FROM f)
                 RETURNING 1),
              n AS (
-                {insert_into}
-                SELECT r.e, r.k, r.p, 0, 0, r.m, r.s, r.i, r.x,
+                INSERT INTO {t} AS t (event_type, biz_key, payload, status, attempts,
+                    max_attempts, retry_strategy, retry_interval_ms, retry_max_interval_ms,
+                    next_run_at, lease, created_at, updated_at, priority, retry_jitter_pct,
+                    order_key, order_block, timeout_ms, owner)
+                SELECT r.e, r.k, r.p, CASE WHEN $14::text IS NULL THEN 0 ELSE 3 END,
+                    CASE WHEN $14::text IS NULL THEN 0 ELSE 1 END, r.m, r.s, r.i, r.x,
                     CASE WHEN r.a IS NULL THEN now() + r.d {MS}
                         ELSE GREATEST('epoch'::timestamptz + r.a {MS}, now()) END,
-                    0, now(), now(), r.r, r.j, NULL, r.b, r.t
+                    CASE WHEN $14::text IS NULL THEN 0 ELSE 1 END, now(), clock_timestamp(),
+                    r.r, r.j, NULL, r.b, r.t, $14::text
                 FROM json_to_recordset($11::text::json) AS r(e text, k text, p text,
-                    m bigint, s text, i bigint, x bigint, d bigint, a bigint, r smallint, j smallint,
-                    b smallint, t bigint)
+                    m bigint, s text, i bigint, x bigint, d bigint, a bigint, r smallint,
+                    j smallint, b smallint, t bigint)
                 WHERE EXISTS (SELECT 1 FROM f)
                 {on_conflict}
-                RETURNING id, biz_key, event_type)
-             SELECT (SELECT count(*) FROM f) + (SELECT count(*) FROM r)
-                    + (SELECT count(*) FROM u),
-                ARRAY(SELECT n.biz_key::text FROM n), ARRAY(SELECT n.id FROM n),
+                RETURNING {tc}),
+             a AS (
+                SELECT (SELECT count(*) FROM f) + (SELECT count(*) FROM r)
+                    + (SELECT count(*) FROM u) AS applied,
                 (SELECT count(*) FROM n
                     CROSS JOIN LATERAL (SELECT pg_notify($12::text, n.event_type)
-                        WHERE $13::boolean) AS m)"
+                        WHERE $13::boolean) AS m) AS announced)
+             SELECT n.*, a.applied, a.announced FROM a LEFT JOIN n ON true"
         );
         let insert_rows_notify = format!(
             "WITH ins AS ({insert_rows} RETURNING id, event_type)

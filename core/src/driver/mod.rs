@@ -111,7 +111,7 @@ pub use rows::{
     BARRIER_COLUMNS, COLUMNS, COLUMN_COUNT, SAGA_COLUMNS, SAGA_STEP_COLUMNS,
 };
 pub use saga::SagaStartPlan;
-pub use saga_advance::SagaAdvance;
+pub use saga_advance::{Advanced, SagaAdvance};
 pub use saga_write::{saga_write_blocking, saga_write_on, SagaWrite, SagaWritten};
 pub(crate) use saga_write::{step_advance, step_applied, step_write};
 pub use statement::{
@@ -273,13 +273,14 @@ pub trait Driver: Send + Sync + 'static {
 
     /// [`saga_step`](crate::TaskStore::saga_step) in its common case, in one statement
     /// where the dialect allows ([`SagaAdvance`] says what it writes, all or none): what
-    /// each task's insert did, in order, or `None` when it wrote nothing (the saga is
+    /// each task's insert did, in order, and the rows of those it inserted claimed
+    /// ([`Advanced`]), or `None` when it wrote nothing (the saga is
     /// not running at the step's group, or the lease is gone), and the store runs
     /// [`saga_write`](Self::saga_write) instead, which decides and answers as always.
     /// Checked: the tasks, as an enqueue's.
     ///
     /// The default writes nothing: every report takes the general write.
-    async fn saga_advance(&self, advance: Checked<&SagaAdvance>) -> Result<Option<Vec<Inserted>>> {
+    async fn saga_advance(&self, advance: Checked<&SagaAdvance>) -> Result<Option<Advanced>> {
         let _ = advance;
         Ok(None)
     }
@@ -382,8 +383,8 @@ pub mod prelude {
     };
     pub use super::{
         release_order_keys, release_order_keys_blocking, saga_write_blocking, saga_write_on,
-        KeyReleasePlan, KeysReleasePlan, OwnConnection, SagaAdvance, SagaStartPlan, SagaWrite,
-        SagaWritten, TxPlan,
+        Advanced, KeyReleasePlan, KeysReleasePlan, OwnConnection, SagaAdvance, SagaStartPlan,
+        SagaWrite, SagaWritten, TxPlan,
     };
     pub use crate::error::{Error, ErrorKind, Result};
     pub use crate::limits::StoreConfig;

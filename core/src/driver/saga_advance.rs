@@ -12,7 +12,7 @@
 //! nothing and the store runs the general write, which decides and answers as always.
 
 use super::checks::{check_task, enqueued};
-use super::{Checked, Inserted, StepState};
+use super::{Checked, Inserted, RawTask, StepState};
 use crate::error::Result;
 use crate::limits::StoreConfig;
 use crate::model::{Lease, NewTask, SagaId, SagaStatus, StepApplied};
@@ -29,7 +29,11 @@ use crate::model::{Lease, NewTask, SagaId, SagaStatus, StepApplied};
 ///   (its reason kept);
 /// - `tasks` are inserted as a batch enqueue's multi-row insert inserts them
 ///   ([`insert_document`](crate::driver::insert_document)), a task whose key exists
-///   being skipped (their dedup rule is [`Dedup::Forever`](crate::Dedup::Forever)).
+///   being skipped (their dedup rule is [`Dedup::Forever`](crate::Dedup::Forever));
+///   when `claim` names an owner, those inserted are inserted claimed by it: running,
+///   `owner` set, `attempts` 1, lease 1, `updated_at` now, and returned whole
+///   ([`Advanced::claimed`]). A dialect that cannot may insert them pending and return
+///   none.
 ///
 /// [`Driver::saga_advance`]: crate::driver::Driver::saga_advance
 #[derive(Debug, Clone)]
@@ -55,6 +59,25 @@ pub struct SagaAdvance {
     pub next_group: u32,
     /// The next steps' tasks, checked as an enqueue checks them.
     pub tasks: Vec<NewTask>,
+    /// Who the new tasks are inserted claimed by, if anyone.
+    pub claim: Option<String>,
+}
+
+/// What a [`SagaAdvance`] wrote ([`Driver::saga_advance`](crate::driver::Driver::saga_advance)).
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct Advanced {
+    /// What each task's insert did, in order.
+    pub inserted: Vec<Inserted>,
+    /// The rows of the tasks inserted claimed (in any order).
+    pub claimed: Vec<RawTask>,
+}
+
+impl Advanced {
+    /// What the inserts did, and the rows of those inserted claimed.
+    pub fn new(inserted: Vec<Inserted>, claimed: Vec<RawTask>) -> Self {
+        Advanced { inserted, claimed }
+    }
 }
 
 impl SagaAdvance {
@@ -64,7 +87,8 @@ impl SagaAdvance {
     }
 
     /// The report's answer, given what the insert of each task did (in order).
-    pub(crate) fn applied(&self, inserted: Vec<Inserted>) -> Result<StepApplied> {
+    pub(crate) fn applied(&self, advanced: Advanced) -> Result<StepApplied> {
+        let Advanced { inserted, claimed } = advanced;
         if inserted.len() != self.tasks.len() {
             return Err(crate::error::Error::new(
                 crate::error::ErrorKind::Unexpected,
@@ -81,6 +105,14 @@ impl SagaAdvance {
             .zip(&self.tasks)
             .map(|(i, task)| enqueued(i, task))
             .collect::<Result<Vec<_>>>()?;
-        Ok(StepApplied::new(self.status, self.next_group, self.tasks.len()).with_tasks(tasks))
+        let claimed = claimed
+            .into_iter()
+            .map(RawTask::decode)
+            .collect::<Result<Vec<_>>>()?;
+        Ok(
+            StepApplied::new(self.status, self.next_group, self.tasks.len())
+                .with_tasks(tasks)
+                .with_claimed(claimed),
+        )
     }
 }

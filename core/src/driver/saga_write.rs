@@ -185,6 +185,7 @@ pub(crate) fn step_advance(config: &StoreConfig, write: &SagaWrite) -> Result<Op
         status: *status,
         next_group: *next_group,
         tasks: next.tasks,
+        claim: report.claim.as_ref().map(|o| o.as_str().to_owned()),
     }))
 }
 

@@ -32,6 +32,15 @@ impl States {
 pub(crate) trait Ahead: Send + Sync {
     /// [`Engine::run_now`](crate::Engine::run_now) of `enqueued`: best effort.
     async fn run_now(&self, enqueued: &crate::model::Enqueued);
+
+    /// `n` places in the executor of `event_type`, for tasks to be claimed by a write
+    /// about to run (a step's report claiming the next steps); `None` when the engine
+    /// is stopping, does not run the type, or has not that much room.
+    fn reserve(&self, event_type: &str, n: usize) -> Option<super::Reserved>;
+
+    /// Run `task`, claimed by this engine in a write that committed, in one of the
+    /// places `reserved` holds; at shutdown, give it back instead.
+    async fn run_claimed(&self, task: crate::model::Task, reserved: &mut super::Reserved);
 }
 
 /// Why an attempt is asked to stop (see [`Context::cancelled`]).
@@ -263,6 +272,20 @@ impl Context {
     /// Run `enqueued` (committed) ahead of the poller, on this attempt's engine.
     pub(crate) async fn run_ahead(&self, enqueued: &crate::model::Enqueued) {
         self.inner.ahead.run_now(enqueued).await;
+    }
+
+    /// [`Ahead::reserve`] on this attempt's engine.
+    pub(crate) fn reserve(&self, event_type: &str, n: usize) -> Option<super::Reserved> {
+        self.inner.ahead.reserve(event_type, n)
+    }
+
+    /// [`Ahead::run_claimed`] on this attempt's engine.
+    pub(crate) async fn run_claimed(
+        &self,
+        task: crate::model::Task,
+        reserved: &mut super::Reserved,
+    ) {
+        self.inner.ahead.run_claimed(task, reserved).await;
     }
 
     /// The store the attempt's engine runs on.

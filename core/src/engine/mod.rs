@@ -351,6 +351,64 @@ impl<S: TaskStore + Clone> context::Ahead for EngineAhead<S> {
     async fn run_now(&self, enqueued: &Enqueued) {
         self.0.run_now(enqueued).await;
     }
+
+    fn reserve(&self, event_type: &str, n: usize) -> Option<Reserved> {
+        let shared = &self.0;
+        if shared.state() != State::Running || n == 0 {
+            return None;
+        }
+        let exec = shared.executors.get(event_type)?;
+        let n = u32::try_from(n).ok()?;
+        let slots = Arc::clone(&exec.slots).try_acquire_many_owned(n).ok()?;
+        Some(Reserved {
+            exec: Arc::clone(exec),
+            slots,
+            owner: shared.owner.clone(),
+        })
+    }
+
+    async fn run_claimed(&self, task: crate::model::Task, reserved: &mut Reserved) {
+        let shared = &self.0;
+        let lease = task.lease();
+        // held until the task is dispatched
+        let claim = shared.begin_claim();
+        let slot = claim.as_ref().and_then(|_| reserved.slots.split(1));
+        let Some(slot) = slot else {
+            // stopping (or, by a bug, out of places): give it back for a live instance;
+            // if that fails too, the sweep does
+            if let Err(e) = crate::store::TaskStoreExt::release(&shared.store, lease).await {
+                shared.counters.store_errors(&task.event_type);
+                tracing::warn!(owner = %shared.owner, task_id = task.id, error = %e,
+                    "releasing a task claimed by a step's report failed: the sweep gives \
+                     it back after dead_after");
+            }
+            return;
+        };
+        shared.counters.run_ahead(&reserved.exec.event_type);
+        executor::dispatch(
+            Arc::clone(shared),
+            Arc::clone(&reserved.exec),
+            task,
+            slot,
+            Origin::RunAhead,
+        );
+        drop(claim);
+    }
+}
+
+/// Places reserved in an executor for tasks a write about to run claims (see
+/// [`context::Ahead::reserve`]); dropped, the places left are free again.
+pub(crate) struct Reserved {
+    exec: Arc<executor::Executor>,
+    slots: tokio::sync::OwnedSemaphorePermit,
+    owner: Owner,
+}
+
+impl Reserved {
+    /// Who the tasks are claimed by: the engine.
+    pub(crate) fn owner(&self) -> &Owner {
+        &self.owner
+    }
 }
 
 /// Builds an [`Engine`]: register one handler per event type, then [`start`](Self::start).

@@ -426,6 +426,28 @@ impl SagaRunner {
     /// Hand `saga` as its report left it to the steps the report created, when the
     /// report left its status as it was (a change of status brings a reason, and the
     /// next steps read the row).
+    /// Places in this saga's executor for the next group's tasks, for `report` to claim
+    /// them (see [`StepReport::claim_next`]): only for the case a store writes in one
+    /// statement, the action of a step alone in its group done with a group after it.
+    /// A store that declines leaves them pending; they run ahead as without it.
+    ///
+    /// The trade-off is [`Engine::claim_in`](crate::Engine::claim_in)'s: a process that
+    /// dies between the report's commit and the hand-over (microseconds) leaves the next
+    /// step running until the sweep gives it back, `dead_after` later.
+    fn reserve_next(&self, cx: &Context, report: &StepReport) -> Option<super::Reserved> {
+        if !matches!(report.outcome, StepOutcome::Done { .. }) {
+            return None;
+        }
+        let groups = self.def.groups();
+        let (group, _, _) = self.def.find_step(&report.step)?;
+        let group = usize::try_from(group).ok()?;
+        if groups.get(group)?.len() != 1 {
+            return None;
+        }
+        let next = groups.get(group + 1)?.len();
+        cx.reserve(self.def.event_type(), next)
+    }
+
     fn hand_off(&self, saga: &Saga, applied: &StepApplied) {
         if applied.status != saga.status || !applied.tasks.iter().any(|t| t.created) {
             return;
@@ -659,6 +681,11 @@ impl Handler for SagaRunner {
         };
         let report = StepReport::new(cx.lease(), saga.id, call.key, call.step, outcome);
         let failed = matches!(report.outcome, StepOutcome::Exhausted { .. });
+        let mut reserved = self.reserve_next(&cx, &report);
+        let report = match &reserved {
+            Some(r) => report.claim_next(r.owner().clone()),
+            None => report,
+        };
         match store.saga_step(def, &report).await {
             Ok(_) if failed => {
                 cx.set_failed_in_tx();
@@ -668,8 +695,19 @@ impl Handler for SagaRunner {
                 crate::driver::Attempt::set_completed(&cx);
                 // committed: the next steps start now, not at the next poll
                 self.hand_off(&saga, &applied);
-                for task in applied.tasks.iter().filter(|t| t.created) {
-                    cx.run_ahead(task).await;
+                let claimed: Vec<crate::model::TaskId> =
+                    applied.claimed.iter().map(|t| t.id).collect();
+                if let Some(places) = reserved.as_mut() {
+                    for task in applied.claimed {
+                        cx.run_claimed(task, places).await;
+                    }
+                }
+                // the places the report did not use are free for the tasks run ahead
+                drop(reserved);
+                for task in applied.tasks.iter() {
+                    if task.created && !claimed.contains(&task.id) {
+                        cx.run_ahead(task).await;
+                    }
                 }
                 Ok(())
             }

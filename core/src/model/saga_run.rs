@@ -123,6 +123,9 @@ pub struct StepReport {
     pub step: String,
     /// How it finished.
     pub outcome: StepOutcome,
+    /// Who asks for the tasks this report creates, already claimed (see
+    /// [`claim_next`](Self::claim_next)).
+    pub claim: Option<crate::model::Owner>,
 }
 
 impl StepReport {
@@ -140,7 +143,20 @@ impl StepReport {
             key: key.into(),
             step: step.into(),
             outcome,
+            claim: None,
         }
+    }
+
+    /// Ask for the tasks this report creates to be inserted already claimed by `owner`
+    /// (running, `attempts` 1, lease 1, `updated_at` now), the caller having room to run
+    /// them at once: the claim of each next step is then no write of its own. A store
+    /// may decline (the tasks are then pending, as without it); the tasks it claimed are
+    /// in [`StepApplied::claimed`], whole, and the caller must run them (or release
+    /// them): until then they hold the claim, and the sweep gives them back only after
+    /// `dead_after`.
+    pub fn claim_next(mut self, owner: crate::model::Owner) -> Self {
+        self.claim = Some(owner);
+        self
     }
 }
 
@@ -159,6 +175,10 @@ pub struct StepApplied {
     /// What each enqueue did (a task already there is a duplicate, not created), so the
     /// engine runs the new ones ahead of its poller.
     pub tasks: Vec<crate::model::Enqueued>,
+    /// The tasks created already claimed, as a [report](StepReport::claim_next) asked
+    /// (empty when it did not, or the store declined): running under the report's
+    /// owner, each as a claim returns it.
+    pub claimed: Vec<crate::model::Task>,
 }
 
 impl StepApplied {
@@ -169,12 +189,19 @@ impl StepApplied {
             group,
             enqueued,
             tasks: Vec::new(),
+            claimed: Vec::new(),
         }
     }
 
     /// The same, with what each enqueue did.
     pub fn with_tasks(mut self, tasks: Vec<crate::model::Enqueued>) -> Self {
         self.tasks = tasks;
+        self
+    }
+
+    /// The same, with the tasks it created already claimed.
+    pub fn with_claimed(mut self, claimed: Vec<crate::model::Task>) -> Self {
+        self.claimed = claimed;
         self
     }
 }

@@ -361,6 +361,11 @@ pub trait TaskStore: Send + Sync + 'static {
     ///   attempts parks the saga with the reason. A report of another group than the
     ///   saga's, or of a completed, compensated or parked saga, only records the step.
     /// - **Every report** bumps the saga's `version` and `updated_at`.
+    /// - **Claimed next steps, when asked** ([`StepReport::claim_next`](crate::StepReport::claim_next)):
+    ///   a store may insert the tasks the report creates already claimed by the report's
+    ///   owner (running, `attempts` 1, lease 1), each then in
+    ///   [`StepApplied::claimed`](crate::StepApplied::claimed) as a claim returns it, or
+    ///   decline (pending, none in `claimed`). Never a task that was there before.
     /// - **Bad input writes nothing**: a step `def` does not have, a bad key, an output
     ///   that is not JSON or over the payload limit are `InvalidInput`.
     async fn saga_step(&self, def: &SagaDef, report: &StepReport) -> Result<StepApplied>;

@@ -283,6 +283,41 @@ pub async fn saga_step_of_a_lone_step_is_all_or_nothing<H: Harness>(ctx: &Ctx<H>
         (SagaStatus::Compensating, before.version + 1)
     );
 
+    // asked to, a store may insert the next step's task claimed: whole, as a claim
+    // returns it; or decline, and it is pending
+    let (id3, a3) = start_and_claim(ctx, &def, "l-3", "a").await;
+    let next_owner = backstop_core::Owner::new("next-owner").unwrap();
+    let applied = ctx
+        .store
+        .saga_step(
+            &def,
+            &StepReport::new(a3.lease(), id3, "l-3", "a", done("3")).claim_next(next_owner),
+        )
+        .await
+        .unwrap();
+    assert_eq!((applied.group, applied.tasks.len()), (1, 1));
+    let b3 = ctx.store.get(applied.tasks[0].id).await.unwrap().unwrap();
+    assert_eq!(
+        (b3.biz_key.as_str(), applied.tasks[0].created),
+        ("l-3/b:a", true)
+    );
+    match applied.claimed.as_slice() {
+        [] => assert_eq!(
+            (b3.status, b3.attempts, b3.owner.as_deref()),
+            (Status::Pending, 0, None),
+            "declined: pending"
+        ),
+        [claimed] => {
+            assert_eq!(claimed, &b3, "the claimed task as the store has it");
+            assert_eq!(
+                (b3.status, b3.attempts, b3.lease, b3.owner.as_deref()),
+                (Status::Running, 1, 1, Some("next-owner"))
+            );
+            assert_eq!(applied.tasks[0].status, Status::Running);
+        }
+        more => panic!("one task created, {} claimed", more.len()),
+    }
+
     // the last step completes a saga and enqueues nothing
     let def2 = SagaDef::builder("one")
         .step(SagaStep::new("only"))
