@@ -112,6 +112,9 @@ pub fn record(h: &mut Histogram<u64>, d: Duration) {
     let _ = h.record(us.min(60_000_000));
 }
 
+/// The suffixes of the saga tables of the benchmark's task table.
+const SAGA_TABLES: [&str; 3] = ["_saga", "_saga_step", "_saga_audit"];
+
 #[async_trait]
 pub trait Raw: Send + Sync {
     /// Drop the benchmark's tables, so the store makes them as this version does (a server
@@ -119,6 +122,10 @@ pub trait Raw: Send + Sync {
     async fn drop_tables(&self);
     /// Empty the task and business tables.
     async fn reset(&self);
+    /// Empty the saga tables (after a store made them), as `reset` empties the task
+    /// table: each round of the saga scenario starts from the same empty tables as the
+    /// chain's.
+    async fn reset_sagas(&self);
     /// Insert `n` due pending tasks quickly (keys `b{start}`…).
     async fn bulk_insert(&self, n: usize, start: usize) {
         self.bulk_insert_of(EVENT, n, start, 0).await;
@@ -225,7 +232,9 @@ impl Raw for SqliteRaw {
                 .execute_batch(&format!(
                     "DROP TABLE IF EXISTS {TABLE}; DROP TABLE IF EXISTS {TABLE}_inbox;
                      DROP TABLE IF EXISTS {TABLE}_audit; DROP TABLE IF EXISTS {TABLE}_migrations;
-                     DROP TABLE IF EXISTS {TABLE}_keys;
+                     DROP TABLE IF EXISTS {TABLE}_keys; DROP TABLE IF EXISTS {TABLE}_handlers;
+                     DROP TABLE IF EXISTS {TABLE}_barrier; DROP TABLE IF EXISTS {TABLE}_saga;
+                     DROP TABLE IF EXISTS {TABLE}_saga_step; DROP TABLE IF EXISTS {TABLE}_saga_audit;
                      DROP TABLE IF EXISTS {ORDERS};"
                 ))
                 .expect("drop tables");
@@ -243,6 +252,19 @@ impl Raw for SqliteRaw {
                  CREATE TABLE IF NOT EXISTS {ORDERS} (id TEXT PRIMARY KEY); DELETE FROM {ORDERS};"
             ))
             .expect("reset");
+        })
+        .await
+        .expect("join");
+    }
+
+    async fn reset_sagas(&self) {
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || {
+            let c = Self::conn(&path);
+            for t in SAGA_TABLES {
+                c.execute_batch(&format!("DELETE FROM {TABLE}{t}"))
+                    .expect("reset sagas");
+            }
         })
         .await
         .expect("join");
@@ -549,7 +571,9 @@ impl Raw for PgRaw {
         self.client()
             .await
             .batch_execute(&format!(
-                "DROP TABLE IF EXISTS {TABLE}, {TABLE}_inbox, {TABLE}_audit, {TABLE}_migrations, {TABLE}_keys, {ORDERS}"
+                "DROP TABLE IF EXISTS {TABLE}, {TABLE}_inbox, {TABLE}_audit, {TABLE}_migrations, {TABLE}_keys, \
+                 {TABLE}_handlers, {TABLE}_barrier, {TABLE}_saga, {TABLE}_saga_step, {TABLE}_saga_audit, \
+                 {ORDERS}"
             ))
             .await
             .expect("drop tables");
@@ -566,6 +590,18 @@ impl Raw for PgRaw {
         c.batch_execute(&format!("VACUUM ANALYZE {TABLE}"))
             .await
             .expect("vacuum");
+    }
+
+    async fn reset_sagas(&self) {
+        let c = self.client().await;
+        for t in SAGA_TABLES {
+            c.batch_execute(&format!("TRUNCATE {TABLE}{t}"))
+                .await
+                .expect("reset sagas");
+            c.batch_execute(&format!("VACUUM ANALYZE {TABLE}{t}"))
+                .await
+                .expect("vacuum sagas");
+        }
     }
 
     async fn bulk_insert_rows(
@@ -910,7 +946,9 @@ impl Raw for MySqlRaw {
 
     async fn drop_tables(&self) {
         sqlx::query(q(format!(
-            "DROP TABLE IF EXISTS {TABLE}, {TABLE}_inbox, {TABLE}_audit, {TABLE}_migrations, {TABLE}_keys, {ORDERS}"
+            "DROP TABLE IF EXISTS {TABLE}, {TABLE}_inbox, {TABLE}_audit, {TABLE}_migrations, {TABLE}_keys, \
+                 {TABLE}_handlers, {TABLE}_barrier, {TABLE}_saga, {TABLE}_saga_step, {TABLE}_saga_audit, \
+                 {ORDERS}"
         )))
         .execute(&self.pool)
         .await
@@ -934,6 +972,15 @@ impl Raw for MySqlRaw {
             .execute(&self.pool)
             .await
             .expect("truncate");
+    }
+
+    async fn reset_sagas(&self) {
+        for t in SAGA_TABLES {
+            sqlx::query(q(format!("TRUNCATE TABLE {TABLE}{t}")))
+                .execute(&self.pool)
+                .await
+                .expect("reset sagas");
+        }
     }
 
     async fn bulk_insert_rows(

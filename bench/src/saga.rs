@@ -49,8 +49,9 @@ impl Times {
     }
 }
 
-/// This process's mark on its saga keys: the saga tables outlive a run (the task
-/// table's reset leaves them), and a key started before would answer its old saga.
+/// This process's mark on its saga keys: each round empties the saga tables, but a key
+/// started by another process on the same server (a run beside this one) would answer
+/// its old saga.
 fn run_id() -> u128 {
     static RUN: OnceLock<u128> = OnceLock::new();
     *RUN.get_or_init(|| {
@@ -144,6 +145,7 @@ fn chain_engine(store: AnyStore, times: &Times, done: &Arc<AtomicUsize>) -> Engi
 async fn drained(t: &Target, n: usize, saga: bool, round: usize) -> (Duration, Times, f64, f64) {
     t.raw.reset().await;
     let store = t.store(16).await;
+    t.raw.reset_sagas().await;
     let def = saga_def();
     let run = run_id();
     let keys: Vec<String> = (0..n).map(|i| format!("{run}-r{round}-{i}")).collect();
@@ -193,6 +195,7 @@ async fn drained(t: &Target, n: usize, saga: bool, round: usize) -> (Duration, T
 async fn one_at_a_time(t: &Target, count: usize, saga: bool, round: usize) -> Histogram<u64> {
     t.raw.reset().await;
     let store = t.store(4).await;
+    t.raw.reset_sagas().await;
     let def = saga_def();
     let (times, done) = (Times::default(), Arc::new(AtomicUsize::new(0)));
     let engine = match saga {
