@@ -330,14 +330,7 @@ pub async fn engine_resweeps_soon_for_a_dead_task_it_passed_over<H: Harness>(ctx
         .poll_interval(HOUR)
         .first_poll_delay(Duration::ZERO)
         .dead_after(Duration::from_secs(60));
-    let mut dead = Vec::new();
-    for (key, age) in [("held", 300), ("behind", 240)] {
-        let id = ctx.enqueue("PAY", key).await;
-        ctx.claim(id).await;
-        ctx.backdate(id, TimeColumn::UpdatedAt, Duration::from_secs(age))
-            .await;
-        dead.push(id);
-    }
+    let dead = crate::store::two_dead(ctx, "PAY").await;
     let Some(bound) = crate::store::passing_bound(ctx, "no row locks: nothing to pass over") else {
         return;
     };

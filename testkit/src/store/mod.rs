@@ -104,3 +104,17 @@ pub(crate) fn passing_bound<H: Harness>(ctx: &Ctx<H>, why: &str) -> Option<Optio
         crate::LockedRows::PassesWithin(d) => Some(Some(d)),
     }
 }
+
+/// Two running tasks of `event` whose owner went silent: `held` (silent 300 s, the
+/// older, first in a sweep's order) and `behind` (240 s); their ids in that order.
+pub(crate) async fn two_dead<H: Harness>(ctx: &Ctx<H>, event: &str) -> [TaskId; 2] {
+    let mut dead = [0; 2];
+    for (slot, (key, age)) in dead.iter_mut().zip([("held", 300), ("behind", 240)]) {
+        let id = ctx.enqueue(event, key).await;
+        ctx.claim(id).await;
+        ctx.backdate(id, TimeColumn::UpdatedAt, Duration::from_secs(age))
+            .await;
+        *slot = id;
+    }
+    dead
+}

@@ -6,14 +6,7 @@ use super::*;
 /// counted (a sweep that passes locked rows), or waited for (one documented to wait);
 /// either way the dead tasks behind it are recycled, and it is once its row is free.
 pub async fn recycle_dead_passes_over_a_held_row_and_counts_it<H: Harness>(ctx: &Ctx<H>) {
-    let mut dead = Vec::new();
-    for (key, age) in [("held", 300), ("behind", 240)] {
-        let id = ctx.enqueue("E", key).await;
-        ctx.claim(id).await;
-        ctx.backdate(id, TimeColumn::UpdatedAt, Duration::from_secs(age))
-            .await;
-        dead.push(id);
-    }
+    let dead = two_dead(ctx, "E").await;
     let Some(bound) = passing_bound(ctx, "no row locks: nothing to pass over") else {
         return;
     };
