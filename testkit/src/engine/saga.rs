@@ -771,6 +771,52 @@ pub async fn engine_saga_reconciler_parks_an_unreported_failure<H: Harness>(ctx:
     assert_eq!(tasks["o-12/pay:a"].0, Status::Succeeded);
 }
 
+/// A report claims the next steps only into places it reserved in the saga's executor:
+/// with room for one step at a time (concurrency 1, no queue), the running step holds
+/// the only place, so no report claims its successors; they are left pending, rejected
+/// by the full executor, and the poller runs them. Every step runs once, in its first
+/// attempt, and the saga completes.
+pub async fn engine_saga_full_executor_claims_no_next_step<H: Harness>(ctx: &Ctx<H>) {
+    let journal = Journal::default();
+    let engine = Engine::builder(ctx.store.clone())
+        .config(fast_config())
+        .saga(
+            order_def(),
+            order_steps(&journal, |_| async { Ok(()) }),
+            opts().concurrency(1).queue_capacity(0),
+        )
+        .start()
+        .unwrap();
+    let start = order_def().start("o-21", &1).unwrap();
+    engine.start_saga(&start).await.unwrap();
+    wait_saga(&ctx.store, "o-21", SagaStatus::Completed).await;
+    let counters = engine.counters();
+    engine.shutdown().await;
+    for step in ["stock", "coupon", "points", "pay"] {
+        assert_eq!(journal.count(step, "action"), 1, "{step}");
+    }
+    let tasks = ctx
+        .store
+        .list(
+            &TaskFilter::default()
+                .event_type("saga:order")
+                .biz_key_prefix("o-21/")
+                .limit(100),
+        )
+        .await
+        .unwrap();
+    assert_eq!(tasks.len(), 4, "{tasks:?}");
+    for t in &tasks {
+        assert_eq!(
+            (t.status, t.attempts),
+            (Status::Succeeded, 1),
+            "{}",
+            t.biz_key
+        );
+    }
+    assert!(counters.rejected >= 1, "{counters:?}");
+}
+
 /// A step's next steps run ahead of the poller once its report commits: with a poller
 /// that polls only when asked (one round, and a follow-up round right after a round that
 /// claimed something), `Engine::start_saga` wakes it for the first step and the saga
