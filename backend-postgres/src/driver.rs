@@ -463,6 +463,10 @@ impl Driver for PgDriver {
         Ok(written)
     }
 
+    fn advances_sagas(&self) -> bool {
+        true
+    }
+
     async fn saga_advance(&self, advance: Checked<&SagaAdvance>) -> Result<Option<Advanced>> {
         let a = advance.into_inner();
         let tasks = a.checked_tasks(self.config())?;

@@ -279,10 +279,18 @@ pub trait Driver: Send + Sync + 'static {
     /// [`saga_write`](Self::saga_write) instead, which decides and answers as always.
     /// Checked: the tasks, as an enqueue's.
     ///
-    /// The default writes nothing: every report takes the general write.
+    /// Called only when [`advances_sagas`](Self::advances_sagas) says so; the default
+    /// writes nothing.
     async fn saga_advance(&self, advance: Checked<&SagaAdvance>) -> Result<Option<Advanced>> {
         let _ = advance;
         Ok(None)
+    }
+
+    /// Whether this driver implements [`saga_advance`](Self::saga_advance): when not
+    /// (the default), the store does not build the advance of each report, and every
+    /// report takes the general write.
+    fn advances_sagas(&self) -> bool {
+        false
     }
 
     /// [`saga_steps`](crate::TaskStore::saga_steps): the rows of [`SAGA_STEP_COLUMNS`]

@@ -373,7 +373,11 @@ impl TaskStore for dyn Driver {
         let write = crate::driver::step_write(Driver::config(d), def, report)?;
         // the common case in one statement where the backend can; otherwise (or when the
         // saga is not where that case assumes) the general write
-        if let Some(advance) = crate::driver::step_advance(Driver::config(d), &write)? {
+        let advance = match Driver::advances_sagas(d) {
+            true => crate::driver::step_advance(Driver::config(d), &write)?,
+            false => None,
+        };
+        if let Some(advance) = advance {
             let checked = Checked::new(&advance);
             if let Some(inserted) = run(d, OP, || Driver::saga_advance(d, checked)).await? {
                 return advance.applied(inserted);
