@@ -157,11 +157,7 @@ pub(crate) fn step_advance(config: &StoreConfig, write: &SagaWrite) -> Result<Op
         return Ok(None);
     };
     let at = locate(def, &report.step)?;
-    let alone = usize::try_from(at.group)
-        .ok()
-        .and_then(|g| def.groups().get(g))
-        .is_some_and(|steps| steps.len() == 1);
-    if !alone {
+    if !alone(def, at.group) {
         return Ok(None);
     }
     let found = Found {
@@ -210,6 +206,15 @@ fn missing(write: &SagaWrite) -> Result<SagaWritten> {
         ))),
         _ => Ok(SagaWritten::Missing),
     }
+}
+
+/// Whether group `group` of `def` has one step: its report has no sibling to join or
+/// wait for, so no step rows to read.
+fn alone(def: &SagaDef, group: u32) -> bool {
+    usize::try_from(group)
+        .ok()
+        .and_then(|g| def.groups().get(g))
+        .is_some_and(|steps| steps.len() == 1)
 }
 
 /// Where a reported step is in its definition.
@@ -505,11 +510,7 @@ impl<'a> ReadPlan<'a> {
         let (saga, group, rows_needed, stage) = match write {
             SagaWrite::Step { def, report } => {
                 let group = locate(def, &report.step)?.group;
-                let alone = usize::try_from(group)
-                    .ok()
-                    .and_then(|g| def.groups().get(g))
-                    .is_some_and(|steps| steps.len() == 1);
-                (report.saga, Some(group), !alone, Read::Fence)
+                (report.saga, Some(group), !alone(def, group), Read::Fence)
             }
             SagaWrite::Command { id, .. } | SagaWrite::Nudge { id, .. } => {
                 (*id, None, true, Read::Lock)
