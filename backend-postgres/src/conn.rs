@@ -229,6 +229,8 @@ typed!(
     &str => TEXT,
     DateTime<Utc> => TIMESTAMPTZ,
     Vec<i16> => INT2_ARRAY,
+    Vec<i32> => INT4_ARRAY,
+    Vec<&str> => TEXT_ARRAY,
     Vec<i64> => INT8_ARRAY,
     &[i64] => INT8_ARRAY,
     Vec<String> => TEXT_ARRAY,

@@ -467,42 +467,45 @@ impl Driver for PgDriver {
         true
     }
 
-    async fn saga_advance(&self, advance: Checked<&SagaAdvance>) -> Result<Option<Advanced>> {
-        let a = advance.into_inner();
-        let tasks = a.checked_tasks(self.config())?;
-        let doc = insert_document(&tasks);
+    async fn saga_advance(
+        &self,
+        advances: Checked<&[SagaAdvance]>,
+    ) -> Result<Vec<Option<Advanced>>> {
+        let advances = advances.into_inner();
+        let docs = AdvanceDocuments::new(advances, self.config())?;
         // a task claimed here runs here: nobody else needs to hear of it
-        let notify = a.claim.is_none()
-            && tasks
-                .iter()
-                .fold(false, |any, t| self.notify_now(t.event_type()) | any);
-        let int = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
+        let mut announce: Vec<&str> = Vec::new();
+        for a in advances.iter().filter(|a| a.claim.is_none()) {
+            for t in &a.tasks {
+                let et = t.event_type();
+                if !announce.contains(&et) && self.notify_now(et) {
+                    announce.push(et);
+                }
+            }
+        }
         let rows = self
             .query(
                 &self.sql.saga_advance,
                 &[
-                    &a.saga,
-                    &int(a.group),
-                    &a.lease.task_id,
-                    &a.lease.token,
-                    &int(a.position),
-                    &a.step,
-                    &a.state.code(),
-                    &a.output,
-                    &a.status.code(),
-                    &int(a.next_group),
-                    &doc,
+                    &docs.reports,
+                    &docs.tasks,
+                    &docs.advance_of_task,
                     &self.sql.channel,
-                    &notify,
-                    &a.claim,
+                    &announce,
                 ],
             )
             .await?;
         let first = rows.first().ok_or_else(|| unexpected_answer("no row"))?;
-        match col::<i64>(first, COLUMN_COUNT)? {
-            0 => return Ok(None),
-            3 => {}
-            n => return Err(unexpected_answer(&format!("{n} rows written of 3"))),
+        let applied: Vec<i32> = col::<Option<Vec<i32>>>(first, COLUMN_COUNT)?.unwrap_or_default();
+        let (recorded, moved) = (
+            col::<i64>(first, COLUMN_COUNT + 1)?,
+            col::<i64>(first, COLUMN_COUNT + 2)?,
+        );
+        if recorded != applied.len() as i64 || moved != applied.len() as i64 {
+            return Err(unexpected_answer(&format!(
+                "{} reports applied, {recorded} step rows and {moved} sagas written",
+                applied.len()
+            )));
         }
         let mut new = Vec::with_capacity(rows.len());
         for row in &rows {
@@ -510,22 +513,39 @@ impl Driver for PgDriver {
                 new.push(raw_task(row)?);
             }
         }
-        let mut inserted = Vec::with_capacity(tasks.len());
-        for task in &tasks {
-            inserted.push(match new.iter().find(|t| t.biz_key == task.biz_key()) {
-                Some(t) => Inserted {
-                    status: i16::try_from(t.status).unwrap_or(-1),
-                    ..Inserted::created(t.id)
-                },
-                // its key was taken (a nudge enqueued it first): the task there
-                None => self.existing(task.event_type(), task.biz_key()).await?,
-            });
+        let mut out = vec![None; advances.len()];
+        for i in applied {
+            let Some(a) = usize::try_from(i).ok().and_then(|i| advances.get(i)) else {
+                return Err(unexpected_answer(&format!(
+                    "an advance {i} of {}",
+                    advances.len()
+                )));
+            };
+            let mut inserted = Vec::with_capacity(a.tasks.len());
+            let mut claimed = Vec::new();
+            for task in &a.tasks {
+                let found = new
+                    .iter()
+                    .position(|t| t.biz_key == task.biz_key() && t.event_type == task.event_type());
+                inserted.push(match found {
+                    Some(at) => {
+                        let t = new.swap_remove(at);
+                        let i = Inserted {
+                            status: i16::try_from(t.status).unwrap_or(-1),
+                            ..Inserted::created(t.id)
+                        };
+                        if a.claim.is_some() {
+                            claimed.push(t);
+                        }
+                        i
+                    }
+                    // its key was taken (a nudge enqueued it first): the task there
+                    None => self.existing(task.event_type(), task.biz_key()).await?,
+                });
+            }
+            out[i as usize] = Some(Advanced::new(inserted, claimed));
         }
-        let claimed = match a.claim {
-            Some(_) => new,
-            None => Vec::new(),
-        };
-        Ok(Some(Advanced::new(inserted, claimed)))
+        Ok(out)
     }
 
     async fn saga_by_id(&self, id: SagaId) -> Result<Option<RawSaga>> {

@@ -267,49 +267,53 @@ impl Sql {
         // how many rows the report wrote: 3 when it applied), or one of NULLs and that
         // count when none was.
         let saga_advance = format!(
-            "WITH s AS (
-                SELECT id FROM {ts} WHERE id = $1::bigint AND status = 0 AND grp = $2::int
-                FOR UPDATE),
+            "WITH q AS MATERIALIZED (
+                SELECT * FROM json_to_recordset($1::text::json) AS q(i int, s bigint, g int,
+                    t bigint, l bigint, p int, n text, st smallint, o text, ss smallint, ng int,
+                    c text)),
+             s AS (
+                SELECT q.* FROM {ts} y JOIN q ON y.id = q.s
+                WHERE y.status = 0 AND y.grp = q.g
+                ORDER BY y.id FOR UPDATE OF y),
              f AS (
-                UPDATE {t} SET status = 1, last_error = NULL, updated_at = now()
-                WHERE id = $3::bigint AND status + 0 = 3 AND lease = $4::bigint
-                    AND EXISTS (SELECT 1 FROM s)
-                RETURNING id),
+                UPDATE {t} AS k SET status = 1, last_error = NULL, updated_at = now()
+                FROM s WHERE k.id = s.t AND k.status + 0 = 3 AND k.lease = s.l
+                RETURNING s.*),
              r AS (
                 INSERT INTO {tss} AS x (saga_id, position, step, grp, state, output, updated_at)
-                SELECT $1, $5::int, $6::text, $2, $7::smallint, $8::text, now() FROM f
+                SELECT f.s, f.p, f.n, f.g, f.st, f.o, now() FROM f
                 ON CONFLICT (saga_id, position) DO UPDATE SET state = EXCLUDED.state,
                     output = COALESCE(EXCLUDED.output, x.output), updated_at = now()
                 RETURNING 1),
              u AS (
-                UPDATE {ts} SET status = $9::smallint, grp = $10::int, version = version + 1,
+                UPDATE {ts} AS y SET status = f.ss, grp = f.ng, version = y.version + 1,
                     updated_at = now()
-                WHERE id = $1 AND EXISTS (SELECT 1 FROM f)
+                FROM f WHERE y.id = f.s
                 RETURNING 1),
              n AS (
                 INSERT INTO {t} AS t (event_type, biz_key, payload, status, attempts,
                     max_attempts, retry_strategy, retry_interval_ms, retry_max_interval_ms,
                     next_run_at, lease, created_at, updated_at, priority, retry_jitter_pct,
                     order_key, order_block, timeout_ms, owner)
-                SELECT r.e, r.k, r.p, CASE WHEN $14::text IS NULL THEN 0 ELSE 3 END,
-                    CASE WHEN $14::text IS NULL THEN 0 ELSE 1 END, r.m, r.s, r.i, r.x,
+                SELECT r.e, r.k, r.p, CASE WHEN f.c IS NULL THEN 0 ELSE 3 END,
+                    CASE WHEN f.c IS NULL THEN 0 ELSE 1 END, r.m, r.s, r.i, r.x,
                     CASE WHEN r.a IS NULL THEN now() + r.d {MS}
                         ELSE GREATEST('epoch'::timestamptz + r.a {MS}, now()) END,
-                    CASE WHEN $14::text IS NULL THEN 0 ELSE 1 END, now(), clock_timestamp(),
-                    r.r, r.j, NULL, r.b, r.t, $14::text
-                FROM json_to_recordset($11::text::json) AS r(e text, k text, p text,
+                    CASE WHEN f.c IS NULL THEN 0 ELSE 1 END, now(), clock_timestamp(),
+                    r.r, r.j, NULL, r.b, r.t, f.c
+                FROM ROWS FROM (json_to_recordset($2::text::json) AS (e text, k text, p text,
                     m bigint, s text, i bigint, x bigint, d bigint, a bigint, r smallint,
-                    j smallint, b smallint, t bigint)
-                WHERE EXISTS (SELECT 1 FROM f)
+                    j smallint, b smallint, t bigint)) WITH ORDINALITY
+                    AS r(e, k, p, m, s, i, x, d, a, r, j, b, t, o)
+                JOIN f ON f.i = ($3::int[])[r.o]
                 {on_conflict}
                 RETURNING {tc}),
              a AS (
-                SELECT (SELECT count(*) FROM f) + (SELECT count(*) FROM r)
-                    + (SELECT count(*) FROM u) AS applied,
-                (SELECT count(*) FROM n
-                    CROSS JOIN LATERAL (SELECT pg_notify($12::text, n.event_type)
-                        WHERE $13::boolean) AS m) AS announced)
-             SELECT n.*, a.applied, a.announced FROM a LEFT JOIN n ON true"
+                SELECT (SELECT array_agg(i) FROM f) AS applied,
+                    (SELECT count(*) FROM r) AS recorded, (SELECT count(*) FROM u) AS moved,
+                    (SELECT count(*) FROM n CROSS JOIN LATERAL (SELECT pg_notify($4::text, n.event_type)
+                        WHERE n.owner IS NULL AND n.event_type = ANY($5::text[])) AS m) AS announced)
+             SELECT n.*, a.applied, a.recorded, a.moved, a.announced FROM a LEFT JOIN n ON true"
         );
         let insert_rows_notify = format!(
             "WITH ins AS ({insert_rows} RETURNING id, event_type)

@@ -19,6 +19,7 @@ use backstop_core::limits::{
     MAX_SAGA_KEY_BYTES,
 };
 use backstop_core::tx::{Answer, Dialect, Returns, Statement};
+use backstop_core::TaskStoreExt;
 use backstop_core::{
     async_trait, Audit, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner, Recycled, Result,
     RetryPolicy, SagaCommand, SagaDef, SagaFilter, SagaId, SagaStart, SagaStarted, SagaStatus,

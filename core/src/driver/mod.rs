@@ -111,7 +111,7 @@ pub use rows::{
     BARRIER_COLUMNS, COLUMNS, COLUMN_COUNT, SAGA_COLUMNS, SAGA_STEP_COLUMNS,
 };
 pub use saga::SagaStartPlan;
-pub use saga_advance::{Advanced, SagaAdvance};
+pub use saga_advance::{AdvanceDocuments, Advanced, SagaAdvance};
 pub use saga_write::{saga_write_blocking, saga_write_on, SagaWrite, SagaWritten};
 pub(crate) use saga_write::{step_advance, step_applied, step_write};
 pub use statement::{
@@ -263,7 +263,7 @@ pub trait Driver: Send + Sync + 'static {
     /// [`SagaDef::start`](crate::SagaDef::start)'s limits.
     async fn saga(&self, name: Checked<&str>, key: Checked<&str>) -> Result<Option<RawSaga>>;
 
-    /// [`saga_step`](crate::TaskStore::saga_step),
+    /// [`saga_step_many`](crate::TaskStore::saga_step_many),
     /// [`command_saga`](crate::TaskStore::command_saga),
     /// [`nudge_saga`](crate::TaskStore::nudge_saga): core's [`saga_write_on`] (or
     /// [`saga_write_blocking`]) run in one transaction of the store's own, committed when
@@ -271,19 +271,23 @@ pub trait Driver: Send + Sync + 'static {
     /// (JSON, within the payload limit) and reason (cut); a command's audit.
     async fn saga_write(&self, write: Checked<&SagaWrite>) -> Result<SagaWritten>;
 
-    /// [`saga_step`](crate::TaskStore::saga_step) in its common case, in one statement
-    /// where the dialect allows ([`SagaAdvance`] says what it writes, all or none): what
-    /// each task's insert did, in order, and the rows of those it inserted claimed
-    /// ([`Advanced`]), or `None` when it wrote nothing (the saga is
-    /// not running at the step's group, or the lease is gone), and the store runs
-    /// [`saga_write`](Self::saga_write) instead, which decides and answers as always.
-    /// Checked: the tasks, as an enqueue's.
+    /// [`saga_step_many`](crate::TaskStore::saga_step_many) in its common case, in one
+    /// statement where the dialect allows: each [`SagaAdvance`] says what it writes, all
+    /// or none, and the advances of one call are of distinct sagas. For each, in order:
+    /// what each task's insert did, in order, and the rows of those it inserted claimed
+    /// ([`Advanced`]), or `None` when it wrote nothing (the saga is not running at the
+    /// step's group, or the lease is gone), and the store runs
+    /// [`saga_write`](Self::saga_write) for it instead, which decides and answers as
+    /// always. One statement for many advances is one transaction: an error writes none
+    /// of them. Checked: the tasks, as an enqueue's.
     ///
     /// Called only when [`advances_sagas`](Self::advances_sagas) says so; the default
     /// writes nothing.
-    async fn saga_advance(&self, advance: Checked<&SagaAdvance>) -> Result<Option<Advanced>> {
-        let _ = advance;
-        Ok(None)
+    async fn saga_advance(
+        &self,
+        advances: Checked<&[SagaAdvance]>,
+    ) -> Result<Vec<Option<Advanced>>> {
+        Ok(vec![None; advances.len()])
     }
 
     /// Whether this driver implements [`saga_advance`](Self::saga_advance): when not
@@ -391,8 +395,8 @@ pub mod prelude {
     };
     pub use super::{
         release_order_keys, release_order_keys_blocking, saga_write_blocking, saga_write_on,
-        Advanced, KeyReleasePlan, KeysReleasePlan, OwnConnection, SagaAdvance, SagaStartPlan,
-        SagaWrite, SagaWritten, TxPlan,
+        AdvanceDocuments, Advanced, KeyReleasePlan, KeysReleasePlan, OwnConnection, SagaAdvance,
+        SagaStartPlan, SagaWrite, SagaWritten, TxPlan,
     };
     pub use crate::error::{Error, ErrorKind, Result};
     pub use crate::limits::StoreConfig;

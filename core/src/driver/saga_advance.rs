@@ -80,6 +80,61 @@ impl Advanced {
     }
 }
 
+/// The advances of one [`Driver::saga_advance`](crate::driver::Driver::saga_advance)
+/// call as JSON documents, for a dialect that reads rows from JSON (PostgreSQL's
+/// `json_to_recordset`).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct AdvanceDocuments {
+    /// One object per advance, in order: `i` its index, `s` saga, `g` group, `t` the
+    /// task's id, `l` its lease token, `p` position, `n` step, `st` state code, `o`
+    /// output, `ss` status code, `ng` next group, `c` the claiming owner or null.
+    pub reports: String,
+    /// Every advance's tasks, advance by advance, as [`insert_document`](crate::driver::insert_document) writes them.
+    pub tasks: String,
+    /// For each object of `tasks`, in order, the index of its advance.
+    pub advance_of_task: Vec<i32>,
+}
+
+impl AdvanceDocuments {
+    /// The documents of `advances` (their tasks checked as an enqueue's).
+    pub fn new(advances: &[SagaAdvance], config: &StoreConfig) -> Result<Self> {
+        let mut reports = String::from("[");
+        let (mut tasks, mut advance_of_task) = (Vec::new(), Vec::new());
+        for (i, a) in advances.iter().enumerate() {
+            let index = i32::try_from(i).unwrap_or(i32::MAX);
+            if i > 0 {
+                reports.push(',');
+            }
+            let text = |t: &str| serde_json::to_string(t).unwrap_or_else(|_| "null".into());
+            reports.push_str(&format!(
+                "{{\"i\":{index},\"s\":{},\"g\":{},\"t\":{},\"l\":{},\"p\":{},\"n\":{},\"st\":{},\"o\":{},\"ss\":{},\"ng\":{},\"c\":{}}}",
+                a.saga,
+                a.group,
+                a.lease.task_id,
+                a.lease.token,
+                a.position,
+                text(&a.step),
+                a.state.code(),
+                text(&a.output),
+                a.status.code(),
+                a.next_group,
+                a.claim.as_deref().map_or_else(|| "null".into(), text),
+            ));
+            for task in a.checked_tasks(config)? {
+                tasks.push(task);
+                advance_of_task.push(index);
+            }
+        }
+        reports.push(']');
+        Ok(AdvanceDocuments {
+            reports,
+            tasks: super::insert_document(&tasks),
+            advance_of_task,
+        })
+    }
+}
+
 impl SagaAdvance {
     /// The tasks, checked (they were, when the advance was made).
     pub fn checked_tasks(&self, config: &StoreConfig) -> Result<Vec<Checked<&NewTask>>> {

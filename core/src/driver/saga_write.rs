@@ -38,7 +38,7 @@ use crate::model::{
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum SagaWrite {
-    /// A step's report ([`TaskStore::saga_step`](crate::TaskStore::saga_step)).
+    /// A step's report ([`TaskStore::saga_step_many`](crate::TaskStore::saga_step_many)).
     Step {
         /// The saga's definition.
         def: SagaDef,

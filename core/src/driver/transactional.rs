@@ -415,7 +415,7 @@ pub trait Transactional: Backend {
             .map_err(|e| e.with_operation("start_saga"))
     }
 
-    /// Record a saga step's report ([`TaskStore::saga_step`](crate::TaskStore::saga_step))
+    /// Record a saga step's report ([`TaskStore::saga_step_many`](crate::TaskStore::saga_step_many))
     /// on the caller's transaction, with the business writes of the step: the step's
     /// effect, its task's success, its step row, the saga's row and the next steps'
     /// tasks commit together, or not at all, so a step that writes to this database

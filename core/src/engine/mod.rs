@@ -319,7 +319,7 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
     /// steps' tasks are of the event type [`SagaDef::event_type`](crate::SagaDef::event_type).
     ///
     /// Each step's task runs its code, then reports in one transaction
-    /// ([`TaskStore::saga_step`]): its completion, its output and the next steps' tasks.
+    /// ([`TaskStore::saga_step_many`]): its completion, its output and the next steps' tasks.
     /// A refusal ([`StepError::refuse`]) compensates the done steps in reverse order; a
     /// technical failure retries the step, and parks the saga when the attempts run out.
     /// [`start`](Self::start) refuses (`Config`) steps that do not match `def`.

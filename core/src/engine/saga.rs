@@ -1,6 +1,6 @@
 //! The step runner of sagas: the code of each step ([`SagaSteps`]), what a step sees
 //! ([`StepContext`]), how it fails ([`StepError`]), and the handler that runs a step's
-//! task and reports it ([`TaskStore::saga_step`]).
+//! task and reports it ([`TaskStore::saga_step_many`], in batches: `saga/reports.rs`).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -26,6 +26,7 @@ use crate::schedule::{Periodic, Schedule};
 use crate::store::TaskStore;
 
 mod reconcile;
+mod reports;
 pub(crate) use reconcile::reconciler;
 
 /// How a step's action or compensation failed.
@@ -410,6 +411,8 @@ pub(crate) struct SagaRunner {
     /// created and run ahead: the next step starts from the row its predecessor's report
     /// wrote rather than reading it again (a round trip per step).
     handoff: std::sync::Mutex<HashMap<crate::model::TaskId, (Saga, std::time::Instant)>>,
+    /// The reports of this runner's steps, written in batches.
+    reports: reports::Reports,
 }
 
 /// How long a handed-off saga row stands for the row read: a run-ahead starts within
@@ -423,6 +426,7 @@ impl SagaRunner {
             steps,
             timeout,
             handoff: std::sync::Mutex::new(HashMap::new()),
+            reports: reports::Reports::default(),
         }
     }
 
@@ -689,7 +693,7 @@ impl Handler for SagaRunner {
             Some(r) => report.claim_next(r.owner().clone()),
             None => report,
         };
-        match store.saga_step(def, &report).await {
+        match self.reports.report(store, def, report).await {
             Ok(_) if failed => {
                 cx.set_failed_in_tx();
                 Ok(())

@@ -80,7 +80,7 @@ impl fmt::Display for StepState {
 }
 
 /// How the task of one step finished, as the step runner reports it
-/// ([`TaskStore::saga_step`](crate::TaskStore::saga_step)).
+/// ([`TaskStore::saga_step_many`](crate::TaskStore::saga_step_many)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StepOutcome {
@@ -107,7 +107,7 @@ pub enum StepOutcome {
     },
 }
 
-/// What a step's task reports when it finishes ([`TaskStore::saga_step`](crate::TaskStore::saga_step)):
+/// What a step's task reports when it finishes ([`TaskStore::saga_step_many`](crate::TaskStore::saga_step_many)):
 /// the attempt's lease (the fence), which saga and step, and how it finished.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

@@ -367,24 +367,107 @@ impl TaskStore for dyn Driver {
             .transpose()
     }
 
-    async fn saga_step(&self, def: &SagaDef, report: &StepReport) -> Result<StepApplied> {
+    async fn saga_step_many(
+        &self,
+        def: &SagaDef,
+        reports: &[StepReport],
+    ) -> Result<Vec<Result<StepApplied>>> {
         const OP: &str = "saga_step";
         let d: &dyn Driver = self;
-        let write = crate::driver::step_write(Driver::config(d), def, report)?;
-        // the common case in one statement where the backend can; otherwise (or when the
-        // saga is not where that case assumes) the general write
-        let advance = match Driver::advances_sagas(d) {
-            true => crate::driver::step_advance(Driver::config(d), &write)?,
-            false => None,
-        };
-        if let Some(advance) = advance {
-            let checked = Checked::new(&advance);
-            if let Some(inserted) = run(d, OP, || Driver::saga_advance(d, checked)).await? {
-                return advance.applied(inserted);
+        let config = Driver::config(d);
+        let mut answers: Vec<Option<Result<StepApplied>>> = reports.iter().map(|_| None).collect();
+        // each report checked alone: a bad one is answered in its slot
+        let mut writes = Vec::with_capacity(reports.len());
+        for (i, report) in reports.iter().enumerate() {
+            match crate::driver::step_write(config, def, report) {
+                Ok(w) => writes.push(Some(w)),
+                Err(e) => {
+                    answers[i] = Some(Err(e));
+                    writes.push(None);
+                }
             }
         }
-        let checked = Checked::new(&write);
-        crate::driver::step_applied(run(d, OP, || Driver::saga_write(d, checked)).await?)
+        // the common case (a lone step's action done) of every report at once, in one
+        // statement where the backend can; a saga's second report in the call, and any
+        // report the advance did not apply (the saga elsewhere, the lease gone), take
+        // the general write after it, which decides and answers as always
+        if Driver::advances_sagas(d) {
+            let (mut at, mut advances) = (Vec::new(), Vec::new());
+            let mut sagas = std::collections::HashSet::new();
+            for (i, write) in writes.iter().enumerate() {
+                let Some(write) = write else { continue };
+                match crate::driver::step_advance(config, write) {
+                    Ok(Some(a)) if sagas.insert(a.saga) => {
+                        at.push(i);
+                        advances.push(a);
+                    }
+                    Ok(_) => {}
+                    Err(e) => answers[i] = Some(Err(e)),
+                }
+            }
+            if !advances.is_empty() {
+                let checked = Checked::new(advances.as_slice());
+                let applied = run(d, OP, || Driver::saga_advance(d, checked)).await?;
+                if applied.len() != advances.len() {
+                    return Err(Error::new(
+                        ErrorKind::Unexpected,
+                        OP,
+                        format!("{} answers for {} advances", applied.len(), advances.len()),
+                    ));
+                }
+                for ((i, advance), done) in at.into_iter().zip(&advances).zip(applied) {
+                    if let Some(done) = done {
+                        answers[i] = Some(advance.applied(done));
+                    }
+                }
+            }
+        }
+        // the rest by the general write: the reports of distinct sagas at once (each its
+        // own transaction, on its own connection where the backend pools them), those of
+        // one saga in order
+        let mut sagas: Vec<(crate::model::SagaId, Vec<usize>)> = Vec::new();
+        for (i, answer) in answers.iter().enumerate() {
+            if answer.is_none() {
+                let saga = reports[i].saga;
+                match sagas.iter_mut().find(|(s, _)| *s == saga) {
+                    Some((_, all)) => all.push(i),
+                    None => sagas.push((saga, vec![i])),
+                }
+            }
+        }
+        let writes = &writes;
+        let general = sagas.into_iter().map(|(_, at)| async move {
+            let mut out = Vec::with_capacity(at.len());
+            for i in at {
+                let answer = match &writes[i] {
+                    Some(write) => {
+                        let checked = Checked::new(write);
+                        match run(d, OP, || Driver::saga_write(d, checked)).await {
+                            Ok(written) => crate::driver::step_applied(written),
+                            Err(e) => Err(e),
+                        }
+                    }
+                    None => Err(Error::new(ErrorKind::Unexpected, OP, "a report unanswered")),
+                };
+                out.push((i, answer));
+            }
+            out
+        });
+        for (i, answer) in futures_util::future::join_all(general)
+            .await
+            .into_iter()
+            .flatten()
+        {
+            answers[i] = Some(answer);
+        }
+        Ok(answers
+            .into_iter()
+            .map(|a| {
+                a.unwrap_or_else(|| {
+                    Err(Error::new(ErrorKind::Unexpected, OP, "a report unanswered"))
+                })
+            })
+            .collect())
     }
 
     async fn command_saga(&self, id: SagaId, command: SagaCommand, audit: &Audit) -> Result<Saga> {

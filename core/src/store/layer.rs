@@ -96,7 +96,7 @@ ops! {
     StartSaga => "start_saga",
     /// [`TaskStore::saga`].
     Saga => "saga",
-    /// [`TaskStore::saga_step`].
+    /// [`TaskStore::saga_step_many`].
     SagaStep => "saga_step",
     /// [`TaskStore::saga_steps`].
     SagaSteps => "saga_steps",
@@ -470,9 +470,14 @@ pub trait StoreLayer: Send + Sync + 'static {
             .await
     }
 
-    /// [`TaskStore::saga_step`]; by default forwarded through [`around`](Self::around).
-    async fn on_saga_step(&self, def: &SagaDef, report: &StepReport) -> Result<StepApplied> {
-        self.around(Call::new(Op::SagaStep), self.inner().saga_step(def, report))
+    /// [`TaskStore::saga_step_many`]; by default forwarded through [`around`](Self::around).
+    async fn on_saga_step_many(
+        &self,
+        def: &SagaDef,
+        reports: &[StepReport],
+    ) -> Result<Vec<Result<StepApplied>>> {
+        let call = Call::new(Op::SagaStep).count(reports.len());
+        self.around(call, self.inner().saga_step_many(def, reports))
             .await
     }
 
@@ -690,8 +695,12 @@ impl<L: StoreLayer + ?Sized> TaskStore for L {
         StoreLayer::on_saga(self, name, key).await
     }
 
-    async fn saga_step(&self, def: &SagaDef, report: &StepReport) -> Result<StepApplied> {
-        StoreLayer::on_saga_step(self, def, report).await
+    async fn saga_step_many(
+        &self,
+        def: &SagaDef,
+        reports: &[StepReport],
+    ) -> Result<Vec<Result<StepApplied>>> {
+        StoreLayer::on_saga_step_many(self, def, reports).await
     }
 
     async fn saga_steps(&self, id: SagaId) -> Result<Vec<SagaStepRecord>> {

@@ -340,12 +340,23 @@ pub trait TaskStore: Send + Sync + 'static {
     /// [`SagaDef::start`](crate::SagaDef::start) check them (`InvalidInput`).
     async fn saga(&self, name: &str, key: &str) -> Result<Option<Saga>>;
 
-    /// Report how the task of a step of a saga of `def` finished, and move the saga on,
-    /// in a transaction of the store's own. The engine's step runner
-    /// ([`EngineBuilder::saga`](crate::EngineBuilder::saga)) calls it; a runner of one's
-    /// own may too.
+    /// Report how the tasks of steps of sagas of `def` finished, and move each saga on,
+    /// in transactions of the store's own: one answer per report, in order. The engine's
+    /// step runner ([`EngineBuilder::saga`](crate::EngineBuilder::saga)) calls it with
+    /// the reports that arrive while the previous call is in flight, as the completion
+    /// flusher marks; a runner of one's own may too, or report one step with
+    /// [`TaskStoreExt::saga_step`].
     ///
     /// # Contract
+    ///
+    /// Each report is applied as if alone, as below, and answered in its own slot: a
+    /// report refused (`Conflict`, `InvalidInput`) writes nothing of its own and leaves
+    /// the others of the call to be applied. A store may apply several reports in one
+    /// statement or transaction (PostgreSQL does, for the common case of a lone step's
+    /// action done). An error of the whole call (the connection, the statement) is the
+    /// outer `Err`: then a report's writes either all committed or none did, and a
+    /// runner reports again (the fence makes a report that did commit answer
+    /// `Conflict`). Two reports of one saga in a call take turns as two calls would.
     ///
     /// - **Fenced.** It applies only while the step's task runs under `report.lease`:
     ///   the task is marked succeeded (or, for [`StepOutcome::Exhausted`](crate::StepOutcome::Exhausted),
@@ -368,7 +379,11 @@ pub trait TaskStore: Send + Sync + 'static {
     ///   decline (pending, none in `claimed`). Never a task that was there before.
     /// - **Bad input writes nothing**: a step `def` does not have, a bad key, an output
     ///   that is not JSON or over the payload limit are `InvalidInput`.
-    async fn saga_step(&self, def: &SagaDef, report: &StepReport) -> Result<StepApplied>;
+    async fn saga_step_many(
+        &self,
+        def: &SagaDef,
+        reports: &[StepReport],
+    ) -> Result<Vec<Result<StepApplied>>>;
 
     /// The step rows of saga `id`, by position: each finished step's state and its
     /// action's output. Empty for a saga without finished steps, or no saga.
@@ -495,6 +510,21 @@ pub trait TaskStoreExt: TaskStore {
     /// Fail one task for good; `false` when the lease is stale.
     async fn mark_fail(&self, lease: Lease, error: &str) -> Result<bool> {
         first(self.mark(&[Mark::fail(lease, error)]).await?)
+    }
+
+    /// Report one step ([`TaskStore::saga_step_many`] of one report).
+    async fn saga_step(&self, def: &SagaDef, report: &StepReport) -> Result<StepApplied> {
+        let mut answers = self
+            .saga_step_many(def, std::slice::from_ref(report))
+            .await?;
+        match (answers.pop(), answers.is_empty()) {
+            (Some(answer), true) => answer,
+            _ => Err(crate::error::Error::new(
+                crate::error::ErrorKind::Unexpected,
+                "saga_step",
+                "store answered a step's report with other than one answer",
+            )),
+        }
     }
 
     /// Give one task back without spending an attempt; `false` when the lease is stale.

@@ -1,8 +1,9 @@
-//! A step's report ([`TaskStore::saga_step`]): fenced by its task's lease, written in one
+//! A step's report ([`TaskStore::saga_step_many`]): fenced by its task's lease, written in one
 //! transaction with the task's mark, the step's row, the saga's row and the next steps'
 //! tasks, and serialized per saga so a parallel group joins once.
 
 use backstop_core::limits::{DEFAULT_MAX_PAYLOAD_BYTES, MAX_ERROR_BYTES};
+use backstop_core::TaskStoreExt;
 use backstop_core::{
     Audit, ErrorKind, Lease, RetryPolicy, SagaCommand, SagaDef, SagaFilter, SagaId, SagaStatus,
     SagaStep, Status, StepApplied, StepOutcome, StepPhase, StepReport, StepState, Task, TaskFilter,
@@ -747,4 +748,137 @@ pub async fn saga_step_in_commits_with_the_business_row<H: Harness>(ctx: &Ctx<H>
                 .await
         );
     }
+}
+
+/// Reports of one call (`saga_step_many`) are each applied as if alone and answered in
+/// their own slot, in order: a stale lease is `Conflict` and an unknown step
+/// `InvalidInput` in theirs, writing nothing for their sagas, while the others apply;
+/// a saga an operator turned compensating is decided as it is; a saga reported twice in
+/// the call takes turns (the second meets the fence of the first). No report, no answer.
+pub async fn saga_step_many_answers_each_report_alone<H: Harness>(ctx: &Ctx<H>) {
+    let def = SagaDef::builder("batch")
+        .step(SagaStep::new("a").compensated())
+        .step(SagaStep::new("b"))
+        .build()
+        .unwrap();
+    assert!(ctx
+        .store
+        .saga_step_many(&def, &[])
+        .await
+        .unwrap()
+        .is_empty());
+    let mut started = Vec::new();
+    for k in ["m-1", "m-2", "m-3", "m-4", "m-5"] {
+        started.push(start_and_claim(ctx, &def, k, "a").await);
+    }
+    let op = Audit::new("op", "customer cancelled");
+    ctx.store
+        .command_saga(started[3].0, SagaCommand::Compensate, &op)
+        .await
+        .unwrap();
+    let owner = backstop_core::Owner::new("batch-owner").unwrap();
+    let at = |i: usize, step: &str, out: &str| {
+        let (id, task) = &started[i];
+        StepReport::new(
+            task.lease(),
+            *id,
+            task.biz_key.split('/').next().unwrap(),
+            step,
+            done(out),
+        )
+    };
+    let stale = {
+        let (id, task) = &started[1];
+        let lease = Lease {
+            task_id: task.id,
+            token: task.lease + 1,
+        };
+        StepReport::new(lease, *id, "m-2", "a", done("2"))
+    };
+    let reports = [
+        at(0, "a", "1").claim_next(owner),
+        stale,
+        at(2, "nope", "3"),
+        at(3, "a", "4"),
+        at(0, "a", "1"),
+        at(4, "a", "5"),
+    ];
+    let answers = ctx.store.saga_step_many(&def, &reports).await.unwrap();
+    assert_eq!(answers.len(), 6, "one answer per report");
+    let kind = |i: usize| answers[i].as_ref().err().map(|e| (e.kind(), e.operation()));
+    assert_eq!(kind(1), Some((ErrorKind::Conflict, "saga_step")));
+    assert_eq!(kind(2), Some((ErrorKind::InvalidInput, "saga_step")));
+    assert_eq!(
+        kind(4),
+        Some((ErrorKind::Conflict, "saga_step")),
+        "the second report of m-1"
+    );
+    for (i, key) in [(1, "m-2"), (2, "m-3")] {
+        let saga = ctx.store.saga("batch", key).await.unwrap().unwrap();
+        assert_eq!(
+            (saga.status, saga.group, saga.version),
+            (SagaStatus::Running, 0, 0),
+            "{key}"
+        );
+        assert!(
+            ctx.store.saga_steps(started[i].0).await.unwrap().is_empty(),
+            "{key}"
+        );
+        let task = ctx.store.get(started[i].1.id).await.unwrap().unwrap();
+        assert_eq!(task.status, Status::Running, "{key}");
+    }
+    for (i, key, output) in [(0, "m-1", "1"), (5, "m-5", "5")] {
+        let applied = answers[i].as_ref().unwrap();
+        assert_eq!(
+            (applied.status, applied.group, applied.tasks.len()),
+            (SagaStatus::Running, 1, 1),
+            "{key}"
+        );
+        let next = ctx.store.get(applied.tasks[0].id).await.unwrap().unwrap();
+        assert_eq!(
+            (next.biz_key.clone(), applied.tasks[0].created),
+            (format!("{key}/b:a"), true)
+        );
+        let saga = ctx.store.saga("batch", key).await.unwrap().unwrap();
+        assert_eq!(
+            (saga.status, saga.group, saga.version),
+            (SagaStatus::Running, 1, 1),
+            "{key}"
+        );
+        let rows = ctx.store.saga_steps(saga.id).await.unwrap();
+        assert_eq!(rows.len(), 1, "{key}");
+        assert_eq!(
+            (rows[0].state, rows[0].output.as_deref()),
+            (StepState::Done, Some(output))
+        );
+        let own = if i == 0 { 0 } else { 4 };
+        let task = ctx.store.get(started[own].1.id).await.unwrap().unwrap();
+        assert_eq!(task.status, Status::Succeeded, "{key}");
+        match (i, applied.claimed.as_slice()) {
+            (0, [claimed]) => {
+                assert_eq!(claimed, &next, "the claimed task as the store has it");
+                assert_eq!(
+                    (next.status, next.attempts, next.owner.as_deref()),
+                    (Status::Running, 1, Some("batch-owner"))
+                );
+            }
+            (_, []) => assert_eq!(
+                (next.status, next.attempts, next.owner),
+                (Status::Pending, 0, None),
+                "{key}"
+            ),
+            (_, more) => panic!("{key}: {} claimed", more.len()),
+        }
+    }
+    let applied = answers[3].as_ref().unwrap();
+    assert_eq!(applied.status, SagaStatus::Compensating);
+    let comp: Vec<&str> = applied
+        .tasks
+        .iter()
+        .filter(|t| t.created)
+        .map(|t| t.event_type.as_str())
+        .collect();
+    assert_eq!(comp, vec!["saga:batch"], "a's compensation enqueued");
+    let saga = ctx.store.saga("batch", "m-4").await.unwrap().unwrap();
+    assert_eq!((saga.status, saga.version), (SagaStatus::Compensating, 2));
 }
