@@ -337,6 +337,19 @@ impl<'a> Next<'a> {
         if let Some(change) = &decision.saga {
             next.set = Some((change.status, change.group, change.reason.clone()));
         }
+        // A compensating saga whose group has not settled waits for actions without a
+        // row: one whose task failed without reporting (a store error on its last
+        // attempt, say) would never settle it, its key held by the failed task. Such an
+        // action is refused unrun once it runs (the saga compensates), so its failed
+        // task is given back to run: a compensation an operator asks of a saga parked
+        // with an unreported failure then finishes.
+        let unsettled = decision
+            .enqueue
+            .iter()
+            .any(|(_, phase)| *phase == crate::model::StepPhase::Action);
+        if found.status == SagaStatus::Compensating && unsettled {
+            next.reset = Some((def.event_type().to_owned(), format!("{key}/")));
+        }
         // logged only when it does something: a healthy saga nudged (its tasks all
         // there) adds no entry
         next.log_if_changed = audit.map(|a| ("nudge", a));
@@ -456,9 +469,10 @@ impl<'a> Next<'a> {
 
     /// The answer, given how many failed tasks a retry reset and what the enqueues did.
     fn answer(&self, (reset, inserted): (u64, Vec<Inserted>)) -> Result<SagaWritten> {
-        let count = match self.reset {
-            Some(_) => usize::try_from(reset).unwrap_or(usize::MAX),
-            None => self.tasks.len(),
+        // a retry answers the tasks it reset; a nudge that also reset some, its enqueues
+        let count = match (&self.reset, self.tasks.is_empty()) {
+            (Some(_), true) => usize::try_from(reset).unwrap_or(usize::MAX),
+            _ => self.tasks.len(),
         };
         let tasks = inserted
             .into_iter()
@@ -702,7 +716,8 @@ impl<'a> WritePlan<'a> {
                 audit,
             }),
             Write::Changed => {
-                let changed = next.set.is_some() || self.inserted.iter().any(|i| i.created);
+                let changed =
+                    next.set.is_some() || self.reset > 0 || self.inserted.iter().any(|i| i.created);
                 next.log_if_changed
                     .filter(|_| changed)
                     .map(|(action, audit)| EnqueueStep::SagaLog {

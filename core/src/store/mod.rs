@@ -432,6 +432,10 @@ pub trait TaskStore: Send + Sync + 'static {
     /// `None` when there is no saga `id`. With `audit`, a nudge that changes something
     /// (enqueues a task, moves the saga) is written to the saga's operators' log as
     /// `nudge` (the reconciler's pushes forward); one that finds nothing to do is not.
+    /// A compensating saga whose group still waits for actions gets back the tasks of
+    /// its own that failed (pending, `attempts` 0, due now): an action whose task failed
+    /// without reporting would otherwise never settle the group, and run now it is
+    /// refused unrun (the saga compensates).
     /// `InvalidInput` for a bad key or audit, writing nothing.
     async fn nudge_saga(
         &self,

@@ -24,6 +24,7 @@ pub mod recycle;
 pub mod reset;
 pub mod retention;
 pub mod saga;
+pub mod saga_nudge;
 pub mod saga_step;
 pub mod schema;
 pub mod transactional;

@@ -1,0 +1,116 @@
+//! A nudge ([`TaskStore::nudge_saga`]): what a saga's state calls for, enqueued under its
+//! row's lock, including the way out of a group an unreported failure holds.
+
+use backstop_core::{
+    Audit, SagaCommand, SagaDef, SagaStatus, SagaStep, Status, StepOutcome, StepReport, StepState,
+    Task, TaskFilter, TaskStore, TaskStoreExt,
+};
+
+use crate::{Ctx, Harness};
+
+/// Claim the task of `biz` in saga `def`'s event type.
+async fn claim<H: Harness>(ctx: &Ctx<H>, def: &SagaDef, biz: &str) -> Task {
+    let task = ctx
+        .store
+        .list(
+            &TaskFilter::default()
+                .event_type(def.event_type())
+                .limit(1000),
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|t| t.biz_key == biz)
+        .unwrap_or_else(|| panic!("no task {biz}"));
+    ctx.store
+        .claim_by_id(task.id, &ctx.owner)
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("{biz} is not claimable: {:?}", task.status))
+}
+
+/// A step whose task fails without reporting (a store error on its last attempt) holds
+/// its group: the saga waits at it. An operator parks it and asks for compensation; the
+/// nudge that follows gives the failed task back (pending, attempts 0), which, run, is
+/// refused unrun; the group settles and the done steps below are compensated, so the
+/// saga ends compensated rather than compensating for ever.
+pub async fn saga_nudge_gives_back_an_action_that_failed_unreported<H: Harness>(ctx: &Ctx<H>) {
+    let def = SagaDef::builder("halt")
+        .step(SagaStep::new("a").compensated())
+        .step(SagaStep::new("b"))
+        .build()
+        .unwrap();
+    let started = ctx
+        .store
+        .start_saga(&def.start("h-1", &1).unwrap())
+        .await
+        .unwrap();
+    let id = started.id;
+    let report =
+        |task: &Task, step: &str, outcome| StepReport::new(task.lease(), id, "h-1", step, outcome);
+    let a = claim(ctx, &def, "h-1/a:a").await;
+    let done = StepOutcome::Done { output: "1".into() };
+    ctx.store
+        .saga_step(&def, &report(&a, "a", done))
+        .await
+        .unwrap();
+    let b = claim(ctx, &def, "h-1/b:a").await;
+    assert!(ctx.store.mark_fail(b.lease(), "store gone").await.unwrap());
+
+    let op = Audit::new("op", "stuck on b");
+    ctx.store
+        .command_saga(id, SagaCommand::Park, &op)
+        .await
+        .unwrap();
+    let saga = ctx
+        .store
+        .command_saga(id, SagaCommand::Compensate, &op)
+        .await
+        .unwrap();
+    assert_eq!((saga.status, saga.group), (SagaStatus::Compensating, 1));
+    let failed = ctx.store.get(b.id).await.unwrap().unwrap();
+    assert_eq!(failed.status, Status::Failed, "a command resets nothing");
+
+    ctx.store
+        .nudge_saga(&def, id, "h-1", None)
+        .await
+        .unwrap()
+        .unwrap();
+    let back = ctx.store.get(b.id).await.unwrap().unwrap();
+    assert_eq!(
+        (back.status, back.attempts, back.owner.as_deref()),
+        (Status::Pending, 0, None),
+        "the failed action's task is given back"
+    );
+    let a_task = ctx.store.get(a.id).await.unwrap().unwrap();
+    assert_eq!(
+        a_task.status,
+        Status::Succeeded,
+        "a finished task is left alone"
+    );
+
+    // run, it is refused unrun (what the engine's runner reports), and a is compensated
+    let b = claim(ctx, &def, "h-1/b:a").await;
+    let refused = StepOutcome::Refused {
+        reason: "not run: the saga was compensating".into(),
+    };
+    let applied = ctx
+        .store
+        .saga_step(&def, &report(&b, "b", refused))
+        .await
+        .unwrap();
+    assert_eq!(applied.status, SagaStatus::Compensating);
+    let undo = claim(ctx, &def, "h-1/a:c").await;
+    let applied = ctx
+        .store
+        .saga_step(&def, &report(&undo, "a", StepOutcome::Compensated))
+        .await
+        .unwrap();
+    assert_eq!(applied.status, SagaStatus::Compensated);
+    let rows = ctx.store.saga_steps(id).await.unwrap();
+    let states: Vec<(&str, StepState)> = rows.iter().map(|r| (r.step.as_str(), r.state)).collect();
+    assert_eq!(
+        states,
+        vec![("a", StepState::Compensated), ("b", StepState::Refused)]
+    );
+}
