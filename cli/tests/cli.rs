@@ -412,6 +412,28 @@ async fn cancels_and_deletes_by_id_and_filter() {
             "{}",
             stderr(&out)
         );
+
+        // a task waiting behind its order key is cancelled too, as the store allows
+        let head = db
+            .store
+            .enqueue(NewTask::new("ORDERED", "o1").order_key("acct-1"))
+            .await
+            .unwrap()
+            .id;
+        let behind = db
+            .store
+            .enqueue(NewTask::new("ORDERED", "o2").order_key("acct-1"))
+            .await
+            .unwrap()
+            .id;
+        assert_eq!(db.status(behind).await, Some(Status::Waiting));
+        let out = db.cli(&["tasks", "cancel", &behind.to_string(), "--yes"]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert_eq!(db.status(behind).await, Some(Status::Cancelled));
+        assert_eq!(db.status(head).await, Some(Status::Pending));
+        let rest = db.json(&["tasks", "cancel", "--event-type", "ORDERED", "--yes"]);
+        assert_eq!(rest["tasks"].as_array().map(Vec::len), Some(1), "the head");
+        assert_eq!(db.status(head).await, Some(Status::Cancelled));
     }
 }
 

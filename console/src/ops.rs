@@ -28,11 +28,13 @@ impl Action {
     /// use backstop_core::Status;
     /// assert!(Action::Reset.applies_to(Status::Failed));
     /// assert!(!Action::Delete.applies_to(Status::Running));
+    /// // as the store's cancel: pending, waiting (behind an order key) or running
+    /// assert!(Action::Cancel.applies_to(Status::Waiting));
     /// ```
     pub fn applies_to(self, status: Status) -> bool {
         match self {
             Action::Reset => matches!(status, Status::Failed | Status::Cancelled),
-            Action::Cancel => matches!(status, Status::Pending | Status::Running),
+            Action::Cancel => matches!(status, Status::Pending | Status::Waiting | Status::Running),
             Action::Delete => status != Status::Running,
         }
     }
