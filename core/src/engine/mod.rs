@@ -671,8 +671,9 @@ impl<S: TaskStore + Clone> Engine<S> {
     /// Enqueue `tasks` in one transaction of the store's own
     /// ([`TaskStore::enqueue_many`]: all or none, each answered as `enqueue` answers),
     /// then wake this engine's poller for the event types it handles among the new
-    /// tasks due now, and remember when the delayed ones fall due, as
-    /// [`enqueue`](Self::enqueue) does.
+    /// tasks due now, announce the others through the
+    /// [notifier](EngineBuilder::notifier) (once per event type), and remember when the
+    /// delayed ones fall due, as [`enqueue`](Self::enqueue) does.
     ///
     /// No run-ahead: a batch is what the poller's batch claims are for (one claim per
     /// [`EngineConfig::batch_size`](crate::EngineConfig::batch_size) tasks, not one per
@@ -700,8 +701,11 @@ impl<S: TaskStore + Clone> Engine<S> {
             }
         }
         for event_type in due_now {
-            if shared.executors.contains_key(event_type) {
-                shared.poll_type(event_type.to_owned());
+            match shared.executors.contains_key(event_type) {
+                true => shared.poll_type(event_type.to_owned()),
+                // another process may run them now: tell it, once per type (best
+                // effort, after commit), as `enqueue` does for a task it does not run
+                false => shared.announce(event_type).await,
             }
         }
         Ok(enqueued)

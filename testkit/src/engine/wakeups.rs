@@ -219,3 +219,42 @@ pub async fn engine_runs_its_retries_and_delayed_tasks_when_due<H: Harness>(ctx:
     assert_eq!((c.run_ahead, c.polled, c.retried), (1, 2, 1), "{c:?}");
     engine.shutdown().await;
 }
+
+/// wake-ups: a batch (`Engine::enqueue_many`) process A does not run is announced, once
+/// per event type, and starts in process B without a poll: each task once, claimed by B's
+/// woken polls; a delayed task of the batch is not started.
+pub async fn engine_enqueue_many_announces_what_it_does_not_run<H: Harness>(ctx: &Ctx<H>) {
+    let Some((a, b, calls)) =
+        processes(ctx, "engine_enqueue_many_announces_what_it_does_not_run").await
+    else {
+        return;
+    };
+    let notified = a.counters().notified;
+    let mut tasks: Vec<NewTask> = (0..20)
+        .map(|i| a.task("WOKEN", format!("many-{i}")))
+        .collect();
+    tasks.push(a.task("WOKEN", "many-later").delay(HOUR));
+    let got = a.enqueue_many(&tasks).await.unwrap();
+    assert!(got.iter().all(|e| e.created));
+    eventually("B to start the batch", || {
+        let calls = calls.clone();
+        async move { (0..20).all(|i| calls.count(&format!("many-{i}")) == 1) }
+    })
+    .await;
+    for e in &got[..20] {
+        let t = wait_status(b.store(), e.id, Status::Succeeded).await;
+        assert_eq!(t.attempts, 1);
+        assert_eq!(t.owner.as_deref(), Some(b.owner().as_str()));
+    }
+    assert_eq!(
+        a.counters().notified - notified,
+        1,
+        "one announcement for the type"
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+    assert_eq!(calls.count("many-later"), 0);
+    for i in 0..20 {
+        assert_eq!(calls.count(&format!("many-{i}")), 1, "many-{i} ran once");
+    }
+}
