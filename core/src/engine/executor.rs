@@ -228,6 +228,16 @@ async fn run<S: TaskStore + Clone>(
         r = attempt => match r {
             Ok(Ok(true)) => Outcome::Skipped,
             Ok(Ok(false)) => Outcome::Done,
+            // A handler that stops because the engine is shutting down
+            // (`Context::cancelled`) can only say so with an error: a retryable one
+            // returned while the engine drains gives the task back, spending no
+            // attempt (on its last attempt it would otherwise fail).
+            Ok(Err(e))
+                if shared.state() != State::Running && e.action() != ErrorAction::Fail =>
+            {
+                tracing::info!(error = %e.message(), "stopped for the shutdown: releasing the task");
+                Outcome::Released
+            }
             Ok(Err(e)) => Outcome::Error(e.action(), e.message().to_owned()),
             Err(panic) => Outcome::Panicked(panic_message(panic)),
         },

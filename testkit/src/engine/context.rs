@@ -180,7 +180,9 @@ pub async fn engine_gives_handlers_state_heartbeats_and_a_cancel<H: Harness>(ctx
 }
 
 /// shutdown reaches a running handler as `Cancelled::Shutdown`: it can stop early, and
-/// its task is given back for another instance.
+/// its task is given back for another instance. The error it stops with spends no
+/// attempt: on its last attempt the task is pending again with its attempts as before
+/// the claim (0), not failed, and due at once.
 pub async fn engine_tells_a_running_handler_of_shutdown<H: Harness>(ctx: &Ctx<H>) {
     let (started_tx, mut started) = mpsc::unbounded_channel::<()>();
     let why: Arc<Mutex<Option<Cancelled>>> = Arc::default();
@@ -203,7 +205,8 @@ pub async fn engine_tells_a_running_handler_of_shutdown<H: Harness>(ctx: &Ctx<H>
         .handler("LONG", handler, opts())
         .start()
         .unwrap();
-    let (e, _) = engine.enqueue(NewTask::new("LONG", "k")).await.unwrap();
+    let last = NewTask::new("LONG", "k").retry(RetryPolicy::fixed(1, Duration::from_secs(600)));
+    let (e, _) = engine.enqueue(last).await.unwrap();
     started.recv().await.unwrap();
     let t0 = Instant::now();
     engine.shutdown().await;
@@ -213,5 +216,10 @@ pub async fn engine_tells_a_running_handler_of_shutdown<H: Harness>(ctx: &Ctx<H>
     );
     assert_eq!(*why.lock().unwrap(), Some(Cancelled::Shutdown));
     let t = ctx.task(e.id).await;
-    assert_eq!(t.status, Status::Pending, "given back: {t:?}");
+    assert_eq!(
+        (t.status, t.attempts, t.owner.as_deref()),
+        (Status::Pending, 0, None),
+        "given back, no attempt spent: {t:?}"
+    );
+    assert!(t.next_run_at <= chrono::Utc::now(), "due at once: {t:?}");
 }
