@@ -56,8 +56,9 @@ pub struct ConsumerOptions {
     pub inbox_retention: Option<Duration>,
     /// Hold a Redis lock on the message's business key for this long while handling it
     /// (default `None`): for handlers with side effects outside the database. A message
-    /// whose key is locked by another consumer is left pending for a later delivery.
-    /// Must be longer than `handler_timeout`. The inbox stays the arbiter: see
+    /// whose key is locked by another consumer is left pending for a later delivery,
+    /// which does not count toward `max_deliveries`. Must be longer than
+    /// `handler_timeout`. The inbox stays the arbiter: see
     /// [`KeyLock`](crate::KeyLock) for why the lock can only save work.
     pub key_lock: Option<Duration>,
 }
@@ -169,7 +170,8 @@ pub struct ConsumerCounters {
     pub reclaimed: u64,
     /// Pending entries acknowledged away because the stream no longer holds them.
     pub trimmed_acked: u64,
-    /// Deliveries left pending because another consumer held the business key's lock.
+    /// Deliveries left pending because another consumer held the business key's lock
+    /// (not counted toward `max_deliveries`).
     pub lock_busy: u64,
     /// Redis or database errors outside handlers.
     pub errors: u64,
@@ -573,6 +575,7 @@ impl<I: Inbox> Worker<I> {
                     add(&self.counters.lock_busy, 1);
                     tracing::debug!(consumer = %self.name, biz_key = %message.biz_key,
                         "business key locked by another consumer: left pending");
+                    self.uncount(&entry.id, deliveries).await;
                     return;
                 }
                 Err(e) => {
@@ -622,6 +625,29 @@ impl<I: Inbox> Worker<I> {
         if deliveries >= self.options.max_deliveries {
             let why = format!("failed {deliveries} times; last: {}", failure.message());
             self.dead_letter(&entry, deliveries, &why).await;
+        }
+    }
+
+    /// Give back the delivery of entry `id` that found its key locked: a delivery that
+    /// did not run the handler does not count toward `max_deliveries` (a message that
+    /// never failed is never dead-lettered for waiting). `XCLAIM … RETRYCOUNT n JUSTID`
+    /// keeps the entry pending with this consumer, its count set back to what it was
+    /// before this delivery, and its idle time restarted: it is taken over again after
+    /// `reclaim_idle`. A failure is logged: the delivery then counts.
+    async fn uncount(&mut self, id: &str, deliveries: u64) {
+        let mut cmd = redis::cmd("XCLAIM");
+        cmd.arg(&self.options.stream)
+            .arg(&self.options.group)
+            .arg(&self.name)
+            .arg(0)
+            .arg(id)
+            .arg("RETRYCOUNT")
+            .arg(deliveries.saturating_sub(1))
+            .arg("JUSTID");
+        if let Err(e) = self.query(Conn::Commands, &cmd).await {
+            add(&self.counters.errors, 1);
+            tracing::debug!(consumer = %self.name, entry = %id, error = %e,
+                "could not give back a delivery that found its key locked: it counts");
         }
     }
 

@@ -634,8 +634,10 @@ async fn key_lock_is_exclusive_and_released_by_its_holder_only() {
 }
 
 /// key lock in the consumer: a message whose business key another holder locked is left
-/// pending (not run, not acknowledged), the others run; once the lock is released the
-/// message is taken over and runs once.
+/// pending (not run, not acknowledged), the others run; taken over again and again past
+/// `max_deliveries` (3) while the lock is held, it is not dead-lettered (a delivery that
+/// found its key locked does not count); once the lock is released the message is taken
+/// over and runs once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_leaves_a_locked_business_key_pending() {
     let Some(url) = redis_url("a_consumer_leaves_a_locked_business_key_pending") else {
@@ -662,13 +664,17 @@ async fn a_consumer_leaves_a_locked_business_key_pending() {
         publish(&mut c, &stream, &format!("m{i}"), "{}").await;
     }
     until("the two free keys", || consumer.counters().processed == 2).await;
-    tokio::time::sleep(Duration::from_millis(1200)).await; // past reclaim_idle: still locked
+    // past reclaim_idle (0.8 s) four times: still locked, more deliveries than 3
+    tokio::time::sleep(Duration::from_millis(4000)).await;
     let k = consumer.counters();
-    assert!(k.lock_busy >= 1, "{k:?}");
+    assert!(k.lock_busy >= 4, "{k:?}");
+    assert_eq!(k.dead_lettered, 0, "{k:?}");
     assert_eq!(k.processed, 2);
     assert_eq!(pending(&mut c, &stream, "pay").await, 1);
     assert!(outside.release(&held).await.unwrap());
     until_pending_zero(&mut c, &stream, &["pay"]).await;
     assert_eq!(effects(&store, "pay").await, 3);
+    assert_eq!(consumer.counters().dead_lettered, 0);
+    assert_eq!(int(&mut c, &["XLEN", &format!("{stream}:dead")]).await, 0);
     consumer.shutdown().await;
 }
