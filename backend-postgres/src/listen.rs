@@ -28,7 +28,7 @@ use crate::PgStore;
 ///   connection.
 /// - Not through PgBouncer in transaction pooling mode: `LISTEN` does not survive it.
 ///   Point the listener at the database directly (a second URL for
-///   [`with_config`](Self::with_config)), or use Redis pub/sub.
+///   [`with_url`](Self::with_url), TLS included), or use Redis pub/sub.
 #[derive(Clone)]
 pub struct PgListener {
     config: tokio_postgres::Config,
@@ -49,7 +49,8 @@ impl std::fmt::Debug for PgListener {
 
 impl PgListener {
     /// A listener for `store`'s announcements that connects with `config` (a store made
-    /// from a pool has no URL of its own; or to bypass a connection pooler).
+    /// from a pool has no URL of its own; or to bypass a connection pooler), without
+    /// TLS: for TLS, give the URL to [`with_url`](Self::with_url).
     pub fn with_config(store: &PgStore, mut config: tokio_postgres::Config) -> Self {
         config
             .application_name("backstop-listener")
@@ -65,6 +66,29 @@ impl PgListener {
             pool: inner.pool.clone(),
             store_notifies: inner.options.notify,
         }
+    }
+
+    /// A listener for `store`'s announcements that connects to `url`, with its TLS as a
+    /// store's URL has it (`sslmode`, `sslrootcert`; see [`PgStore::connect`]): the way
+    /// past a transaction pooler when the store's URL names the pooler, or for a store
+    /// made from a pool. `Config` when the URL is not one, or asks for TLS in a build
+    /// without the `tls` feature.
+    ///
+    /// ```no_run
+    /// # async fn demo(store: backstop_postgres::PgStore) -> backstop_core::Result<()> {
+    /// use backstop_postgres::PgListener;
+    /// // the store through PgBouncer, the listener to the database itself
+    /// let listener = PgListener::with_url(
+    ///     &store,
+    ///     "postgres://app@db:5432/app?sslmode=verify-full&sslrootcert=/etc/ssl/ca.pem",
+    /// )?;
+    /// # let _ = listener; Ok(()) }
+    /// ```
+    pub fn with_url(store: &PgStore, url: &str) -> Result<Self> {
+        let (config, settings) =
+            crate::tls::TlsSettings::split(url).map_err(|e| e.with_operation("listen"))?;
+        let tls = crate::tls::connector(&settings).map_err(|e| e.with_operation("listen"))?;
+        Ok(PgListener::with_config(store, config).tls(tls))
     }
 
     /// Connect with the store's TLS (a listener made by [`PgStore::listener`] does).

@@ -44,7 +44,7 @@ pub struct PgOptions {
     /// sent unnamed with their parameters' types, one round trip each, since a named
     /// prepared statement does not outlive its transaction there; and
     /// [`PgStore::listener`](crate::PgStore::listener) refuses, since `LISTEN` does not survive it (engines then
-    /// poll; or give a listener a direct URL with [`PgListener::with_config`](crate::PgListener::with_config), with
+    /// poll; or give a listener a direct URL with [`PgListener::with_url`](crate::PgListener::with_url), with
     /// `notify` kept on).
     pub transaction_pooling: bool,
 }

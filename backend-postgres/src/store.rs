@@ -69,7 +69,7 @@ impl PgStore {
     /// application's pool).
     ///
     /// Such a store has no URL of its own: give its listener one with
-    /// [`PgListener::with_config`].
+    /// [`PgListener::with_url`].
     pub fn from_pool(pool: Pool, options: PgOptions) -> Result<Self> {
         Self::build(pool, options, None)
     }
@@ -106,19 +106,19 @@ impl PgStore {
     /// ```
     ///
     /// A `Config` error for a store made with [`from_pool`](Self::from_pool): use
-    /// [`PgListener::with_config`].
+    /// [`PgListener::with_url`].
     pub fn listener(&self) -> Result<PgListener> {
         if self.inner.options.transaction_pooling {
             return Err(Error::config(
                 "listen",
                 "LISTEN does not survive a transaction pooler (transaction_pooling is on): \
-                 give the listener a direct URL with PgListener::with_config, or let engines poll",
+                 give the listener a direct URL with PgListener::with_url, or let engines poll",
             ));
         }
         let (config, tls) = self.inner.pg_config.clone().ok_or_else(|| {
             Error::config(
                 "listen",
-                "a store made from a pool has no connection settings of its own: use PgListener::with_config",
+                "a store made from a pool has no connection settings of its own: use PgListener::with_url",
             )
         })?;
         Ok(PgListener::with_config(self, config).tls(tls))

@@ -71,7 +71,7 @@ impl UrlStore for PgStore {
             tracing::warn!(
                 "PostgreSQL through a transaction pooler: no LISTEN, so engines find new \
                  tasks by polling (give a listener a direct URL with \
-                 PgListener::with_config for wake-ups)"
+                 PgListener::with_url for wake-ups)"
             );
             return Ok(None);
         }

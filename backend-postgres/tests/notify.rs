@@ -147,3 +147,64 @@ async fn a_burst_is_announced_twice_per_window() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(heard.lock().unwrap().len(), before);
 }
+
+/// A listener given a URL of its own (`PgListener::with_url`, the way past a pooler)
+/// connects through TLS as the URL asks (the TLS-only user, `sslmode=verify-full`) and
+/// hears a committed task's announcement; a URL asking for TLS with a bad `sslmode` is
+/// refused as `Config` before connecting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_by_url_connects_through_tls() {
+    use backstop_core::{ErrorKind, Notifier, Wake, Wakes};
+    let case = "a_listener_by_url_connects_through_tls";
+    let Some((store, _)) = store(case, Duration::from_millis(5)).await else {
+        return;
+    };
+    let tls_url = match backstop_testkit::server_url("BACKSTOP_TEST_POSTGRES_TLS_URL") {
+        Ok(u) => u,
+        Err(e) => {
+            assert!(
+                !backstop_testkit::required("postgres"),
+                "postgres is required: {}",
+                e.0
+            );
+            eprintln!("SKIPPED {case}: {}", e.0);
+            return;
+        }
+    };
+    let e = backstop_postgres::PgListener::with_url(&store, "postgres://x@h/db?sslmode=maybe")
+        .unwrap_err();
+    assert_eq!((e.kind(), e.operation()), (ErrorKind::Config, "listen"));
+    let listener = backstop_postgres::PgListener::with_url(&store, &tls_url).unwrap();
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&got);
+    let wakes = Wakes::new(move |w| sink.lock().unwrap().push(w));
+    let listening = tokio::spawn(async move { listener.listen(&wakes).await });
+    let heard = |w: Wake| got.lock().unwrap().contains(&w);
+    for _ in 0..500 {
+        if heard(Wake::All) || listening.is_finished() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        heard(Wake::All),
+        "connected and listening: {:?}",
+        got.lock().unwrap()
+    );
+    store
+        .enqueue(NewTask::new("TLS_HEARD", "k1"))
+        .await
+        .unwrap();
+    for _ in 0..500 {
+        if heard(Wake::EventType("TLS_HEARD".into())) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        heard(Wake::EventType("TLS_HEARD".into())),
+        "{:?}",
+        got.lock().unwrap()
+    );
+    listening.abort();
+}
