@@ -113,7 +113,10 @@ pub enum Missed {
     #[default]
     Skip,
     /// The most recent one is fired at start (once, however many instances start: its
-    /// key is its tick), the older ones are skipped.
+    /// key is its tick), the older ones are skipped. Only while it is younger than the
+    /// engine's [`retention`](crate::EngineConfig::retention) of succeeded tasks (less a
+    /// tenth, at most a minute, for clocks): an older tick's row may have been purged,
+    /// and firing it would run the tick again, so it is skipped.
     CatchUpOne,
 }
 

@@ -191,9 +191,15 @@ pub(crate) async fn scheduler<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
     let mut next: Vec<chrono::DateTime<chrono::Utc>> = shared
         .periodic
         .iter()
-        .map(|p| match p.missed_policy() {
-            Missed::CatchUpOne => p.schedule().at_or_before(start),
-            _ => p.schedule().after(start),
+        .map(|p| {
+            let last = p.schedule().at_or_before(start);
+            let age = (start - last).to_std().unwrap_or_default();
+            match (p.missed_policy(), catch_up_bound(shared.config.retention)) {
+                // older than the retention, its row may be purged: it would run again
+                (Missed::CatchUpOne, Some(bound)) if age >= bound => p.schedule().after(start),
+                (Missed::CatchUpOne, _) => last,
+                _ => p.schedule().after(start),
+            }
         })
         .collect();
     loop {
@@ -235,6 +241,15 @@ pub(crate) async fn scheduler<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
             return;
         }
     }
+}
+
+/// How old a missed tick may be for [`Missed::CatchUpOne`](crate::Missed::CatchUpOne)
+/// to fire it: younger than the succeeded tasks' `retention`, less a margin for the
+/// clocks of the application and the database (a tenth of it, at most a minute). A tick
+/// as old as that may have had its row purged, and firing it would run it again.
+/// `None` (no retention): any age.
+fn catch_up_bound(retention: Option<Duration>) -> Option<Duration> {
+    retention.map(|r| r.saturating_sub((r / 10).min(Duration::from_secs(60))))
 }
 
 /// The longest the scheduler sleeps (so a failed tick is retried, and a clock that

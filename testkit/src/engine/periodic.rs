@@ -146,3 +146,107 @@ pub async fn engine_handles_missed_ticks_by_policy<H: Harness>(ctx: &Ctx<H>) {
         Some(backstop_core::ErrorKind::Config)
     );
 }
+
+/// An engine with a daily `CatchUpOne` periodic ("daily", the handler counting runs per
+/// tick) and `retention` for succeeded tasks.
+fn daily_engine<S: TaskStore + Clone>(
+    store: S,
+    ran: &Arc<Mutex<HashMap<String, usize>>>,
+    retention: Option<Duration>,
+) -> Engine<S> {
+    let ran = Arc::clone(ran);
+    let handler = handler_fn(move |task: Task| {
+        let ran = Arc::clone(&ran);
+        async move {
+            *ran.lock().unwrap().entry(task.biz_key.clone()).or_default() += 1;
+            Ok(())
+        }
+    });
+    let daily = Schedule::every(Duration::from_secs(24 * 3600)).unwrap();
+    Engine::builder(store)
+        .config(
+            fast_config()
+                .first_poll_delay(Duration::ZERO)
+                .retention(retention),
+        )
+        .handler("DAILY", handler, opts())
+        .periodic(
+            Periodic::new("daily", daily, NewTask::new("DAILY", "-")).missed(Missed::CatchUpOne),
+        )
+        .start()
+        .unwrap()
+}
+
+/// A tick computed by an instance after that tick's task has already finished is not
+/// run again: the tick's row keeps its key (`Dedup::Forever`, not only while active).
+/// Instance A catches up the latest daily tick at start and runs it; later instance B
+/// starts and computes the same tick: its enqueue is a duplicate, the tick ran once.
+pub async fn engine_periodic_tick_computed_after_its_task_finished_runs_once<H: Harness>(
+    ctx: &Ctx<H>,
+) {
+    let ran: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    let a = daily_engine(ctx.store.clone(), &ran, None);
+    eventually("A to run the caught-up tick", || async {
+        ran.lock().unwrap().len() == 1
+    })
+    .await;
+    let row = ctx
+        .store
+        .list(&backstop_core::TaskFilter::default().event_type("DAILY"))
+        .await
+        .unwrap();
+    let row = wait_status(&ctx.store, row[0].id, Status::Succeeded).await;
+    a.shutdown().await;
+    let b = daily_engine(ctx.new_store().await, &ran, None);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    b.shutdown().await;
+    let rows = ctx
+        .store
+        .list(&backstop_core::TaskFilter::default().event_type("DAILY"))
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!((rows[0].id, rows[0].status), (row.id, Status::Succeeded));
+    let ran = ran.lock().unwrap().clone();
+    assert_eq!(ran.get(&row.biz_key), Some(&1), "{ran:?}");
+}
+
+/// Catch-up is bounded by retention: a tick older than the succeeded tasks' retention
+/// may have had its row purged, and is not caught up (it would run again). A catches up
+/// the latest daily tick and runs it; its row is purged; B, whose retention (1 s) is
+/// shorter than the tick's age, starts and enqueues nothing: the tick ran once.
+pub async fn engine_catch_up_never_reruns_a_tick_retention_removed<H: Harness>(ctx: &Ctx<H>) {
+    let ran: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    let a = daily_engine(ctx.store.clone(), &ran, None);
+    eventually("A to run the caught-up tick", || async {
+        ran.lock().unwrap().len() == 1
+    })
+    .await;
+    let rows = ctx
+        .store
+        .list(&backstop_core::TaskFilter::default().event_type("DAILY"))
+        .await
+        .unwrap();
+    let row = wait_status(&ctx.store, rows[0].id, Status::Succeeded).await;
+    a.shutdown().await;
+    // retention removes it (as the retention job would, later)
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(
+        ctx.store
+            .purge_succeeded(Duration::from_millis(1), 100)
+            .await
+            .unwrap(),
+        1
+    );
+    let b = daily_engine(ctx.new_store().await, &ran, Some(Duration::from_secs(1)));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    b.shutdown().await;
+    let rows = ctx
+        .store
+        .list(&backstop_core::TaskFilter::default().event_type("DAILY"))
+        .await
+        .unwrap();
+    assert!(rows.is_empty(), "the purged tick enqueued again: {rows:?}");
+    let ran = ran.lock().unwrap().clone();
+    assert_eq!(ran.get(&row.biz_key), Some(&1), "{ran:?}");
+}
