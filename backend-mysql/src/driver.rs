@@ -187,6 +187,9 @@ impl MySqlDriver {
                         sqlx::query(safe(&sql.mark_fail)).bind(error.as_str())
                     }
                     MarkAction::Release => sqlx::query(safe(&sql.release)),
+                    MarkAction::Cancel { reason } => {
+                        sqlx::query(safe(&sql.mark_cancel)).bind(reason.as_str())
+                    }
                 };
                 let done = q.bind(task_id).bind(token).execute(&mut *ex).await?;
                 flags[i] = done.rows_affected() == 1;

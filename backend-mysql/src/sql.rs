@@ -110,6 +110,8 @@ pub(crate) struct Sql {
     pub seen_dead: String,
     pub mark_retry: String,
     pub mark_fail: String,
+    /// reason, id, lease: running → cancelled.
+    pub mark_cancel: String,
     pub release: String,
     pub manual_reset: String,
     /// id: pending or running → cancelled.
@@ -303,6 +305,10 @@ impl Sql {
             // error, id, lease
             mark_fail: format!(
                 "UPDATE {t} SET status = 2, owner = NULL, last_error = ?, updated_at = NOW(3)
+                 {fenced}"
+            ),
+            mark_cancel: format!(
+                "UPDATE {t} SET status = 4, owner = NULL, last_error = ?, updated_at = NOW(3)
                  {fenced}"
             ),
             release: format!(

@@ -656,6 +656,7 @@ pub(crate) async fn mark_round<C: GenericClient + Sync>(
             MarkAction::Retry { delay, error } => (2, millis(*delay), Some(error.as_str())),
             MarkAction::Fail { error } => (3, 0, Some(error.as_str())),
             MarkAction::Release => (4, 0, None),
+            MarkAction::Cancel { reason } => (5, 0, Some(reason.as_str())),
         };
         kinds.push(kind);
         delays.push(delay);

@@ -623,6 +623,7 @@ impl Sql {
                         WHEN 1 THEN 1
                         WHEN 2 THEN CASE WHEN t.attempts < t.max_attempts THEN 0 ELSE 2 END
                         WHEN 3 THEN 2
+                        WHEN 5 THEN 4
                         ELSE 0 END,
                     next_run_at = CASE WHEN m.kind = 2 AND t.attempts < t.max_attempts
                         THEN now() + m.delay_ms {MS} ELSE t.next_run_at END,

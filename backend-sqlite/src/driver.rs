@@ -295,6 +295,9 @@ impl Driver for SqliteDriver {
                         MarkAction::Release => tx
                             .prepare_cached(&sql.release)?
                             .execute(params![now, task_id, token])?,
+                        MarkAction::Cancel { reason } => tx
+                            .prepare_cached(&sql.mark_cancel)?
+                            .execute(params![now, task_id, token, reason])?,
                     };
                     Ok(n == 1)
                 })

@@ -128,6 +128,8 @@ pub(crate) struct Sql {
     pub complete: String,
     pub mark_retry: String,
     pub mark_fail: String,
+    /// ?1 now ?2 id ?3 lease ?4 reason: running → cancelled.
+    pub mark_cancel: String,
     pub release: String,
     pub manual_reset: String,
     /// ?1 now ?2 id: pending or running → cancelled.
@@ -328,6 +330,9 @@ impl Sql {
             ),
             mark_fail: format!(
                 "UPDATE {t} SET status = 2, owner = NULL, last_error = ?4, updated_at = ?1 {fenced}"
+            ),
+            mark_cancel: format!(
+                "UPDATE {t} SET status = 4, owner = NULL, last_error = ?4, updated_at = ?1 {fenced}"
             ),
             release: format!(
                 "UPDATE {t} SET status = 0, owner = NULL, attempts = MAX(attempts - 1, 0),

@@ -203,6 +203,7 @@ fn action_name(a: &MarkAction) -> &'static str {
         MarkAction::Success => "success",
         MarkAction::Retry { .. } => "retry",
         MarkAction::Fail { .. } => "fail",
+        MarkAction::Cancel { .. } => "cancel",
         MarkAction::Release => "release",
     }
 }

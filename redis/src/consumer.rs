@@ -608,7 +608,8 @@ impl<I: Inbox> Worker<I> {
                 self.ack(&entry.id).await;
                 return;
             }
-            Ok(Err(e)) if e.action() == ErrorAction::Fail => {
+            // a cancel of a message is a permanent failure: it goes to the dead letters
+            Ok(Err(e)) if matches!(e.action(), ErrorAction::Fail | ErrorAction::Cancel) => {
                 add(&self.counters.failed, 1);
                 self.dead_letter(&entry, deliveries, e.message()).await;
                 return;

@@ -233,7 +233,8 @@ async fn run<S: TaskStore + Clone>(
             // returned while the engine drains gives the task back, spending no
             // attempt (on its last attempt it would otherwise fail).
             Ok(Err(e))
-                if shared.state() != State::Running && e.action() != ErrorAction::Fail =>
+                if shared.state() != State::Running
+                    && !matches!(e.action(), ErrorAction::Fail | ErrorAction::Cancel) =>
             {
                 tracing::info!(error = %e.message(), "stopped for the shutdown: releasing the task");
                 Outcome::Released
@@ -300,6 +301,11 @@ fn outcome_mark(exec: &Executor, task: &Task, outcome: Outcome, c: &Counters) ->
         }
         Outcome::Error(ErrorAction::Retry, msg) => retry(task.retry_delay(), msg),
         Outcome::Error(ErrorAction::RetryAfter(d), msg) => retry(d, msg),
+        Outcome::Error(ErrorAction::Cancel, reason) => {
+            c.cancelled(et);
+            tracing::info!(%reason, "the handler cancelled the task");
+            Mark::cancel(lease, reason)
+        }
         Outcome::Error(ErrorAction::Fail, msg) => {
             c.failed(et);
             tracing::warn!(error = %msg, "permanent failure: task failed");

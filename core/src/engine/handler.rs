@@ -20,8 +20,11 @@ pub enum ErrorAction {
     /// Retry after this delay instead of the backoff (a downstream said "come back in
     /// 30 s", say).
     RetryAfter(Duration),
-    /// Fail now, without further attempts: the error is permanent.
+    /// Fail now, without further attempts: the error is permanent (a discard).
     Fail,
+    /// Cancel the task: terminal, cancelled with the message as its reason, no further
+    /// attempts; not a failure (nothing for an operator to fix).
+    Cancel,
 }
 
 /// The error a handler returns. Whatever converts into a
@@ -69,11 +72,31 @@ impl HandlerError {
         }
     }
 
-    /// Fail the task now, for good (it waits for an operator's reset).
+    /// Fail the task now, for good (it waits for an operator's reset): a discard, with
+    /// the attempts it has left unspent.
     pub fn fail(message: impl fmt::Display) -> Self {
         Self {
             action: ErrorAction::Fail,
             message: message.to_string(),
+            cause: None,
+        }
+    }
+
+    /// Cancel the task: it ends cancelled (terminal) with `reason` as its
+    /// `last_error`, never run again; the next task of its order key goes on. For work
+    /// the handler finds is no longer wanted (the order was withdrawn), as an operator's
+    /// cancel would end it. Unlike [`fail`](Self::fail), it is not a failure: no
+    /// operator is needed, and it counts in `backstop_cancelled_total`.
+    ///
+    /// ```
+    /// use backstop_core::{ErrorAction, HandlerError};
+    /// let e = HandlerError::cancel("the order was withdrawn");
+    /// assert_eq!((e.action(), e.message()), (ErrorAction::Cancel, "the order was withdrawn"));
+    /// ```
+    pub fn cancel(reason: impl fmt::Display) -> Self {
+        Self {
+            action: ErrorAction::Cancel,
+            message: reason.to_string(),
             cause: None,
         }
     }

@@ -755,7 +755,8 @@ fn exhausted_or_retry(
 ) -> std::result::Result<StepOutcome, HandlerError> {
     metrics::counter!("backstop_saga_step_failures_total", "saga" => saga.to_owned(), "phase" => phase.as_str())
         .increment(1);
-    if task.has_attempts_left() && e.action() != ErrorAction::Fail {
+    // a step cannot cancel its task (the saga would wait for its report): as a fail
+    if task.has_attempts_left() && !matches!(e.action(), ErrorAction::Fail | ErrorAction::Cancel) {
         return Err(e);
     }
     Ok(StepOutcome::Exhausted {

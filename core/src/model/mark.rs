@@ -31,6 +31,12 @@ pub enum MarkAction {
     /// running → pending without spending the attempt (the claim's increment is undone);
     /// for a task that never started (executor full, shutdown).
     Release,
+    /// running → cancelled (terminal) with `reason` as `last_error`: the handler
+    /// decided the task is not to be done ([`HandlerError::cancel`](crate::HandlerError::cancel)).
+    Cancel {
+        /// Why the task was cancelled.
+        reason: String,
+    },
 }
 
 impl MarkAction {
@@ -38,13 +44,14 @@ impl MarkAction {
     pub fn error(&self) -> Option<&str> {
         match self {
             MarkAction::Retry { error, .. } | MarkAction::Fail { error } => Some(error),
+            MarkAction::Cancel { reason } => Some(reason),
             MarkAction::Success | MarkAction::Release => None,
         }
     }
 }
 
 /// One state change of a running task. Built with [`Mark::success`], [`Mark::retry`],
-/// [`Mark::fail`] or [`Mark::release`].
+/// [`Mark::fail`], [`Mark::release`] or [`Mark::cancel`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mark {
     /// The claim the change is fenced by.
@@ -88,6 +95,16 @@ impl Mark {
         Self {
             lease,
             action: MarkAction::Release,
+        }
+    }
+
+    /// Cancel the task: terminal, with `reason`.
+    pub fn cancel(lease: Lease, reason: impl Into<String>) -> Self {
+        Self {
+            lease,
+            action: MarkAction::Cancel {
+                reason: reason.into(),
+            },
         }
     }
 }

@@ -827,6 +827,9 @@ fn bound_error(mark: &Mark) -> Mark {
             error: cut(error),
         },
         MarkAction::Fail { error } => MarkAction::Fail { error: cut(error) },
+        MarkAction::Cancel { reason } => MarkAction::Cancel {
+            reason: cut(reason),
+        },
         other => other.clone(),
     };
     Mark {

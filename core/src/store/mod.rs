@@ -186,6 +186,8 @@ pub trait TaskStore: Send + Sync + 'static {
     ///   [`MAX_ERROR_BYTES`](crate::limits::MAX_ERROR_BYTES)); when the task has no
     ///   attempts left (`attempts >= max_attempts`) it becomes failed instead.
     /// - [`Fail`](crate::MarkAction::Fail): status failed, owner cleared, `last_error` set.
+    /// - [`Cancel`](crate::MarkAction::Cancel): status cancelled, owner cleared,
+    ///   `last_error` the reason (cut as an error is), `attempts` unchanged.
     /// - [`Release`](crate::MarkAction::Release): status pending, owner cleared,
     ///   `attempts − 1` (the claim's increment is given back), `next_run_at` unchanged.
     /// - Every applied mark sets `updated_at = now`. Marks of one call apply in order, in

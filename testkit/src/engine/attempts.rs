@@ -295,6 +295,44 @@ pub async fn engine_retry_after_overrides_the_backoff<H: Harness>(ctx: &Ctx<H>) 
     engine.shutdown().await;
 }
 
+/// A handler's cancel (`HandlerError::cancel`): the task ends cancelled with the reason,
+/// after one attempt, with attempts left unspent; counted as cancelled, not failed. The
+/// next task of its order key goes on at once.
+pub async fn engine_handler_cancels_its_own_task<H: Harness>(ctx: &Ctx<H>) {
+    let calls = Calls::default();
+    let handler = recording(calls.clone(), |_n, task: Task| async move {
+        match task.biz_key.as_str() {
+            "first" => Err(HandlerError::cancel("the order was withdrawn")),
+            _ => Ok(()),
+        }
+    });
+    let engine = Engine::builder(ctx.store.clone())
+        .config(fast_config().first_poll_delay(Duration::ZERO))
+        .handler("PAY", handler, opts())
+        .start()
+        .unwrap();
+    let (first, _) = engine
+        .enqueue(engine.task("PAY", "first").order_key("acct-9"))
+        .await
+        .unwrap();
+    let (second, _) = engine
+        .enqueue(engine.task("PAY", "second").order_key("acct-9"))
+        .await
+        .unwrap();
+    let c = wait_status(&ctx.store, first.id, Status::Cancelled).await;
+    assert_eq!(
+        (c.attempts, c.owner.as_deref(), c.last_error.as_deref()),
+        (1, None, Some("the order was withdrawn"))
+    );
+    assert!(c.has_attempts_left());
+    let s = wait_status(&ctx.store, second.id, Status::Succeeded).await;
+    assert_eq!(s.attempts, 1);
+    let k = engine.counters();
+    assert_eq!((k.cancelled, k.failed, k.retried), (1, 0, 0), "{k:?}");
+    engine.shutdown().await;
+    assert_eq!((calls.count("first"), calls.count("second")), (1, 1));
+}
+
 /// jitter: tasks that fail together come back spread over `[w · (1 − jitter), w]` (`w`
 /// the backoff's wait), never later than the backoff says.
 pub async fn engine_spreads_retries_of_tasks_that_failed_together<H: Harness>(ctx: &Ctx<H>) {

@@ -226,6 +226,61 @@ pub async fn mark_fail_parks_the_task_as_failed<H: Harness>(ctx: &Ctx<H>) {
     assert_eq!(s.count(Status::Pending), 0);
 }
 
+/// mark cancel (a handler's decision): cancelled for good, whatever attempts remain, the
+/// reason as `last_error` (cut to the error limit), owner cleared, attempts and due time
+/// unchanged; fenced like every mark: a stale lease, or a second mark, changes nothing.
+pub async fn mark_cancel_ends_the_task_cancelled_with_its_reason<H: Harness>(ctx: &Ctx<H>) {
+    let id = ctx.enqueue("E", "k").await;
+    let before = ctx.task(id).await;
+    let t = ctx.claim(id).await;
+    let stale = backstop_core::Lease {
+        task_id: id,
+        token: t.lease + 1,
+    };
+    assert_eq!(
+        ctx.store
+            .mark(&[Mark::cancel(stale, "stale")])
+            .await
+            .unwrap(),
+        vec![false]
+    );
+    assert_eq!(ctx.task(id).await.status, Status::Running);
+    let t0 = Utc::now();
+    let flags = ctx
+        .store
+        .mark(&[Mark::cancel(t.lease(), "the order was withdrawn")])
+        .await
+        .unwrap();
+    let t1 = Utc::now();
+    assert_eq!(flags, vec![true]);
+    let c = ctx.task(id).await;
+    assert_eq!(
+        (c.status, c.attempts, c.owner.as_deref(), c.lease),
+        (Status::Cancelled, 1, None, t.lease)
+    );
+    assert_eq!(c.last_error.as_deref(), Some("the order was withdrawn"));
+    assert_eq!(c.next_run_at, before.next_run_at);
+    assert_between("updated_at", c.updated_at, t0, t1);
+    assert_eq!(
+        ctx.store.mark(&[Mark::success(t.lease())]).await.unwrap(),
+        vec![false],
+        "a cancelled task takes no further mark"
+    );
+    let long = ctx.enqueue("E", "k-long").await;
+    let t = ctx.claim(long).await;
+    let reason = "r".repeat(MAX_ERROR_BYTES + 100);
+    assert!(
+        ctx.store
+            .mark(&[Mark::cancel(t.lease(), reason)])
+            .await
+            .unwrap()[0]
+    );
+    let c = ctx.task(long).await;
+    assert_eq!(c.last_error.map(|e| e.len() <= MAX_ERROR_BYTES), Some(true));
+    let s = ctx.store.stats().await.unwrap();
+    assert_eq!(s.count(Status::Cancelled), 2);
+}
+
 /// mark: a batch applies each mark in order and answers one flag per mark.
 pub async fn mark_batch_applies_in_order_and_reports_each<H: Harness>(ctx: &Ctx<H>) {
     let mut tasks = Vec::new();
