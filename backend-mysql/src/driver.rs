@@ -190,6 +190,14 @@ impl MySqlDriver {
                     MarkAction::Cancel { reason } => {
                         sqlx::query(safe(&sql.mark_cancel)).bind(reason.as_str())
                     }
+                    MarkAction::Snooze { delay, max, error } => sqlx::query(safe(&sql.mark_snooze))
+                        .bind(i64::from(*max))
+                        .bind(micros(*delay))
+                        .bind(i64::from(*max))
+                        .bind(i64::from(*max))
+                        .bind(error.as_str())
+                        .bind(i64::from(*max))
+                        .bind(i64::from(*max)),
                 };
                 let done = q.bind(task_id).bind(token).execute(&mut *ex).await?;
                 flags[i] = done.rows_affected() == 1;

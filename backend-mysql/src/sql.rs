@@ -112,6 +112,8 @@ pub(crate) struct Sql {
     pub mark_fail: String,
     /// reason, id, lease: running → cancelled.
     pub mark_cancel: String,
+    /// max, delay µs, max, max, error, max, max, id, lease: a snooze (see MarkAction).
+    pub mark_snooze: String,
     pub release: String,
     pub manual_reset: String,
     /// id: pending or running → cancelled.
@@ -309,6 +311,20 @@ impl Sql {
             ),
             mark_cancel: format!(
                 "UPDATE {t} SET status = 4, owner = NULL, last_error = ?, updated_at = NOW(3)
+                 {fenced}"
+            ),
+            // assignments run left to right on the row as changed so far: `attempts`
+            // and `snoozes` are set after the columns whose conditions read them
+            mark_snooze: format!(
+                "UPDATE {t} SET
+                    next_run_at = CASE WHEN snoozes < ? OR attempts < max_attempts
+                        THEN NOW(3) + INTERVAL ? MICROSECOND ELSE next_run_at END,
+                    status = CASE WHEN snoozes < ? OR attempts < max_attempts THEN 0 ELSE 2 END,
+                    last_error = CASE WHEN snoozes < ? THEN last_error ELSE ? END,
+                    attempts = CASE WHEN snoozes < ? THEN GREATEST(attempts - 1, 0)
+                        ELSE attempts END,
+                    snoozes = CASE WHEN snoozes < ? THEN snoozes + 1 ELSE snoozes END,
+                    owner = NULL, updated_at = NOW(3)
                  {fenced}"
             ),
             release: format!(

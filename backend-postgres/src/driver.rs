@@ -647,23 +647,30 @@ pub(crate) async fn mark_round<C: GenericClient + Sync>(
     let mut kinds = Vec::with_capacity(round.len());
     let mut delays = Vec::with_capacity(round.len());
     let mut errors: Vec<Option<&str>> = Vec::with_capacity(round.len());
+    let mut maxes = Vec::with_capacity(round.len());
     for &i in round {
         let m = &marks[i];
         ids.push(m.lease.task_id);
         tokens.push(m.lease.token);
+        let max = match &m.action {
+            MarkAction::Snooze { max, .. } => i64::from(*max),
+            _ => 0,
+        };
+        maxes.push(max);
         let (kind, delay, error): (i16, i64, Option<&str>) = match &m.action {
             MarkAction::Success => (1, 0, None),
             MarkAction::Retry { delay, error } => (2, millis(*delay), Some(error.as_str())),
             MarkAction::Fail { error } => (3, 0, Some(error.as_str())),
             MarkAction::Release => (4, 0, None),
             MarkAction::Cancel { reason } => (5, 0, Some(reason.as_str())),
+            MarkAction::Snooze { delay, error, .. } => (6, millis(*delay), Some(error.as_str())),
         };
         kinds.push(kind);
         delays.push(delay);
         errors.push(error);
     }
     let rows = stmt
-        .query(client, &[&ids, &tokens, &kinds, &delays, &errors])
+        .query(client, &[&ids, &tokens, &kinds, &delays, &errors, &maxes])
         .await?;
     let applied = rows
         .iter()

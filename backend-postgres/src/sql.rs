@@ -613,7 +613,8 @@ impl Sql {
             // $4 delay_ms $5 errors.
             mark: format!(
                 "WITH m AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::smallint[],
-                        $4::bigint[], $5::text[]) AS m(id, lease, kind, delay_ms, error)),
+                        $4::bigint[], $5::text[], $6::bigint[])
+                        AS m(id, lease, kind, delay_ms, error, max_snoozes)),
                  locked AS (
                     SELECT t.id FROM {t} AS t JOIN m ON t.id = m.id
                     WHERE t.status + 0 = 3 AND t.lease = m.lease
@@ -624,14 +625,22 @@ impl Sql {
                         WHEN 2 THEN CASE WHEN t.attempts < t.max_attempts THEN 0 ELSE 2 END
                         WHEN 3 THEN 2
                         WHEN 5 THEN 4
+                        WHEN 6 THEN CASE WHEN t.snoozes < m.max_snoozes
+                            OR t.attempts < t.max_attempts THEN 0 ELSE 2 END
                         ELSE 0 END,
-                    next_run_at = CASE WHEN m.kind = 2 AND t.attempts < t.max_attempts
+                    next_run_at = CASE WHEN (m.kind = 2 AND t.attempts < t.max_attempts)
+                        OR (m.kind = 6 AND (t.snoozes < m.max_snoozes
+                            OR t.attempts < t.max_attempts))
                         THEN now() + m.delay_ms {MS} ELSE t.next_run_at END,
                     owner = CASE WHEN m.kind = 1 THEN t.owner ELSE NULL END,
-                    attempts = CASE WHEN m.kind = 4 THEN GREATEST(t.attempts - 1, 0)
-                        ELSE t.attempts END,
-                    last_error = CASE m.kind WHEN 1 THEN NULL WHEN 4 THEN t.last_error
-                        ELSE m.error END,
+                    attempts = CASE WHEN m.kind = 4
+                        OR (m.kind = 6 AND t.snoozes < m.max_snoozes)
+                        THEN GREATEST(t.attempts - 1, 0) ELSE t.attempts END,
+                    snoozes = CASE WHEN m.kind = 6 AND t.snoozes < m.max_snoozes
+                        THEN t.snoozes + 1 ELSE t.snoozes END,
+                    last_error = CASE WHEN m.kind = 1 THEN NULL
+                        WHEN m.kind = 4 OR (m.kind = 6 AND t.snoozes < m.max_snoozes)
+                        THEN t.last_error ELSE m.error END,
                     updated_at = now()
                  FROM m, locked
                  WHERE t.id = m.id AND t.id = locked.id AND t.status + 0 = 3

@@ -298,6 +298,16 @@ impl Driver for SqliteDriver {
                         MarkAction::Cancel { reason } => tx
                             .prepare_cached(&sql.mark_cancel)?
                             .execute(params![now, task_id, token, reason])?,
+                        MarkAction::Snooze { delay, max, error } => {
+                            tx.prepare_cached(&sql.mark_snooze)?.execute(params![
+                                now,
+                                task_id,
+                                token,
+                                now.saturating_add(millis(*delay)),
+                                error,
+                                i64::from(*max)
+                            ])?
+                        }
                     };
                     Ok(n == 1)
                 })

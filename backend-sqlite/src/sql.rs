@@ -130,6 +130,8 @@ pub(crate) struct Sql {
     pub mark_fail: String,
     /// ?1 now ?2 id ?3 lease ?4 reason: running → cancelled.
     pub mark_cancel: String,
+    /// ?1 now ?2 id ?3 lease ?4 due ?5 error ?6 max: a snooze (see MarkAction).
+    pub mark_snooze: String,
     pub release: String,
     pub manual_reset: String,
     /// ?1 now ?2 id: pending or running → cancelled.
@@ -333,6 +335,17 @@ impl Sql {
             ),
             mark_cancel: format!(
                 "UPDATE {t} SET status = 4, owner = NULL, last_error = ?4, updated_at = ?1 {fenced}"
+            ),
+            mark_snooze: format!(
+                "UPDATE {t} SET
+                    status = CASE WHEN snoozes < ?6 OR attempts < max_attempts THEN 0 ELSE 2 END,
+                    next_run_at = CASE WHEN snoozes < ?6 OR attempts < max_attempts
+                        THEN ?4 ELSE next_run_at END,
+                    last_error = CASE WHEN snoozes < ?6 THEN last_error ELSE ?5 END,
+                    attempts = CASE WHEN snoozes < ?6 THEN MAX(attempts - 1, 0) ELSE attempts END,
+                    snoozes = CASE WHEN snoozes < ?6 THEN snoozes + 1 ELSE snoozes END,
+                    owner = NULL, updated_at = ?1
+                 {fenced}"
             ),
             release: format!(
                 "UPDATE {t} SET status = 0, owner = NULL, attempts = MAX(attempts - 1, 0),

@@ -204,6 +204,7 @@ fn action_name(a: &MarkAction) -> &'static str {
         MarkAction::Retry { .. } => "retry",
         MarkAction::Fail { .. } => "fail",
         MarkAction::Cancel { .. } => "cancel",
+        MarkAction::Snooze { .. } => "snooze",
         MarkAction::Release => "release",
     }
 }

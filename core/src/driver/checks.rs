@@ -129,8 +129,14 @@ pub(crate) fn check_marks(operation: &'static str, marks: &[Mark]) -> Result<()>
         ));
     }
     for m in marks {
-        if let MarkAction::Retry { delay, .. } = &m.action {
-            limits::check_duration(operation, "retry delay", *delay)?;
+        match &m.action {
+            MarkAction::Retry { delay, .. } => {
+                limits::check_duration(operation, "retry delay", *delay)?
+            }
+            MarkAction::Snooze { delay, .. } => {
+                limits::check_duration(operation, "snooze delay", *delay)?
+            }
+            _ => {}
         }
     }
     Ok(())

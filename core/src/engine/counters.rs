@@ -30,6 +30,8 @@ pub struct EngineCounters {
     pub released: u64,
     /// Tasks their handler cancelled ([`HandlerError::cancel`](crate::HandlerError::cancel)).
     pub cancelled: u64,
+    /// Attempts their handler snoozed ([`HandlerError::snooze`](crate::HandlerError::snooze)).
+    pub snoozed: u64,
     /// Dead tasks recycled by this instance's dead-worker sweep (to pending or failed).
     pub recycled: u64,
     /// Completions refused because the lease was no longer current (the task had been
@@ -87,6 +89,7 @@ counters! {
     rejected => "backstop_rejected_total": "Run-aheads refused because the event type's executor was full (the poller runs them later).",
     released => "backstop_released_total": "Tasks given back without spending an attempt (shutdown).",
     cancelled => "backstop_cancelled_total": "Tasks their handler cancelled (HandlerError::cancel).",
+    snoozed => "backstop_snoozed_total": "Attempts their handler snoozed (HandlerError::snooze).",
     recycled => "backstop_recycled_total": "Tasks of dead workers recycled by the sweep (event_type=\"*\").",
     stale_completions => "backstop_stale_completions_total": "Completions refused because the lease was no longer current.",
     leases_lost => "backstop_leases_lost_total": "Heartbeats that found the lease gone.",

@@ -122,6 +122,7 @@ pub(crate) fn dispatch<S: TaskStore + Clone>(
             // run the retry when it is due, not at the next tick (armed once applied)
             let due_after = match &mark.action {
                 crate::model::MarkAction::Retry { delay, .. } if retry_later => Some(*delay),
+                crate::model::MarkAction::Snooze { delay, .. } => Some(*delay),
                 _ => None,
             };
             // Whether the outcome may let the next task of the task's order key go: it
@@ -130,6 +131,8 @@ pub(crate) fn dispatch<S: TaskStore + Clone>(
             let order_key = match &mark.action {
                 crate::model::MarkAction::Release => None,
                 crate::model::MarkAction::Retry { .. } if retry_later => None,
+                // stays in line, unless past its snoozes with no attempt left (failed)
+                crate::model::MarkAction::Snooze { .. } if retry_later => None,
                 _ => task.order_key.clone(),
             };
             drop(task);
@@ -301,6 +304,13 @@ fn outcome_mark(exec: &Executor, task: &Task, outcome: Outcome, c: &Counters) ->
         }
         Outcome::Error(ErrorAction::Retry, msg) => retry(task.retry_delay(), msg),
         Outcome::Error(ErrorAction::RetryAfter(d), msg) => retry(d, msg),
+        Outcome::Error(ErrorAction::Snooze(delay), msg) => {
+            c.snoozed(et);
+            tracing::debug!(?delay, %msg, "the handler snoozed the task");
+            let max = exec.options.max_snoozes;
+            let error = format!("snoozed more than {max} times, this one spends an attempt: {msg}");
+            Mark::snooze(lease, delay, max, error)
+        }
         Outcome::Error(ErrorAction::Cancel, reason) => {
             c.cancelled(et);
             tracing::info!(%reason, "the handler cancelled the task");

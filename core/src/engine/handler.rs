@@ -25,6 +25,9 @@ pub enum ErrorAction {
     /// Cancel the task: terminal, cancelled with the message as its reason, no further
     /// attempts; not a failure (nothing for an operator to fix).
     Cancel,
+    /// Run again after this delay without spending the attempt, up to the type's
+    /// [`max_snoozes`](HandlerOptions::max_snoozes); past that, a retry after it.
+    Snooze(Duration),
 }
 
 /// The error a handler returns. Whatever converts into a
@@ -77,6 +80,27 @@ impl HandlerError {
     pub fn fail(message: impl fmt::Display) -> Self {
         Self {
             action: ErrorAction::Fail,
+            message: message.to_string(),
+            cause: None,
+        }
+    }
+
+    /// Snooze the task: run it again after `delay` without spending an attempt (the
+    /// resource it waits for is not ready: a file not yet uploaded, a rate limit's
+    /// window), up to its event type's [`max_snoozes`](HandlerOptions::max_snoozes)
+    /// times over its life; past that a snooze is a [`retry_after`](Self::retry_after)
+    /// (an attempt spent, `message` recorded). Unlike `retry_after`, a snooze within the
+    /// bound keeps `last_error` as it was. Counted in `backstop_snoozed_total`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use backstop_core::{ErrorAction, HandlerError};
+    /// let e = HandlerError::snooze(Duration::from_secs(30), "the upload is not there yet");
+    /// assert_eq!(e.action(), ErrorAction::Snooze(Duration::from_secs(30)));
+    /// ```
+    pub fn snooze(delay: Duration, message: impl fmt::Display) -> Self {
+        Self {
+            action: ErrorAction::Snooze(delay),
             message: message.to_string(),
             cause: None,
         }
@@ -351,6 +375,9 @@ pub struct HandlerOptions {
     pub queue_capacity: usize,
     /// How long one attempt may run before it is abandoned and retried (default 60 s).
     pub timeout: Duration,
+    /// How many snoozes ([`HandlerError::snooze`]) give their attempt back over a task's
+    /// life (default 100, at most 1 000 000); the ones past it spend an attempt.
+    pub max_snoozes: u32,
 }
 
 impl Default for HandlerOptions {
@@ -360,6 +387,7 @@ impl Default for HandlerOptions {
             concurrency: 4,
             queue_capacity: 64,
             timeout: Duration::from_secs(60),
+            max_snoozes: 100,
         }
     }
 }
@@ -374,6 +402,8 @@ impl HandlerOptions {
         queue_capacity: usize,
         /// See [`timeout`](Self::timeout).
         timeout: Duration,
+        /// See [`max_snoozes`](Self::max_snoozes).
+        max_snoozes: u32,
     }
 
     pub(crate) fn validate(&self, event_type: &str) -> Result<()> {
@@ -394,6 +424,15 @@ impl HandlerOptions {
                 format!(
                     "{event_type}: queue_capacity must be at most 1000000, got {}",
                     self.queue_capacity
+                ),
+            ));
+        }
+        if self.max_snoozes > 1_000_000 {
+            return Err(Error::config(
+                OP,
+                format!(
+                    "{event_type}: max_snoozes must be at most 1000000, got {}",
+                    self.max_snoozes
                 ),
             ));
         }

@@ -31,6 +31,19 @@ pub enum MarkAction {
     /// running → pending without spending the attempt (the claim's increment is undone);
     /// for a task that never started (executor full, shutdown).
     Release,
+    /// running → pending, due `delay` from now, without spending the attempt (the
+    /// claim's increment is undone) and with `snoozes` + 1, while the task has been
+    /// snoozed fewer than `max` times; past that it is a [`Retry`](Self::Retry) with
+    /// `error` (an attempt spent; failed when none is left). `last_error` is kept
+    /// within the bound.
+    Snooze {
+        /// The wait before the next attempt.
+        delay: Duration,
+        /// How many snoozes give their attempt back.
+        max: u32,
+        /// The error recorded when the snooze is past `max` and spends an attempt.
+        error: String,
+    },
     /// running → cancelled (terminal) with `reason` as `last_error`: the handler
     /// decided the task is not to be done ([`HandlerError::cancel`](crate::HandlerError::cancel)).
     Cancel {
@@ -45,13 +58,14 @@ impl MarkAction {
         match self {
             MarkAction::Retry { error, .. } | MarkAction::Fail { error } => Some(error),
             MarkAction::Cancel { reason } => Some(reason),
+            MarkAction::Snooze { error, .. } => Some(error),
             MarkAction::Success | MarkAction::Release => None,
         }
     }
 }
 
 /// One state change of a running task. Built with [`Mark::success`], [`Mark::retry`],
-/// [`Mark::fail`], [`Mark::release`] or [`Mark::cancel`].
+/// [`Mark::fail`], [`Mark::release`], [`Mark::snooze`] or [`Mark::cancel`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mark {
     /// The claim the change is fenced by.
@@ -95,6 +109,19 @@ impl Mark {
         Self {
             lease,
             action: MarkAction::Release,
+        }
+    }
+
+    /// Run the task again after `delay` without spending an attempt, while it has been
+    /// snoozed fewer than `max` times (past that, a retry with `error`).
+    pub fn snooze(lease: Lease, delay: Duration, max: u32, error: impl Into<String>) -> Self {
+        Self {
+            lease,
+            action: MarkAction::Snooze {
+                delay,
+                max,
+                error: error.into(),
+            },
         }
     }
 

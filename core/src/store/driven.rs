@@ -830,6 +830,11 @@ fn bound_error(mark: &Mark) -> Mark {
         MarkAction::Cancel { reason } => MarkAction::Cancel {
             reason: cut(reason),
         },
+        MarkAction::Snooze { delay, max, error } => MarkAction::Snooze {
+            delay: *delay,
+            max: *max,
+            error: cut(error),
+        },
         other => other.clone(),
     };
     Mark {

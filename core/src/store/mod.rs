@@ -186,6 +186,10 @@ pub trait TaskStore: Send + Sync + 'static {
     ///   [`MAX_ERROR_BYTES`](crate::limits::MAX_ERROR_BYTES)); when the task has no
     ///   attempts left (`attempts >= max_attempts`) it becomes failed instead.
     /// - [`Fail`](crate::MarkAction::Fail): status failed, owner cleared, `last_error` set.
+    /// - [`Snooze`](crate::MarkAction::Snooze): while the task's snooze count is below
+    ///   `max`: status pending, owner cleared, `attempts − 1`, `next_run_at = now +
+    ///   delay` exactly, the count + 1, `last_error` kept; at `max`, as a retry with
+    ///   `error` (the count unchanged).
     /// - [`Cancel`](crate::MarkAction::Cancel): status cancelled, owner cleared,
     ///   `last_error` the reason (cut as an error is), `attempts` unchanged.
     /// - [`Release`](crate::MarkAction::Release): status pending, owner cleared,

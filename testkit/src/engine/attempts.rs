@@ -333,6 +333,55 @@ pub async fn engine_handler_cancels_its_own_task<H: Harness>(ctx: &Ctx<H>) {
     assert_eq!((calls.count("first"), calls.count("second")), (1, 1));
 }
 
+/// A handler's snooze (`HandlerError::snooze`): the task runs again after the delay
+/// without spending an attempt, so a task with one attempt snoozed three times then
+/// succeeds (4 calls, attempts 1, no retry counted). Past the type's `max_snoozes` (2
+/// here) a snooze spends an attempt: snoozing for ever, a task of 2 attempts fails after
+/// 4 calls (2 snoozes given back, then 2 that spend the attempts), its last error saying
+/// so.
+pub async fn engine_handler_snoozes_without_spending_attempts<H: Harness>(ctx: &Ctx<H>) {
+    let calls = Calls::default();
+    let snoozer = |calls: &Calls| {
+        recording(calls.clone(), |n, task: Task| async move {
+            let wait = Duration::from_millis(30);
+            match task.biz_key.as_str() {
+                "waits" if n <= 3 => Err(HandlerError::snooze(wait, "the upload is not there yet")),
+                "waits" => Ok(()),
+                _ => Err(HandlerError::snooze(wait, "never ready")),
+            }
+        })
+    };
+    let engine = Engine::builder(ctx.store.clone())
+        .config(fast_config().first_poll_delay(Duration::ZERO))
+        .handler("UPLOAD", snoozer(&calls), opts())
+        .handler("STRICT", snoozer(&calls), opts().max_snoozes(2))
+        .start()
+        .unwrap();
+    let once = RetryPolicy::fixed(1, Duration::from_secs(600));
+    let twice = RetryPolicy::fixed(2, Duration::ZERO);
+    let (waits, _) = engine
+        .enqueue(engine.task("UPLOAD", "waits").retry(once))
+        .await
+        .unwrap();
+    let (never, _) = engine
+        .enqueue(engine.task("STRICT", "never").retry(twice))
+        .await
+        .unwrap();
+    let w = wait_status(&ctx.store, waits.id, Status::Succeeded).await;
+    assert_eq!((w.attempts, w.last_error.as_deref()), (1, None));
+    let f = wait_status(&ctx.store, never.id, Status::Failed).await;
+    assert_eq!(f.attempts, 2);
+    let error = f.last_error.unwrap_or_default();
+    assert!(
+        error.starts_with("snoozed more than 2 times") && error.ends_with("never ready"),
+        "{error}"
+    );
+    engine.shutdown().await;
+    assert_eq!((calls.count("waits"), calls.count("never")), (4, 4));
+    let k = engine.counters();
+    assert_eq!((k.snoozed, k.retried), (7, 0), "{k:?}");
+}
+
 /// jitter: tasks that fail together come back spread over `[w · (1 − jitter), w]` (`w`
 /// the backoff's wait), never later than the backoff says.
 pub async fn engine_spreads_retries_of_tasks_that_failed_together<H: Harness>(ctx: &Ctx<H>) {

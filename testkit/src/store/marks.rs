@@ -281,6 +281,79 @@ pub async fn mark_cancel_ends_the_task_cancelled_with_its_reason<H: Harness>(ctx
     assert_eq!(s.count(Status::Cancelled), 2);
 }
 
+/// mark snooze (a handler's decision): within its bound, pending again with the attempt
+/// given back, due `delay` from now exactly, `last_error` kept, owner cleared; past the
+/// bound (`max` snoozes counted over the task's life), a retry with its error: with no
+/// attempt left, failed. Fenced like every mark; a delay beyond the limit is refused.
+pub async fn mark_snooze_gives_the_attempt_back_up_to_its_bound<H: Harness>(ctx: &Ctx<H>) {
+    let e = ctx
+        .store
+        .enqueue(NewTask::new("E", "k").retry(RetryPolicy::fixed(2, Duration::ZERO)))
+        .await
+        .unwrap();
+    let t = ctx.claim(e.id).await;
+    assert!(ctx
+        .store
+        .mark_retry(t.lease(), Duration::ZERO, "first failure")
+        .await
+        .unwrap());
+    let over = "snoozed more than 2 times";
+    for n in 1..=2 {
+        let t = ctx.claim(e.id).await;
+        assert_eq!(t.attempts, 2, "snooze {n}: the last attempt");
+        let stale = backstop_core::Lease {
+            task_id: t.id,
+            token: t.lease + 1,
+        };
+        assert_eq!(
+            ctx.store
+                .mark(&[Mark::snooze(stale, MINUTE, 2, over)])
+                .await
+                .unwrap(),
+            vec![false]
+        );
+        let flags = ctx
+            .store
+            .mark(&[Mark::snooze(t.lease(), MINUTE, 2, over)])
+            .await
+            .unwrap();
+        assert_eq!(flags, vec![true]);
+        let s = ctx.task(e.id).await;
+        assert_eq!(
+            (s.status, s.attempts, s.owner.as_deref()),
+            (Status::Pending, 1, None),
+            "snooze {n}: the attempt given back"
+        );
+        assert_eq!(s.last_error.as_deref(), Some("first failure"), "snooze {n}");
+        assert_eq!(
+            s.next_run_at - s.updated_at,
+            chrono_dur(MINUTE),
+            "snooze {n}"
+        );
+        // due in a minute: made due now to claim it again
+        ctx.backdate(e.id, TimeColumn::NextRunAt, 2 * MINUTE).await;
+    }
+    let t = ctx.claim(e.id).await;
+    assert!(
+        ctx.store
+            .mark(&[Mark::snooze(t.lease(), MINUTE, 2, over)])
+            .await
+            .unwrap()[0]
+    );
+    let f = ctx.task(e.id).await;
+    assert_eq!(
+        (f.status, f.attempts, f.last_error.as_deref()),
+        (Status::Failed, 2, Some(over)),
+        "the third snooze is past the bound: a retry, and no attempt is left"
+    );
+    let long = Mark::snooze(t.lease(), Duration::from_secs(400 * 24 * 3600), 2, "x");
+    assert_kind(
+        ctx.store.mark(&[long]).await,
+        ErrorKind::InvalidInput,
+        "snooze delay",
+    );
+}
+
 /// mark: a batch applies each mark in order and answers one flag per mark.
 pub async fn mark_batch_applies_in_order_and_reports_each<H: Harness>(ctx: &Ctx<H>) {
     let mut tasks = Vec::new();

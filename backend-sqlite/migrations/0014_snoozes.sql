@@ -1,0 +1,6 @@
+-- name: snoozes
+--
+-- How many times a handler snoozed the task (HandlerError::snooze): a snooze gives
+-- its attempt back, up to a bound, and counts here.
+
+ALTER TABLE {tasks} ADD COLUMN snoozes INTEGER NOT NULL DEFAULT 0;
