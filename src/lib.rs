@@ -57,9 +57,9 @@ pub use backstop_core::{driver, limits};
 // The engine and its handlers.
 pub use backstop_core::{
     describe_metrics, handler_fn, is_lease_lost, kind_fn, lease_lost, metric_names, register_kind,
-    Archive, BacklogGauges, Cancelled, Claimed, Context, Engine, EngineBuilder, EngineConfig,
-    EngineCounters, ErrorAction, FnHandler, Handler, HandlerError, HandlerOptions, Json,
-    JsonHandler, KindFn, RunAhead, TaskKind,
+    Archive, BacklogGauges, BacklogReading, Cancelled, Claimed, Context, Engine, EngineBuilder,
+    EngineConfig, EngineCounters, ErrorAction, FnHandler, Handler, HandlerError, HandlerOptions,
+    Json, JsonHandler, KindFn, RunAhead, TaskKind,
 };
 // The enqueue in the caller's transaction, on any connection.
 pub use backstop_core::tx;
@@ -80,6 +80,8 @@ pub use backstop_core::{Finding, Reconciler, Resolution};
 pub use backstop_core::{Inbox, Message, Notifier, Processed, Wake, Wakes};
 // Periodic tasks.
 pub use backstop_core::{Missed, Periodic, Schedule};
+// Flow control: each event type's queue, paused or running.
+pub use backstop_core::{Queue, QueueChange, QueueLogEntry};
 // The store contract and the task model.
 pub use backstop_core::{
     Audit, AuditEntry, Backoff, Dedup, Enqueued, EventTypeSeen, Lease, Mark, MarkAction, NewTask,

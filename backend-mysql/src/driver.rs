@@ -867,6 +867,77 @@ impl Driver for MySqlDriver {
             .collect())
     }
 
+    async fn set_queue(
+        &self,
+        event_type: Checked<&str>,
+        change: QueueChange,
+        audit: Checked<&Audit>,
+    ) -> Result<Queue> {
+        let (sql, event_type, audit) = (&self.sql, *event_type, *audit);
+        let paused = i16::from(change == QueueChange::Pause);
+        let row = self
+            .on_conn(|mut conn| async move {
+                let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+                let inserted = sqlx::query(safe(&sql.queue_insert))
+                    .bind(event_type)
+                    .bind(paused)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected()
+                    > 0;
+                let changed = if inserted {
+                    paused == 1
+                } else {
+                    sqlx::query(safe(&sql.queue_update))
+                        .bind(paused)
+                        .bind(event_type)
+                        .bind(paused)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected()
+                        > 0
+                };
+                if changed {
+                    sqlx::query(safe(&sql.queue_audit))
+                        .bind(change.action())
+                        .bind(&audit.operator)
+                        .bind(&audit.reason)
+                        .bind(event_type)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                let row = sqlx::query(safe(&sql.queue_get))
+                    .bind(event_type)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(row)
+            })
+            .await?;
+        read_queue(&Cols(&row)).map_err(my_err)
+    }
+
+    async fn queues(&self) -> Result<Vec<Queue>> {
+        sqlx::query(safe(&self.sql.queues))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(my_err)?
+            .iter()
+            .map(|r| read_queue(&Cols(r)).map_err(my_err))
+            .collect()
+    }
+
+    async fn queue_log(&self, event_type: Checked<&str>) -> Result<Vec<QueueLogEntry>> {
+        sqlx::query(safe(&self.sql.queue_log))
+            .bind(*event_type)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(my_err)?
+            .iter()
+            .map(|r| read_queue_entry(&Cols(r)).map_err(my_err))
+            .collect()
+    }
+
     async fn order_keys(&self, after: Option<&str>, limit: Checked<usize>) -> Result<Vec<String>> {
         let mut conn = self.pool.acquire().await.map_err(my_err)?;
         sqlx::query_scalar(safe(&self.sql.keys_page))

@@ -7,7 +7,7 @@
 use backstop_core::driver::schema::{self, version_table, MigrationFile, SchemaSql};
 use backstop_core::driver::InsertTexts;
 use backstop_core::driver::{
-    AUDIT_COLUMNS, BARRIER_COLUMNS, COLUMNS, SAGA_COLUMNS, SAGA_STEP_COLUMNS,
+    AUDIT_COLUMNS, BARRIER_COLUMNS, COLUMNS, QUEUE_AUDIT_COLUMNS, SAGA_COLUMNS, SAGA_STEP_COLUMNS,
 };
 use backstop_core::limits::is_event_type_char;
 use backstop_core::limits::MAX_BATCH;
@@ -35,6 +35,8 @@ pub(crate) struct Sql {
     table: String,
     /// The order keys table.
     keys_table: String,
+    /// The queues table (`set_queue`): claims pass a paused type by.
+    queues_table: String,
     pub lock_name: String,
     /// The version table's statements and the migrations.
     pub schema: SchemaSql,
@@ -144,6 +146,25 @@ pub(crate) struct Sql {
     pub inbox_insert: String,
     /// older µs, limit.
     pub inbox_purge: String,
+    /// event type, paused: the queue's row, unless it has one.
+    pub queue_insert: String,
+    /// paused, event type, paused: the queue's setting, where it differs.
+    pub queue_update: String,
+    /// action, operator, reason, event type: an entry of the queues' log, at the time
+    /// the queue's row says it changed.
+    pub queue_audit: String,
+    /// event type: the queue's row.
+    pub queue_get: String,
+    /// Every queue's row.
+    pub queues: String,
+    /// event type: its log, oldest first.
+    pub queue_log: String,
+}
+
+/// The condition a claim of the rows of task table `t` adds: the task's type is not
+/// paused (one primary-key read of the queues table `tq`).
+fn not_paused(t: &str, tq: &str) -> String {
+    format!("NOT EXISTS (SELECT 1 FROM {tq} WHERE {tq}.event_type = {t}.event_type AND {tq}.paused = 1)")
 }
 
 /// Most rows of one of the batch enqueue's multi-row inserts.
@@ -169,10 +190,14 @@ impl Sql {
         let ts = format!("`{table}_saga`");
         let tss = format!("`{table}_saga_step`");
         let tsa = format!("`{table}_saga_audit`");
+        let tq = format!("`{table}_queues`");
+        let tqa = format!("`{table}_queue_audit`");
+        let running = not_paused(&t, &tq);
         let fenced = "WHERE id = ? AND status = 3 AND lease = ?";
         Sql {
             table: t.clone(),
             keys_table: tk.clone(),
+            queues_table: tq.clone(),
             lock_name: format!("backstop:migrate:{table}"),
             schema: SchemaSql {
                 setup: format!(
@@ -201,6 +226,8 @@ impl Sql {
                     ("saga", ts.clone()),
                     ("saga_step", tss.clone()),
                     ("saga_audit", tsa.clone()),
+                    ("queues", tq.clone()),
+                    ("queue_audit", tqa.clone()),
                     ("table", table.to_owned()),
                 ],
             },
@@ -242,6 +269,25 @@ impl Sql {
                  ON DUPLICATE KEY UPDATE last_seen_at = NOW(3)"
             ),
             types_list: format!("SELECT event_type, first_seen_at, last_seen_at FROM {th}"),
+            queue_insert: format!(
+                "INSERT IGNORE INTO {tq} (event_type, paused, updated_at) VALUES (?, ?, NOW(3))"
+            ),
+            queue_update: format!(
+                "UPDATE {tq} SET paused = ?, updated_at = NOW(3)
+                 WHERE event_type = ? AND paused <> ?"
+            ),
+            // at the change's own time (NOW(3) is each statement's)
+            queue_audit: format!(
+                "INSERT INTO {tqa} (event_type, action, operator, reason, at)
+                 SELECT event_type, ?, ?, ?, updated_at FROM {tq} WHERE event_type = ?"
+            ),
+            queue_get: format!(
+                "SELECT event_type, CAST(paused AS SIGNED), updated_at FROM {tq} WHERE event_type = ?"
+            ),
+            queues: format!("SELECT event_type, CAST(paused AS SIGNED), updated_at FROM {tq}"),
+            queue_log: format!(
+                "SELECT {QUEUE_AUDIT_COLUMNS} FROM {tqa} WHERE event_type = ? ORDER BY id"
+            ),
             complete: format!(
                 "UPDATE {t} SET status = 1, last_error = NULL, updated_at = NOW(3) {fenced}"
             ),
@@ -258,7 +304,8 @@ impl Sql {
             claim_in: format!(
                 "UPDATE {t} SET status = 3, owner = ?, attempts = attempts + 1, lease = 1,
                     updated_at = NOW(3)
-                 WHERE id = ? AND status = 0 AND lease = 0 AND next_run_at <= NOW(3)"
+                 WHERE id = ? AND status = 0 AND lease = 0 AND next_run_at <= NOW(3)
+                   AND {running}"
             ),
             key_blocker: format!(
                 "SELECT id FROM {t}
@@ -286,7 +333,7 @@ impl Sql {
             claim_by_id: format!(
                 "UPDATE {t} SET status = 3, owner = ?, attempts = attempts + 1,
                     lease = lease + 1, updated_at = NOW(3)
-                 WHERE id = ? AND status = 0 AND next_run_at <= NOW(3)"
+                 WHERE id = ? AND status = 0 AND next_run_at <= NOW(3) AND {running}"
             ),
             get: format!("SELECT {COLUMNS} FROM {t} WHERE id = ?"),
             // older_than µs, limit. A consistent (non-locking) read: see `recycle_dead`.
@@ -595,7 +642,7 @@ impl Sql {
     /// the store refuses others before they get here). The probe runs before the
     /// transaction: if it fails, no transaction was opened.
     pub fn claim_begin(&self, event_types: &[String]) -> Option<String> {
-        let t = &self.table;
+        let (t, q) = (&self.table, &self.queues_table);
         let mut probes = Vec::new();
         let mut vars = Vec::new();
         for (i, e) in event_types.iter().enumerate() {
@@ -606,7 +653,9 @@ impl Sql {
                 probes.push(format!(
                     "(SELECT 1 FROM {t} FORCE INDEX (ix_claim_type)
                       WHERE status = 0 AND event_type = '{e}' AND priority = {level}
-                        AND next_run_at <= NOW(3) LIMIT 1)"
+                        AND next_run_at <= NOW(3)
+                        AND NOT EXISTS (SELECT 1 FROM {q} WHERE event_type = '{e}' AND paused = 1)
+                      LIMIT 1)"
                 ));
                 vars.push(Self::due_var(i, level));
             }

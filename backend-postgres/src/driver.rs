@@ -534,7 +534,8 @@ impl Driver for PgDriver {
                             status: i16::try_from(t.status).unwrap_or(-1),
                             ..Inserted::created(t.id)
                         };
-                        if a.claim.is_some() {
+                        // inserted claimed, unless its type is paused
+                        if t.status == i64::from(Status::Running.code()) {
                             claimed.push(t);
                         }
                         i
@@ -621,6 +622,47 @@ impl Driver for PgDriver {
         let rows = self.query(&self.sql.types_list, &[]).await?;
         rows.iter()
             .map(|r| Ok((col(r, 0)?, col(r, 1)?, col(r, 2)?)))
+            .collect()
+    }
+
+    async fn set_queue(
+        &self,
+        event_type: Checked<&str>,
+        change: QueueChange,
+        audit: Checked<&Audit>,
+    ) -> Result<Queue> {
+        let paused = i16::from(change == QueueChange::Pause);
+        let params: [&dyn Param; 5] = [
+            &*event_type,
+            &paused,
+            &change.action(),
+            &audit.operator,
+            &audit.reason,
+        ];
+        let mut rows = self.query(&self.sql.queue_set, &params).await?;
+        if rows.is_empty() {
+            // the setting already was so: nothing written; the row as it is
+            rows = self.query(&self.sql.queue_get, &[&*event_type]).await?;
+        }
+        let row = rows
+            .first()
+            .ok_or_else(|| unexpected_answer("no queue row after its change"))?;
+        read_queue(&Cols(row))
+    }
+
+    async fn queues(&self) -> Result<Vec<Queue>> {
+        self.query(&self.sql.queues, &[])
+            .await?
+            .iter()
+            .map(|r| read_queue(&Cols(r)))
+            .collect()
+    }
+
+    async fn queue_log(&self, event_type: Checked<&str>) -> Result<Vec<QueueLogEntry>> {
+        self.query(&self.sql.queue_log, &[&*event_type])
+            .await?
+            .iter()
+            .map(|r| read_queue_entry(&Cols(r)))
             .collect()
     }
 

@@ -11,7 +11,7 @@
 
 use backstop_core::driver::schema::{self, version_table, MigrationFile, SchemaSql};
 use backstop_core::driver::{
-    AUDIT_COLUMNS, BARRIER_COLUMNS, COLUMNS, SAGA_COLUMNS, SAGA_STEP_COLUMNS,
+    AUDIT_COLUMNS, BARRIER_COLUMNS, COLUMNS, QUEUE_AUDIT_COLUMNS, SAGA_COLUMNS, SAGA_STEP_COLUMNS,
 };
 use backstop_core::limits::MAX_BATCH;
 
@@ -146,6 +146,16 @@ pub(crate) struct Sql {
     pub types_register: String,
     /// The handlers table.
     pub types_list: String,
+    /// $1 event type $2 paused $3 action $4 operator $5 reason: the queue's setting
+    /// upserted where it differs, and its log entry when it changed; the row
+    /// (`QUEUE_COLUMNS`) when it did.
+    pub queue_set: String,
+    /// $1 event type: the queue's row.
+    pub queue_get: String,
+    /// Every queue's row.
+    pub queues: String,
+    /// $1 event type: its log, oldest first.
+    pub queue_log: String,
     /// $1 order key: insert it if missing and lock it; a row when locked.
     pub key_lock: String,
     /// $1 order key: a task in the way (pending, running, parked and blocking).
@@ -222,6 +232,13 @@ impl Sql {
         let ts = format!("\"{schema}\".\"{table}_saga\"");
         let tss = format!("\"{schema}\".\"{table}_saga_step\"");
         let tsa = format!("\"{schema}\".\"{table}_saga_audit\"");
+        let tq = format!("\"{schema}\".\"{table}_queues\"");
+        let tqa = format!("\"{schema}\".\"{table}_queue_audit\"");
+        // a claim passes a task of a paused type by (`set_queue`)
+        let running = format!(
+            "NOT EXISTS (SELECT 1 FROM {tq} q WHERE q.event_type = {t}.event_type AND q.paused = 1)"
+        );
+        let qcols = "event_type::text, paused::bigint, updated_at";
         let tc = t_columns();
         // core's insert_params: $1 event_type $2 biz_key $3 payload $4 max_attempts
         // $5 strategy $6 interval_ms $7 max_interval_ms $8 delay_ms $9 run_at (NULL: use
@@ -295,17 +312,19 @@ impl Sql {
                     max_attempts, retry_strategy, retry_interval_ms, retry_max_interval_ms,
                     next_run_at, lease, created_at, updated_at, priority, retry_jitter_pct,
                     order_key, order_block, timeout_ms, owner)
-                SELECT r.e, r.k, r.p, CASE WHEN f.c IS NULL THEN 0 ELSE 3 END,
-                    CASE WHEN f.c IS NULL THEN 0 ELSE 1 END, r.m, r.s, r.i, r.x,
+                SELECT r.e, r.k, r.p, CASE WHEN w.c IS NULL THEN 0 ELSE 3 END,
+                    CASE WHEN w.c IS NULL THEN 0 ELSE 1 END, r.m, r.s, r.i, r.x,
                     CASE WHEN r.a IS NULL THEN now() + r.d {MS}
                         ELSE GREATEST('epoch'::timestamptz + r.a {MS}, now()) END,
-                    CASE WHEN f.c IS NULL THEN 0 ELSE 1 END, now(), clock_timestamp(),
-                    r.r, r.j, NULL, r.b, r.t, f.c
+                    CASE WHEN w.c IS NULL THEN 0 ELSE 1 END, now(), clock_timestamp(),
+                    r.r, r.j, NULL, r.b, r.t, w.c
                 FROM ROWS FROM (json_to_recordset($2::text::json) AS (e text, k text, p text,
                     m bigint, s text, i bigint, x bigint, d bigint, a bigint, r smallint,
                     j smallint, b smallint, t bigint)) WITH ORDINALITY
                     AS r(e, k, p, m, s, i, x, d, a, r, j, b, t, o)
                 JOIN f ON f.i = ($3::int[])[r.o]
+                CROSS JOIN LATERAL (SELECT CASE WHEN NOT EXISTS (
+                    SELECT 1 FROM {tq} WHERE event_type = r.e AND paused = 1) THEN f.c END AS c) AS w
                 {on_conflict}
                 RETURNING {tc}),
              a AS (
@@ -351,6 +370,8 @@ impl Sql {
                     ("saga", ts.clone()),
                     ("saga_step", tss.clone()),
                     ("saga_audit", tsa.clone()),
+                    ("queues", tq.clone()),
+                    ("queue_audit", tqa.clone()),
                     ("table", table.to_owned()),
                     ("schema", schema.to_owned()),
                 ],
@@ -427,6 +448,26 @@ impl Sql {
             types_list: format!(
                 "SELECT event_type::text, first_seen_at, last_seen_at FROM {th}"
             ),
+            // a row inserted (`xmax = 0`) is logged unless it only says "not paused"
+            // (the resume of a type never paused)
+            queue_set: format!(
+                "WITH up AS (
+                    INSERT INTO {tq} AS q (event_type, paused, updated_at)
+                    VALUES ($1, $2::smallint, now())
+                    ON CONFLICT (event_type) DO UPDATE SET paused = EXCLUDED.paused,
+                        updated_at = now()
+                    WHERE q.paused <> EXCLUDED.paused
+                    RETURNING {qcols}, xmax = 0 AS fresh),
+                 a AS (
+                    INSERT INTO {tqa} (event_type, action, operator, reason, at)
+                    SELECT $1, $3, $4, $5, now() FROM up WHERE $2::smallint = 1 OR NOT up.fresh)
+                 SELECT {qcols} FROM up"
+            ),
+            queue_get: format!("SELECT {qcols} FROM {tq} WHERE event_type = $1"),
+            queues: format!("SELECT {qcols} FROM {tq}"),
+            queue_log: format!(
+                "SELECT {QUEUE_AUDIT_COLUMNS} FROM {tqa} WHERE event_type = $1 ORDER BY id"
+            ),
             complete: format!(
                 "UPDATE {t} SET status = 1, last_error = NULL, updated_at = now()
                  WHERE id = $1 AND status + 0 = 3 AND lease = $2 RETURNING id"
@@ -447,6 +488,7 @@ impl Sql {
                 "UPDATE {t} SET status = 3, owner = $1, attempts = attempts + 1, lease = 1,
                     updated_at = clock_timestamp()
                  WHERE id = $2 AND status = 0 AND lease = 0 AND next_run_at <= now()
+                   AND {running}
                  RETURNING id"
             ),
             key_lock: format!(
@@ -511,7 +553,7 @@ impl Sql {
             claim_by_id: format!(
                 "UPDATE {t} SET status = 3, owner = $2, attempts = attempts + 1,
                     lease = lease + 1, updated_at = now()
-                 WHERE id = $1 AND status = 0 AND next_run_at <= now()
+                 WHERE id = $1 AND status = 0 AND next_run_at <= now() AND {running}
                  RETURNING {COLUMNS}"
             ),
             // $1 owner $2 event type $3 limit. The locking CTE is MATERIALIZED: its LIMIT
@@ -533,6 +575,7 @@ impl Sql {
                         ORDER BY next_run_at, id
                         LIMIT $3
                         FOR UPDATE SKIP LOCKED) AS w
+                    WHERE NOT EXISTS (SELECT 1 FROM {tq} WHERE event_type = $2 AND paused = 1)
                     ORDER BY p.priority, w.next_run_at, w.id
                     LIMIT $3"
                 ),
@@ -554,6 +597,8 @@ impl Sql {
                         ORDER BY next_run_at, id
                         LIMIT $3
                         FOR UPDATE SKIP LOCKED) AS w
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM {tq} q WHERE q.event_type = et.event_type AND q.paused = 1)
                     ORDER BY p.priority, w.next_run_at, w.id
                     LIMIT $3"
                 ),

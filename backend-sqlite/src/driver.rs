@@ -585,6 +585,61 @@ impl Driver for SqliteDriver {
         .await
     }
 
+    async fn set_queue(
+        &self,
+        event_type: Checked<&str>,
+        change: QueueChange,
+        audit: Checked<&Audit>,
+    ) -> Result<Queue> {
+        let event_type = (*event_type).to_owned();
+        let audit: Audit = (*audit).clone();
+        let paused = i64::from(change == QueueChange::Pause);
+        self.write("set_queue", move |sql, tx, now| {
+            let inserted = tx
+                .prepare_cached(&sql.queue_insert)?
+                .execute(params![event_type, paused, now])?
+                > 0;
+            let changed = if inserted {
+                paused == 1
+            } else {
+                tx.prepare_cached(&sql.queue_update)?
+                    .execute(params![event_type, paused, now])?
+                    > 0
+            };
+            if changed {
+                tx.prepare_cached(&sql.queue_audit)?.execute(params![
+                    event_type,
+                    change.action(),
+                    audit.operator,
+                    audit.reason,
+                    now
+                ])?;
+            }
+            tx.prepare_cached(&sql.queue_get)?
+                .query_row(params![event_type], |r| read_queue(&Cols(r)))
+        })
+        .await
+    }
+
+    async fn queues(&self) -> Result<Vec<Queue>> {
+        self.read("queues", |sql, conn, _| {
+            conn.prepare_cached(&sql.queues)?
+                .query_map([], |r| read_queue(&Cols(r)))?
+                .collect()
+        })
+        .await
+    }
+
+    async fn queue_log(&self, event_type: Checked<&str>) -> Result<Vec<QueueLogEntry>> {
+        let event_type = (*event_type).to_owned();
+        self.read("queue_log", move |sql, conn, _| {
+            conn.prepare_cached(&sql.queue_log)?
+                .query_map(params![event_type], |r| read_queue_entry(&Cols(r)))?
+                .collect()
+        })
+        .await
+    }
+
     async fn event_types(&self) -> Result<Vec<(String, DateTime<Utc>, DateTime<Utc>)>> {
         let rows: Vec<(String, i64, i64)> = self
             .read("event_types", |sql, conn, _| {

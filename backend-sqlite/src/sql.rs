@@ -14,7 +14,8 @@
 use backstop_core::driver::schema::{self, version_table, MigrationFile, SchemaSql};
 use backstop_core::driver::{values_rows, Dialect, InsertTexts, INSERT_PARAMS};
 use backstop_core::driver::{
-    AUDIT_COLUMNS, BARRIER_COLUMNS, COLUMNS, SAGA_COLUMNS, SAGA_STEP_COLUMNS,
+    AUDIT_COLUMNS, BARRIER_COLUMNS, COLUMNS, QUEUE_AUDIT_COLUMNS, QUEUE_COLUMNS, SAGA_COLUMNS,
+    SAGA_STEP_COLUMNS,
 };
 use backstop_core::limits::MAX_BATCH;
 
@@ -49,8 +50,21 @@ pub(crate) struct Sql {
     table: String,
     /// The version table's statements and the migrations.
     pub schema: SchemaSql,
-    /// ?1 event type ?2 now: which priority levels have a due task (see `claim_batch`).
+    /// ?1 event type ?2 now: which priority levels have a due task (see `claim_batch`);
+    /// none of a paused type.
     pub due_levels: String,
+    /// ?1 event type ?2 paused ?3 now: the queue's row, unless it has one.
+    pub queue_insert: String,
+    /// ?1 event type ?2 paused ?3 now: the queue's setting, where it differs.
+    pub queue_update: String,
+    /// ?1 event type ?2 action ?3 operator ?4 reason ?5 now: an entry of the queues' log.
+    pub queue_audit: String,
+    /// ?1 event type: the queue's row.
+    pub queue_get: String,
+    /// Every queue's row.
+    pub queues: String,
+    /// ?1 event type: its log, oldest first.
+    pub queue_log: String,
     pub insert: String,
     /// The batch enqueue's multi-row inserts, by row count.
     pub insert_rows: InsertTexts,
@@ -187,6 +201,12 @@ impl Sql {
         let ts = format!("\"{table}_saga\"");
         let tss = format!("\"{table}_saga_step\"");
         let tsa = format!("\"{table}_saga_audit\"");
+        let tq = format!("\"{table}_queues\"");
+        let tqa = format!("\"{table}_queue_audit\"");
+        // a claim passes a task of a paused type by (`set_queue`)
+        let running = format!(
+            "NOT EXISTS (SELECT 1 FROM {tq} WHERE {tq}.event_type = {t}.event_type AND {tq}.paused = 1)"
+        );
         // Every change to a running task is fenced by id, status and lease.
         let fenced = "WHERE id = ?2 AND status = 3 AND lease = ?3";
         let insert_into = format!(
@@ -197,7 +217,23 @@ impl Sql {
         );
         Sql {
             table: t.clone(),
-            due_levels: Self::due_levels(&t),
+            due_levels: Self::due_levels(&t, &tq),
+            queue_insert: format!(
+                "INSERT INTO {tq} (event_type, paused, updated_at) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (event_type) DO NOTHING"
+            ),
+            queue_update: format!(
+                "UPDATE {tq} SET paused = ?2, updated_at = ?3 WHERE event_type = ?1 AND paused <> ?2"
+            ),
+            queue_audit: format!(
+                "INSERT INTO {tqa} (event_type, action, operator, reason, at)
+                 VALUES (?1, ?2, ?3, ?4, ?5)"
+            ),
+            queue_get: format!("SELECT {QUEUE_COLUMNS} FROM {tq} WHERE event_type = ?1"),
+            queues: format!("SELECT {QUEUE_COLUMNS} FROM {tq}"),
+            queue_log: format!(
+                "SELECT {QUEUE_AUDIT_COLUMNS} FROM {tqa} WHERE event_type = ?1 ORDER BY id"
+            ),
             schema: SchemaSql {
                 setup: format!(
                     "CREATE TABLE IF NOT EXISTS {tv} (
@@ -226,6 +262,8 @@ impl Sql {
                     ("saga", ts.clone()),
                     ("saga_step", tss.clone()),
                     ("saga_audit", tsa.clone()),
+                    ("queues", tq.clone()),
+                    ("queue_audit", tqa.clone()),
                     ("table", table.to_owned()),
                 ],
             },
@@ -282,7 +320,7 @@ impl Sql {
             claim_by_id: format!(
                 "UPDATE {t} SET status = 3, owner = ?1, attempts = attempts + 1,
                     lease = lease + 1, updated_at = ?2
-                 WHERE id = ?3 AND status = 0 AND next_run_at <= ?2
+                 WHERE id = ?3 AND status = 0 AND next_run_at <= ?2 AND {running}
                  RETURNING {COLUMNS}"
             ),
             barrier_insert: format!(
@@ -297,7 +335,8 @@ impl Sql {
             claim_in: format!(
                 "UPDATE {t} SET status = 3, owner = ?1, attempts = attempts + 1, lease = 1,
                     updated_at = ?3
-                 WHERE id = ?2 AND status = 0 AND lease = 0 AND next_run_at <= ?3"
+                 WHERE id = ?2 AND status = 0 AND lease = 0 AND next_run_at <= ?3
+                   AND {running}"
             ),
             // ?1 now, ?2 cutoff, ?3 limit. Status and age re-checked on the row itself.
             recycle_dead: format!(
@@ -490,13 +529,15 @@ impl Sql {
     /// one column per level, the level or NULL. One index dive per level (a few
     /// microseconds each), so the claim walks only the levels that have work: almost
     /// always one, none on an idle poll.
-    fn due_levels(t: &str) -> String {
+    fn due_levels(t: &str, tq: &str) -> String {
         let probes = (0..PRIORITY_LEVELS)
             .map(|level| {
                 format!(
                     "(SELECT {level} FROM {t}
                       WHERE status = 0 AND event_type = ?1 AND priority = {level}
-                        AND next_run_at <= ?2 LIMIT 1)"
+                        AND next_run_at <= ?2
+                        AND NOT EXISTS (SELECT 1 FROM {tq} WHERE event_type = ?1 AND paused = 1)
+                      LIMIT 1)"
                 )
             })
             .collect::<Vec<_>>()

@@ -10,7 +10,7 @@ use backstop::{Status, Task, TaskId};
 
 use crate::driver::{Backend, Fault, FaultKind, Lane, Outcome, Written};
 use crate::ledger::Entry;
-use crate::worker::{published_twice, DEAD_AFTER, FAIL, FAIL_ATTEMPTS, OK, POLL, RELAY};
+use crate::worker::{published_twice, DEAD_AFTER, FAIL, FAIL_ATTEMPTS, HELD, OK, POLL, RELAY};
 
 /// A worker stopped with SIGTERM: whether it exited cleanly, and how many rows it left
 /// `running` under its name (checked after a mid-run stop).
@@ -51,6 +51,10 @@ pub struct Input {
     pub inbox_bound: Duration,
     pub graceful: Vec<Graceful>,
     pub running_after: Vec<TaskId>,
+    /// When the `HELD` queue's pause returned and its resume was sent (ms since the
+    /// epoch): no task of it existed before the pause, so no claim of one may come
+    /// before the resume.
+    pub held: (i64, i64),
     pub dir: PathBuf,
 }
 
@@ -268,6 +272,7 @@ pub fn check(input: Input) -> Report {
         inbox_bound,
         graceful,
         running_after,
+        held,
         dir,
     } = input;
     let mut lines = Vec::new();
@@ -303,7 +308,7 @@ pub fn check(input: Input) -> Report {
             Some(t) if !terminal(t.status) => unfinished += 1,
             Some(t) => {
                 let right = match w.event_type {
-                    OK | RELAY => t.status == Status::Succeeded,
+                    OK | RELAY | HELD => t.status == Status::Succeeded,
                     FAIL => t.status == Status::Failed && t.attempts == FAIL_ATTEMPTS,
                     _ => false,
                 };
@@ -379,6 +384,33 @@ pub fn check(input: Input) -> Report {
             "{claimed_in_tx} claimed in their transaction: {orphaned} never run under that claim (worker killed or stopped first), {} of them not finished under a later lease{}",
             not_taken_over.len(),
             ids(&not_taken_over)
+        ),
+    });
+
+    // 2c. a paused queue starts nothing: no task of the held type was claimed between its
+    // pause and its resume, by the poller, run-ahead or a wake-up, whatever the faults did
+    let (paused_at, resumed_at) = held;
+    let (mut held_tasks, mut enqueued_paused, mut early) = (0, 0, Vec::new());
+    for t in tasks.iter().filter(|t| t.event_type == HELD) {
+        held_tasks += 1;
+        if t.created_at.timestamp_millis() < resumed_at {
+            enqueued_paused += 1;
+        }
+        let claimed_early = per
+            .get(&t.id)
+            .is_some_and(|p| p.claims.iter().any(|&(_, at)| at < resumed_at));
+        if claimed_early {
+            early.push(t.id);
+        }
+    }
+    lines.push(Line {
+        ok: early.is_empty() && enqueued_paused > 0,
+        name: "a paused queue starts nothing while paused",
+        detail: format!(
+            "{held_tasks} tasks of {HELD}, {enqueued_paused} enqueued during its {} ms pause: {} claimed before the resume{}",
+            resumed_at - paused_at,
+            early.len(),
+            ids(&early)
         ),
     });
 

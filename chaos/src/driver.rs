@@ -17,7 +17,7 @@ use crate::consumer::{RECLAIM_IDLE, RECLAIM_INTERVAL};
 use crate::ledger::now_ms;
 use crate::proxy::{Mode, Proxy};
 use crate::redis_server::RedisServer;
-use crate::worker::{DEAD_AFTER, POLL, RELAY};
+use crate::worker::{DEAD_AFTER, HELD, POLL, RELAY};
 use crate::BoxError;
 
 /// The databases the suite runs on.
@@ -615,6 +615,13 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
         consumers.spawn()?;
     }
 
+    // the held queue: paused before any of its tasks exists, resumed halfway through
+    let ops = backstop::Audit::new("chaos", "the held queue");
+    let pause = || t.store.set_queue(HELD, backstop::QueueChange::Pause, &ops);
+    read(pause).await?;
+    let held_from = now_ms();
+    let mut held_until = None;
+
     let stop = Arc::new(AtomicBool::new(false));
     let paused = Arc::new(AtomicBool::new(false));
     let written = Arc::new(Mutex::new(HashMap::new()));
@@ -679,6 +686,12 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
             if let Some(p) = producers.take() {
                 let _ = p.await;
             }
+        }
+        if held_until.is_none() && begun.elapsed() >= lane.faults_for / 2 {
+            let sent = now_ms();
+            let resume = || t.store.set_queue(HELD, backstop::QueueChange::Resume, &ops);
+            read(resume).await?;
+            held_until = Some(sent);
         }
         let start = now_ms();
         let mut pid = None;
@@ -849,6 +862,7 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
         inbox_bound,
         graceful,
         running_after,
+        held: (held_from, held_until.unwrap_or(i64::MAX)),
         dir: dir.clone(),
     });
     if report.ok() {

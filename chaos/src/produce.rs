@@ -10,7 +10,7 @@ use std::time::Duration;
 use backstop::{NewTask, RetryPolicy, SagaStart, Transactional};
 
 use crate::driver::{Outcome, Target, Written};
-use crate::worker::{Work, FAIL, FAIL_ATTEMPTS, OK, RELAY};
+use crate::worker::{Work, FAIL, FAIL_ATTEMPTS, HELD, OK, RELAY};
 
 /// The producers: business transactions at `rate` per second until `stop`.
 pub(crate) async fn produce(
@@ -102,6 +102,7 @@ pub(crate) fn produced_by_workers(
             let event_type = match event_type.as_str() {
                 OK => OK,
                 RELAY => RELAY,
+                HELD => HELD,
                 _ => FAIL,
             };
             let outcome = match outcome {
@@ -125,7 +126,8 @@ pub(crate) fn produced_by_workers(
 const BATCH: usize = 5;
 
 /// A task of the run for business key `key`, and its event type: one in twenty fails for
-/// good, one in five of the rest is relayed; one in twenty of those is slow (long enough that a
+/// good, one in five of the rest is relayed, one in ten of the others is of the paused
+/// and resumed type; one in twenty of those is slow (long enough that a
 /// stopped worker wakes while its successor still runs the task, so its stale mark meets
 /// the fence), one in ten flaky.
 fn chaos_task(rng: &mut fastrand::Rng, key: &str) -> (&'static str, NewTask) {
@@ -144,6 +146,8 @@ fn chaos_task(rng: &mut fastrand::Rng, key: &str) -> (&'static str, NewTask) {
         FAIL
     } else if rng.u8(..100) < 20 {
         RELAY
+    } else if rng.u8(..100) < 10 {
+        HELD
     } else {
         OK
     };

@@ -22,6 +22,9 @@ pub const OK: &str = "CHAOS_OK";
 pub const FAIL: &str = "CHAOS_FAIL";
 /// Attempts of a `FAIL` task: each one is a run, the last parks it.
 pub const FAIL_ATTEMPTS: u32 = 3;
+/// The event type whose queue the driver pauses before any of its tasks exists and
+/// resumes halfway through the faults; its tasks succeed as `OK`'s do.
+pub const HELD: &str = "CHAOS_HELD";
 /// The event type whose tasks the relay publishes to the stream (they succeed once the
 /// entry is added) for the consumers to apply through the inbox.
 pub const RELAY: &str = "CHAOS_RELAY";
@@ -167,6 +170,14 @@ pub async fn run(url: &str, ledger_path: &Path, args: &[String]) -> Result<(), B
         .config(engine_config())
         .handler(
             OK,
+            Run {
+                ledger: Arc::clone(&ledger),
+                always_fail: false,
+            },
+            options.clone(),
+        )
+        .handler(
+            HELD,
             Run {
                 ledger: Arc::clone(&ledger),
                 always_fail: false,

@@ -7,6 +7,8 @@
 //! backstop --url URL tasks reset --event-type SEND_EMAIL --status failed
 //! backstop --url URL sagas list --status parked
 //! backstop --url URL sagas retry 7 --reason "the payment service is back"
+//! backstop --url URL queues pause SEND_EMAIL --reason "the mail provider is down"
+//! backstop --url URL queues list
 //! backstop --url URL migrate
 //! backstop --url URL schema
 //! BACKSTOP_CONSOLE_TOKEN=… backstop --url URL serve --listen 127.0.0.1:8080
@@ -24,12 +26,13 @@ use backstop::{
 };
 use clap::{Args, Parser, Subcommand};
 
+mod queues;
 mod sagas;
 mod serve;
 
 /// The operator's command line of backstop: see what is stuck and why, reset, cancel or
-/// delete tasks, retry, compensate or resolve sagas, print counts and the schema, run the
-/// web console.
+/// delete tasks, retry, compensate or resolve sagas, pause or resume queues, print counts
+/// and the schema, run the web console.
 ///
 /// Exit codes: 0 done; 1 the database failed (connect, query); 2 bad usage or input;
 /// 3 no such task or saga; 4 its state does not allow the action; 5 declined at the
@@ -71,6 +74,9 @@ enum Command {
     /// List and show sagas; retry, compensate or resolve one.
     #[command(subcommand)]
     Sagas(sagas::SagasCommand),
+    /// List queues (event types: paused or running, their backlog); pause or resume one.
+    #[command(subcommand)]
+    Queues(queues::QueuesCommand),
     /// Create the task, inbox and audit tables and their indexes (idempotent).
     Migrate,
     /// Print the DDL `migrate` runs for the URL's backend (nothing is connected).
@@ -255,7 +261,8 @@ async fn run(cli: Cli) -> Outcome {
             } else {
                 println!(
                     "migrated to schema version {1}: tables {0}, {0}_inbox, {0}_audit, \
-                     {0}_keys, {0}_handlers, {0}_barrier, {0}_saga, {0}_saga_step and {0}_saga_audit are in place (versions in \
+                     {0}_keys, {0}_handlers, {0}_barrier, {0}_saga, {0}_saga_step, \
+                     {0}_saga_audit, {0}_queues and {0}_queue_audit are in place (versions in \
                      {0}_migrations)",
                     cli.table,
                     backstop::driver::schema::LATEST
@@ -298,6 +305,7 @@ async fn run(cli: Cli) -> Outcome {
         Command::Tasks(TasksCommand::Cancel(a)) => act(&store, Action::Cancel, a, cli.json).await,
         Command::Tasks(TasksCommand::Delete(a)) => act(&store, Action::Delete, a, cli.json).await,
         Command::Sagas(command) => sagas::run(&store, command, cli.json).await,
+        Command::Queues(command) => queues::run(&store, command, cli.json).await,
     }
 }
 

@@ -1,8 +1,8 @@
 //! The standalone console (`backstop serve`) in a real browser: Debian's headless
 //! `chromium`, driven through `chromedriver` (WebDriver), against a real SQLite database
 //! with an engine running beside it. It signs in, lists the failed tasks, opens one,
-//! resets it and sees it succeed; screenshots of the overview and the detail page are
-//! saved under the test's output (`target/tmp/console-screenshots/`).
+//! resets it and sees it succeed, then pauses and resumes a queue; screenshots of the
+//! overview, the detail page and the queues are saved under the test's output (`target/tmp/console-screenshots/`).
 //!
 //! Needs `chromedriver` and `chromium` (installed by `scripts/test`); skipped with a
 //! printed reason without them, unless `BACKSTOP_TEST_REQUIRE` names `browser`.
@@ -407,6 +407,44 @@ fn the_standalone_console_lists_opens_and_resets_a_failed_task_in_a_browser() {
         "{timeline}"
     );
     b.screenshot(&shots.join("saga.png"));
+    // the queues: CHARGE waits with no handler; pause it with a reason, then resume it
+    b.click("nav a[href='/queues']");
+    let queues = b.wait_for("the queues", |p| p.contains("<h1>Queues</h1>"));
+    assert!(
+        queues.contains("CHARGE") && queues.contains("SEND_EMAIL"),
+        "{queues}"
+    );
+    b.type_into(
+        "form[action='/queues/CHARGE/pause'] input[name=reason]",
+        "card processor maintenance",
+    );
+    b.click("form[action='/queues/CHARGE/pause'] button");
+    let paused = b.wait_for("the pause", |p| p.contains("Queue paused"));
+    assert!(
+        paused.contains("form action=\"/queues/CHARGE/resume\"")
+            || paused.contains("action=\"/queues/CHARGE/resume\""),
+        "{paused}"
+    );
+    b.screenshot(&shots.join("queues.png"));
+    let q = rt.block_on(store.queues()).unwrap();
+    assert_eq!(
+        q.iter()
+            .map(|q| (q.event_type.as_str(), q.paused))
+            .collect::<Vec<_>>(),
+        vec![("CHARGE", true)]
+    );
+    let log = rt.block_on(store.queue_log("CHARGE")).unwrap();
+    assert_eq!(
+        (
+            log[0].action.as_str(),
+            log[0].operator.as_str(),
+            log[0].reason.as_str()
+        ),
+        ("pause", "browser-operator", "card processor maintenance")
+    );
+    b.click("form[action='/queues/CHARGE/resume'] button");
+    b.wait_for("the resume", |p| p.contains("Queue resumed"));
+    assert!(!rt.block_on(store.queues()).unwrap()[0].paused);
     drop(b);
     rt.block_on(engine.shutdown());
 }

@@ -725,3 +725,71 @@ async fn lists_shows_and_commands_sagas() {
         assert_eq!(code(&out), 2, "{}", stderr(&out));
     }
 }
+
+/// `queues`: a pause stops claims of the type (the store's claim passes it by) and is
+/// logged with the operator and reason; list shows it paused beside its backlog and a
+/// type never paused; resume lets claims take it again; a bad event type is exit 2 and
+/// writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pauses_lists_and_resumes_queues() {
+    for db in databases("pauses_lists_and_resumes_queues").await {
+        let mail = db
+            .store
+            .enqueue(NewTask::new("SEND_EMAIL", "m1"))
+            .await
+            .unwrap()
+            .id;
+        db.store
+            .enqueue(NewTask::new("SEND_SMS", "s1"))
+            .await
+            .unwrap();
+        let out = db.cli(&["queues", "pause", "SEND_EMAIL", "--reason", "provider down"]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert!(stdout(&out).contains("it is paused"), "{}", stdout(&out));
+        let owner = Owner::new("cli-test").unwrap();
+        assert!(db.store.claim_by_id(mail, &owner).await.unwrap().is_none());
+
+        let all = db.json(&["queues", "list"]);
+        let rows = all.as_array().unwrap();
+        assert_eq!(rows.len(), 2, "{all}");
+        assert_eq!(
+            (
+                &rows[0]["event_type"],
+                &rows[0]["paused"],
+                &rows[0]["pending"]
+            ),
+            (&"SEND_EMAIL".into(), &true.into(), &1.into()),
+            "{all}"
+        );
+        assert_eq!(
+            (&rows[1]["event_type"], &rows[1]["paused"]),
+            (&"SEND_SMS".into(), &false.into()),
+            "{all}"
+        );
+        let text = stdout(&db.cli(&["queues", "list"]));
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("SEND_EMAIL") && l.contains("paused")),
+            "{text}"
+        );
+        let shown = db.json(&["queues", "show", "SEND_EMAIL"]);
+        assert_eq!(
+            (&shown["log"][0]["action"], &shown["log"][0]["operator"]),
+            (&"pause".into(), &"ci-operator".into()),
+            "{shown}"
+        );
+        assert_eq!(shown["log"][0]["reason"], "provider down");
+
+        let done = db.json(&["queues", "resume", "SEND_EMAIL", "--reason", "back"]);
+        assert_eq!(done["paused"], false, "{done}");
+        let claimed = db.store.claim_by_id(mail, &owner).await.unwrap();
+        assert_eq!(claimed.map(|t| t.status), Some(Status::Running));
+        let shown = db.json(&["queues", "show", "SEND_EMAIL"]);
+        assert_eq!(shown["log"].as_array().unwrap().len(), 2, "{shown}");
+
+        let out = db.cli(&["queues", "pause", "bad type"]);
+        assert_eq!(code(&out), 2, "{}", stderr(&out));
+        assert!(stderr(&out).contains("event_type"), "{}", stderr(&out));
+        assert_eq!(db.store.queues().await.unwrap().len(), 1, "nothing written");
+    }
+}

@@ -21,11 +21,14 @@ use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
-use backstop_core::{Audit, BacklogGauges, Error, ErrorKind, Status, Task, TaskFilter, TaskStore};
+use backstop_core::{
+    Audit, BacklogGauges, BacklogReading, Error, ErrorKind, Status, Task, TaskFilter, TaskStore,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::metrics::Metrics;
 
+mod queues;
 mod sagas;
 use crate::ops::{self, Action, Target};
 
@@ -284,6 +287,9 @@ impl<S: TaskStore + Clone + 'static> Console<S> {
             .route("/tasks/{id}/confirm/{action}", get(confirm::<S>))
             .route("/tasks/{id}/{action}", post(act::<S>))
             .route("/bulk", get(bulk_confirm::<S>).post(bulk::<S>))
+            .route("/queues", get(queues::list::<S>))
+            .route("/queues/{event_type}", get(queues::detail::<S>))
+            .route("/queues/{event_type}/{action}", post(queues::change::<S>))
             .route("/sagas", get(sagas::list::<S>))
             .route("/sagas/{id}", get(sagas::detail::<S>))
             .route("/logout", post(logout))
@@ -884,23 +890,43 @@ async fn detail<S: TaskStore + Clone + 'static>(
         }
     }
     body.push_str("<h2>History</h2>");
-    if history.is_empty() {
-        body.push_str("<p class=empty>No operator has changed this task.</p>");
-    } else {
-        body.push_str("<table class=history><thead><tr><th>at (UTC)</th><th>action</th><th>operator</th><th>reason</th></tr></thead><tbody>");
-        for h in &history {
-            let _ = write!(
-                body,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                time(&h.at),
-                esc(&h.action),
-                esc(&h.operator),
-                esc(&h.reason)
-            );
-        }
-        body.push_str("</tbody></table>");
-    }
+    body.push_str(&log_table(
+        history.iter().map(|h| {
+            (
+                &h.at,
+                h.action.as_str(),
+                h.operator.as_str(),
+                h.reason.as_str(),
+            )
+        }),
+        "No operator has changed this task.",
+    ));
     page(&base, &caller, &format!("Task {id}"), &body).into_response()
+}
+
+/// An operators' log as a table (at, action, operator, reason), or `empty` as a note.
+fn log_table<'a>(
+    entries: impl ExactSizeIterator<
+        Item = (&'a chrono::DateTime<chrono::Utc>, &'a str, &'a str, &'a str),
+    >,
+    empty: &str,
+) -> String {
+    if entries.len() == 0 {
+        return format!("<p class=empty>{empty}</p>");
+    }
+    let mut out = String::from("<table class=history><thead><tr><th>at (UTC)</th><th>action</th><th>operator</th><th>reason</th></tr></thead><tbody>");
+    for (at, action, operator, reason) in entries {
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            time(at),
+            esc(action),
+            esc(operator),
+            esc(reason)
+        );
+    }
+    out.push_str("</tbody></table>");
+    out
 }
 
 async fn confirm<S: TaskStore + Clone + 'static>(
@@ -1136,20 +1162,11 @@ async fn metrics<S: TaskStore + Clone + 'static>(
             g.0.is_none_or(|at| at.elapsed() >= Duration::from_secs(15))
         };
         if due {
-            let read = async {
-                let stats = inner.store.backlog().await?;
-                let handled = inner.store.event_types().await?;
-                let sagas = inner.store.saga_backlog().await?;
-                Ok::<_, Error>((stats, handled, sagas))
-            };
-            match read.await {
-                Ok((stats, handled, sagas)) => {
-                    let handled = handled.into_iter().map(|t| t.event_type).collect();
+            match BacklogReading::read(&inner.store).await {
+                Ok(reading) => {
                     let mut g = inner.gauges.lock().unwrap_or_else(|p| p.into_inner());
                     g.0 = Some(Instant::now());
-                    g.1.record(&stats);
-                    g.1.record_sagas(&sagas);
-                    for (event_type, waiting) in g.1.record_unhandled(&stats, &handled) {
+                    for (event_type, waiting) in g.1.apply(&reading) {
                         tracing::warn!(%event_type, waiting,
                             "tasks wait for an event type no engine has a handler for");
                     }
@@ -1264,7 +1281,7 @@ fn page(base: &Base, caller: &Caller, title: &str, body: &str) -> Html<String> {
         _ => "read-only".to_owned(),
     };
     let nav = format!(
-        "<nav><a href=\"{home}\">Overview</a> <a href=\"{b}/tasks\">Tasks</a> <a href=\"{b}/tasks?status=failed\">Failed</a> <a href=\"{b}/tasks?status=failed&amp;error=to+reconcile%3A\">To reconcile</a> <a href=\"{b}/sagas\">Sagas</a>
+        "<nav><a href=\"{home}\">Overview</a> <a href=\"{b}/tasks\">Tasks</a> <a href=\"{b}/tasks?status=failed\">Failed</a> <a href=\"{b}/tasks?status=failed&amp;error=to+reconcile%3A\">To reconcile</a> <a href=\"{b}/sagas\">Sagas</a> <a href=\"{b}/queues\">Queues</a>
          <span class=who>{who}</span>
          <form method=post action=\"{b}/logout\" class=logout><button type=submit>Sign out</button></form></nav>",
         home = base.home()

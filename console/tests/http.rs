@@ -8,7 +8,7 @@ use axum::body::Body;
 use axum::http::{header, Method, Request, StatusCode};
 use axum::Router;
 use backstop_console::{Access, Console, TokenAuth};
-use backstop_core::{NewTask, Status, TaskStore};
+use backstop_core::{Audit, NewTask, Status, TaskStore};
 use backstop_sqlite::SqliteStore;
 use tower::ServiceExt;
 
@@ -756,4 +756,107 @@ async fn saga_pages_list_and_show_a_timeline() {
         page.body
     );
     assert!(page.body.contains("(redacted)"));
+}
+
+/// The queues page: read-only sees each queue and no button, and its POST is refused
+/// (nothing changes); an admin's pause needs the CSRF token, is applied with the
+/// operator's name and reason, shows the queue paused and its log; a bad event type is
+/// a 400 that writes nothing.
+#[tokio::test]
+async fn queues_pause_and_resume_audited_for_admins_only() {
+    use backstop_core::QueueChange;
+    let f = fixture().await;
+    f.store
+        .enqueue(NewTask::new("SEND_EMAIL", "m1"))
+        .await
+        .unwrap();
+    let app = f.console().router();
+    let page = send(&app, get("/queues", Some(READ))).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(
+        page.body.contains("SEND_EMAIL") && page.body.contains("active"),
+        "{}",
+        page.body
+    );
+    assert!(!page.body.contains("/queues/SEND_EMAIL/pause"), "no button");
+    let token = "0".repeat(32);
+    let got = send(
+        &app,
+        post(
+            "/queues/SEND_EMAIL/pause",
+            Some(READ),
+            &[("csrf", &token), ("reason", "x")],
+        ),
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::FORBIDDEN);
+    assert!(f.store.queues().await.unwrap().is_empty());
+
+    let page = send(&app, get("/queues", Some(ADMIN))).await;
+    assert!(
+        page.body.contains("/queues/SEND_EMAIL/pause"),
+        "{}",
+        page.body
+    );
+    let got = send(
+        &app,
+        post(
+            "/queues/SEND_EMAIL/pause",
+            Some(ADMIN),
+            &[("csrf", &token), ("reason", "x")],
+        ),
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::FORBIDDEN, "a wrong CSRF token");
+    assert!(f.store.queues().await.unwrap().is_empty());
+    let csrf = csrf(&page.body);
+    let got = send(
+        &app,
+        post(
+            "/queues/SEND_EMAIL/pause",
+            Some(ADMIN),
+            &[("csrf", &csrf), ("reason", "provider down")],
+        ),
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::SEE_OTHER);
+    assert_eq!(got.location.as_deref(), Some("/queues?done=pause"));
+    let q = f.store.queues().await.unwrap();
+    assert_eq!(
+        (q[0].event_type.as_str(), q[0].paused),
+        ("SEND_EMAIL", true)
+    );
+    let log = f.store.queue_log("SEND_EMAIL").await.unwrap();
+    assert_eq!(
+        (
+            log[0].action.as_str(),
+            log[0].operator.as_str(),
+            log[0].reason.as_str()
+        ),
+        ("pause", "alice", "provider down")
+    );
+    let detail = send(&app, get("/queues/SEND_EMAIL", Some(READ))).await;
+    assert_eq!(detail.status, StatusCode::OK);
+    assert!(
+        detail.body.contains("paused") && detail.body.contains("provider down"),
+        "{}",
+        detail.body
+    );
+    let got = send(
+        &app,
+        post(
+            "/queues/bad%20type/resume",
+            Some(ADMIN),
+            &[("csrf", &csrf), ("reason", "")],
+        ),
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::BAD_REQUEST, "{}", got.body);
+    assert_eq!(f.store.queues().await.unwrap().len(), 1);
+    f.store
+        .set_queue("SEND_EMAIL", QueueChange::Resume, &Audit::new("bob", ""))
+        .await
+        .unwrap();
+    let page = send(&app, get("/queues?done=resume", Some(ADMIN))).await;
+    assert!(page.body.contains("Queue resumed"), "{}", page.body);
 }

@@ -11,8 +11,8 @@ use axum::body::Body;
 use axum::http::{header, Request, StatusCode};
 use backstop_console::{Console, Metrics, TokenAuth};
 use backstop_core::{
-    handler_fn, Audit, Engine, EngineConfig, HandlerError, HandlerOptions, NewTask, RetryPolicy,
-    SagaCommand, SagaDef, SagaStatus, SagaStep, Status, Task, TaskStore,
+    handler_fn, Audit, Engine, EngineConfig, HandlerError, HandlerOptions, NewTask, QueueChange,
+    RetryPolicy, SagaCommand, SagaDef, SagaStatus, SagaStep, Status, Task, TaskStore,
 };
 use backstop_sqlite::SqliteStore;
 use tower::ServiceExt;
@@ -131,6 +131,18 @@ async fn the_scrape_counts_every_path_with_explicit_buckets_and_no_ids() {
         .command_saga(saga.id, SagaCommand::Park, &Audit::new("ops", "checking"))
         .await
         .unwrap();
+    // a paused queue, and one paused and resumed
+    for (t, changes) in [
+        ("HELD", &[QueueChange::Pause][..]),
+        ("BACK", &[QueueChange::Pause, QueueChange::Resume][..]),
+    ] {
+        for c in changes {
+            store
+                .set_queue(t, *c, &Audit::new("ops", "drill"))
+                .await
+                .unwrap();
+        }
+    }
 
     let page = scrape(&app).await;
     let parked = "backstop_sagas{saga=\"order\",status=\"parked\"}";
@@ -144,6 +156,16 @@ async fn the_scrape_counts_every_path_with_explicit_buckets_and_no_ids() {
     assert_eq!(
         value(&page, "backstop_unhandled_tasks{event_type=\"MAIL_TYPO\"}"),
         Some(1.0),
+        "{page}"
+    );
+    assert_eq!(
+        value(&page, "backstop_queue_paused{event_type=\"HELD\"}"),
+        Some(1.0),
+        "{page}"
+    );
+    assert_eq!(
+        value(&page, "backstop_queue_paused{event_type=\"BACK\"}"),
+        Some(0.0),
         "{page}"
     );
     assert_eq!(

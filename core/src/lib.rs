@@ -26,9 +26,10 @@ pub mod tx;
 
 pub use engine::{
     describe_metrics, handler_fn, is_lease_lost, kind_fn, lease_lost, metric_names, Archive,
-    BacklogGauges, Cancelled, Claimed, Context, Engine, EngineBuilder, EngineConfig,
-    EngineCounters, ErrorAction, Finding, FnHandler, Handler, HandlerError, HandlerOptions, Json,
-    JsonHandler, KindFn, Reconciler, Resolution, RunAhead, SagaSteps, StepContext, StepError,
+    BacklogGauges, BacklogReading, Cancelled, Claimed, Context, Engine, EngineBuilder,
+    EngineConfig, EngineCounters, ErrorAction, Finding, FnHandler, Handler, HandlerError,
+    HandlerOptions, Json, JsonHandler, KindFn, Reconciler, Resolution, RunAhead, SagaSteps,
+    StepContext, StepError,
 };
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use inbox::{Inbox, Message, Processed};
@@ -36,11 +37,12 @@ pub use kind::{register_kind, TaskKind};
 pub use limits::StoreConfig;
 pub use model::{
     Audit, AuditEntry, Backoff, Barrier, BarrierRecord, BranchCall, BranchOp, Dedup, Enqueued,
-    EventTypeSeen, Lease, Mark, MarkAction, NewTask, NudgeTask, Owner, Priority, ReconcileTask,
-    Recycled, RetryPolicy, Saga, SagaCommand, SagaCount, SagaDef, SagaDefBuilder, SagaFilter,
-    SagaId, SagaLogEntry, SagaStart, SagaStarted, SagaStatus, SagaStep, SagaStepRecord, Stats,
-    Status, StatusCount, StepApplied, StepOutcome, StepPhase, StepReport, StepRole, StepState,
-    StepTask, Task, TaskFilter, TaskId, TccDefBuilder, Throughput, WhenParked,
+    EventTypeSeen, Lease, Mark, MarkAction, NewTask, NudgeTask, Owner, Priority, Queue,
+    QueueChange, QueueLogEntry, ReconcileTask, Recycled, RetryPolicy, Saga, SagaCommand, SagaCount,
+    SagaDef, SagaDefBuilder, SagaFilter, SagaId, SagaLogEntry, SagaStart, SagaStarted, SagaStatus,
+    SagaStep, SagaStepRecord, Stats, Status, StatusCount, StepApplied, StepOutcome, StepPhase,
+    StepReport, StepRole, StepState, StepTask, Task, TaskFilter, TaskId, TccDefBuilder, Throughput,
+    WhenParked,
 };
 pub use notify::{Notifier, Wake, Wakes};
 pub use schedule::{Missed, Periodic, Schedule};

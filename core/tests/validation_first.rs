@@ -21,9 +21,10 @@ use backstop_core::limits::{
 use backstop_core::tx::{Answer, Dialect, Returns, Statement};
 use backstop_core::TaskStoreExt;
 use backstop_core::{
-    async_trait, Audit, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner, Recycled, Result,
-    RetryPolicy, SagaCommand, SagaDef, SagaFilter, SagaId, SagaStart, SagaStarted, SagaStatus,
-    SagaStep, Status, StepOutcome, StepReport, StoreConfig, TaskFilter, TaskId, TaskStore,
+    async_trait, Audit, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner, Queue, QueueChange,
+    QueueLogEntry, Recycled, Result, RetryPolicy, SagaCommand, SagaDef, SagaFilter, SagaId,
+    SagaStart, SagaStarted, SagaStatus, SagaStep, Status, StepOutcome, StepReport, StoreConfig,
+    TaskFilter, TaskId, TaskStore,
 };
 use backstop_core::{Transactional, TxConnection};
 
@@ -341,6 +342,37 @@ impl Driver for Tripwire {
         limit_ok(*limit);
         Ok(Vec::new())
     }
+    async fn set_queue(
+        &self,
+        event_type: Checked<&str>,
+        _: QueueChange,
+        audit: Checked<&Audit>,
+    ) -> Result<Queue> {
+        self.called();
+        event_type_ok(&event_type);
+        audit_ok(&audit);
+        Err(backstop_core::Error::new(
+            ErrorKind::Unexpected,
+            "set_queue",
+            "the tripwire stores no queue",
+        ))
+    }
+    async fn queues(&self) -> Result<Vec<Queue>> {
+        self.called();
+        Ok(Vec::new())
+    }
+    async fn queue_log(&self, event_type: Checked<&str>) -> Result<Vec<QueueLogEntry>> {
+        self.called();
+        event_type_ok(&event_type);
+        Ok(Vec::new())
+    }
+}
+
+fn event_type_ok(t: &str) {
+    assert!(
+        !t.is_empty() && t.len() <= MAX_EVENT_TYPE_BYTES && !t.contains(' '),
+        "event type {t:?} reached the driver"
+    );
 }
 
 struct Store(Tripwire);
@@ -479,6 +511,19 @@ async fn invalid_input_reaches_no_driver() {
             s.reset_matching(&TaskFilter::default(), &audit).await,
             "reset_matching",
         );
+        refused(
+            s.set_queue("MAIL", QueueChange::Pause, &audit).await,
+            "set_queue",
+        );
+    }
+    let long_type = "a".repeat(MAX_EVENT_TYPE_BYTES + 1);
+    for bad in ["", "a b", long_type.as_str()] {
+        let ok = Audit::new("bob", "why");
+        refused(
+            s.set_queue(bad, QueueChange::Resume, &ok).await,
+            "set_queue",
+        );
+        refused(s.queue_log(bad).await, "queue_log");
     }
     let ok = Audit::new("bob", "why");
     for status in [Status::Pending, Status::Running, Status::Succeeded] {

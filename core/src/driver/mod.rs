@@ -74,8 +74,8 @@ use chrono::{DateTime, Utc};
 use crate::error::Result;
 use crate::limits::StoreConfig;
 use crate::model::{
-    Audit, Lease, Mark, NewTask, Owner, Recycled, SagaFilter, SagaId, SagaStart, SagaStarted,
-    TaskFilter, TaskId,
+    Audit, Lease, Mark, NewTask, Owner, Queue, QueueChange, QueueLogEntry, Recycled, SagaFilter,
+    SagaId, SagaStart, SagaStarted, TaskFilter, TaskId,
 };
 
 #[cfg(any(
@@ -107,8 +107,9 @@ pub use release::{
 };
 pub use retry::retry_contention;
 pub use rows::{
-    RawAudit, RawBarrier, RawSaga, RawSagaStep, RawStats, RawTask, TaskRow, AUDIT_COLUMNS,
-    BARRIER_COLUMNS, COLUMNS, COLUMN_COUNT, SAGA_COLUMNS, SAGA_STEP_COLUMNS,
+    read_queue, read_queue_entry, RawAudit, RawBarrier, RawSaga, RawSagaStep, RawStats, RawTask,
+    TaskRow, AUDIT_COLUMNS, BARRIER_COLUMNS, COLUMNS, COLUMN_COUNT, QUEUE_AUDIT_COLUMNS,
+    QUEUE_COLUMNS, SAGA_COLUMNS, SAGA_STEP_COLUMNS,
 };
 pub use saga::SagaStartPlan;
 pub use saga_advance::{AdvanceDocuments, Advanced, SagaAdvance};
@@ -350,6 +351,28 @@ pub trait Driver: Send + Sync + 'static {
     /// `(event_type, first_seen_at, last_seen_at)`.
     async fn event_types(&self) -> Result<Vec<(String, DateTime<Utc>, DateTime<Utc>)>>;
 
+    /// [`set_queue`](crate::TaskStore::set_queue), in one transaction: upsert the queue
+    /// row of `event_type` with the change's setting (`paused` 1 for a pause, 0 for a
+    /// resume) and `updated_at = now`, changing an existing row only when its setting
+    /// differs; when it inserted or changed the row, append an entry (the change's
+    /// [`action`](QueueChange::action), operator, reason, now) to the queues'
+    /// operators' log; then read the row ([`QUEUE_COLUMNS`]). Checked: the event type
+    /// and the audit.
+    async fn set_queue(
+        &self,
+        event_type: Checked<&str>,
+        change: QueueChange,
+        audit: Checked<&Audit>,
+    ) -> Result<Queue>;
+
+    /// [`queues`](crate::TaskStore::queues): every row of the queues table
+    /// ([`QUEUE_COLUMNS`]), in any order.
+    async fn queues(&self) -> Result<Vec<Queue>>;
+
+    /// [`queue_log`](crate::TaskStore::queue_log): the entries of `event_type`
+    /// ([`QUEUE_AUDIT_COLUMNS`]), oldest first. Checked: the event type.
+    async fn queue_log(&self, event_type: Checked<&str>) -> Result<Vec<QueueLogEntry>>;
+
     /// The task table's name as this backend's statements write it (quoted, and
     /// qualified by its schema where it has one), and how they spell a list's
     /// conditions: what core needs to write a statement of its own in this backend's
@@ -393,6 +416,7 @@ pub mod prelude {
         InsertTexts, Returns, Statement, Transactional, TxConnection, Value, INSERT_PARAMS,
         INSERT_ROW_KEYS,
     };
+    pub use super::{read_queue, read_queue_entry, QUEUE_AUDIT_COLUMNS, QUEUE_COLUMNS};
     pub use super::{
         release_order_keys, release_order_keys_blocking, saga_write_blocking, saga_write_on,
         AdvanceDocuments, Advanced, KeyReleasePlan, KeysReleasePlan, OwnConnection, SagaAdvance,
@@ -402,8 +426,9 @@ pub mod prelude {
     pub use crate::limits::StoreConfig;
     pub use crate::model::{
         Audit, Barrier, BarrierRecord, BranchCall, BranchOp, Enqueued, Lease, Mark, MarkAction,
-        NewTask, Owner, Recycled, Saga, SagaDef, SagaFilter, SagaId, SagaStart, SagaStarted,
-        SagaStatus, Status, StepApplied, StepReport, TaskFilter, TaskId, WhenParked,
+        NewTask, Owner, Queue, QueueChange, QueueLogEntry, Recycled, Saga, SagaDef, SagaFilter,
+        SagaId, SagaStart, SagaStarted, SagaStatus, Status, StepApplied, StepReport, TaskFilter,
+        TaskId, WhenParked,
     };
     pub use async_trait::async_trait;
 }

@@ -8,8 +8,8 @@ use chrono::{DateTime, Utc};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::{
-    Backoff, BarrierRecord, BranchOp, Priority, RetryPolicy, Saga, SagaStatus, SagaStepRecord,
-    Status, StepState, Task, TaskId, WhenParked,
+    Backoff, BarrierRecord, BranchOp, Priority, Queue, QueueLogEntry, RetryPolicy, Saga,
+    SagaStatus, SagaStepRecord, Status, StepState, Task, TaskId, WhenParked,
 };
 
 /// The audit table's columns, in the order [`RawAudit::read`] reads them.
@@ -37,6 +37,34 @@ impl RawAudit {
             at: r.time(4)?,
         })
     }
+}
+
+/// The queues table's columns, in the order [`read_queue`] reads them.
+pub const QUEUE_COLUMNS: &str = "event_type, paused, updated_at";
+
+/// Read a row of [`QUEUE_COLUMNS`]: a queue's settings (`paused` a non-zero integer).
+pub fn read_queue<R: TaskRow + ?Sized>(r: &R) -> std::result::Result<Queue, R::Error> {
+    Ok(Queue {
+        event_type: r.text(0)?,
+        paused: r.int(1)? != 0,
+        updated_at: r.time(2)?,
+    })
+}
+
+/// The queues' operators' log's columns, in the order [`read_queue_entry`] reads them.
+pub const QUEUE_AUDIT_COLUMNS: &str = "event_type, action, operator, reason, at";
+
+/// Read a row of [`QUEUE_AUDIT_COLUMNS`].
+pub fn read_queue_entry<R: TaskRow + ?Sized>(
+    r: &R,
+) -> std::result::Result<QueueLogEntry, R::Error> {
+    Ok(QueueLogEntry {
+        event_type: r.text(0)?,
+        action: r.text(1)?,
+        operator: r.text(2)?,
+        reason: r.text(3)?,
+        at: r.time(4)?,
+    })
 }
 
 /// The barrier table's columns, in the order [`RawBarrier::read`] reads them.

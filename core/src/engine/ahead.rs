@@ -20,7 +20,8 @@ pub enum RunAhead {
     /// The enqueue found an existing task: it is not run again.
     Duplicate,
     /// Not claimed: the task is not due yet (delayed), waits behind an earlier task of its
-    /// order key, or another instance has it.
+    /// order key, its event type is paused ([`TaskStore::set_queue`](crate::TaskStore::set_queue)),
+    /// or another instance has it.
     NotClaimed,
     /// This engine has no handler for the event type; the task waits for an instance that
     /// has one.

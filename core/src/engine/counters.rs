@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::model::{SagaCount, Stats, Status};
+use crate::model::{Queue, SagaCount, Stats, Status};
 
 /// A snapshot of what one engine instance has done since it started.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -130,6 +130,11 @@ const OTHERS: &[(&str, &str, Kind)] = &[
         Kind::Gauge,
     ),
     (
+        "backstop_queue_paused",
+        "Per event type an operator has set: 1 while its queue is paused (no claim takes its tasks), 0 once resumed.",
+        Kind::Gauge,
+    ),
+    (
         "backstop_saga_unchanged_seconds",
         "Per definition (saga) and unfinished status: how long the least recently changed saga has been unchanged. A running or compensating one unchanged long past its stuck_after is not moving.",
         Kind::Gauge,
@@ -220,6 +225,40 @@ pub fn describe_metrics() {
     }
 }
 
+/// What [`BacklogGauges`] records, read from a store: the backlog, the fleet's handled
+/// event types, the saga backlog and the queues' settings (four reads).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct BacklogReading {
+    /// [`TaskStore::backlog`](crate::TaskStore::backlog).
+    pub stats: Stats,
+    /// The event types of [`TaskStore::event_types`](crate::TaskStore::event_types).
+    pub handled: std::collections::BTreeSet<String>,
+    /// [`TaskStore::saga_backlog`](crate::TaskStore::saga_backlog).
+    pub sagas: Vec<SagaCount>,
+    /// [`TaskStore::queues`](crate::TaskStore::queues).
+    pub queues: Vec<Queue>,
+}
+
+impl BacklogReading {
+    /// Read it from `store`.
+    pub async fn read<S: crate::store::TaskStore + ?Sized>(
+        store: &S,
+    ) -> crate::error::Result<BacklogReading> {
+        Ok(BacklogReading {
+            stats: store.backlog().await?,
+            handled: store
+                .event_types()
+                .await?
+                .into_iter()
+                .map(|t| t.event_type)
+                .collect(),
+            sagas: store.saga_backlog().await?,
+            queues: store.queues().await?,
+        })
+    }
+}
+
 /// Records a store's backlog counts ([`TaskStore::backlog`](crate::TaskStore::backlog))
 /// as the gauges `backstop_tasks{event_type, status}`, `backstop_tasks_total{status}` and
 /// `backstop_oldest_due_pending_seconds`. It remembers the label pairs it set, so a count
@@ -246,16 +285,18 @@ impl BacklogGauges {
         &mut self,
         store: &S,
     ) -> crate::error::Result<Vec<(String, u64)>> {
-        let stats = store.backlog().await?;
-        self.record(&stats);
-        self.record_sagas(&store.saga_backlog().await?);
-        let handled: std::collections::BTreeSet<String> = store
-            .event_types()
-            .await?
-            .into_iter()
-            .map(|t| t.event_type)
-            .collect();
-        Ok(self.record_unhandled(&stats, &handled))
+        let reading = BacklogReading::read(store).await?;
+        Ok(self.apply(&reading))
+    }
+
+    /// Set every gauge from `reading` ([`refresh`](Self::refresh) in two halves, for a
+    /// caller that reads without holding its gauges: the console's `/metrics`). Returns
+    /// the event types that just became unhandled.
+    pub fn apply(&mut self, reading: &BacklogReading) -> Vec<(String, u64)> {
+        self.record(&reading.stats);
+        self.record_sagas(&reading.sagas);
+        Self::record_queues(&reading.queues);
+        self.record_unhandled(&reading.stats, &reading.handled)
     }
 
     /// Set `backstop_unhandled_tasks` from `stats` and the fleet's `handled` event types;
@@ -309,6 +350,15 @@ impl BacklogGauges {
             metrics::gauge!("backstop_saga_unchanged_seconds", &labels).set(0.0);
         }
         self.sagas = now;
+    }
+
+    /// Set `backstop_queue_paused{event_type}` of every queue with a setting: 1 paused,
+    /// 0 running (a queue's row stays once set, so a resumed type reads 0).
+    pub fn record_queues(queues: &[Queue]) {
+        for q in queues {
+            metrics::gauge!("backstop_queue_paused", "event_type" => q.event_type.clone())
+                .set(if q.paused { 1.0 } else { 0.0 });
+        }
     }
 
     /// Set the gauges from `stats`.

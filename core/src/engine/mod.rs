@@ -51,7 +51,7 @@ pub use attempt::{is_lease_lost, lease_lost};
 pub use claimed::Claimed;
 pub use config::EngineConfig;
 pub use context::{Cancelled, Context};
-pub use counters::{describe_metrics, metric_names, BacklogGauges, EngineCounters};
+pub use counters::{describe_metrics, metric_names, BacklogGauges, BacklogReading, EngineCounters};
 pub use handler::{
     handler_fn, kind_fn, ErrorAction, FnHandler, Handler, HandlerError, HandlerOptions, Json,
     JsonHandler, KindFn,

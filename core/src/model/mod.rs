@@ -8,6 +8,7 @@ mod defaults;
 mod mark;
 mod new_task;
 mod query;
+mod queue;
 mod retry;
 mod saga;
 mod saga_run;
@@ -21,6 +22,7 @@ pub(crate) use defaults::register as register_defaults;
 pub use mark::{Mark, MarkAction};
 pub use new_task::{Dedup, Enqueued, NewTask, Priority, WhenParked};
 pub use query::{EventTypeSeen, Recycled, Stats, StatusCount, TaskFilter, Throughput};
+pub use queue::{Queue, QueueChange, QueueLogEntry};
 pub use retry::{Backoff, RetryPolicy};
 pub(crate) use saga::{check_name, check_saga_ids};
 pub use saga::{

@@ -15,9 +15,9 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::limits;
 use crate::model::{
     Audit, AuditEntry, BarrierRecord, Enqueued, EventTypeSeen, Lease, Mark, MarkAction, NewTask,
-    Owner, Recycled, Saga, SagaCommand, SagaCount, SagaDef, SagaFilter, SagaId, SagaLogEntry,
-    SagaStart, SagaStarted, SagaStatus, SagaStepRecord, Stats, Status, StatusCount, StepApplied,
-    StepReport, Task, TaskFilter, TaskId, Throughput,
+    Owner, Queue, QueueChange, QueueLogEntry, Recycled, Saga, SagaCommand, SagaCount, SagaDef,
+    SagaFilter, SagaId, SagaLogEntry, SagaStart, SagaStarted, SagaStatus, SagaStepRecord, Stats,
+    Status, StatusCount, StepApplied, StepReport, Task, TaskFilter, TaskId, Throughput,
 };
 
 /// The contract, implemented once for every driver: check the input, shortcut empty
@@ -690,6 +690,35 @@ impl TaskStore for dyn Driver {
                 last_seen,
             })
             .collect())
+    }
+
+    async fn set_queue(
+        &self,
+        event_type: &str,
+        change: QueueChange,
+        audit: &Audit,
+    ) -> Result<Queue> {
+        const OP: &str = "set_queue";
+        limits::check_event_type(OP, event_type)?;
+        audit.check(OP)?;
+        let d: &dyn Driver = self;
+        let (event_type, audit) = (Checked::new(event_type), Checked::new(audit));
+        run(d, OP, || Driver::set_queue(d, event_type, change, audit)).await
+    }
+
+    async fn queues(&self) -> Result<Vec<Queue>> {
+        let d: &dyn Driver = self;
+        let mut queues = run(d, "queues", || Driver::queues(d)).await?;
+        queues.sort_by(|a, b| a.event_type.cmp(&b.event_type));
+        Ok(queues)
+    }
+
+    async fn queue_log(&self, event_type: &str) -> Result<Vec<QueueLogEntry>> {
+        const OP: &str = "queue_log";
+        limits::check_event_type(OP, event_type)?;
+        let d: &dyn Driver = self;
+        let event_type = Checked::new(event_type);
+        run(d, OP, || Driver::queue_log(d, event_type)).await
     }
 
     async fn order_keys(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>> {

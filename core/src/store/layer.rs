@@ -9,10 +9,10 @@ use super::TaskStore;
 use crate::driver::{Backend, Driver};
 use crate::error::Result;
 use crate::model::{
-    Audit, AuditEntry, BarrierRecord, Enqueued, EventTypeSeen, Lease, Mark, NewTask, Owner,
-    Recycled, Saga, SagaCommand, SagaCount, SagaDef, SagaFilter, SagaId, SagaLogEntry, SagaStart,
-    SagaStarted, SagaStepRecord, Stats, StepApplied, StepReport, Task, TaskFilter, TaskId,
-    Throughput,
+    Audit, AuditEntry, BarrierRecord, Enqueued, EventTypeSeen, Lease, Mark, NewTask, Owner, Queue,
+    QueueChange, QueueLogEntry, Recycled, Saga, SagaCommand, SagaCount, SagaDef, SagaFilter,
+    SagaId, SagaLogEntry, SagaStart, SagaStarted, SagaStepRecord, Stats, StepApplied, StepReport,
+    Task, TaskFilter, TaskId, Throughput,
 };
 
 /// Declares [`Op`] from one list: its variants, [`Op::ALL`] and [`Op::name`].
@@ -122,6 +122,12 @@ ops! {
     RegisterEventTypes => "register_event_types",
     /// [`TaskStore::event_types`].
     EventTypes => "event_types",
+    /// [`TaskStore::set_queue`].
+    SetQueue => "set_queue",
+    /// [`TaskStore::queues`].
+    Queues => "queues",
+    /// [`TaskStore::queue_log`].
+    QueueLog => "queue_log",
 }
 
 impl std::fmt::Display for Op {
@@ -581,6 +587,32 @@ pub trait StoreLayer: Send + Sync + 'static {
         self.around(Call::new(Op::EventTypes), self.inner().event_types())
             .await
     }
+
+    /// [`TaskStore::set_queue`]; by default forwarded through [`around`](Self::around).
+    async fn on_set_queue(
+        &self,
+        event_type: &str,
+        change: QueueChange,
+        audit: &Audit,
+    ) -> Result<Queue> {
+        self.around(
+            Call::new(Op::SetQueue),
+            self.inner().set_queue(event_type, change, audit),
+        )
+        .await
+    }
+
+    /// [`TaskStore::queues`]; by default forwarded through [`around`](Self::around).
+    async fn on_queues(&self) -> Result<Vec<Queue>> {
+        self.around(Call::new(Op::Queues), self.inner().queues())
+            .await
+    }
+
+    /// [`TaskStore::queue_log`]; by default forwarded through [`around`](Self::around).
+    async fn on_queue_log(&self, event_type: &str) -> Result<Vec<QueueLogEntry>> {
+        self.around(Call::new(Op::QueueLog), self.inner().queue_log(event_type))
+            .await
+    }
 }
 
 /// Every layer is a store: each operation is the layer's (its override, or the
@@ -755,6 +787,23 @@ impl<L: StoreLayer + ?Sized> TaskStore for L {
 
     async fn event_types(&self) -> Result<Vec<EventTypeSeen>> {
         StoreLayer::on_event_types(self).await
+    }
+
+    async fn set_queue(
+        &self,
+        event_type: &str,
+        change: QueueChange,
+        audit: &Audit,
+    ) -> Result<Queue> {
+        StoreLayer::on_set_queue(self, event_type, change, audit).await
+    }
+
+    async fn queues(&self) -> Result<Vec<Queue>> {
+        StoreLayer::on_queues(self).await
+    }
+
+    async fn queue_log(&self, event_type: &str) -> Result<Vec<QueueLogEntry>> {
+        StoreLayer::on_queue_log(self, event_type).await
     }
 }
 

@@ -7,10 +7,10 @@ use async_trait::async_trait;
 
 use crate::error::Result;
 use crate::model::{
-    Audit, AuditEntry, BarrierRecord, Enqueued, EventTypeSeen, Lease, Mark, NewTask, Owner,
-    Recycled, Saga, SagaCommand, SagaCount, SagaDef, SagaFilter, SagaId, SagaLogEntry, SagaStart,
-    SagaStarted, SagaStepRecord, Stats, StepApplied, StepReport, Task, TaskFilter, TaskId,
-    Throughput,
+    Audit, AuditEntry, BarrierRecord, Enqueued, EventTypeSeen, Lease, Mark, NewTask, Owner, Queue,
+    QueueChange, QueueLogEntry, Recycled, Saga, SagaCommand, SagaCount, SagaDef, SagaFilter,
+    SagaId, SagaLogEntry, SagaStart, SagaStarted, SagaStepRecord, Stats, StepApplied, StepReport,
+    Task, TaskFilter, TaskId, Throughput,
 };
 
 mod driven;
@@ -126,8 +126,9 @@ pub trait TaskStore: Send + Sync + 'static {
 
     /// Claim one task by id: pending → running, only if it is due.
     ///
-    /// - Applies only when the task is pending and `next_run_at <= now`; returns `None`
-    ///   otherwise (missing, not due, or in any other status).
+    /// - Applies only when the task is pending, `next_run_at <= now` and its event type
+    ///   is not paused ([`set_queue`](Self::set_queue)); returns `None` otherwise
+    ///   (missing, not due, paused, or in any other status).
     /// - On success: status running, `owner` set, `attempts + 1`, `lease + 1`,
     ///   `updated_at = now`; the returned task shows the new values.
     /// - Of any number of concurrent callers, exactly one wins.
@@ -135,8 +136,9 @@ pub trait TaskStore: Send + Sync + 'static {
 
     /// Claim up to `limit` due pending tasks of the given event types.
     ///
-    /// - Due pending tasks only (`next_run_at <= now`), of `event_types` only; an empty
-    ///   list or `limit = 0` claims nothing.
+    /// - Due pending tasks only (`next_run_at <= now`), of `event_types` only, none of a
+    ///   paused type ([`set_queue`](Self::set_queue)); an empty list or `limit = 0`
+    ///   claims nothing.
     /// - In claim order: the lowest [`Priority`](crate::Priority) number first, then the
     ///   earliest due, then the oldest: `(priority, next_run_at, id)`; the result is in
     ///   that order.
@@ -492,6 +494,40 @@ pub trait TaskStore: Send + Sync + 'static {
     /// The event types some engine has registered (see
     /// [`register_event_types`](Self::register_event_types)), in order.
     async fn event_types(&self) -> Result<Vec<EventTypeSeen>>;
+
+    /// An operator's change of the settings of event type `event_type`'s queue
+    /// ([`QueueChange`]), audited. Returns the queue's settings as the change left them.
+    ///
+    /// # Contract
+    ///
+    /// - **Pause** keeps every claim off the type's tasks from the moment it commits:
+    ///   [`claim_by_id`](Self::claim_by_id), [`claim_batch`](Self::claim_batch), a claim
+    ///   on the caller's transaction, and a saga report's claimed next steps (inserted
+    ///   pending instead) all pass a paused type by, in the statement that claims, so
+    ///   every instance honours it at its next poll or wake-up without reading it first.
+    ///   Enqueues of the type commit and answer as before; running tasks run on and
+    ///   their marks apply.
+    /// - **Resume** lets the claims take the type's tasks again.
+    /// - **Audited**: a change that changes the setting and its entry in the queue's
+    ///   operators' log ([`queue_log`](Self::queue_log)) commit together. A change to
+    ///   what the setting already is (a pause of a paused type) writes nothing and
+    ///   answers the settings as they are.
+    /// - **Bad input writes nothing**: an invalid event type or audit is `InvalidInput`.
+    ///   A type no task or engine has named yet may be paused ahead of its first task.
+    async fn set_queue(
+        &self,
+        event_type: &str,
+        change: QueueChange,
+        audit: &Audit,
+    ) -> Result<Queue>;
+
+    /// The settings of every queue an operator has changed, by event type. A type with
+    /// no entry runs unpaused.
+    async fn queues(&self) -> Result<Vec<Queue>>;
+
+    /// The operators' log of event type `event_type`'s queue, oldest first.
+    /// `InvalidInput` for an invalid event type.
+    async fn queue_log(&self, event_type: &str) -> Result<Vec<QueueLogEntry>>;
 }
 
 /// Conveniences over [`TaskStore`], for every store (including `dyn TaskStore`).

@@ -9,6 +9,7 @@
 pub mod attempts;
 pub mod config;
 pub mod context;
+pub mod flow;
 pub mod kinds;
 pub mod leases;
 pub mod order;

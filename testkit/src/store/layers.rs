@@ -111,6 +111,19 @@ pub async fn layered_store_forwards_every_operation<H: Harness>(ctx: &Ctx<H>) {
         .map(|t| t.event_type)
         .collect();
     assert!(types.contains(&"L".to_owned()), "{types:?}");
+    let q = store
+        .set_queue("L", backstop_core::QueueChange::Pause, &audit)
+        .await
+        .unwrap();
+    assert!(q.paused);
+    assert_eq!(
+        store.queues().await.unwrap(),
+        ctx.store.queues().await.unwrap()
+    );
+    assert_eq!(store.queues().await.unwrap(), [q]);
+    let log = store.queue_log("L").await.unwrap();
+    assert_eq!(log, ctx.store.queue_log("L").await.unwrap());
+    assert_eq!(log.len(), 1);
     assert_eq!(faults.held_so_far(), 0, "nothing was held");
 }
 

@@ -20,6 +20,7 @@ pub mod marks;
 pub mod operators;
 pub mod order;
 pub mod queries;
+pub mod queues;
 pub mod recycle;
 pub mod reset;
 pub mod retention;

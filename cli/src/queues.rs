@@ -1,0 +1,140 @@
+//! `backstop queues`: each event type's queue (paused or running, its backlog), and an
+//! operator's pause or resume of one ([`TaskStore::set_queue`]), audited.
+//!
+//! A pause or resume asks no confirmation: it is undone by its opposite, and each is
+//! logged with who and why.
+
+use backstop::console::queues::{queue_json, queue_log_json, queue_views, QueueView};
+use backstop::{AnyStore, Audit, QueueChange, TaskStore};
+use clap::{Args, Subcommand};
+
+use crate::{print_rows, time, Outcome};
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum QueuesCommand {
+    /// Every event type: paused or active, its pending, running and failed tasks, when
+    /// an engine last handled it.
+    List,
+    /// One event type's queue and its operators' log (pauses and resumes).
+    Show {
+        /// The event type.
+        event_type: String,
+    },
+    /// Stop claiming the event type's tasks on every instance (within a poll); enqueues
+    /// go on, running tasks finish.
+    Pause(QueueArgs),
+    /// Claim the event type's tasks again.
+    Resume(QueueArgs),
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct QueueArgs {
+    /// The event type.
+    event_type: String,
+    /// Who does it, for the queue's log (default: $BACKSTOP_OPERATOR, then $USER).
+    #[arg(long)]
+    operator: Option<String>,
+    /// Why, for the queue's log.
+    #[arg(long, default_value = "")]
+    reason: String,
+}
+
+pub(crate) async fn run(store: &AnyStore, command: QueuesCommand, json: bool) -> Outcome {
+    match command {
+        QueuesCommand::List => {
+            let views = queue_views(store).await?;
+            if json {
+                let all: Vec<_> = views.iter().map(queue_json).collect();
+                println!("{}", serde_json::Value::Array(all));
+            } else {
+                print_queues(&views);
+            }
+            Ok(())
+        }
+        QueuesCommand::Show { event_type } => {
+            let log = store.queue_log(&event_type).await?;
+            let view = queue_views(store)
+                .await?
+                .into_iter()
+                .find(|v| v.event_type == event_type);
+            if json {
+                let mut doc = view
+                    .as_ref()
+                    .map(queue_json)
+                    .unwrap_or_else(|| serde_json::json!({"event_type": event_type}));
+                doc["log"] = log.iter().map(queue_log_json).collect();
+                println!("{doc}");
+                return Ok(());
+            }
+            match &view {
+                Some(v) => print_queues(std::slice::from_ref(v)),
+                None => println!("{event_type}: no tasks, no handler, never paused"),
+            }
+            println!("log");
+            if log.is_empty() {
+                println!("  (no operator changes)");
+            }
+            for e in &log {
+                println!(
+                    "  {}  {:<8}  {}  {}",
+                    time(&e.at),
+                    e.action,
+                    e.operator,
+                    e.reason
+                );
+            }
+            Ok(())
+        }
+        QueuesCommand::Pause(a) => change(store, QueueChange::Pause, a, json).await,
+        QueuesCommand::Resume(a) => change(store, QueueChange::Resume, a, json).await,
+    }
+}
+
+async fn change(store: &AnyStore, change: QueueChange, a: QueueArgs, json: bool) -> Outcome {
+    let audit = Audit::new(crate::operator(a.operator), a.reason);
+    let q = store.set_queue(&a.event_type, change, &audit).await?;
+    let state = if q.paused { "paused" } else { "active" };
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "action": change.action(), "event_type": q.event_type, "paused": q.paused,
+                "changed_at": q.updated_at.to_rfc3339(),
+            })
+        );
+    } else {
+        println!("done: {} {}; it is {state}", change.action(), q.event_type);
+    }
+    Ok(())
+}
+
+fn print_queues(views: &[QueueView]) {
+    if views.is_empty() {
+        println!("(no queues: no tasks, handlers or settings yet)");
+        return;
+    }
+    let mut rows = vec![[
+        "EVENT TYPE",
+        "STATE",
+        "PENDING",
+        "RUNNING",
+        "FAILED",
+        "HANDLED",
+        "CHANGED",
+    ]
+    .map(String::from)
+    .to_vec()];
+    let when = |t: &Option<chrono::DateTime<chrono::Utc>>| t.as_ref().map_or("-".into(), time);
+    for v in views {
+        rows.push(vec![
+            v.event_type.clone(),
+            if v.paused { "paused" } else { "active" }.into(),
+            v.pending.to_string(),
+            v.running.to_string(),
+            v.failed.to_string(),
+            when(&v.handled_at),
+            when(&v.changed_at),
+        ]);
+    }
+    print_rows(&mut std::io::stdout(), &rows);
+}
