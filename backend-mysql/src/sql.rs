@@ -381,7 +381,7 @@ impl Sql {
             ),
             // id, stuck_after µs
             manual_reset: format!(
-                "UPDATE {t} SET status = {RESET_STATUS}, attempts = 0, next_run_at = NOW(3),
+                "UPDATE {t} SET status = {RESET_STATUS}, attempts = 0, snoozes = 0, next_run_at = NOW(3),
                     owner = NULL, updated_at = NOW(3)
                  WHERE id = ? AND (status = 2
                     OR (status = 3 AND updated_at < NOW(3) - INTERVAL ? MICROSECOND))"
@@ -394,7 +394,7 @@ impl Sql {
             get_for_update: format!("SELECT {COLUMNS} FROM {t} WHERE id = ? FOR UPDATE"),
             delete: format!("DELETE FROM {t} WHERE id = ?"),
             retry: format!(
-                "UPDATE {t} SET status = {RESET_STATUS}, attempts = 0, next_run_at = NOW(3),
+                "UPDATE {t} SET status = {RESET_STATUS}, attempts = 0, snoozes = 0, next_run_at = NOW(3),
                     owner = NULL, updated_at = NOW(3)
                  WHERE id = ? AND status IN (?, ?)"
             ),
@@ -472,7 +472,7 @@ impl Sql {
                 "SELECT {SAGA_STEP_COLUMNS} FROM {tss} WHERE saga_id = ? ORDER BY position"
             ),
             reset_failed: format!(
-                "UPDATE {t} SET status = 0, attempts = 0, next_run_at = NOW(3), owner = NULL,
+                "UPDATE {t} SET status = 0, attempts = 0, snoozes = 0, next_run_at = NOW(3), owner = NULL,
                     updated_at = NOW(3)
                  WHERE event_type = ? AND status = 2 AND LOCATE(?, biz_key) = 1"
             ),

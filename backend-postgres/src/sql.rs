@@ -401,7 +401,7 @@ impl Sql {
             ),
             retry: format!(
                 "WITH r AS (
-                    UPDATE {t} SET status = {RESET_STATUS}, attempts = 0, next_run_at = now(),
+                    UPDATE {t} SET status = {RESET_STATUS}, attempts = 0, snoozes = 0, next_run_at = now(),
                         owner = NULL, updated_at = now()
                     WHERE id = $1 AND status IN ($4, $5)
                     RETURNING {COLUMNS}),
@@ -694,7 +694,7 @@ impl Sql {
             ),
             // $1 id, $2 stuck_after ms
             manual_reset: format!(
-                "UPDATE {t} SET status = {RESET_STATUS}, attempts = 0, next_run_at = now(),
+                "UPDATE {t} SET status = {RESET_STATUS}, attempts = 0, snoozes = 0, next_run_at = now(),
                     owner = NULL, updated_at = now()
                  WHERE id = $1 AND (status = 2
                     OR (status = 3 AND updated_at < now() - $2::bigint {MS}))
@@ -778,7 +778,7 @@ impl Sql {
             ),
             reset_failed: format!(
                 "WITH r AS (
-                    UPDATE {t} SET status = 0, attempts = 0, next_run_at = now(), owner = NULL,
+                    UPDATE {t} SET status = 0, attempts = 0, snoozes = 0, next_run_at = now(), owner = NULL,
                         updated_at = now()
                     WHERE event_type = $1 AND status = 2
                       AND left(biz_key, char_length($2::text)) = $2::text

@@ -393,7 +393,7 @@ impl Sql {
             ),
             // ?1 now, ?2 id, ?3 stuck cutoff
             manual_reset: format!(
-                "UPDATE {t} SET status = {RESET_STATUS}, attempts = 0, next_run_at = ?1,
+                "UPDATE {t} SET status = {RESET_STATUS}, attempts = 0, snoozes = 0, next_run_at = ?1,
                     owner = NULL, updated_at = ?1
                  WHERE id = ?2 AND (status = 2 OR (status = 3 AND updated_at < ?3))
                  RETURNING {COLUMNS}"
@@ -406,7 +406,7 @@ impl Sql {
             ),
             delete: format!("DELETE FROM {t} WHERE id = ?1 AND status <> 3 RETURNING {COLUMNS}"),
             retry: format!(
-                "UPDATE {t} SET status = {RESET_STATUS}, attempts = 0, next_run_at = ?1,
+                "UPDATE {t} SET status = {RESET_STATUS}, attempts = 0, snoozes = 0, next_run_at = ?1,
                     owner = NULL, updated_at = ?1
                  WHERE id = ?2 AND status IN (?3, ?4)
                  RETURNING {COLUMNS}"
@@ -484,7 +484,7 @@ impl Sql {
             ),
             // ?5 now
             reset_failed: format!(
-                "UPDATE {t} SET status = 0, attempts = 0, next_run_at = ?3, owner = NULL,
+                "UPDATE {t} SET status = 0, attempts = 0, snoozes = 0, next_run_at = ?3, owner = NULL,
                     updated_at = ?3
                  WHERE event_type = ?1 AND status = 2 AND substr(biz_key, 1, length(?2)) = ?2"
             ),

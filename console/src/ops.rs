@@ -314,6 +314,7 @@ pub fn task_json(task: &Task, payload: &str) -> serde_json::Value {
         "status": task.status.to_string(),
         "attempts": task.attempts,
         "max_attempts": task.retry.max_attempts,
+        "snoozes": task.snoozes,
         "retry": {
             "strategy": task.retry.backoff.strategy(),
             "interval_ms": task.retry.backoff.interval().as_millis() as u64,

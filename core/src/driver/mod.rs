@@ -219,7 +219,7 @@ pub trait Driver: Send + Sync + 'static {
 
     /// [`reset`](crate::TaskStore::reset): if task `id`'s status is one of `from`
     /// (codes of failed or cancelled; the two may be equal), set it pending with
-    /// `attempts = 0`, `next_run_at = now`, owner cleared, `updated_at = now` (`lease` and
+    /// `attempts = 0`, `snoozes = 0`, `next_run_at = now`, owner cleared, `updated_at = now` (`lease` and
     /// `last_error` kept), and append an audit entry (`reset`) in the same transaction;
     /// return the row as changed. Else say why not, writing nothing.
     async fn reset(&self, id: TaskId, from: [i16; 2], audit: Checked<&Audit>) -> Result<Change>;

@@ -239,11 +239,11 @@ impl RawSagaStep {
 pub const COLUMNS: &str = "id, event_type, biz_key, payload, status, attempts, \
     max_attempts, retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at, \
     owner, lease, last_error, created_at, updated_at, priority, retry_jitter_pct, order_key, \
-    order_block, timeout_ms";
+    order_block, timeout_ms, snoozes";
 
 /// How many columns [`COLUMNS`] names: the position of a column a statement selects
 /// after them.
-pub const COLUMN_COUNT: usize = 21;
+pub const COLUMN_COUNT: usize = 22;
 
 /// One row of [`COLUMNS`] as the database returned it, read column by column (`i` is the
 /// column's position). A driver implements it on its driver's row type, in its stored
@@ -290,6 +290,7 @@ pub struct RawTask {
     pub order_key: Option<String>,
     pub order_block: i64,
     pub timeout_ms: Option<i64>,
+    pub snoozes: i64,
 }
 
 impl RawTask {
@@ -317,6 +318,7 @@ impl RawTask {
             order_key: r.opt_text(18)?,
             order_block: r.int(19)?,
             timeout_ms: r.opt_int(20)?,
+            snoozes: r.int(21)?,
         })
     }
 
@@ -364,6 +366,7 @@ impl RawTask {
                 Some(ms) => Some(dur(ms, "timeout_ms")?),
                 None => None,
             },
+            snoozes: u32::try_from(self.snoozes).map_err(|_| bad("snoozes"))?,
             next_run_at: self.next_run_at,
             created_at: self.created_at,
             updated_at: self.updated_at,

@@ -305,9 +305,17 @@ fn outcome_mark(exec: &Executor, task: &Task, outcome: Outcome, c: &Counters) ->
         Outcome::Error(ErrorAction::Retry, msg) => retry(task.retry_delay(), msg),
         Outcome::Error(ErrorAction::RetryAfter(d), msg) => retry(d, msg),
         Outcome::Error(ErrorAction::Snooze(delay), msg) => {
+            let max = exec.options.max_snoozes;
+            if task.snoozes >= max {
+                // past its bound a snooze is a retry after the delay: counted (and
+                // failed, with no attempt left) as one
+                return retry(
+                    delay,
+                    format!("snoozed more than {max} times, this one spends an attempt: {msg}"),
+                );
+            }
             c.snoozed(et);
             tracing::debug!(?delay, %msg, "the handler snoozed the task");
-            let max = exec.options.max_snoozes;
             let error = format!("snoozed more than {max} times, this one spends an attempt: {msg}");
             Mark::snooze(lease, delay, max, error)
         }

@@ -167,6 +167,10 @@ pub struct Task {
     /// Its own attempt timeout, overriding its event type's
     /// ([`HandlerOptions::timeout`](crate::HandlerOptions::timeout)).
     pub timeout: Option<Duration>,
+    /// How many times its handlers snoozed it and got the attempt back
+    /// ([`HandlerError::snooze`](crate::HandlerError::snooze)); an operator's reset sets
+    /// it back to 0.
+    pub snoozes: u32,
 }
 
 impl Task {

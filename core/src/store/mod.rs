@@ -200,7 +200,7 @@ pub trait TaskStore: Send + Sync + 'static {
     ///   one transaction where the backend allows.
     async fn mark(&self, marks: &[Mark]) -> Result<Vec<bool>>;
 
-    /// An operator's retry: failed → pending with `attempts = 0`,
+    /// An operator's retry: failed → pending with `attempts = 0` (and `snoozes = 0`),
     /// due now, `last_error` kept for the record.
     ///
     /// - Also resets a *stuck* running task: one whose `updated_at` is older than
@@ -240,7 +240,7 @@ pub trait TaskStore: Send + Sync + 'static {
     async fn audit_log(&self, id: TaskId) -> Result<Vec<AuditEntry>>;
 
     /// An operator's retry of one task: failed or cancelled → pending with
-    /// `attempts = 0`, due now, owner cleared, `last_error` kept for the record; audited
+    /// `attempts = 0` and `snoozes = 0`, due now, owner cleared, `last_error` kept for the record; audited
     /// in the same transaction. A task with an order key goes back in line: pending if
     /// it is first (as a parked task that blocks its key is), else waiting. Needs no engine setting: a running task is never reset
     /// here (the dead-worker sweep recycles those whose owner died).

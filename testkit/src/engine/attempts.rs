@@ -338,12 +338,25 @@ pub async fn engine_handler_cancels_its_own_task<H: Harness>(ctx: &Ctx<H>) {
 /// succeeds (4 calls, attempts 1, no retry counted). Past the type's `max_snoozes` (2
 /// here) a snooze spends an attempt: snoozing for ever, a task of 2 attempts fails after
 /// 4 calls (2 snoozes given back, then 2 that spend the attempts), its last error saying
-/// so.
+/// so; those two count as a retry and a failure, not as snoozes. Each call sees the
+/// task's snooze count (`Task::snoozes`).
 pub async fn engine_handler_snoozes_without_spending_attempts<H: Harness>(ctx: &Ctx<H>) {
     let calls = Calls::default();
     let snoozer = |calls: &Calls| {
         recording(calls.clone(), |n, task: Task| async move {
             let wait = Duration::from_millis(30);
+            let seen = if task.biz_key == "never" {
+                (n - 1).min(2)
+            } else {
+                n - 1
+            };
+            if task.snoozes as usize != seen {
+                // the handler sees how often it snoozed (STRICT's bound stops the count at 2)
+                return Err(HandlerError::fail(format!(
+                    "call {n} saw {} snoozes",
+                    task.snoozes
+                )));
+            }
             match task.biz_key.as_str() {
                 "waits" if n <= 3 => Err(HandlerError::snooze(wait, "the upload is not there yet")),
                 "waits" => Ok(()),
@@ -379,7 +392,12 @@ pub async fn engine_handler_snoozes_without_spending_attempts<H: Harness>(ctx: &
     engine.shutdown().await;
     assert_eq!((calls.count("waits"), calls.count("never")), (4, 4));
     let k = engine.counters();
-    assert_eq!((k.snoozed, k.retried), (7, 0), "{k:?}");
+    assert_eq!(
+        (k.snoozed, k.retried, k.failed),
+        (5, 1, 1),
+        "three and two snoozes; past its bound a snooze counts as the retry it is, and the \
+         last as the failure: {k:?}"
+    );
 }
 
 /// jitter: tasks that fail together come back spread over `[w · (1 − jitter), w]` (`w`

@@ -320,9 +320,9 @@ pub async fn mark_snooze_gives_the_attempt_back_up_to_its_bound<H: Harness>(ctx:
         assert_eq!(flags, vec![true]);
         let s = ctx.task(e.id).await;
         assert_eq!(
-            (s.status, s.attempts, s.owner.as_deref()),
-            (Status::Pending, 1, None),
-            "snooze {n}: the attempt given back"
+            (s.status, s.attempts, s.owner.as_deref(), s.snoozes),
+            (Status::Pending, 1, None, n),
+            "snooze {n}: the attempt given back, counted"
         );
         assert_eq!(s.last_error.as_deref(), Some("first failure"), "snooze {n}");
         assert_eq!(
@@ -342,10 +342,18 @@ pub async fn mark_snooze_gives_the_attempt_back_up_to_its_bound<H: Harness>(ctx:
     );
     let f = ctx.task(e.id).await;
     assert_eq!(
-        (f.status, f.attempts, f.last_error.as_deref()),
-        (Status::Failed, 2, Some(over)),
+        (f.status, f.attempts, f.last_error.as_deref(), f.snoozes),
+        (Status::Failed, 2, Some(over), 2),
         "the third snooze is past the bound: a retry, and no attempt is left"
     );
+    // an operator's reset gives the snoozes back with the attempts
+    let r = ctx
+        .store
+        .reset(e.id, &backstop_core::Audit::new("ops", "again"))
+        .await
+        .unwrap();
+    assert_eq!((r.status, r.attempts, r.snoozes), (Status::Pending, 0, 0));
+    assert_eq!(ctx.task(e.id).await.snoozes, 0, "as stored");
     let long = Mark::snooze(t.lease(), Duration::from_secs(400 * 24 * 3600), 2, "x");
     assert_kind(
         ctx.store.mark(&[long]).await,
