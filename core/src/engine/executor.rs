@@ -267,6 +267,19 @@ pub(super) fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
 }
 
 /// The lease-fenced mark that records `outcome`, counted and logged.
+/// A handler's delay cut to the longest a store takes
+/// ([`MAX_INTERVAL`](crate::limits::MAX_INTERVAL)): a mark past it would be refused, and
+/// with it every mark of its batch (the tasks beside it left running until recycled).
+fn within_limit(delay: Duration) -> Duration {
+    if delay > crate::limits::MAX_INTERVAL {
+        tracing::warn!(
+            ?delay,
+            "the handler's delay is past the longest a store takes (365 days): cut to it"
+        );
+    }
+    delay.min(crate::limits::MAX_INTERVAL)
+}
+
 fn outcome_mark(exec: &Executor, task: &Task, outcome: Outcome, c: &Counters) -> Mark {
     let lease = task.lease();
     let et = exec.event_type.as_str();
@@ -303,8 +316,9 @@ fn outcome_mark(exec: &Executor, task: &Task, outcome: Outcome, c: &Counters) ->
             Mark::success(lease)
         }
         Outcome::Error(ErrorAction::Retry, msg) => retry(task.retry_delay(), msg),
-        Outcome::Error(ErrorAction::RetryAfter(d), msg) => retry(d, msg),
+        Outcome::Error(ErrorAction::RetryAfter(d), msg) => retry(within_limit(d), msg),
         Outcome::Error(ErrorAction::Snooze(delay), msg) => {
+            let delay = within_limit(delay);
             let max = exec.options.max_snoozes;
             if task.snoozes >= max {
                 // past its bound a snooze is a retry after the delay: counted (and

@@ -66,7 +66,8 @@ impl HandlerError {
         }
     }
 
-    /// Retry after `delay`.
+    /// Retry after `delay`; a delay past [`MAX_INTERVAL`](crate::limits::MAX_INTERVAL)
+    /// (365 days) is cut to it, with a warning.
     pub fn retry_after(delay: Duration, message: impl fmt::Display) -> Self {
         Self {
             action: ErrorAction::RetryAfter(delay),
@@ -90,7 +91,8 @@ impl HandlerError {
     /// window), up to its event type's [`max_snoozes`](HandlerOptions::max_snoozes)
     /// times over its life; past that a snooze is a [`retry_after`](Self::retry_after)
     /// (an attempt spent, `message` recorded). Unlike `retry_after`, a snooze within the
-    /// bound keeps `last_error` as it was. Counted in `backstop_snoozed_total`.
+    /// bound keeps `last_error` as it was. Counted in `backstop_snoozed_total`. A delay
+    /// past [`MAX_INTERVAL`](crate::limits::MAX_INTERVAL) (365 days) is cut to it.
     ///
     /// ```
     /// use std::time::Duration;

@@ -3,6 +3,7 @@
 
 use super::*;
 use backstop_core::{Audit, QueueChange};
+use chrono::Utc;
 
 /// Two engines (separate stores) handle `PZ`; it is paused. Tasks enqueued through an
 /// engine (run-ahead) and straight into the store (the poller's) are not started over
@@ -71,4 +72,75 @@ pub async fn engine_paused_type_starts_nothing_until_resumed<H: Harness>(ctx: &C
     }
     a.shutdown().await;
     b.shutdown().await;
+}
+
+/// A handler's delay past the store's limit (`limits::MAX_INTERVAL`, 365 days) —
+/// `retry_after` or `snooze` of 400 days — is cut to the limit: the task is pending, due
+/// in 365 days (a retry spent its attempt, a snooze gave it back and counted), and a
+/// task finishing beside it in the same batch of marks is recorded as always; no store
+/// error.
+pub async fn engine_handler_delay_past_the_limit_is_cut_to_it<H: Harness>(ctx: &Ctx<H>) {
+    use backstop_core::limits::MAX_INTERVAL;
+    let far = Duration::from_secs(400 * 24 * 3600);
+    let calls = Calls::default();
+    let handler = recording(calls.clone(), move |_, task: Task| async move {
+        match task.biz_key.as_str() {
+            "far-retry" => Err(HandlerError::retry_after(far, "come back next year")),
+            "far-snooze" => Err(HandlerError::snooze(far, "not before next year")),
+            _ => Ok(()),
+        }
+    });
+    let engine = Engine::builder(ctx.store.clone())
+        .config(fast_config().first_poll_delay(Duration::ZERO))
+        .handler("LONG", handler, opts())
+        .start()
+        .unwrap();
+    let before = Utc::now();
+    let mut ids = Vec::new();
+    for key in ["far-retry", "far-snooze", "fine"] {
+        ids.push(
+            ctx.store
+                .enqueue(NewTask::new("LONG", key))
+                .await
+                .unwrap()
+                .id,
+        );
+    }
+    wait_status(&ctx.store, ids[2], Status::Succeeded).await;
+    let mut got = Vec::new();
+    for id in &ids[..2] {
+        eventually("the far task given back", || async {
+            let t = ctx.task(*id).await;
+            t.status == Status::Pending && t.owner.is_none()
+        })
+        .await;
+        got.push(ctx.task(*id).await);
+    }
+    let after = Utc::now();
+    let limit = chrono_dur(MAX_INTERVAL);
+    for t in &got {
+        assert!(
+            t.next_run_at >= before + limit && t.next_run_at <= after + limit,
+            "{}: due at {} (the limit from {before})",
+            t.biz_key,
+            t.next_run_at
+        );
+    }
+    assert_eq!(
+        (got[0].attempts, got[0].snoozes),
+        (1, 0),
+        "a retry spent its attempt"
+    );
+    assert_eq!(
+        (got[1].attempts, got[1].snoozes),
+        (0, 1),
+        "a snooze gave it back"
+    );
+    engine.shutdown().await;
+    let k = engine.counters();
+    assert_eq!(
+        (k.store_errors, k.retried, k.snoozed, k.succeeded),
+        (0, 1, 1, 1),
+        "{k:?}"
+    );
 }
