@@ -592,6 +592,31 @@ impl Driver for MySqlDriver {
         .await
     }
 
+    async fn edit(
+        &self,
+        id: TaskId,
+        edit: Checked<&TaskEdit>,
+        audit: Checked<&Audit>,
+    ) -> Result<Change> {
+        let edit = *edit;
+        let (delay, at) = match edit.due {
+            Some(Due::Now) => (Some(0), None),
+            Some(Due::In(d)) => (Some(millis(d)), None),
+            Some(Due::At(t)) => (None, Some(t.naive_utc())),
+            _ => (None, None),
+        };
+        self.audited_update(id, edit.action(), *audit, move |sql| {
+            sqlx::query(safe(&sql.edit))
+                .bind(delay)
+                .bind(delay)
+                .bind(at)
+                .bind(at)
+                .bind(edit.payload.as_deref())
+                .bind(id)
+        })
+        .await
+    }
+
     async fn reset(&self, id: TaskId, from: [i16; 2], audit: Checked<&Audit>) -> Result<Change> {
         self.audited_update(id, "reset", *audit, |sql| {
             sqlx::query(safe(&sql.retry))

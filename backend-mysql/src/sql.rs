@@ -118,6 +118,9 @@ pub(crate) struct Sql {
     pub mark_snooze: String,
     pub release: String,
     pub manual_reset: String,
+    /// delay ms, delay ms, due at, due at, payload, id: a pending or waiting task's due
+    /// time and payload.
+    pub edit: String,
     /// id: pending or running → cancelled.
     pub cancel: String,
     /// id: the row, locked (for a delete).
@@ -387,6 +390,13 @@ impl Sql {
                     OR (status = 3 AND updated_at < NOW(3) - INTERVAL ? MICROSECOND))"
             ),
             status_of: format!("SELECT status FROM {t} WHERE id = ?"),
+            edit: format!(
+                "UPDATE {t} SET
+                    next_run_at = CASE WHEN ? IS NOT NULL THEN NOW(3) + INTERVAL (? * 1000) MICROSECOND
+                        WHEN ? IS NOT NULL THEN GREATEST(?, NOW(3)) ELSE next_run_at END,
+                    payload = COALESCE(?, payload), updated_at = NOW(3)
+                 WHERE id = ? AND status IN (0, 5)"
+            ),
             cancel: format!(
                 "UPDATE {t} SET status = 4, lease = lease + 1, updated_at = NOW(3)
                  WHERE id = ? AND status IN (0, 3, 5)"

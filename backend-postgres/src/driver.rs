@@ -331,6 +331,30 @@ impl Driver for PgDriver {
         self.changed(id, rows).await
     }
 
+    async fn edit(
+        &self,
+        id: TaskId,
+        edit: Checked<&TaskEdit>,
+        audit: Checked<&Audit>,
+    ) -> Result<Change> {
+        let (delay, at) = due_parts(edit.due);
+        let rows = self
+            .tasks(
+                &self.sql.edit,
+                &[
+                    &id,
+                    &delay,
+                    &at,
+                    &edit.payload.as_deref(),
+                    &edit.action(),
+                    &audit.operator,
+                    &audit.reason,
+                ],
+            )
+            .await?;
+        self.changed(id, rows).await
+    }
+
     async fn delete(&self, id: TaskId, audit: Checked<&Audit>) -> Result<Change> {
         let rows = self
             .tasks(&self.sql.delete, &[&id, &audit.operator, &audit.reason])
@@ -742,4 +766,15 @@ fn unexpected_answer(what: &str) -> Error {
         "saga_step",
         format!("the report's statement answered {what}"),
     )
+}
+
+/// An edit's due time as the statement's parameters: a delay in milliseconds (now is
+/// none), or a time.
+fn due_parts(due: Option<Due>) -> (Option<i64>, Option<DateTime<Utc>>) {
+    match due {
+        Some(Due::Now) => (Some(0), None),
+        Some(Due::In(d)) => (Some(millis(d)), None),
+        Some(Due::At(t)) => (None, Some(t)),
+        _ => (None, None),
+    }
 }

@@ -191,6 +191,9 @@ pub(crate) struct Sql {
     pub heartbeat: String,
     pub mark: String,
     pub manual_reset: String,
+    /// $1 id $2 delay ms $3 due at $4 payload $5 action $6 operator $7 reason: a
+    /// pending or waiting task's due time and payload, and its audit entry.
+    pub edit: String,
     /// $1 id $2 operator $3 reason.
     pub cancel: String,
     /// $1 id $2 operator $3 reason.
@@ -376,6 +379,20 @@ impl Sql {
                     ("schema", schema.to_owned()),
                 ],
             },
+            edit: format!(
+                "WITH e AS (
+                    UPDATE {t} SET
+                        next_run_at = CASE WHEN $2::bigint IS NOT NULL THEN now() + $2::bigint {MS}
+                            WHEN $3::timestamptz IS NOT NULL THEN GREATEST($3::timestamptz, now())
+                            ELSE next_run_at END,
+                        payload = COALESCE($4::text, payload), updated_at = now()
+                    WHERE id = $1 AND status IN (0, 5)
+                    RETURNING {COLUMNS}),
+                 a AS (
+                    INSERT INTO {ta} (task_id, action, operator, reason, at)
+                    SELECT id, $5, $6, $7, now() FROM e)
+                 SELECT {COLUMNS} FROM e"
+            ),
             // the change and its audit entry in one statement
             cancel: format!(
                 "WITH c AS (

@@ -341,6 +341,30 @@ impl Driver for SqliteDriver {
         .await
     }
 
+    async fn edit(
+        &self,
+        id: TaskId,
+        edit: Checked<&TaskEdit>,
+        audit: Checked<&Audit>,
+    ) -> Result<Change> {
+        let edit: TaskEdit = (*edit).clone();
+        let audit: Audit = (*audit).clone();
+        let (delay, at) = match edit.due {
+            Some(Due::Now) => (Some(0), None),
+            Some(Due::In(d)) => (Some(millis(d)), None),
+            Some(Due::At(t)) => (None, Some(t.timestamp_millis())),
+            _ => (None, None),
+        };
+        self.write("edit", move |sql, tx, now| {
+            let row = tx
+                .prepare_cached(&sql.edit)?
+                .query_row(params![now, delay, at, edit.payload, id], raw_task)
+                .optional()?;
+            audited(sql, tx, id, edit.action(), &audit, now, row)
+        })
+        .await
+    }
+
     async fn reset(&self, id: TaskId, from: [i16; 2], audit: Checked<&Audit>) -> Result<Change> {
         let audit = audit.cloned();
         self.write("reset", move |sql, tx, now| {

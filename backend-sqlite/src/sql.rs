@@ -148,6 +148,9 @@ pub(crate) struct Sql {
     pub mark_snooze: String,
     pub release: String,
     pub manual_reset: String,
+    /// ?1 now ?2 delay ms ?3 due at ms ?4 payload ?5 id: a pending or waiting task's due
+    /// time and payload.
+    pub edit: String,
     /// ?1 now ?2 id: pending or running → cancelled.
     pub cancel: String,
     /// ?1 id: not running.
@@ -399,6 +402,14 @@ impl Sql {
                  RETURNING {COLUMNS}"
             ),
             status_of: format!("SELECT status FROM {t} WHERE id = ?1"),
+            edit: format!(
+                "UPDATE {t} SET
+                    next_run_at = CASE WHEN ?2 IS NOT NULL THEN ?1 + ?2
+                        WHEN ?3 IS NOT NULL THEN max(?3, ?1) ELSE next_run_at END,
+                    payload = COALESCE(?4, payload), updated_at = ?1
+                 WHERE id = ?5 AND status IN (0, 5)
+                 RETURNING {COLUMNS}"
+            ),
             cancel: format!(
                 "UPDATE {t} SET status = 4, lease = lease + 1, updated_at = ?1
                  WHERE id = ?2 AND status IN (0, 3, 5)

@@ -26,6 +26,7 @@ use backstop::{
 };
 use clap::{Args, Parser, Subcommand};
 
+mod edit;
 mod queues;
 mod sagas;
 mod serve;
@@ -68,7 +69,7 @@ enum Command {
         #[arg(long)]
         all: bool,
     },
-    /// List, show, reset, cancel or delete tasks.
+    /// List, show, reset, cancel, delete or edit tasks.
     #[command(subcommand)]
     Tasks(TasksCommand),
     /// List and show sagas; retry, compensate or resolve one.
@@ -109,6 +110,8 @@ enum TasksCommand {
     Cancel(ActionArgs),
     /// Remove tasks that are not running (the audit entry stays).
     Delete(ActionArgs),
+    /// A pending or waiting task: run it now, reschedule it, or replace its payload.
+    Edit(edit::EditArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -143,18 +146,35 @@ struct ActionArgs {
     id: Option<i64>,
     #[command(flatten)]
     filter: FilterArgs,
+    #[command(flatten)]
+    change: ChangeArgs,
+}
+
+/// What every change takes: a dry run or a confirmation, and who and why for its log.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct ChangeArgs {
     /// Show what would change; change nothing.
     #[arg(long)]
     dry_run: bool,
     /// Do not ask for confirmation (needed when stdin is not a terminal).
     #[arg(long, short = 'y')]
     yes: bool,
-    /// Who does it, for the audit log (default: $BACKSTOP_OPERATOR, then $USER).
+    /// Who does it, for the log (default: $BACKSTOP_OPERATOR, then $USER).
     #[arg(long)]
     operator: Option<String>,
-    /// Why, for the audit log.
+    /// Why, for the log.
     #[arg(long, default_value = "")]
     reason: String,
+}
+
+impl ChangeArgs {
+    /// The audit of the change, checked (`InvalidInput` before anything is listed or
+    /// asked).
+    fn audit(&self) -> Result<Audit, Failure> {
+        let audit = Audit::new(operator(self.operator.clone()), self.reason.clone());
+        audit.validate()?;
+        Ok(audit)
+    }
 }
 
 /// The exit codes, stable for scripts.
@@ -304,6 +324,7 @@ async fn run(cli: Cli) -> Outcome {
         Command::Tasks(TasksCommand::Reset(a)) => act(&store, Action::Reset, a, cli.json).await,
         Command::Tasks(TasksCommand::Cancel(a)) => act(&store, Action::Cancel, a, cli.json).await,
         Command::Tasks(TasksCommand::Delete(a)) => act(&store, Action::Delete, a, cli.json).await,
+        Command::Tasks(TasksCommand::Edit(a)) => edit::run(&store, a, cli.json).await,
         Command::Sagas(command) => sagas::run(&store, command, cli.json).await,
         Command::Queues(command) => queues::run(&store, command, cli.json).await,
     }
@@ -418,9 +439,7 @@ async fn act(store: &AnyStore, action: Action, a: ActionArgs, json: bool) -> Out
         }
         None => Target::filter(a.filter.to_filter()?)?,
     };
-    let audit = Audit::new(operator(a.operator.clone()), a.reason.clone());
-    // the audit is checked before anything is listed or asked
-    audit.validate()?;
+    let audit = a.change.audit()?;
     let plan = ops::plan(store, action, &target).await?;
     let matching = ops::matching(store, action, &target).await?;
     // "50 task(s)", or "50 of 1234 matching task(s)" when the limit leaves some out
@@ -429,7 +448,7 @@ async fn act(store: &AnyStore, action: Action, a: ActionArgs, json: bool) -> Out
         false => format!("{} task(s)", plan.len()),
     };
     let verb = action.verb();
-    if a.dry_run {
+    if a.change.dry_run {
         if json {
             print_action_json(action, true, &plan, &[]);
         } else if plan.is_empty() {
@@ -448,7 +467,7 @@ async fn act(store: &AnyStore, action: Action, a: ActionArgs, json: bool) -> Out
         }
         return Ok(());
     }
-    if !a.yes {
+    if !a.change.yes {
         confirm(
             &format!("{verb} {} task(s)", plan.len()),
             &format!("{verb} {count}"),

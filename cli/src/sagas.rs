@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use backstop::{AnyStore, Audit, Saga, SagaCommand, SagaFilter, SagaStatus, TaskStore};
+use backstop::{AnyStore, Saga, SagaCommand, SagaFilter, SagaStatus, TaskStore};
 use clap::{Args, Subcommand};
 
 use crate::{ops, print_rows, time, Exit, Failure, Outcome};
@@ -51,18 +51,8 @@ pub(crate) enum SagasCommand {
 pub(crate) struct SagaArgs {
     /// The saga's id.
     id: i64,
-    /// Show the saga and what would be done; change nothing.
-    #[arg(long)]
-    dry_run: bool,
-    /// Do not ask for confirmation (needed when stdin is not a terminal).
-    #[arg(long, short = 'y')]
-    yes: bool,
-    /// Who does it, for the saga's log (default: $BACKSTOP_OPERATOR, then $USER).
-    #[arg(long)]
-    operator: Option<String>,
-    /// Why, for the saga's log.
-    #[arg(long, default_value = "")]
-    reason: String,
+    #[command(flatten)]
+    change: crate::ChangeArgs,
 }
 
 pub(crate) async fn run(store: &AnyStore, command: SagasCommand, json: bool) -> Outcome {
@@ -213,14 +203,13 @@ async fn show(store: &AnyStore, id: i64, json: bool) -> Outcome {
 }
 
 async fn command_saga(store: &AnyStore, command: SagaCommand, a: SagaArgs, json: bool) -> Outcome {
-    let audit = Audit::new(crate::operator(a.operator.clone()), a.reason.clone());
-    audit.validate()?;
+    let audit = a.change.audit()?;
     let saga = find(store, a.id).await?;
     let what = match command {
         SagaCommand::Resolve(to) => format!("resolve saga {} as {to}", saga.id),
         other => format!("{} saga {}", other.as_str(), saga.id),
     };
-    if a.dry_run {
+    if a.change.dry_run {
         if json {
             println!(
                 "{}",
@@ -232,7 +221,7 @@ async fn command_saga(store: &AnyStore, command: SagaCommand, a: SagaArgs, json:
         }
         return Ok(());
     }
-    if !a.yes {
+    if !a.change.yes {
         crate::confirm(
             &what,
             &format!("{what}, now {}", saga.status),

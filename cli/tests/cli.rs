@@ -793,3 +793,93 @@ async fn pauses_lists_and_resumes_queues() {
         assert_eq!(db.store.queues().await.unwrap().len(), 1, "nothing written");
     }
 }
+
+/// `tasks edit`: a dry run changes nothing; without --yes at no terminal it is refused
+/// (exit 2); run now makes a delayed task due, a payload edit replaces it, each audited
+/// with the operator and reason; a running task is exit 4, a missing one 3, a payload
+/// that is not JSON or an edit of nothing 2, writing nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edits_a_waiting_task() {
+    for db in databases("edits_a_waiting_task").await {
+        let id = db
+            .store
+            .enqueue(
+                NewTask::new("SEND_EMAIL", "later").delay(std::time::Duration::from_secs(3600)),
+            )
+            .await
+            .unwrap()
+            .id;
+        let due = db.store.get(id).await.unwrap().unwrap().next_run_at;
+        let sid = id.to_string();
+        let out = db.cli(&["tasks", "edit", &sid, "--run-now", "--dry-run"]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert!(
+            stdout(&out).contains("would run_now task"),
+            "{}",
+            stdout(&out)
+        );
+        let out = db.cli(&["tasks", "edit", &sid, "--run-now"]);
+        assert_eq!(code(&out), 2, "no terminal, no --yes: {}", stderr(&out));
+        assert_eq!(db.store.get(id).await.unwrap().unwrap().next_run_at, due);
+
+        let done = db.json(&[
+            "tasks",
+            "edit",
+            &sid,
+            "--run-now",
+            "--yes",
+            "--reason",
+            "customer waits",
+        ]);
+        assert_eq!(done["action"], "run_now", "{done}");
+        let t = db.store.get(id).await.unwrap().unwrap();
+        assert!(t.next_run_at < due, "due now, not in an hour");
+        let out = db.cli(&[
+            "tasks",
+            "edit",
+            &sid,
+            "--payload",
+            "{\"to\":\"x@y\"}",
+            "--yes",
+        ]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert_eq!(
+            db.store.get(id).await.unwrap().unwrap().payload,
+            "{\"to\":\"x@y\"}"
+        );
+        let log = db.store.audit_log(id).await.unwrap();
+        let entries: Vec<(&str, &str, &str)> = log
+            .iter()
+            .map(|e| (e.action.as_str(), e.operator.as_str(), e.reason.as_str()))
+            .collect();
+        assert_eq!(
+            entries,
+            [
+                ("run_now", "ci-operator", "customer waits"),
+                ("edit", "ci-operator", "")
+            ]
+        );
+
+        for (args, exit) in [
+            (vec!["--payload", "{nope"], 2),
+            (vec![], 2),
+            (vec!["--run-in", "soon"], 2),
+        ] {
+            let mut all = vec!["tasks", "edit", &sid, "--yes"];
+            all.extend(args.iter().copied());
+            let out = db.cli(&all);
+            assert_eq!(code(&out), exit, "{args:?}: {}", stderr(&out));
+        }
+        let owner = Owner::new("cli-test").unwrap();
+        db.store.claim_by_id(id, &owner).await.unwrap().unwrap();
+        let out = db.cli(&["tasks", "edit", &sid, "--run-now", "--yes"]);
+        assert_eq!(code(&out), 4, "{}", stderr(&out));
+        let out = db.cli(&["tasks", "edit", "999999", "--run-now", "--yes"]);
+        assert_eq!(code(&out), 3, "{}", stderr(&out));
+        assert_eq!(
+            db.store.audit_log(id).await.unwrap().len(),
+            2,
+            "nothing more"
+        );
+    }
+}

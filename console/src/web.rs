@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::metrics::Metrics;
 
+mod edit;
 mod queues;
 mod sagas;
 use crate::ops::{self, Action, Target};
@@ -285,6 +286,7 @@ impl<S: TaskStore + Clone + 'static> Console<S> {
             .route("/tasks", get(tasks::<S>))
             .route("/tasks/{id}", get(detail::<S>))
             .route("/tasks/{id}/confirm/{action}", get(confirm::<S>))
+            .route("/tasks/{id}/edit", post(edit::apply::<S>))
             .route("/tasks/{id}/{action}", post(act::<S>))
             .route("/bulk", get(bulk_confirm::<S>).post(bulk::<S>))
             .route("/queues", get(queues::list::<S>))
@@ -826,8 +828,16 @@ async fn detail<S: TaskStore + Clone + 'static>(
         Err(e) => return store_error(&base, &e),
     };
     let mut body = String::new();
-    if let Some(d) = done.done.and_then(|d| d.parse::<Action>().ok()) {
-        let _ = write!(body, "<p class=flash>Task {id} {}.</p>", d.done());
+    match done.done.as_deref() {
+        Some("edit") => {
+            let _ = write!(body, "<p class=flash>Task {id} edited.</p>");
+        }
+        Some(d) => {
+            if let Ok(d) = d.parse::<Action>() {
+                let _ = write!(body, "<p class=flash>Task {id} {}.</p>", d.done());
+            }
+        }
+        None => {}
     }
     let _ = write!(
         body,
@@ -888,6 +898,9 @@ async fn detail<S: TaskStore + Clone + 'static>(
             }
             body.push_str("</p>");
         }
+    }
+    if caller.admin().is_some() && matches!(task.status, Status::Pending | Status::Waiting) {
+        body.push_str(&edit::form(b, &caller, id));
     }
     body.push_str("<h2>History</h2>");
     body.push_str(&log_table(

@@ -860,3 +860,86 @@ async fn queues_pause_and_resume_audited_for_admins_only() {
     let page = send(&app, get("/queues?done=resume", Some(ADMIN))).await;
     assert!(page.body.contains("Queue resumed"), "{}", page.body);
 }
+
+/// A pending task's detail page has an edit form for admins (not for read-only access,
+/// nor for a running task); a run-now edit is applied with the operator's name and
+/// reason; a payload that is not JSON is a 400 that writes nothing; read-only is 403.
+#[tokio::test]
+async fn an_admin_edits_a_pending_task_from_its_page() {
+    use std::time::Duration;
+    let f = fixture().await;
+    let id = f
+        .store
+        .enqueue(NewTask::new("SEND_EMAIL", "later").delay(Duration::from_secs(3600)))
+        .await
+        .unwrap()
+        .id;
+    let due = f.store.get(id).await.unwrap().unwrap().next_run_at;
+    let app = f.console().router();
+    let page = send(&app, get(&format!("/tasks/{id}"), Some(READ))).await;
+    assert!(!page.body.contains("/edit\""), "read-only: no form");
+    let page = send(&app, get(&format!("/tasks/{id}"), Some(ADMIN))).await;
+    assert!(
+        page.body.contains(&format!("action=\"/tasks/{id}/edit\"")),
+        "{}",
+        page.body
+    );
+    let token = csrf(&page.body);
+    let got = send(
+        &app,
+        post(
+            &format!("/tasks/{id}/edit"),
+            Some(READ),
+            &[("csrf", &token), ("run", "now")],
+        ),
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::FORBIDDEN);
+    let got = send(
+        &app,
+        post(
+            &format!("/tasks/{id}/edit"),
+            Some(ADMIN),
+            &[("csrf", &token), ("run", ""), ("payload", "{nope")],
+        ),
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::BAD_REQUEST, "{}", got.body);
+    assert!(f.store.audit_log(id).await.unwrap().is_empty());
+    let got = send(
+        &app,
+        post(
+            &format!("/tasks/{id}/edit"),
+            Some(ADMIN),
+            &[
+                ("csrf", &token),
+                ("run", "now"),
+                ("payload", ""),
+                ("reason", "customer waits"),
+            ],
+        ),
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::SEE_OTHER, "{}", got.body);
+    assert_eq!(
+        got.location.as_deref(),
+        Some(format!("/tasks/{id}?done=edit").as_str())
+    );
+    let t = f.store.get(id).await.unwrap().unwrap();
+    assert!(t.next_run_at < due, "due now");
+    let log = f.store.audit_log(id).await.unwrap();
+    assert_eq!(
+        (
+            log[0].action.as_str(),
+            log[0].operator.as_str(),
+            log[0].reason.as_str()
+        ),
+        ("run_now", "alice", "customer waits")
+    );
+    let page = send(&app, get(&format!("/tasks/{id}?done=edit"), Some(ADMIN))).await;
+    assert!(page.body.contains("edited."), "{}", page.body);
+    let owner = backstop_core::Owner::new("w").unwrap();
+    f.store.claim_by_id(id, &owner).await.unwrap().unwrap();
+    let page = send(&app, get(&format!("/tasks/{id}"), Some(ADMIN))).await;
+    assert!(!page.body.contains("/edit\""), "running: no form");
+}

@@ -24,7 +24,7 @@ use backstop_core::{
     async_trait, Audit, ErrorKind, Lease, Mark, MarkAction, NewTask, Owner, Queue, QueueChange,
     QueueLogEntry, Recycled, Result, RetryPolicy, SagaCommand, SagaDef, SagaFilter, SagaId,
     SagaStart, SagaStarted, SagaStatus, SagaStep, Status, StepOutcome, StepReport, StoreConfig,
-    TaskFilter, TaskId, TaskStore,
+    TaskEdit, TaskFilter, TaskId, TaskStore,
 };
 use backstop_core::{Transactional, TxConnection};
 
@@ -191,6 +191,24 @@ impl Driver for Tripwire {
     async fn cancel(&self, _id: TaskId, audit: Checked<&Audit>) -> Result<Change> {
         self.called();
         audit_ok(&audit);
+        Ok(Change::Missing)
+    }
+
+    async fn edit(
+        &self,
+        _id: TaskId,
+        edit: Checked<&TaskEdit>,
+        audit: Checked<&Audit>,
+    ) -> Result<Change> {
+        self.called();
+        audit_ok(&audit);
+        assert!(
+            edit.due.is_some() || edit.payload.is_some(),
+            "an empty edit reached the driver"
+        );
+        if let Some(backstop_core::Due::In(d)) = edit.due {
+            age_ok(d);
+        }
         Ok(Change::Missing)
     }
 
@@ -515,6 +533,15 @@ async fn invalid_input_reaches_no_driver() {
             s.set_queue("MAIL", QueueChange::Pause, &audit).await,
             "set_queue",
         );
+        refused(s.edit(1, &TaskEdit::run_now(), &audit).await, "edit");
+    }
+    let ok = Audit::new("bob", "why");
+    for edit in [
+        TaskEdit::default(),
+        TaskEdit::run_in(MAX_INTERVAL + Duration::from_secs(1)),
+        TaskEdit::default().payload("{nope"),
+    ] {
+        refused(s.edit(1, &edit, &ok).await, "edit");
     }
     let long_type = "a".repeat(MAX_EVENT_TYPE_BYTES + 1);
     for bad in ["", "a b", long_type.as_str()] {

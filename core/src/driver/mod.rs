@@ -75,7 +75,7 @@ use crate::error::Result;
 use crate::limits::StoreConfig;
 use crate::model::{
     Audit, Lease, Mark, NewTask, Owner, Queue, QueueChange, QueueLogEntry, Recycled, SagaFilter,
-    SagaId, SagaStart, SagaStarted, TaskFilter, TaskId,
+    SagaId, SagaStart, SagaStarted, TaskEdit, TaskFilter, TaskId,
 };
 
 #[cfg(any(
@@ -211,6 +211,19 @@ pub trait Driver: Send + Sync + 'static {
     /// (`cancel`, operator, reason, now) in the same transaction; return the row as
     /// changed. Else say why not, writing nothing. Checked: the audit.
     async fn cancel(&self, id: TaskId, audit: Checked<&Audit>) -> Result<Change>;
+
+    /// [`edit`](crate::TaskStore::edit): if task `id` is pending or waiting (status 0
+    /// or 5), set `next_run_at` as `edit.due` says (now; now plus the delay; the time,
+    /// or now when it is past) and `payload` to `edit.payload`, keeping what the edit
+    /// leaves out, `updated_at = now`, and append an audit entry (`edit.action()`) in
+    /// the same transaction; return the row as changed. Else say why not, writing
+    /// nothing. Checked: the edit (against this store's payload limit) and the audit.
+    async fn edit(
+        &self,
+        id: TaskId,
+        edit: Checked<&TaskEdit>,
+        audit: Checked<&Audit>,
+    ) -> Result<Change>;
 
     /// [`delete`](crate::TaskStore::delete): if task `id` exists and is not running,
     /// delete it and append an audit entry (`delete`) in the same transaction; return the
@@ -425,10 +438,10 @@ pub mod prelude {
     pub use crate::error::{Error, ErrorKind, Result};
     pub use crate::limits::StoreConfig;
     pub use crate::model::{
-        Audit, Barrier, BarrierRecord, BranchCall, BranchOp, Enqueued, Lease, Mark, MarkAction,
-        NewTask, Owner, Queue, QueueChange, QueueLogEntry, Recycled, Saga, SagaDef, SagaFilter,
-        SagaId, SagaStart, SagaStarted, SagaStatus, Status, StepApplied, StepReport, TaskFilter,
-        TaskId, WhenParked,
+        Audit, Barrier, BarrierRecord, BranchCall, BranchOp, Due, Enqueued, Lease, Mark,
+        MarkAction, NewTask, Owner, Queue, QueueChange, QueueLogEntry, Recycled, Saga, SagaDef,
+        SagaFilter, SagaId, SagaStart, SagaStarted, SagaStatus, Status, StepApplied, StepReport,
+        TaskEdit, TaskFilter, TaskId, WhenParked,
     };
     pub use async_trait::async_trait;
 }

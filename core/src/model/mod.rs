@@ -5,6 +5,7 @@
 mod audit;
 mod barrier;
 mod defaults;
+mod edit;
 mod mark;
 mod new_task;
 mod query;
@@ -19,6 +20,7 @@ pub use audit::{Audit, AuditEntry};
 pub(crate) use barrier::check_gid;
 pub use barrier::{Barrier, BarrierRecord, BranchCall, BranchOp};
 pub(crate) use defaults::register as register_defaults;
+pub use edit::{Due, TaskEdit};
 pub use mark::{Mark, MarkAction};
 pub use new_task::{Dedup, Enqueued, NewTask, Priority, WhenParked};
 pub use query::{EventTypeSeen, Recycled, Stats, StatusCount, TaskFilter, Throughput};

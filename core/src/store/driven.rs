@@ -17,7 +17,7 @@ use crate::model::{
     Audit, AuditEntry, BarrierRecord, Enqueued, EventTypeSeen, Lease, Mark, MarkAction, NewTask,
     Owner, Queue, QueueChange, QueueLogEntry, Recycled, Saga, SagaCommand, SagaCount, SagaDef,
     SagaFilter, SagaId, SagaLogEntry, SagaStart, SagaStarted, SagaStatus, SagaStepRecord, Stats,
-    Status, StatusCount, StepApplied, StepReport, Task, TaskFilter, TaskId, Throughput,
+    Status, StatusCount, StepApplied, StepReport, Task, TaskEdit, TaskFilter, TaskId, Throughput,
 };
 
 /// The contract, implemented once for every driver: check the input, shortcut empty
@@ -158,6 +158,16 @@ impl TaskStore for dyn Driver {
         let task = operator_change(OP, id, answer, "pending, waiting or running")?;
         move_key_along(self, OP, &task).await?;
         Ok(task)
+    }
+
+    async fn edit(&self, id: TaskId, edit: &TaskEdit, audit: &Audit) -> Result<Task> {
+        const OP: &str = "edit";
+        edit.check(OP, Driver::config(self).max_payload_bytes)?;
+        audit.check(OP)?;
+        let d: &dyn Driver = self;
+        let (edit, audit) = (Checked::new(edit), Checked::new(audit));
+        let answer = run(d, OP, || Driver::edit(d, id, edit, audit)).await?;
+        operator_change(OP, id, answer, "pending or waiting")
     }
 
     async fn delete(&self, id: TaskId, audit: &Audit) -> Result<Task> {

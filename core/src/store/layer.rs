@@ -12,7 +12,7 @@ use crate::model::{
     Audit, AuditEntry, BarrierRecord, Enqueued, EventTypeSeen, Lease, Mark, NewTask, Owner, Queue,
     QueueChange, QueueLogEntry, Recycled, Saga, SagaCommand, SagaCount, SagaDef, SagaFilter,
     SagaId, SagaLogEntry, SagaStart, SagaStarted, SagaStepRecord, Stats, StepApplied, StepReport,
-    Task, TaskFilter, TaskId, Throughput,
+    Task, TaskEdit, TaskFilter, TaskId, Throughput,
 };
 
 /// Declares [`Op`] from one list: its variants, [`Op::ALL`] and [`Op::name`].
@@ -66,6 +66,8 @@ ops! {
     ManualReset => "manual_reset",
     /// [`TaskStore::cancel`].
     Cancel => "cancel",
+    /// [`TaskStore::edit`].
+    Edit => "edit",
     /// [`TaskStore::delete`].
     Delete => "delete",
     /// [`TaskStore::audit_log`].
@@ -359,6 +361,12 @@ pub trait StoreLayer: Send + Sync + 'static {
     /// [`TaskStore::cancel`]; by default forwarded through [`around`](Self::around).
     async fn on_cancel(&self, id: TaskId, audit: &Audit) -> Result<Task> {
         self.around(Call::new(Op::Cancel).id(id), self.inner().cancel(id, audit))
+            .await
+    }
+
+    /// [`TaskStore::edit`]; by default forwarded through [`around`](Self::around).
+    async fn on_edit(&self, id: TaskId, edit: &TaskEdit, audit: &Audit) -> Result<Task> {
+        self.around(Call::new(Op::Edit), self.inner().edit(id, edit, audit))
             .await
     }
 
@@ -666,6 +674,10 @@ impl<L: StoreLayer + ?Sized> TaskStore for L {
 
     async fn cancel(&self, id: TaskId, audit: &Audit) -> Result<Task> {
         StoreLayer::on_cancel(self, id, audit).await
+    }
+
+    async fn edit(&self, id: TaskId, edit: &TaskEdit, audit: &Audit) -> Result<Task> {
+        StoreLayer::on_edit(self, id, edit, audit).await
     }
 
     async fn delete(&self, id: TaskId, audit: &Audit) -> Result<Task> {

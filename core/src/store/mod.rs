@@ -10,7 +10,7 @@ use crate::model::{
     Audit, AuditEntry, BarrierRecord, Enqueued, EventTypeSeen, Lease, Mark, NewTask, Owner, Queue,
     QueueChange, QueueLogEntry, Recycled, Saga, SagaCommand, SagaCount, SagaDef, SagaFilter,
     SagaId, SagaLogEntry, SagaStart, SagaStarted, SagaStepRecord, Stats, StepApplied, StepReport,
-    Task, TaskFilter, TaskId, Throughput,
+    Task, TaskEdit, TaskFilter, TaskId, Throughput,
 };
 
 mod driven;
@@ -228,6 +228,23 @@ pub trait TaskStore: Send + Sync + 'static {
     ///   when it is succeeded, failed or already cancelled; `InvalidInput` for a bad
     ///   audit. Nothing is written then.
     async fn cancel(&self, id: TaskId, audit: &Audit) -> Result<Task>;
+
+    /// An operator's edit of a task that waits to run ([`TaskEdit`]): run it now,
+    /// reschedule it, replace its payload, or both.
+    ///
+    /// - Applies to a pending or waiting task only; the change and its status check are
+    ///   one statement, so a claim either comes first (and the edit is refused) or
+    ///   finds the task edited. A new due time is database time: now, now plus a delay,
+    ///   or the time given (now when it is past); `attempts`, `lease` and the rest are
+    ///   kept; `updated_at = now`.
+    /// - The audit log gets an entry (the edit's [`action`](TaskEdit::action):
+    ///   `run_now`, `reschedule` or `edit`; operator, reason) in the same transaction.
+    /// - Returns the task as edited. `NotFound` when there is no such task, `Conflict`
+    ///   when it is running or finished, `InvalidInput` for an edit that changes
+    ///   nothing, a payload that is not JSON or is over the store's limit, a delay past
+    ///   [`MAX_INTERVAL`](crate::limits::MAX_INTERVAL), or a bad audit. Nothing is
+    ///   written then.
+    async fn edit(&self, id: TaskId, edit: &TaskEdit, audit: &Audit) -> Result<Task>;
 
     /// An operator's delete: removes a task that is not running (cancel it first), and
     /// records it in the audit log in the same transaction. Returns the task as it was.

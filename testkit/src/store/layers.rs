@@ -61,7 +61,31 @@ pub async fn layered_store_forwards_every_operation<H: Harness>(ctx: &Ctx<H>) {
         store.throughput(hour, hour).await.unwrap(),
         ctx.store.throughput(hour, hour).await.unwrap()
     );
+    let edited = store
+        .edit(
+            b,
+            &backstop_core::TaskEdit::default().payload("[7]"),
+            &audit,
+        )
+        .await;
+    assert_eq!(
+        edited.unwrap_err().kind(),
+        backstop_core::ErrorKind::Conflict,
+        "b failed: not waiting"
+    );
     let reset = store.manual_reset(b, hour).await.unwrap();
+    assert_eq!(
+        store
+            .edit(
+                b,
+                &backstop_core::TaskEdit::default().payload("[7]"),
+                &audit
+            )
+            .await
+            .unwrap()
+            .payload,
+        "[7]"
+    );
     assert_eq!((reset.status, reset.attempts), (Status::Pending, 0));
     let cancelled = store.cancel(b, &audit).await.unwrap();
     assert_eq!(cancelled.status, Status::Cancelled);
@@ -76,7 +100,7 @@ pub async fn layered_store_forwards_every_operation<H: Harness>(ctx: &Ctx<H>) {
         .into_iter()
         .map(|e| e.action)
         .collect();
-    assert_eq!(actions, ["cancel", "reset"]);
+    assert_eq!(actions, ["edit", "cancel", "reset"]);
     let again = ctx.claim(b).await;
     assert!(ctx.store.mark_fail(again.lease(), "no").await.unwrap());
     let matched = store.reset_matching(&failed, &audit).await.unwrap();
