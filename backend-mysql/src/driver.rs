@@ -879,6 +879,29 @@ impl Driver for MySqlDriver {
         Ok(())
     }
 
+    fn announce_when_visible(&self, event_type: &str, written: Written) {
+        let Some(a) = &self.options.config.announcer else {
+            return;
+        };
+        let (query, id) = match written {
+            Written::Task(id) => (self.sql.status_of.clone(), id),
+            Written::Saga(id) => (self.sql.saga_by_id.clone(), id),
+            _ => return,
+        };
+        let pool = self.pool.clone();
+        a.when_visible(event_type, move || {
+            let (pool, query) = (pool.clone(), query.clone());
+            async move {
+                sqlx::query(safe(&query))
+                    .bind(id)
+                    .fetch_optional(&pool)
+                    .await
+                    .map(|row| row.is_some())
+                    .map_err(my_err)
+            }
+        });
+    }
+
     async fn event_types(&self) -> Result<Vec<(String, DateTime<Utc>, DateTime<Utc>)>> {
         let mut conn = self.pool.acquire().await.map_err(my_err)?;
         let rows: Vec<(String, NaiveDateTime, NaiveDateTime)> =

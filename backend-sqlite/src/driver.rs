@@ -20,7 +20,7 @@ use crate::writer::Writer;
 /// The SQLite driver under a [`SqliteStore`](crate::SqliteStore): its pool of readers,
 /// the file's writer thread and its SQL.
 pub(crate) struct SqliteDriver {
-    pub(crate) pool: Pool,
+    pub(crate) pool: Arc<Pool>,
     pub(crate) sql: Arc<Sql>,
     pub(crate) config: StoreConfig,
     pub(crate) settings: Settings,
@@ -662,6 +662,29 @@ impl Driver for SqliteDriver {
                 .collect()
         })
         .await
+    }
+
+    fn announce_when_visible(&self, event_type: &str, written: Written) {
+        let Some(a) = &self.config.announcer else {
+            return;
+        };
+        let (pool, sql) = (Arc::clone(&self.pool), Arc::clone(&self.sql));
+        a.when_visible(event_type, move || {
+            let (pool, sql) = (Arc::clone(&pool), Arc::clone(&sql));
+            async move {
+                pool.run("announce", move |conn| {
+                    let (query, id) = match written {
+                        Written::Task(id) => (&sql.status_of, id),
+                        Written::Saga(id) => (&sql.saga_by_id, id),
+                        _ => return Ok(false),
+                    };
+                    conn.prepare_cached(query)
+                        .and_then(|mut s| s.exists(params![id]))
+                        .map_err(|e| db_err("announce", e))
+                })
+                .await
+            }
+        });
     }
 
     async fn event_types(&self) -> Result<Vec<(String, DateTime<Utc>, DateTime<Utc>)>> {

@@ -80,7 +80,7 @@ impl SqliteStore {
             busy_timeout: options.busy_timeout,
             synchronous: options.synchronous,
         };
-        let pool = Pool::new(path.clone(), max, settings);
+        let pool = Arc::new(Pool::new(path.clone(), max, settings));
         // Open one connection now so a bad path fails here, not at first use (and the file
         // exists for the writer's key).
         pool.run("open_store", |_| Ok(())).await?;

@@ -253,6 +253,9 @@ pub struct StoreConfig {
     /// 5). Nothing else is retried by the store: a lost connection may have applied the
     /// work, so the caller decides.
     pub contention_retries: u32,
+    /// Where the store announces the tasks it commits, set with
+    /// [`notifier`](Self::notifier) (default none).
+    pub announcer: Option<std::sync::Arc<crate::notify::Announcer>>,
 }
 
 impl Default for StoreConfig {
@@ -261,6 +264,7 @@ impl Default for StoreConfig {
             table: "backstop_task".to_owned(),
             max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
             contention_retries: 5,
+            announcer: None,
         }
     }
 }
@@ -281,6 +285,31 @@ impl StoreConfig {
     /// Run an operation rolled back by contention again up to `n` times.
     pub fn contention_retries(mut self, n: u32) -> Self {
         self.contention_retries = n;
+        self
+    }
+
+    /// Announce the due tasks every enqueue path commits through `notifier` (Redis
+    /// pub/sub beside MySQL or SQLite), so that a process enqueuing without an engine —
+    /// an API instance — wakes the engines that listen: the store's own enqueues, batch
+    /// enqueues and saga starts after their commit; those on the caller's transaction
+    /// once their task can be read from another connection (it committed; see
+    /// [`Announcer`](crate::driver::Announcer)). Each event type at most once per 5 ms,
+    /// plus a trailing announcement. A PostgreSQL store announces with `NOTIFY` in the
+    /// enqueue's transaction already; this adds the notifier's announcements to those.
+    /// Meant for processes without an engine: an engine on such a store announces
+    /// through its own notifier what it does not run, and the store's announcement of
+    /// a task the engine runs ahead wakes the others for nothing.
+    ///
+    /// ```no_run
+    /// # fn demo(redis: std::sync::Arc<dyn backstop_core::Notifier>) {
+    /// let config = backstop_core::StoreConfig::default().notifier(redis);
+    /// # }
+    /// ```
+    pub fn notifier(mut self, notifier: std::sync::Arc<dyn crate::notify::Notifier>) -> Self {
+        self.announcer = Some(crate::notify::Announcer::new(
+            notifier,
+            std::time::Duration::from_millis(5),
+        ));
         self
     }
 

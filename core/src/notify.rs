@@ -15,18 +15,10 @@
 //! with [`EngineBuilder::notifier`](crate::EngineBuilder::notifier), and announces
 //! through it the tasks it enqueues but does not run itself.
 //!
-//! A process that enqueues without an engine (an API instance) and whose notifier
-//! announces after commit calls [`Notifier::notify`] once its transaction committed:
-//!
-//! ```no_run
-//! # async fn demo(store: impl backstop_core::TaskStore, notifier: impl backstop_core::Notifier) -> backstop_core::Result<()> {
-//! use backstop_core::{NewTask, Notifier};
-//! let enqueued = store.enqueue(NewTask::new("SEND_EMAIL", "order-42")).await?;
-//! if enqueued.created {
-//!     notifier.notify(&enqueued.event_type).await?; // best effort: the poller is the net
-//! }
-//! # Ok(()) }
-//! ```
+//! A process that enqueues without an engine (an API instance) gives its store the
+//! notifier ([`StoreConfig::notifier`](crate::StoreConfig::notifier)): every enqueue path
+//! then announces the due tasks it commits ([`Announcer`]), the caller's transactions
+//! included.
 
 use std::fmt;
 use std::sync::Arc;
@@ -192,5 +184,127 @@ impl Throttle {
     pub fn trailing_sent(&self, event_type: &str) {
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         last.insert(event_type.to_owned(), (std::time::Instant::now(), false));
+    }
+}
+
+/// **For backend authors**: a store's own announcements through an application's
+/// [`Notifier`] (Redis pub/sub beside MySQL or SQLite), so that every enqueue path
+/// announces — not only an engine's — when the store is given a notifier.
+///
+/// - [`committed`](Self::committed): the store's own transaction committed tasks of an
+///   event type (`enqueue`, `enqueue_many`, `start_saga`): announce now.
+/// - [`when_visible`](Self::when_visible): a task was written on the caller's
+///   transaction, whose commit the store cannot see: announce once the task can be read
+///   from another connection (it committed), checking six times over about 2.5 s; a
+///   transaction that rolled back, or commits later, is announced never (the poller
+///   finds a late one).
+///
+/// Announcements of an event type are throttled ([`Throttle`]) and best effort: a
+/// failed one is logged at debug level and costs latency only. They run on the tokio
+/// runtime of the caller, or else the one the announcer was made on; without either,
+/// nothing is announced.
+#[derive(Debug)]
+pub struct Announcer {
+    notifier: Arc<dyn Notifier>,
+    throttle: Throttle,
+    /// The runtime the store was opened on: for announcements from a thread outside it
+    /// (an embedded database's writer thread).
+    runtime: Option<tokio::runtime::Handle>,
+}
+
+/// Announcers are equal when they are the same one (a store's config compares so).
+impl PartialEq for Announcer {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+impl Eq for Announcer {}
+
+/// What [`Announcer::when_visible`] waits to see committed: a task, or a saga (its first
+/// steps' tasks commit with it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Written {
+    /// The task of this id.
+    Task(crate::model::TaskId),
+    /// The saga of this id.
+    Saga(crate::model::SagaId),
+}
+
+impl fmt::Debug for dyn Notifier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Notifier")
+    }
+}
+
+/// When [`Announcer::when_visible`] looks for the task, after the enqueue.
+const VISIBLE_CHECKS_MS: [u64; 6] = [5, 20, 80, 320, 1280, 2560];
+
+impl Announcer {
+    /// Announce through `notifier`, each event type at most once per `window` (plus a
+    /// trailing one; zero: every time).
+    pub fn new(notifier: Arc<dyn Notifier>, window: std::time::Duration) -> Arc<Self> {
+        Arc::new(Self {
+            notifier,
+            throttle: Throttle::new(window),
+            runtime: tokio::runtime::Handle::try_current().ok(),
+        })
+    }
+
+    fn runtime(&self) -> Option<tokio::runtime::Handle> {
+        tokio::runtime::Handle::try_current()
+            .ok()
+            .or_else(|| self.runtime.clone())
+    }
+
+    /// Tasks of `event_type` committed: announce (throttled).
+    pub fn committed(self: &Arc<Self>, event_type: &str) {
+        let Some(runtime) = self.runtime() else {
+            return;
+        };
+        let delay = match self.throttle.admit(event_type) {
+            Admit::Now => None,
+            Admit::Later(after) => Some(after),
+            Admit::Covered => return,
+        };
+        let (this, event_type) = (Arc::clone(self), event_type.to_owned());
+        runtime.spawn(async move {
+            if let Some(after) = delay {
+                tokio::time::sleep(after).await;
+                this.throttle.trailing_sent(&event_type);
+            }
+            if let Err(e) = this.notifier.notify(&event_type).await {
+                tracing::debug!(error = %e, %event_type, "the store's announcement failed");
+            }
+        });
+    }
+
+    /// A task of `event_type` was written on the caller's transaction: announce once
+    /// `visible()` says it can be read from another connection.
+    pub fn when_visible<F, Fut>(self: &Arc<Self>, event_type: &str, visible: F)
+    where
+        F: Fn() -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<bool>> + Send + 'static,
+    {
+        let Some(runtime) = self.runtime() else {
+            return;
+        };
+        let (this, event_type) = (Arc::clone(self), event_type.to_owned());
+        runtime.spawn(async move {
+            let mut waited = 0;
+            for at in VISIBLE_CHECKS_MS {
+                tokio::time::sleep(std::time::Duration::from_millis(at - waited)).await;
+                waited = at;
+                match visible().await {
+                    Ok(true) => return this.committed(&event_type),
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::debug!(error = %e, %event_type, "looking for a task to announce failed");
+                        return;
+                    }
+                }
+            }
+        });
     }
 }

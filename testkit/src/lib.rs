@@ -254,9 +254,15 @@ impl<H: Harness> Ctx<H> {
     /// Another store instance on the same database, with its own connections (as another
     /// process would have), migrated.
     pub async fn new_store(&self) -> H::Store {
+        self.new_store_with(self.config.clone()).await
+    }
+
+    /// [`new_store`](Self::new_store) with `config` (the case's table, and more: a
+    /// notifier, say).
+    pub async fn new_store_with(&self, config: StoreConfig) -> H::Store {
         let s = self
             .harness
-            .open(&self.db, self.config.clone())
+            .open(&self.db, config)
             .await
             .expect("open another store");
         s.migrate().await.expect("migrate");
@@ -335,16 +341,23 @@ impl<H: Harness> Ctx<H> {
         task: NewTask,
         commit: bool,
     ) -> backstop_core::Result<Enqueued> {
+        self.enqueue_in_tx_on(&self.store, path, biz_row, task, commit)
+            .await
+    }
+
+    /// [`enqueue_in_tx_via`](Self::enqueue_in_tx_via) on `store`, another store of this
+    /// case's database.
+    pub async fn enqueue_in_tx_on(
+        &self,
+        store: &H::Store,
+        path: TxPath,
+        biz_row: &str,
+        task: NewTask,
+        commit: bool,
+    ) -> backstop_core::Result<Enqueued> {
         let mut answers = self
             .harness
-            .enqueue_with_business_row(
-                &self.db,
-                &self.store,
-                biz_row,
-                TxTasks::One(task),
-                commit,
-                path,
-            )
+            .enqueue_with_business_row(&self.db, store, biz_row, TxTasks::One(task), commit, path)
             .await?;
         match (answers.pop(), answers.is_empty()) {
             (Some(one), true) => Ok(one),

@@ -87,6 +87,19 @@ pub(crate) fn enqueued(inserted: Inserted, task: &NewTask) -> Result<Enqueued> {
     answer(inserted, task)
 }
 
+/// The due tasks these enqueues created, one per event type (the first): what a store
+/// announces ([`Driver::announce_committed`](crate::driver::Driver::announce_committed)).
+pub(crate) fn due_created<'t>(tasks: &'t [NewTask], done: &[Enqueued]) -> Vec<(&'t str, TaskId)> {
+    let mut out: Vec<(&str, TaskId)> = Vec::new();
+    for (task, e) in tasks.iter().zip(done) {
+        if e.created && task.due_in().is_zero() && !out.iter().any(|(t, _)| *t == task.event_type())
+        {
+            out.push((task.event_type(), e.id));
+        }
+    }
+    out
+}
+
 /// The answer of an enqueue that `inserted` `task`, not counted.
 fn answer(inserted: Inserted, task: &NewTask) -> Result<Enqueued> {
     Ok(Enqueued {

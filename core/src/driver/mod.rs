@@ -91,8 +91,8 @@ pub use batch::{
     MAX_INSERT_BYTES, MAX_INSERT_ROWS,
 };
 pub(crate) use checks::{
-    check_ids, check_leases, check_marks, check_start, check_task, check_tasks, enqueued,
-    enqueued_all,
+    check_ids, check_leases, check_marks, check_start, check_task, check_tasks, due_created,
+    enqueued, enqueued_all,
 };
 pub use classify::{mysql_error_kind, postgres_error_kind, sqlite_error_kind};
 pub use connect::ConnectFailure;
@@ -386,6 +386,24 @@ pub trait Driver: Send + Sync + 'static {
     /// ([`QUEUE_AUDIT_COLUMNS`]), oldest first. Checked: the event type.
     async fn queue_log(&self, event_type: Checked<&str>) -> Result<Vec<QueueLogEntry>>;
 
+    /// Announce through the store's notifier ([`StoreConfig::notifier`]), if it has
+    /// one, that tasks of `event_type` committed in a transaction of the store's own
+    /// ([`Announcer::committed`]): core calls it after `enqueue`, `enqueue_many` and
+    /// `start_saga` for the due tasks they created. Nothing to override.
+    fn announce_committed(&self, event_type: &str) {
+        if let Some(a) = &self.config().announcer {
+            a.committed(event_type);
+        }
+    }
+
+    /// Announce tasks of `event_type` written on the caller's transaction, through the
+    /// store's notifier if it has one, once `written` can be read from a connection of
+    /// the store's own: [`Announcer::when_visible`] with a read of the row. Core calls
+    /// it after the enqueues and saga starts of [`Transactional`] that created due
+    /// tasks. The default announces nothing (a backend that announces in its own SQL,
+    /// as PostgreSQL's `NOTIFY` does, needs nothing more).
+    fn announce_when_visible(&self, _event_type: &str, _written: Written) {}
+
     /// The task table's name as this backend's statements write it (quoted, and
     /// qualified by its schema where it has one), and how they spell a list's
     /// conditions: what core needs to write a statement of its own in this backend's
@@ -429,7 +447,7 @@ pub mod prelude {
         InsertTexts, Returns, Statement, Transactional, TxConnection, Value, INSERT_PARAMS,
         INSERT_ROW_KEYS,
     };
-    pub use super::{read_queue, read_queue_entry, QUEUE_AUDIT_COLUMNS, QUEUE_COLUMNS};
+    pub use super::{read_queue, read_queue_entry, Written, QUEUE_AUDIT_COLUMNS, QUEUE_COLUMNS};
     pub use super::{
         release_order_keys, release_order_keys_blocking, saga_write_blocking, saga_write_on,
         AdvanceDocuments, Advanced, KeyReleasePlan, KeysReleasePlan, OwnConnection, SagaAdvance,
@@ -467,7 +485,7 @@ pub mod prelude {
 /// ```
 #[doc(inline)]
 pub use crate::__setters as setters;
-pub use crate::notify::{Admit, Throttle};
+pub use crate::notify::{Admit, Announcer, Throttle, Written};
 
 /// The `table(name)` shortcut of a backend's options, for a `config: StoreConfig` field:
 /// `Options::default().table("jobs")` (see [`StoreConfig::table`]).

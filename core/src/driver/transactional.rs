@@ -191,7 +191,13 @@ pub trait Transactional: Backend {
             .run(conn)
             .await
             .map_err(|e| e.with_operation("enqueue"))?;
-        enqueued(inserted, task)
+        let done = enqueued(inserted, task)?;
+        announce_visible(
+            self.driver(),
+            std::slice::from_ref(task),
+            std::slice::from_ref(&done),
+        );
+        Ok(done)
     }
 
     /// Enqueue many `tasks` on the caller's transaction `conn`, most of them in
@@ -215,7 +221,9 @@ pub trait Transactional: Backend {
             .run(conn)
             .await
             .map_err(|e| e.with_operation("enqueue_many"))?;
-        enqueued_all(inserted, tasks)
+        let done = enqueued_all(inserted, tasks)?;
+        announce_visible(self.driver(), tasks, &done);
+        Ok(done)
     }
 
     /// [`enqueue_many_in`](Self::enqueue_many_in) on a blocking driver's connection.
@@ -229,7 +237,9 @@ pub trait Transactional: Backend {
         let inserted = EnqueueBatch::new(sql, checked)
             .run_blocking(conn)
             .map_err(|e| e.with_operation("enqueue_many"))?;
-        enqueued_all(inserted, tasks)
+        let done = enqueued_all(inserted, tasks)?;
+        announce_visible(self.driver(), tasks, &done);
+        Ok(done)
     }
 
     /// [`enqueue_in`](Self::enqueue_in) on a blocking driver's connection.
@@ -243,7 +253,13 @@ pub trait Transactional: Backend {
         let inserted = EnqueuePlan::new(sql, checked)
             .run_blocking(conn)
             .map_err(|e| e.with_operation("enqueue"))?;
-        enqueued(inserted, task)
+        let done = enqueued(inserted, task)?;
+        announce_visible(
+            self.driver(),
+            std::slice::from_ref(task),
+            std::slice::from_ref(&done),
+        );
+        Ok(done)
     }
 
     /// Claim task `id` for `owner` on the caller's transaction `conn`, so the claim
@@ -396,10 +412,12 @@ pub trait Transactional: Backend {
         let sql = self.driver().enqueue_sql();
         let checked = check_start(self.driver().config(), start)?;
         same_dialect(sql.dialect(), conn.dialect(), "start_saga")?;
-        SagaStartPlan::new(sql, checked)
+        let started = SagaStartPlan::new(sql, checked)
             .run(conn)
             .await
-            .map_err(|e| e.with_operation("start_saga"))
+            .map_err(|e| e.with_operation("start_saga"))?;
+        announce_started(self.driver(), start, &started);
+        Ok(started)
     }
 
     /// [`start_in`](Self::start_in) on a blocking driver's connection.
@@ -410,9 +428,11 @@ pub trait Transactional: Backend {
         let sql = self.driver().enqueue_sql();
         let checked = check_start(self.driver().config(), start)?;
         same_dialect(sql.dialect(), conn.dialect(), "start_saga")?;
-        SagaStartPlan::new(sql, checked)
+        let started = SagaStartPlan::new(sql, checked)
             .run_blocking(conn)
-            .map_err(|e| e.with_operation("start_saga"))
+            .map_err(|e| e.with_operation("start_saga"))?;
+        announce_started(self.driver(), start, &started);
+        Ok(started)
     }
 
     /// Record a saga step's report ([`TaskStore::saga_step_many`](crate::TaskStore::saga_step_many))
@@ -466,6 +486,22 @@ pub trait Transactional: Backend {
 }
 
 impl<B: Backend + ?Sized> Transactional for B {}
+
+/// Announce, once they can be read (committed), the due tasks an enqueue on the caller's
+/// transaction created ([`Driver::announce_when_visible`]).
+fn announce_visible(d: &dyn super::Driver, tasks: &[NewTask], done: &[Enqueued]) {
+    for (event_type, id) in super::due_created(tasks, done) {
+        d.announce_when_visible(event_type, super::Written::Task(id));
+    }
+}
+
+/// Announce, once it can be read, a saga started on the caller's transaction (its first
+/// steps' tasks).
+fn announce_started(d: &dyn super::Driver, start: &SagaStart, started: &SagaStarted) {
+    if let (true, Some(first)) = (started.created, start.first_tasks().first()) {
+        d.announce_when_visible(first.event_type(), super::Written::Saga(started.id));
+    }
+}
 
 /// The claim of task `id` for `owner` on the caller's transaction, in `sql`'s SQL.
 fn claim_statement<'a>(sql: &'a dyn EnqueueSql, id: TaskId, owner: &'a Owner) -> Statement<'a> {

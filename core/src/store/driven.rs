@@ -6,9 +6,9 @@ use async_trait::async_trait;
 
 use super::TaskStore;
 use crate::driver::{
-    check_ids, check_leases, check_marks, check_start, check_task, check_tasks, enqueued,
-    enqueued_all, retry_contention, schema, AgedBatch, Buckets, Change, Checked, Claim, Driver,
-    RawSaga, RawSagaStep, RawStats, RawTask, SagaWrite, SagaWritten,
+    check_ids, check_leases, check_marks, check_start, check_task, check_tasks, due_created,
+    enqueued, enqueued_all, retry_contention, schema, AgedBatch, Buckets, Change, Checked, Claim,
+    Driver, RawSaga, RawSagaStep, RawStats, RawTask, SagaWrite, SagaWritten,
 };
 use crate::driver::{count_sql, list_values, Answer, Returns, Statement};
 use crate::error::{Error, ErrorKind, Result};
@@ -49,7 +49,9 @@ impl TaskStore for dyn Driver {
         let d: &dyn Driver = self;
         let checked = check_task(Driver::config(d), &task)?;
         let inserted = run(d, "enqueue", || Driver::enqueue(d, checked)).await?;
-        enqueued(inserted, &task)
+        let done = enqueued(inserted, &task)?;
+        announce(d, std::slice::from_ref(&task), std::slice::from_ref(&done));
+        Ok(done)
     }
 
     async fn enqueue_many(&self, tasks: &[NewTask]) -> Result<Vec<Enqueued>> {
@@ -59,7 +61,9 @@ impl TaskStore for dyn Driver {
             return Ok(Vec::new());
         }
         let inserted = run(d, "enqueue_many", || Driver::enqueue_many(d, checked)).await?;
-        enqueued_all(inserted, tasks)
+        let done = enqueued_all(inserted, tasks)?;
+        announce(d, tasks, &done);
+        Ok(done)
     }
 
     async fn claim_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<Task>> {
@@ -363,7 +367,13 @@ impl TaskStore for dyn Driver {
         const OP: &str = "start_saga";
         let d: &dyn Driver = self;
         let checked = check_start(Driver::config(d), start)?;
-        run(d, OP, || Driver::start_saga(d, checked)).await
+        let started = run(d, OP, || Driver::start_saga(d, checked)).await?;
+        if started.created {
+            if let Some(first) = start.first_tasks().first() {
+                d.announce_committed(first.event_type());
+            }
+        }
+        Ok(started)
     }
 
     async fn saga(&self, name: &str, key: &str) -> Result<Option<Saga>> {
@@ -746,6 +756,13 @@ impl TaskStore for dyn Driver {
 /// Run one driver call as operation `op`: again (with backoff and jitter) while the
 /// database rolls it back on contention, up to the store's `contention_retries`; every
 /// error it returns names `op`.
+/// Announce the due tasks an enqueue of the store's own created (committed).
+fn announce(d: &dyn Driver, tasks: &[NewTask], done: &[Enqueued]) {
+    for (event_type, _) in due_created(tasks, done) {
+        d.announce_committed(event_type);
+    }
+}
+
 async fn run<T, F, Fut>(driver: &dyn Driver, op: &'static str, call: F) -> Result<T>
 where
     F: FnMut() -> Fut,

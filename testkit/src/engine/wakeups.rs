@@ -6,6 +6,7 @@
 //! within a case (first poll and interval an hour away), so whatever runs in B was woken.
 
 use super::*;
+use crate::TxPath;
 use backstop_core::Notifier;
 
 /// B's settings: no poll within the case.
@@ -257,4 +258,95 @@ pub async fn engine_enqueue_many_announces_what_it_does_not_run<H: Harness>(ctx:
     for i in 0..20 {
         assert_eq!(calls.count(&format!("many-{i}")), 1, "many-{i} ran once");
     }
+}
+
+/// A store given a notifier (`StoreConfig::notifier`) announces what every enqueue path
+/// commits, with no engine in its process (an API instance): an enqueue, a batch, and an
+/// enqueue on the caller's transaction along every path each start at once in B's idle
+/// engine (B never polls within the case); a transaction rolled back and a delayed task
+/// are not run.
+pub async fn engine_store_with_a_notifier_announces_every_enqueue_path<H: Harness>(ctx: &Ctx<H>) {
+    const CASE: &str = "engine_store_with_a_notifier_announces_every_enqueue_path";
+    let (Some(na), Some(nb)) = (
+        ctx.notifier(&ctx.store, CASE).await,
+        ctx.notifier(&ctx.store, CASE).await,
+    ) else {
+        return;
+    };
+    let a = ctx.new_store_with(ctx.config.clone().notifier(na)).await;
+    let calls = Calls::default();
+    let b = Engine::builder(ctx.new_store().await)
+        .config(idle_config())
+        .handler("WOKEN", succeeding(&calls), opts())
+        .notifier(nb)
+        .start()
+        .unwrap();
+    // B is subscribed once a probe enqueued through A's store runs in B
+    let ran = |key: String| {
+        let calls = calls.clone();
+        async move {
+            let until = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < until {
+                if calls.count(&key) > 0 {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            false
+        }
+    };
+    let deadline = Instant::now() + PATIENCE;
+    for i in 0.. {
+        let key = format!("probe-{i}");
+        a.enqueue(NewTask::new("WOKEN", &key)).await.unwrap();
+        let until = Instant::now() + Duration::from_millis(200);
+        let mut seen = false;
+        while Instant::now() < until && !seen {
+            seen = calls.count(&key) > 0;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        if seen {
+            break;
+        }
+        assert!(Instant::now() < deadline, "B never heard A's store");
+    }
+
+    a.enqueue(NewTask::new("WOKEN", "one")).await.unwrap();
+    assert!(ran("one".into()).await, "an enqueue woke B");
+    a.enqueue_many(&[NewTask::new("WOKEN", "m1"), NewTask::new("WOKEN", "m2")])
+        .await
+        .unwrap();
+    assert!(
+        ran("m2".into()).await && ran("m1".into()).await,
+        "a batch woke B"
+    );
+    for path in TxPath::ALL {
+        let key = format!("tx-{path}");
+        ctx.enqueue_in_tx_on(&a, path, &key, NewTask::new("WOKEN", &key), true)
+            .await
+            .unwrap();
+        assert!(
+            ran(key).await,
+            "{path}: a commit on the caller's transaction woke B"
+        );
+    }
+    let rolled = ctx
+        .enqueue_in_tx_on(&a, TxPath::Native, "rb", NewTask::new("WOKEN", "rb"), false)
+        .await
+        .unwrap();
+    let later = a
+        .enqueue(NewTask::new("WOKEN", "later").delay(HOUR))
+        .await
+        .unwrap();
+    // what was woken for ran; give a stray announcement time to be acted on
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!((calls.count("rb"), calls.count("later")), (0, 0));
+    assert!(ctx
+        .store
+        .get(rolled.id)
+        .await
+        .unwrap()
+        .is_none_or(|t| t.biz_key != "rb"));
+    assert_eq!(ctx.task(later.id).await.status, Status::Pending);
+    b.shutdown().await;
 }
