@@ -5,11 +5,11 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::operators::{audit_entry, changed};
 use backstop_core::driver::prelude::*;
 #[cfg(doc)]
 use backstop_core::TaskStore;
 use chrono::{DateTime, NaiveDateTime, Utc};
-use sqlx::mysql::MySqlRow;
 use sqlx::{Executor, MySql, MySqlConnection, MySqlPool, Row};
 
 use crate::claim::{pick, ClaimStrategy, QUEUE_PAUSE, QUEUE_WAIT_S};
@@ -90,43 +90,6 @@ impl MySqlDriver {
     {
         let conn = self.pool.acquire().await.map_err(my_err)?;
         f(conn).await.map_err(my_err)
-    }
-
-    /// An operator's change of task `id`: the `update` (fenced by status), its audit
-    /// entry and the row read back, in one transaction (the row lock keeps a claimer out
-    /// until commit); or the status that refused it.
-    pub(crate) async fn audited_update<'q, F>(
-        &'q self,
-        id: TaskId,
-        action: &'static str,
-        audit: &'q Audit,
-        update: F,
-    ) -> Result<Change>
-    where
-        F: FnOnce(&'q Sql) -> sqlx::query::Query<'q, MySql, sqlx::mysql::MySqlArguments>,
-    {
-        let sql = &self.sql;
-        let (row, status) = self
-            .on_conn(|mut conn| async move {
-                let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-                let done = update(sql).execute(&mut *tx).await?;
-                if done.rows_affected() != 1 {
-                    let status: Option<i8> = sqlx::query_scalar(safe(&sql.status_of))
-                        .bind(id)
-                        .fetch_optional(&mut *tx)
-                        .await?;
-                    return Ok((None, status));
-                }
-                audit_entry(sql, &mut tx, id, action, audit).await?;
-                let row = sqlx::query(safe(&sql.get))
-                    .bind(id)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-                Ok((row, None))
-            })
-            .await?;
-        changed(row, status)
     }
 
     /// Apply marks round by round on `ex` (a transaction, or a connection when one
@@ -599,12 +562,8 @@ impl Driver for MySqlDriver {
         audit: Checked<&Audit>,
     ) -> Result<Change> {
         let edit = *edit;
-        let (delay, at) = match edit.due {
-            Some(Due::Now) => (Some(0), None),
-            Some(Due::In(d)) => (Some(millis(d)), None),
-            Some(Due::At(t)) => (None, Some(t.naive_utc())),
-            _ => (None, None),
-        };
+        let (delay, at) = edit.due_parts();
+        let at = at.map(|t| t.naive_utc());
         self.audited_update(id, edit.action(), *audit, move |sql| {
             sqlx::query(safe(&sql.edit))
                 .bind(delay)
@@ -921,69 +880,15 @@ impl Driver for MySqlDriver {
         change: QueueChange,
         audit: Checked<&Audit>,
     ) -> Result<Queue> {
-        let (sql, event_type, audit) = (&self.sql, *event_type, *audit);
-        let paused = i16::from(change == QueueChange::Pause);
-        let row = self
-            .on_conn(|mut conn| async move {
-                let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-                let inserted = sqlx::query(safe(&sql.queue_insert))
-                    .bind(event_type)
-                    .bind(paused)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected()
-                    > 0;
-                let changed = if inserted {
-                    paused == 1
-                } else {
-                    sqlx::query(safe(&sql.queue_update))
-                        .bind(paused)
-                        .bind(event_type)
-                        .bind(paused)
-                        .execute(&mut *tx)
-                        .await?
-                        .rows_affected()
-                        > 0
-                };
-                if changed {
-                    sqlx::query(safe(&sql.queue_audit))
-                        .bind(change.action())
-                        .bind(&audit.operator)
-                        .bind(&audit.reason)
-                        .bind(event_type)
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                let row = sqlx::query(safe(&sql.queue_get))
-                    .bind(event_type)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-                Ok(row)
-            })
-            .await?;
-        read_queue(&Cols(&row)).map_err(my_err)
+        self.queue_change(*event_type, change, *audit).await
     }
 
     async fn queues(&self) -> Result<Vec<Queue>> {
-        sqlx::query(safe(&self.sql.queues))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(my_err)?
-            .iter()
-            .map(|r| read_queue(&Cols(r)).map_err(my_err))
-            .collect()
+        self.queue_rows().await
     }
 
     async fn queue_log(&self, event_type: Checked<&str>) -> Result<Vec<QueueLogEntry>> {
-        sqlx::query(safe(&self.sql.queue_log))
-            .bind(*event_type)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(my_err)?
-            .iter()
-            .map(|r| read_queue_entry(&Cols(r)).map_err(my_err))
-            .collect()
+        self.queue_entries(*event_type).await
     }
 
     async fn order_keys(&self, after: Option<&str>, limit: Checked<usize>) -> Result<Vec<String>> {
@@ -995,31 +900,4 @@ impl Driver for MySqlDriver {
             .await
             .map_err(my_err)
     }
-}
-
-/// Append an operator's audit entry on `tx`.
-pub(crate) async fn audit_entry(
-    sql: &Sql,
-    tx: &mut MySqlConnection,
-    id: TaskId,
-    action: &str,
-    audit: &Audit,
-) -> std::result::Result<(), sqlx::Error> {
-    sqlx::query(safe(&sql.audit_insert))
-        .bind(id)
-        .bind(action)
-        .bind(&audit.operator)
-        .bind(&audit.reason)
-        .execute(tx)
-        .await
-        .map(|_| ())
-}
-
-/// The answer of a fenced change: the row, or the status that refused it, or missing.
-pub(crate) fn changed(row: Option<MySqlRow>, status: Option<i8>) -> Result<Change> {
-    Ok(match (row, status) {
-        (Some(row), _) => Change::Done(Box::new(raw_task(&row).map_err(my_err)?)),
-        (None, Some(code)) => Change::Refused(code.into()),
-        (None, None) => Change::Missing,
-    })
 }
