@@ -337,7 +337,7 @@ impl Driver for PgDriver {
         edit: Checked<&TaskEdit>,
         audit: Checked<&Audit>,
     ) -> Result<Change> {
-        let (delay, at) = due_parts(edit.due);
+        let (delay, at) = edit.due_parts();
         let rows = self
             .tasks(
                 &self.sql.edit,
@@ -766,15 +766,4 @@ fn unexpected_answer(what: &str) -> Error {
         "saga_step",
         format!("the report's statement answered {what}"),
     )
-}
-
-/// An edit's due time as the statement's parameters: a delay in milliseconds (now is
-/// none), or a time.
-fn due_parts(due: Option<Due>) -> (Option<i64>, Option<DateTime<Utc>>) {
-    match due {
-        Some(Due::Now) => (Some(0), None),
-        Some(Due::In(d)) => (Some(millis(d)), None),
-        Some(Due::At(t)) => (None, Some(t)),
-        _ => (None, None),
-    }
 }

@@ -349,12 +349,8 @@ impl Driver for SqliteDriver {
     ) -> Result<Change> {
         let edit: TaskEdit = (*edit).clone();
         let audit: Audit = (*audit).clone();
-        let (delay, at) = match edit.due {
-            Some(Due::Now) => (Some(0), None),
-            Some(Due::In(d)) => (Some(millis(d)), None),
-            Some(Due::At(t)) => (None, Some(t.timestamp_millis())),
-            _ => (None, None),
-        };
+        let (delay, at) = edit.due_parts();
+        let at = at.map(|t| t.timestamp_millis());
         self.write("edit", move |sql, tx, now| {
             let row = tx
                 .prepare_cached(&sql.edit)?

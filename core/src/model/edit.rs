@@ -82,6 +82,23 @@ impl TaskEdit {
         }
     }
 
+    /// **For backend authors**: the new due time as an edit statement binds it: a delay
+    /// in milliseconds (`Some(0)` for now), or a time; `(None, None)` keeps it.
+    ///
+    /// ```
+    /// use backstop_core::TaskEdit;
+    /// assert_eq!(TaskEdit::run_now().due_parts(), (Some(0), None));
+    /// assert_eq!(TaskEdit::default().due_parts(), (None, None));
+    /// ```
+    pub fn due_parts(&self) -> (Option<i64>, Option<DateTime<Utc>>) {
+        match self.due {
+            Some(Due::Now) => (Some(0), None),
+            Some(Due::In(d)) => (Some(crate::driver::millis(d)), None),
+            Some(Due::At(t)) => (None, Some(t)),
+            None => (None, None),
+        }
+    }
+
     /// Check the edit against a store's payload limit: something to change, a payload
     /// that parses as JSON and fits, a delay within [`MAX_INTERVAL`].
     pub(crate) fn check(&self, operation: &'static str, max_payload_bytes: usize) -> Result<()> {
