@@ -10,6 +10,7 @@ use chrono::NaiveDateTime;
 use sqlx::{MySqlConnection, Row};
 
 use crate::conn::safe;
+use crate::driver::MySqlDriver;
 use crate::rows::raw_task;
 use crate::sql::{LockWait, Sql, PRIORITY_LEVELS};
 
@@ -129,16 +130,16 @@ pub(crate) const QUEUE_PAUSE: Duration = Duration::from_secs(10);
 /// each event type, one ordered walk of the `(status, event_type, priority, next_run_at,
 /// id)` index per level the transaction's opening found due (see [`Sql::pick`]), each
 /// stopping at `limit`, merged. The rows of a walk beyond the merged limit stay locked
-/// (unclaimed) until the claim's transaction ends.
+/// (unclaimed) until the claim's transaction ends. Also the types with a concurrency
+/// limit and a due task, which the walks pass by, for [`pick_limited`].
 pub(crate) async fn pick(
     sql: &Sql,
     conn: &mut MySqlConnection,
     wait: LockWait,
     event_types: &[String],
     limit: usize,
-) -> std::result::Result<(Vec<RawTask>, Option<NaiveDateTime>), sqlx::Error> {
-    let mut due: Vec<RawTask> = Vec::new();
-    let mut at = None;
+) -> std::result::Result<Picked, sqlx::Error> {
+    let mut picked = Picked::default();
     // Of several types, only those the opening probe found due are read: one statement
     // for the probe's answers instead of a locking read per type (an idle engine's poll
     // of many types costs a few statements, not one per type).
@@ -161,14 +162,109 @@ pub(crate) async fn pick(
             q = q.bind(t).bind(limit as i64);
         }
         for row in q.fetch_all(&mut *conn).await? {
-            due.push(raw_task(&row)?);
+            if row.try_get::<i64, _>(COLUMN_COUNT + 1)? != 0 {
+                picked.limited.push(t.clone());
+                continue;
+            }
+            picked.due.push(raw_task(&row)?);
             // the last read's time: no earlier than any picked row's due time
-            at = Some(row.try_get::<NaiveDateTime, _>(COLUMN_COUNT)?);
+            picked.at = Some(row.try_get::<NaiveDateTime, _>(COLUMN_COUNT)?);
         }
     }
-    due.sort_unstable_by_key(|r| (r.priority, r.next_run_at, r.id));
-    due.truncate(limit);
-    Ok((due, at))
+    picked
+        .due
+        .sort_unstable_by_key(|r| (r.priority, r.next_run_at, r.id));
+    picked.due.truncate(limit);
+    Ok(picked)
+}
+
+/// What [`pick`] read.
+#[derive(Default)]
+pub(crate) struct Picked {
+    /// The due rows, in claim order, locked.
+    pub due: Vec<RawTask>,
+    /// The time of the last read.
+    pub at: Option<NaiveDateTime>,
+    /// The types with a concurrency limit and a due task, passed by.
+    pub limited: Vec<String>,
+}
+
+/// The locking read of a limited type's due tasks, on a transaction that holds the
+/// type's queue row ([`Sql::limit_lock`]): at most `room`, in claim order, unguarded
+/// walks (see [`Sql::walks`]).
+pub(crate) async fn pick_limited(
+    sql: &Sql,
+    conn: &mut MySqlConnection,
+    wait: LockWait,
+    event_type: &str,
+    room: usize,
+) -> std::result::Result<Picked, sqlx::Error> {
+    let mut picked = Picked::default();
+    let text = sql.walks(wait, None);
+    let mut q = sqlx::query(safe(&text));
+    for _ in 0..PRIORITY_LEVELS {
+        q = q.bind(event_type).bind(room as i64);
+    }
+    for row in q.fetch_all(&mut *conn).await? {
+        picked.due.push(raw_task(&row)?);
+        picked.at = Some(row.try_get::<NaiveDateTime, _>(COLUMN_COUNT)?);
+    }
+    picked
+        .due
+        .sort_unstable_by_key(|r| (r.priority, r.next_run_at, r.id));
+    picked.due.truncate(room);
+    Ok(picked)
+}
+
+impl MySqlDriver {
+    /// Claim up to `limit` due tasks of `event_type`, a type with a concurrency limit,
+    /// in a transaction of its own at READ COMMITTED: its queue row locked first
+    /// (`limit_lock`; claims of the type on every instance take turns), then its running
+    /// tasks counted by a read that sees every claim committed before the lock was
+    /// granted, then at most the room left picked and claimed.
+    pub(crate) async fn claim_limited(
+        &self,
+        owner: &Owner,
+        event_type: &str,
+        limit: usize,
+    ) -> Result<Vec<RawTask>> {
+        let sql = &self.sql;
+        let wait = if self.strategy == ClaimStrategy::OrderedUpdate {
+            LockWait::Queue
+        } else {
+            LockWait::Skip
+        };
+        self.on_conn(|mut conn| async move {
+            let mut tx = sqlx::Connection::begin_with(
+                &mut *conn,
+                "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION",
+            )
+            .await?;
+            let concurrency: Option<i64> = sqlx::query_scalar(safe(&sql.limit_lock))
+                .bind(event_type)
+                .fetch_optional(&mut *tx)
+                .await?;
+            let mut rows = Vec::new();
+            if let Some(concurrency) = concurrency {
+                let running: i64 = sqlx::query_scalar(safe(&sql.running_count))
+                    .bind(event_type)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                let room = usize::try_from(concurrency - running)
+                    .unwrap_or(0)
+                    .min(limit);
+                if room > 0 {
+                    let picked = pick_limited(sql, &mut tx, wait, event_type, room).await?;
+                    if let Some(at) = picked.at {
+                        rows = self.claim_picked(&mut tx, owner, picked.due, at).await?;
+                    }
+                }
+            }
+            tx.commit().await?;
+            Ok(rows)
+        })
+        .await
+    }
 }
 
 #[cfg(test)]

@@ -375,29 +375,42 @@ impl Driver for MySqlDriver {
             ));
         };
         let begin = begin.as_str();
-        self.on_conn(|mut conn| async move {
-            let mut tx = sqlx::Connection::begin_with(&mut *conn, safe(begin)).await?;
-            let (picked, at) = match pick(sql, &mut tx, first, types, limit).await {
-                // Held past the wait: a stalled claimer, or an open transaction's
-                // uncommitted insert. Start over, passing it, and pass for a while.
-                Err(e) if matches!(first, LockWait::UpTo(_)) && error_number(&e) == Some(1205) => {
-                    self.pause_queueing();
-                    tx.rollback().await?;
-                    tx = sqlx::Connection::begin_with(&mut *conn, safe(begin)).await?;
-                    pick(sql, &mut tx, LockWait::Skip, types, limit).await?
-                }
-                picked => picked?,
-            };
-            let rows = match at {
-                Some(at) if !picked.is_empty() => {
-                    self.claim_picked(&mut tx, owner, picked, at).await?
-                }
-                _ => Vec::new(),
-            };
-            tx.commit().await?;
-            Ok(rows)
-        })
-        .await
+        let mut claimed = self
+            .on_conn(|mut conn| async move {
+                let mut tx = sqlx::Connection::begin_with(&mut *conn, safe(begin)).await?;
+                let picked = match pick(sql, &mut tx, first, types, limit).await {
+                    // Held past the wait: a stalled claimer, or an open transaction's
+                    // uncommitted insert. Start over, passing it, and pass for a while.
+                    Err(e)
+                        if matches!(first, LockWait::UpTo(_)) && error_number(&e) == Some(1205) =>
+                    {
+                        self.pause_queueing();
+                        tx.rollback().await?;
+                        tx = sqlx::Connection::begin_with(&mut *conn, safe(begin)).await?;
+                        pick(sql, &mut tx, LockWait::Skip, types, limit).await?
+                    }
+                    picked => picked?,
+                };
+                let rows = match picked.at {
+                    Some(at) if !picked.due.is_empty() => {
+                        self.claim_picked(&mut tx, owner, picked.due, at).await?
+                    }
+                    _ => Vec::new(),
+                };
+                tx.commit().await?;
+                Ok((rows, picked.limited))
+            })
+            .await?;
+        for event_type in std::mem::take(&mut claimed.1) {
+            let left = limit.saturating_sub(claimed.0.len());
+            if left == 0 {
+                break;
+            }
+            claimed
+                .0
+                .extend(self.claim_limited(owner, &event_type, left).await?);
+        }
+        Ok(claimed.0)
     }
 
     async fn recycle_dead(&self, batch: Checked<AgedBatch>) -> Result<Recycled> {

@@ -58,24 +58,30 @@ impl MySqlDriver {
         audit: &Audit,
     ) -> Result<Queue> {
         let sql = &self.sql;
-        let paused = i16::from(change == QueueChange::Pause);
+        let (paused, concurrency) = change.columns();
+        let action = change.action();
+        let action = action.as_str();
         let row = self
             .on_conn(|mut conn| async move {
                 let mut tx = sqlx::Connection::begin(&mut *conn).await?;
                 let inserted = sqlx::query(safe(&sql.queue_insert))
                     .bind(event_type)
                     .bind(paused)
+                    .bind(concurrency)
                     .execute(&mut *tx)
                     .await?
                     .rows_affected()
                     > 0;
+                // a row inserted is logged unless it says only what no row says
                 let changed = if inserted {
-                    paused == 1
+                    paused.unwrap_or(0) != 0 || concurrency.unwrap_or(0) != 0
                 } else {
                     sqlx::query(safe(&sql.queue_update))
                         .bind(paused)
+                        .bind(concurrency)
                         .bind(event_type)
                         .bind(paused)
+                        .bind(concurrency)
                         .execute(&mut *tx)
                         .await?
                         .rows_affected()
@@ -83,7 +89,7 @@ impl MySqlDriver {
                 };
                 if changed {
                     sqlx::query(safe(&sql.queue_audit))
-                        .bind(change.action())
+                        .bind(action)
                         .bind(&audit.operator)
                         .bind(&audit.reason)
                         .bind(event_type)

@@ -7,7 +7,8 @@
 use backstop_core::driver::schema::{self, version_table, MigrationFile, SchemaSql};
 use backstop_core::driver::InsertTexts;
 use backstop_core::driver::{
-    AUDIT_COLUMNS, BARRIER_COLUMNS, COLUMNS, QUEUE_AUDIT_COLUMNS, SAGA_COLUMNS, SAGA_STEP_COLUMNS,
+    AUDIT_COLUMNS, BARRIER_COLUMNS, COLUMNS, COLUMN_COUNT, QUEUE_AUDIT_COLUMNS, SAGA_COLUMNS,
+    SAGA_STEP_COLUMNS,
 };
 use backstop_core::limits::is_event_type_char;
 use backstop_core::limits::MAX_BATCH;
@@ -149,10 +150,16 @@ pub(crate) struct Sql {
     pub inbox_insert: String,
     /// older µs, limit.
     pub inbox_purge: String,
-    /// event type, paused: the queue's row, unless it has one.
+    /// event type, paused, concurrency (NULL: 0): the queue's row, unless it has one.
     pub queue_insert: String,
-    /// paused, event type, paused: the queue's setting, where it differs.
+    /// paused, concurrency (NULL: as they are), event type, paused, concurrency: the
+    /// queue's settings, where they differ.
     pub queue_update: String,
+    /// event type: a limited type's queue row, locked until the claim's transaction
+    /// ends, and its limit (no row if paused or not limited).
+    pub limit_lock: String,
+    /// event type: how many of its tasks run.
+    pub running_count: String,
     /// action, operator, reason, event type: an entry of the queues' log, at the time
     /// the queue's row says it changed.
     pub queue_audit: String,
@@ -164,10 +171,13 @@ pub(crate) struct Sql {
     pub queue_log: String,
 }
 
-/// The condition a claim of the rows of task table `t` adds: the task's type is not
-/// paused (one primary-key read of the queues table `tq`).
+/// The condition a claim by id of the rows of task table `t` adds: the task's type is
+/// neither paused nor limited (one primary-key read of the queues table `tq`).
 fn not_paused(t: &str, tq: &str) -> String {
-    format!("NOT EXISTS (SELECT 1 FROM {tq} WHERE {tq}.event_type = {t}.event_type AND {tq}.paused = 1)")
+    format!(
+        "NOT EXISTS (SELECT 1 FROM {tq} WHERE {tq}.event_type = {t}.event_type
+            AND ({tq}.paused = 1 OR {tq}.concurrency > 0))"
+    )
 }
 
 /// Most rows of one of the batch enqueue's multi-row inserts.
@@ -273,11 +283,22 @@ impl Sql {
             ),
             types_list: format!("SELECT event_type, first_seen_at, last_seen_at FROM {th}"),
             queue_insert: format!(
-                "INSERT IGNORE INTO {tq} (event_type, paused, updated_at) VALUES (?, ?, NOW(3))"
+                "INSERT IGNORE INTO {tq} (event_type, paused, concurrency, updated_at)
+                 VALUES (?, COALESCE(?, 0), COALESCE(?, 0), NOW(3))"
             ),
             queue_update: format!(
-                "UPDATE {tq} SET paused = ?, updated_at = NOW(3)
-                 WHERE event_type = ? AND paused <> ?"
+                "UPDATE {tq} SET paused = COALESCE(?, paused),
+                    concurrency = COALESCE(?, concurrency), updated_at = NOW(3)
+                 WHERE event_type = ?
+                   AND (paused <> COALESCE(?, paused) OR concurrency <> COALESCE(?, concurrency))"
+            ),
+            limit_lock: format!(
+                "SELECT CAST(concurrency AS SIGNED) FROM {tq}
+                 WHERE event_type = ? AND paused = 0 AND concurrency > 0 FOR UPDATE"
+            ),
+            running_count: format!(
+                "SELECT COUNT(*) FROM {t} FORCE INDEX (ix_claim_type)
+                 WHERE status = 3 AND event_type = ?"
             ),
             // at the change's own time (NOW(3) is each statement's)
             queue_audit: format!(
@@ -285,9 +306,13 @@ impl Sql {
                  SELECT event_type, ?, ?, ?, updated_at FROM {tq} WHERE event_type = ?"
             ),
             queue_get: format!(
-                "SELECT event_type, CAST(paused AS SIGNED), updated_at FROM {tq} WHERE event_type = ?"
+                "SELECT event_type, CAST(paused AS SIGNED), updated_at,
+                    CAST(concurrency AS SIGNED) FROM {tq} WHERE event_type = ?"
             ),
-            queues: format!("SELECT event_type, CAST(paused AS SIGNED), updated_at FROM {tq}"),
+            queues: format!(
+                "SELECT event_type, CAST(paused AS SIGNED), updated_at,
+                    CAST(concurrency AS SIGNED) FROM {tq}"
+            ),
             queue_log: format!(
                 "SELECT {QUEUE_AUDIT_COLUMNS} FROM {tqa} WHERE event_type = ? ORDER BY id"
             ),
@@ -605,14 +630,31 @@ impl Sql {
     /// due row before applying the LIMIT ("Using buffer"), and each claim would read (and
     /// lock) the whole backlog.
     pub fn pick(&self, wait: LockWait, i: usize) -> String {
+        let walks = self.walks(wait, Some(i));
+        let nulls = vec!["NULL"; COLUMN_COUNT].join(", ");
+        let limited = Self::limited_var(i);
+        format!(
+            "{walks} UNION ALL
+             (SELECT {nulls}, NOW(3), 1 FROM DUAL WHERE {limited} IS NOT NULL)"
+        )
+    }
+
+    /// The ordered walks of one event type's due rows, one per priority level, with
+    /// `COLUMNS`, `NOW(3)` and 0; each guarded by the `i`th type's level variable
+    /// ([`pick`](Self::pick)), or unguarded (`None`: the claim of a limited type, in
+    /// its own transaction). Binds (event type, limit) once per level.
+    pub fn walks(&self, wait: LockWait, i: Option<usize>) -> String {
         let t = &self.table;
         let clause = wait.clause();
         (0..PRIORITY_LEVELS)
             .map(|level| {
-                let due = Self::due_var(i, level);
+                let due = match i {
+                    Some(i) => format!("{} IS NOT NULL AND", Self::due_var(i, level)),
+                    None => String::new(),
+                };
                 format!(
-                    "(SELECT {COLUMNS}, NOW(3) FROM {t} FORCE INDEX (ix_claim_type)
-                     WHERE {due} IS NOT NULL AND status = 0 AND event_type = ?
+                    "(SELECT {COLUMNS}, NOW(3), 0 FROM {t} FORCE INDEX (ix_claim_type)
+                     WHERE {due} status = 0 AND event_type = ?
                        AND priority = {level} AND next_run_at <= NOW(3)
                      ORDER BY next_run_at, id
                      LIMIT ? FOR UPDATE{clause})"
@@ -627,8 +669,10 @@ impl Sql {
     pub fn due_types(&self, types: usize) -> String {
         let columns: Vec<String> = (0..types)
             .map(|i| {
-                let levels: Vec<String> =
-                    (0..PRIORITY_LEVELS).map(|l| Self::due_var(i, l)).collect();
+                let levels: Vec<String> = (0..PRIORITY_LEVELS)
+                    .map(|l| Self::due_var(i, l))
+                    .chain([Self::limited_var(i)])
+                    .collect();
                 format!(
                     "CAST(COALESCE({}) IS NOT NULL AS SIGNED)",
                     levels.join(", ")
@@ -642,6 +686,13 @@ impl Sql {
     /// type had a due task (NULL if not).
     fn due_var(i: usize, level: usize) -> String {
         format!("@backstop_due_{i}_{level}")
+    }
+
+    /// The session variable that says whether the claim's `i`th event type has a
+    /// concurrency limit and a due task (NULL if not): the claim's walks pass it by, and
+    /// its [`pick`](Self::pick) answers a marker row so the driver claims it apart.
+    fn limited_var(i: usize) -> String {
+        format!("@backstop_limited_{i}")
     }
 
     /// The statement that opens a claim's transaction: which priority levels of each
@@ -659,16 +710,31 @@ impl Sql {
             if !e.chars().all(is_event_type_char) {
                 return None;
             }
+            let due = |level: usize| {
+                format!(
+                    "SELECT 1 FROM {t} FORCE INDEX (ix_claim_type)
+                      WHERE status = 0 AND event_type = '{e}' AND priority = {level}
+                        AND next_run_at <= NOW(3)"
+                )
+            };
             for level in 0..PRIORITY_LEVELS {
                 probes.push(format!(
-                    "(SELECT 1 FROM {t} FORCE INDEX (ix_claim_type)
-                      WHERE status = 0 AND event_type = '{e}' AND priority = {level}
-                        AND next_run_at <= NOW(3)
-                        AND NOT EXISTS (SELECT 1 FROM {q} WHERE event_type = '{e}' AND paused = 1)
-                      LIMIT 1)"
+                    "({} AND NOT EXISTS (SELECT 1 FROM {q} WHERE event_type = '{e}'
+                        AND (paused = 1 OR concurrency > 0))
+                      LIMIT 1)",
+                    due(level)
                 ));
                 vars.push(Self::due_var(i, level));
             }
+            let any_due: Vec<String> = (0..PRIORITY_LEVELS)
+                .map(|l| format!("EXISTS ({})", due(l)))
+                .collect();
+            probes.push(format!(
+                "(SELECT 1 FROM {q} WHERE event_type = '{e}' AND paused = 0 AND concurrency > 0
+                    AND ({}))",
+                any_due.join(" OR ")
+            ));
+            vars.push(Self::limited_var(i));
         }
         if probes.is_empty() {
             return Some("START TRANSACTION".to_owned());

@@ -135,6 +135,42 @@ impl PgDriver {
             .collect()
     }
 
+    /// Claim up to `limit` due tasks of `event_type`, a type with a concurrency limit,
+    /// in a transaction of its own: its queue row locked first (`limit_lock`), then the
+    /// room under the limit counted and claimed in the next statement, whose snapshot
+    /// sees every claim of the type that committed before the lock was granted.
+    async fn claim_limited(
+        &self,
+        owner: &str,
+        event_type: &str,
+        limit: i64,
+    ) -> Result<Vec<RawTask>> {
+        let mut conn = self.connection().await?;
+        conn.begin().await?;
+        let claimed = {
+            let client = conn.client()?;
+            let lock = self.statement(client, &self.sql.limit_lock).await?;
+            let locked = lock.query(&***client, &[&event_type]).await?;
+            match locked.first() {
+                // paused or no longer limited since the claim looked: left to the next
+                None => Vec::new(),
+                Some(row) => {
+                    let concurrency = col::<i64>(row, 0)?;
+                    let claim = self.statement(client, &self.sql.claim_limited).await?;
+                    let params: [&dyn Param; 4] = [&owner, &event_type, &limit, &concurrency];
+                    claim
+                        .query(&***client, &params)
+                        .await?
+                        .iter()
+                        .map(raw_task)
+                        .collect::<Result<Vec<_>>>()?
+                }
+            }
+        };
+        conn.commit().await?;
+        Ok(claimed)
+    }
+
     /// A pooled connection of the store's own for core's transactions.
     pub(crate) async fn connection(&self) -> Result<PgConnection> {
         Ok(PgConnection {
@@ -249,16 +285,33 @@ impl Driver for PgDriver {
 
     async fn claim_batch(&self, claim: Checked<Claim<'_>>) -> Result<Vec<RawTask>> {
         let (owner, limit) = (claim.owner.as_str(), claim.limit as i64);
-        match claim.event_types {
+        let rows = match claim.event_types {
             [one] => {
-                self.tasks(&self.sql.claim_one_type, &[&owner, one, &limit])
-                    .await
+                self.query(&self.sql.claim_one_type, &[&owner, one, &limit])
+                    .await?
             }
             many => {
-                self.tasks(&self.sql.claim_many_types, &[&owner, &many, &limit])
-                    .await
+                self.query(&self.sql.claim_many_types, &[&owner, &many, &limit])
+                    .await?
+            }
+        };
+        // the claimed rows, then the limited types with due tasks (see `claim_marking`)
+        let mut claimed = Vec::with_capacity(rows.len());
+        let mut limited = Vec::new();
+        for row in &rows {
+            match col::<Option<String>>(row, COLUMN_COUNT)? {
+                None => claimed.push(raw_task(row)?),
+                Some(event_type) => limited.push(event_type),
             }
         }
+        for event_type in limited {
+            let left = limit - claimed.len() as i64;
+            if left <= 0 {
+                break;
+            }
+            claimed.extend(self.claim_limited(owner, &event_type, left).await?);
+        }
+        Ok(claimed)
     }
 
     async fn recycle_dead(&self, batch: Checked<AgedBatch>) -> Result<Recycled> {
@@ -655,13 +708,15 @@ impl Driver for PgDriver {
         change: QueueChange,
         audit: Checked<&Audit>,
     ) -> Result<Queue> {
-        let paused = i16::from(change == QueueChange::Pause);
-        let params: [&dyn Param; 5] = [
+        let (paused, concurrency) = change.columns();
+        let action = change.action();
+        let params: [&dyn Param; 6] = [
             &*event_type,
             &paused,
-            &change.action(),
+            &action,
             &audit.operator,
             &audit.reason,
+            &concurrency,
         ];
         let mut rows = self.query(&self.sql.queue_set, &params).await?;
         if rows.is_empty() {

@@ -50,6 +50,46 @@ fn claim(t: &str, tc: &str, picked: &str) -> String {
     )
 }
 
+/// The ids a claim of event type $2 picks, up to $3 per priority level: one ordered walk
+/// per level of the partial index `(event_type, priority, next_run_at, id) WHERE status =
+/// 0`, locking with SKIP LOCKED, merged in claim order; `filter` (a `WHERE` on the merged
+/// rows, or nothing) and at most `limit` of them (an expression).
+fn one_type(t: &str, filter: &str, limit: &str) -> String {
+    format!(
+        "SELECT w.id FROM unnest({LEVELS}) AS p(priority)
+        CROSS JOIN LATERAL (
+            SELECT id, next_run_at FROM {t}
+            WHERE status = 0 AND event_type = $2 AND priority = p.priority
+              AND next_run_at <= now()
+            ORDER BY next_run_at, id
+            LIMIT $3
+            FOR UPDATE SKIP LOCKED) AS w
+        {filter}
+        ORDER BY p.priority, w.next_run_at, w.id
+        LIMIT {limit}"
+    )
+}
+
+/// A batch claim of the rows `picked` selects (as [`claim`]), each row followed by a
+/// NULL; then one row per event type that `limited` (a condition on the queues' row
+/// `q`) names with a due task: NULL task columns and the type. Those are the types with
+/// a concurrency limit, which `picked` passes by and the driver claims each in a
+/// transaction of its own (`limit_lock`, `claim_limited`): the claim learns of them in
+/// its one round trip.
+fn claim_marking(t: &str, tq: &str, tc: &str, picked: &str, limited: &str) -> String {
+    format!(
+        "WITH c AS ({claim})
+         SELECT c.*, NULL::text FROM c
+         UNION ALL
+         SELECT c.*, q.event_type::text FROM {tq} q LEFT JOIN c ON false
+         WHERE {limited} AND q.paused = 0 AND q.concurrency > 0
+           AND EXISTS (SELECT 1 FROM unnest({LEVELS}) AS p(priority)
+                WHERE EXISTS (SELECT 1 FROM {t} WHERE status = 0 AND event_type = q.event_type
+                    AND priority = p.priority AND next_run_at <= now()))",
+        claim = claim(t, tc, picked)
+    )
+}
+
 /// The notification channel of `schema.table`: the qualified name, or when that is
 /// longer than PostgreSQL's 63-byte identifiers, a prefix of it and a stable hash.
 fn channel(schema: &str, table: &str) -> String {
@@ -185,8 +225,12 @@ pub(crate) struct Sql {
     /// `LISTEN` on `channel`.
     pub listen: String,
     pub claim_by_id: String,
+    /// The batch claims: the claimed rows (and a NULL), then a row per limited type
+    /// with a due task (see `claim_marking`).
     pub claim_one_type: String,
     pub claim_many_types: String,
+    pub limit_lock: String,
+    pub claim_limited: String,
     pub recycle_dead: String,
     pub heartbeat: String,
     pub mark: String,
@@ -237,11 +281,12 @@ impl Sql {
         let tsa = format!("\"{schema}\".\"{table}_saga_audit\"");
         let tq = format!("\"{schema}\".\"{table}_queues\"");
         let tqa = format!("\"{schema}\".\"{table}_queue_audit\"");
-        // a claim passes a task of a paused type by (`set_queue`)
+        // a claim by id passes a task of a paused or limited type by (`set_queue`)
         let running = format!(
-            "NOT EXISTS (SELECT 1 FROM {tq} q WHERE q.event_type = {t}.event_type AND q.paused = 1)"
+            "NOT EXISTS (SELECT 1 FROM {tq} q WHERE q.event_type = {t}.event_type
+                AND (q.paused = 1 OR q.concurrency > 0))"
         );
-        let qcols = "event_type::text, paused::bigint, updated_at";
+        let qcols = "event_type::text, paused::bigint, updated_at, concurrency::bigint";
         let tc = t_columns();
         // core's insert_params: $1 event_type $2 biz_key $3 payload $4 max_attempts
         // $5 strategy $6 interval_ms $7 max_interval_ms $8 delay_ms $9 run_at (NULL: use
@@ -327,7 +372,8 @@ impl Sql {
                     AS r(e, k, p, m, s, i, x, d, a, r, j, b, t, o)
                 JOIN f ON f.i = ($3::int[])[r.o]
                 CROSS JOIN LATERAL (SELECT CASE WHEN NOT EXISTS (
-                    SELECT 1 FROM {tq} WHERE event_type = r.e AND paused = 1) THEN f.c END AS c) AS w
+                    SELECT 1 FROM {tq} WHERE event_type = r.e AND (paused = 1 OR concurrency > 0))
+                    THEN f.c END AS c) AS w
                 {on_conflict}
                 RETURNING {tc}),
              a AS (
@@ -465,19 +511,23 @@ impl Sql {
             types_list: format!(
                 "SELECT event_type::text, first_seen_at, last_seen_at FROM {th}"
             ),
-            // a row inserted (`xmax = 0`) is logged unless it only says "not paused"
-            // (the resume of a type never paused)
+            // a row inserted (`xmax = 0`) is logged unless it says only what no row
+            // says (the resume of a type never paused)
             queue_set: format!(
                 "WITH up AS (
-                    INSERT INTO {tq} AS q (event_type, paused, updated_at)
-                    VALUES ($1, $2::smallint, now())
-                    ON CONFLICT (event_type) DO UPDATE SET paused = EXCLUDED.paused,
-                        updated_at = now()
-                    WHERE q.paused <> EXCLUDED.paused
+                    INSERT INTO {tq} AS q (event_type, paused, concurrency, updated_at)
+                    VALUES ($1, COALESCE($2::smallint, 0), COALESCE($6::int, 0), now())
+                    ON CONFLICT (event_type) DO UPDATE SET
+                        paused = COALESCE($2::smallint, q.paused),
+                        concurrency = COALESCE($6::int, q.concurrency), updated_at = now()
+                    WHERE q.paused <> COALESCE($2::smallint, q.paused)
+                        OR q.concurrency <> COALESCE($6::int, q.concurrency)
                     RETURNING {qcols}, xmax = 0 AS fresh),
                  a AS (
                     INSERT INTO {tqa} (event_type, action, operator, reason, at)
-                    SELECT $1, $3, $4, $5, now() FROM up WHERE $2::smallint = 1 OR NOT up.fresh)
+                    SELECT $1, $3, $4, $5, now() FROM up
+                    WHERE NOT up.fresh OR COALESCE($2::smallint, 0) <> 0
+                        OR COALESCE($6::int, 0) <> 0)
                  SELECT {qcols} FROM up"
             ),
             queue_get: format!("SELECT {qcols} FROM {tq} WHERE event_type = $1"),
@@ -580,29 +630,27 @@ impl Sql {
             // each stopping at the limit, merged: a claim reads at most levels × $3 rows
             // whatever the backlog of this or other types. (A level's walk locks at most
             // $3 rows, until the statement ends.)
-            claim_one_type: claim(
+            claim_one_type: claim_marking(
                 &t,
+                &tq,
                 &tc,
-                &format!(
-                    "SELECT w.id FROM unnest({LEVELS}) AS p(priority)
-                    CROSS JOIN LATERAL (
-                        SELECT id, next_run_at FROM {t}
-                        WHERE status = 0 AND event_type = $2 AND priority = p.priority
-                          AND next_run_at <= now()
-                        ORDER BY next_run_at, id
-                        LIMIT $3
-                        FOR UPDATE SKIP LOCKED) AS w
-                    WHERE NOT EXISTS (SELECT 1 FROM {tq} WHERE event_type = $2 AND paused = 1)
-                    ORDER BY p.priority, w.next_run_at, w.id
-                    LIMIT $3"
+                &one_type(
+                    &t,
+                    &format!(
+                        "WHERE NOT EXISTS (SELECT 1 FROM {tq} WHERE event_type = $2
+                            AND (paused = 1 OR concurrency > 0))"
+                    ),
+                    "$3",
                 ),
+                "q.event_type = $2",
             ),
             // $1 owner $2 event types $3 limit: one ordered walk per type and level (as
             // above), the walks merged, the first $3 by (priority, next_run_at, id)
             // claimed. (`event_type = ANY($2)` cannot walk the index in order: it sorts or
             // skips through every due row of the types.)
-            claim_many_types: claim(
+            claim_many_types: claim_marking(
                 &t,
+                &tq,
                 &tc,
                 &format!(
                     "SELECT w.id FROM unnest($2::text[]) AS et(event_type)
@@ -615,9 +663,34 @@ impl Sql {
                         LIMIT $3
                         FOR UPDATE SKIP LOCKED) AS w
                     WHERE NOT EXISTS (
-                        SELECT 1 FROM {tq} q WHERE q.event_type = et.event_type AND q.paused = 1)
+                        SELECT 1 FROM {tq} q WHERE q.event_type = et.event_type
+                            AND (q.paused = 1 OR q.concurrency > 0))
                     ORDER BY p.priority, w.next_run_at, w.id
                     LIMIT $3"
+                ),
+                "q.event_type = ANY($2::text[])",
+            ),
+            // $1 event type: a limited type's queue row, locked until the claim's
+            // transaction ends (claims of the type, on every instance, take turns), and
+            // its limit; no row if the type is paused or no longer limited.
+            limit_lock: format!(
+                "SELECT concurrency::bigint FROM {tq}
+                 WHERE event_type = $1 AND paused = 0 AND concurrency > 0 FOR UPDATE"
+            ),
+            // $1 owner $2 event type $3 limit $4 the type's concurrency limit: as
+            // claim_one_type, at most the room under the limit, the running tasks counted
+            // by this statement (after `limit_lock`: its snapshot sees every claim of the
+            // type committed before it got the lock).
+            claim_limited: claim(
+                &t,
+                &tc,
+                &one_type(
+                    &t,
+                    "",
+                    &format!(
+                        "LEAST($3, GREATEST($4::bigint - (
+                            SELECT count(*) FROM {t} WHERE status = 3 AND event_type = $2), 0))"
+                    ),
                 ),
             ),
             // $1 older_than ms, $2 limit. Status and age re-checked on the row itself.

@@ -204,33 +204,52 @@ impl Driver for SqliteDriver {
         let types = claim.event_types.to_vec();
         let limit = claim.limit as i64;
         self.write("claim_batch", move |sql, tx, now| {
-            // which (event type, level) pairs have due tasks; then walk only those
+            // which (event type, level) pairs have due tasks, and each type's room under
+            // its concurrency limit; then walk only those: the unlimited types' walks in
+            // one statement, each limited type's in its own, up to its room
             let mut probe = tx.prepare_cached(&sql.due_levels)?;
-            let mut bound: Vec<&String> = Vec::new();
-            let mut walks = Vec::new();
+            let mut open: (Vec<&String>, Vec<(usize, usize)>) = (Vec::new(), Vec::new());
+            let mut limited: Vec<(&String, Vec<usize>, i64)> = Vec::new();
             for t in &types {
-                let levels = probe.query_row(params![t, now], |r| {
-                    (0..PRIORITY_LEVELS)
+                let (levels, room) = probe.query_row(params![t, now], |r| {
+                    let levels = (0..PRIORITY_LEVELS)
                         .map(|i| r.get::<_, Option<i64>>(i))
-                        .collect::<rusqlite::Result<Vec<_>>>()
+                        .collect::<rusqlite::Result<Vec<_>>>()?;
+                    Ok((levels, r.get::<_, Option<i64>>(PRIORITY_LEVELS)?))
                 })?;
                 let present: Vec<usize> = levels
                     .into_iter()
                     .flatten()
                     .filter_map(|l| usize::try_from(l).ok())
                     .collect();
-                if !present.is_empty() {
-                    walks.extend(present.into_iter().map(|l| (bound.len(), l)));
-                    bound.push(t);
+                match room {
+                    _ if present.is_empty() => {}
+                    None => {
+                        open.1
+                            .extend(present.into_iter().map(|l| (open.0.len(), l)));
+                        open.0.push(t);
+                    }
+                    Some(room) if room > 0 => limited.push((t, present, room)),
+                    Some(_) => {}
                 }
             }
-            if walks.is_empty() {
-                return Ok(Vec::new());
+            let mut claimed = Vec::new();
+            if !open.1.is_empty() {
+                let mut stmt = tx.prepare_cached(&sql.claim_batch(&open.1))?;
+                let mut values: Vec<&dyn rusqlite::ToSql> = vec![&owner, &now, &limit];
+                values.extend(open.0.iter().map(|t| *t as &dyn rusqlite::ToSql));
+                claimed = tasks(&mut stmt, values.as_slice())?;
             }
-            let mut stmt = tx.prepare_cached(&sql.claim_batch(&walks))?;
-            let mut values: Vec<&dyn rusqlite::ToSql> = vec![&owner, &now, &limit];
-            values.extend(bound.iter().map(|t| *t as &dyn rusqlite::ToSql));
-            tasks(&mut stmt, values.as_slice())
+            for (t, levels, room) in limited {
+                let left = (limit - claimed.len() as i64).min(room);
+                if left <= 0 {
+                    break;
+                }
+                let walks: Vec<(usize, usize)> = levels.into_iter().map(|l| (0, l)).collect();
+                let mut stmt = tx.prepare_cached(&sql.claim_batch(&walks))?;
+                claimed.extend(tasks(&mut stmt, params![owner, now, left, t])?);
+            }
+            Ok(claimed)
         })
         .await
     }
@@ -613,18 +632,24 @@ impl Driver for SqliteDriver {
     ) -> Result<Queue> {
         let event_type = (*event_type).to_owned();
         let audit: Audit = (*audit).clone();
-        let paused = i64::from(change == QueueChange::Pause);
+        let (paused, concurrency) = change.columns();
         self.write("set_queue", move |sql, tx, now| {
-            let inserted = tx
-                .prepare_cached(&sql.queue_insert)?
-                .execute(params![event_type, paused, now])?
-                > 0;
+            let inserted = tx.prepare_cached(&sql.queue_insert)?.execute(params![
+                event_type,
+                paused,
+                concurrency,
+                now
+            ])? > 0;
+            // a row inserted is logged unless it says only what no row says
             let changed = if inserted {
-                paused == 1
+                paused.unwrap_or(0) != 0 || concurrency.unwrap_or(0) != 0
             } else {
-                tx.prepare_cached(&sql.queue_update)?
-                    .execute(params![event_type, paused, now])?
-                    > 0
+                tx.prepare_cached(&sql.queue_update)?.execute(params![
+                    event_type,
+                    paused,
+                    concurrency,
+                    now
+                ])? > 0
             };
             if changed {
                 tx.prepare_cached(&sql.queue_audit)?.execute(params![

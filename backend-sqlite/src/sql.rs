@@ -51,11 +51,14 @@ pub(crate) struct Sql {
     /// The version table's statements and the migrations.
     pub schema: SchemaSql,
     /// ?1 event type ?2 now: which priority levels have a due task (see `claim_batch`);
-    /// none of a paused type.
+    /// none of a paused type; then the room under the type's concurrency limit (NULL:
+    /// no limit).
     pub due_levels: String,
-    /// ?1 event type ?2 paused ?3 now: the queue's row, unless it has one.
+    /// ?1 event type ?2 paused ?3 concurrency (NULL: 0) ?4 now: the queue's row,
+    /// unless it has one.
     pub queue_insert: String,
-    /// ?1 event type ?2 paused ?3 now: the queue's setting, where it differs.
+    /// ?1 event type ?2 paused ?3 concurrency (NULL: as it is) ?4 now: the queue's
+    /// settings, where they differ.
     pub queue_update: String,
     /// ?1 event type ?2 action ?3 operator ?4 reason ?5 now: an entry of the queues' log.
     pub queue_audit: String,
@@ -206,9 +209,10 @@ impl Sql {
         let tsa = format!("\"{table}_saga_audit\"");
         let tq = format!("\"{table}_queues\"");
         let tqa = format!("\"{table}_queue_audit\"");
-        // a claim passes a task of a paused type by (`set_queue`)
+        // a claim by id passes a task of a paused or limited type by (`set_queue`)
         let running = format!(
-            "NOT EXISTS (SELECT 1 FROM {tq} WHERE {tq}.event_type = {t}.event_type AND {tq}.paused = 1)"
+            "NOT EXISTS (SELECT 1 FROM {tq} WHERE {tq}.event_type = {t}.event_type
+                AND ({tq}.paused = 1 OR {tq}.concurrency > 0))"
         );
         // Every change to a running task is fenced by id, status and lease.
         let fenced = "WHERE id = ?2 AND status = 3 AND lease = ?3";
@@ -222,11 +226,15 @@ impl Sql {
             table: t.clone(),
             due_levels: Self::due_levels(&t, &tq),
             queue_insert: format!(
-                "INSERT INTO {tq} (event_type, paused, updated_at) VALUES (?1, ?2, ?3)
+                "INSERT INTO {tq} (event_type, paused, concurrency, updated_at)
+                 VALUES (?1, COALESCE(?2, 0), COALESCE(?3, 0), ?4)
                  ON CONFLICT (event_type) DO NOTHING"
             ),
             queue_update: format!(
-                "UPDATE {tq} SET paused = ?2, updated_at = ?3 WHERE event_type = ?1 AND paused <> ?2"
+                "UPDATE {tq} SET paused = COALESCE(?2, paused),
+                    concurrency = COALESCE(?3, concurrency), updated_at = ?4
+                 WHERE event_type = ?1
+                   AND (paused <> COALESCE(?2, paused) OR concurrency <> COALESCE(?3, concurrency))"
             ),
             queue_audit: format!(
                 "INSERT INTO {tqa} (event_type, action, operator, reason, at)
@@ -539,7 +547,9 @@ impl Sql {
     /// Which priority levels of one event type have a due task: ?1 event type, ?2 now;
     /// one column per level, the level or NULL. One index dive per level (a few
     /// microseconds each), so the claim walks only the levels that have work: almost
-    /// always one, none on an idle poll.
+    /// always one, none on an idle poll. The last column is the room under the type's
+    /// concurrency limit (its limit less its running tasks; NULL when it has none),
+    /// read in the claim's write transaction: no other claim counts in between.
     fn due_levels(t: &str, tq: &str) -> String {
         let probes = (0..PRIORITY_LEVELS)
             .map(|level| {
@@ -553,7 +563,11 @@ impl Sql {
             })
             .collect::<Vec<_>>()
             .join(", ");
-        format!("SELECT {probes}")
+        format!(
+            "SELECT {probes}, (SELECT q.concurrency - (
+                    SELECT count(*) FROM {t} WHERE status = 3 AND event_type = ?1)
+                FROM {tq} q WHERE q.event_type = ?1 AND q.concurrency > 0)"
+        )
     }
 
     /// The batch claim of the `walks` that [`due_levels`](Self::due_levels) found: each

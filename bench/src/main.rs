@@ -11,6 +11,7 @@
 
 mod cross;
 mod idle;
+mod limit;
 mod peers;
 mod raw;
 mod saga;
@@ -38,8 +39,8 @@ struct Args {
     backends: Vec<String>,
     drain_tasks: usize,
     out: std::path::PathBuf,
-    /// Run only these scenarios (run-ahead, enqueue, drain, fastest, ordered, idle, scale, backlogs, counts, wakeup,
-    /// relay, consume, isolation, idle-load, saga; with `--peer`: apalis, peers).
+    /// Run only these scenarios (run-ahead, enqueue, drain, fastest, ordered, limit, idle, scale, backlogs, counts,
+    /// wakeup, relay, consume, isolation, idle-load, saga; with `--peer`: apalis, peers).
     only: Option<Vec<String>>,
     /// Also run apalis (bench/peer-apalis, built by scripts/bench --peer).
     peer: bool,
@@ -611,16 +612,38 @@ pub(crate) async fn backstop_drain(
         Some(k) => t.raw.bulk_insert_ordered(n, k).await,
         None => t.raw.bulk_insert(n, 0).await,
     }
+    let capacity = (192 * batch).div_ceil(100);
+    let engines = vec![(64, capacity); engines];
+    drain_due(t, &engines, n, batch, Duration::ZERO).await
+}
+
+/// The `n` due tasks already inserted, drained by one engine per entry of `engines`
+/// (its handler's concurrency and queue capacity), claiming `batch` at a time, each
+/// handler working `work`; the time until the database records them all succeeded, with
+/// the peak RSS and CPU seconds of the run.
+pub(crate) async fn drain_due(
+    t: &Target,
+    engines: &[(usize, usize)],
+    n: usize,
+    batch: usize,
+    work: Duration,
+) -> (Duration, f64, f64) {
     let done = Arc::new(AtomicUsize::new(0));
     let m = sys::Meter::start();
     let started = Instant::now();
     let mut running = Vec::new();
-    for _ in 0..engines {
+    for &(concurrency, capacity) in engines {
         let store = t.store(8).await;
         let done = Arc::clone(&done);
         let handler = handler_fn(move |_task: Task| {
-            done.fetch_add(1, Ordering::Relaxed);
-            async { Ok::<_, HandlerError>(()) }
+            let done = Arc::clone(&done);
+            async move {
+                if !work.is_zero() {
+                    tokio::time::sleep(work).await;
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+                Ok::<_, HandlerError>(())
+            }
         });
         let engine = Engine::builder(store)
             .config(
@@ -634,8 +657,8 @@ pub(crate) async fn backstop_drain(
                 EVENT,
                 handler,
                 HandlerOptions::default()
-                    .concurrency(64)
-                    .queue_capacity((192 * batch).div_ceil(100)),
+                    .concurrency(concurrency)
+                    .queue_capacity(capacity),
             )
             .start()
             .expect("engine");
@@ -1191,6 +1214,11 @@ async fn main() {
                 let r = repeated(a.repeat, || drain_fastest(&t, engines, a.drain_tasks)).await;
                 rows.push(report(r));
             }
+        }
+        if a.runs("limit") {
+            let n = if a.smoke { 500 } else { 20_000 };
+            let r = repeated(a.repeat, || limit::limited_drain(&t, n)).await;
+            rows.push(report(r));
         }
         if a.runs("ordered") {
             let keys = if a.smoke { 20 } else { 1000 };

@@ -10,7 +10,9 @@ use backstop::{Status, Task, TaskId};
 
 use crate::driver::{Backend, Fault, FaultKind, Lane, Outcome, Written};
 use crate::ledger::Entry;
-use crate::worker::{published_twice, DEAD_AFTER, FAIL, FAIL_ATTEMPTS, HELD, OK, POLL, RELAY};
+use crate::worker::{
+    published_twice, DEAD_AFTER, FAIL, FAIL_ATTEMPTS, HELD, LIMITED, OK, POLL, RELAY,
+};
 
 /// A worker stopped with SIGTERM: whether it exited cleanly, and how many rows it left
 /// `running` under its name (checked after a mid-run stop).
@@ -105,12 +107,12 @@ impl Report {
     }
 }
 
-struct Run {
-    task: TaskId,
-    lease: i64,
-    pid: u32,
-    start: i64,
-    end: Option<(String, i64)>,
+pub(crate) struct Run {
+    pub task: TaskId,
+    pub lease: i64,
+    pub pid: u32,
+    pub start: i64,
+    pub end: Option<(String, i64)>,
 }
 
 struct MarkRec {
@@ -121,10 +123,11 @@ struct MarkRec {
     sent: i64,
 }
 
+/// What the ledgers say of one task: its claims `(lease, at)`, runs and marks.
 #[derive(Default)]
-struct PerTask {
-    claims: Vec<(i64, i64)>,
-    runs: Vec<Run>,
+pub(crate) struct PerTask {
+    pub claims: Vec<(i64, i64)>,
+    pub runs: Vec<Run>,
     marks: Vec<MarkRec>,
 }
 
@@ -308,7 +311,7 @@ pub fn check(input: Input) -> Report {
             Some(t) if !terminal(t.status) => unfinished += 1,
             Some(t) => {
                 let right = match w.event_type {
-                    OK | RELAY | HELD => t.status == Status::Succeeded,
+                    OK | RELAY | HELD | LIMITED => t.status == Status::Succeeded,
                     FAIL => t.status == Status::Failed && t.attempts == FAIL_ATTEMPTS,
                     _ => false,
                 };
@@ -413,6 +416,15 @@ pub fn check(input: Input) -> Report {
             ids(&early)
         ),
     });
+
+    // 2d. the limited type never ran more than its limit at once, but where a lease
+    // expired under a live run
+    let limited: Vec<TaskId> = tasks
+        .iter()
+        .filter(|t| t.event_type == LIMITED)
+        .map(|t| t.id)
+        .collect();
+    lines.push(crate::limit::check(&limited, &per, &ledgers, &faults));
 
     // 3. no stale lease applied: an applied mark's lease was the newest claim when sent
     let (mut applied, mut stale) = (0u64, 0u64);

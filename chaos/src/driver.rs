@@ -17,7 +17,7 @@ use crate::consumer::{RECLAIM_IDLE, RECLAIM_INTERVAL};
 use crate::ledger::now_ms;
 use crate::proxy::{Mode, Proxy};
 use crate::redis_server::RedisServer;
-use crate::worker::{DEAD_AFTER, HELD, POLL, RELAY};
+use crate::worker::{DEAD_AFTER, HELD, LIMIT, LIMITED, POLL, RELAY};
 use crate::BoxError;
 
 /// The databases the suite runs on.
@@ -620,6 +620,10 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
     let pause = || t.store.set_queue(HELD, backstop::QueueChange::Pause, &ops);
     read(pause).await?;
     let held_from = now_ms();
+    // the limited queue: its limit set before any of its tasks exists
+    let limit = backstop::QueueChange::Concurrency(Some(LIMIT));
+    let ops_limit = backstop::Audit::new("chaos", "the limited queue");
+    read(|| t.store.set_queue(LIMITED, limit, &ops_limit)).await?;
     let mut held_until = None;
 
     let stop = Arc::new(AtomicBool::new(false));

@@ -21,6 +21,7 @@ mod check;
 mod consumer;
 mod driver;
 mod ledger;
+mod limit;
 mod produce;
 mod proxy;
 mod redis_server;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use backstop::{NewTask, RetryPolicy, SagaStart, Transactional};
 
 use crate::driver::{Outcome, Target, Written};
-use crate::worker::{Work, FAIL, FAIL_ATTEMPTS, HELD, OK, RELAY};
+use crate::worker::{Work, FAIL, FAIL_ATTEMPTS, HELD, LIMITED, OK, RELAY};
 
 /// The producers: business transactions at `rate` per second until `stop`.
 pub(crate) async fn produce(
@@ -103,6 +103,7 @@ pub(crate) fn produced_by_workers(
                 OK => OK,
                 RELAY => RELAY,
                 HELD => HELD,
+                LIMITED => LIMITED,
                 _ => FAIL,
             };
             let outcome = match outcome {
@@ -127,7 +128,7 @@ const BATCH: usize = 5;
 
 /// A task of the run for business key `key`, and its event type: one in twenty fails for
 /// good, one in five of the rest is relayed, one in ten of the others is of the paused
-/// and resumed type; one in twenty of those is slow (long enough that a
+/// and resumed type and one in ten of the limited type; one in twenty of those is slow (long enough that a
 /// stopped worker wakes while its successor still runs the task, so its stale mark meets
 /// the fence), one in ten flaky.
 fn chaos_task(rng: &mut fastrand::Rng, key: &str) -> (&'static str, NewTask) {
@@ -146,10 +147,12 @@ fn chaos_task(rng: &mut fastrand::Rng, key: &str) -> (&'static str, NewTask) {
         FAIL
     } else if rng.u8(..100) < 20 {
         RELAY
-    } else if rng.u8(..100) < 10 {
-        HELD
     } else {
-        OK
+        match rng.u8(..100) {
+            0..10 => HELD,
+            10..20 => LIMITED,
+            _ => OK,
+        }
     };
     let task = NewTask::new(event_type, key).json(&work).retry(if fail {
         RetryPolicy::fixed(FAIL_ATTEMPTS, Duration::from_millis(100))

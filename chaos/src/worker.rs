@@ -25,6 +25,11 @@ pub const FAIL_ATTEMPTS: u32 = 3;
 /// The event type whose queue the driver pauses before any of its tasks exists and
 /// resumes halfway through the faults; its tasks succeed as `OK`'s do.
 pub const HELD: &str = "CHAOS_HELD";
+/// The event type with a global concurrency limit of [`LIMIT`] (set by the driver before
+/// its first task); its tasks succeed as `OK`'s do.
+pub const LIMITED: &str = "CHAOS_LIMITED";
+/// The limit of [`LIMITED`] across every worker.
+pub const LIMIT: u32 = 6;
 /// The event type whose tasks the relay publishes to the stream (they succeed once the
 /// entry is added) for the consumers to apply through the inbox.
 pub const RELAY: &str = "CHAOS_RELAY";
@@ -178,6 +183,14 @@ pub async fn run(url: &str, ledger_path: &Path, args: &[String]) -> Result<(), B
         )
         .handler(
             HELD,
+            Run {
+                ledger: Arc::clone(&ledger),
+                always_fail: false,
+            },
+            options.clone(),
+        )
+        .handler(
+            LIMITED,
             Run {
                 ledger: Arc::clone(&ledger),
                 always_fail: false,

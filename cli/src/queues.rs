@@ -1,8 +1,9 @@
-//! `backstop queues`: each event type's queue (paused or running, its backlog), and an
-//! operator's pause or resume of one ([`TaskStore::set_queue`]), audited.
+//! `backstop queues`: each event type's queue (paused or running, its concurrency limit,
+//! its backlog), and an operator's pause, resume or limit of one
+//! ([`TaskStore::set_queue`]), audited.
 //!
-//! A pause or resume asks no confirmation: it is undone by its opposite, and each is
-//! logged with who and why.
+//! A change asks no confirmation: it is undone by its opposite, and each is logged with
+//! who and why.
 
 use backstop::console::queues::{queue_json, queue_log_json, queue_views, QueueView};
 use backstop::{AnyStore, Audit, QueueChange, TaskStore};
@@ -25,6 +26,14 @@ pub(crate) enum QueuesCommand {
     Pause(QueueArgs),
     /// Claim the event type's tasks again.
     Resume(QueueArgs),
+    /// Set the event type's global concurrency limit (at most N of its tasks run at
+    /// once across every instance), or remove it with `off`.
+    Limit {
+        #[command(flatten)]
+        args: QueueArgs,
+        /// The limit (1 to 100000), or `off`.
+        limit: String,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -76,7 +85,7 @@ pub(crate) async fn run(store: &AnyStore, command: QueuesCommand, json: bool) ->
             }
             for e in &log {
                 println!(
-                    "  {}  {:<8}  {}  {}",
+                    "  {}  {:<16}  {}  {}",
                     time(&e.at),
                     e.action,
                     e.operator,
@@ -87,6 +96,18 @@ pub(crate) async fn run(store: &AnyStore, command: QueuesCommand, json: bool) ->
         }
         QueuesCommand::Pause(a) => change(store, QueueChange::Pause, a, json).await,
         QueuesCommand::Resume(a) => change(store, QueueChange::Resume, a, json).await,
+        QueuesCommand::Limit { args, limit } => {
+            let n = match limit.as_str() {
+                "off" => None,
+                n => Some(n.parse::<u32>().map_err(|_| {
+                    backstop::Error::invalid_input(
+                        "set_queue",
+                        format!("concurrency: {n:?} is not a number (1 to 100000) or off"),
+                    )
+                })?),
+            };
+            change(store, QueueChange::Concurrency(n), args, json).await
+        }
     }
 }
 
@@ -94,16 +115,23 @@ async fn change(store: &AnyStore, change: QueueChange, a: QueueArgs, json: bool)
     let audit = Audit::new(crate::operator(a.operator), a.reason);
     let q = store.set_queue(&a.event_type, change, &audit).await?;
     let state = if q.paused { "paused" } else { "active" };
+    let limit = q
+        .concurrency
+        .map_or("no limit".to_owned(), |n| format!("at most {n} at once"));
     if json {
         println!(
             "{}",
             serde_json::json!({
                 "action": change.action(), "event_type": q.event_type, "paused": q.paused,
-                "changed_at": q.updated_at.to_rfc3339(),
+                "concurrency": q.concurrency, "changed_at": q.updated_at.to_rfc3339(),
             })
         );
     } else {
-        println!("done: {} {}; it is {state}", change.action(), q.event_type);
+        println!(
+            "done: {} {}; it is {state}, {limit}",
+            change.action(),
+            q.event_type
+        );
     }
     Ok(())
 }
@@ -116,6 +144,7 @@ fn print_queues(views: &[QueueView]) {
     let mut rows = vec![[
         "EVENT TYPE",
         "STATE",
+        "LIMIT",
         "PENDING",
         "RUNNING",
         "FAILED",
@@ -129,6 +158,7 @@ fn print_queues(views: &[QueueView]) {
         rows.push(vec![
             v.event_type.clone(),
             if v.paused { "paused" } else { "active" }.into(),
+            v.concurrency.map_or("-".into(), |n| n.to_string()),
             v.pending.to_string(),
             v.running.to_string(),
             v.failed.to_string(),

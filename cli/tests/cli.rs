@@ -791,6 +791,37 @@ async fn pauses_lists_and_resumes_queues() {
         assert_eq!(code(&out), 2, "{}", stderr(&out));
         assert!(stderr(&out).contains("event_type"), "{}", stderr(&out));
         assert_eq!(db.store.queues().await.unwrap().len(), 1, "nothing written");
+
+        // a concurrency limit: set, listed, logged, refused out of bounds, removed
+        let out = db.cli(&["queues", "limit", "SEND_SMS", "2", "--reason", "gateway"]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert!(
+            stdout(&out).contains("at most 2 at once"),
+            "{}",
+            stdout(&out)
+        );
+        let all = db.json(&["queues", "list"]);
+        assert_eq!(all[1]["concurrency"], 2, "{all}");
+        assert_eq!(all[0]["concurrency"], serde_json::Value::Null, "{all}");
+        let text = stdout(&db.cli(&["queues", "list"]));
+        assert!(text.contains("LIMIT"), "{text}");
+        for bad in ["0", "100001", "many"] {
+            let out = db.cli(&["queues", "limit", "SEND_SMS", bad]);
+            assert_eq!(code(&out), 2, "{bad}: {}", stderr(&out));
+            assert!(stderr(&out).contains("concurrency"), "{}", stderr(&out));
+        }
+        let sms = db.store.queues().await.unwrap();
+        assert_eq!(sms[1].concurrency, Some(2), "nothing written");
+        let done = db.json(&["queues", "limit", "SEND_SMS", "off", "--reason", "fixed"]);
+        assert_eq!(done["concurrency"], serde_json::Value::Null, "{done}");
+        let shown = db.json(&["queues", "show", "SEND_SMS"]);
+        let actions: Vec<&str> = shown["log"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["action"].as_str().unwrap())
+            .collect();
+        assert_eq!(actions, ["concurrency 2", "concurrency off"], "{shown}");
     }
 }
 

@@ -1,6 +1,6 @@
 //! The queues an operator sees: every event type the fleet knows — handled by an engine,
-//! holding tasks, or set by an operator — with its setting (paused or running) and its
-//! backlog. Shared by `backstop queues list` and the console's queues view.
+//! holding tasks, or set by an operator — with its settings (paused or running, its
+//! global concurrency limit) and its backlog. Shared by `backstop queues list` and the console's queues view.
 
 use std::collections::BTreeMap;
 
@@ -15,6 +15,8 @@ pub struct QueueView {
     pub event_type: String,
     /// Whether no claim takes its tasks ([`TaskStore::set_queue`]).
     pub paused: bool,
+    /// Its global concurrency limit, if it has one.
+    pub concurrency: Option<u32>,
     /// When its setting last changed, if an operator ever set it.
     pub changed_at: Option<DateTime<Utc>>,
     /// When an engine with a handler for it last said it runs, if any ever did.
@@ -36,6 +38,7 @@ pub async fn queue_views<S: TaskStore + ?Sized>(store: &S) -> Result<Vec<QueueVi
         QueueView {
             event_type: event_type.to_owned(),
             paused: false,
+            concurrency: None,
             changed_at: None,
             handled_at: None,
             pending: 0,
@@ -48,6 +51,7 @@ pub async fn queue_views<S: TaskStore + ?Sized>(store: &S) -> Result<Vec<QueueVi
             .entry(q.event_type.clone())
             .or_insert_with(|| view(&q.event_type));
         v.paused = q.paused;
+        v.concurrency = q.concurrency;
         v.changed_at = Some(q.updated_at);
     }
     for h in store.event_types().await? {
@@ -75,6 +79,7 @@ pub fn queue_json(q: &QueueView) -> serde_json::Value {
     serde_json::json!({
         "event_type": q.event_type,
         "paused": q.paused,
+        "concurrency": q.concurrency,
         "changed_at": q.changed_at.map(|t| t.to_rfc3339()),
         "handled_at": q.handled_at.map(|t| t.to_rfc3339()),
         "pending": q.pending,

@@ -859,6 +859,40 @@ async fn queues_pause_and_resume_audited_for_admins_only() {
         .unwrap();
     let page = send(&app, get("/queues?done=resume", Some(ADMIN))).await;
     assert!(page.body.contains("Queue resumed"), "{}", page.body);
+
+    // a limit shows in the list and on the queue's page; the buttons do not set one
+    f.store
+        .set_queue(
+            "SEND_EMAIL",
+            QueueChange::Concurrency(Some(7)),
+            &Audit::new("bob", "api"),
+        )
+        .await
+        .unwrap();
+    let page = send(&app, get("/queues", Some(READ))).await;
+    assert!(
+        page.body.contains("<td class=limit>7</td>"),
+        "{}",
+        page.body
+    );
+    let detail = send(&app, get("/queues/SEND_EMAIL", Some(READ))).await;
+    assert!(detail.body.contains("(limit 7 at once)"), "{}", detail.body);
+    assert!(
+        detail.body.contains("concurrency 7"),
+        "logged: {}",
+        detail.body
+    );
+    let got = send(
+        &app,
+        post(
+            "/queues/SEND_EMAIL/concurrency%201",
+            Some(ADMIN),
+            &[("csrf", &csrf), ("reason", "")],
+        ),
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::NOT_FOUND, "{}", got.body);
+    assert_eq!(f.store.queues().await.unwrap()[0].concurrency, Some(7));
 }
 
 /// A pending task's detail page has an edit form for admins (not for read-only access,

@@ -42,7 +42,7 @@ pub use model::{
     SagaDef, SagaDefBuilder, SagaFilter, SagaId, SagaLogEntry, SagaStart, SagaStarted, SagaStatus,
     SagaStep, SagaStepRecord, Stats, Status, StatusCount, StepApplied, StepOutcome, StepPhase,
     StepReport, StepRole, StepState, StepTask, Task, TaskEdit, TaskFilter, TaskId, TccDefBuilder,
-    Throughput, WhenParked,
+    Throughput, WhenParked, MAX_CONCURRENCY,
 };
 pub use notify::{Notifier, Wake, Wakes};
 pub use schedule::{Missed, Periodic, Schedule};

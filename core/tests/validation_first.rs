@@ -536,6 +536,12 @@ async fn invalid_input_reaches_no_driver() {
         refused(s.edit(1, &TaskEdit::run_now(), &audit).await, "edit");
     }
     let ok = Audit::new("bob", "why");
+    for limit in [0, backstop_core::MAX_CONCURRENCY + 1, u32::MAX] {
+        let change = QueueChange::Concurrency(Some(limit));
+        let e = s.set_queue("MAIL", change, &ok).await.expect_err("refused");
+        assert!(e.to_string().contains("concurrency"), "{e}");
+        refused(Err::<(), _>(e), "set_queue");
+    }
     for edit in [
         TaskEdit::default(),
         TaskEdit::run_in(MAX_INTERVAL + Duration::from_secs(1)),

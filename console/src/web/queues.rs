@@ -22,22 +22,27 @@ pub(super) async fn list<S: TaskStore + Clone + 'static>(
     let mut body = String::new();
     if let Some(d) = done.done.as_deref().and_then(QueueChange::parse) {
         let what = match d {
-            QueueChange::Pause => "paused: no instance claims its tasks from its next poll",
-            _ => "resumed: every instance claims its tasks again",
+            QueueChange::Pause => Some("paused: no instance claims its tasks from its next poll"),
+            QueueChange::Resume => Some("resumed: every instance claims its tasks again"),
+            _ => None,
         };
-        let _ = write!(body, "<p class=flash>Queue {what}.</p>");
+        if let Some(what) = what {
+            let _ = write!(body, "<p class=flash>Queue {what}.</p>");
+        }
     }
     body.push_str("<h1>Queues</h1>");
     body.push_str(
         "<p class=note>A queue is an event type. Pausing one stops every instance \
-         claiming its tasks (enqueues go on, running tasks finish); resuming lets them run.</p>",
+         claiming its tasks (enqueues go on, running tasks finish); resuming lets them run. \
+         A limit caps how many of its tasks run at once across every instance \
+         (<code>backstop queues limit</code>).</p>",
     );
     if views.is_empty() {
         body.push_str("<p class=empty>No queues yet: no tasks, handlers or settings.</p>");
         return page(&base, &caller, "Queues", &body).into_response();
     }
     body.push_str(
-        "<table class=queues><thead><tr><th>event type</th><th>state</th><th>pending</th>\
+        "<table class=queues><thead><tr><th>event type</th><th>state</th><th>limit</th><th>pending</th>\
          <th>running</th><th>failed</th><th>handled (UTC)</th><th>changed (UTC)</th><th></th>\
          </tr></thead><tbody>",
     );
@@ -45,7 +50,8 @@ pub(super) async fn list<S: TaskStore + Clone + 'static>(
         let _ = write!(
             body,
             "<tr><td><a href=\"{b}/queues/{t}\">{t}</a></td><td><span class=\"status {st}\">{st}</span></td>\
-             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+             <td class=limit>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            limit(v),
             v.pending,
             v.running,
             v.failed,
@@ -58,6 +64,11 @@ pub(super) async fn list<S: TaskStore + Clone + 'static>(
     }
     body.push_str("</tbody></table>");
     page(&base, &caller, "Queues", &body).into_response()
+}
+
+/// A queue's concurrency limit as the page shows it.
+fn limit(v: &QueueView) -> String {
+    v.concurrency.map_or("–".to_owned(), |n| n.to_string())
 }
 
 fn state(paused: bool) -> &'static str {
@@ -87,7 +98,7 @@ fn button(b: &str, caller: &Caller, v: &QueueView) -> String {
         t = esc(&v.event_type),
         a = change.action(),
         csrf = caller.csrf,
-        label = capitalized(change.action()),
+        label = capitalized(&change.action()),
     )
 }
 
@@ -115,9 +126,10 @@ pub(super) async fn detail<S: TaskStore + Clone + 'static>(
     if let Some(v) = &view {
         let _ = write!(
             body,
-            "<p>{} pending, {} running, {} failed · <a href=\"{b}/tasks?event_type={t}\">its tasks</a></p><p>{}</p>",
+            "<p>{} pending, {} running{}, {} failed · <a href=\"{b}/tasks?event_type={t}\">its tasks</a></p><p>{}</p>",
             v.pending,
             v.running,
+            v.concurrency.map_or(String::new(), |n| format!(" (limit {n} at once)")),
             v.failed,
             button(b, &caller, v)
         );
@@ -132,7 +144,7 @@ pub(super) async fn detail<S: TaskStore + Clone + 'static>(
                 e.reason.as_str(),
             )
         }),
-        "No operator has paused or resumed this queue.",
+        "No operator has changed this queue.",
     ));
     page(&base, &caller, &format!("Queue {event_type}"), &body).into_response()
 }
@@ -145,7 +157,9 @@ pub(super) async fn change<S: TaskStore + Clone + 'static>(
     Form(form): Form<ActForm>,
 ) -> Response {
     let b = &base.0;
-    let Some(change) = QueueChange::parse(&action) else {
+    // the buttons pause and resume; a limit is set with `backstop queues limit`
+    let Some(change @ (QueueChange::Pause | QueueChange::Resume)) = QueueChange::parse(&action)
+    else {
         return page_error(&base, StatusCode::NOT_FOUND, "No such action.");
     };
     let operator = match caller.may_change(Some(&form.csrf)) {

@@ -172,7 +172,7 @@ pub trait Driver: Send + Sync + 'static {
     async fn enqueue_many(&self, tasks: Checked<&[NewTask]>) -> Result<Vec<Inserted>>;
 
     /// [`claim_by_id`](crate::TaskStore::claim_by_id): claim task `id` for `owner` if it is
-    /// pending and due; the row as claimed.
+    /// pending and due, and its type neither paused nor limited; the row as claimed.
     async fn claim_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<RawTask>>;
 
     /// [`claim_batch`](crate::TaskStore::claim_batch): claim up to `limit` due pending
@@ -183,6 +183,15 @@ pub trait Driver: Send + Sync + 'static {
     /// due rows of each priority level ([`Priority::ALL`](crate::Priority::ALL)) are read in index order
     /// (`event_type, priority, next_run_at, id`) and the read stops at `limit`; the types
     /// and levels are several such walks, merged — never a sort of every due row.
+    ///
+    /// Types with a concurrency limit (a queue row with `concurrency > 0`, not paused)
+    /// are passed by in those walks and claimed after them, each in a transaction of its
+    /// own: lock the type's queue row (`FOR UPDATE`), then count its running tasks in a
+    /// later statement (a snapshot taken after the lock was granted, at READ COMMITTED),
+    /// and claim at most `concurrency - running` (and what is left of `limit`). Learn
+    /// which requested types are limited without a statement of its own where the claim
+    /// can say (PostgreSQL and MySQL answer a marker row per limited type with a due
+    /// task; SQLite reads it in its write transaction).
     async fn claim_batch(&self, claim: Checked<Claim<'_>>) -> Result<Vec<RawTask>>;
 
     /// [`recycle_dead`](crate::TaskStore::recycle_dead). Checked: see [`AgedBatch`]. The
@@ -365,9 +374,10 @@ pub trait Driver: Send + Sync + 'static {
     async fn event_types(&self) -> Result<Vec<(String, DateTime<Utc>, DateTime<Utc>)>>;
 
     /// [`set_queue`](crate::TaskStore::set_queue), in one transaction: upsert the queue
-    /// row of `event_type` with the change's setting (`paused` 1 for a pause, 0 for a
-    /// resume) and `updated_at = now`, changing an existing row only when its setting
-    /// differs; when it inserted or changed the row, append an entry (the change's
+    /// row of `event_type` with the change's settings ([`QueueChange::columns`]: `paused`
+    /// and `concurrency`, each kept where `None`; a new row takes 0 for both) and
+    /// `updated_at = now`, changing an existing row only when a setting differs; when it
+    /// inserted a row that is not all zeros, or changed one, append an entry (the change's
     /// [`action`](QueueChange::action), operator, reason, now) to the queues'
     /// operators' log; then read the row ([`QUEUE_COLUMNS`]). Checked: the event type
     /// and the audit.

@@ -40,14 +40,16 @@ impl RawAudit {
 }
 
 /// The queues table's columns, in the order [`read_queue`] reads them.
-pub const QUEUE_COLUMNS: &str = "event_type, paused, updated_at";
+pub const QUEUE_COLUMNS: &str = "event_type, paused, updated_at, concurrency";
 
-/// Read a row of [`QUEUE_COLUMNS`]: a queue's settings (`paused` a non-zero integer).
+/// Read a row of [`QUEUE_COLUMNS`]: a queue's settings (`paused` a non-zero integer,
+/// `concurrency` 0 for no limit).
 pub fn read_queue<R: TaskRow + ?Sized>(r: &R) -> std::result::Result<Queue, R::Error> {
     Ok(Queue {
         event_type: r.text(0)?,
         paused: r.int(1)? != 0,
         updated_at: r.time(2)?,
+        concurrency: u32::try_from(r.int(3)?).ok().filter(|n| *n > 0),
     })
 }
 

@@ -98,7 +98,11 @@ impl<S: TaskStore + Clone> Shared<S> {
             return Ok(RunAhead::Rejected);
         };
         match shared.store.claim_by_id(enqueued.id, &shared.owner).await? {
-            None => Ok(RunAhead::NotClaimed),
+            None => {
+                // a limited type is claimed by the poller alone: poll it now
+                shared.slot_left(&exec.event_type);
+                Ok(RunAhead::NotClaimed)
+            }
             Some(task) => {
                 shared.counters.run_ahead(&exec.event_type);
                 executor::dispatch(

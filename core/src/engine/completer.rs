@@ -140,6 +140,9 @@ async fn apply<S: TaskStore + Clone>(shared: &Shared<S>, batch: Vec<Completion>)
     }
     let leases: Vec<_> = batch.iter().map(|c| c.mark.lease).collect();
     shared.tracker.finished(&leases);
+    for c in &batch {
+        shared.slot_left(&c.event_type);
+    }
     if !keys.is_empty() {
         super::keys::release_keys(shared, &keys).await;
     }

@@ -79,6 +79,12 @@ pub struct EngineConfig {
     /// queue_capacity`) claimed tasks. A waiting mark holds no task row: only its lease
     /// and outcome.
     pub max_unmarked: usize,
+    /// How often the poller reads the queues' settings ([`queues`](crate::TaskStore::queues);
+    /// default 30 s, the first time at the first poll): which of its types have a global
+    /// concurrency limit, so it claims each of them on its own and polls it again as its
+    /// tasks end. The claims enforce a limit whether or not the engine knows of it; until
+    /// the next read, a newly limited type only drains more slowly.
+    pub queue_refresh: Duration,
 }
 
 impl Default for EngineConfig {
@@ -99,6 +105,7 @@ impl Default for EngineConfig {
             gauge_interval: Duration::from_secs(15),
             backlog_gauges: true,
             max_unmarked: 4096,
+            queue_refresh: Duration::from_secs(30),
         }
     }
 }
@@ -135,6 +142,8 @@ impl EngineConfig {
         backlog_gauges: bool,
         /// See [`max_unmarked`](Self::max_unmarked).
         max_unmarked: usize,
+        /// See [`queue_refresh`](Self::queue_refresh).
+        queue_refresh: Duration,
     }
 
     pub(crate) fn validate(&self) -> Result<()> {
@@ -145,6 +154,7 @@ impl EngineConfig {
             ("heartbeat_interval", self.heartbeat_interval),
             ("purge_interval", self.purge_interval),
             ("gauge_interval", self.gauge_interval),
+            ("queue_refresh", self.queue_refresh),
         ];
         for (name, d) in positive {
             if d.is_zero() {

@@ -112,6 +112,7 @@ pub(crate) fn dispatch<S: TaskStore + Clone>(
                 drop(slot);
                 shared.tracker.slot_freed();
                 shared.tracker.finished(&[lease]);
+                shared.slot_left(&exec.event_type);
                 if let Some(key) = task.order_key.clone() {
                     super::keys::release_keys(&shared, &[key]).await;
                 }

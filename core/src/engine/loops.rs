@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use super::executor::dispatch;
 use super::keys::release_keys;
@@ -319,6 +319,7 @@ pub(crate) async fn poller<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
     // to drain.
     let mut last_gauges: Option<Instant> = None;
     let mut gauges = super::BacklogGauges::default();
+    let mut last_queues: Option<Instant> = None;
     loop {
         let mut round = loop {
             let due = shared.next_due().filter(|d| *d < next_tick);
@@ -346,6 +347,10 @@ pub(crate) async fn poller<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
             round = round.merge(shared.take_hints());
             if matches!(round, Round::All) {
                 next_tick = tokio::time::Instant::now() + cfg.poll_interval;
+            }
+            if last_queues.is_none_or(|t| t.elapsed() >= cfg.queue_refresh) {
+                last_queues = Some(Instant::now());
+                refresh_limits(&shared).await;
             }
             let polled = poll_round(&shared, &round, std::mem::take(&mut probing)).await;
             let (poll_again, wait_for_capacity) = match polled {
@@ -389,6 +394,26 @@ pub(crate) async fn poller<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
     }
 }
 
+/// Read which handled event types have a global concurrency limit (see
+/// [`EngineConfig::queue_refresh`](crate::EngineConfig::queue_refresh)). A failed read
+/// keeps what the last one found.
+async fn refresh_limits<S: TaskStore + Clone>(shared: &Shared<S>) {
+    match shared.store.queues().await {
+        Ok(queues) => {
+            let limited: HashSet<String> = queues
+                .into_iter()
+                .filter(|q| q.concurrency.is_some() && shared.executors.contains_key(&q.event_type))
+                .map(|q| q.event_type)
+                .collect();
+            *shared.limited.lock().unwrap_or_else(|p| p.into_inner()) = limited;
+        }
+        Err(e) => {
+            shared.counters.store_errors("*");
+            tracing::warn!(error = %e, "reading the queues' settings failed: keeping the last ones read");
+        }
+    }
+}
+
 /// How soon a poll of an event type that failed is tried again (when the tick is later).
 const CLAIM_RETRY: Duration = Duration::from_secs(1);
 
@@ -404,13 +429,22 @@ async fn poll_round<S: TaskStore + Clone>(
     let cfg = &shared.config;
     let mut poll_again = false;
     let mut wait_for_capacity = false;
+    // after a probe that drained its types, only the limited types (which it left out)
+    let mut only_limited = false;
     if probing {
         match probe(shared, round).await? {
-            Probe::Drained { full_executors } => return Some((false, full_executors)),
+            Probe::Drained { full_executors } => {
+                wait_for_capacity = full_executors;
+                only_limited = true;
+            }
             Probe::More => {}
         }
     }
-    for event_type in shared.event_types.iter().filter(|t| round.covers(t)) {
+    let types = shared
+        .event_types
+        .iter()
+        .filter(|t| round.covers(t) && (!only_limited || shared.is_limited(t)));
+    for event_type in types {
         // held until this batch is dispatched
         let _claim = shared.begin_claim()?;
         let Some(exec) = shared.executors.get(event_type) else {
@@ -498,7 +532,13 @@ async fn probe<S: TaskStore + Clone>(shared: &Arc<Shared<S>>, round: &Round) -> 
     }
     let mut full_executors = false;
     let mut ready = Vec::new();
-    for event_type in shared.event_types.iter().filter(|t| round.covers(t)) {
+    // a limited type is claimed on its own: a claim capped by its room would come back
+    // short and end the round with more of it due
+    let types = shared
+        .event_types
+        .iter()
+        .filter(|t| round.covers(t) && !shared.is_limited(t));
+    for event_type in types {
         let Some(exec) = shared.executors.get(event_type) else {
             continue;
         };

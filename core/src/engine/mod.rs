@@ -36,7 +36,7 @@ mod reconcile;
 mod saga;
 mod tracker;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -111,6 +111,9 @@ struct Shared<S> {
     due: Mutex<BTreeSet<(tokio::time::Instant, String)>>,
     /// Wakes the poller to look at `due` again (an earlier entry came in).
     due_changed: Notify,
+    /// The handled event types with a global concurrency limit, as the last read of the
+    /// queues' settings found them (see [`EngineConfig::queue_refresh`]).
+    limited: Mutex<HashSet<String>>,
     /// Carries wake-ups between processes (see [`EngineBuilder::notifier`]).
     notifier: Option<Arc<dyn Notifier>>,
     archive: Option<Arc<dyn Archive>>,
@@ -225,6 +228,22 @@ impl<S> Shared<S> {
         }
         drop(hints);
         self.wake.notify_one();
+    }
+
+    /// Whether `event_type` has a global concurrency limit, as far as this instance
+    /// knows (see [`EngineConfig::queue_refresh`]).
+    fn is_limited(&self, event_type: &str) -> bool {
+        let limited = self.limited.lock().unwrap_or_else(|p| p.into_inner());
+        !limited.is_empty() && limited.contains(event_type)
+    }
+
+    /// A task of `event_type` ended here (its outcome applied, or never to be): if the
+    /// type is limited, poll it again, for the room the task left (a type without a limit
+    /// is polled when its executor has room, as always).
+    fn slot_left(&self, event_type: &str) {
+        if self.is_limited(event_type) {
+            self.poll_type(event_type.to_owned());
+        }
     }
 
     /// What an early poll round covers; clears the hints.
@@ -508,6 +527,7 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
             hints: Mutex::new(Hints::default()),
             due: Mutex::new(BTreeSet::new()),
             due_changed: Notify::new(),
+            limited: Mutex::new(HashSet::new()),
             notifier: self.notifier,
             archive: self.archive,
             completions,

@@ -24,7 +24,7 @@ pub use edit::{Due, TaskEdit};
 pub use mark::{Mark, MarkAction};
 pub use new_task::{Dedup, Enqueued, NewTask, Priority, WhenParked};
 pub use query::{EventTypeSeen, Recycled, Stats, StatusCount, TaskFilter, Throughput};
-pub use queue::{Queue, QueueChange, QueueLogEntry};
+pub use queue::{Queue, QueueChange, QueueLogEntry, MAX_CONCURRENCY};
 pub use retry::{Backoff, RetryPolicy};
 pub(crate) use saga::{check_name, check_saga_ids};
 pub use saga::{

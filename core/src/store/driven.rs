@@ -720,6 +720,7 @@ impl TaskStore for dyn Driver {
     ) -> Result<Queue> {
         const OP: &str = "set_queue";
         limits::check_event_type(OP, event_type)?;
+        change.check(OP)?;
         audit.check(OP)?;
         let d: &dyn Driver = self;
         let (event_type, audit) = (Checked::new(event_type), Checked::new(audit));

@@ -127,8 +127,8 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Claim one task by id: pending → running, only if it is due.
     ///
     /// - Applies only when the task is pending, `next_run_at <= now` and its event type
-    ///   is not paused ([`set_queue`](Self::set_queue)); returns `None` otherwise
-    ///   (missing, not due, paused, or in any other status).
+    ///   is neither paused nor limited ([`set_queue`](Self::set_queue)); returns `None`
+    ///   otherwise (missing, not due, paused, limited, or in any other status).
     /// - On success: status running, `owner` set, `attempts + 1`, `lease + 1`,
     ///   `updated_at = now`; the returned task shows the new values.
     /// - Of any number of concurrent callers, exactly one wins.
@@ -141,7 +141,11 @@ pub trait TaskStore: Send + Sync + 'static {
     ///   claims nothing.
     /// - In claim order: the lowest [`Priority`](crate::Priority) number first, then the
     ///   earliest due, then the oldest: `(priority, next_run_at, id)`; the result is in
-    ///   that order.
+    ///   that order. (The tasks of types with a concurrency limit are claimed after the
+    ///   others', each type's in its own transaction, and follow them in the result.)
+    /// - A type with a global concurrency limit ([`QueueChange::Concurrency`]) has at
+    ///   most its limit of tasks running once the claim commits: the claim locks the
+    ///   type's queue row, counts its running tasks, and takes at most the room left.
     /// - Each claimed task is changed as by [`claim_by_id`](Self::claim_by_id).
     /// - Concurrent callers never claim the same task; none claims more than `limit`.
     /// - `limit` is at most [`limits::MAX_BATCH`](crate::limits::MAX_BATCH); at most
@@ -525,12 +529,25 @@ pub trait TaskStore: Send + Sync + 'static {
     ///   Enqueues of the type commit and answer as before; running tasks run on and
     ///   their marks apply.
     /// - **Resume** lets the claims take the type's tasks again.
+    /// - **Concurrency** `Some(n)` caps the type's running tasks (status running, across
+    ///   every instance) at `n`: [`claim_by_id`](Self::claim_by_id), a claim on the
+    ///   caller's transaction and a saga report's claimed next steps pass a limited type
+    ///   by (as a paused one); only [`claim_batch`](Self::claim_batch) takes its tasks,
+    ///   and it claims at most `n` less the type's running tasks, counted after it locked
+    ///   the queue's row (so two claims of the type, on any instance, never both count
+    ///   the same room). A task stays counted until its mark, a recycle of its dead
+    ///   holder or an operator's change ends its run; a holder alive past its lease may
+    ///   run beside the task's next holder, as at-least-once delivery allows. A limit
+    ///   lowered below the running count lets them finish and claims nothing until the
+    ///   count is under it. `None` removes the limit. `n` must be 1 to
+    ///   [`MAX_CONCURRENCY`](crate::MAX_CONCURRENCY).
     /// - **Audited**: a change that changes the setting and its entry in the queue's
     ///   operators' log ([`queue_log`](Self::queue_log)) commit together. A change to
     ///   what the setting already is (a pause of a paused type) writes nothing and
     ///   answers the settings as they are.
-    /// - **Bad input writes nothing**: an invalid event type or audit is `InvalidInput`.
-    ///   A type no task or engine has named yet may be paused ahead of its first task.
+    /// - **Bad input writes nothing**: an invalid event type or audit, a limit of 0 or
+    ///   past the bound, is `InvalidInput`. A type no task or engine has named yet may be
+    ///   paused or limited ahead of its first task.
     async fn set_queue(
         &self,
         event_type: &str,
@@ -539,7 +556,7 @@ pub trait TaskStore: Send + Sync + 'static {
     ) -> Result<Queue>;
 
     /// The settings of every queue an operator has changed, by event type. A type with
-    /// no entry runs unpaused.
+    /// no entry runs unpaused and unlimited.
     async fn queues(&self) -> Result<Vec<Queue>>;
 
     /// The operators' log of event type `event_type`'s queue, oldest first.

@@ -4,6 +4,7 @@
 use super::*;
 use backstop_core::{Audit, QueueChange};
 use chrono::Utc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Two engines (separate stores) handle `PZ`; it is paused. Tasks enqueued through an
 /// engine (run-ahead) and straight into the store (the poller's) are not started over
@@ -143,4 +144,68 @@ pub async fn engine_handler_delay_past_the_limit_is_cut_to_it<H: Harness>(ctx: &
         (0, 1, 1, 1),
         "{k:?}"
     );
+}
+
+/// Four engines (separate stores), each with room for 8 at once, handle `CLIM`, limited
+/// to 3 cluster-wide; 40 tasks wait, and the pollers tick once a minute, so only the
+/// engines' own re-polls as tasks end can drain the type. Every start and end is logged
+/// (a handler takes 15 ms): no instant has more than 3 running across the engines, the
+/// limit is reached, every task runs exactly once, and the backlog drains long before a
+/// second tick.
+pub async fn engine_concurrency_limit_holds_across_engines<H: Harness>(ctx: &Ctx<H>) {
+    const TASKS: usize = 40;
+    const LIMIT: usize = 3;
+    let running = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let calls = Calls::default();
+    ctx.store
+        .set_queue(
+            "CLIM",
+            QueueChange::Concurrency(Some(LIMIT as u32)),
+            &Audit::new("ops", "three at a time"),
+        )
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for i in 0..TASKS {
+        ids.push(ctx.enqueue("CLIM", &format!("c{i}")).await);
+    }
+    let mut engines = Vec::new();
+    for _ in 0..4 {
+        let (running, most) = (running.clone(), most.clone());
+        let handler = recording(calls.clone(), move |_, _task| {
+            let (running, most) = (running.clone(), most.clone());
+            async move {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(15)).await;
+                running.fetch_sub(1, Ordering::SeqCst);
+                Ok(())
+            }
+        });
+        let config = fast_config()
+            .poll_interval(Duration::from_secs(60))
+            .first_poll_delay(Duration::from_millis(50));
+        let engine = Engine::builder(ctx.new_store().await)
+            .config(config)
+            .handler("CLIM", handler, opts().concurrency(8))
+            .start()
+            .unwrap();
+        engines.push(engine);
+    }
+    for id in &ids {
+        let t = wait_status(&ctx.store, *id, Status::Succeeded).await;
+        assert_eq!(t.attempts, 1, "task {id}");
+    }
+    for i in 0..TASKS {
+        assert_eq!(calls.count(&format!("c{i}")), 1, "c{i} ran once");
+    }
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        LIMIT,
+        "at most the limit ran at once, and the limit was reached"
+    );
+    for e in engines {
+        e.shutdown().await;
+    }
 }

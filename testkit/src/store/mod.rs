@@ -17,6 +17,7 @@ pub mod enqueue;
 pub mod fuzz;
 pub mod inbox;
 pub mod layers;
+pub mod limits;
 pub mod marks;
 pub mod operators;
 pub mod order;
