@@ -689,7 +689,9 @@ impl Sql {
     }
 
     /// The session variable that says whether the claim's `i`th event type has a
-    /// concurrency limit and a due task (NULL if not): the claim's walks pass it by, and
+    /// concurrency limit, a due task and, as the probe sees it, room under the limit
+    /// (NULL if not; a type seen full is left to the re-poll its ending tasks make): the
+    /// claim's walks pass it by, and
     /// its [`pick`](Self::pick) answers a marker row so the driver claims it apart.
     fn limited_var(i: usize) -> String {
         format!("@backstop_limited_{i}")
@@ -731,6 +733,8 @@ impl Sql {
                 .collect();
             probes.push(format!(
                 "(SELECT 1 FROM {q} WHERE event_type = '{e}' AND paused = 0 AND concurrency > 0
+                    AND concurrency > (SELECT COUNT(*) FROM {t} FORCE INDEX (ix_claim_type)
+                        WHERE status = 3 AND event_type = '{e}')
                     AND ({}))",
                 any_due.join(" OR ")
             ));

@@ -139,6 +139,11 @@ impl PgDriver {
     /// in a transaction of its own: its queue row locked first (`limit_lock`), then the
     /// room under the limit counted and claimed in the next statement, whose snapshot
     /// sees every claim of the type that committed before the lock was granted.
+    ///
+    /// The four statements (`BEGIN`, the lock, the claim, `COMMIT`) go in one pipeline:
+    /// one round trip, and the row is held only while the server runs the claim and the
+    /// commit, not across the network between them. Claims of the type take turns on the
+    /// row, so the time it is held is what bounds how often the type can be claimed.
     async fn claim_limited(
         &self,
         owner: &str,
@@ -146,29 +151,28 @@ impl PgDriver {
         limit: i64,
     ) -> Result<Vec<RawTask>> {
         let mut conn = self.connection().await?;
-        conn.begin().await?;
-        let claimed = {
+        // until the commit answers: a failure on the way drops the connection
+        conn.in_transaction = true;
+        let rows = {
             let client = conn.client()?;
             let lock = self.statement(client, &self.sql.limit_lock).await?;
-            let locked = lock.query(&***client, &[&event_type]).await?;
-            match locked.first() {
-                // paused or no longer limited since the claim looked: left to the next
-                None => Vec::new(),
-                Some(row) => {
-                    let concurrency = col::<i64>(row, 0)?;
-                    let claim = self.statement(client, &self.sql.claim_limited).await?;
-                    let params: [&dyn Param; 4] = [&owner, &event_type, &limit, &concurrency];
-                    claim
-                        .query(&***client, &params)
-                        .await?
-                        .iter()
-                        .map(raw_task)
-                        .collect::<Result<Vec<_>>>()?
-                }
-            }
+            let claim = self.statement(client, &self.sql.claim_limited).await?;
+            let params: [&dyn Param; 3] = [&owner, &event_type, &limit];
+            let lock_params: [&dyn Param; 1] = [&event_type];
+            let (begin, locked, claimed, commit) = tokio::join!(
+                client.batch_execute("BEGIN"),
+                lock.query(&***client, &lock_params),
+                claim.query(&***client, &params),
+                client.batch_execute("COMMIT"),
+            );
+            begin.map_err(pg_err)?;
+            locked?;
+            let rows = claimed?;
+            commit.map_err(pg_err)?;
+            rows
         };
-        conn.commit().await?;
-        Ok(claimed)
+        conn.in_transaction = false;
+        rows.iter().map(raw_task).collect()
     }
 
     /// A pooled connection of the store's own for core's transactions.

@@ -1216,9 +1216,12 @@ async fn main() {
             }
         }
         if a.runs("limit") {
-            let n = if a.smoke { 500 } else { 20_000 };
-            let r = repeated(a.repeat, || limit::limited_drain(&t, n)).await;
-            rows.push(report(r));
+            for (n, ms) in [(20_000, 2), (5_000, 20)] {
+                let n = if a.smoke { 200 } else { n };
+                let work = Duration::from_millis(ms);
+                let r = repeated(a.repeat, || limit::limited_drain(&t, n, work)).await;
+                rows.push(report(r));
+            }
         }
         if a.runs("ordered") {
             let keys = if a.smoke { 20 } else { 1000 };
