@@ -1,8 +1,9 @@
 //! The standalone console (`backstop serve`) in a real browser: Debian's headless
 //! `chromium`, driven through `chromedriver` (WebDriver), against a real SQLite database
 //! with an engine running beside it. It signs in, lists the failed tasks, opens one,
-//! resets it and sees it succeed, then pauses and resumes a queue; screenshots of the
-//! overview, the detail page and the queues are saved under the test's output (`target/tmp/console-screenshots/`).
+//! resets it and sees it succeed, then pauses and resumes a queue beside a limited one;
+//! screenshots of the overview, the detail page and the queues are saved under the test's
+//! output (`target/tmp/console-screenshots/`).
 //!
 //! Needs `chromedriver` and `chromium` (installed by `scripts/test`); skipped with a
 //! printed reason without them, unless `BACKSTOP_TEST_REQUIRE` names `browser`.
@@ -407,13 +408,19 @@ fn the_standalone_console_lists_opens_and_resets_a_failed_task_in_a_browser() {
         "{timeline}"
     );
     b.screenshot(&shots.join("saga.png"));
-    // the queues: CHARGE waits with no handler; pause it with a reason, then resume it
+    // the queues: SEND_EMAIL limited to 5 at once (shown in its row); CHARGE waits with
+    // no handler: pause it with a reason, then resume it
+    let limit = backstop::QueueChange::Concurrency(Some(5));
+    let ops = backstop::Audit::new("ops", "the mail relay takes five");
+    rt.block_on(store.set_queue("SEND_EMAIL", limit, &ops))
+        .unwrap();
     b.click("nav a[href='/queues']");
     let queues = b.wait_for("the queues", |p| p.contains("<h1>Queues</h1>"));
     assert!(
         queues.contains("CHARGE") && queues.contains("SEND_EMAIL"),
         "{queues}"
     );
+    assert!(queues.contains("<td class=\"limit\">5</td>"), "{queues}");
     b.type_into(
         "form[action='/queues/CHARGE/pause'] input[name=reason]",
         "card processor maintenance",
@@ -429,9 +436,9 @@ fn the_standalone_console_lists_opens_and_resets_a_failed_task_in_a_browser() {
     let q = rt.block_on(store.queues()).unwrap();
     assert_eq!(
         q.iter()
-            .map(|q| (q.event_type.as_str(), q.paused))
+            .map(|q| (q.event_type.as_str(), q.paused, q.concurrency))
             .collect::<Vec<_>>(),
-        vec![("CHARGE", true)]
+        vec![("CHARGE", true, None), ("SEND_EMAIL", false, Some(5))]
     );
     let log = rt.block_on(store.queue_log("CHARGE")).unwrap();
     assert_eq!(
