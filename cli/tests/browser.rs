@@ -1,7 +1,8 @@
 //! The standalone console (`backstop serve`) in a real browser: Debian's headless
 //! `chromium`, driven through `chromedriver` (WebDriver), against a real SQLite database
 //! with an engine running beside it. It signs in, lists the failed tasks, opens one,
-//! resets it and sees it succeed, then pauses and resumes a queue beside a limited one;
+//! resets it and sees it succeed, pauses and resumes a queue beside a limited one, and
+//! reschedules a pending task with a new payload;
 //! screenshots of the overview, the detail page and the queues are saved under the test's
 //! output (`target/tmp/console-screenshots/`).
 //!
@@ -452,6 +453,38 @@ fn the_standalone_console_lists_opens_and_resets_a_failed_task_in_a_browser() {
     b.click("form[action='/queues/CHARGE/resume'] button");
     b.wait_for("the resume", |p| p.contains("Queue resumed"));
     assert!(!rt.block_on(store.queues()).unwrap()[0].paused);
+    // edit CHARGE's pending task (no handler runs it): due in 2 h, a new payload
+    let charge = rt
+        .block_on(store.list(&backstop::TaskFilter::default().biz_key("order-44")))
+        .unwrap()[0]
+        .id;
+    b.go(&format!("{base}/tasks/{charge}"));
+    b.wait_for("the pending task", |p| p.contains("<h2>Edit</h2>"));
+    b.click("select[name=run] option[value=in]");
+    b.type_into("input[name=run_in]", "2h");
+    b.type_into("textarea[name=payload]", r#"{"amount": 42}"#);
+    b.type_into("form.confirm input[name=reason]", "customer asked to wait");
+    let before = chrono::Utc::now();
+    b.click("form.confirm button[type=submit]");
+    b.wait_for("the edit", |p| {
+        p.contains("Task") && b.url().ends_with("?done=edit")
+    });
+    b.screenshot(&shots.join("edited.png"));
+    let task = rt.block_on(store.get(charge)).unwrap().unwrap();
+    let due = task.next_run_at - before;
+    assert!(
+        due > chrono::Duration::minutes(119) && due <= chrono::Duration::minutes(121),
+        "due in {due}"
+    );
+    assert_eq!(
+        (task.status, task.payload.as_str()),
+        (backstop::Status::Pending, r#"{"amount": 42}"#)
+    );
+    let audit = rt.block_on(store.audit_log(charge)).unwrap();
+    assert_eq!(
+        (audit[0].operator.as_str(), audit[0].reason.as_str()),
+        ("browser-operator", "customer asked to wait")
+    );
     drop(b);
     rt.block_on(engine.shutdown());
 }
