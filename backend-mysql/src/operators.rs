@@ -72,9 +72,8 @@ impl MySqlDriver {
                     .await?
                     .rows_affected()
                     > 0;
-                // a row inserted is logged unless it says only what no row says
                 let changed = if inserted {
-                    paused.unwrap_or(0) != 0 || concurrency.unwrap_or(0) != 0
+                    !change.sets_nothing_new()
                 } else {
                     sqlx::query(safe(&sql.queue_update))
                         .bind(paused)

@@ -640,9 +640,8 @@ impl Driver for SqliteDriver {
                 concurrency,
                 now
             ])? > 0;
-            // a row inserted is logged unless it says only what no row says
             let changed = if inserted {
-                paused.unwrap_or(0) != 0 || concurrency.unwrap_or(0) != 0
+                !change.sets_nothing_new()
             } else {
                 tx.prepare_cached(&sql.queue_update)?.execute(params![
                     event_type,

@@ -80,8 +80,8 @@ impl QueueChange {
                 Err(crate::Error::invalid_input(
                     op,
                     format!(
-                        "concurrency: {n} is out of bounds (1 to {MAX_CONCURRENCY}; \
-                         QueueChange::Concurrency(None) removes the limit)"
+                        "concurrency: {n} is out of bounds (1 to {MAX_CONCURRENCY}; to lift \
+                         the limit, remove it instead)"
                     ),
                 ))
             }
@@ -103,6 +103,20 @@ impl QueueChange {
             QueueChange::Resume => (Some(0), None),
             QueueChange::Concurrency(n) => (None, Some(n.map_or(0, |n| n as i32))),
         }
+    }
+
+    /// Whether a queue row the change creates holds only what a type with no row has
+    /// (not paused, no limit): such a row is not logged (a resume of a type never
+    /// paused, a limit removed that was never set).
+    ///
+    /// ```
+    /// use backstop_core::QueueChange;
+    /// assert!(QueueChange::Resume.sets_nothing_new());
+    /// assert!(!QueueChange::Concurrency(Some(3)).sets_nothing_new());
+    /// ```
+    pub fn sets_nothing_new(self) -> bool {
+        let (paused, concurrency) = self.columns();
+        paused.unwrap_or(0) == 0 && concurrency.unwrap_or(0) == 0
     }
 }
 

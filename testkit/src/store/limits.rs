@@ -97,12 +97,10 @@ pub async fn concurrency_limit_caps_a_claim_at_the_room_left<H: Harness>(ctx: &C
     assert!(claim_ids(ctx, &["CL_A", "CL_B"], 10).await.is_empty());
 
     // a dead holder's slot comes back when its task is recycled
-    tokio::time::sleep(Duration::from_millis(30)).await;
-    let recycled = ctx
-        .store
-        .recycle_dead(Duration::from_millis(10), 100)
-        .await
-        .unwrap();
+    for id in [a[2], a[3], a[4], b[0], b[1]] {
+        ctx.backdate(id, TimeColumn::UpdatedAt, HOUR).await;
+    }
+    let recycled = ctx.store.recycle_dead(MINUTE, 100).await.unwrap();
     assert_eq!(recycled.to_pending, 5, "A's three running and B's two");
     let mut got = claim_ids(ctx, &["CL_A"], 10).await;
     got.sort_unstable();
