@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backstop_core::driver::prelude::*;
-use backstop_core::driver::{Admit, Throttle};
+use backstop_core::driver::{Admit, Throttle, REVOKED_WAIT};
 #[cfg(doc)]
 use backstop_core::TaskStore;
+use backstop_core::Wake;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{Object, Pool};
 use tokio_postgres::{GenericClient, Row};
@@ -200,6 +201,27 @@ impl PgDriver {
 impl Driver for PgDriver {
     fn config(&self) -> &StoreConfig {
         &self.options.config
+    }
+
+    /// `NOTIFY` on the store's channel (with announcements on), on a pooled connection
+    /// after the change committed (waited for at most `REVOKED_WAIT`), plus the store's
+    /// notifier's announcement if it has one.
+    async fn announce_revoked(&self, id: TaskId) {
+        if let Some(a) = &self.options.config.announcer {
+            a.revoked(id).await;
+        }
+        if !self.options.notify {
+            return;
+        }
+        let message = Wake::revoked_message(id);
+        let notify = pg_notify(&self.pool, &self.sql.channel, &message);
+        match tokio::time::timeout(REVOKED_WAIT, notify).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, task_id = id, "NOTIFY of a revoked lease failed")
+            }
+            Err(_) => tracing::debug!(task_id = id, "NOTIFY of a revoked lease timed out"),
+        }
     }
 
     async fn migrate(&self, target: u32) -> Result<()> {

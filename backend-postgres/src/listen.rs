@@ -25,7 +25,9 @@ use crate::PgStore;
 /// - [`notify`](Notifier::notify) (the engine's announcement after commit) does nothing
 ///   while the store announces inside the enqueue transaction (the default); with
 ///   [`PgOptions::notify`](crate::PgOptions::notify) off it sends a `NOTIFY` on a pooled
-///   connection.
+///   connection. The store announces an operator's cancel (or reset) of a task itself,
+///   after its commit ([`Wake::Revoked`]); [`notify_revoked`](Notifier::notify_revoked)
+///   sends one more.
 /// - Not through PgBouncer in transaction pooling mode: `LISTEN` does not survive it.
 ///   Point the listener at the database directly (a second URL for
 ///   [`with_url`](Self::with_url), TLS included), or use Redis pub/sub.
@@ -112,6 +114,13 @@ impl Notifier for PgListener {
         pg_notify(&self.pool, &self.channel, event_type).await
     }
 
+    async fn notify_revoked(&self, task_id: backstop_core::TaskId) -> Result<()> {
+        // Always sent: an operators' change is rare, and a second announcement of one
+        // (a store that notifies itself, given this listener as its notifier too) costs
+        // the engine that holds the task one heartbeat of its lease.
+        pg_notify(&self.pool, &self.channel, &Wake::revoked_message(task_id)).await
+    }
+
     async fn listen(&self, wakes: &Wakes) -> Result<()> {
         let failed = |e| pg_err(e).with_operation("listen");
         match &self.tls {
@@ -155,7 +164,7 @@ impl PgListener {
                 }
                 m = messages.next() => match m {
                     Some(Ok(AsyncMessage::Notification(n))) => {
-                        wakes.send(Wake::EventType(n.payload().to_owned()));
+                        wakes.send(Wake::from_message(n.payload()));
                     }
                     Some(Ok(_)) => {} // notices
                     Some(Err(e)) => return Err(pg_err(e).with_operation("listen")),
@@ -174,7 +183,7 @@ impl PgListener {
 }
 
 /// `NOTIFY` on a pooled connection, outside any enqueue transaction.
-pub(crate) async fn pg_notify(pool: &Pool, channel: &str, event_type: &str) -> Result<()> {
+pub(crate) async fn pg_notify(pool: &Pool, channel: &str, message: &str) -> Result<()> {
     let client = pool.get().await.map_err(|e| {
         Error::new(
             ErrorKind::Unavailable,
@@ -190,7 +199,7 @@ pub(crate) async fn pg_notify(pool: &Pool, channel: &str, event_type: &str) -> R
             "SELECT pg_notify($1, $2)",
             &[
                 (&channel, tokio_postgres::types::Type::TEXT),
-                (&event_type, tokio_postgres::types::Type::TEXT),
+                (&message, tokio_postgres::types::Type::TEXT),
             ],
         )
         .await

@@ -12,6 +12,7 @@
 //! backstop --url URL migrate
 //! backstop --url URL schema
 //! BACKSTOP_CONSOLE_TOKEN=… backstop --url URL serve --listen 127.0.0.1:8080
+//! backstop --url mysql://… --notify-redis redis://127.0.0.1/ --notify-channel backstop:orders tasks cancel 42
 //! ```
 //!
 //! Exit codes (stable, for scripts): see [`Exit`].
@@ -52,6 +53,21 @@ struct Cli {
         default_value = "backstop_task"
     )]
     table: String,
+    /// Redis that engines listen to for wake-ups (MySQL, SQLite):
+    /// redis://[user:pass@]host[:port][/db]. With it, a cancel or reset of a running task
+    /// reaches its handler at once instead of at its engine's next heartbeat. A
+    /// PostgreSQL store announces with NOTIFY and needs none.
+    #[arg(
+        long,
+        env = "BACKSTOP_NOTIFY_REDIS",
+        global = true,
+        hide_env_values = true,
+        requires = "notify_channel"
+    )]
+    notify_redis: Option<String>,
+    /// The engines' Redis pub/sub channel (as given to their RedisNotifier).
+    #[arg(long, env = "BACKSTOP_NOTIFY_CHANNEL", global = true)]
+    notify_channel: Option<String>,
     /// Print JSON instead of a table (one document on stdout).
     #[arg(long, global = true)]
     json: bool,
@@ -256,7 +272,12 @@ async fn run(cli: Cli) -> Outcome {
                 .into(),
         )
     })?;
-    let config = StoreConfig::default().table(cli.table.clone());
+    let mut config = StoreConfig::default().table(cli.table.clone());
+    if let (Some(redis), Some(channel)) = (&cli.notify_redis, &cli.notify_channel) {
+        let notifier = backstop::redis::RedisNotifier::open(redis, channel.clone())
+            .map_err(|e| Failure(Exit::Usage, format!("--notify-redis: {e}")))?;
+        config = config.notifier(std::sync::Arc::new(notifier));
+    }
     if let Command::Schema = cli.command {
         print!("{}", backstop::ddl(&url, &config)?);
         return Ok(());

@@ -1,8 +1,10 @@
 //! Wake-ups across processes: an engine that is idle starts a task committed by another
 //! process within milliseconds instead of at its next poll.
 //!
-//! A [`Notifier`] carries one fact — "tasks of this event type were committed" — from
-//! the process that enqueued them to every engine that listens. Wake-ups are an
+//! A [`Notifier`] carries two facts from the process that wrote them to every engine that
+//! listens: "tasks of this event type were committed", and "an operator took the lease of
+//! this running task" (a cancel), which the engine holding it checks at once instead of
+//! at its next heartbeat. Wake-ups are an
 //! accelerator, never the source of truth: a lost notification costs latency (the poller
 //! still finds the task), never a task. So every listener's first message after a
 //! (re)connect is [`Wake::All`]: whatever was announced while it was away, the engine
@@ -26,6 +28,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::error::Result;
+use crate::model::TaskId;
 
 /// One wake-up, as a listener hands it to its engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +39,45 @@ pub enum Wake {
     /// Notifications may have been missed (the listener has just (re)connected): poll
     /// every event type now.
     All,
+    /// An operator took the lease of this task while it ran (cancelled it, or reset it
+    /// as stuck): the engine that holds it checks its lease now (a heartbeat of that one
+    /// lease) and, finding it gone, tells the handler ([`Context::cancelled`]
+    /// completes with `LeaseLost`) within a round trip instead of at its next
+    /// heartbeat. An engine that does not hold the task, or still holds its lease,
+    /// does nothing.
+    ///
+    /// [`Context::cancelled`]: crate::Context::cancelled
+    Revoked(TaskId),
+}
+
+/// The text of a revocation on the wire: never an event type (those have no space).
+const REVOKED: &str = "revoked ";
+
+impl Wake {
+    /// The message text that carries [`Wake::Revoked`] of `task_id` through a channel
+    /// whose other messages are event types: what a notifier's
+    /// [`notify_revoked`](Notifier::notify_revoked) sends.
+    ///
+    /// ```
+    /// use backstop_core::Wake;
+    ///
+    /// let text = Wake::revoked_message(42);
+    /// assert_eq!(text, "revoked 42");
+    /// assert_eq!(Wake::from_message(&text), Wake::Revoked(42));
+    /// assert_eq!(Wake::from_message("SEND_EMAIL"), Wake::EventType("SEND_EMAIL".into()));
+    /// ```
+    pub fn revoked_message(task_id: TaskId) -> String {
+        format!("{REVOKED}{task_id}")
+    }
+
+    /// The wake-up a message's text carries: a revocation
+    /// ([`revoked_message`](Self::revoked_message)), else an event type.
+    pub fn from_message(text: &str) -> Wake {
+        match text.strip_prefix(REVOKED).map(str::parse::<i64>) {
+            Some(Ok(id)) => Wake::Revoked(id),
+            _ => Wake::EventType(text.to_owned()),
+        }
+    }
 }
 
 /// Where a listener delivers wake-ups; given to [`Notifier::listen`] by the engine.
@@ -76,7 +118,8 @@ impl fmt::Debug for Wakes {
     }
 }
 
-/// Carries "tasks of this event type were committed" between processes.
+/// Carries "tasks of this event type were committed" and "this running task's lease was
+/// taken by an operator" between processes.
 ///
 /// # Contract
 /// - [`notify`](Self::notify) is called only **after** the enqueue committed (a
@@ -89,13 +132,23 @@ impl fmt::Debug for Wakes {
 ///   announcement as [`Wake::EventType`]. It returns `Err` when the connection is lost;
 ///   the engine logs it and calls `listen` again after a backoff (100 ms doubling to
 ///   5 s). The engine drops the future when it stops, which must close the connection.
-/// - Announcements carry no task id and may be merged or dropped under load (a
+/// - Announcements of tasks carry no task id and may be merged or dropped under load (a
 ///   notifier may announce one event type at most once per short window); a wake-up
 ///   polls the event type, which claims everything due.
+/// - [`notify_revoked`](Self::notify_revoked) is called after an operator's change that
+///   took a running task's lease committed (a store announces it:
+///   [`Announcer::revoked`]); listeners hand it on as [`Wake::Revoked`]. A notifier
+///   that shares one channel with event types sends [`Wake::revoked_message`] and
+///   decodes every message with [`Wake::from_message`]. Best effort as well: a lost one
+///   leaves the news to the engine's next heartbeat.
 #[async_trait]
 pub trait Notifier: Send + Sync + 'static {
     /// Announce, after commit, that tasks of `event_type` are ready.
     async fn notify(&self, event_type: &str) -> Result<()>;
+
+    /// Announce, after commit, that an operator took the lease of running task
+    /// `task_id` (see [`Wake::Revoked`]).
+    async fn notify_revoked(&self, task_id: TaskId) -> Result<()>;
 
     /// Listen until the connection is lost (see the contract above).
     async fn listen(&self, wakes: &Wakes) -> Result<()>;
@@ -105,6 +158,10 @@ pub trait Notifier: Send + Sync + 'static {
 impl<N: Notifier + ?Sized> Notifier for Arc<N> {
     async fn notify(&self, event_type: &str) -> Result<()> {
         (**self).notify(event_type).await
+    }
+
+    async fn notify_revoked(&self, task_id: TaskId) -> Result<()> {
+        (**self).notify_revoked(task_id).await
     }
 
     async fn listen(&self, wakes: &Wakes) -> Result<()> {
@@ -193,6 +250,9 @@ impl Throttle {
 ///
 /// - [`committed`](Self::committed): the store's own transaction committed tasks of an
 ///   event type (`enqueue`, `enqueue_many`, `start_saga`): announce now.
+/// - [`revoked`](Self::revoked): an operator's change took a running task's lease
+///   (core calls it through [`Driver::announce_revoked`](crate::driver::Driver::announce_revoked)):
+///   announce now, unthrottled, and wait for it (at most [`REVOKED_WAIT`]).
 /// - [`when_visible`](Self::when_visible): a task was written on the caller's
 ///   transaction, whose commit the store cannot see: announce once the task can be read
 ///   from another connection (it committed), checking six times over about 2.5 s; a
@@ -238,6 +298,10 @@ impl fmt::Debug for dyn Notifier {
     }
 }
 
+/// How long an operator's change waits for its announcement ([`Announcer::revoked`])
+/// before it returns without: the engine's heartbeat tells the handler then.
+pub const REVOKED_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// When [`Announcer::when_visible`] looks for the task, after the enqueue.
 const VISIBLE_CHECKS_MS: [u64; 6] = [5, 20, 80, 320, 1280, 2560];
 
@@ -278,6 +342,25 @@ impl Announcer {
                 tracing::debug!(error = %e, %event_type, "the store's announcement failed");
             }
         });
+    }
+
+    /// An operator's change that took the lease of running task `task_id` committed:
+    /// announce it, and return once announced (or after [`REVOKED_WAIT`], or a failure,
+    /// logged): an operator's command may be a process about to exit. Operators' changes
+    /// are few: no throttle.
+    pub async fn revoked(&self, task_id: TaskId) {
+        match tokio::time::timeout(REVOKED_WAIT, self.notifier.notify_revoked(task_id)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, task_id, "the store's announcement of a revoked lease failed")
+            }
+            Err(_) => {
+                tracing::debug!(
+                    task_id,
+                    "the store's announcement of a revoked lease timed out"
+                )
+            }
+        }
     }
 
     /// A task of `event_type` was written on the caller's transaction: announce once

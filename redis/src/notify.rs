@@ -15,7 +15,8 @@ const PING_EVERY: Duration = Duration::from_secs(5);
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A [`Notifier`] over Redis pub/sub: announcements are `PUBLISH <channel> <event type>`
-/// after commit; listeners `SUBSCRIBE` on a dedicated connection.
+/// (or a revoked lease's [`Wake::revoked_message`]) after commit; listeners `SUBSCRIBE`
+/// on a dedicated connection.
 ///
 /// Use one channel per task table (engines on other tables would poll for nothing).
 /// Pub/sub is fire-and-forget: a message published while a listener is disconnected
@@ -77,9 +78,9 @@ impl RedisNotifier {
         &self.channel
     }
 
-    async fn publish(&self, event_type: &str) -> redis::RedisResult<()> {
+    async fn publish(&self, message: &str) -> redis::RedisResult<()> {
         let mut cmd = redis::cmd("PUBLISH");
-        cmd.arg(&self.channel).arg(event_type);
+        cmd.arg(&self.channel).arg(message);
         self.publisher.query::<i64>(&cmd).await.map(|_| ())
     }
 }
@@ -88,6 +89,12 @@ impl RedisNotifier {
 impl Notifier for RedisNotifier {
     async fn notify(&self, event_type: &str) -> Result<()> {
         self.publish(event_type)
+            .await
+            .map_err(|e| redis_err("notify", e))
+    }
+
+    async fn notify_revoked(&self, task_id: backstop_core::TaskId) -> Result<()> {
+        self.publish(&Wake::revoked_message(task_id))
             .await
             .map_err(|e| redis_err("notify", e))
     }
@@ -110,7 +117,7 @@ impl Notifier for RedisNotifier {
             tokio::select! {
                 m = stream.next() => match m {
                     Some(msg) => match msg.get_payload::<String>() {
-                        Ok(event_type) => wakes.send(Wake::EventType(event_type)),
+                        Ok(text) => wakes.send(Wake::from_message(&text)),
                         Err(e) => tracing::debug!(error = %e, "ignored a pub/sub message that is not text"),
                     },
                     None => return Err(lost("the subscription's connection was closed")),

@@ -406,6 +406,20 @@ pub trait Driver: Send + Sync + 'static {
         }
     }
 
+    /// Announce that an operator's change took the lease of task `id` if it was running
+    /// (so the engine holding it tells its handler at once: [`Wake::Revoked`]): core
+    /// calls it after a `cancel` or `manual_reset` committed, and returns once it is
+    /// announced (or given up on: best effort, logged). The default announces
+    /// through the store's notifier, if it has one ([`Announcer::revoked`]); a backend
+    /// that announces on its own (PostgreSQL's `NOTIFY`) adds its announcement to that.
+    ///
+    /// [`Wake::Revoked`]: crate::Wake::Revoked
+    async fn announce_revoked(&self, id: TaskId) {
+        if let Some(a) = &self.config().announcer {
+            a.revoked(id).await;
+        }
+    }
+
     /// Announce tasks of `event_type` written on the caller's transaction, through the
     /// store's notifier if it has one, once `written` can be read from a connection of
     /// the store's own: [`Announcer::when_visible`] with a read of the row. Core calls
@@ -495,7 +509,7 @@ pub mod prelude {
 /// ```
 #[doc(inline)]
 pub use crate::__setters as setters;
-pub use crate::notify::{Admit, Announcer, Throttle, Written};
+pub use crate::notify::{Admit, Announcer, Throttle, Written, REVOKED_WAIT};
 
 /// The `table(name)` shortcut of a backend's options, for a `config: StoreConfig` field:
 /// `Options::default().table("jobs")` (see [`StoreConfig::table`]).

@@ -16,8 +16,9 @@ pub(crate) fn scoped<F: Future>(signal: Arc<LeaseSignal>, f: F) -> impl Future<O
 
 /// Inside a handler: completes when this attempt's lease is found gone — an operator
 /// cancelled or reset the task, or it was recycled as dead and claimed again. The engine
-/// learns it at its next heartbeat of the task (every
-/// [`heartbeat_interval`](crate::EngineConfig::heartbeat_interval)). From then on the
+/// learns it within a round trip of an operator's change that its notifier announces
+/// ([`Wake::Revoked`](crate::Wake::Revoked)), else at its next heartbeat of the task
+/// (every [`heartbeat_interval`](crate::EngineConfig::heartbeat_interval)). From then on the
 /// attempt's outcome is refused whatever the handler returns, so a handler that can stop
 /// early should: race its work against this and return.
 ///

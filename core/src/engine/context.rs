@@ -199,8 +199,10 @@ impl Context {
     }
 
     /// Completes when this attempt is asked to stop, with why: its lease was found gone
-    /// (at the engine's next heartbeat, or at a [`heartbeat`](Self::heartbeat) of the
-    /// handler's own), or the engine began shutting down. Race long work against it.
+    /// (within a round trip of an operator's cancel announced to the engine's notifier
+    /// ([`Wake::Revoked`](crate::Wake::Revoked)), else at the engine's next heartbeat or
+    /// at a [`heartbeat`](Self::heartbeat) of the handler's own), or the engine began
+    /// shutting down. Race long work against it.
     /// The handler is never interrupted for it before the shutdown grace runs out. A
     /// handler that stops for the shutdown returns an error: any error but a permanent
     /// one ([`HandlerError::fail`](crate::HandlerError::fail)) returned while the engine

@@ -12,7 +12,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use super::executor::dispatch;
 use super::keys::release_keys;
 use super::{Hints, Origin, Shared, State};
-use crate::model::{Status, TaskFilter};
+use crate::model::{Lease, Status, TaskFilter};
 use crate::notify::{Wake, Wakes};
 use crate::store::TaskStore;
 
@@ -708,16 +708,8 @@ async fn refresh_leases<S: TaskStore + Clone>(shared: &Shared<S>) -> Result<(), 
                 .lock()
                 .unwrap_or_else(|p| p.into_inner()) = Some(began);
             for (lease, ok) in leases.iter().zip(flags) {
-                // Only news while the handler runs: once the attempt ended, its mark
-                // (which may have been applied just before this heartbeat) decides.
-                if !ok && shared.tracker.lease_gone(*lease) {
-                    shared.counters.leases_lost("*");
-                    tracing::warn!(
-                        owner = %shared.owner,
-                        task_id = lease.task_id,
-                        lease = lease.token,
-                        "heartbeat found the lease gone while the handler runs: the task was recycled, reset or cancelled; its result will be refused"
-                    );
+                if !ok {
+                    lease_gone(shared, *lease);
                 }
             }
             Ok(())
@@ -727,6 +719,39 @@ async fn refresh_leases<S: TaskStore + Clone>(shared: &Shared<S>) -> Result<(), 
             shared.counters.store_errors("*");
             tracing::warn!(error = %e, "heartbeat failed");
             Err(())
+        }
+    }
+}
+
+/// A heartbeat found `lease` gone: tell its handler, if it still runs under it (once the
+/// attempt ended, its mark, which may have been applied just before, decides).
+fn lease_gone<S>(shared: &Shared<S>, lease: Lease) {
+    if shared.tracker.lease_gone(lease) {
+        shared.counters.leases_lost("*");
+        tracing::warn!(
+            owner = %shared.owner,
+            task_id = lease.task_id,
+            lease = lease.token,
+            "heartbeat found the lease gone while the handler runs: the task was recycled, reset or cancelled; its result will be refused"
+        );
+    }
+}
+
+/// An operator revoked the lease of a task this instance runs ([`Wake::Revoked`]): a
+/// heartbeat of that one lease, now, tells whether it is gone (a stale or stray
+/// announcement finds it current, and refreshes it). A failure leaves the news to the
+/// next heartbeat.
+pub(crate) async fn check_lease<S: TaskStore + Clone>(shared: Arc<Shared<S>>, lease: Lease) {
+    match shared.store.heartbeat(std::slice::from_ref(&lease)).await {
+        Ok(flags) => {
+            if flags.first() == Some(&false) {
+                lease_gone(&shared, lease);
+            }
+        }
+        Err(e) => {
+            shared.counters.store_errors("*");
+            tracing::debug!(error = %e, task_id = lease.task_id,
+                "checking a revoked lease failed: the next heartbeat will tell");
         }
     }
 }

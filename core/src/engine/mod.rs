@@ -149,6 +149,32 @@ const MAX_DUE: usize = 1024;
 /// How long after a remembered due time the poller polls for it.
 const DUE_SLACK: Duration = Duration::from_millis(25);
 
+impl<S: TaskStore + Clone> Shared<S> {
+    /// Act on a wake-up from the notifier: poll its event type now, if handled here;
+    /// check the lease of a revoked task this instance runs.
+    fn woken(self: &Arc<Self>, wake: Wake) {
+        match wake {
+            Wake::All => self.wake_all(),
+            Wake::EventType(t) => {
+                if !self.executors.contains_key(&t) {
+                    return;
+                }
+                self.counters.wakeups(&t);
+                self.poll_type(t);
+            }
+            Wake::Revoked(id) => {
+                let Some(lease) = self.tracker.running_lease(id) else {
+                    return; // not running here: nothing to tell
+                };
+                let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                    return; // a notifier calling from outside any runtime: the heartbeat tells
+                };
+                runtime.spawn(loops::check_lease(Arc::clone(self), lease));
+            }
+        }
+    }
+}
+
 impl<S> Shared<S> {
     fn state(&self) -> State {
         *self.state.borrow()
@@ -204,20 +230,6 @@ impl<S> Shared<S> {
     fn wake_all(&self) {
         self.hints.lock().unwrap_or_else(|p| p.into_inner()).all = true;
         self.wake.notify_one();
-    }
-
-    /// Act on a wake-up from the notifier: poll its event type now, if handled here.
-    fn woken(&self, wake: Wake) {
-        match wake {
-            Wake::All => self.wake_all(),
-            Wake::EventType(t) => {
-                if !self.executors.contains_key(&t) {
-                    return;
-                }
-                self.counters.wakeups(&t);
-                self.poll_type(t);
-            }
-        }
     }
 
     /// Poll `event_type` (handled here) now, in an early round.

@@ -166,6 +166,15 @@ impl Tracker {
         self.leave(n);
     }
 
+    /// The lease under which task `id` runs here, if its handler runs (not when its
+    /// attempt ended, or its loss is known already).
+    pub fn running_lease(&self, id: TaskId) -> Option<Lease> {
+        self.held()
+            .get(&id)
+            .filter(|h| h.phase == Phase::Running)
+            .map(|h| h.lease)
+    }
+
     /// The leases to refresh: every held task but those whose lease is known lost.
     pub fn to_heartbeat(&self) -> Vec<Lease> {
         self.held()

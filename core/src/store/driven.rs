@@ -147,7 +147,11 @@ impl TaskStore for dyn Driver {
         let d: &dyn Driver = self;
         let stuck_after = Checked::new(stuck_after);
         match run(d, OP, || Driver::manual_reset(d, id, stuck_after)).await? {
-            Change::Done(row) => reread_after_release(self, OP, row.decode()?).await,
+            Change::Done(row) => {
+                // it may have been running stuck, with its holder alive after all
+                d.announce_revoked(id).await;
+                reread_after_release(self, OP, row.decode()?).await
+            }
             Change::Missing => Err(Error::task_not_found(OP, id)),
             Change::Refused(code) => Err(reset_refused(OP, id, Status::from_code(code)?)),
         }
@@ -160,6 +164,9 @@ impl TaskStore for dyn Driver {
         let audit = Checked::new(audit);
         let answer = run(d, OP, || Driver::cancel(d, id, audit)).await?;
         let task = operator_change(OP, id, answer, "pending, waiting or running")?;
+        // whether it ran is not in the answer: announced always, an engine that does not
+        // hold it ignores the news
+        d.announce_revoked(id).await;
         move_key_along(self, OP, &task).await?;
         Ok(task)
     }

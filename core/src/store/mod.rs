@@ -209,6 +209,8 @@ pub trait TaskStore: Send + Sync + 'static {
     ///
     /// - Also resets a *stuck* running task: one whose `updated_at` is older than
     ///   `stuck_after` (its owner is gone). A running task with a live owner is never reset.
+    ///   The reset is announced as [`cancel`](Self::cancel)'s is, so a holder that was
+    ///   alive after all hears its lease is gone.
     /// - Returns the task as reset, read atomically with the reset: never the state of a
     ///   claim that followed it (the reset task is due at once, so a poller may take it
     ///   right away). `NotFound` when there is no such task; `Conflict` when it is
@@ -223,9 +225,13 @@ pub trait TaskStore: Send + Sync + 'static {
     ///   statement (or one locking transaction), so a claim either comes before (and the
     ///   running task is cancelled) or finds the task cancelled.
     /// - A running task's lease is bumped: its holder's heartbeats and completion are
-    ///   refused, so its outcome is never applied. The handler is not interrupted: an
-    ///   engine learns of it at its next heartbeat and tells the handler through
-    ///   [`lease_lost`](crate::lease_lost) (cooperative cancel).
+    ///   refused, so its outcome is never applied. The handler is not interrupted: its
+    ///   engine tells it through [`Context::cancelled`](crate::Context::cancelled) and
+    ///   [`lease_lost`](crate::lease_lost) (cooperative cancel) within a round trip when
+    ///   the store announces it to the engine's notifier ([`Wake::Revoked`](crate::Wake::Revoked):
+    ///   a PostgreSQL store with `NOTIFY`, any store given
+    ///   [`StoreConfig::notifier`](crate::StoreConfig::notifier)), else at the engine's
+    ///   next heartbeat. The announcement follows every cancel, after its commit.
     /// - The audit log gets an entry (`cancel`, operator, reason, database time) in the
     ///   same transaction.
     /// - Returns the task as cancelled. `NotFound` when there is no such task, `Conflict`

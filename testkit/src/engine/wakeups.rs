@@ -1,5 +1,6 @@
 //! Wake-ups across processes: a task committed by one process starts in another's engine
-//! without waiting for a poll, and a lost wake-up is recovered by the reconnect poll.
+//! without waiting for a poll, and a lost wake-up is recovered by the reconnect poll; an
+//! operator's cancel of a running task reaches its handler without waiting for a heartbeat.
 //!
 //! "Process" A and B are two stores with their own connections and two engines, each
 //! with its own notifier (as separate processes would have). B's poller does not poll
@@ -7,7 +8,7 @@
 
 use super::*;
 use crate::TxPath;
-use backstop_core::Notifier;
+use backstop_core::{Audit, Cancelled, Notifier};
 
 /// B's settings: no poll within the case.
 fn idle_config() -> EngineConfig {
@@ -64,6 +65,24 @@ async fn until_listening<S: TaskStore + Clone>(a: &Engine<S>, calls: &Calls) {
             Instant::now() < deadline,
             "B never woke for a probe within {PATIENCE:?}"
         );
+    }
+}
+
+/// Enqueue `WOKEN` probes through store `a` (given a notifier) until B runs one: B's
+/// listener hears what `a` announces.
+async fn until_heard<S: TaskStore>(a: &S, calls: &Calls) {
+    let deadline = Instant::now() + PATIENCE;
+    for i in 0.. {
+        let key = format!("probe-{i}");
+        a.enqueue(NewTask::new("WOKEN", &key)).await.unwrap();
+        let until = Instant::now() + Duration::from_millis(200);
+        while Instant::now() < until {
+            if calls.count(&key) > 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(Instant::now() < deadline, "B never heard A's store");
     }
 }
 
@@ -295,21 +314,7 @@ pub async fn engine_store_with_a_notifier_announces_every_enqueue_path<H: Harnes
             false
         }
     };
-    let deadline = Instant::now() + PATIENCE;
-    for i in 0.. {
-        let key = format!("probe-{i}");
-        a.enqueue(NewTask::new("WOKEN", &key)).await.unwrap();
-        let until = Instant::now() + Duration::from_millis(200);
-        let mut seen = false;
-        while Instant::now() < until && !seen {
-            seen = calls.count(&key) > 0;
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        if seen {
-            break;
-        }
-        assert!(Instant::now() < deadline, "B never heard A's store");
-    }
+    until_heard(&a, &calls).await;
 
     a.enqueue(NewTask::new("WOKEN", "one")).await.unwrap();
     assert!(ran("one".into()).await, "an enqueue woke B");
@@ -349,4 +354,114 @@ pub async fn engine_store_with_a_notifier_announces_every_enqueue_path<H: Harnes
         .is_none_or(|t| t.biz_key != "rb"));
     assert_eq!(ctx.task(later.id).await.status, Status::Pending);
     b.shutdown().await;
+}
+
+/// prompt cancel: an operator's cancel of a running task, made on a store of another
+/// process (given a notifier; PostgreSQL's store also `NOTIFY`s on its own), reaches the
+/// handler in B's engine through B's notifier, though B's heartbeat is an hour away:
+/// `cancelled()` completes with `LeaseLost` within seconds, the task is cancelled with
+/// its one attempt, B counts one lost lease. B checks the lease the news names: a stray
+/// announcement for a task it runs under a current lease refreshes that lease (B's
+/// heartbeat of it) and tells the handler nothing, and one for a task it does not run
+/// does nothing. A stuck running task reset by `manual_reset` while its holder lives
+/// reaches the handler the same way; it stays pending, its attempt unspent.
+pub async fn engine_hears_an_operators_cancel_of_a_running_task_at_once<H: Harness>(ctx: &Ctx<H>) {
+    const CASE: &str = "engine_hears_an_operators_cancel_of_a_running_task_at_once";
+    let (Some(na), Some(nb)) = (
+        ctx.notifier(&ctx.store, CASE).await,
+        ctx.notifier(&ctx.store, CASE).await,
+    ) else {
+        return;
+    };
+    let a = ctx
+        .new_store_with(ctx.config.clone().notifier(Arc::clone(&na)))
+        .await;
+    let told: Arc<Mutex<HashMap<String, (Cancelled, Instant)>>> = Arc::default();
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let long = {
+        let told = Arc::clone(&told);
+        handler_fn(move |task: Task| {
+            let (told, started_tx) = (Arc::clone(&told), started_tx.clone());
+            async move {
+                let cx = backstop_core::Context::current().unwrap();
+                let _ = started_tx.send(task.biz_key.clone());
+                let why = cx.cancelled().await;
+                told.lock()
+                    .unwrap()
+                    .insert(task.biz_key.clone(), (why, Instant::now()));
+                Err(HandlerError::retry(format!("stopped: {why}")))
+            }
+        })
+    };
+    let calls = Calls::default();
+    let b = Engine::builder(ctx.new_store().await)
+        .config(idle_config().dead_after(4 * HOUR).heartbeat_interval(HOUR))
+        .handler("WOKEN", succeeding(&calls), opts())
+        .handler("LONG", long, opts())
+        .notifier(nb)
+        .start()
+        .unwrap();
+    until_heard(&a, &calls).await;
+    let mut ids = HashMap::new();
+    for key in ["cancelled", "reset"] {
+        let e = a.enqueue(NewTask::new("LONG", key)).await.unwrap();
+        ids.insert(key, e.id);
+        let got = tokio::time::timeout(PATIENCE, started.recv()).await;
+        assert_eq!(got.ok().flatten().as_deref(), Some(key), "B woke for {key}");
+    }
+    let lost_before = b.counters().leases_lost;
+
+    // news of a task B does not run: nothing happens
+    let later = a
+        .enqueue(NewTask::new("LONG", "later").delay(HOUR))
+        .await
+        .unwrap();
+    a.cancel(later.id, &Audit::new("op", "not needed"))
+        .await
+        .unwrap();
+    // stray news of a task B runs under a current lease: B heartbeats it, that is all
+    ctx.backdate(ids["reset"], TimeColumn::UpdatedAt, 2 * HOUR)
+        .await;
+    let old = ctx.task(ids["reset"]).await.updated_at;
+    na.notify_revoked(ids["reset"]).await.unwrap();
+    eventually(
+        "B to check the lease a stray announcement names",
+        || async { ctx.task(ids["reset"]).await.updated_at > old + chrono_dur(HOUR) },
+    )
+    .await;
+
+    // the cancel of a task B runs reaches its handler
+    let t0 = Instant::now();
+    a.cancel(ids["cancelled"], &Audit::new("op", "stop it"))
+        .await
+        .unwrap();
+    eventually("the handler to hear of the cancel", || async {
+        told.lock().unwrap().contains_key("cancelled")
+    })
+    .await;
+    let (why, at) = told.lock().unwrap()["cancelled"];
+    assert_eq!(why, Cancelled::LeaseLost);
+    let took = at - t0;
+    // a round trip or two (B's heartbeat is an hour away); generous for a loaded CI
+    assert!(took < Duration::from_secs(5), "the cancel took {took:?}");
+    let t = ctx.task(ids["cancelled"]).await;
+    assert_eq!((t.status, t.attempts), (Status::Cancelled, 1));
+
+    // a stuck task reset while its holder lives: the same
+    ctx.backdate(ids["reset"], TimeColumn::UpdatedAt, 2 * HOUR)
+        .await;
+    let reset = a.manual_reset(ids["reset"], HOUR).await.unwrap();
+    assert_eq!((reset.status, reset.attempts), (Status::Pending, 0));
+    eventually("the handler to hear of the reset", || async {
+        told.lock().unwrap().contains_key("reset")
+    })
+    .await;
+    assert_eq!(told.lock().unwrap()["reset"].0, Cancelled::LeaseLost);
+    assert_eq!(b.counters().leases_lost - lost_before, 2);
+    assert_eq!(told.lock().unwrap().len(), 2, "the stray news told nobody");
+    b.shutdown().await;
+    // the refused outcome of the reset task's attempt changed nothing
+    let t = ctx.task(ids["reset"]).await;
+    assert_eq!((t.status, t.attempts), (Status::Pending, 0));
+    assert_eq!(ctx.task(later.id).await.status, Status::Cancelled);
 }
