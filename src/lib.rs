@@ -131,6 +131,14 @@ pub mod console {
     pub use backstop_console::*;
 }
 
+/// Helpers for an application's tests (feature `testing`): assert what was enqueued,
+/// move due times along; [`Engine::drain`] runs what is due. See the guide's
+/// [testing chapter](crate::guide::testing).
+#[cfg(feature = "testing")]
+pub mod testing {
+    pub use backstop_core::testing::*;
+}
+
 /// The README's examples, compiled as doctests so they stay true.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

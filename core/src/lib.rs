@@ -22,6 +22,8 @@ mod model;
 mod notify;
 mod schedule;
 mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod tx;
 
 pub use engine::{

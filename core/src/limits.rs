@@ -33,6 +33,11 @@ pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 64 * 1024;
 pub const MAX_PAYLOAD_LIMIT: usize = 16 * 1024 * 1024 - 1;
 /// `last_error` is cut to this many bytes (at a character boundary).
 pub const MAX_ERROR_BYTES: usize = 2000;
+
+/// How many rounds [`Engine::drain`](crate::Engine::drain) runs before it gives up on
+/// work that keeps coming due.
+pub const MAX_DRAIN_ROUNDS: usize = 1000;
+
 /// Largest `max_attempts`.
 pub const MAX_ATTEMPTS: u32 = 10_000;
 /// Longest delay, retry interval or age argument: 365 days.

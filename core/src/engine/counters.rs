@@ -73,6 +73,22 @@ macro_rules! counters {
             }
         }
 
+        impl EngineCounters {
+            /// What was counted since `earlier` (a snapshot of the same engine, taken
+            /// before this one): each counter's difference.
+            ///
+            /// ```
+            /// use backstop_core::EngineCounters;
+            /// let (mut before, mut after) = (EngineCounters::default(), EngineCounters::default());
+            /// before.succeeded = 3;
+            /// after.succeeded = 10;
+            /// assert_eq!(after.since(&before).succeeded, 7);
+            /// ```
+            pub fn since(&self, earlier: &EngineCounters) -> EngineCounters {
+                EngineCounters { $($field: self.$field.saturating_sub(earlier.$field),)+ }
+            }
+        }
+
         /// The counters' names and help texts.
         const COUNTERS: &[(&str, &str)] = &[$(($metric, $help),)+];
     };

@@ -266,7 +266,7 @@ const KEY_SWEEP_PAGE: usize = 100;
 const RESWEEP: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What one poll round covers.
-enum Round {
+pub(crate) enum Round {
     /// Every event type (a tick of the poll interval, `poll_now`, recycled tasks, a
     /// listener's reconnect, capacity freed after a full executor).
     All,
@@ -421,7 +421,7 @@ const CLAIM_RETRY: Duration = Duration::from_secs(1);
 /// [`probe`] when `probing`). Returns whether to poll again at once (a full batch with
 /// capacity left) and whether to wait for capacity (a full executor), or `None` when
 /// the engine stopped running.
-async fn poll_round<S: TaskStore + Clone>(
+pub(crate) async fn poll_round<S: TaskStore + Clone>(
     shared: &Arc<Shared<S>>,
     round: &Round,
     probing: bool,

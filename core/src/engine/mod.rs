@@ -28,6 +28,7 @@ mod completer;
 mod config;
 mod context;
 mod counters;
+mod drain;
 mod executor;
 mod handler;
 mod keys;

@@ -22,6 +22,7 @@ pub mod saga;
 pub mod saga_in_tx;
 pub mod shutdown;
 pub mod tcc;
+pub mod testing;
 pub mod wakeups;
 
 use std::collections::{HashMap, HashSet};
