@@ -1,14 +1,19 @@
-//! Periodic tasks: cron expressions and fixed intervals, in UTC.
+//! Periodic tasks: cron expressions (in UTC or an IANA time zone) and fixed intervals.
 
 use std::fmt;
 use std::time::Duration;
 
-use chrono::{DateTime, Datelike, Duration as ChronoDuration, TimeZone, Timelike, Utc};
+use chrono::{
+    DateTime, Datelike, Duration as ChronoDuration, LocalResult, NaiveDate, NaiveDateTime,
+    TimeZone, Timelike, Utc,
+};
+use chrono_tz::Tz;
 
 use crate::error::{Error, Result};
 use crate::model::NewTask;
 
-/// When a periodic task fires: a cron expression or a fixed interval, in UTC.
+/// When a periodic task fires: a cron expression, in UTC or in an IANA time zone
+/// ([`in_zone`](Self::in_zone)), or a fixed interval.
 ///
 /// ```
 /// use chrono::{TimeZone, Utc};
@@ -22,20 +27,31 @@ use crate::model::NewTask;
 /// assert_eq!(every.after(t), Utc.with_ymd_and_hms(2026, 12, 1, 12, 5, 0).unwrap());
 ///
 /// assert!(Schedule::cron("61 * * * *").is_err());
+///
+/// // 03:30 on Paris's wall clock: 02:30 UTC in winter (CET, UTC+1)
+/// let paris = Schedule::cron("30 3 * * *").unwrap().in_zone("Europe/Paris").unwrap();
+/// assert_eq!(paris.after(t), Utc.with_ymd_and_hms(2026, 12, 2, 2, 30, 0).unwrap());
 /// ```
 #[derive(Clone, PartialEq, Eq)]
 pub struct Schedule(Kind);
 
 #[derive(Clone, PartialEq, Eq)]
 enum Kind {
-    Cron { text: String, cron: Cron },
+    Cron { text: String, cron: Cron, zone: Tz },
     Every(Duration),
 }
 
 impl fmt::Debug for Schedule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {
-            Kind::Cron { text, .. } => write!(f, "Schedule::cron({text:?})"),
+            Kind::Cron {
+                text,
+                zone: Tz::UTC,
+                ..
+            } => write!(f, "Schedule::cron({text:?})"),
+            Kind::Cron { text, zone, .. } => {
+                write!(f, "Schedule::cron({text:?}).in_zone({:?})", zone.name())
+            }
             Kind::Every(d) => write!(f, "Schedule::every({d:?})"),
         }
     }
@@ -64,7 +80,56 @@ impl Schedule {
         Ok(Schedule(Kind::Cron {
             text: text.to_owned(),
             cron,
+            zone: Tz::UTC,
         }))
+    }
+
+    /// The cron expression read on the wall clock of the IANA time zone `zone`
+    /// (`Europe/Paris`, `America/New_York`; the zone database is compiled in), daylight
+    /// saving included:
+    ///
+    /// - a tick whose wall-clock time is skipped (the hour the clocks spring forward)
+    ///   fires once, at the moment of the jump (`30 2 * * *` in New York fires at 03:00
+    ///   EDT that day; several skipped ticks of one periodic are that one tick);
+    /// - a tick whose wall-clock time comes twice (the hour the clocks fall back) fires
+    ///   once, at its first occurrence.
+    ///
+    /// `InvalidInput` naming the zone when it is not one, or for an interval schedule
+    /// ([`every`](Self::every) counts from the epoch, in no zone).
+    ///
+    /// ```
+    /// use chrono::{TimeZone, Utc};
+    /// use backstop_core::Schedule;
+    ///
+    /// let s = Schedule::cron("30 2 * * *").unwrap().in_zone("America/New_York").unwrap();
+    /// // the night the clocks spring forward (2026-03-08): 02:30 is skipped, 03:00 EDT fires
+    /// let eve = Utc.with_ymd_and_hms(2026, 3, 7, 12, 0, 0).unwrap();
+    /// assert_eq!(s.after(eve), Utc.with_ymd_and_hms(2026, 3, 8, 7, 0, 0).unwrap());
+    /// assert!(Schedule::cron("0 3 * * *").unwrap().in_zone("Mars/Olympus").is_err());
+    /// ```
+    pub fn in_zone(self, zone: &str) -> Result<Schedule> {
+        let Kind::Cron { text, cron, .. } = self.0 else {
+            return Err(Error::invalid_input(
+                "schedule",
+                "an interval schedule counts from the Unix epoch and takes no time zone",
+            ));
+        };
+        let zone: Tz = zone.parse().map_err(|_| {
+            Error::invalid_input(
+                "schedule",
+                format!("unknown time zone {zone:?}: expected an IANA name like Europe/Paris"),
+            )
+        })?;
+        Ok(Schedule(Kind::Cron { text, cron, zone }))
+    }
+
+    /// The time zone of a cron schedule (UTC unless [`in_zone`](Self::in_zone) said
+    /// otherwise); `None` for an interval.
+    pub fn zone(&self) -> Option<&'static str> {
+        match &self.0 {
+            Kind::Cron { zone, .. } => Some(zone.name()),
+            Kind::Every(_) => None,
+        }
     }
 
     /// Every `interval` (100 ms to a year), on multiples of it since the Unix epoch:
@@ -87,7 +152,7 @@ impl Schedule {
                 let next = (t.timestamp_millis().div_euclid(step) + 1).saturating_mul(step);
                 DateTime::from_timestamp_millis(next).unwrap_or(DateTime::<Utc>::MAX_UTC)
             }
-            Kind::Cron { cron, .. } => cron.after(t),
+            Kind::Cron { cron, zone, .. } => cron.after(t, *zone),
         }
     }
 
@@ -99,7 +164,7 @@ impl Schedule {
                 let last = t.timestamp_millis().div_euclid(step).saturating_mul(step);
                 DateTime::from_timestamp_millis(last).unwrap_or(DateTime::<Utc>::MIN_UTC)
             }
-            Kind::Cron { cron, .. } => cron.at_or_before(t),
+            Kind::Cron { cron, zone, .. } => cron.at_or_before(t, *zone),
         }
     }
 }
@@ -257,7 +322,7 @@ impl Cron {
         })
     }
 
-    fn day_matches(&self, t: DateTime<Utc>) -> bool {
+    fn day_matches(&self, t: NaiveDateTime) -> bool {
         let dom = self.days & (1 << t.day()) != 0;
         let dow = self.weekdays & (1 << t.weekday().num_days_from_sunday()) != 0;
         match (self.days_star, self.weekdays_star) {
@@ -268,36 +333,57 @@ impl Cron {
         }
     }
 
-    /// The first matching minute strictly after `t`.
-    fn after(&self, t: DateTime<Utc>) -> DateTime<Utc> {
-        let start = t
-            .with_second(0)
-            .and_then(|x| x.with_nanosecond(0))
-            .unwrap_or(t)
-            + ChronoDuration::minutes(1);
-        self.search(start, 1)
+    /// The first tick strictly after `t`: the first matching wall-clock minute of `zone`
+    /// whose [`instant`] is later than `t`. Instants grow with wall-clock minutes (a
+    /// repeated hour maps to its first pass, a skipped one to the jump), so the walk
+    /// starts at `t`'s wall-clock minute and passes the few that map to `t` or before.
+    fn after(&self, t: DateTime<Utc>, zone: Tz) -> DateTime<Utc> {
+        let mut c = minute_of(t.with_timezone(&zone).naive_local());
+        for _ in 0..WALK {
+            let Some(m) = self.search(c, 1) else {
+                break;
+            };
+            let at = instant(zone, m);
+            if at > t {
+                return at;
+            }
+            c = m + ChronoDuration::minutes(1);
+        }
+        DateTime::<Utc>::MAX_UTC
     }
 
-    /// The last matching minute at or before `t`.
-    fn at_or_before(&self, t: DateTime<Utc>) -> DateTime<Utc> {
-        let start = t
-            .with_second(0)
-            .and_then(|x| x.with_nanosecond(0))
-            .unwrap_or(t);
-        self.search(start, -1)
+    /// The last tick at or before `t`. In the second pass of a repeated hour, the last
+    /// tick fired is in the first pass, at a later wall-clock time than `t`'s: the walk
+    /// back starts `FOLD` ahead of `t`'s wall clock.
+    fn at_or_before(&self, t: DateTime<Utc>, zone: Tz) -> DateTime<Utc> {
+        let mut c = minute_of(t.with_timezone(&zone).naive_local());
+        if zone != Tz::UTC {
+            c += FOLD;
+        }
+        for _ in 0..WALK {
+            let Some(m) = self.search(c, -1) else {
+                break;
+            };
+            let at = instant(zone, m);
+            if at <= t {
+                return at;
+            }
+            c = m - ChronoDuration::minutes(1);
+        }
+        DateTime::<Utc>::MIN_UTC
     }
 
-    /// From `t` (a whole minute), the first match going forward (`dir` 1) or backward
+    /// From wall-clock minute `t`, the first match going forward (`dir` 1) or backward
     /// (-1), skipping whole months, days and hours that cannot match. Bounded: an
     /// expression that never matches (31 February) gives up after 8 years.
-    fn search(&self, mut t: DateTime<Utc>, dir: i64) -> DateTime<Utc> {
+    fn search(&self, mut t: NaiveDateTime, dir: i64) -> Option<NaiveDateTime> {
         let limit = t + ChronoDuration::days(8 * 366 * dir);
         while (dir > 0 && t < limit) || (dir < 0 && t > limit) {
             if self.months & (1 << t.month()) == 0 {
                 t = if dir > 0 {
-                    first_of_next_month(t)
+                    first_of_next_month(t)?
                 } else {
-                    first_of_month(t) - ChronoDuration::minutes(1)
+                    first_of_month(t)? - ChronoDuration::minutes(1)
                 };
                 continue;
             }
@@ -322,35 +408,59 @@ impl Cron {
                 t += ChronoDuration::minutes(dir);
                 continue;
             }
-            return t;
+            return Some(t);
         }
-        if dir > 0 {
-            DateTime::<Utc>::MAX_UTC
-        } else {
-            DateTime::<Utc>::MIN_UTC
-        }
+        None
     }
 }
 
-fn start_of_day(t: DateTime<Utc>) -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(t.year(), t.month(), t.day(), 0, 0, 0)
-        .single()
+/// At most how many matching minutes a walk passes over (those of a repeated hour, or
+/// of the `FOLD` ahead): past that the schedule is taken to have no tick.
+const WALK: usize = 4 * 24 * 60;
+
+/// How far ahead of `t`'s wall clock the walk back starts: longer than any repeated
+/// stretch of wall-clock time (2 h at most in the zone database).
+const FOLD: ChronoDuration = ChronoDuration::hours(3);
+
+/// The instant a wall-clock minute `c` of `zone` fires at: itself; the first of its two
+/// instants in a repeated hour; in a skipped stretch, the moment of the jump (the first
+/// wall-clock minute after it that exists).
+fn instant(zone: Tz, c: NaiveDateTime) -> DateTime<Utc> {
+    let mut x = c;
+    // a skipped stretch is at most a day long (Samoa, 2011)
+    for _ in 0..=(2 * 24 * 60) {
+        match zone.from_local_datetime(&x) {
+            LocalResult::Single(at) | LocalResult::Ambiguous(at, _) => {
+                return at.with_timezone(&Utc)
+            }
+            LocalResult::None => x += ChronoDuration::minutes(1),
+        }
+    }
+    c.and_utc()
+}
+
+/// `t` to its whole minute.
+fn minute_of(t: NaiveDateTime) -> NaiveDateTime {
+    t.with_second(0)
+        .and_then(|x| x.with_nanosecond(0))
         .unwrap_or(t)
 }
 
-fn first_of_month(t: DateTime<Utc>) -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(t.year(), t.month(), 1, 0, 0, 0)
-        .single()
-        .unwrap_or(t)
+fn start_of_day(t: NaiveDateTime) -> NaiveDateTime {
+    t.date().and_time(chrono::NaiveTime::MIN)
 }
 
-fn first_of_next_month(t: DateTime<Utc>) -> DateTime<Utc> {
+fn first_of_month(t: NaiveDateTime) -> Option<NaiveDateTime> {
+    Some(NaiveDate::from_ymd_opt(t.year(), t.month(), 1)?.and_time(chrono::NaiveTime::MIN))
+}
+
+fn first_of_next_month(t: NaiveDateTime) -> Option<NaiveDateTime> {
     let (y, m) = if t.month() == 12 {
         (t.year() + 1, 1)
     } else {
         (t.year(), t.month() + 1)
     };
-    Utc.with_ymd_and_hms(y, m, 1, 0, 0, 0).single().unwrap_or(t)
+    Some(NaiveDate::from_ymd_opt(y, m, 1)?.and_time(chrono::NaiveTime::MIN))
 }
 
 /// The bits of one cron field: values `lo..=hi` (names for them from `offset`).
@@ -450,6 +560,141 @@ mod tests {
                 .after(at(2026, 3, 1, 0, 0)),
             at(2028, 2, 29, 0, 0)
         );
+    }
+
+    /// The ticks of `s` from `from` on, `n` of them.
+    fn ticks(s: &Schedule, from: DateTime<Utc>, n: usize) -> Vec<DateTime<Utc>> {
+        let mut t = from;
+        (0..n)
+            .map(|_| {
+                t = s.after(t);
+                t
+            })
+            .collect()
+    }
+
+    #[test]
+    fn cron_in_a_zone_follows_its_wall_clock() {
+        let paris = Schedule::cron("0 9 * * mon-fri")
+            .unwrap()
+            .in_zone("Europe/Paris")
+            .unwrap();
+        // CET (UTC+1) in December, CEST (UTC+2) in July
+        assert_eq!(paris.after(at(2026, 12, 1, 12, 0)), at(2026, 12, 2, 8, 0));
+        assert_eq!(paris.after(at(2026, 7, 1, 12, 0)), at(2026, 7, 2, 7, 0));
+        assert_eq!(
+            paris.at_or_before(at(2026, 12, 2, 8, 0)),
+            at(2026, 12, 2, 8, 0)
+        );
+        assert_eq!(paris.zone(), Some("Europe/Paris"));
+        assert_eq!(
+            format!("{paris:?}"),
+            r#"Schedule::cron("0 9 * * mon-fri").in_zone("Europe/Paris")"#
+        );
+        assert_eq!(Schedule::cron("@daily").unwrap().zone(), Some("UTC"));
+        // Kathmandu is UTC+5:45: minutes of the offset count
+        let ktm = Schedule::cron("0 0 * * *")
+            .unwrap()
+            .in_zone("Asia/Kathmandu")
+            .unwrap();
+        assert_eq!(ktm.after(at(2026, 12, 1, 12, 0)), at(2026, 12, 1, 18, 15));
+    }
+
+    #[test]
+    fn a_skipped_hour_fires_once_at_the_jump() {
+        // New York springs forward on 2026-03-08: 02:00 EST becomes 03:00 EDT (07:00 UTC)
+        let ny = |e: &str| {
+            Schedule::cron(e)
+                .unwrap()
+                .in_zone("America/New_York")
+                .unwrap()
+        };
+        let daily = ny("30 2 * * *");
+        assert_eq!(
+            ticks(&daily, at(2026, 3, 6, 12, 0), 3),
+            vec![
+                at(2026, 3, 7, 7, 30), // 02:30 EST
+                at(2026, 3, 8, 7, 0),  // 02:30 does not exist: 03:00 EDT
+                at(2026, 3, 9, 6, 30), // 02:30 EDT
+            ]
+        );
+        assert_eq!(
+            daily.at_or_before(at(2026, 3, 8, 7, 10)),
+            at(2026, 3, 8, 7, 0)
+        );
+        assert_eq!(
+            daily.at_or_before(at(2026, 3, 8, 6, 59)),
+            at(2026, 3, 7, 7, 30)
+        );
+        // every half hour: 02:00 and 02:30 are one tick, the jump, which is 03:00's too
+        let half = ny("*/30 * * * *");
+        assert_eq!(
+            ticks(&half, at(2026, 3, 8, 5, 45), 4),
+            vec![
+                at(2026, 3, 8, 6, 0),  // 01:00 EST
+                at(2026, 3, 8, 6, 30), // 01:30 EST
+                at(2026, 3, 8, 7, 0),  // 02:00, 02:30 (skipped) and 03:00 EDT
+                at(2026, 3, 8, 7, 30), // 03:30 EDT
+            ]
+        );
+    }
+
+    #[test]
+    fn a_repeated_hour_fires_once_at_its_first_pass() {
+        // New York falls back on 2026-11-01: 02:00 EDT becomes 01:00 EST (06:00 UTC);
+        // 01:00-01:59 comes twice, at 05:00-05:59 UTC (EDT) and 06:00-06:59 UTC (EST)
+        let ny = |e: &str| {
+            Schedule::cron(e)
+                .unwrap()
+                .in_zone("America/New_York")
+                .unwrap()
+        };
+        let daily = ny("30 1 * * *");
+        assert_eq!(
+            ticks(&daily, at(2026, 10, 31, 12, 0), 2),
+            vec![at(2026, 11, 1, 5, 30), at(2026, 11, 2, 6, 30)]
+        );
+        // in the second pass, the last tick is the first pass's
+        assert_eq!(
+            daily.at_or_before(at(2026, 11, 1, 6, 45)),
+            at(2026, 11, 1, 5, 30)
+        );
+        assert_eq!(daily.after(at(2026, 11, 1, 6, 10)), at(2026, 11, 2, 6, 30));
+        let half = ny("*/30 * * * *");
+        assert_eq!(
+            ticks(&half, at(2026, 11, 1, 4, 15), 5),
+            vec![
+                at(2026, 11, 1, 4, 30), // 00:30 EDT
+                at(2026, 11, 1, 5, 0),  // 01:00 EDT
+                at(2026, 11, 1, 5, 30), // 01:30 EDT; not again at 01:00 and 01:30 EST
+                at(2026, 11, 1, 7, 0),  // 02:00 EST
+                at(2026, 11, 1, 7, 30),
+            ]
+        );
+        // the second pass's wall clock (01:10 EST) has the first pass's last tick behind
+        assert_eq!(
+            half.at_or_before(at(2026, 11, 1, 6, 10)),
+            at(2026, 11, 1, 5, 30)
+        );
+        assert_eq!(half.after(at(2026, 11, 1, 6, 10)), at(2026, 11, 1, 7, 0));
+    }
+
+    #[test]
+    fn bad_zones_are_refused() {
+        for bad in ["Mars/Olympus", "", "europe/paris", "UTC+1"] {
+            let e = Schedule::cron("0 3 * * *")
+                .unwrap()
+                .in_zone(bad)
+                .unwrap_err();
+            assert_eq!(e.kind(), crate::error::ErrorKind::InvalidInput, "{bad}");
+            assert!(e.to_string().contains("time zone"), "{e}");
+        }
+        let e = Schedule::every(Duration::from_secs(60))
+            .unwrap()
+            .in_zone("Europe/Paris")
+            .unwrap_err();
+        assert_eq!(e.kind(), crate::error::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("time zone"), "{e}");
     }
 
     #[test]

@@ -17,7 +17,11 @@ use crate::notify::{Wake, Wakes};
 use crate::store::TaskStore;
 
 /// Sleep `d`, or until the engine leaves `Running` (returns false then).
-async fn pause<S>(shared: &Shared<S>, state: &mut watch::Receiver<State>, d: Duration) -> bool {
+pub(crate) async fn pause<S>(
+    shared: &Shared<S>,
+    state: &mut watch::Receiver<State>,
+    d: Duration,
+) -> bool {
     tokio::select! {
         _ = tokio::time::sleep(d) => {}
         _ = state.wait_for(|s| *s != State::Running) => return false,
@@ -177,84 +181,6 @@ async fn sweep_keys<S: TaskStore + Clone>(shared: &Shared<S>, cursor: &mut Optio
         }
     }
 }
-
-/// The periodic tasks' clock: at each tick of each [`Periodic`](crate::Periodic), enqueue
-/// its task (keyed by the tick, so of all the instances firing it one inserts), then
-/// sleep until the next tick. A tick whose enqueue fails is tried again a second later,
-/// until the next tick replaces it. When ticks were slept through (a pause), the latest
-/// one is fired and the older ones skipped.
-pub(crate) async fn scheduler<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
-    use crate::schedule::Missed;
-    let mut state = shared.state.subscribe();
-    let start = chrono::Utc::now();
-    // the earliest tick each periodic may fire next
-    let mut next: Vec<chrono::DateTime<chrono::Utc>> = shared
-        .periodic
-        .iter()
-        .map(|p| {
-            let last = p.schedule().at_or_before(start);
-            let age = (start - last).to_std().unwrap_or_default();
-            match (p.missed_policy(), catch_up_bound(shared.config.retention)) {
-                // older than the retention, its row may be purged: it would run again
-                (Missed::CatchUpOne, Some(bound)) if age >= bound => p.schedule().after(start),
-                (Missed::CatchUpOne, _) => last,
-                _ => p.schedule().after(start),
-            }
-        })
-        .collect();
-    loop {
-        let now = chrono::Utc::now();
-        let mut failed = false;
-        for (p, next) in shared.periodic.iter().zip(next.iter_mut()) {
-            let due = p.schedule().at_or_before(now);
-            if due < *next {
-                continue;
-            }
-            let task = p.task_at(due);
-            let event_type = task.event_type().to_owned();
-            match shared.store.enqueue(task).await {
-                Ok(e) => {
-                    if e.created {
-                        tracing::debug!(periodic = p.name(), tick = %due, task_id = e.id,
-                            "periodic task enqueued");
-                        shared.wake_after(Duration::ZERO, &event_type);
-                    }
-                    *next = p.schedule().after(due);
-                }
-                Err(e) => {
-                    failed = true;
-                    shared.counters.store_errors(&event_type);
-                    tracing::warn!(periodic = p.name(), tick = %due, error = %e,
-                        "could not enqueue a periodic task; trying again");
-                }
-            }
-        }
-        let now = chrono::Utc::now();
-        let wait = next
-            .iter()
-            .map(|n| (*n - now).to_std().unwrap_or(Duration::ZERO))
-            .min()
-            .unwrap_or(SCHEDULER_MAX_SLEEP)
-            .clamp(Duration::from_millis(1), SCHEDULER_MAX_SLEEP);
-        let wait = if failed { SCHEDULER_MAX_SLEEP } else { wait };
-        if !pause(&shared, &mut state, wait).await {
-            return;
-        }
-    }
-}
-
-/// How old a missed tick may be for [`Missed::CatchUpOne`](crate::Missed::CatchUpOne)
-/// to fire it: younger than the succeeded tasks' `retention`, less a margin for the
-/// clocks of the application and the database (a tenth of it, at most a minute). A tick
-/// as old as that may have had its row purged, and firing it would run it again.
-/// `None` (no retention): any age.
-fn catch_up_bound(retention: Option<Duration>) -> Option<Duration> {
-    retention.map(|r| r.saturating_sub((r / 10).min(Duration::from_secs(60))))
-}
-
-/// The longest the scheduler sleeps (so a failed tick is retried, and a clock that
-/// jumps is noticed, within it).
-const SCHEDULER_MAX_SLEEP: Duration = Duration::from_secs(1);
 
 /// How often an engine registers its event types again (their `last_seen`).
 const REGISTER_EVERY: Duration = Duration::from_secs(3600);

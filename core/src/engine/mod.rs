@@ -33,6 +33,7 @@ mod executor;
 mod handler;
 mod keys;
 mod loops;
+mod periodic;
 mod reconcile;
 mod saga;
 mod tracker;
@@ -132,7 +133,7 @@ struct Shared<S> {
     /// The application's shared values (see [`EngineBuilder::state`]).
     states: Arc<context::States>,
     /// The periodic tasks this instance fires.
-    periodic: Vec<crate::schedule::Periodic>,
+    periodic: periodic::Periodics,
 }
 
 /// Event types the poller was asked to poll before its next tick.
@@ -527,7 +528,11 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
         let shared = Arc::new(Shared {
             dyn_store,
             states: Arc::new(self.states),
-            periodic: self.periodic,
+            periodic: periodic::Periodics::new(
+                self.periodic,
+                chrono::Utc::now(),
+                self.config.retention,
+            ),
             store: self.store,
             config: self.config,
             owner,
@@ -556,9 +561,7 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
         if shared.config.retention.is_some() || shared.config.barrier_retention.is_some() {
             jobs.push(runtime.spawn(loops::retention(Arc::clone(&shared))));
         }
-        if !shared.periodic.is_empty() {
-            jobs.push(runtime.spawn(loops::scheduler(Arc::clone(&shared))));
-        }
+        jobs.push(runtime.spawn(periodic::scheduler(Arc::clone(&shared))));
         if shared.notifier.is_some() {
             jobs.push(runtime.spawn(loops::listener(Arc::clone(&shared))));
         }

@@ -250,3 +250,119 @@ pub async fn engine_catch_up_never_reruns_a_tick_retention_removed<H: Harness>(c
     let ran = ran.lock().unwrap().clone();
     assert_eq!(ran.get(&row.biz_key), Some(&1), "{ran:?}");
 }
+
+/// Periodic tasks added and removed while the engine runs: an added one fires its ticks
+/// (each run once) from the moment it is added; a removed one fires no more (counted
+/// over five intervals); a duplicate name or a bad name is `InvalidInput` and adds
+/// nothing; a cron in a time zone added with `CatchUpOne` fires its latest past tick at
+/// once (keyed by that tick's instant); once the engine stops, adding is `Conflict`.
+pub async fn engine_adds_and_removes_periodic_tasks_at_runtime<H: Harness>(ctx: &Ctx<H>) {
+    let interval = Duration::from_millis(200);
+    let calls = Calls::default();
+    let engine = Engine::builder(ctx.store.clone())
+        .config(fast_config().first_poll_delay(Duration::ZERO))
+        .handler("TICK", succeeding(&calls), opts())
+        .start()
+        .unwrap();
+    assert!(engine.periodic_names().is_empty());
+    let beat = Periodic::new(
+        "beat",
+        Schedule::every(interval).unwrap(),
+        NewTask::new("TICK", "-"),
+    );
+    engine.add_periodic(beat.clone()).unwrap();
+    let e = engine.add_periodic(beat).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    assert!(e.to_string().contains("\"beat\""), "{e}");
+    let bad = Periodic::new(
+        "bad name!",
+        Schedule::every(interval).unwrap(),
+        NewTask::new("TICK", "-"),
+    );
+    let e = engine.add_periodic(bad).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    assert_eq!(engine.periodic_names(), vec!["beat".to_owned()]);
+
+    let ticks = || async {
+        ctx.store
+            .list(
+                &backstop_core::TaskFilter::default()
+                    .event_type("TICK")
+                    .limit(1000),
+            )
+            .await
+            .unwrap()
+    };
+    eventually("three ticks of the added task to run", || async {
+        ticks()
+            .await
+            .iter()
+            .filter(|t| t.status == Status::Succeeded)
+            .count()
+            >= 3
+    })
+    .await;
+    assert!(engine.remove_periodic("beat"));
+    assert!(!engine.remove_periodic("beat"));
+    assert!(engine.periodic_names().is_empty());
+    tokio::time::sleep(interval).await; // a tick on its way at the removal lands
+    let fired = ticks().await.len();
+    tokio::time::sleep(5 * interval).await;
+    assert_eq!(ticks().await.len(), fired, "no tick after the removal");
+
+    // a zoned cron, caught up at once: the tick of the current minute (Kathmandu's
+    // offset, 5:45, keeps minutes whole)
+    let every_minute = Schedule::cron("* * * * *")
+        .unwrap()
+        .in_zone("Asia/Kathmandu")
+        .unwrap();
+    let before = every_minute.at_or_before(chrono::Utc::now());
+    let zoned = Periodic::new("zoned", every_minute.clone(), NewTask::new("TICK", "-"))
+        .missed(Missed::CatchUpOne);
+    engine.add_periodic(zoned).unwrap();
+    eventually("the zoned task's caught-up tick", || async {
+        ticks()
+            .await
+            .iter()
+            .any(|t| t.biz_key.starts_with("zoned@"))
+    })
+    .await;
+    let after = every_minute.at_or_before(chrono::Utc::now());
+    let key = |t: chrono::DateTime<chrono::Utc>| {
+        format!(
+            "zoned@{}",
+            t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+        )
+    };
+    let zoned: Vec<String> = ticks()
+        .await
+        .into_iter()
+        .map(|t| t.biz_key)
+        .filter(|k| k.starts_with("zoned@"))
+        .collect();
+    assert!(
+        zoned.iter().all(|k| *k == key(before) || *k == key(after)),
+        "{zoned:?} vs {before} / {after}"
+    );
+    engine.shutdown().await;
+    let beats = ticks().await;
+    let beats: Vec<&Task> = beats
+        .iter()
+        .filter(|t| t.biz_key.starts_with("beat@"))
+        .collect();
+    assert!(beats.len() >= 3);
+    for t in beats {
+        let runs = calls.count(&t.biz_key);
+        match t.status {
+            Status::Succeeded => assert_eq!(runs, 1, "{}", t.biz_key),
+            _ => assert_eq!(runs, 0, "{} is {}", t.biz_key, t.status),
+        }
+    }
+    let late = Periodic::new(
+        "late",
+        Schedule::every(interval).unwrap(),
+        NewTask::new("TICK", "-"),
+    );
+    let e = engine.add_periodic(late).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Conflict, "{e}");
+}
