@@ -720,8 +720,27 @@ impl Driver for MySqlDriver {
         )
     }
 
-    async fn purge_succeeded(&self, batch: Checked<AgedBatch>) -> Result<u64> {
-        self.purge(&self.sql.purge_succeeded, batch).await
+    async fn purge_finished(&self, status: Checked<i16>, batch: Checked<AgedBatch>) -> Result<u64> {
+        sqlx::query(safe(&self.sql.purge_finished))
+            .bind(*status)
+            .bind(micros(batch.older_than))
+            .bind(batch.limit as i64)
+            .execute(&self.pool)
+            .await
+            .map(|d| d.rows_affected())
+            .map_err(my_err)
+    }
+
+    async fn purge_audit(&self, batch: Checked<AgedBatch>) -> Result<u64> {
+        let mut total = 0;
+        for sql in &self.sql.purge_audit {
+            total += self.purge(sql, batch).await?;
+        }
+        Ok(total)
+    }
+
+    async fn purge_event_types(&self, batch: Checked<AgedBatch>) -> Result<u64> {
+        self.purge(&self.sql.purge_event_types, batch).await
     }
 
     async fn purge_barrier(&self, batch: Checked<AgedBatch>) -> Result<u64> {
@@ -821,9 +840,9 @@ impl Driver for MySqlDriver {
             .collect()
     }
 
-    async fn delete_succeeded(&self, ids: Checked<&[TaskId]>) -> Result<u64> {
-        let text = self.sql.delete_succeeded(bucket(ids.len()));
-        let mut q = sqlx::query(safe(&text));
+    async fn delete_finished(&self, status: Checked<i16>, ids: Checked<&[TaskId]>) -> Result<u64> {
+        let text = self.sql.delete_finished(bucket(ids.len()));
+        let mut q = sqlx::query(safe(&text)).bind(*status);
         for id in padded(*ids) {
             q = q.bind(id);
         }

@@ -145,7 +145,12 @@ pub(crate) struct Sql {
     pub stats_oldest_due: String,
     /// bucket ms, window µs, cap, window µs, cap.
     pub throughput: String,
-    pub purge_succeeded: String,
+    /// status, older µs, limit.
+    pub purge_finished: String,
+    /// older µs, limit: the tasks' audit log, then the queues' log.
+    pub purge_audit: [String; 2],
+    /// older µs, limit.
+    pub purge_event_types: String,
     /// consumer, message_id: one row inserted, or none for a duplicate.
     pub inbox_insert: String,
     /// older µs, limit.
@@ -538,9 +543,19 @@ impl Sql {
                 "DELETE FROM {tb} WHERE created_at < NOW(3) - INTERVAL ? MICROSECOND
                  ORDER BY created_at LIMIT ?"
             ),
-            purge_succeeded: format!(
-                "DELETE FROM {t} WHERE status = 1 AND updated_at < NOW(3) - INTERVAL ? MICROSECOND
+            purge_finished: format!(
+                "DELETE FROM {t} WHERE status = ? AND updated_at < NOW(3) - INTERVAL ? MICROSECOND
                  ORDER BY updated_at, id LIMIT ?"
+            ),
+            purge_audit: [&ta, &tqa].map(|log| {
+                format!(
+                    "DELETE FROM {log} WHERE at < NOW(3) - INTERVAL ? MICROSECOND
+                     ORDER BY id LIMIT ?"
+                )
+            }),
+            purge_event_types: format!(
+                "DELETE FROM {th} WHERE last_seen_at < NOW(3) - INTERVAL ? MICROSECOND
+                 ORDER BY last_seen_at LIMIT ?"
             ),
             // INSERT IGNORE only ignores the duplicate key here: the lengths were checked
             inbox_insert: format!(
@@ -853,11 +868,11 @@ impl Sql {
         )
     }
 
-    /// Delete listed succeeded tasks: ids….
-    pub fn delete_succeeded(&self, n: usize) -> String {
+    /// Delete listed tasks still in a status: status, ids….
+    pub fn delete_finished(&self, n: usize) -> String {
         let t = &self.table;
         let ids = Self::placeholders(n);
-        format!("DELETE FROM {t} WHERE id IN ({ids}) AND status = 1")
+        format!("DELETE FROM {t} WHERE status = ? AND id IN ({ids})")
     }
 }
 

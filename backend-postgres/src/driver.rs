@@ -515,12 +515,25 @@ impl Driver for PgDriver {
         .collect()
     }
 
-    async fn purge_succeeded(&self, batch: Checked<AgedBatch>) -> Result<u64> {
-        self.execute(
-            &self.sql.purge_succeeded,
-            &[&millis(batch.older_than), &(batch.limit as i64)],
-        )
-        .await
+    async fn purge_finished(&self, status: Checked<i16>, batch: Checked<AgedBatch>) -> Result<u64> {
+        let (age, limit) = (millis(batch.older_than), batch.limit as i64);
+        self.execute(&self.sql.purge_finished, &[&age, &limit, &*status])
+            .await
+    }
+
+    async fn purge_audit(&self, batch: Checked<AgedBatch>) -> Result<u64> {
+        let (age, limit) = (millis(batch.older_than), batch.limit as i64);
+        let mut total = 0;
+        for sql in &self.sql.purge_audit {
+            total += self.execute(sql, &[&age, &limit]).await?;
+        }
+        Ok(total)
+    }
+
+    async fn purge_event_types(&self, batch: Checked<AgedBatch>) -> Result<u64> {
+        let (age, limit) = (millis(batch.older_than), batch.limit as i64);
+        self.execute(&self.sql.purge_event_types, &[&age, &limit])
+            .await
     }
 
     async fn purge_barrier(&self, batch: Checked<AgedBatch>) -> Result<u64> {
@@ -706,8 +719,9 @@ impl Driver for PgDriver {
             .collect()
     }
 
-    async fn delete_succeeded(&self, ids: Checked<&[TaskId]>) -> Result<u64> {
-        self.execute(&self.sql.delete_succeeded, &[&*ids]).await
+    async fn delete_finished(&self, status: Checked<i16>, ids: Checked<&[TaskId]>) -> Result<u64> {
+        self.execute(&self.sql.delete_finished, &[&*ids, &*status])
+            .await
     }
 
     async fn release_order_keys(&self, keys: Checked<&[String]>) -> Result<Vec<TaskId>> {

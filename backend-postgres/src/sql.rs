@@ -267,8 +267,14 @@ pub(crate) struct Sql {
     pub stats_oldest_due: String,
     /// $1 window ms $2 bucket ms $3 cap per status.
     pub throughput: String,
-    pub purge_succeeded: String,
-    pub delete_succeeded: String,
+    /// $1 older than (ms) $2 limit $3 status.
+    pub purge_finished: String,
+    /// $1 ids $2 status.
+    pub delete_finished: String,
+    /// $1 older than (ms) $2 limit: the tasks' audit log, then the queues' log.
+    pub purge_audit: [String; 2],
+    /// $1 older than (ms) $2 limit.
+    pub purge_event_types: String,
     /// $1 consumer $2 message_id: one row inserted, or none for a duplicate.
     pub inbox_insert: String,
     /// $1 older than (ms) $2 limit.
@@ -918,17 +924,31 @@ impl Sql {
                  DELETE FROM {tb} AS b USING old
                  WHERE b.gid = old.gid AND b.branch_id = old.branch_id AND b.op = old.op"
             ),
-            purge_succeeded: format!(
+            purge_finished: format!(
                 "WITH old AS MATERIALIZED (
                     SELECT id FROM {t}
-                    WHERE status = 1 AND updated_at < now() - $1::bigint {MS}
+                    WHERE status = $3::smallint AND updated_at < now() - $1::bigint {MS}
                     ORDER BY updated_at, id
                     LIMIT $2
                     FOR UPDATE SKIP LOCKED)
                  DELETE FROM {t} AS t
-                 WHERE t.id = ANY (ARRAY(SELECT id FROM old)) AND t.status = 1"
+                 WHERE t.id = ANY (ARRAY(SELECT id FROM old)) AND t.status = $3::smallint"
             ),
-            delete_succeeded: format!("DELETE FROM {t} WHERE id = ANY($1) AND status = 1"),
+            delete_finished: format!(
+                "DELETE FROM {t} WHERE id = ANY($1) AND status = $2::smallint"
+            ),
+            purge_audit: [&ta, &tqa].map(|log| {
+                format!(
+                    "DELETE FROM {log} WHERE id = ANY (ARRAY(
+                        SELECT id FROM {log} WHERE at < now() - $1::bigint {MS}
+                        ORDER BY id LIMIT $2))"
+                )
+            }),
+            purge_event_types: format!(
+                "DELETE FROM {th} WHERE event_type = ANY (ARRAY(
+                    SELECT event_type FROM {th} WHERE last_seen_at < now() - $1::bigint {MS}
+                    ORDER BY last_seen_at LIMIT $2))"
+            ),
         }
     }
 }

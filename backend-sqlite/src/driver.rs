@@ -490,8 +490,26 @@ impl Driver for SqliteDriver {
         .await
     }
 
-    async fn purge_succeeded(&self, batch: Checked<AgedBatch>) -> Result<u64> {
-        self.purge("purge_succeeded", |sql| &sql.purge_succeeded, batch)
+    async fn purge_finished(&self, status: Checked<i16>, batch: Checked<AgedBatch>) -> Result<u64> {
+        let (older_than, limit, status) = (batch.older_than, batch.limit as i64, *status);
+        self.write("purge_finished", move |sql, tx, now| {
+            let cutoff = now.saturating_sub(millis(older_than));
+            let n = tx
+                .prepare_cached(&sql.purge_finished)?
+                .execute(params![cutoff, limit, status])?;
+            Ok(n as u64)
+        })
+        .await
+    }
+
+    async fn purge_audit(&self, batch: Checked<AgedBatch>) -> Result<u64> {
+        let tasks = self.purge("purge_audit", |sql| &sql.purge_audit[0], batch);
+        let queues = self.purge("purge_audit", |sql| &sql.purge_audit[1], batch);
+        Ok(tasks.await? + queues.await?)
+    }
+
+    async fn purge_event_types(&self, batch: Checked<AgedBatch>) -> Result<u64> {
+        self.purge("purge_event_types", |sql| &sql.purge_event_types, batch)
             .await
     }
 
@@ -590,13 +608,13 @@ impl Driver for SqliteDriver {
         .await
     }
 
-    async fn delete_succeeded(&self, ids: Checked<&[TaskId]>) -> Result<u64> {
-        let ids = ids.to_vec();
-        self.write("delete_succeeded", move |sql, tx, _| {
-            let mut stmt = tx.prepare_cached(&sql.delete_succeeded)?;
+    async fn delete_finished(&self, status: Checked<i16>, ids: Checked<&[TaskId]>) -> Result<u64> {
+        let (ids, status) = (ids.to_vec(), *status);
+        self.write("delete_finished", move |sql, tx, _| {
+            let mut stmt = tx.prepare_cached(&sql.delete_finished)?;
             let mut n = 0u64;
             for id in &ids {
-                n += stmt.execute(params![id])? as u64;
+                n += stmt.execute(params![id, status])? as u64;
             }
             Ok(n)
         })

@@ -176,10 +176,16 @@ pub(crate) struct Sql {
     pub stats_oldest_due: String,
     /// ?1 now ?2 window ms ?3 bucket ms ?4 cap per status.
     pub throughput: String,
-    pub purge_succeeded: String,
+    /// ?1 cutoff ?2 limit ?3 status.
+    pub purge_finished: String,
+    /// ?1 cutoff ?2 limit: the tasks' audit log, then the queues' log.
+    pub purge_audit: [String; 2],
+    /// ?1 cutoff ?2 limit.
+    pub purge_event_types: String,
     pub inbox_insert: String,
     pub inbox_purge: String,
-    pub delete_succeeded: String,
+    /// ?1 id ?2 status.
+    pub delete_finished: String,
 }
 
 /// Core's insert_params (?1–?15: ?8 delay ms, ?9 run_at ms: NULL uses the delay, a time
@@ -535,12 +541,23 @@ impl Sql {
                     SELECT gid, branch_id, op FROM {tb} WHERE created_at < ?1
                     ORDER BY created_at LIMIT CAST(?2 AS INTEGER))"
             ),
-            purge_succeeded: format!(
+            purge_finished: format!(
                 "DELETE FROM {t} WHERE id IN (
-                    SELECT id FROM {t} WHERE status = 1 AND updated_at < ?1
+                    SELECT id FROM {t} WHERE status = ?3 AND updated_at < ?1
                     ORDER BY updated_at, id LIMIT CAST(?2 AS INTEGER))"
             ),
-            delete_succeeded: format!("DELETE FROM {t} WHERE id = ?1 AND status = 1"),
+            purge_audit: [&ta, &tqa].map(|log| {
+                format!(
+                    "DELETE FROM {log} WHERE id IN (
+                        SELECT id FROM {log} WHERE at < ?1 ORDER BY id LIMIT CAST(?2 AS INTEGER))"
+                )
+            }),
+            purge_event_types: format!(
+                "DELETE FROM {th} WHERE event_type IN (
+                    SELECT event_type FROM {th} WHERE last_seen_at < ?1
+                    ORDER BY last_seen_at LIMIT CAST(?2 AS INTEGER))"
+            ),
+            delete_finished: format!("DELETE FROM {t} WHERE id = ?1 AND status = ?2"),
         }
     }
 

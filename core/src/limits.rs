@@ -34,6 +34,11 @@ pub const MAX_PAYLOAD_LIMIT: usize = 16 * 1024 * 1024 - 1;
 /// `last_error` is cut to this many bytes (at a character boundary).
 pub const MAX_ERROR_BYTES: usize = 2000;
 
+/// An event type whose handlers no engine has registered for this long (a day; engines
+/// register theirs every hour) counts as unhandled: its waiting tasks are reported
+/// (`backstop_unhandled_tasks`, a warning), as for a type no engine ever handled.
+pub const HANDLERS_GONE_AFTER: Duration = Duration::from_secs(24 * 3600);
+
 /// How many rounds [`Engine::drain`](crate::Engine::drain) runs before it gives up on
 /// work that keeps coming due.
 pub const MAX_DRAIN_ROUNDS: usize = 1000;

@@ -260,7 +260,22 @@ impl Driver for Tripwire {
         assert_eq!(b.cap, backstop_core::limits::MAX_THROUGHPUT_ROWS);
         Ok(Vec::new())
     }
-    async fn purge_succeeded(&self, batch: Checked<AgedBatch>) -> Result<u64> {
+    async fn purge_finished(&self, status: Checked<i16>, batch: Checked<AgedBatch>) -> Result<u64> {
+        self.called();
+        assert!([1, 2, 4].contains(&*status));
+        age_ok(batch.older_than);
+        limit_ok(batch.limit);
+        Ok(0)
+    }
+
+    async fn purge_audit(&self, batch: Checked<AgedBatch>) -> Result<u64> {
+        self.called();
+        age_ok(batch.older_than);
+        limit_ok(batch.limit);
+        Ok(0)
+    }
+
+    async fn purge_event_types(&self, batch: Checked<AgedBatch>) -> Result<u64> {
         self.called();
         age_ok(batch.older_than);
         limit_ok(batch.limit);
@@ -328,8 +343,9 @@ impl Driver for Tripwire {
         Ok(Vec::new())
     }
 
-    async fn delete_succeeded(&self, ids: Checked<&[TaskId]>) -> Result<u64> {
+    async fn delete_finished(&self, status: Checked<i16>, ids: Checked<&[TaskId]>) -> Result<u64> {
         self.called();
+        assert!([1, 2, 4].contains(&*status));
         assert!((1..=MAX_BATCH).contains(&ids.len()));
         Ok(0)
     }
@@ -590,7 +606,16 @@ async fn invalid_input_reaches_no_driver() {
     ] {
         refused(s.count_matching(&bad).await, "count_matching");
     }
-    refused(s.purge_succeeded(too_old, 1).await, "purge_succeeded");
+    refused(s.purge_succeeded(too_old, 1).await, "purge_finished");
+    refused(s.purge_audit(too_old, 1).await, "purge_audit");
+    refused(s.purge_event_types(too_old, 1).await, "purge_event_types");
+    for status in [Status::Pending, Status::Running, Status::Waiting] {
+        refused(
+            s.purge_finished(status, Duration::ZERO, 1).await,
+            "purge_finished",
+        );
+        refused(s.delete_finished(status, &[1]).await, "delete_finished");
+    }
     refused(s.purge_barrier(too_old, 1).await, "purge_barrier");
     let def = SagaDef::builder("order")
         .step(SagaStep::new("pay"))
@@ -655,11 +680,19 @@ async fn invalid_input_reaches_no_driver() {
     );
     refused(
         s.purge_succeeded(Duration::ZERO, MAX_BATCH + 1).await,
-        "purge_succeeded",
+        "purge_finished",
+    );
+    refused(
+        s.purge_audit(Duration::ZERO, MAX_BATCH + 1).await,
+        "purge_audit",
+    );
+    refused(
+        s.purge_event_types(Duration::ZERO, MAX_BATCH + 1).await,
+        "purge_event_types",
     );
     refused(
         s.delete_succeeded(&vec![1; MAX_BATCH + 1]).await,
-        "delete_succeeded",
+        "delete_finished",
     );
     let (sec, hour) = (Duration::from_secs(1), Duration::from_secs(3600));
     for (window, bucket) in [
@@ -692,6 +725,8 @@ async fn empty_input_is_answered_without_the_driver() {
         .unwrap()
         .is_empty());
     assert_eq!(s.purge_succeeded(Duration::ZERO, 0).await.unwrap(), 0);
+    assert_eq!(s.purge_audit(Duration::ZERO, 0).await.unwrap(), 0);
+    assert_eq!(s.purge_event_types(Duration::ZERO, 0).await.unwrap(), 0);
     assert_eq!(s.purge_barrier(Duration::ZERO, 0).await.unwrap(), 0);
     assert_eq!(s.delete_succeeded(&[]).await.unwrap(), 0);
     assert!(s.enqueue_many(&[]).await.unwrap().is_empty());
@@ -747,6 +782,16 @@ async fn input_at_the_limits_reaches_the_driver_checked() {
     .await
     .unwrap();
     s.purge_succeeded(MAX_INTERVAL, MAX_BATCH).await.unwrap();
+    for status in [Status::Failed, Status::Cancelled] {
+        s.purge_finished(status, MAX_INTERVAL, MAX_BATCH)
+            .await
+            .unwrap();
+        s.delete_finished(status, &vec![1; MAX_BATCH])
+            .await
+            .unwrap();
+    }
+    s.purge_audit(MAX_INTERVAL, MAX_BATCH).await.unwrap();
+    s.purge_event_types(MAX_INTERVAL, MAX_BATCH).await.unwrap();
     s.purge_barrier(MAX_INTERVAL, MAX_BATCH).await.unwrap();
     s.barrier_records(&"g".repeat(MAX_BRANCH_ID_BYTES))
         .await
@@ -763,5 +808,5 @@ async fn input_at_the_limits_reaches_the_driver_checked() {
         s.enqueue_many(&batch).await.unwrap().len(),
         MAX_ENQUEUE_MANY
     );
-    assert_eq!(s.calls(), 16, "one more: the enqueue_in statement");
+    assert_eq!(s.calls(), 22, "one more: the enqueue_in statement");
 }

@@ -80,7 +80,7 @@ pub struct Claim<'a> {
 }
 
 /// An age-based batch's arguments (see [`Driver::recycle_dead`](crate::driver::Driver::recycle_dead),
-/// [`Driver::purge_succeeded`](crate::driver::Driver::purge_succeeded)).
+/// [`Driver::purge_finished`](crate::driver::Driver::purge_finished)).
 #[derive(Debug, Clone, Copy)]
 pub struct AgedBatch {
     /// Rows whose `updated_at` is older than this, at most

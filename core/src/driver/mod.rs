@@ -262,8 +262,20 @@ pub trait Driver: Send + Sync + 'static {
     /// rows retained).
     async fn stats(&self, backlog_only: bool) -> Result<RawStats>;
 
-    /// [`purge_succeeded`](crate::TaskStore::purge_succeeded). Checked: see [`AgedBatch`].
-    async fn purge_succeeded(&self, batch: Checked<AgedBatch>) -> Result<u64>;
+    /// [`purge_finished`](crate::TaskStore::purge_finished): tasks of status code
+    /// `status` (1 succeeded, 2 failed, 4 cancelled) whose `updated_at` is older than the
+    /// batch's age, oldest first, through the `(status, updated_at)` index. Checked:
+    /// `status` is one of those three; see [`AgedBatch`].
+    async fn purge_finished(&self, status: Checked<i16>, batch: Checked<AgedBatch>) -> Result<u64>;
+
+    /// [`purge_audit`](crate::TaskStore::purge_audit): the entries of the tasks' audit
+    /// log and of the queues' log whose `at` is older than the batch's age, oldest (lowest
+    /// id) first, up to the batch's limit from each; the sum. Checked: see [`AgedBatch`].
+    async fn purge_audit(&self, batch: Checked<AgedBatch>) -> Result<u64>;
+
+    /// [`purge_event_types`](crate::TaskStore::purge_event_types): the registry's rows
+    /// whose `last_seen_at` is older than the batch's age. Checked: see [`AgedBatch`].
+    async fn purge_event_types(&self, batch: Checked<AgedBatch>) -> Result<u64>;
 
     /// [`purge_barrier`](crate::TaskStore::purge_barrier): the barrier records whose
     /// `created_at` is older than the batch's age, oldest first. Checked: see
@@ -350,9 +362,9 @@ pub trait Driver: Send + Sync + 'static {
     /// `(status, updated_at)` index, walked from the newest.
     async fn throughput(&self, buckets: Checked<Buckets>) -> Result<Vec<(String, i64, i64, i64)>>;
 
-    /// [`delete_succeeded`](crate::TaskStore::delete_succeeded). Checked: 1 to
-    /// `MAX_BATCH` ids.
-    async fn delete_succeeded(&self, ids: Checked<&[TaskId]>) -> Result<u64>;
+    /// [`delete_finished`](crate::TaskStore::delete_finished): the listed tasks still of
+    /// status code `status`. Checked: `status` is 1, 2 or 4; 1 to `MAX_BATCH` ids.
+    async fn delete_finished(&self, status: Checked<i16>, ids: Checked<&[TaskId]>) -> Result<u64>;
 
     /// [`release_order_keys`](crate::TaskStore::release_order_keys): run [`KeyRelease`]
     /// for each key, in the order given (sorted and distinct), each in a transaction of

@@ -50,7 +50,25 @@ pub struct EngineConfig {
     /// How long shutdown waits for in-flight tasks before interrupting them (default 30 s).
     pub shutdown_grace: Duration,
     /// Succeeded tasks older than this are purged (default 7 days; `None` keeps them).
+    /// The age is the task's `updated_at`: when it finished. Each finished state has an
+    /// age of its own, and an archive set with
+    /// [`EngineBuilder::archive`](crate::EngineBuilder::archive) sees every task purged.
     pub retention: Option<Duration>,
+    /// Failed tasks older than this are purged (default `None`: kept until an operator
+    /// resets or deletes them, as a failure is there to be looked at). A purged failed
+    /// task that held its order key's line lets the next task of the key go.
+    pub failed_retention: Option<Duration>,
+    /// Cancelled tasks older than this are purged (default 7 days).
+    pub cancelled_retention: Option<Duration>,
+    /// Entries of the operators' logs (tasks' audit entries, the queues' log) older than
+    /// this are purged (default 365 days; `None` keeps them). A task's entries outlive
+    /// the task until then.
+    pub audit_retention: Option<Duration>,
+    /// Event types of the registry that no engine has registered for longer than this
+    /// are removed (default 30 days; `None` keeps them): decommissioned types. Live
+    /// engines register theirs every hour; a type with tasks waiting and no engine seen
+    /// for a day is reported unhandled whatever this says. At least a day.
+    pub registry_retention: Option<Duration>,
     /// Records of the participant barrier older than this are purged by the same job
     /// (default 30 days; `None` keeps them): see
     /// [`TaskStore::purge_barrier`](crate::TaskStore::purge_barrier) for what a purged
@@ -99,6 +117,10 @@ impl Default for EngineConfig {
             recycle_batch: 100,
             shutdown_grace: Duration::from_secs(30),
             retention: Some(Duration::from_secs(7 * 24 * 3600)),
+            failed_retention: None,
+            cancelled_retention: Some(Duration::from_secs(7 * 24 * 3600)),
+            audit_retention: Some(Duration::from_secs(365 * 24 * 3600)),
+            registry_retention: Some(Duration::from_secs(30 * 24 * 3600)),
             barrier_retention: Some(Duration::from_secs(30 * 24 * 3600)),
             purge_interval: Duration::from_secs(3600),
             purge_batch: 500,
@@ -130,6 +152,14 @@ impl EngineConfig {
         shutdown_grace: Duration,
         /// See [`retention`](Self::retention).
         retention: Option<Duration>,
+        /// See [`failed_retention`](Self::failed_retention).
+        failed_retention: Option<Duration>,
+        /// See [`cancelled_retention`](Self::cancelled_retention).
+        cancelled_retention: Option<Duration>,
+        /// See [`audit_retention`](Self::audit_retention).
+        audit_retention: Option<Duration>,
+        /// See [`registry_retention`](Self::registry_retention).
+        registry_retention: Option<Duration>,
         /// See [`barrier_retention`](Self::barrier_retention).
         barrier_retention: Option<Duration>,
         /// See [`purge_interval`](Self::purge_interval).
@@ -164,12 +194,29 @@ impl EngineConfig {
         }
         for (name, age) in [
             ("retention", self.retention),
+            ("failed_retention", self.failed_retention),
+            ("cancelled_retention", self.cancelled_retention),
+            ("audit_retention", self.audit_retention),
+            ("registry_retention", self.registry_retention),
             ("barrier_retention", self.barrier_retention),
         ] {
             if let Some(age) = age {
                 limits::check_duration(OP, name, age)
                     .map_err(|e| Error::config(OP, e.message()))?;
             }
+        }
+        if self
+            .registry_retention
+            .is_some_and(|d| d < limits::HANDLERS_GONE_AFTER)
+        {
+            return Err(Error::config(
+                OP,
+                format!(
+                    "registry_retention must be at least {:?}: a live engine's types must not \
+                     be removed between its registrations",
+                    limits::HANDLERS_GONE_AFTER
+                ),
+            ));
         }
         if self.heartbeat_interval.saturating_mul(2) > self.dead_after {
             return Err(Error::config(

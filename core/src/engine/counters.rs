@@ -182,7 +182,7 @@ const OTHERS: &[(&str, &str, Kind)] = &[
     ),
     (
         "backstop_purged_total",
-        "Succeeded tasks purged after the retention period.",
+        "Finished tasks purged after their retention period, by status (succeeded, failed, cancelled).",
         Kind::Counter,
     ),
     (
@@ -248,7 +248,8 @@ pub fn describe_metrics() {
 pub struct BacklogReading {
     /// [`TaskStore::backlog`](crate::TaskStore::backlog).
     pub stats: Stats,
-    /// The event types of [`TaskStore::event_types`](crate::TaskStore::event_types).
+    /// The event types of [`TaskStore::event_types`](crate::TaskStore::event_types) some
+    /// engine registered within [`HANDLERS_GONE_AFTER`](crate::limits::HANDLERS_GONE_AFTER).
     pub handled: std::collections::BTreeSet<String>,
     /// [`TaskStore::saga_backlog`](crate::TaskStore::saga_backlog).
     pub sagas: Vec<SagaCount>,
@@ -263,16 +264,26 @@ impl BacklogReading {
     ) -> crate::error::Result<BacklogReading> {
         Ok(BacklogReading {
             stats: store.backlog().await?,
-            handled: store
-                .event_types()
-                .await?
-                .into_iter()
-                .map(|t| t.event_type)
-                .collect(),
+            handled: live_types(store.event_types().await?, chrono::Utc::now()),
             sagas: store.saga_backlog().await?,
             queues: store.queues().await?,
         })
     }
+}
+
+/// The event types some engine registered within
+/// [`HANDLERS_GONE_AFTER`](crate::limits::HANDLERS_GONE_AFTER) of `now`: a type whose
+/// engines are all gone for longer (decommissioned) counts as unhandled.
+fn live_types(
+    seen: Vec<crate::model::EventTypeSeen>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> std::collections::BTreeSet<String> {
+    let gone = chrono::Duration::from_std(crate::limits::HANDLERS_GONE_AFTER)
+        .unwrap_or(chrono::Duration::MAX);
+    seen.into_iter()
+        .filter(|t| now - t.last_seen < gone)
+        .map(|t| t.event_type)
+        .collect()
 }
 
 /// Records a store's backlog counts ([`TaskStore::backlog`](crate::TaskStore::backlog))
@@ -283,7 +294,8 @@ impl BacklogReading {
 ///
 /// With the fleet's handled event types ([`refresh`](Self::refresh)), also
 /// `backstop_unhandled_tasks{event_type}`: pending or waiting tasks of types no engine has
-/// registered a handler for.
+/// registered a handler for, or none for longer than
+/// [`HANDLERS_GONE_AFTER`](crate::limits::HANDLERS_GONE_AFTER) (decommissioned).
 #[derive(Debug, Default)]
 pub struct BacklogGauges {
     seen: std::collections::BTreeSet<(String, Status)>,

@@ -12,7 +12,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use super::executor::dispatch;
 use super::keys::release_keys;
 use super::{Hints, Origin, Shared, State};
-use crate::model::{Lease, Status, TaskFilter};
+use crate::model::Lease;
 use crate::notify::{Wake, Wakes};
 use crate::store::TaskStore;
 
@@ -678,99 +678,6 @@ pub(crate) async fn check_lease<S: TaskStore + Clone>(shared: Arc<Shared<S>>, le
             shared.counters.store_errors("*");
             tracing::debug!(error = %e, task_id = lease.task_id,
                 "checking a revoked lease failed: the next heartbeat will tell");
-        }
-    }
-}
-
-/// Purge succeeded tasks older than the retention, in small batches (with an archive,
-/// list → archive → delete exactly those), and the participant barrier's records older
-/// than theirs.
-pub(crate) async fn retention<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
-    let mut state = shared.state.subscribe();
-    if !pause(&shared, &mut state, shared.config.first_poll_delay).await {
-        return;
-    }
-    let batch = shared.config.purge_batch;
-    loop {
-        if let Some(retention) = shared.config.retention {
-            let purge = || purge_succeeded(&shared, retention, batch);
-            let Some(total) = purge_in_batches(&shared, "succeeded tasks", purge).await else {
-                return;
-            };
-            if total > 0 {
-                metrics::counter!("backstop_purged_total").increment(total);
-                tracing::info!(purged = total, "retention purged succeeded tasks");
-            }
-        }
-        if let Some(retention) = shared.config.barrier_retention {
-            let purge = || shared.store.purge_barrier(retention, batch);
-            let Some(total) = purge_in_batches(&shared, "barrier records", purge).await else {
-                return;
-            };
-            if total > 0 {
-                tracing::info!(purged = total, "retention purged barrier records");
-            }
-        }
-        if !pause(&shared, &mut state, shared.config.purge_interval).await {
-            return;
-        }
-    }
-}
-
-/// One batch of succeeded tasks older than `retention`: purged, or with an archive
-/// listed, archived and deleted (an archive failure purges nothing this round).
-async fn purge_succeeded<S: TaskStore + Clone>(
-    shared: &Shared<S>,
-    retention: Duration,
-    batch: usize,
-) -> crate::error::Result<u64> {
-    let Some(archive) = &shared.archive else {
-        return shared.store.purge_succeeded(retention, batch).await;
-    };
-    let filter = TaskFilter {
-        status: Some(Status::Succeeded),
-        older_than: Some(retention),
-        limit: batch,
-        ..TaskFilter::default()
-    };
-    let tasks = shared.store.list(&filter).await?;
-    if tasks.is_empty() {
-        return Ok(0);
-    }
-    if let Err(e) = archive.archive(&tasks).await {
-        tracing::warn!(error = %e, "archive failed: nothing purged this round");
-        return Ok(0);
-    }
-    let ids: Vec<_> = tasks.iter().map(|t| t.id).collect();
-    shared.store.delete_succeeded(&ids).await
-}
-
-/// Run `purge` (one batch of up to `purge_batch` rows of `what`) until a batch comes back
-/// short or fails; how many rows went, or `None` when the engine is stopping.
-async fn purge_in_batches<S, F, Fut>(shared: &Shared<S>, what: &str, mut purge: F) -> Option<u64>
-where
-    S: TaskStore + Clone,
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = crate::error::Result<u64>>,
-{
-    let mut total = 0u64;
-    loop {
-        if shared.state() != State::Running {
-            return None;
-        }
-        match purge().await {
-            Ok(n) => {
-                total += n;
-                if n < shared.config.purge_batch as u64 {
-                    return Some(total);
-                }
-                tokio::task::yield_now().await;
-            }
-            Err(e) => {
-                shared.counters.store_errors("*");
-                tracing::warn!(error = %e, "retention purge of {what} failed");
-                return Some(total);
-            }
         }
     }
 }

@@ -35,6 +35,7 @@ mod keys;
 mod loops;
 mod periodic;
 mod reconcile;
+mod retention;
 mod saga;
 mod tracker;
 
@@ -70,8 +71,9 @@ use counters::Counters;
 use executor::Executor;
 use tracker::{ClaimGuard, Tracker};
 
-/// Sees succeeded tasks before the retention job deletes them (to copy them to cold
-/// storage, say). When it fails, nothing is deleted and the job tries again next round.
+/// Sees finished tasks (succeeded, failed, cancelled: those the engine's retention
+/// purges) before the retention job deletes them (to copy them to cold storage, say).
+/// When it fails, nothing is deleted and the job tries again next round.
 #[async_trait]
 pub trait Archive: Send + Sync + 'static {
     /// Keep these tasks somewhere; they are deleted after this returns `Ok`.
@@ -119,6 +121,8 @@ struct Shared<S> {
     /// Carries wake-ups between processes (see [`EngineBuilder::notifier`]).
     notifier: Option<Arc<dyn Notifier>>,
     archive: Option<Arc<dyn Archive>>,
+    /// The inbox's purge and its retention (see [`EngineBuilder::inbox_retention`]).
+    inbox_purge: Option<(Duration, retention::InboxPurge)>,
     /// Marks on their way to the completion flushers.
     completions: completer::Queue,
     /// Set when a heartbeat failed (the store was unreachable), cleared when one of this
@@ -284,6 +288,7 @@ pub struct EngineBuilder<S> {
     config: EngineConfig,
     handlers: Vec<(String, Arc<dyn Handler>, HandlerOptions)>,
     archive: Option<Arc<dyn Archive>>,
+    inbox_purge: Option<(Duration, retention::InboxPurge)>,
     notifier: Option<Arc<dyn Notifier>>,
     states: context::States,
     periodic: Vec<crate::schedule::Periodic>,
@@ -467,7 +472,7 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
         self
     }
 
-    /// Let `archive` see succeeded tasks before the retention job deletes them.
+    /// Let `archive` see finished tasks before the retention job deletes them.
     pub fn archive(mut self, archive: impl Archive) -> Self {
         self.archive = Some(Arc::new(archive));
         self
@@ -518,6 +523,10 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
                 ));
             }
         }
+        if let Some((age, _)) = &self.inbox_purge {
+            limits::check_duration(OP, "inbox_retention", *age)
+                .map_err(|e| Error::config(OP, e.message()))?;
+        }
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
             Error::config(OP, "Engine::start must be called within a tokio runtime")
         })?;
@@ -548,6 +557,7 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
             limited: Mutex::new(HashSet::new()),
             notifier: self.notifier,
             archive: self.archive,
+            inbox_purge: self.inbox_purge,
             completions,
             leases_unrefreshed: std::sync::atomic::AtomicBool::new(false),
             last_refreshed: Mutex::new(None),
@@ -558,8 +568,8 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
             runtime.spawn(loops::recycler(Arc::clone(&shared))),
             runtime.spawn(loops::heartbeats(Arc::clone(&shared))),
         ];
-        if shared.config.retention.is_some() || shared.config.barrier_retention.is_some() {
-            jobs.push(runtime.spawn(loops::retention(Arc::clone(&shared))));
+        if retention::needed(&shared.config, shared.inbox_purge.is_some()) {
+            jobs.push(runtime.spawn(retention::retention(Arc::clone(&shared))));
         }
         jobs.push(runtime.spawn(periodic::scheduler(Arc::clone(&shared))));
         if shared.notifier.is_some() {
@@ -577,6 +587,24 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
                 flushers: Mutex::new(flushers),
             }),
         })
+    }
+}
+
+impl<S: TaskStore + Clone + crate::Inbox> EngineBuilder<S> {
+    /// Purge the store's inbox ([`Inbox::purge_inbox`](crate::Inbox::purge_inbox)) of
+    /// rows older than `age` with the engine's other retention (every
+    /// [`purge_interval`](EngineConfig::purge_interval)): for an inbox used without a
+    /// `StreamConsumer` (which purges its own), or beside one. Keep `age` longer than any
+    /// message can be delivered again: a purged row no longer stops a duplicate. At most
+    /// [`MAX_INTERVAL`](crate::limits::MAX_INTERVAL) (checked when the engine starts).
+    pub fn inbox_retention(mut self, age: Duration) -> Self {
+        let store = self.store.clone();
+        let purge: retention::InboxPurge = Arc::new(move |age, limit| {
+            let store = store.clone();
+            Box::pin(async move { store.purge_inbox(age, limit).await })
+        });
+        self.inbox_purge = Some((age, purge));
+        self
     }
 }
 
@@ -624,6 +652,7 @@ impl<S: TaskStore + Clone> Engine<S> {
             config: EngineConfig::default(),
             handlers: Vec::new(),
             archive: None,
+            inbox_purge: None,
             notifier: None,
             states: context::States::default(),
             periodic: Vec::new(),

@@ -60,6 +60,18 @@ impl Status {
         }
     }
 
+    /// Its name: `pending`, `succeeded`, `failed`, `running`, `cancelled`, `waiting`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "pending",
+            Status::Succeeded => "succeeded",
+            Status::Failed => "failed",
+            Status::Running => "running",
+            Status::Cancelled => "cancelled",
+            Status::Waiting => "waiting",
+        }
+    }
+
     /// The status of a stored code.
     ///
     /// ```
@@ -86,14 +98,7 @@ impl Status {
 
 impl fmt::Display for Status {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Status::Pending => "pending",
-            Status::Succeeded => "succeeded",
-            Status::Failed => "failed",
-            Status::Running => "running",
-            Status::Cancelled => "cancelled",
-            Status::Waiting => "waiting",
-        })
+        f.write_str(self.as_str())
     }
 }
 

@@ -352,13 +352,37 @@ impl TaskStore for dyn Driver {
             .collect()
     }
 
-    async fn purge_succeeded(&self, older_than: Duration, limit: usize) -> Result<u64> {
-        const OP: &str = "purge_succeeded";
+    async fn purge_finished(
+        &self,
+        status: Status,
+        older_than: Duration,
+        limit: usize,
+    ) -> Result<u64> {
+        const OP: &str = "purge_finished";
+        let status = finished(OP, status)?;
         let Some(batch) = aged_batch(OP, older_than, limit)? else {
             return Ok(0);
         };
         let d: &dyn Driver = self;
-        run(d, OP, || Driver::purge_succeeded(d, batch)).await
+        run(d, OP, || Driver::purge_finished(d, status, batch)).await
+    }
+
+    async fn purge_audit(&self, older_than: Duration, limit: usize) -> Result<u64> {
+        const OP: &str = "purge_audit";
+        let Some(batch) = aged_batch(OP, older_than, limit)? else {
+            return Ok(0);
+        };
+        let d: &dyn Driver = self;
+        run(d, OP, || Driver::purge_audit(d, batch)).await
+    }
+
+    async fn purge_event_types(&self, older_than: Duration, limit: usize) -> Result<u64> {
+        const OP: &str = "purge_event_types";
+        let Some(batch) = aged_batch(OP, older_than, limit)? else {
+            return Ok(0);
+        };
+        let d: &dyn Driver = self;
+        run(d, OP, || Driver::purge_event_types(d, batch)).await
     }
 
     async fn purge_barrier(&self, older_than: Duration, limit: usize) -> Result<u64> {
@@ -654,15 +678,16 @@ impl TaskStore for dyn Driver {
             .collect()
     }
 
-    async fn delete_succeeded(&self, ids: &[TaskId]) -> Result<u64> {
-        const OP: &str = "delete_succeeded";
+    async fn delete_finished(&self, status: Status, ids: &[TaskId]) -> Result<u64> {
+        const OP: &str = "delete_finished";
+        let status = finished(OP, status)?;
         check_ids(OP, ids)?;
         if ids.is_empty() {
             return Ok(0);
         }
         let d: &dyn Driver = self;
         let ids = Checked::new(ids);
-        run(d, OP, || Driver::delete_succeeded(d, ids)).await
+        run(d, OP, || Driver::delete_finished(d, status, ids)).await
     }
 
     async fn release_order_keys(&self, keys: &[String]) -> Result<Vec<TaskId>> {
@@ -849,7 +874,19 @@ fn decode_stats(raw: RawStats) -> Result<Stats> {
     })
 }
 
-/// Check an age-based batch (`recycle_dead`, `purge_succeeded`); `None` when `limit` is 0
+/// The code of a terminal status (succeeded, failed, cancelled), checked; `InvalidInput`
+/// naming `status` for another.
+fn finished(op: &'static str, status: Status) -> Result<Checked<i16>> {
+    match status {
+        Status::Succeeded | Status::Failed | Status::Cancelled => Ok(Checked::new(status.code())),
+        other => Err(Error::invalid_input(
+            op,
+            format!("status must be succeeded, failed or cancelled (a terminal one), got {other}"),
+        )),
+    }
+}
+
+/// Check an age-based batch (`recycle_dead`, the purges); `None` when `limit` is 0
 /// and there is nothing to do.
 fn aged_batch(
     op: &'static str,

@@ -11,8 +11,8 @@ use crate::error::Result;
 use crate::model::{
     Audit, AuditEntry, BarrierRecord, Enqueued, EventTypeSeen, Lease, Mark, NewTask, Owner, Queue,
     QueueChange, QueueLogEntry, Recycled, Saga, SagaCommand, SagaCount, SagaDef, SagaFilter,
-    SagaId, SagaLogEntry, SagaStart, SagaStarted, SagaStepRecord, Stats, StepApplied, StepReport,
-    Task, TaskEdit, TaskFilter, TaskId, Throughput,
+    SagaId, SagaLogEntry, SagaStart, SagaStarted, SagaStepRecord, Stats, Status, StepApplied,
+    StepReport, Task, TaskEdit, TaskFilter, TaskId, Throughput,
 };
 
 /// Declares [`Op`] from one list: its variants, [`Op::ALL`] and [`Op::name`].
@@ -88,8 +88,12 @@ ops! {
     Backlog => "backlog",
     /// [`TaskStore::throughput`].
     Throughput => "throughput",
-    /// [`TaskStore::purge_succeeded`].
-    PurgeSucceeded => "purge_succeeded",
+    /// [`TaskStore::purge_finished`].
+    PurgeFinished => "purge_finished",
+    /// [`TaskStore::purge_audit`].
+    PurgeAudit => "purge_audit",
+    /// [`TaskStore::purge_event_types`].
+    PurgeEventTypes => "purge_event_types",
     /// [`TaskStore::purge_barrier`].
     PurgeBarrier => "purge_barrier",
     /// [`TaskStore::barrier_records`].
@@ -114,8 +118,8 @@ ops! {
     SagaLog => "saga_log",
     /// [`TaskStore::saga_backlog`].
     SagaBacklog => "saga_backlog",
-    /// [`TaskStore::delete_succeeded`].
-    DeleteSucceeded => "delete_succeeded",
+    /// [`TaskStore::delete_finished`].
+    DeleteFinished => "delete_finished",
     /// [`TaskStore::release_order_keys`].
     ReleaseOrderKeys => "release_order_keys",
     /// [`TaskStore::order_keys`].
@@ -442,11 +446,34 @@ pub trait StoreLayer: Send + Sync + 'static {
         .await
     }
 
-    /// [`TaskStore::purge_succeeded`]; by default forwarded through [`around`](Self::around).
-    async fn on_purge_succeeded(&self, older_than: Duration, limit: usize) -> Result<u64> {
+    /// [`TaskStore::purge_finished`]; by default forwarded through [`around`](Self::around).
+    async fn on_purge_finished(
+        &self,
+        status: Status,
+        older_than: Duration,
+        limit: usize,
+    ) -> Result<u64> {
         self.around(
-            Call::new(Op::PurgeSucceeded).limit(limit),
-            self.inner().purge_succeeded(older_than, limit),
+            Call::new(Op::PurgeFinished).limit(limit),
+            self.inner().purge_finished(status, older_than, limit),
+        )
+        .await
+    }
+
+    /// [`TaskStore::purge_audit`]; by default forwarded through [`around`](Self::around).
+    async fn on_purge_audit(&self, older_than: Duration, limit: usize) -> Result<u64> {
+        self.around(
+            Call::new(Op::PurgeAudit).limit(limit),
+            self.inner().purge_audit(older_than, limit),
+        )
+        .await
+    }
+
+    /// [`TaskStore::purge_event_types`]; by default forwarded through [`around`](Self::around).
+    async fn on_purge_event_types(&self, older_than: Duration, limit: usize) -> Result<u64> {
+        self.around(
+            Call::new(Op::PurgeEventTypes).limit(limit),
+            self.inner().purge_event_types(older_than, limit),
         )
         .await
     }
@@ -554,11 +581,11 @@ pub trait StoreLayer: Send + Sync + 'static {
             .await
     }
 
-    /// [`TaskStore::delete_succeeded`]; by default forwarded through [`around`](Self::around).
-    async fn on_delete_succeeded(&self, ids: &[TaskId]) -> Result<u64> {
+    /// [`TaskStore::delete_finished`]; by default forwarded through [`around`](Self::around).
+    async fn on_delete_finished(&self, status: Status, ids: &[TaskId]) -> Result<u64> {
         self.around(
-            Call::new(Op::DeleteSucceeded).count(ids.len()),
-            self.inner().delete_succeeded(ids),
+            Call::new(Op::DeleteFinished).count(ids.len()),
+            self.inner().delete_finished(status, ids),
         )
         .await
     }
@@ -719,8 +746,21 @@ impl<L: StoreLayer + ?Sized> TaskStore for L {
         StoreLayer::on_throughput(self, window, bucket).await
     }
 
-    async fn purge_succeeded(&self, older_than: Duration, limit: usize) -> Result<u64> {
-        StoreLayer::on_purge_succeeded(self, older_than, limit).await
+    async fn purge_finished(
+        &self,
+        status: Status,
+        older_than: Duration,
+        limit: usize,
+    ) -> Result<u64> {
+        StoreLayer::on_purge_finished(self, status, older_than, limit).await
+    }
+
+    async fn purge_audit(&self, older_than: Duration, limit: usize) -> Result<u64> {
+        StoreLayer::on_purge_audit(self, older_than, limit).await
+    }
+
+    async fn purge_event_types(&self, older_than: Duration, limit: usize) -> Result<u64> {
+        StoreLayer::on_purge_event_types(self, older_than, limit).await
     }
 
     async fn purge_barrier(&self, older_than: Duration, limit: usize) -> Result<u64> {
@@ -781,8 +821,8 @@ impl<L: StoreLayer + ?Sized> TaskStore for L {
         StoreLayer::on_saga_backlog(self).await
     }
 
-    async fn delete_succeeded(&self, ids: &[TaskId]) -> Result<u64> {
-        StoreLayer::on_delete_succeeded(self, ids).await
+    async fn delete_finished(&self, status: Status, ids: &[TaskId]) -> Result<u64> {
+        StoreLayer::on_delete_finished(self, status, ids).await
     }
 
     async fn release_order_keys(&self, keys: &[String]) -> Result<Vec<TaskId>> {

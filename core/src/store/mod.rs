@@ -9,8 +9,8 @@ use crate::error::Result;
 use crate::model::{
     Audit, AuditEntry, BarrierRecord, Enqueued, EventTypeSeen, Lease, Mark, NewTask, Owner, Queue,
     QueueChange, QueueLogEntry, Recycled, Saga, SagaCommand, SagaCount, SagaDef, SagaFilter,
-    SagaId, SagaLogEntry, SagaStart, SagaStarted, SagaStepRecord, Stats, StepApplied, StepReport,
-    Task, TaskEdit, TaskFilter, TaskId, Throughput,
+    SagaId, SagaLogEntry, SagaStart, SagaStarted, SagaStepRecord, Stats, Status, StepApplied,
+    StepReport, Task, TaskEdit, TaskFilter, TaskId, Throughput,
 };
 
 mod driven;
@@ -326,10 +326,32 @@ pub trait TaskStore: Send + Sync + 'static {
     /// [`MAX_THROUGHPUT_BUCKETS`](crate::limits::MAX_THROUGHPUT_BUCKETS) buckets.
     async fn throughput(&self, window: Duration, bucket: Duration) -> Result<Vec<Throughput>>;
 
-    /// Delete up to `limit` succeeded tasks whose `updated_at` is older than
-    /// `older_than` (retention); returns how many were deleted. Never touches a task in
-    /// any other status.
-    async fn purge_succeeded(&self, older_than: Duration, limit: usize) -> Result<u64>;
+    /// Delete up to `limit` tasks in the terminal `status` (succeeded, failed or
+    /// cancelled) whose `updated_at` is older than `older_than`, oldest first
+    /// (retention); returns how many were deleted. Never touches a task in any other
+    /// status. The tasks' audit entries stay (see [`purge_audit`](Self::purge_audit)).
+    /// A purged failed task that held its order key's line no longer does: the engine's
+    /// key sweep lets the next task of the key go. `InvalidInput` for a status that is
+    /// not terminal; nothing is deleted then.
+    async fn purge_finished(
+        &self,
+        status: Status,
+        older_than: Duration,
+        limit: usize,
+    ) -> Result<u64>;
+
+    /// Delete up to `limit` entries of the operators' logs (tasks' audit entries, the
+    /// queues' log) written more than `older_than` ago, oldest first, from each log;
+    /// returns how many were deleted. The logs have no index on time: a purge reads a
+    /// log in id order (entries are written in time order), a cost that follows the log,
+    /// which is small beside the tasks.
+    async fn purge_audit(&self, older_than: Duration, limit: usize) -> Result<u64>;
+
+    /// Delete up to `limit` event types of the registry
+    /// ([`register_event_types`](Self::register_event_types)) that no engine has
+    /// registered for longer than `older_than` (decommissioned); returns how many were
+    /// deleted. A live engine registers its types again every hour.
+    async fn purge_event_types(&self, older_than: Duration, limit: usize) -> Result<u64>;
 
     /// Delete up to `limit` records of the participant barrier
     /// ([`Transactional::barrier_in`](crate::Transactional::barrier_in)) written more than
@@ -483,10 +505,12 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Saga `id`'s operators' log, oldest first.
     async fn saga_log(&self, id: SagaId) -> Result<Vec<SagaLogEntry>>;
 
-    /// Delete the tasks with these ids that are succeeded; returns how many were deleted.
-    /// A listed task in any other status (reset, say, since it was read) is kept. Used by
-    /// retention with an archive callback: list, archive, then delete exactly those.
-    async fn delete_succeeded(&self, ids: &[TaskId]) -> Result<u64>;
+    /// Delete the tasks with these ids that are in the terminal `status`; returns how
+    /// many were deleted. A listed task in any other status (reset, say, since it was
+    /// read) is kept. Used by retention with an archive callback: list, archive, then
+    /// delete exactly those. `InvalidInput` for a status that is not terminal, or more
+    /// than [`MAX_BATCH`](crate::limits::MAX_BATCH) ids.
+    async fn delete_finished(&self, status: Status, ids: &[TaskId]) -> Result<u64>;
 
     /// Move these order keys along (see [`NewTask::order_key`](crate::NewTask::order_key)):
     /// for each key with no task in the way (pending, running, or parked and blocking),
@@ -611,6 +635,17 @@ pub trait TaskStoreExt: TaskStore {
                 "store answered a step's report with other than one answer",
             )),
         }
+    }
+
+    /// [`purge_finished`](TaskStore::purge_finished) of succeeded tasks.
+    async fn purge_succeeded(&self, older_than: Duration, limit: usize) -> Result<u64> {
+        self.purge_finished(Status::Succeeded, older_than, limit)
+            .await
+    }
+
+    /// [`delete_finished`](TaskStore::delete_finished) of succeeded tasks.
+    async fn delete_succeeded(&self, ids: &[TaskId]) -> Result<u64> {
+        self.delete_finished(Status::Succeeded, ids).await
     }
 
     /// Give one task back without spending an attempt; `false` when the lease is stale.
