@@ -85,8 +85,9 @@ pub use backstop_core::{Queue, QueueChange, QueueLogEntry, MAX_CONCURRENCY};
 // The store contract and the task model.
 pub use backstop_core::{
     Audit, AuditEntry, Backoff, Dedup, Due, Enqueued, EventTypeSeen, Lease, Mark, MarkAction,
-    NewTask, Owner, Priority, Recycled, RetryPolicy, Stats, Status, StatusCount, StoreConfig, Task,
-    TaskEdit, TaskFilter, TaskId, TaskStore, TaskStoreExt, Throughput, WhenParked,
+    NewTask, OnDuplicate, Owner, Priority, Recycled, RetryPolicy, Stats, Status, StatusCount,
+    StoreConfig, Task, TaskEdit, TaskFilter, TaskId, TaskStore, TaskStoreExt, Throughput,
+    WhenParked,
 };
 // Wrapping a store: the layer mechanism and the layers backstop ships.
 pub use backstop_core::layers;

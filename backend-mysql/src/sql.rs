@@ -48,7 +48,7 @@ pub(crate) struct Sql {
     pub existing: String,
     /// id: free the key a finished task holds.
     pub release_key: String,
-    /// payload, id: replace a pending task's payload.
+    /// payload, moves (0/1), delay ms, run at, id: replace a pending task's payload (and due time).
     pub replace_payload: String,
     /// id, lease: a running task's success, on the handler's transaction.
     pub complete: String,
@@ -359,8 +359,14 @@ impl Sql {
             keys_page: format!(
                 "SELECT order_key FROM {tk} WHERE order_key > ? ORDER BY order_key LIMIT ?"
             ),
+            // payload, moves, delay ms, run at, id
             replace_payload: format!(
-                "UPDATE {t} SET payload = ?, updated_at = NOW(3) WHERE id = ? AND status = 0"
+                "UPDATE {t} SET payload = ?,
+                    next_run_at = CASE WHEN ? = 1
+                        THEN GREATEST(NOW(3) + INTERVAL (? * 1000) MICROSECOND, COALESCE(?, NOW(3)))
+                        ELSE next_run_at END,
+                    updated_at = NOW(3)
+                 WHERE id = ? AND status = 0"
             ),
             // owner, id
             claim_by_id: format!(

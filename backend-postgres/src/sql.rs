@@ -145,7 +145,8 @@ pub(crate) struct Sql {
     pub existing: String,
     /// $1 id: free the key a finished task holds.
     pub release_key: String,
-    /// $1 payload $2 id: replace a pending task's payload.
+    /// $1 payload $2 moves $3 delay ms $4 run at $5 id: replace a pending task's payload
+    /// (and due time).
     pub replace_payload: String,
     /// $1 id $2 lease: a running task's success, on the handler's transaction.
     pub complete: String,
@@ -629,7 +630,12 @@ impl Sql {
                 "UPDATE {t} SET dedup_slot = id WHERE id = $1 AND dedup_slot = 0 RETURNING id"
             ),
             replace_payload: format!(
-                "UPDATE {t} SET payload = $1, updated_at = now() WHERE id = $2 AND status = 0
+                "UPDATE {t} SET payload = $1,
+                    next_run_at = CASE WHEN $2::smallint = 1
+                        THEN greatest(now() + $3::bigint {MS}, COALESCE($4::timestamptz, now()))
+                        ELSE next_run_at END,
+                    updated_at = now()
+                 WHERE id = $5 AND status = 0
                  RETURNING id"
             ),
             claim_by_id: format!(

@@ -75,7 +75,8 @@ pub(crate) struct Sql {
     pub existing: String,
     /// ?1 id: free the key a finished task holds.
     pub release_key: String,
-    /// ?1 payload ?2 id ?3 now: replace a pending task's payload.
+    /// ?1 payload ?2 moves (0/1) ?3 delay ms ?4 run at ms ?5 id ?6 now: replace a pending
+    /// task's payload (and due time).
     pub replace_payload: String,
     /// ?1 event type ?2 now: upsert into the handlers table.
     pub types_register: String,
@@ -331,8 +332,13 @@ impl Sql {
             keys_page: format!(
                 "SELECT order_key FROM {tk} WHERE order_key > ?1 ORDER BY order_key LIMIT CAST(?2 AS INTEGER)"
             ),
+            // ?1 payload ?2 moves ?3 delay ms ?4 run at ms ?5 id ?6 now
             replace_payload: format!(
-                "UPDATE {t} SET payload = ?1, updated_at = ?3 WHERE id = ?2 AND status = 0"
+                "UPDATE {t} SET payload = ?1,
+                    next_run_at = CASE WHEN ?2 = 1 THEN max(?6 + ?3, COALESCE(?4, ?6))
+                        ELSE next_run_at END,
+                    updated_at = ?6
+                 WHERE id = ?5 AND status = 0"
             ),
             claim_by_id: format!(
                 "UPDATE {t} SET status = 3, owner = ?1, attempts = attempts + 1,

@@ -39,12 +39,12 @@ pub use kind::{register_kind, TaskKind};
 pub use limits::StoreConfig;
 pub use model::{
     Audit, AuditEntry, Backoff, Barrier, BarrierRecord, BranchCall, BranchOp, Dedup, Due, Enqueued,
-    EventTypeSeen, Lease, Mark, MarkAction, NewTask, NudgeTask, Owner, Priority, Queue,
-    QueueChange, QueueLogEntry, ReconcileTask, Recycled, RetryPolicy, Saga, SagaCommand, SagaCount,
-    SagaDef, SagaDefBuilder, SagaFilter, SagaId, SagaLogEntry, SagaStart, SagaStarted, SagaStatus,
-    SagaStep, SagaStepRecord, Stats, Status, StatusCount, StepApplied, StepOutcome, StepPhase,
-    StepReport, StepRole, StepState, StepTask, Task, TaskEdit, TaskFilter, TaskId, TccDefBuilder,
-    Throughput, WhenParked, MAX_CONCURRENCY,
+    EventTypeSeen, Lease, Mark, MarkAction, NewTask, NudgeTask, OnDuplicate, Owner, Priority,
+    Queue, QueueChange, QueueLogEntry, ReconcileTask, Recycled, RetryPolicy, Saga, SagaCommand,
+    SagaCount, SagaDef, SagaDefBuilder, SagaFilter, SagaId, SagaLogEntry, SagaStart, SagaStarted,
+    SagaStatus, SagaStep, SagaStepRecord, Stats, Status, StatusCount, StepApplied, StepOutcome,
+    StepPhase, StepReport, StepRole, StepState, StepTask, Task, TaskEdit, TaskFilter, TaskId,
+    TccDefBuilder, Throughput, WhenParked, MAX_CONCURRENCY,
 };
 pub use notify::{Notifier, Wake, Wakes};
 pub use schedule::{Missed, Periodic, Schedule};

@@ -27,8 +27,12 @@ pub enum EnqueueStep<'a> {
     ReadExisting(Checked<&'a NewTask>),
     /// [`InsertStep::Release`]: the id.
     Release(TaskId),
-    /// [`InsertStep::Replace`] of task `id`'s payload with the task's: the new payload,
-    /// the id.
+    /// [`InsertStep::Replace`] of pending task `id`'s payload with the task's, and with
+    /// [`OnDuplicate::Replace`](crate::OnDuplicate::Replace) its due time too:
+    /// parameters 1 the new payload, 2 whether the due time moves (0/1), 3 delay (ms)
+    /// and 4 run at as the insert's 8 and 9 (the due time is the later of now plus the
+    /// delay and the run-at, or now), 5 the id. Only a task still pending (`status = 0`)
+    /// changes: the count says whether it did.
     Replace(TaskId, Checked<&'a NewTask>),
     /// [`ReleaseStep::LockKey`](crate::driver::ReleaseStep::LockKey) (also [`InsertStep::LockKey`]) of this order key: the key.
     LockKey(&'a str),
@@ -184,8 +188,16 @@ impl<'a> EnqueueStep<'a> {
                 Value::Text(Some(task.into_inner().biz_key())),
             ],
             EnqueueStep::Replace(id, task) => {
+                let moves = task.into_inner().on_duplicate_mode() == crate::OnDuplicate::Replace;
+                // the insert's 8 (delay) and 9 (run at), bound as the insert binds them
+                let mut due = insert_params(task, 0, run_at).into_iter().skip(7);
+                let delay = due.next().unwrap_or(Value::BigInt(None));
+                let at = due.next().unwrap_or(Value::BigInt(None));
                 vec![
                     Value::Text(Some(task.into_inner().payload())),
+                    Value::SmallInt(Some(i16::from(moves))),
+                    delay,
+                    at,
                     Value::BigInt(Some(id)),
                 ]
             }
@@ -732,7 +744,13 @@ pub(crate) mod tests {
         let t = Checked::new(&task);
         assert_eq!(
             EnqueueStep::Replace(7, t).params(RunAt::Timestamp),
-            [Value::Text(Some(r#"{"a":1}"#)), Value::BigInt(Some(7))]
+            [
+                Value::Text(Some(r#"{"a":1}"#)),
+                Value::SmallInt(Some(0)),
+                Value::BigInt(Some(0)),
+                Value::Timestamp(None),
+                Value::BigInt(Some(7))
+            ]
         );
         assert_eq!(
             EnqueueStep::ReadExisting(t).params(RunAt::Timestamp),

@@ -22,7 +22,7 @@ pub use barrier::{Barrier, BarrierRecord, BranchCall, BranchOp};
 pub(crate) use defaults::register as register_defaults;
 pub use edit::{Due, TaskEdit};
 pub use mark::{Mark, MarkAction};
-pub use new_task::{Dedup, Enqueued, NewTask, Priority, WhenParked};
+pub use new_task::{Dedup, Enqueued, NewTask, OnDuplicate, Priority, WhenParked};
 pub use query::{EventTypeSeen, Recycled, Stats, StatusCount, TaskFilter, Throughput};
 pub use queue::{Queue, QueueChange, QueueLogEntry, MAX_CONCURRENCY};
 pub use retry::{Backoff, RetryPolicy};

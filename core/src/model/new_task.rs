@@ -155,6 +155,42 @@ impl Dedup {
     }
 }
 
+/// What an enqueue does to the *pending* task it is a duplicate of (see [`Dedup`]), as
+/// graphile-worker's `job_key_mode`. A running, waiting or finished task is never changed:
+/// the enqueue is answered with it as it is.
+///
+/// | mode | the pending duplicate's payload | its due time | graphile-worker |
+/// |---|---|---|---|
+/// | [`Keep`](Self::Keep) (default) | kept | kept | `unsafe_dedupe`, with [`Dedup::Forever`] (a match in any state) |
+/// | [`PreserveRunAt`](Self::PreserveRunAt) | replaced | kept (throttle: the first due time holds) | `preserve_run_at` |
+/// | [`Replace`](Self::Replace) | replaced | the new enqueue's (debounce: each enqueue pushes it back) | `replace` |
+///
+/// [`Enqueued::replaced`](crate::Enqueued::replaced) says whether the duplicate was
+/// changed. Unlike graphile-worker, a duplicate of a *running* task is answered with it
+/// (under [`Dedup::WhileActive`]) rather than made a new task: enqueue under a key of
+/// its own, or use [`NewTask::order_key`], to have new data run after it.
+///
+/// ```
+/// use std::time::Duration;
+/// use backstop_core::{NewTask, OnDuplicate};
+/// // rebuild the search index at most once a minute, with the latest state
+/// let t = NewTask::new("REINDEX", "product-7")
+///     .delay(Duration::from_secs(60))
+///     .on_duplicate(OnDuplicate::PreserveRunAt);
+/// assert_eq!(t.on_duplicate_mode(), OnDuplicate::PreserveRunAt);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum OnDuplicate {
+    /// Leave the pending task as it is.
+    #[default]
+    Keep,
+    /// Replace its payload; keep its due time.
+    PreserveRunAt,
+    /// Replace its payload and its due time with the new enqueue's (`delay`, `run_at`).
+    Replace,
+}
+
 /// A task to enqueue. Build it, then hand it to [`TaskStore::enqueue`] or a backend's
 /// transactional enqueue; the store validates it before writing anything.
 ///
@@ -185,7 +221,9 @@ pub struct NewTask {
     priority: Priority,
     /// `None`: the kind's rule if its event type has a registered kind, else the default.
     dedup: Option<Dedup>,
-    replace_pending: bool,
+    on_duplicate: OnDuplicate,
+    /// Why [`unique_by`](Self::unique_by) could not make the key, reported by `validate`.
+    key_error: Option<String>,
     order_key: Option<String>,
     when_parked: WhenParked,
     timeout: Option<Duration>,
@@ -206,7 +244,8 @@ impl NewTask {
             run_at: None,
             priority: Priority::NORMAL,
             dedup: None,
-            replace_pending: false,
+            on_duplicate: OnDuplicate::Keep,
+            key_error: None,
             order_key: None,
             when_parked: WhenParked::Block,
             timeout: None,
@@ -296,16 +335,65 @@ impl NewTask {
     }
 
     /// On a duplicate of a *pending* task, replace its payload with this task's (the
-    /// latest state wins: a settings sync, a search-index update). A running or finished
-    /// task is never changed. [`Enqueued::replaced`] says whether it happened.
-    pub fn replace_pending(mut self, replace: bool) -> Self {
-        self.replace_pending = replace;
+    /// latest state wins: a settings sync, a search-index update), keeping its due time:
+    /// [`OnDuplicate::PreserveRunAt`] (`true`) or [`OnDuplicate::Keep`] (`false`). A
+    /// running or finished task is never changed. [`Enqueued::replaced`] says whether it
+    /// happened.
+    pub fn replace_pending(self, replace: bool) -> Self {
+        self.on_duplicate(if replace {
+            OnDuplicate::PreserveRunAt
+        } else {
+            OnDuplicate::Keep
+        })
+    }
+
+    /// What a duplicate of a pending task does to it (see [`OnDuplicate`]).
+    pub fn on_duplicate(mut self, mode: OnDuplicate) -> Self {
+        self.on_duplicate = mode;
         self
+    }
+
+    /// What a duplicate of a pending task does to it.
+    pub fn on_duplicate_mode(&self) -> OnDuplicate {
+        self.on_duplicate
     }
 
     /// Whether a duplicate of a pending task replaces its payload.
     pub fn replaces_pending(&self) -> bool {
-        self.replace_pending
+        self.on_duplicate != OnDuplicate::Keep
+    }
+
+    /// Make the business key — the key duplicates are found by ([`Dedup`]) — from these
+    /// fields of the payload set so far (call it after [`json`](Self::json)): unique by
+    /// payload fields. The key is `field=value` per field, joined by `&`, each value as
+    /// compact JSON (an object's keys sorted), so tasks whose fields are equal share a
+    /// key whatever else their payloads hold. A field may be a path into nested objects
+    /// (`customer.id`).
+    ///
+    /// `InvalidInput` at the enqueue, naming the field, when the payload is not a JSON
+    /// object, a field is missing, no field is named, or the key is over
+    /// [`MAX_BIZ_KEY_BYTES`](crate::limits::MAX_BIZ_KEY_BYTES) (128; name fewer or
+    /// shorter fields).
+    ///
+    /// ```
+    /// use backstop_core::NewTask;
+    /// let t = NewTask::new("SEND_DIGEST", "-")
+    ///     .json(&serde_json::json!({"user": {"id": 7}, "day": "2026-12-04", "items": [1, 2]}))
+    ///     .unique_by(&["user.id", "day"]);
+    /// assert_eq!(t.biz_key(), r#"user.id=7&day="2026-12-04""#);
+    /// assert!(t.validate(64 * 1024).is_ok());
+    /// let e = NewTask::new("SEND_DIGEST", "-").json(&serde_json::json!({})).unique_by(&["day"]);
+    /// assert!(e.validate(64 * 1024).unwrap_err().to_string().contains("day"));
+    /// ```
+    pub fn unique_by(mut self, fields: &[&str]) -> Self {
+        match key_of(self.payload.as_deref().map_err(Clone::clone), fields) {
+            Ok(key) => {
+                self.biz_key = key;
+                self.key_error = None;
+            }
+            Err(why) => self.key_error = Some(why),
+        }
+        self
     }
 
     /// Run this task in order with the other tasks of `key` (an aggregate: an order, an
@@ -413,6 +501,9 @@ impl NewTask {
     pub fn validate(&self, max_payload_bytes: usize) -> Result<()> {
         const OP: &str = "enqueue";
         limits::check_event_type(OP, &self.event_type)?;
+        if let Some(why) = &self.key_error {
+            return Err(Error::invalid_input(OP, format!("unique_by: {why}")));
+        }
         limits::check_biz_key(OP, &self.biz_key)?;
         match &self.payload {
             Err(e) => {
@@ -472,4 +563,58 @@ pub struct Enqueued {
     /// Whether a duplicate replaced the payload of the pending task it met (asked for
     /// with [`NewTask::replace_pending`]).
     pub replaced: bool,
+}
+
+/// The key [`NewTask::unique_by`] makes of `fields` of `payload`, or why it cannot.
+fn key_of(
+    payload: std::result::Result<&str, String>,
+    fields: &[&str],
+) -> std::result::Result<String, String> {
+    let payload = payload.map_err(|e| format!("the payload is not valid JSON: {e}"))?;
+    let doc: serde_json::Value =
+        serde_json::from_str(payload).map_err(|e| format!("the payload is not valid JSON: {e}"))?;
+    if !doc.is_object() {
+        return Err("the payload is not a JSON object".to_owned());
+    }
+    if fields.is_empty() {
+        return Err("no field named".to_owned());
+    }
+    let mut parts = Vec::with_capacity(fields.len());
+    for field in fields {
+        let value = field
+            .split('.')
+            .try_fold(&doc, |v, name| v.get(name))
+            .ok_or_else(|| format!("the payload has no field {field:?}"))?;
+        parts.push(format!("{field}={}", canonical(value)));
+    }
+    let key = parts.join("&");
+    if key.len() > limits::MAX_BIZ_KEY_BYTES {
+        return Err(format!(
+            "the key of {fields:?} is {} bytes, over {} (name fewer or shorter fields)",
+            key.len(),
+            limits::MAX_BIZ_KEY_BYTES
+        ));
+    }
+    Ok(key)
+}
+
+/// `value` as compact JSON with every object's keys sorted, whatever order the payload
+/// (or serde_json's `preserve_order`, if some crate turns it on) keeps them in.
+fn canonical(value: &serde_json::Value) -> String {
+    match value {
+        serde_json::Value::Object(map) => {
+            let mut entries: Vec<(&String, &serde_json::Value)> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            let inner: Vec<String> = entries
+                .into_iter()
+                .map(|(k, v)| format!("{}:{}", serde_json::Value::String(k.clone()), canonical(v)))
+                .collect();
+            format!("{{{}}}", inner.join(","))
+        }
+        serde_json::Value::Array(items) => {
+            let inner: Vec<String> = items.iter().map(canonical).collect();
+            format!("[{}]", inner.join(","))
+        }
+        other => other.to_string(),
+    }
 }

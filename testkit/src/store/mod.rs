@@ -12,6 +12,7 @@ pub mod barrier;
 pub mod batch;
 pub mod claims;
 pub mod dedup;
+pub mod dedup_modes;
 pub mod edit;
 pub mod enqueue;
 pub mod fuzz;
