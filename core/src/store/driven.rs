@@ -4,20 +4,24 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use super::answers::{
+    aged_batch, bound_error, decode_all, decode_stats, finished, one_flag_each, operator_change,
+    reset_refused, saga_not_found, too_long,
+};
 use super::TaskStore;
 use crate::driver::{
     check_ids, check_leases, check_marks, check_start, check_task, check_tasks, due_created,
-    enqueued, enqueued_all, retry_contention, schema, AgedBatch, Buckets, Change, Checked, Claim,
-    Driver, RawSaga, RawSagaStep, RawStats, RawTask, SagaWrite, SagaWritten,
+    enqueued, enqueued_all, retry_contention, schema, Buckets, Change, Checked, Claim, Driver,
+    RawSaga, RawSagaStep, RawTask, SagaWrite, SagaWritten,
 };
 use crate::driver::{count_sql, list_values, Answer, Returns, Statement};
 use crate::error::{Error, ErrorKind, Result};
 use crate::limits;
 use crate::model::{
-    Audit, AuditEntry, BarrierRecord, Enqueued, EventTypeSeen, Lease, Mark, MarkAction, NewTask,
-    Owner, Queue, QueueChange, QueueLogEntry, Recycled, Saga, SagaCommand, SagaCount, SagaDef,
-    SagaFilter, SagaId, SagaLogEntry, SagaStart, SagaStarted, SagaStatus, SagaStepRecord, Stats,
-    Status, StatusCount, StepApplied, StepReport, Task, TaskEdit, TaskFilter, TaskId, Throughput,
+    Audit, AuditEntry, BarrierRecord, Enqueued, EventTypeSeen, Lease, Mark, NewTask, Owner, Queue,
+    QueueChange, QueueLogEntry, Recycled, Saga, SagaCommand, SagaCount, SagaDef, SagaFilter,
+    SagaId, SagaLogEntry, SagaStart, SagaStarted, SagaStatus, SagaStepRecord, Stats, Status,
+    StepApplied, StepReport, Task, TaskEdit, TaskFilter, TaskId, Throughput,
 };
 
 /// The contract, implemented once for every driver: check the input, shortcut empty
@@ -836,139 +840,4 @@ async fn reread_after_release<S: TaskStore + ?Sized>(
         .await
         .map_err(|e| e.with_operation(op))?
         .unwrap_or(task))
-}
-
-/// The answer of an operator's change `op` of task `id`: the task as changed, or
-/// `NotFound`, or `Conflict` naming its status and the statuses `allowed`.
-/// The `NotFound` error of an operation on saga `id`, which does not exist.
-fn saga_not_found(op: &'static str, id: SagaId) -> Error {
-    Error::new(ErrorKind::NotFound, op, format!("saga {id} not found"))
-}
-
-fn operator_change(op: &'static str, id: TaskId, answer: Change, allowed: &str) -> Result<Task> {
-    match answer {
-        Change::Done(row) => row.decode(),
-        Change::Missing => Err(Error::task_not_found(op, id)),
-        Change::Refused(code) => Err(change_refused(op, id, Status::from_code(code)?, allowed)),
-    }
-}
-
-/// Counts as the store answers them.
-fn decode_stats(raw: RawStats) -> Result<Stats> {
-    let counts = raw
-        .counts
-        .into_iter()
-        .map(|(event_type, code, count)| {
-            Ok(StatusCount {
-                event_type,
-                status: Status::from_code(code)?,
-                count: u64::try_from(count).unwrap_or(0),
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(Stats {
-        counts,
-        oldest_due_pending: raw
-            .oldest_due_pending_ms
-            .map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
-    })
-}
-
-/// The code of a terminal status (succeeded, failed, cancelled), checked; `InvalidInput`
-/// naming `status` for another.
-fn finished(op: &'static str, status: Status) -> Result<Checked<i16>> {
-    match status {
-        Status::Succeeded | Status::Failed | Status::Cancelled => Ok(Checked::new(status.code())),
-        other => Err(Error::invalid_input(
-            op,
-            format!("status must be succeeded, failed or cancelled (a terminal one), got {other}"),
-        )),
-    }
-}
-
-/// Check an age-based batch (`recycle_dead`, the purges); `None` when `limit` is 0
-/// and there is nothing to do.
-fn aged_batch(
-    op: &'static str,
-    older_than: Duration,
-    limit: usize,
-) -> Result<Option<Checked<AgedBatch>>> {
-    limits::check_duration(op, "older_than", older_than)?;
-    limits::check_limit(op, limit)?;
-    Ok((limit > 0).then(|| Checked::new(AgedBatch { older_than, limit })))
-}
-
-fn decode_all(rows: Vec<RawTask>) -> Result<Vec<Task>> {
-    rows.into_iter().map(RawTask::decode).collect()
-}
-
-/// `flags` when it has one flag per input, else an `Unexpected` error.
-fn one_flag_each(op: &'static str, flags: Vec<bool>, n: usize) -> Result<Vec<bool>> {
-    if flags.len() == n {
-        Ok(flags)
-    } else {
-        Err(Error::new(
-            ErrorKind::Unexpected,
-            op,
-            format!("the driver answered {} flags for {n} inputs", flags.len()),
-        ))
-    }
-}
-
-fn too_long(error: &str) -> bool {
-    error.len() > limits::MAX_ERROR_BYTES
-}
-
-/// `mark` with its error text cut to [`limits::MAX_ERROR_BYTES`].
-fn bound_error(mark: &Mark) -> Mark {
-    let cut = |e: &str| limits::bounded_error(e).to_owned();
-    let action = match &mark.action {
-        MarkAction::Retry { delay, error } => MarkAction::Retry {
-            delay: *delay,
-            error: cut(error),
-        },
-        MarkAction::Fail { error } => MarkAction::Fail { error: cut(error) },
-        MarkAction::Cancel { reason } => MarkAction::Cancel {
-            reason: cut(reason),
-        },
-        MarkAction::Snooze { delay, max, error } => MarkAction::Snooze {
-            delay: *delay,
-            max: *max,
-            error: cut(error),
-        },
-        other => other.clone(),
-    };
-    Mark {
-        lease: mark.lease,
-        action,
-    }
-}
-
-/// The `Conflict` error of an operator's `action` (`cancel`, `delete`) refused
-/// because of the task's status; nothing was changed.
-fn change_refused(operation: &'static str, id: TaskId, status: Status, allowed: &str) -> Error {
-    Error::new(
-        ErrorKind::Conflict,
-        operation,
-        format!("task {id} is {status}: only {allowed} tasks can be changed by {operation}; nothing was changed"),
-    )
-}
-
-/// The `Conflict` error of a `manual_reset` refused because of the task's status.
-fn reset_refused(operation: &'static str, id: TaskId, status: Status) -> Error {
-    let why = match status {
-        Status::Running => "it is running and its owner is alive (updated_at is recent)",
-        Status::Pending => "it is already pending",
-        Status::Succeeded => "it has succeeded",
-        Status::Failed => "it changed while being reset",
-        Status::Cancelled => "it was cancelled",
-        Status::Waiting => "it is waiting for an earlier task of its order key",
-    };
-    Error::new(
-        ErrorKind::Conflict,
-        operation,
-        format!(
-            "task {id} cannot be reset: {why}; only failed or stuck running tasks can be reset"
-        ),
-    )
 }

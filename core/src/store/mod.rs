@@ -13,6 +13,7 @@ use crate::model::{
     StepReport, Task, TaskEdit, TaskFilter, TaskId, Throughput,
 };
 
+mod answers;
 mod driven;
 mod layer;
 
