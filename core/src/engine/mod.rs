@@ -155,6 +155,10 @@ const MAX_DUE: usize = 1024;
 /// How long after a remembered due time the poller polls for it.
 const DUE_SLACK: Duration = Duration::from_millis(25);
 
+/// How long [`Engine::shutdown`] waits for a background job (poller, sweeps, retention,
+/// clock, listener) to end once stopped, before aborting it.
+const JOB_STOP_WAIT: Duration = Duration::from_secs(5);
+
 impl<S: TaskStore + Clone> Shared<S> {
     /// Act on a wake-up from the notifier: poll its event type now, if handled here;
     /// check the lease of a revoked task this instance runs.
@@ -850,9 +854,15 @@ impl<S: TaskStore + Clone> Engine<S> {
         for f in flushers {
             f.abort();
         }
+        // The background jobs end at their next await on the state; one inside a store
+        // call (a purge waiting on a lock) is given a bound, then aborted: nothing it
+        // does needs finishing (a purge, a sweep, a registration is done again later).
         let jobs = std::mem::take(&mut *self.inner.jobs.lock().unwrap_or_else(|p| p.into_inner()));
-        for j in jobs {
-            let _ = j.await;
+        for mut j in jobs {
+            if tokio::time::timeout(JOB_STOP_WAIT, &mut j).await.is_err() {
+                tracing::warn!(owner = %shared.owner, "a background job did not stop within {JOB_STOP_WAIT:?}: aborted");
+                j.abort();
+            }
         }
         tracing::info!(owner = %shared.owner, "backstop engine stopped");
     }

@@ -47,7 +47,7 @@ pub(crate) const HOUR: Duration = Duration::from_secs(3600);
 pub(crate) const PATIENCE: Duration = Duration::from_secs(20);
 
 /// Settings for tests: a poller that polls every 20 ms, starting 300 ms after start (so a
-/// case's first run-ahead is not raced by the first poll), no retention.
+/// case's first run-ahead is not raced by the first poll), no retention of any kind.
 pub(crate) fn fast_config() -> EngineConfig {
     EngineConfig::default()
         .poll_interval(Duration::from_millis(20))
@@ -56,6 +56,11 @@ pub(crate) fn fast_config() -> EngineConfig {
         .heartbeat_interval(Duration::from_millis(200))
         .shutdown_grace(Duration::from_secs(10))
         .retention(None)
+        // no retention job unless a case asks for one: its purges would race the case
+        .cancelled_retention(None)
+        .audit_retention(None)
+        .registry_retention(None)
+        .barrier_retention(None)
 }
 
 /// The same, but with a poller that does not poll within a test's lifetime: whatever runs
