@@ -1,0 +1,225 @@
+//! The claim's texts, built per call: the probe that opens a claim, the walks of the due
+//! rows per priority level, the dead-worker sweep's locking read, and what a locking read
+//! does with rows another transaction holds.
+
+use super::*;
+
+impl Sql {
+    /// The claim's locking read of the due rows of the `i`th event type of the claim:
+    /// [`COLUMNS`] and the statement's `NOW(3)` (which the claim's update stamps as
+    /// `updated_at`, so the rows need no read back); binds (event type, limit) once per
+    /// priority level. One ordered walk of the `(status, event_type, priority,
+    /// next_run_at, id)` index per level, each stopping at the limit (no filesort, so no
+    /// row is locked and then skipped); the caller merges them in claim order. What it
+    /// does with rows another claim holds: see [`LockWait`].
+    ///
+    /// Only the levels [`claim_begin`](Self::claim_begin) found due are walked: each walk
+    /// is guarded by its level's session variable, a constant to the optimizer, so the
+    /// walk of an empty level is an "Impossible WHERE" that reads and locks nothing (not
+    /// even the record past its range: another level's head, a running row a mark is
+    /// changing). MySQL 8 may evaluate the guard row by row instead; the claim is the
+    /// same, an empty level's walk then locks the record past its range.
+    ///
+    /// Not a single `UPDATE … ORDER BY next_run_at, id LIMIT n`: the update changes
+    /// `status`, a column of the index it would scan, so MariaDB and MySQL collect every
+    /// due row before applying the LIMIT ("Using buffer"), and each claim would read (and
+    /// lock) the whole backlog.
+    pub fn pick(&self, wait: LockWait, i: usize) -> String {
+        let walks = self.walks(wait, Some(i));
+        let nulls = vec!["NULL"; COLUMN_COUNT].join(", ");
+        let limited = Self::limited_var(i);
+        format!(
+            "{walks} UNION ALL
+             (SELECT {nulls}, NOW(3), 1 FROM DUAL WHERE {limited} IS NOT NULL)"
+        )
+    }
+
+    /// The ordered walks of one event type's due rows, one per priority level, with
+    /// `COLUMNS`, `NOW(3)` and 0; each guarded by the `i`th type's level variable
+    /// ([`pick`](Self::pick)), or unguarded (`None`: the claim of a limited type, in
+    /// its own transaction). Binds (event type, limit) once per level.
+    pub fn walks(&self, wait: LockWait, i: Option<usize>) -> String {
+        let t = &self.table;
+        let clause = wait.clause();
+        (0..PRIORITY_LEVELS)
+            .map(|level| {
+                let due = match i {
+                    Some(i) => format!("{} IS NOT NULL AND", Self::due_var(i, level)),
+                    None => String::new(),
+                };
+                format!(
+                    "(SELECT {COLUMNS}, NOW(3), 0 FROM {t} FORCE INDEX (ix_claim_type)
+                     WHERE {due} status = 0 AND event_type = ?
+                       AND priority = {level} AND next_run_at <= NOW(3)
+                     ORDER BY next_run_at, id
+                     LIMIT ? FOR UPDATE{clause})"
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" UNION ALL ")
+    }
+
+    /// Whether the opening probe found a due task of each of the claim's first `types`
+    /// event types, in any level: one column per type, 1 or 0.
+    pub fn due_types(&self, types: usize) -> String {
+        let columns: Vec<String> = (0..types)
+            .map(|i| {
+                let levels: Vec<String> = (0..PRIORITY_LEVELS)
+                    .map(|l| Self::due_var(i, l))
+                    .chain([Self::limited_var(i)])
+                    .collect();
+                format!(
+                    "CAST(COALESCE({}) IS NOT NULL AS SIGNED)",
+                    levels.join(", ")
+                )
+            })
+            .collect();
+        format!("SELECT {}", columns.join(", "))
+    }
+
+    /// The session variable that says whether level `level` of the claim's `i`th event
+    /// type had a due task (NULL if not).
+    fn due_var(i: usize, level: usize) -> String {
+        format!("@backstop_due_{i}_{level}")
+    }
+
+    /// The session variable that says whether the claim's `i`th event type has a
+    /// concurrency limit, a due task and, as the probe sees it, room under the limit
+    /// (NULL if not; a type seen full is left to the re-poll its ending tasks make): the
+    /// claim's walks pass it by, and
+    /// its [`pick`](Self::pick) answers a marker row so the driver claims it apart.
+    fn limited_var(i: usize) -> String {
+        format!("@backstop_limited_{i}")
+    }
+
+    /// The statement that opens a claim's transaction: which priority levels of each
+    /// event type have a due task (one index dive per level, no locks) into the session
+    /// variables [`pick`](Self::pick) reads, then `START TRANSACTION`. One round trip
+    /// for both, in the text protocol, so the event types are literals here: `None` if
+    /// one has a character outside the event type alphabet (letters, digits, `_ . : -`;
+    /// the store refuses others before they get here). The probe runs before the
+    /// transaction: if it fails, no transaction was opened.
+    pub fn claim_begin(&self, event_types: &[String]) -> Option<String> {
+        let (t, q) = (&self.table, &self.queues_table);
+        let mut probes = Vec::new();
+        let mut vars = Vec::new();
+        for (i, e) in event_types.iter().enumerate() {
+            if !e.chars().all(is_event_type_char) {
+                return None;
+            }
+            let due = |level: usize| {
+                format!(
+                    "SELECT 1 FROM {t} FORCE INDEX (ix_claim_type)
+                      WHERE status = 0 AND event_type = '{e}' AND priority = {level}
+                        AND next_run_at <= NOW(3)"
+                )
+            };
+            for level in 0..PRIORITY_LEVELS {
+                probes.push(format!(
+                    "({} AND NOT EXISTS (SELECT 1 FROM {q} WHERE event_type = '{e}'
+                        AND (paused = 1 OR concurrency > 0))
+                      LIMIT 1)",
+                    due(level)
+                ));
+                vars.push(Self::due_var(i, level));
+            }
+            let any_due: Vec<String> = (0..PRIORITY_LEVELS)
+                .map(|l| format!("EXISTS ({})", due(l)))
+                .collect();
+            probes.push(format!(
+                "(SELECT 1 FROM {q} WHERE event_type = '{e}' AND paused = 0 AND concurrency > 0
+                    AND concurrency > (SELECT COUNT(*) FROM {t} FORCE INDEX (ix_claim_type)
+                        WHERE status = 3 AND event_type = '{e}')
+                    AND ({}))",
+                any_due.join(" OR ")
+            ));
+            vars.push(Self::limited_var(i));
+        }
+        if probes.is_empty() {
+            return Some("START TRANSACTION".to_owned());
+        }
+        Some(format!(
+            "SELECT {} INTO {}; START TRANSACTION",
+            probes.join(", "),
+            vars.join(", ")
+        ))
+    }
+
+    /// The dead-worker sweep's locking read: the oldest running rows not heartbeated for
+    /// `older_than`, with whether each has attempts left: older_than µs, limit.
+    pub fn pick_dead(&self, wait: LockWait) -> String {
+        let t = &self.table;
+        format!(
+            "SELECT id, attempts < max_attempts FROM {t} FORCE INDEX (ix_updated)
+             WHERE status = 3 AND updated_at < NOW(3) - INTERVAL ? MICROSECOND
+             ORDER BY updated_at, id
+             LIMIT ? FOR UPDATE{}",
+            wait.clause()
+        )
+    }
+}
+
+/// What a claim's locking read does with rows another transaction holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockWait {
+    /// Wait for them (up to `innodb_lock_wait_timeout`).
+    Queue,
+    /// Wait up to this many seconds, then fail with 1205 (MariaDB's `WAIT n`).
+    UpTo(u32),
+    /// Pass them over.
+    Skip,
+}
+
+impl LockWait {
+    /// The clause after `FOR UPDATE`.
+    fn clause(self) -> String {
+        match self {
+            LockWait::Queue => String::new(),
+            LockWait::UpTo(s) => format!(" WAIT {s}"),
+            LockWait::Skip => " SKIP LOCKED".to_owned(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn due_types_answers_one_column_per_type_over_its_levels() {
+        let sql = Sql::new("t").due_types(2);
+        assert_eq!(sql.matches(" AS SIGNED)").count(), 2, "{sql}");
+        for i in 0..2 {
+            for level in 0..PRIORITY_LEVELS {
+                assert!(sql.contains(&Sql::due_var(i, level)), "{sql}");
+            }
+        }
+        assert!(!sql.contains(&Sql::due_var(2, 0)), "{sql}");
+    }
+
+    #[test]
+    fn claim_begin_probes_every_level_of_every_type_then_opens_the_transaction() {
+        let sql = Sql::new("t");
+        let begin = sql
+            .claim_begin(&["a.b".to_owned(), "c:d-e_f".to_owned()])
+            .expect("valid event types");
+        assert!(begin.ends_with("; START TRANSACTION"), "{begin}");
+        assert!(begin.contains("event_type = 'a.b'") && begin.contains("event_type = 'c:d-e_f'"));
+        for i in 0..2 {
+            for level in 0..PRIORITY_LEVELS {
+                let var = format!("@backstop_due_{i}_{level}");
+                assert!(begin.contains(&var), "{var} set");
+                assert!(sql.pick(LockWait::Skip, i).contains(&var), "{var} read");
+            }
+        }
+        assert_eq!(sql.claim_begin(&[]).as_deref(), Some("START TRANSACTION"));
+    }
+
+    #[test]
+    fn claim_begin_refuses_what_could_break_out_of_a_literal() {
+        let sql = Sql::new("t");
+        for bad in ["a'b", "a\\b", "a b", "é"] {
+            assert_eq!(sql.claim_begin(&[bad.to_owned()]), None, "{bad}");
+        }
+    }
+}
