@@ -218,7 +218,21 @@ impl MySqlDriver {
     /// Run purge statement `sql` (the age in µs, then the limit) on the batch; how many
     /// rows it deleted.
     pub(crate) async fn purge(&self, sql: &str, batch: Checked<AgedBatch>) -> Result<u64> {
-        sqlx::query(safe(sql))
+        self.purge_where(sql, None, batch).await
+    }
+
+    /// [`purge`](Self::purge) of a statement that binds `status` first, when given.
+    async fn purge_where(
+        &self,
+        sql: &str,
+        status: Option<i16>,
+        batch: Checked<AgedBatch>,
+    ) -> Result<u64> {
+        let mut query = sqlx::query(safe(sql));
+        if let Some(status) = status {
+            query = query.bind(status);
+        }
+        query
             .bind(micros(batch.older_than))
             .bind(batch.limit as i64)
             .execute(&self.pool)
@@ -721,14 +735,8 @@ impl Driver for MySqlDriver {
     }
 
     async fn purge_finished(&self, status: Checked<i16>, batch: Checked<AgedBatch>) -> Result<u64> {
-        sqlx::query(safe(&self.sql.purge_finished))
-            .bind(*status)
-            .bind(micros(batch.older_than))
-            .bind(batch.limit as i64)
-            .execute(&self.pool)
+        self.purge_where(&self.sql.purge_finished, Some(*status), batch)
             .await
-            .map(|d| d.rows_affected())
-            .map_err(my_err)
     }
 
     async fn purge_audit(&self, batch: Checked<AgedBatch>) -> Result<u64> {
