@@ -520,6 +520,17 @@ impl Driver for MySqlDriver {
         .await
     }
 
+    async fn set_output(&self, lease: Lease, output: Checked<&str>) -> Result<bool> {
+        let done = sqlx::query(safe(&self.sql.set_output))
+            .bind(*output)
+            .bind(lease.task_id)
+            .bind(lease.token)
+            .execute(&self.pool)
+            .await
+            .map_err(my_err)?;
+        Ok(done.rows_affected() == 1)
+    }
+
     async fn mark(&self, marks: Checked<&[Mark]>) -> Result<Vec<bool>> {
         let marks = *marks;
         let rounds = mark_rounds(marks);

@@ -17,6 +17,16 @@ use backstop_core::limits::MAX_BATCH;
 pub(crate) const LIST: backstop_core::driver::ListDialect = backstop_core::driver::ListDialect {
     placeholder: |_| "?".to_owned(),
     contains: |p| format!("LOCATE({p}, last_error) > 0"),
+    has_tag: |p| format!("LOCATE(CONCAT(',', {p}, ','), tags) > 0"),
+    // a JSON string equal to the value, byte for byte (MariaDB's JSON functions answer
+    // in the connection's collation): a number or an object never is
+    metadata_is: |k, p| {
+        format!(
+            "JSON_TYPE(JSON_EXTRACT(metadata, '$.\"{k}\"')) = 'STRING' \
+             AND CAST(JSON_UNQUOTE(JSON_EXTRACT(metadata, '$.\"{k}\"')) AS BINARY) \
+             = CAST({p} AS BINARY)"
+        )
+    },
     // the table's binary collation: byte for byte
     starts_with: |p| format!("LOCATE({p}, biz_key) = 1"),
     older_than: |p| format!("updated_at < NOW(3) - INTERVAL {p} MICROSECOND"),
@@ -151,6 +161,8 @@ pub(crate) struct Sql {
     pub purge_audit: [String; 2],
     /// older µs, limit.
     pub purge_event_types: String,
+    /// output, id, lease: a running task's output, fenced.
+    pub set_output: String,
     /// consumer, message_id: one row inserted, or none for a duplicate.
     pub inbox_insert: String,
     /// older µs, limit.
@@ -201,11 +213,11 @@ impl Sql {
         let tk = format!("`{table}_keys`");
         let insert_tuple = "(?, ?, ?, 0, ?, ?, ?, ?,
                     GREATEST(NOW(3) + INTERVAL (? * 1000) MICROSECOND, COALESCE(?, NOW(3))), 0,
-                    NOW(3), NOW(3), ?, ?, ?, ?, ?, ?)";
+                    NOW(3), NOW(3), ?, ?, ?, ?, ?, ?, ?, ?)";
         let insert_columns = "event_type, biz_key, payload, attempts, max_attempts,
                 retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at,
                 lease, created_at, updated_at, priority, retry_jitter_pct, status, order_key,
-                order_block, timeout_ms";
+                order_block, timeout_ms, tags, metadata";
         let th = format!("`{table}_handlers`");
         let tb = format!("`{table}_barrier`");
         let ts = format!("`{table}_saga`");
@@ -255,7 +267,7 @@ impl Sql {
             // core's insert_params: event_type, biz_key, payload, max_attempts, strategy,
             // interval, max, delay ms (zero with a run_at), run_at (NULL: use the delay; a
             // time already past: now), priority, jitter %, status, order_key, order_block,
-            // timeout ms
+            // timeout ms, tags, metadata
             insert: format!("INSERT INTO {t} ({insert_columns}) VALUES {insert_tuple}"),
             // The batch enqueue's multi-row inserts, one per row count (1, 2, 4 … 256),
             // every value bound (MariaDB's RETURNING; MySQL has none). Not an INSERT …
@@ -562,6 +574,7 @@ impl Sql {
                      ORDER BY id LIMIT ?"
                 )
             }),
+            set_output: format!("UPDATE {t} SET output = ? {fenced}"),
             purge_event_types: format!(
                 "DELETE FROM {th} WHERE last_seen_at < NOW(3) - INTERVAL ? MICROSECOND
                  ORDER BY last_seen_at LIMIT ?"

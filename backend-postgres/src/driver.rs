@@ -377,6 +377,16 @@ impl Driver for PgDriver {
             .collect())
     }
 
+    async fn set_output(&self, lease: Lease, output: Checked<&str>) -> Result<bool> {
+        let n = self
+            .execute(
+                &self.sql.set_output,
+                &[&*output, &lease.task_id, &lease.token],
+            )
+            .await?;
+        Ok(n == 1)
+    }
+
     async fn mark(&self, marks: Checked<&[Mark]>) -> Result<Vec<bool>> {
         let marks = *marks;
         let rounds = mark_rounds(marks);

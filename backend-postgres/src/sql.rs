@@ -54,6 +54,9 @@ fn channel(schema: &str, table: &str) -> String {
 pub(crate) const LIST: backstop_core::driver::ListDialect = backstop_core::driver::ListDialect {
     placeholder: |n| format!("${n}"),
     contains: |p| format!("strpos(last_error, {p}) > 0"),
+    has_tag: |p| format!("strpos(tags, ',' || {p}::text || ',') > 0"),
+    // a JSON string equal to the value: a number or an object never is
+    metadata_is: |k, p| format!("(metadata::jsonb -> '{k}') = to_jsonb({p}::text)"),
     starts_with: |p| format!("starts_with(biz_key, {p}::text)"),
     older_than: |p| format!("updated_at < now() - {p}::bigint {MS}"),
     // pending tasks are the newest rows: a walk of the primary key from the oldest (the
@@ -71,7 +74,7 @@ pub(crate) struct Sql {
     /// A step's report in its common case, in one statement (core's `SagaAdvance`).
     pub saga_advance: String,
     /// `insert` that also announces the new task on `channel` (delivered at commit;
-    /// nothing on a duplicate). $16 is the channel.
+    /// nothing on a duplicate). $18 is the channel.
     pub insert_notify: String,
     /// $1 the rows (core's `insert_document`): the batch enqueue's multi-row insert.
     pub insert_rows: String,
@@ -179,6 +182,8 @@ pub(crate) struct Sql {
     pub claim_limited: String,
     pub recycle_dead: String,
     pub heartbeat: String,
+    /// $1 output $2 id $3 lease: a running task's output, fenced.
+    pub set_output: String,
     pub mark: String,
     pub manual_reset: String,
     /// $1 id $2 delay ms $3 due at $4 payload $5 action $6 operator $7 reason: a
@@ -243,12 +248,12 @@ impl Sql {
         // core's insert_params: $1 event_type $2 biz_key $3 payload $4 max_attempts
         // $5 strategy $6 interval_ms $7 max_interval_ms $8 delay_ms $9 run_at (NULL: use
         // the delay; a time already past: now) $10 priority $11 jitter % $12 status
-        // $13 order_key $14 order_block $15 timeout_ms
+        // $13 order_key $14 order_block $15 timeout_ms $16 tags $17 metadata
         let insert_into = format!(
             "INSERT INTO {t} (event_type, biz_key, payload, status, attempts, max_attempts,
                 retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at,
                 lease, created_at, updated_at, priority, retry_jitter_pct, order_key,
-                order_block, timeout_ms)"
+                order_block, timeout_ms, tags, metadata)"
         );
         let on_conflict = "ON CONFLICT (biz_key, event_type, dedup_slot) DO NOTHING";
         let insert = format!(
@@ -256,7 +261,7 @@ impl Sql {
              VALUES ($1, $2, $3, $12, 0, $4, $5, $6, $7,
                 CASE WHEN $9::timestamptz IS NULL THEN now() + $8::bigint {MS}
                     ELSE GREATEST($9::timestamptz, now()) END,
-                0, now(), now(), $10, $11, $13, $14, $15)
+                0, now(), now(), $10, $11, $13, $14, $15, $16, $17)
              {on_conflict} RETURNING id"
         );
         // The batch enqueue's multi-row insert: its rows from one JSON document (core's
@@ -267,10 +272,10 @@ impl Sql {
              SELECT r.e, r.k, r.p, 0, 0, r.m, r.s, r.i, r.x,
                 CASE WHEN r.a IS NULL THEN now() + r.d {MS}
                     ELSE GREATEST('epoch'::timestamptz + r.a {MS}, now()) END,
-                0, now(), now(), r.r, r.j, NULL, r.b, r.t
+                0, now(), now(), r.r, r.j, NULL, r.b, r.t, r.g, r.h
              FROM json_to_recordset($1::json) AS r(e text, k text, p text, m bigint, s text,
                 i bigint, x bigint, d bigint, a bigint, r smallint, j smallint, b smallint,
-                t bigint)
+                t bigint, g text, h text)
              {on_conflict}"
         );
         // A step's report in its common case, all or none (core's SagaAdvance): the saga
@@ -445,7 +450,7 @@ impl Sql {
             insert_rows_notify,
             insert_notify: format!(
                 "WITH ins AS ({insert})
-                 SELECT ins.id FROM ins CROSS JOIN LATERAL (SELECT pg_notify($16::text, $1::text)) AS n"
+                 SELECT ins.id FROM ins CROSS JOIN LATERAL (SELECT pg_notify($18::text, $1::text)) AS n"
             ),
             listen: format!("LISTEN \"{channel}\""),
             channel,
@@ -688,6 +693,9 @@ impl Sql {
             // a mark of the same rows, on two connections, would otherwise lock them in
             // the orders of their joins and could deadlock (a second's wait for the
             // server to notice, then a retry).
+            set_output: format!(
+                "UPDATE {t} SET output = $1 WHERE id = $2 AND status + 0 = 3 AND lease = $3"
+            ),
             heartbeat: format!(
                 "WITH l AS (SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS l(id, lease)),
                  locked AS (

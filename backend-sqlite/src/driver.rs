@@ -288,6 +288,19 @@ impl Driver for SqliteDriver {
         .await
     }
 
+    async fn set_output(&self, lease: Lease, output: Checked<&str>) -> Result<bool> {
+        let output = (*output).to_owned();
+        self.write("set_output", move |sql, tx, _| {
+            let n = tx.prepare_cached(&sql.set_output)?.execute(params![
+                output,
+                lease.task_id,
+                lease.token
+            ])?;
+            Ok(n == 1)
+        })
+        .await
+    }
+
     async fn mark(&self, marks: Checked<&[Mark]>) -> Result<Vec<bool>> {
         let marks = marks.to_vec();
         self.write("mark", move |sql, tx, now| {

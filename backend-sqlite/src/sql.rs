@@ -30,6 +30,11 @@ pub(crate) fn now_ms() -> i64 {
 pub(crate) const LIST: backstop_core::driver::ListDialect = backstop_core::driver::ListDialect {
     placeholder: |n| format!("?{n}"),
     contains: |p| format!("instr(last_error, {p}) > 0"),
+    has_tag: |p| format!("instr(tags, ',' || {p} || ',') > 0"),
+    // a JSON string equal to the value: a number or an object never is
+    metadata_is: |k, p| {
+        format!("json_type(metadata, '$.\"{k}\"') = 'text' AND json_extract(metadata, '$.\"{k}\"') = {p}")
+    },
     starts_with: |p| format!("substr(biz_key, 1, length({p})) = {p}"),
     older_than: |p| format!("updated_at < {p}"),
     backlog_order: "id",
@@ -140,6 +145,8 @@ pub(crate) struct Sql {
     pub saga_backlog: String,
     pub recycle_dead: String,
     pub heartbeat: String,
+    /// ?1 output ?2 id ?3 lease: a running task's output, fenced.
+    pub set_output: String,
     pub mark_success: String,
     /// ?1 id, ?2 lease, ?3 now: the success mark on the handler's transaction
     /// (`complete_tx`).
@@ -189,11 +196,11 @@ pub(crate) struct Sql {
     pub delete_finished: String,
 }
 
-/// Core's insert_params (?1–?15: ?8 delay ms, ?9 run_at ms: NULL uses the delay, a time
-/// already past is now, a NULL makes max() NULL), then ?16 now.
+/// Core's insert_params (?1–?17: ?8 delay ms, ?9 run_at ms: NULL uses the delay, a time
+/// already past is now, a NULL makes max() NULL), then ?18 now.
 const INSERT_TUPLE: &str =
-    "(?1, ?2, ?3, ?12, 0, ?4, ?5, ?6, ?7, COALESCE(max(?9, ?16), ?16 + ?8), 0,
-    ?16, ?16, ?10, ?11, ?13, ?14, ?15)";
+    "(?1, ?2, ?3, ?12, 0, ?4, ?5, ?6, ?7, COALESCE(max(?9, ?18), ?18 + ?8), 0,
+    ?18, ?18, ?10, ?11, ?13, ?14, ?15, ?16, ?17)";
 
 /// Most rows of one of the batch enqueue's multi-row inserts.
 const INSERT_ROWS_MAX: usize = 256;
@@ -227,7 +234,7 @@ impl Sql {
             "INSERT INTO {t} (event_type, biz_key, payload, status, attempts, max_attempts,
                 retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at,
                 lease, created_at, updated_at, priority, retry_jitter_pct, order_key,
-                order_block, timeout_ms)"
+                order_block, timeout_ms, tags, metadata)"
         );
         Sql {
             table: t.clone(),
@@ -377,6 +384,7 @@ impl Sql {
                  RETURNING status"
             ),
             heartbeat: format!("UPDATE {t} SET updated_at = ?1 {fenced}"),
+            set_output: format!("UPDATE {t} SET output = ?1 {fenced}"),
             mark_success: format!(
                 "UPDATE {t} SET status = 1, last_error = NULL, updated_at = ?1 {fenced}"
             ),

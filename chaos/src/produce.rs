@@ -59,7 +59,7 @@ pub(crate) async fn produce(
                         }
                         None => {
                             let (event_type, task) = chaos_task(&mut rng, &key);
-                            (event_type, Job::Task(task))
+                            (event_type, Job::Task(Box::new(task)))
                         }
                     };
                     batch.push((key, event_type, job));
@@ -164,7 +164,7 @@ fn chaos_task(rng: &mut fastrand::Rng, key: &str) -> (&'static str, NewTask) {
 
 /// What a business transaction writes beside each order row.
 enum Job {
-    Task(NewTask),
+    Task(Box<NewTask>),
     /// A saga started with the order (`start_in`).
     Saga(SagaStart),
 }
@@ -197,7 +197,7 @@ async fn business(t: &Target, batch: &[(String, &str, Job)], rollback: bool) -> 
             let tasks: Vec<NewTask> = many
                 .iter()
                 .filter_map(|(_, _, job)| match job {
-                    Job::Task(task) => Some(task.clone()),
+                    Job::Task(task) => Some((**task).clone()),
                     Job::Saga(_) => None,
                 })
                 .collect();

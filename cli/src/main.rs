@@ -151,6 +151,12 @@ struct FilterArgs {
     /// Only tasks not updated for this long: 90s, 15m, 2h, 7d.
     #[arg(long)]
     older_than: Option<String>,
+    /// Only tasks with this tag (repeat for several: all must match).
+    #[arg(long = "tag", value_name = "TAG")]
+    tags: Vec<String>,
+    /// Only tasks whose metadata has KEY with the string VALUE (repeat: all must match).
+    #[arg(long = "meta", value_name = "KEY=VALUE")]
+    meta: Vec<String>,
     /// At most this many tasks (1 to 1000).
     #[arg(long, default_value_t = 100)]
     limit: usize,
@@ -372,6 +378,20 @@ impl FilterArgs {
         if let Some(age) = &self.older_than {
             f = f.older_than(ops::parse_age(age)?);
         }
+        for tag in &self.tags {
+            f = f.tag(tag.clone());
+        }
+        for pair in &self.meta {
+            let (key, value) = pair.split_once('=').ok_or_else(|| {
+                Failure(
+                    Exit::Usage,
+                    format!(
+                        "--meta {pair:?}: write KEY=VALUE (a metadata key and its string value)"
+                    ),
+                )
+            })?;
+            f = f.metadata(key, value);
+        }
         Ok(f)
     }
 }
@@ -413,18 +433,26 @@ async fn show(store: &AnyStore, id: i64, json: bool) -> Outcome {
             "last error",
             task.last_error.clone().unwrap_or_else(|| "-".into()),
         ),
+        ("tags", non_empty(task.tags.join(", "))),
+        (
+            "metadata",
+            task.metadata.clone().unwrap_or_else(|| "-".into()),
+        ),
     ];
     println!("task {}", task.id);
     for (k, v) in rows {
         println!("  {k:<12} {}", v.replace('\n', "\n               "));
     }
     println!("payload");
-    let pretty = serde_json::from_str::<serde_json::Value>(&task.payload)
-        .ok()
-        .and_then(|v| serde_json::to_string_pretty(&v).ok())
-        .unwrap_or_else(|| task.payload.clone());
+    let pretty = pretty_json(&task.payload);
     for line in pretty.lines() {
         println!("  {line}");
+    }
+    if let Some(output) = &task.output {
+        println!("output");
+        for line in pretty_json(output).lines() {
+            println!("  {line}");
+        }
     }
     println!("history");
     if history.is_empty() {
@@ -572,6 +600,23 @@ fn print_stats(stats: &Stats, all: bool, json: bool) {
     match stats.oldest_due_pending {
         Some(d) => println!("oldest due pending task: waiting {}", human(d)),
         None => println!("oldest due pending task: none due"),
+    }
+}
+
+/// `json` indented, or as it is when it does not parse.
+fn pretty_json(json: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(json)
+        .ok()
+        .and_then(|v| serde_json::to_string_pretty(&v).ok())
+        .unwrap_or_else(|| json.to_owned())
+}
+
+/// `text`, or `-` when empty.
+fn non_empty(text: String) -> String {
+    if text.is_empty() {
+        "-".into()
+    } else {
+        text
     }
 }
 

@@ -245,12 +245,18 @@ fn the_standalone_console_lists_opens_and_resets_a_failed_task_in_a_browser() {
     let store = rt.block_on(async {
         let store = SqliteStore::open(&db).await.unwrap();
         store.migrate().await.unwrap();
-        for (key, error) in [
-            ("order-42", "smtp: connection refused by mail.example.com"),
-            ("order-43", "smtp: mailbox full"),
+        for (key, error, tenant) in [
+            (
+                "order-42",
+                "smtp: connection refused by mail.example.com",
+                "acme",
+            ),
+            ("order-43", "smtp: mailbox full", "globex"),
         ] {
             let task = NewTask::new("SEND_EMAIL", key)
-                .json(&json!({"to": "ada@example.com", "template": "order-confirmed"}));
+                .json(&json!({"to": "ada@example.com", "template": "order-confirmed"}))
+                .tags(["email", &format!("tenant:{tenant}")])
+                .metadata(&json!({"tenant": tenant, "requested_by": "checkout"}));
             backstop_testkit::park_failed(&store, task, error).await;
         }
         store
@@ -289,7 +295,13 @@ fn the_standalone_console_lists_opens_and_resets_a_failed_task_in_a_browser() {
             )
             .handler(
                 "SEND_EMAIL",
-                handler_fn(|_t: Task| async { Ok(()) }),
+                handler_fn(|_t: Task| async {
+                    if let Some(cx) = backstop::Context::current() {
+                        cx.record_output(&json!({"delivered_to": "mail.example.com"}))
+                            .await?;
+                    }
+                    Ok(())
+                }),
                 HandlerOptions::default(),
             )
             .start()
@@ -342,6 +354,19 @@ fn the_standalone_console_lists_opens_and_resets_a_failed_task_in_a_browser() {
         "{list}"
     );
     assert!(!list.contains("order-44"));
+    // narrowed by a tag and a metadata key: only acme's
+    b.type_into("form.filters input[name=tags]", "email tenant:acme");
+    b.type_into("form.filters input[name=meta]", "tenant=acme");
+    b.click("form.filters button[type=submit]");
+    let list = b.wait_for("the filtered list", |p| {
+        p.contains("<h1>Tasks</h1>") && !p.contains("smtp: mailbox full")
+    });
+    assert!(
+        list.contains("order-42") && list.contains("tenant:acme"),
+        "{list}"
+    );
+    assert!(b.url().contains("meta=tenant%3Dacme"), "{}", b.url());
+    b.screenshot(&shots.join("filtered.png"));
     // open one
     b.click(&format!("table.tasks a[href='/tasks/{id}']"));
     let detail = b.wait_for("the task", |p| p.contains(&format!("Task {id} ")));
@@ -349,6 +374,11 @@ fn the_standalone_console_lists_opens_and_resets_a_failed_task_in_a_browser() {
         detail.contains("ada@example.com") && detail.contains("order-42"),
         "{detail}"
     );
+    assert!(
+        detail.contains("<h2>Metadata</h2>") && detail.contains("requested_by"),
+        "{detail}"
+    );
+    assert!(!detail.contains("<h2>Output</h2>"), "no output yet");
     b.screenshot(&shots.join("detail.png"));
     // reset it, with a reason
     b.click(&format!("a[href='/tasks/{id}/confirm/reset']"));
@@ -372,6 +402,10 @@ fn the_standalone_console_lists_opens_and_resets_a_failed_task_in_a_browser() {
             assert!(
                 page.contains("browser-operator") && page.contains("the mail server is back"),
                 "{page}"
+            );
+            assert!(
+                page.contains("<h2>Output</h2>") && page.contains("mail.example.com"),
+                "the handler's output: {page}"
             );
             break;
         }

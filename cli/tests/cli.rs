@@ -10,6 +10,75 @@ use std::process::{Command, Stdio};
 use backstop::{NewTask, Owner, Status, StoreConfig, TaskStore, TaskStoreExt};
 use common::*;
 
+/// `tasks list --tag/--meta` filter on tags and metadata (all must match); `tasks show`
+/// prints the tags, the metadata and the recorded output (and `--json` holds them); a
+/// malformed `--meta` or a bad tag exits 2 naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_by_tag_and_metadata_and_shows_output() {
+    for db in databases("lists_by_tag_and_metadata_and_shows_output").await {
+        let tagged = |key: &str, tenant: &str, tags: &[&str]| {
+            NewTask::new("REPORT", key)
+                .tags(tags.iter().copied())
+                .metadata(&serde_json::json!({"tenant": tenant}))
+        };
+        let a = db
+            .store
+            .enqueue(tagged("r1", "acme", &["daily", "eu"]))
+            .await
+            .unwrap()
+            .id;
+        let b = db
+            .store
+            .enqueue(tagged("r2", "acme", &["weekly"]))
+            .await
+            .unwrap()
+            .id;
+        db.store
+            .enqueue(tagged("r3", "globex", &["daily"]))
+            .await
+            .unwrap();
+        let owner = Owner::new("cli-test").unwrap();
+        let claimed = db
+            .store
+            .claim_batch(&owner, &["REPORT".to_owned()], 3)
+            .await
+            .unwrap();
+        let first = claimed.iter().find(|t| t.id == a).unwrap();
+        assert!(db
+            .store
+            .set_output(first.lease(), r#"{"rows":1234}"#)
+            .await
+            .unwrap());
+
+        let acme = db.json(&["tasks", "list", "--meta", "tenant=acme"]);
+        assert_eq!(sorted_ids(&acme), vec![a, b]);
+        let both = db.json(&["tasks", "list", "--tag", "daily", "--meta", "tenant=acme"]);
+        assert_eq!(sorted_ids(&both), vec![a]);
+        assert_eq!(both[0]["tags"], serde_json::json!(["daily", "eu"]));
+        assert_eq!(both[0]["metadata"], serde_json::json!({"tenant": "acme"}));
+        assert_eq!(both[0]["output"], serde_json::json!({"rows": 1234}));
+
+        let out = db.cli(&["tasks", "show", &a.to_string()]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let text = stdout(&out);
+        assert!(text.contains("daily, eu"), "{text}");
+        assert!(text.contains(r#"{"tenant":"acme"}"#), "{text}");
+        assert!(
+            text.contains("output\n") && text.contains("\"rows\": 1234"),
+            "{text}"
+        );
+        let out = db.cli(&["tasks", "show", &b.to_string()]);
+        assert!(!stdout(&out).contains("output\n"), "no output recorded");
+
+        let out = db.cli(&["tasks", "list", "--meta", "tenant"]);
+        assert_eq!(code(&out), 2);
+        assert!(stderr(&out).contains("KEY=VALUE"), "{}", stderr(&out));
+        let out = db.cli(&["tasks", "list", "--tag", "a b"]);
+        assert_eq!(code(&out), 2);
+        assert!(stderr(&out).contains("tag"), "{}", stderr(&out));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lists_shows_and_resets_failed_tasks() {
     for db in databases("lists_shows_and_resets_failed_tasks").await {
@@ -47,22 +116,9 @@ async fn lists_shows_and_resets_failed_tasks() {
             "{text}"
         );
         let listed = db.json(&["tasks", "list", "--status", "failed", "--error", "mailbox"]);
-        let ids: Vec<i64> = listed
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t["id"].as_i64().unwrap())
-            .collect();
-        assert_eq!(ids, vec![b]);
+        assert_eq!(sorted_ids(&listed), vec![b]);
         let by_prefix = db.json(&["tasks", "list", "--key-prefix", "order-1"]);
-        let mut ids: Vec<i64> = by_prefix
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t["id"].as_i64().unwrap())
-            .collect();
-        ids.sort_unstable();
-        assert_eq!(ids, vec![a, other], "{by_prefix}");
+        assert_eq!(sorted_ids(&by_prefix), vec![a, other], "{by_prefix}");
         assert_eq!(listed[0]["last_error"], "smtp: mailbox full");
         assert_eq!(listed[0]["status"], "failed");
         // keyset paging

@@ -305,8 +305,7 @@ pub fn parse_age(s: &str) -> Result<std::time::Duration> {
 /// the payload as JSON (as a string if it is not valid JSON), the retry policy spelled
 /// out. `payload` is the payload to show (redacted, say).
 pub fn task_json(task: &Task, payload: &str) -> serde_json::Value {
-    let payload = serde_json::from_str::<serde_json::Value>(payload)
-        .unwrap_or_else(|_| serde_json::Value::String(payload.to_owned()));
+    let payload = json_or_text(payload);
     serde_json::json!({
         "id": task.id,
         "event_type": task.event_type,
@@ -327,7 +326,15 @@ pub fn task_json(task: &Task, payload: &str) -> serde_json::Value {
         "created_at": task.created_at.to_rfc3339(),
         "updated_at": task.updated_at.to_rfc3339(),
         "payload": payload,
+        "tags": task.tags,
+        "metadata": task.metadata.as_deref().map(json_or_text),
+        "output": task.output.as_deref().map(json_or_text),
     })
+}
+
+/// `text` as JSON, or as a JSON string when it does not parse.
+fn json_or_text(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|_| serde_json::Value::String(text.to_owned()))
 }
 
 /// An audit entry as JSON.

@@ -34,6 +34,22 @@ pub const MAX_PAYLOAD_LIMIT: usize = 16 * 1024 * 1024 - 1;
 /// `last_error` is cut to this many bytes (at a character boundary).
 pub const MAX_ERROR_BYTES: usize = 2000;
 
+/// Most tags on one task ([`NewTask::tag`](crate::NewTask::tag)).
+pub const MAX_TAGS: usize = 16;
+/// Longest tag, in bytes (ASCII letters, digits, `_`, `.`, `:`, `/`, `-`).
+pub const MAX_TAG_BYTES: usize = 64;
+/// Largest metadata object of a task ([`NewTask::metadata`](crate::NewTask::metadata)),
+/// in bytes of JSON.
+pub const MAX_METADATA_BYTES: usize = 8 * 1024;
+/// Longest metadata key a list filters on, in bytes.
+pub const MAX_METADATA_KEY_BYTES: usize = 64;
+/// Most tag or metadata conditions in one [`TaskFilter`](crate::TaskFilter).
+pub const MAX_LABEL_FILTERS: usize = 8;
+/// Largest output a handler records
+/// ([`Context::record_output`](crate::Context::record_output)), in bytes of JSON.
+pub const MAX_OUTPUT_BYTES: usize = 32 * 1024;
+pub use crate::model::is_tag_char;
+
 /// An event type whose handlers no engine has registered for this long (a day; engines
 /// register theirs every hour) counts as unhandled: its waiting tasks are reported
 /// (`backstop_unhandled_tasks`, a warning), as for a type no engine ever handled.

@@ -85,6 +85,8 @@ const LIST: backstop_core::driver::ListDialect = backstop_core::driver::ListDial
     placeholder: |n| format!("${n}"),
     contains: |p| format!("strpos(last_error, {p}) > 0"),
     starts_with: |p| format!("starts_with(biz_key, {p})"),
+    has_tag: |p| format!("strpos(tags, ',' || {p} || ',') > 0"),
+    metadata_is: |k, p| format!("metadata::jsonb ->> '{k}' = {p}"),
     older_than: |p| format!("updated_at < now() - {p}"),
     backlog_order: "id",
     age: |d| backstop_core::tx::Value::BigInt(Some(d.as_millis() as i64)),
@@ -169,6 +171,11 @@ impl Driver for Tripwire {
         self.called();
         assert!((1..=MAX_LEASES).contains(&leases.len()));
         Ok(vec![true; leases.len()])
+    }
+    async fn set_output(&self, _lease: Lease, output: Checked<&str>) -> Result<bool> {
+        self.called();
+        assert!(output.len() <= backstop_core::limits::MAX_OUTPUT_BYTES);
+        Ok(true)
     }
     async fn mark(&self, marks: Checked<&[Mark]>) -> Result<Vec<bool>> {
         self.called();
@@ -459,6 +466,14 @@ async fn invalid_input_reaches_no_driver() {
         NewTask::new("E", "k").json(&"x".repeat(200)),
         NewTask::new("E", "k").retry(RetryPolicy::fixed(0, Duration::ZERO)),
         NewTask::new("E", "k").delay(too_old),
+        NewTask::new("E", "k").tag("a,b"),
+        NewTask::new("E", "k").tag("x".repeat(backstop_core::limits::MAX_TAG_BYTES + 1)),
+        NewTask::new("E", "k").tags((0..=backstop_core::limits::MAX_TAGS).map(|i| format!("t{i}"))),
+        NewTask::new("E", "k").metadata(&[1, 2]),
+        NewTask::new("E", "k").metadata_raw("{nope"),
+        NewTask::new("E", "k").metadata(&serde_json::json!({
+            "a": "x".repeat(backstop_core::limits::MAX_METADATA_BYTES)
+        })),
     ] {
         // in the caller's transaction too: nothing reaches its connection
         let mut conn = Conn(0);
@@ -598,6 +613,31 @@ async fn invalid_input_reaches_no_driver() {
     refused(
         s.list(&TaskFilter::default().older_than(too_old)).await,
         "list",
+    );
+    refused(s.list(&TaskFilter::default().tag("a b")).await, "list");
+    refused(
+        s.list(&TaskFilter::default().metadata("a'b", "v")).await,
+        "list",
+    );
+    refused(
+        s.count_matching(&TaskFilter::default().metadata("a.b", "v"))
+            .await,
+        "count_matching",
+    );
+    let many = (0..=backstop_core::limits::MAX_LABEL_FILTERS)
+        .fold(TaskFilter::default(), |f, i| f.tag(format!("t{i}")));
+    refused(s.list(&many).await, "list");
+    refused(s.set_output(lease(1), "{nope").await, "set_output");
+    refused(
+        s.set_output(
+            lease(1),
+            &format!(
+                "\"{}\"",
+                "x".repeat(backstop_core::limits::MAX_OUTPUT_BYTES)
+            ),
+        )
+        .await,
+        "set_output",
     );
     for bad in [
         TaskFilter::default().limit(MAX_BATCH + 1),

@@ -122,3 +122,15 @@ pub fn stderr(out: &Output) -> String {
 pub fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// The ids of a JSON list of tasks, sorted.
+pub fn sorted_ids(tasks: &Value) -> Vec<i64> {
+    let mut ids: Vec<i64> = tasks
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|t| t["id"].as_i64().expect("an id"))
+        .collect();
+    ids.sort_unstable();
+    ids
+}

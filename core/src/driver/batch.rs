@@ -21,8 +21,9 @@ pub const MAX_INSERT_BYTES: usize = 4 << 20;
 /// [`insert_params`] value it holds: event type, business key, payload, most attempts,
 /// backoff strategy, interval (ms), cap (ms), delay (ms), run at (ms since the epoch;
 /// `null`: the delay applies), priority, jitter (%), whether a parked task blocks its
-/// key, attempt timeout (ms or `null`). The rows are pending and have no order key.
-pub const INSERT_ROW_KEYS: [(&str, usize); 13] = [
+/// key, attempt timeout (ms or `null`), tags (`,a,b,` or `null`), metadata (JSON text
+/// or `null`). The rows are pending and have no order key.
+pub const INSERT_ROW_KEYS: [(&str, usize); 15] = [
     ("e", 0),
     ("k", 1),
     ("p", 2),
@@ -36,6 +37,8 @@ pub const INSERT_ROW_KEYS: [(&str, usize); 13] = [
     ("j", 10),
     ("b", 13),
     ("t", 14),
+    ("g", 15),
+    ("h", 16),
 ];
 
 /// **For backend authors**: the JSON document a multi-row insert
@@ -253,7 +256,12 @@ impl<'a> EnqueueBatch<'a> {
                 continue;
             }
             // the row's size in the document, near enough: its texts and the numbers
-            let size = t.payload().len() + t.biz_key().len() + t.event_type().len() + 160;
+            let size = t.payload().len()
+                + t.biz_key().len()
+                + t.event_type().len()
+                + t.tags_column().map_or(0, str::len)
+                + t.metadata_json().map_or(0, str::len)
+                + 160;
             if !chunk.is_empty()
                 && (chunk.len() == MAX_INSERT_ROWS || bytes + size > MAX_INSERT_BYTES)
             {

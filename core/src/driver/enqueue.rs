@@ -303,14 +303,15 @@ pub enum RunAt {
 }
 
 /// How many parameters [`insert_params`] makes for one task.
-pub const INSERT_PARAMS: usize = 15;
+pub const INSERT_PARAMS: usize = 17;
 
 /// **For backend authors**: the parameters of [`EnqueueStep::Insert`], the same on every
 /// backend, in this order: 1 event type, 2 business key, 3 payload, 4 most attempts,
 /// 5 backoff strategy, 6 backoff interval (ms), 7 backoff cap (ms), 8 delay (ms; zero
 /// when 9 is set), 9 run at (`NULL`: use the delay; a time already past: now), 10
 /// priority, 11 jitter (%), 12 initial status, 13 order key, 14 whether a parked task
-/// blocks its key (0/1), 15 attempt timeout (ms). A backend appends what only it needs
+/// blocks its key (0/1), 15 attempt timeout (ms), 16 tags (`,a,b,`; `NULL` for none),
+/// 17 metadata (JSON text or `NULL`). A backend appends what only it needs
 /// (SQLite its clock; PostgreSQL the `NOTIFY` channel).
 ///
 /// ```
@@ -350,6 +351,8 @@ pub fn insert_params<'a>(task: Checked<&'a NewTask>, status: i16, run_at: RunAt)
         Value::Text(task.order()),
         Value::SmallInt(Some(i16::from(task.parked_policy() == WhenParked::Block))),
         Value::BigInt(task.attempt_timeout().map(millis)),
+        Value::Text(task.tags_column()),
+        Value::Text(task.metadata_json()),
     ]
 }
 
@@ -761,7 +764,11 @@ pub(crate) mod tests {
             [Value::Text(Some("o"))]
         );
         let insert = EnqueueStep::Insert { status: 5, task: t }.params(RunAt::Millis);
-        assert_eq!(insert.len(), 15);
+        assert_eq!(insert.len(), INSERT_PARAMS);
+        assert_eq!(
+            (&insert[15], &insert[16]),
+            (&Value::Text(None), &Value::Text(None))
+        );
         assert_eq!(
             insert[8],
             Value::BigInt(None),

@@ -202,6 +202,11 @@ pub trait Driver: Send + Sync + 'static {
     /// Checked: 1 to [`MAX_LEASES`](crate::limits::MAX_LEASES) leases.
     async fn heartbeat(&self, leases: Checked<&[Lease]>) -> Result<Vec<bool>>;
 
+    /// [`set_output`](crate::TaskStore::set_output): `UPDATE … SET output = ? WHERE id =
+    /// ? AND status = 3 AND lease = ?`; whether a row changed. Checked: valid JSON within
+    /// [`MAX_OUTPUT_BYTES`](crate::limits::MAX_OUTPUT_BYTES).
+    async fn set_output(&self, lease: Lease, output: Checked<&str>) -> Result<bool>;
+
     /// [`mark`](crate::TaskStore::mark): one flag per mark, in order, all in one
     /// transaction. Checked: 1 to `MAX_LEASES` marks, retry delays at most
     /// `MAX_INTERVAL`, error messages already cut to

@@ -241,11 +241,11 @@ impl RawSagaStep {
 pub const COLUMNS: &str = "id, event_type, biz_key, payload, status, attempts, \
     max_attempts, retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at, \
     owner, lease, last_error, created_at, updated_at, priority, retry_jitter_pct, order_key, \
-    order_block, timeout_ms, snoozes";
+    order_block, timeout_ms, snoozes, tags, metadata, output";
 
 /// How many columns [`COLUMNS`] names: the position of a column a statement selects
 /// after them.
-pub const COLUMN_COUNT: usize = 22;
+pub const COLUMN_COUNT: usize = 25;
 
 /// One row of [`COLUMNS`] as the database returned it, read column by column (`i` is the
 /// column's position). A driver implements it on its driver's row type, in its stored
@@ -293,6 +293,9 @@ pub struct RawTask {
     pub order_block: i64,
     pub timeout_ms: Option<i64>,
     pub snoozes: i64,
+    pub tags: Option<String>,
+    pub metadata: Option<String>,
+    pub output: Option<String>,
 }
 
 impl RawTask {
@@ -321,6 +324,9 @@ impl RawTask {
             order_block: r.int(19)?,
             timeout_ms: r.opt_int(20)?,
             snoozes: r.int(21)?,
+            tags: r.opt_text(22)?,
+            metadata: r.opt_text(23)?,
+            output: r.opt_text(24)?,
         })
     }
 
@@ -369,6 +375,9 @@ impl RawTask {
                 None => None,
             },
             snoozes: u32::try_from(self.snoozes).map_err(|_| bad("snoozes"))?,
+            tags: crate::model::decode_tags(self.tags.as_deref().unwrap_or("")),
+            metadata: self.metadata,
+            output: self.output,
             next_run_at: self.next_run_at,
             created_at: self.created_at,
             updated_at: self.updated_at,

@@ -96,6 +96,13 @@ pub struct ListDialect {
     /// The condition "`biz_key` starts with the text bound to `p`" (exactly: no
     /// wildcards, byte for byte as keys compare).
     pub starts_with: fn(&str) -> String,
+    /// The condition "`tags` contains the text `,` + the text bound to `p` + `,`" (a tag:
+    /// see [`NewTask::tag`](crate::NewTask::tag)).
+    pub has_tag: fn(&str) -> String,
+    /// The condition "`metadata` (JSON text) has the top-level key `key` holding a
+    /// string equal to the text bound to `p`". `key` is checked (ASCII letters, digits,
+    /// `_`, `-`): the backend writes it into its JSON path as a literal.
+    pub metadata_is: fn(key: &str, p: &str) -> String,
     /// The condition "`updated_at` is older than the [`ListArg::Age`] bound to `p`".
     pub older_than: fn(&str) -> String,
     /// The order of a list bounded by the backlog (a status other than succeeded, or an
@@ -123,6 +130,8 @@ pub struct ListDialect {
 ///     placeholder: |n| format!("${n}"),
 ///     contains: |p| format!("strpos(last_error, {p}) > 0"),
 ///     starts_with: |p| format!("starts_with(biz_key, {p})"),
+///     has_tag: |p| format!("strpos(tags, ',' || {p} || ',') > 0"),
+///     metadata_is: |k, p| format!("metadata::jsonb ->> '{k}' = {p}"),
 ///     older_than: |p| format!("updated_at < now() - {p}"),
 ///     backlog_order: "id + 0",
 ///     age: |d| backstop_core::driver::Value::BigInt(Some(d.as_millis() as i64)),
@@ -167,6 +176,8 @@ pub fn list_sql<'f>(
 ///     placeholder: |n| format!("${n}"),
 ///     contains: |p| format!("strpos(last_error, {p}) > 0"),
 ///     starts_with: |p| format!("starts_with(biz_key, {p})"),
+///     has_tag: |p| format!("strpos(tags, ',' || {p} || ',') > 0"),
+///     metadata_is: |k, p| format!("metadata::jsonb ->> '{k}' = {p}"),
 ///     older_than: |p| format!("updated_at < now() - {p}"),
 ///     backlog_order: "id + 0",
 ///     age: |d| Value::BigInt(Some(d.as_millis() as i64)),
@@ -247,6 +258,14 @@ fn where_clause<'f>(
     if let Some(e) = &filter.error_contains {
         let p = bind(ListArg::Text(e), args);
         conditions.push((dialect.contains)(&p));
+    }
+    for tag in &filter.tags {
+        let p = bind(ListArg::Text(tag), args);
+        conditions.push((dialect.has_tag)(&p));
+    }
+    for (key, value) in &filter.metadata {
+        let p = bind(ListArg::Text(value), args);
+        conditions.push((dialect.metadata_is)(key, &p));
     }
     if let Some(age) = filter.older_than {
         let p = bind(ListArg::Age(age), args);

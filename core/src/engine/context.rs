@@ -259,6 +259,57 @@ impl Context {
         }
     }
 
+    /// Record `value` (serialized as JSON, at most
+    /// [`MAX_OUTPUT_BYTES`](crate::limits::MAX_OUTPUT_BYTES)) as the task's output: stored
+    /// with the task at once under this attempt's lease, shown by `backstop tasks show`
+    /// and the console, read as [`Task::output`]. A later call (or a later attempt's)
+    /// replaces it; a retry or a reset keeps it until then.
+    ///
+    /// A permanent [`HandlerError`] when the value does not serialize or is too large (a
+    /// bug a retry cannot fix); a retryable one when the lease is gone (stop: the
+    /// attempt's outcome would be refused) or the store could not be reached.
+    ///
+    /// ```
+    /// # use backstop_core::{kind_fn, Context, HandlerError, TaskKind};
+    /// # #[derive(serde::Serialize, serde::Deserialize)]
+    /// # struct Mailing { id: u64 }
+    /// # impl TaskKind for Mailing {
+    /// #     const EVENT_TYPE: &'static str = "MAILING";
+    /// #     fn biz_key(&self) -> String { self.id.to_string() }
+    /// # }
+    /// let handler = kind_fn(|mailing: Mailing, cx: Context| async move {
+    ///     // … send mailing `mailing.id` …
+    ///     cx.record_output(&serde_json::json!({"sent": 42, "bounced": 1})).await?;
+    ///     Ok::<(), HandlerError>(())
+    /// });
+    /// # let _ = handler;
+    /// ```
+    pub async fn record_output<T: serde::Serialize + ?Sized>(
+        &self,
+        value: &T,
+    ) -> Result<(), HandlerError> {
+        let json = serde_json::to_string(value)
+            .map_err(|e| HandlerError::fail(format!("the output does not serialize: {e}")))?;
+        let held = self
+            .inner
+            .store
+            .set_output(self.lease(), &json)
+            .await
+            .map_err(|e| {
+                if e.kind() == crate::ErrorKind::InvalidInput {
+                    HandlerError::fail(e.to_string())
+                } else {
+                    HandlerError::retry(format!("recording the output failed: {e}"))
+                }
+            })?;
+        if held {
+            Ok(())
+        } else {
+            self.inner.lost.raise();
+            Err(HandlerError::retry(format!("{}", Cancelled::LeaseLost)))
+        }
+    }
+
     /// Whether the handler completed the task in its own transaction.
     pub(crate) fn is_completed(&self) -> bool {
         self.inner.completed.load(Ordering::SeqCst)

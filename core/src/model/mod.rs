@@ -6,6 +6,7 @@ mod audit;
 mod barrier;
 mod defaults;
 mod edit;
+mod labels;
 mod mark;
 mod new_task;
 mod query;
@@ -21,6 +22,10 @@ pub(crate) use barrier::check_gid;
 pub use barrier::{Barrier, BarrierRecord, BranchCall, BranchOp};
 pub(crate) use defaults::register as register_defaults;
 pub use edit::{Due, TaskEdit};
+pub use labels::is_tag_char;
+pub(crate) use labels::{
+    add_tags, check_metadata_key, check_output, check_tag, decode_tags, metadata_problem,
+};
 pub use mark::{Mark, MarkAction};
 pub use new_task::{Dedup, Enqueued, NewTask, OnDuplicate, Priority, WhenParked};
 pub use query::{EventTypeSeen, Recycled, Stats, StatusCount, TaskFilter, Throughput};

@@ -227,6 +227,12 @@ pub struct NewTask {
     order_key: Option<String>,
     when_parked: WhenParked,
     timeout: Option<Duration>,
+    /// The tags' column text, canonical (`,a,b,`; empty for none): see `labels`.
+    tags: String,
+    /// Why a tag could not be added, reported by `validate`.
+    tags_error: Option<String>,
+    /// The metadata object's JSON text, or why it is not one.
+    metadata: Option<std::result::Result<String, String>>,
 }
 
 impl NewTask {
@@ -249,6 +255,9 @@ impl NewTask {
             order_key: None,
             when_parked: WhenParked::Block,
             timeout: None,
+            tags: String::new(),
+            tags_error: None,
+            metadata: None,
         }
     }
 
@@ -451,6 +460,75 @@ impl NewTask {
         self.timeout
     }
 
+    /// Add a tag: a label to find the task by
+    /// ([`TaskFilter::tag`](crate::TaskFilter::tag), `backstop tasks list --tag`, the
+    /// console). 1 to [`limits::MAX_TAG_BYTES`] bytes of ASCII letters, digits, `_`, `.`,
+    /// `:`, `/` and `-`; at most [`limits::MAX_TAGS`] per task; stored sorted, each once.
+    /// A bad tag is reported by the enqueue, which writes nothing.
+    ///
+    /// ```
+    /// use backstop_core::NewTask;
+    /// let task = NewTask::new("EMAIL", "u-7").tag("tenant:acme").tags(["welcome", "eu"]);
+    /// assert_eq!(task.tag_list(), vec!["eu", "tenant:acme", "welcome"]);
+    /// ```
+    pub fn tag(self, tag: impl Into<String>) -> Self {
+        self.tags([tag])
+    }
+
+    /// Add several tags (see [`tag`](Self::tag)).
+    pub fn tags<I, S>(mut self, tags: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        if self.tags_error.is_none() {
+            match super::add_tags(&self.tags, tags) {
+                Ok(column) => self.tags = column,
+                Err(why) => self.tags_error = Some(why),
+            }
+        }
+        self
+    }
+
+    /// The task's tags, sorted.
+    pub fn tag_list(&self) -> Vec<String> {
+        super::decode_tags(&self.tags)
+    }
+
+    /// The tags as stored (`,a,b,`), `None` for no tag.
+    pub(crate) fn tags_column(&self) -> Option<&str> {
+        Some(self.tags.as_str()).filter(|t| !t.is_empty())
+    }
+
+    /// Serialize `value` as the task's metadata: a JSON object of at most
+    /// [`limits::MAX_METADATA_BYTES`], stored with the task for people and tools (who
+    /// asked for it, a trace, a tenant), shown by the CLI and the console and filtered
+    /// on with [`TaskFilter::metadata`](crate::TaskFilter::metadata). The handler sees it
+    /// as [`Task::metadata`](crate::Task::metadata). Anything but an object is reported
+    /// by the enqueue, which writes nothing.
+    ///
+    /// ```
+    /// use backstop_core::NewTask;
+    /// let task = NewTask::new("EMAIL", "u-7").metadata(&serde_json::json!({"tenant": "acme"}));
+    /// assert_eq!(task.metadata_json(), Some(r#"{"tenant":"acme"}"#));
+    /// ```
+    pub fn metadata<T: serde::Serialize + ?Sized>(mut self, value: &T) -> Self {
+        self.metadata = Some(serde_json::to_string(value).map_err(|e| e.to_string()));
+        self
+    }
+
+    /// Use `json` (a JSON object as text) as the metadata (see
+    /// [`metadata`](Self::metadata)).
+    pub fn metadata_raw(mut self, json: impl Into<String>) -> Self {
+        self.metadata = Some(Ok(json.into()));
+        self
+    }
+
+    /// The metadata's JSON text, if set (and serialized).
+    pub fn metadata_json(&self) -> Option<&str> {
+        self.metadata.as_ref().and_then(|m| m.as_deref().ok())
+    }
+
     /// The handler key.
     pub fn event_type(&self) -> &str {
         &self.event_type
@@ -531,6 +609,23 @@ impl NewTask {
         }
         if let Some(key) = &self.order_key {
             limits::check_order_key(OP, key)?;
+        }
+        if let Some(why) = &self.tags_error {
+            return Err(Error::invalid_input(OP, why.clone()));
+        }
+        match &self.metadata {
+            Some(Err(e)) => {
+                return Err(Error::invalid_input(
+                    OP,
+                    format!("metadata does not serialize: {e}"),
+                ))
+            }
+            Some(Ok(json)) => {
+                if let Some(why) = super::metadata_problem(json) {
+                    return Err(Error::invalid_input(OP, why));
+                }
+            }
+            None => {}
         }
         if let Some(t) = self.timeout {
             if t < Duration::from_millis(1) {

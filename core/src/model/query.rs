@@ -35,6 +35,12 @@ pub struct TaskFilter {
     /// Only tasks whose `last_error` contains this text (exactly: no wildcards, case
     /// sensitive; 1 to 200 bytes).
     pub error_contains: Option<String>,
+    /// Only tasks with every one of these tags ([`NewTask::tag`](crate::NewTask::tag)).
+    pub tags: Vec<String>,
+    /// Only tasks whose metadata has each of these top-level keys with exactly that
+    /// string value ([`NewTask::metadata`](crate::NewTask::metadata)); a number, a
+    /// boolean or an object under the key does not match.
+    pub metadata: Vec<(String, String)>,
     /// Only ids greater than this (for paging).
     pub after_id: Option<TaskId>,
     /// Only tasks whose `updated_at` is older than this (database time).
@@ -51,6 +57,8 @@ impl Default for TaskFilter {
             biz_key: None,
             biz_key_prefix: None,
             error_contains: None,
+            tags: Vec::new(),
+            metadata: Vec::new(),
             after_id: None,
             older_than: None,
             limit: 100,
@@ -74,6 +82,31 @@ impl TaskFilter {
         }
         if let Some(k) = &self.biz_key_prefix {
             limits::check_key(OP, "biz_key_prefix", k, limits::MAX_BIZ_KEY_BYTES)?;
+        }
+        let labels = self.tags.len() + self.metadata.len();
+        if labels > limits::MAX_LABEL_FILTERS {
+            return Err(Error::invalid_input(
+                OP,
+                format!(
+                    "a list filters on at most {} tags and metadata keys, got {labels}",
+                    limits::MAX_LABEL_FILTERS
+                ),
+            ));
+        }
+        for tag in &self.tags {
+            crate::model::check_tag(OP, tag)?;
+        }
+        for (key, value) in &self.metadata {
+            crate::model::check_metadata_key(OP, key)?;
+            if value.len() > limits::MAX_METADATA_BYTES {
+                return Err(Error::invalid_input(
+                    OP,
+                    format!(
+                        "metadata value of {key:?} is over {} bytes",
+                        limits::MAX_METADATA_BYTES
+                    ),
+                ));
+            }
         }
         if let Some(text) = &self.error_contains {
             if text.is_empty() || text.len() > MAX_ERROR_FILTER_BYTES {
@@ -116,6 +149,26 @@ impl TaskFilter {
     /// Only tasks whose last error contains `text`.
     pub fn error_contains(mut self, text: impl Into<String>) -> Self {
         self.error_contains = Some(text.into());
+        self
+    }
+
+    /// Only tasks tagged `tag` (added to the tags asked for before: all must match).
+    ///
+    /// ```
+    /// use backstop_core::TaskFilter;
+    /// let f = TaskFilter::default().tag("tenant:acme").metadata("region", "eu");
+    /// assert_eq!(f.tags, vec!["tenant:acme"]);
+    /// ```
+    pub fn tag(mut self, tag: impl Into<String>) -> Self {
+        self.tags.push(tag.into());
+        self
+    }
+
+    /// Only tasks whose metadata holds `key` with the string `value` (added to the
+    /// conditions before: all must match). The key is 1 to 64 bytes of ASCII letters,
+    /// digits, `_` and `-`.
+    pub fn metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.metadata.push((key.into(), value.into()));
         self
     }
 

@@ -176,6 +176,14 @@ pub struct Task {
     /// ([`HandlerError::snooze`](crate::HandlerError::snooze)); an operator's reset sets
     /// it back to 0.
     pub snoozes: u32,
+    /// Its tags, sorted ([`NewTask::tag`](crate::NewTask::tag)).
+    pub tags: Vec<String>,
+    /// Its metadata, a JSON object as text ([`NewTask::metadata`](crate::NewTask::metadata)).
+    pub metadata: Option<String>,
+    /// The output its handler recorded last, JSON as text
+    /// ([`Context::record_output`](crate::Context::record_output)); kept through
+    /// retries and resets until a later attempt records another.
+    pub output: Option<String>,
 }
 
 impl Task {

@@ -125,6 +125,14 @@ impl TaskStore for dyn Driver {
         one_flag_each(OP, flags, leases.len())
     }
 
+    async fn set_output(&self, lease: Lease, output: &str) -> Result<bool> {
+        const OP: &str = "set_output";
+        crate::model::check_output(OP, output)?;
+        let d: &dyn Driver = self;
+        let output = Checked::new(output);
+        run(d, OP, || Driver::set_output(d, lease, output)).await
+    }
+
     async fn mark(&self, marks: &[Mark]) -> Result<Vec<bool>> {
         const OP: &str = "mark";
         check_marks(OP, marks)?;

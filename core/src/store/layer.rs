@@ -60,6 +60,8 @@ ops! {
     RecycleDead => "recycle_dead",
     /// [`TaskStore::heartbeat`].
     Heartbeat => "heartbeat",
+    /// [`TaskStore::set_output`].
+    SetOutput => "set_output",
     /// [`TaskStore::mark`].
     Mark => "mark",
     /// [`TaskStore::manual_reset`].
@@ -340,6 +342,15 @@ pub trait StoreLayer: Send + Sync + 'static {
         self.around(
             Call::new(Op::Heartbeat).count(leases.len()),
             self.inner().heartbeat(leases),
+        )
+        .await
+    }
+
+    /// [`TaskStore::set_output`]; by default forwarded through [`around`](Self::around).
+    async fn on_set_output(&self, lease: Lease, output: &str) -> Result<bool> {
+        self.around(
+            Call::new(Op::SetOutput).count(1),
+            self.inner().set_output(lease, output),
         )
         .await
     }
@@ -689,6 +700,10 @@ impl<L: StoreLayer + ?Sized> TaskStore for L {
 
     async fn heartbeat(&self, leases: &[Lease]) -> Result<Vec<bool>> {
         StoreLayer::on_heartbeat(self, leases).await
+    }
+
+    async fn set_output(&self, lease: Lease, output: &str) -> Result<bool> {
+        StoreLayer::on_set_output(self, lease, output).await
     }
 
     async fn mark(&self, marks: &[Mark]) -> Result<Vec<bool>> {

@@ -182,6 +182,18 @@ pub trait TaskStore: Send + Sync + 'static {
     ///   lease is no longer current (the task was recycled, reset or completed).
     async fn heartbeat(&self, leases: &[Lease]) -> Result<Vec<bool>>;
 
+    /// Record `output` (JSON text) as the running task's output, fenced by its lease:
+    /// what [`Context::record_output`](crate::Context::record_output) writes.
+    ///
+    /// - Applies only while the task runs under that exact lease; returns `true` then,
+    ///   `false` otherwise (recycled, reset, cancelled, completed), and changes nothing.
+    /// - Replaces an output recorded before (by this attempt or an earlier one). Leaves
+    ///   every other column alone: status, attempts, lease, `updated_at`.
+    /// - `output` must be valid JSON of at most
+    ///   [`MAX_OUTPUT_BYTES`](crate::limits::MAX_OUTPUT_BYTES); otherwise
+    ///   `InvalidInput` naming `output`, and nothing is written.
+    async fn set_output(&self, lease: Lease, output: &str) -> Result<bool>;
+
     /// Apply state changes to running tasks, each fenced by its lease.
     ///
     /// - Each mark applies only when its task is running with that exact lease; otherwise

@@ -223,3 +223,64 @@ pub async fn engine_tells_a_running_handler_of_shutdown<H: Harness>(ctx: &Ctx<H>
     );
     assert!(t.next_run_at <= chrono::Utc::now(), "due at once: {t:?}");
 }
+
+/// A handler sees the task's tags and metadata (`cx.task()`), and records an output with
+/// `Context::record_output`: stored with the task, kept when it succeeds, replaced by a
+/// later attempt's. An output over the limit is a permanent failure (a bug a retry
+/// cannot fix): the task parks as failed after one attempt, its error naming the output,
+/// no output stored.
+pub async fn engine_handler_records_its_output<H: Harness>(ctx: &Ctx<H>) {
+    let handler = handler_fn(move |task: Task| async move {
+        let cx = Context::current().expect("inside an attempt");
+        let meta: serde_json::Value =
+            serde_json::from_str(cx.task().metadata.as_deref().unwrap_or("null")).unwrap();
+        if task.biz_key == "huge" {
+            let huge = "x".repeat(backstop_core::limits::MAX_OUTPUT_BYTES);
+            cx.record_output(&huge).await?;
+            return Ok(());
+        }
+        cx.record_output(&serde_json::json!({
+            "attempt": task.attempts,
+            "tenant": meta["tenant"],
+            "tags": cx.task().tags,
+        }))
+        .await?;
+        if task.attempts == 1 {
+            return Err(HandlerError::retry("once more"));
+        }
+        Ok(())
+    });
+    let engine = Engine::builder(ctx.store.clone())
+        .config(fast_config())
+        .handler(
+            "REPORT",
+            handler,
+            opts().retry(RetryPolicy::fixed(3, Duration::from_millis(10))),
+        )
+        .start()
+        .unwrap();
+    let task = NewTask::new("REPORT", "r1")
+        .tags(["daily", "eu"])
+        .metadata(&serde_json::json!({"tenant": "acme"}));
+    let (e, _) = engine.enqueue(task).await.unwrap();
+    let t = wait_status(&ctx.store, e.id, Status::Succeeded).await;
+    assert_eq!(t.attempts, 2);
+    let output: serde_json::Value = serde_json::from_str(t.output.as_deref().unwrap()).unwrap();
+    assert_eq!(
+        output,
+        serde_json::json!({"attempt": 2, "tenant": "acme", "tags": ["daily", "eu"]}),
+        "the second attempt's output replaced the first's"
+    );
+    let (huge, _) = engine
+        .enqueue(NewTask::new("REPORT", "huge"))
+        .await
+        .unwrap();
+    let t = wait_status(&ctx.store, huge.id, Status::Failed).await;
+    assert_eq!((t.attempts, t.output.as_deref()), (1, None));
+    assert!(
+        t.last_error.as_deref().unwrap_or("").contains("output"),
+        "{:?}",
+        t.last_error
+    );
+    engine.shutdown().await;
+}

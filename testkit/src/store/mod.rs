@@ -17,6 +17,7 @@ pub mod edit;
 pub mod enqueue;
 pub mod fuzz;
 pub mod inbox;
+pub mod labels;
 pub mod layers;
 pub mod limits;
 pub mod marks;
