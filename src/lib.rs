@@ -81,7 +81,9 @@ pub use backstop_core::{Inbox, Message, Notifier, Processed, Wake, Wakes};
 // Periodic tasks.
 pub use backstop_core::{Missed, Periodic, Schedule};
 // Flow control: each event type's queue, paused or running, limited or not.
-pub use backstop_core::{Queue, QueueChange, QueueLogEntry, MAX_CONCURRENCY};
+pub use backstop_core::{
+    Queue, QueueChange, QueueLogEntry, RateLimit, MAX_CONCURRENCY, MAX_RATE_WINDOW,
+};
 // The store contract and the task model.
 pub use backstop_core::{
     Audit, AuditEntry, Backoff, Dedup, Due, Enqueued, EventTypeSeen, Lease, Mark, MarkAction,

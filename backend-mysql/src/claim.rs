@@ -240,24 +240,51 @@ impl MySqlDriver {
                 "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION",
             )
             .await?;
-            let concurrency: Option<i64> = sqlx::query_scalar(safe(&sql.limit_lock))
+            let gate: Option<(i64, i64, i64)> = sqlx::query_as(safe(&sql.limit_lock))
                 .bind(event_type)
                 .fetch_optional(&mut *tx)
                 .await?;
             let mut rows = Vec::new();
-            if let Some(concurrency) = concurrency {
-                let running: i64 = sqlx::query_scalar(safe(&sql.running_count))
-                    .bind(event_type)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                let room = usize::try_from(concurrency - running)
-                    .unwrap_or(0)
-                    .min(limit);
+            if let Some((concurrency, rate_limit, rate_window_ms)) = gate {
+                let gate = Gate {
+                    concurrency,
+                    rate_limit,
+                    rate_window_ms,
+                };
+                let window = crate::conn::micros(gate.window());
+                let mut running = 0;
+                if gate.counts_running() {
+                    running = sqlx::query_scalar(safe(&sql.running_count))
+                        .bind(event_type)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                }
+                let mut started = 0;
+                if gate.counts_starts() {
+                    started = sqlx::query_scalar(safe(&sql.rate_used))
+                        .bind(event_type)
+                        .bind(window)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                }
+                let room = gate.room(limit, running, started);
                 if room > 0 {
                     let picked = pick_limited(sql, &mut tx, wait, event_type, room).await?;
                     if let Some(at) = picked.at {
                         rows = self.claim_picked(&mut tx, owner, picked.due, at).await?;
                     }
+                }
+                if gate.counts_starts() && !rows.is_empty() {
+                    sqlx::query(safe(&sql.rate_record))
+                        .bind(event_type)
+                        .bind(rows.len() as i64)
+                        .execute(&mut *tx)
+                        .await?;
+                    sqlx::query(safe(&sql.rate_trim))
+                        .bind(event_type)
+                        .bind(window)
+                        .execute(&mut *tx)
+                        .await?;
                 }
             }
             tx.commit().await?;

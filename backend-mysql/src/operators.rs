@@ -58,7 +58,9 @@ impl MySqlDriver {
         audit: &Audit,
     ) -> Result<Queue> {
         let sql = &self.sql;
-        let (paused, concurrency) = change.columns();
+        let c = change.columns();
+        let (paused, concurrency, rate, window) =
+            (c.paused, c.concurrency, c.rate_limit, c.rate_window_ms);
         let action = change.action();
         let action = action.as_str();
         let row = self
@@ -68,6 +70,8 @@ impl MySqlDriver {
                     .bind(event_type)
                     .bind(paused)
                     .bind(concurrency)
+                    .bind(rate)
+                    .bind(window)
                     .execute(&mut *tx)
                     .await?
                     .rows_affected()
@@ -78,9 +82,13 @@ impl MySqlDriver {
                     sqlx::query(safe(&sql.queue_update))
                         .bind(paused)
                         .bind(concurrency)
+                        .bind(rate)
+                        .bind(window)
                         .bind(event_type)
                         .bind(paused)
                         .bind(concurrency)
+                        .bind(rate)
+                        .bind(window)
                         .execute(&mut *tx)
                         .await?
                         .rows_affected()

@@ -48,6 +48,8 @@ pub(crate) struct Sql {
     keys_table: String,
     /// The queues table (`set_queue`): claims pass a paused type by.
     queues_table: String,
+    /// The rate limits' ledger of claims.
+    rate_table: String,
     pub lock_name: String,
     /// The version table's statements and the migrations.
     pub schema: SchemaSql,
@@ -167,16 +169,23 @@ pub(crate) struct Sql {
     pub inbox_insert: String,
     /// older µs, limit.
     pub inbox_purge: String,
-    /// event type, paused, concurrency (NULL: 0): the queue's row, unless it has one.
+    /// event type, paused, concurrency, rate limit, window ms (NULL: 0): the queue's row,
+    /// unless it has one.
     pub queue_insert: String,
-    /// paused, concurrency (NULL: as they are), event type, paused, concurrency: the
-    /// queue's settings, where they differ.
+    /// paused, concurrency, rate limit, window ms (NULL: as they are), event type, then
+    /// the four again: the queue's settings, where they differ.
     pub queue_update: String,
     /// event type: a limited type's queue row, locked until the claim's transaction
-    /// ends, and its limit (no row if paused or not limited).
+    /// ends: its concurrency, rate limit and window ms (no row if paused or not limited).
     pub limit_lock: String,
     /// event type: how many of its tasks run.
     pub running_count: String,
+    /// event type, window µs: its starts in the window (the ledger's sum).
+    pub rate_used: String,
+    /// event type, starts: a claim's row in the ledger, now.
+    pub rate_record: String,
+    /// event type, window µs: its ledger rows the window has passed, deleted.
+    pub rate_trim: String,
     /// action, operator, reason, event type: an entry of the queues' log, at the time
     /// the queue's row says it changed.
     pub queue_audit: String,
@@ -193,7 +202,7 @@ pub(crate) struct Sql {
 fn not_paused(t: &str, tq: &str) -> String {
     format!(
         "NOT EXISTS (SELECT 1 FROM {tq} WHERE {tq}.event_type = {t}.event_type
-            AND ({tq}.paused = 1 OR {tq}.concurrency > 0))"
+            AND ({tq}.paused = 1 OR {tq}.concurrency > 0 OR {tq}.rate_limit > 0))"
     )
 }
 
@@ -225,12 +234,14 @@ impl Sql {
         let tsa = format!("`{table}_saga_audit`");
         let tq = format!("`{table}_queues`");
         let tqa = format!("`{table}_queue_audit`");
+        let tr = format!("`{table}_rate`");
         let running = not_paused(&t, &tq);
         let fenced = "WHERE id = ? AND status = 3 AND lease = ?";
         Sql {
             table: t.clone(),
             keys_table: tk.clone(),
             queues_table: tq.clone(),
+            rate_table: tr.clone(),
             lock_name: format!("backstop:migrate:{table}"),
             schema: SchemaSql {
                 setup: format!(
@@ -261,6 +272,7 @@ impl Sql {
                     ("saga_audit", tsa.clone()),
                     ("queues", tq.clone()),
                     ("queue_audit", tqa.clone()),
+                    ("rate", tr.clone()),
                     ("table", table.to_owned()),
                 ],
             },
@@ -303,18 +315,34 @@ impl Sql {
             ),
             types_list: format!("SELECT event_type, first_seen_at, last_seen_at FROM {th}"),
             queue_insert: format!(
-                "INSERT IGNORE INTO {tq} (event_type, paused, concurrency, updated_at)
-                 VALUES (?, COALESCE(?, 0), COALESCE(?, 0), NOW(3))"
+                "INSERT IGNORE INTO {tq} (event_type, paused, concurrency, rate_limit,
+                    rate_window_ms, updated_at)
+                 VALUES (?, COALESCE(?, 0), COALESCE(?, 0), COALESCE(?, 0), COALESCE(?, 0), NOW(3))"
             ),
             queue_update: format!(
                 "UPDATE {tq} SET paused = COALESCE(?, paused),
-                    concurrency = COALESCE(?, concurrency), updated_at = NOW(3)
+                    concurrency = COALESCE(?, concurrency), rate_limit = COALESCE(?, rate_limit),
+                    rate_window_ms = COALESCE(?, rate_window_ms), updated_at = NOW(3)
                  WHERE event_type = ?
-                   AND (paused <> COALESCE(?, paused) OR concurrency <> COALESCE(?, concurrency))"
+                   AND (paused <> COALESCE(?, paused) OR concurrency <> COALESCE(?, concurrency)
+                    OR rate_limit <> COALESCE(?, rate_limit)
+                    OR rate_window_ms <> COALESCE(?, rate_window_ms))"
             ),
             limit_lock: format!(
-                "SELECT CAST(concurrency AS SIGNED) FROM {tq}
-                 WHERE event_type = ? AND paused = 0 AND concurrency > 0 FOR UPDATE"
+                "SELECT CAST(concurrency AS SIGNED), CAST(rate_limit AS SIGNED),
+                    CAST(rate_window_ms AS SIGNED) FROM {tq}
+                 WHERE event_type = ? AND paused = 0 AND (concurrency > 0 OR rate_limit > 0)
+                 FOR UPDATE"
+            ),
+            rate_used: format!(
+                "SELECT CAST(COALESCE(SUM(starts), 0) AS SIGNED) FROM {tr}
+                 WHERE event_type = ? AND at > NOW(3) - INTERVAL ? MICROSECOND"
+            ),
+            rate_record: format!(
+                "INSERT INTO {tr} (event_type, at, starts) VALUES (?, NOW(3), ?)"
+            ),
+            rate_trim: format!(
+                "DELETE FROM {tr} WHERE event_type = ? AND at <= NOW(3) - INTERVAL ? MICROSECOND"
             ),
             running_count: format!(
                 "SELECT COUNT(*) FROM {t} FORCE INDEX (ix_claim_type)
@@ -327,11 +355,13 @@ impl Sql {
             ),
             queue_get: format!(
                 "SELECT event_type, CAST(paused AS SIGNED), updated_at,
-                    CAST(concurrency AS SIGNED) FROM {tq} WHERE event_type = ?"
+                    CAST(concurrency AS SIGNED), CAST(rate_limit AS SIGNED),
+                    CAST(rate_window_ms AS SIGNED) FROM {tq} WHERE event_type = ?"
             ),
             queues: format!(
                 "SELECT event_type, CAST(paused AS SIGNED), updated_at,
-                    CAST(concurrency AS SIGNED) FROM {tq}"
+                    CAST(concurrency AS SIGNED), CAST(rate_limit AS SIGNED),
+                    CAST(rate_window_ms AS SIGNED) FROM {tq}"
             ),
             queue_log: format!(
                 "SELECT {QUEUE_AUDIT_COLUMNS} FROM {tqa} WHERE event_type = ? ORDER BY id"

@@ -758,15 +758,17 @@ impl Driver for PgDriver {
         change: QueueChange,
         audit: Checked<&Audit>,
     ) -> Result<Queue> {
-        let (paused, concurrency) = change.columns();
+        let c = change.columns();
         let action = change.action();
-        let params: [&dyn Param; 6] = [
+        let params: [&dyn Param; 8] = [
             &*event_type,
-            &paused,
+            &c.paused,
             &action,
             &audit.operator,
             &audit.reason,
-            &concurrency,
+            &c.concurrency,
+            &c.rate_limit,
+            &c.rate_window_ms,
         ];
         let mut rows = self.query(&self.sql.queue_set, &params).await?;
         if rows.is_empty() {

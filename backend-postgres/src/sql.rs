@@ -33,7 +33,7 @@ const RESET_STATUS: &str = "CASE WHEN order_key IS NULL THEN 0 ELSE 5 END";
 const LEVELS: &str = "'{0,1,2,3,4}'::smallint[]";
 
 mod claims;
-use claims::{claim, claim_marking, one_type};
+use claims::{claim_limited, claim_marking, one_type};
 
 /// The notification channel of `schema.table`: the qualified name, or when that is
 /// longer than PostgreSQL's 63-byte identifiers, a prefix of it and a stable hash.
@@ -238,12 +238,14 @@ impl Sql {
         let tsa = format!("\"{schema}\".\"{table}_saga_audit\"");
         let tq = format!("\"{schema}\".\"{table}_queues\"");
         let tqa = format!("\"{schema}\".\"{table}_queue_audit\"");
+        let tr = format!("\"{schema}\".\"{table}_rate\"");
         // a claim by id passes a task of a paused or limited type by (`set_queue`)
         let running = format!(
             "NOT EXISTS (SELECT 1 FROM {tq} q WHERE q.event_type = {t}.event_type
-                AND (q.paused = 1 OR q.concurrency > 0))"
+                AND (q.paused = 1 OR q.concurrency > 0 OR q.rate_limit > 0))"
         );
-        let qcols = "event_type::text, paused::bigint, updated_at, concurrency::bigint";
+        let qcols = "event_type::text, paused::bigint, updated_at, concurrency::bigint,
+            rate_limit::bigint, rate_window_ms::bigint";
         let tc = t_columns();
         // core's insert_params: $1 event_type $2 biz_key $3 payload $4 max_attempts
         // $5 strategy $6 interval_ms $7 max_interval_ms $8 delay_ms $9 run_at (NULL: use
@@ -329,7 +331,8 @@ impl Sql {
                     AS r(e, k, p, m, s, i, x, d, a, r, j, b, t, o)
                 JOIN f ON f.i = ($3::int[])[r.o]
                 CROSS JOIN LATERAL (SELECT CASE WHEN NOT EXISTS (
-                    SELECT 1 FROM {tq} WHERE event_type = r.e AND (paused = 1 OR concurrency > 0))
+                    SELECT 1 FROM {tq} WHERE event_type = r.e
+                        AND (paused = 1 OR concurrency > 0 OR rate_limit > 0))
                     THEN f.c END AS c) AS w
                 {on_conflict}
                 RETURNING {tc}),
@@ -378,6 +381,7 @@ impl Sql {
                     ("saga_audit", tsa.clone()),
                     ("queues", tq.clone()),
                     ("queue_audit", tqa.clone()),
+                    ("rate", tr.clone()),
                     ("table", table.to_owned()),
                     ("schema", schema.to_owned()),
                 ],
@@ -472,19 +476,25 @@ impl Sql {
             // says (the resume of a type never paused)
             queue_set: format!(
                 "WITH up AS (
-                    INSERT INTO {tq} AS q (event_type, paused, concurrency, updated_at)
-                    VALUES ($1, COALESCE($2::smallint, 0), COALESCE($6::int, 0), now())
+                    INSERT INTO {tq} AS q (event_type, paused, concurrency, rate_limit,
+                        rate_window_ms, updated_at)
+                    VALUES ($1, COALESCE($2::smallint, 0), COALESCE($6::int, 0),
+                        COALESCE($7::int, 0), COALESCE($8::bigint, 0), now())
                     ON CONFLICT (event_type) DO UPDATE SET
                         paused = COALESCE($2::smallint, q.paused),
-                        concurrency = COALESCE($6::int, q.concurrency), updated_at = now()
+                        concurrency = COALESCE($6::int, q.concurrency),
+                        rate_limit = COALESCE($7::int, q.rate_limit),
+                        rate_window_ms = COALESCE($8::bigint, q.rate_window_ms), updated_at = now()
                     WHERE q.paused <> COALESCE($2::smallint, q.paused)
                         OR q.concurrency <> COALESCE($6::int, q.concurrency)
+                        OR q.rate_limit <> COALESCE($7::int, q.rate_limit)
+                        OR q.rate_window_ms <> COALESCE($8::bigint, q.rate_window_ms)
                     RETURNING {qcols}, xmax = 0 AS fresh),
                  a AS (
                     INSERT INTO {tqa} (event_type, action, operator, reason, at)
                     SELECT $1, $3, $4, $5, now() FROM up
                     WHERE NOT up.fresh OR COALESCE($2::smallint, 0) <> 0
-                        OR COALESCE($6::int, 0) <> 0)
+                        OR COALESCE($6::int, 0) <> 0 OR COALESCE($7::int, 0) <> 0)
                  SELECT {qcols} FROM up"
             ),
             queue_get: format!("SELECT {qcols} FROM {tq} WHERE event_type = $1"),
@@ -595,12 +605,13 @@ impl Sql {
             claim_one_type: claim_marking(
                 &t,
                 &tq,
+                &tr,
                 &tc,
                 &one_type(
                     &t,
                     &format!(
                         "WHERE NOT EXISTS (SELECT 1 FROM {tq} WHERE event_type = $2
-                            AND (paused = 1 OR concurrency > 0))"
+                            AND (paused = 1 OR concurrency > 0 OR rate_limit > 0))"
                     ),
                     "$3",
                 ),
@@ -613,6 +624,7 @@ impl Sql {
             claim_many_types: claim_marking(
                 &t,
                 &tq,
+                &tr,
                 &tc,
                 &format!(
                     "SELECT w.id FROM unnest($2::text[]) AS et(event_type)
@@ -626,7 +638,7 @@ impl Sql {
                         FOR UPDATE SKIP LOCKED) AS w
                     WHERE NOT EXISTS (
                         SELECT 1 FROM {tq} q WHERE q.event_type = et.event_type
-                            AND (q.paused = 1 OR q.concurrency > 0))
+                            AND (q.paused = 1 OR q.concurrency > 0 OR q.rate_limit > 0))
                     ORDER BY p.priority, w.next_run_at, w.id
                     LIMIT $3"
                 ),
@@ -635,26 +647,18 @@ impl Sql {
             // $1 event type: a limited type's queue row, locked until the claim's
             // transaction ends (claims of the type, on every instance, take turns).
             limit_lock: format!(
-                "SELECT 1 FROM {tq} WHERE event_type = $1 AND concurrency > 0 FOR UPDATE"
+                "SELECT 1 FROM {tq} WHERE event_type = $1 AND (concurrency > 0 OR rate_limit > 0)
+                 FOR UPDATE"
             ),
             // $1 owner $2 event type $3 limit: as claim_one_type, at most the room under
-            // the type's limit (none if it is paused or no longer limited), the running
-            // tasks counted by this statement (after `limit_lock`: its snapshot sees every
-            // claim of the type committed before it got the lock).
-            claim_limited: claim(
-                &t,
-                &tc,
-                &one_type(
-                    &t,
-                    "",
-                    &format!(
-                        "LEAST($3, GREATEST((
-                            SELECT concurrency FROM {tq} WHERE event_type = $2 AND paused = 0
-                                AND concurrency > 0) - (
-                            SELECT count(*) FROM {t} WHERE status = 3 AND event_type = $2), 0))"
-                    ),
-                ),
-            ),
+            // the type's limits (core's `Gate`; none if it is paused or no longer
+            // limited), the running tasks and the window's starts counted by this
+            // statement (after `limit_lock`: its snapshot sees every claim of the type
+            // committed before it got the lock); a rate-limited type's claim adds its row
+            // to the ledger and deletes the rows its window has passed. The ledger's
+            // times are the clock's, not the transaction's start: the claim may have
+            // waited for the lock.
+            claim_limited: claim_limited(&t, &tq, &tr, &tc),
             // $1 older_than ms, $2 limit. Status and age re-checked on the row itself.
             // The rows by id, as a claim's (see `claim`): never a join the generic plan
             // could turn into a walk of the primary key. Answers one row: those put back

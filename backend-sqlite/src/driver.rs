@@ -209,27 +209,41 @@ impl Driver for SqliteDriver {
             // one statement, each limited type's in its own, up to its room
             let mut probe = tx.prepare_cached(&sql.due_levels)?;
             let mut open: (Vec<&String>, Vec<(usize, usize)>) = (Vec::new(), Vec::new());
-            let mut limited: Vec<(&String, Vec<usize>, i64)> = Vec::new();
+            let mut limited: Vec<(&String, Vec<usize>, i64, Gate)> = Vec::new();
             for t in &types {
-                let (levels, room) = probe.query_row(params![t, now], |r| {
+                let (levels, gate) = probe.query_row(params![t, now], |r| {
                     let levels = (0..PRIORITY_LEVELS)
                         .map(|i| r.get::<_, Option<i64>>(i))
                         .collect::<rusqlite::Result<Vec<_>>>()?;
-                    Ok((levels, r.get::<_, Option<i64>>(PRIORITY_LEVELS)?))
+                    let int = |i: usize| r.get::<_, Option<i64>>(PRIORITY_LEVELS + i);
+                    let gate = match (int(0)?, int(1)?, int(2)?) {
+                        (Some(concurrency), Some(rate_limit), Some(rate_window_ms)) => {
+                            let gate = Gate {
+                                concurrency,
+                                rate_limit,
+                                rate_window_ms,
+                            };
+                            let room =
+                                gate.room(usize::MAX, int(3)?.unwrap_or(0), int(4)?.unwrap_or(0));
+                            Some((gate, i64::try_from(room).unwrap_or(i64::MAX)))
+                        }
+                        _ => None,
+                    };
+                    Ok((levels, gate))
                 })?;
                 let present: Vec<usize> = levels
                     .into_iter()
                     .flatten()
                     .filter_map(|l| usize::try_from(l).ok())
                     .collect();
-                match room {
+                match gate {
                     _ if present.is_empty() => {}
                     None => {
                         open.1
                             .extend(present.into_iter().map(|l| (open.0.len(), l)));
                         open.0.push(t);
                     }
-                    Some(room) if room > 0 => limited.push((t, present, room)),
+                    Some((gate, room)) if room > 0 => limited.push((t, present, room, gate)),
                     Some(_) => {}
                 }
             }
@@ -240,14 +254,22 @@ impl Driver for SqliteDriver {
                 values.extend(open.0.iter().map(|t| *t as &dyn rusqlite::ToSql));
                 claimed = tasks(&mut stmt, values.as_slice())?;
             }
-            for (t, levels, room) in limited {
+            for (t, levels, room, gate) in limited {
                 let left = (limit - claimed.len() as i64).min(room);
                 if left <= 0 {
                     break;
                 }
                 let walks: Vec<(usize, usize)> = levels.into_iter().map(|l| (0, l)).collect();
                 let mut stmt = tx.prepare_cached(&sql.claim_batch(&walks))?;
-                claimed.extend(tasks(&mut stmt, params![owner, now, left, t])?);
+                let these = tasks(&mut stmt, params![owner, now, left, t])?;
+                if gate.counts_starts() && !these.is_empty() {
+                    let n = these.len() as i64;
+                    tx.prepare_cached(&sql.rate_record)?
+                        .execute(params![t, now, n])?;
+                    tx.prepare_cached(&sql.rate_trim)?
+                        .execute(params![t, now - gate.rate_window_ms])?;
+                }
+                claimed.extend(these);
             }
             Ok(claimed)
         })
@@ -663,12 +685,16 @@ impl Driver for SqliteDriver {
     ) -> Result<Queue> {
         let event_type = (*event_type).to_owned();
         let audit: Audit = (*audit).clone();
-        let (paused, concurrency) = change.columns();
+        let c = change.columns();
+        let columns = (c.paused, c.concurrency, c.rate_limit, c.rate_window_ms);
         self.write("set_queue", move |sql, tx, now| {
+            let (paused, concurrency, rate, window) = columns;
             let inserted = tx.prepare_cached(&sql.queue_insert)?.execute(params![
                 event_type,
                 paused,
                 concurrency,
+                rate,
+                window,
                 now
             ])? > 0;
             let changed = if inserted {
@@ -678,6 +704,8 @@ impl Driver for SqliteDriver {
                     event_type,
                     paused,
                     concurrency,
+                    rate,
+                    window,
                     now
                 ])? > 0
             };

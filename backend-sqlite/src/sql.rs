@@ -56,15 +56,19 @@ pub(crate) struct Sql {
     /// The version table's statements and the migrations.
     pub schema: SchemaSql,
     /// ?1 event type ?2 now: which priority levels have a due task (see `claim_batch`);
-    /// none of a paused type; then the room under the type's concurrency limit (NULL:
-    /// no limit).
+    /// none of a paused type; then, for a limited type, its concurrency, rate limit,
+    /// window ms, running tasks and starts in the window (NULLs: not limited).
     pub due_levels: String,
-    /// ?1 event type ?2 paused ?3 concurrency (NULL: 0) ?4 now: the queue's row,
-    /// unless it has one.
+    /// ?1 event type ?2 paused ?3 concurrency ?4 rate limit ?5 window ms (NULL: 0) ?6
+    /// now: the queue's row, unless it has one.
     pub queue_insert: String,
-    /// ?1 event type ?2 paused ?3 concurrency (NULL: as it is) ?4 now: the queue's
-    /// settings, where they differ.
+    /// ?1 event type ?2 paused ?3 concurrency ?4 rate limit ?5 window ms (NULL: as they
+    /// are) ?6 now: the queue's settings, where they differ.
     pub queue_update: String,
+    /// ?1 event type ?2 now ?3 starts: a claim's row in the rate limits' ledger.
+    pub rate_record: String,
+    /// ?1 event type ?2 cutoff: the type's ledger rows the window has passed, deleted.
+    pub rate_trim: String,
     /// ?1 event type ?2 action ?3 operator ?4 reason ?5 now: an entry of the queues' log.
     pub queue_audit: String,
     /// ?1 event type: the queue's row.
@@ -223,10 +227,11 @@ impl Sql {
         let tsa = format!("\"{table}_saga_audit\"");
         let tq = format!("\"{table}_queues\"");
         let tqa = format!("\"{table}_queue_audit\"");
+        let tr = format!("\"{table}_rate\"");
         // a claim by id passes a task of a paused or limited type by (`set_queue`)
         let running = format!(
             "NOT EXISTS (SELECT 1 FROM {tq} WHERE {tq}.event_type = {t}.event_type
-                AND ({tq}.paused = 1 OR {tq}.concurrency > 0))"
+                AND ({tq}.paused = 1 OR {tq}.concurrency > 0 OR {tq}.rate_limit > 0))"
         );
         // Every change to a running task is fenced by id, status and lease.
         let fenced = "WHERE id = ?2 AND status = 3 AND lease = ?3";
@@ -238,18 +243,24 @@ impl Sql {
         );
         Sql {
             table: t.clone(),
-            due_levels: Self::due_levels(&t, &tq),
+            due_levels: Self::due_levels(&t, &tq, &tr),
             queue_insert: format!(
-                "INSERT INTO {tq} (event_type, paused, concurrency, updated_at)
-                 VALUES (?1, COALESCE(?2, 0), COALESCE(?3, 0), ?4)
+                "INSERT INTO {tq} (event_type, paused, concurrency, rate_limit, rate_window_ms,
+                    updated_at)
+                 VALUES (?1, COALESCE(?2, 0), COALESCE(?3, 0), COALESCE(?4, 0), COALESCE(?5, 0), ?6)
                  ON CONFLICT (event_type) DO NOTHING"
             ),
             queue_update: format!(
                 "UPDATE {tq} SET paused = COALESCE(?2, paused),
-                    concurrency = COALESCE(?3, concurrency), updated_at = ?4
+                    concurrency = COALESCE(?3, concurrency), rate_limit = COALESCE(?4, rate_limit),
+                    rate_window_ms = COALESCE(?5, rate_window_ms), updated_at = ?6
                  WHERE event_type = ?1
-                   AND (paused <> COALESCE(?2, paused) OR concurrency <> COALESCE(?3, concurrency))"
+                   AND (paused <> COALESCE(?2, paused) OR concurrency <> COALESCE(?3, concurrency)
+                    OR rate_limit <> COALESCE(?4, rate_limit)
+                    OR rate_window_ms <> COALESCE(?5, rate_window_ms))"
             ),
+            rate_record: format!("INSERT INTO {tr} (event_type, at, starts) VALUES (?1, ?2, ?3)"),
+            rate_trim: format!("DELETE FROM {tr} WHERE event_type = ?1 AND at <= ?2"),
             queue_audit: format!(
                 "INSERT INTO {tqa} (event_type, action, operator, reason, at)
                  VALUES (?1, ?2, ?3, ?4, ?5)"
@@ -289,6 +300,7 @@ impl Sql {
                     ("saga_audit", tsa.clone()),
                     ("queues", tq.clone()),
                     ("queue_audit", tqa.clone()),
+                    ("rate", tr.clone()),
                     ("table", table.to_owned()),
                 ],
             },
@@ -578,10 +590,12 @@ impl Sql {
     /// Which priority levels of one event type have a due task: ?1 event type, ?2 now;
     /// one column per level, the level or NULL. One index dive per level (a few
     /// microseconds each), so the claim walks only the levels that have work: almost
-    /// always one, none on an idle poll. The last column is the room under the type's
-    /// concurrency limit (its limit less its running tasks; NULL when it has none),
-    /// read in the claim's write transaction: no other claim counts in between.
-    fn due_levels(t: &str, tq: &str) -> String {
+    /// always one, none on an idle poll. The last five columns are a limited type's
+    /// gate (`Gate`): its concurrency, rate limit and window, its running tasks (when
+    /// it has a concurrency limit) and its starts in the window (when it has a rate),
+    /// NULLs when it is not limited; read in the claim's write transaction: no other
+    /// claim counts in between.
+    fn due_levels(t: &str, tq: &str, tr: &str) -> String {
         let probes = (0..PRIORITY_LEVELS)
             .map(|level| {
                 format!(
@@ -595,9 +609,14 @@ impl Sql {
             .collect::<Vec<_>>()
             .join(", ");
         format!(
-            "SELECT {probes}, (SELECT q.concurrency - (
-                    SELECT count(*) FROM {t} WHERE status = 3 AND event_type = ?1)
-                FROM {tq} q WHERE q.event_type = ?1 AND q.concurrency > 0)"
+            "SELECT {probes}, q.concurrency, q.rate_limit, q.rate_window_ms,
+                CASE WHEN q.concurrency > 0 THEN (
+                    SELECT count(*) FROM {t} WHERE status = 3 AND event_type = ?1) END,
+                CASE WHEN q.rate_limit > 0 THEN (
+                    SELECT COALESCE(SUM(starts), 0) FROM {tr}
+                    WHERE event_type = ?1 AND at > ?2 - q.rate_window_ms) END
+             FROM (SELECT 1) LEFT JOIN {tq} q
+                ON q.event_type = ?1 AND (q.concurrency > 0 OR q.rate_limit > 0)"
         )
     }
 

@@ -309,8 +309,8 @@ async fn run(cli: Cli) -> Outcome {
                 println!(
                     "migrated to schema version {1}: tables {0}, {0}_inbox, {0}_audit, \
                      {0}_keys, {0}_handlers, {0}_barrier, {0}_saga, {0}_saga_step, \
-                     {0}_saga_audit, {0}_queues and {0}_queue_audit are in place (versions in \
-                     {0}_migrations)",
+                     {0}_saga_audit, {0}_queues, {0}_queue_audit and {0}_rate are in place \
+                     (versions in {0}_migrations)",
                     cli.table,
                     backstop::driver::schema::LATEST
                 );

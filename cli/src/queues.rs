@@ -1,5 +1,5 @@
-//! `backstop queues`: each event type's queue (paused or running, its concurrency limit,
-//! its backlog), and an operator's pause, resume or limit of one
+//! `backstop queues`: each event type's queue (paused or running, its concurrency and
+//! rate limits, its backlog), and an operator's pause, resume or limit of one
 //! ([`TaskStore::set_queue`]), audited.
 //!
 //! A change asks no confirmation: it is undone by its opposite, and each is logged with
@@ -33,6 +33,15 @@ pub(crate) enum QueuesCommand {
         args: QueueArgs,
         /// The limit (1 to 100000), or `off`.
         limit: String,
+    },
+    /// Set the event type's rate limit (at most N of its tasks start in any window,
+    /// across every instance), or remove it with `off`.
+    Rate {
+        #[command(flatten)]
+        args: QueueArgs,
+        /// `N/WINDOW` (`100/1m`, `5/30s`; N 1 to 100000, the window 1s to 1d), or
+        /// `off`.
+        rate: String,
     },
 }
 
@@ -108,6 +117,23 @@ pub(crate) async fn run(store: &AnyStore, command: QueuesCommand, json: bool) ->
             };
             change(store, QueueChange::Concurrency(n), args, json).await
         }
+        QueuesCommand::Rate { args, rate } => {
+            let bad = |why: String| backstop::Error::invalid_input("set_queue", why);
+            let r = match rate.split_once('/') {
+                None if rate == "off" => None,
+                None => {
+                    return Err(
+                        bad(format!("rate: {rate:?} is not N/WINDOW (100/1m) or off")).into(),
+                    )
+                }
+                Some((n, per)) => Some(backstop::RateLimit::new(
+                    n.parse()
+                        .map_err(|_| bad(format!("rate: {n:?} is not a number of starts")))?,
+                    backstop::console::ops::parse_age(per)?,
+                )),
+            };
+            change(store, QueueChange::Rate(r), args, json).await
+        }
     }
 }
 
@@ -115,15 +141,29 @@ async fn change(store: &AnyStore, change: QueueChange, a: QueueArgs, json: bool)
     let audit = Audit::new(crate::operator(a.operator), a.reason);
     let q = store.set_queue(&a.event_type, change, &audit).await?;
     let state = if q.paused { "paused" } else { "active" };
-    let limit = q
-        .concurrency
-        .map_or("no limit".to_owned(), |n| format!("at most {n} at once"));
+    let mut limits = Vec::new();
+    if let Some(n) = q.concurrency {
+        limits.push(format!("at most {n} at once"));
+    }
+    if let Some(r) = q.rate {
+        limits.push(format!(
+            "at most {} starts per {}s",
+            r.starts,
+            r.per.as_secs()
+        ));
+    }
+    let limit = if limits.is_empty() {
+        "no limit".to_owned()
+    } else {
+        limits.join(", ")
+    };
     if json {
         println!(
             "{}",
             serde_json::json!({
                 "action": change.action(), "event_type": q.event_type, "paused": q.paused,
                 "concurrency": q.concurrency, "changed_at": q.updated_at.to_rfc3339(),
+                "rate": q.rate.map(|r| serde_json::json!({"starts": r.starts, "per_secs": r.per.as_secs()})),
             })
         );
     } else {
@@ -158,7 +198,7 @@ fn print_queues(views: &[QueueView]) {
         rows.push(vec![
             v.event_type.clone(),
             if v.paused { "paused" } else { "active" }.into(),
-            v.concurrency.map_or("-".into(), |n| n.to_string()),
+            backstop::console::queues::limits_text(v),
             v.pending.to_string(),
             v.running.to_string(),
             v.failed.to_string(),

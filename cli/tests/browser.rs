@@ -449,13 +449,20 @@ fn the_standalone_console_lists_opens_and_resets_a_failed_task_in_a_browser() {
     let ops = backstop::Audit::new("ops", "the mail relay takes five");
     rt.block_on(store.set_queue("SEND_EMAIL", limit, &ops))
         .unwrap();
+    let rate =
+        backstop::QueueChange::Rate(Some(backstop::RateLimit::new(100, Duration::from_secs(60))));
+    rt.block_on(store.set_queue("SEND_EMAIL", rate, &ops))
+        .unwrap();
     b.click("nav a[href='/queues']");
     let queues = b.wait_for("the queues", |p| p.contains("<h1>Queues</h1>"));
     assert!(
         queues.contains("CHARGE") && queues.contains("SEND_EMAIL"),
         "{queues}"
     );
-    assert!(queues.contains("<td class=\"limit\">5</td>"), "{queues}");
+    assert!(
+        queues.contains("<td class=\"limit\">5 at once, 100 per 60s</td>"),
+        "{queues}"
+    );
     b.type_into(
         "form[action='/queues/CHARGE/pause'] input[name=reason]",
         "card processor maintenance",

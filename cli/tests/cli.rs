@@ -764,6 +764,35 @@ async fn pauses_lists_and_resumes_queues() {
             .map(|e| e["action"].as_str().unwrap())
             .collect();
         assert_eq!(actions, ["concurrency 2", "concurrency off"], "{shown}");
+
+        // a rate limit: set, listed, refused out of bounds, removed
+        let out = db.cli(&["queues", "rate", "SEND_SMS", "100/1m", "--reason", "quota"]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert!(
+            stdout(&out).contains("at most 100 starts per 60s"),
+            "{}",
+            stdout(&out)
+        );
+        let all = db.json(&["queues", "list"]);
+        assert_eq!(
+            all[1]["rate"],
+            serde_json::json!({"starts": 100, "per_secs": 60}),
+            "{all}"
+        );
+        let text = stdout(&db.cli(&["queues", "list"]));
+        assert!(text.contains("100 per 60s"), "{text}");
+        for bad in ["0/1m", "5/500ms", "5/2d", "many", "5/often"] {
+            let out = db.cli(&["queues", "rate", "SEND_SMS", bad]);
+            assert_eq!(code(&out), 2, "{bad}: {}", stderr(&out));
+        }
+        let sms = db.store.queues().await.unwrap();
+        assert_eq!(
+            sms[1].rate.map(|r| (r.starts, r.per.as_secs())),
+            Some((100, 60)),
+            "nothing written"
+        );
+        let done = db.json(&["queues", "rate", "SEND_SMS", "off"]);
+        assert_eq!(done["rate"], serde_json::Value::Null, "{done}");
     }
 }
 

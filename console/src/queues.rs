@@ -1,10 +1,10 @@
 //! The queues an operator sees: every event type the fleet knows — handled by an engine,
 //! holding tasks, or set by an operator — with its settings (paused or running, its
-//! global concurrency limit) and its backlog. Shared by `backstop queues list` and the console's queues view.
+//! global concurrency and rate limits) and its backlog. Shared by `backstop queues list` and the console's queues view.
 
 use std::collections::BTreeMap;
 
-use backstop_core::{QueueLogEntry, Result, Status, TaskStore};
+use backstop_core::{QueueLogEntry, RateLimit, Result, Status, TaskStore};
 use chrono::{DateTime, Utc};
 
 /// One event type's queue, as an operator sees it.
@@ -17,6 +17,8 @@ pub struct QueueView {
     pub paused: bool,
     /// Its global concurrency limit, if it has one.
     pub concurrency: Option<u32>,
+    /// Its rate limit, if it has one.
+    pub rate: Option<RateLimit>,
     /// When its setting last changed, if an operator ever set it.
     pub changed_at: Option<DateTime<Utc>>,
     /// When an engine with a handler for it last said it runs, if any ever did.
@@ -29,29 +31,36 @@ pub struct QueueView {
     pub failed: u64,
 }
 
-/// Every queue: the union of the types with settings, with a handler, and with tasks in
-/// the backlog (pending, running, failed, cancelled), by name. Three reads: the settings,
-/// the handlers registry and the backlog (through the status indexes).
-pub async fn queue_views<S: TaskStore + ?Sized>(store: &S) -> Result<Vec<QueueView>> {
-    let mut views: BTreeMap<String, QueueView> = BTreeMap::new();
-    let view = |event_type: &str| -> QueueView {
+impl QueueView {
+    /// The queue of `event_type` with nothing set and nothing in it.
+    pub fn named(event_type: &str) -> QueueView {
         QueueView {
             event_type: event_type.to_owned(),
             paused: false,
             concurrency: None,
+            rate: None,
             changed_at: None,
             handled_at: None,
             pending: 0,
             running: 0,
             failed: 0,
         }
-    };
+    }
+}
+
+/// Every queue: the union of the types with settings, with a handler, and with tasks in
+/// the backlog (pending, running, failed, cancelled), by name. Three reads: the settings,
+/// the handlers registry and the backlog (through the status indexes).
+pub async fn queue_views<S: TaskStore + ?Sized>(store: &S) -> Result<Vec<QueueView>> {
+    let mut views: BTreeMap<String, QueueView> = BTreeMap::new();
+    let view = QueueView::named;
     for q in store.queues().await? {
         let v = views
             .entry(q.event_type.clone())
             .or_insert_with(|| view(&q.event_type));
         v.paused = q.paused;
         v.concurrency = q.concurrency;
+        v.rate = q.rate;
         v.changed_at = Some(q.updated_at);
     }
     for h in store.event_types().await? {
@@ -74,12 +83,36 @@ pub async fn queue_views<S: TaskStore + ?Sized>(store: &S) -> Result<Vec<QueueVi
     Ok(views.into_values().collect())
 }
 
+/// A queue's limits in words: `3 at once, 100 per 60s`, `100 per 60s`, or `-` for none.
+///
+/// ```
+/// # use backstop_console::queues::limits_text;
+/// # let mut v = backstop_console::queues::QueueView::named("E");
+/// v.concurrency = Some(3);
+/// assert_eq!(limits_text(&v), "3 at once");
+/// ```
+pub fn limits_text(q: &QueueView) -> String {
+    let mut parts = Vec::new();
+    if let Some(n) = q.concurrency {
+        parts.push(format!("{n} at once"));
+    }
+    if let Some(r) = q.rate {
+        parts.push(format!("{} per {}s", r.starts, r.per.as_secs()));
+    }
+    if parts.is_empty() {
+        "-".to_owned()
+    } else {
+        parts.join(", ")
+    }
+}
+
 /// A queue as JSON, for scripts and the console's API.
 pub fn queue_json(q: &QueueView) -> serde_json::Value {
     serde_json::json!({
         "event_type": q.event_type,
         "paused": q.paused,
         "concurrency": q.concurrency,
+        "rate": q.rate.map(|r| serde_json::json!({"starts": r.starts, "per_secs": r.per.as_secs()})),
         "changed_at": q.changed_at.map(|t| t.to_rfc3339()),
         "handled_at": q.handled_at.map(|t| t.to_rfc3339()),
         "pending": q.pending,

@@ -871,12 +871,16 @@ async fn queues_pause_and_resume_audited_for_admins_only() {
         .unwrap();
     let page = send(&app, get("/queues", Some(READ))).await;
     assert!(
-        page.body.contains("<td class=limit>7</td>"),
+        page.body.contains("<td class=limit>7 at once</td>"),
         "{}",
         page.body
     );
     let detail = send(&app, get("/queues/SEND_EMAIL", Some(READ))).await;
-    assert!(detail.body.contains("(limit 7 at once)"), "{}", detail.body);
+    assert!(
+        detail.body.contains("(limits: 7 at once)"),
+        "{}",
+        detail.body
+    );
     assert!(
         detail.body.contains("concurrency 7"),
         "logged: {}",

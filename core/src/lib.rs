@@ -40,11 +40,12 @@ pub use limits::StoreConfig;
 pub use model::{
     Audit, AuditEntry, Backoff, Barrier, BarrierRecord, BranchCall, BranchOp, Dedup, Due, Enqueued,
     EventTypeSeen, Lease, Mark, MarkAction, NewTask, NudgeTask, OnDuplicate, Owner, Priority,
-    Queue, QueueChange, QueueLogEntry, ReconcileTask, Recycled, RetryPolicy, Saga, SagaCommand,
-    SagaCount, SagaDef, SagaDefBuilder, SagaFilter, SagaId, SagaLogEntry, SagaStart, SagaStarted,
-    SagaStatus, SagaStep, SagaStepRecord, Stats, Status, StatusCount, StepApplied, StepOutcome,
-    StepPhase, StepReport, StepRole, StepState, StepTask, Task, TaskEdit, TaskFilter, TaskId,
-    TccDefBuilder, Throughput, WhenParked, MAX_CONCURRENCY,
+    Queue, QueueChange, QueueColumns, QueueLogEntry, RateLimit, ReconcileTask, Recycled,
+    RetryPolicy, Saga, SagaCommand, SagaCount, SagaDef, SagaDefBuilder, SagaFilter, SagaId,
+    SagaLogEntry, SagaStart, SagaStarted, SagaStatus, SagaStep, SagaStepRecord, Stats, Status,
+    StatusCount, StepApplied, StepOutcome, StepPhase, StepReport, StepRole, StepState, StepTask,
+    Task, TaskEdit, TaskFilter, TaskId, TccDefBuilder, Throughput, WhenParked, MAX_CONCURRENCY,
+    MAX_RATE_WINDOW,
 };
 pub use notify::{Notifier, Wake, Wakes};
 pub use schedule::{Missed, Periodic, Schedule};

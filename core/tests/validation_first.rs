@@ -573,6 +573,19 @@ async fn invalid_input_reaches_no_driver() {
         assert!(e.to_string().contains("concurrency"), "{e}");
         refused(Err::<(), _>(e), "set_queue");
     }
+    for (n, per) in [
+        (0, Duration::from_secs(60)),
+        (backstop_core::MAX_CONCURRENCY + 1, Duration::from_secs(60)),
+        (1, Duration::ZERO),
+        (1, Duration::from_millis(999)),
+        (1, Duration::from_millis(1001)),
+        (1, backstop_core::MAX_RATE_WINDOW + Duration::from_secs(1)),
+    ] {
+        let change = QueueChange::Rate(Some(backstop_core::RateLimit::new(n, per)));
+        let e = s.set_queue("MAIL", change, &ok).await.expect_err("refused");
+        assert!(e.to_string().contains("rate"), "{e}");
+        refused(Err::<(), _>(e), "set_queue");
+    }
     for edit in [
         TaskEdit::default(),
         TaskEdit::run_in(MAX_INTERVAL + Duration::from_secs(1)),

@@ -100,7 +100,7 @@ impl Sql {
     /// the store refuses others before they get here). The probe runs before the
     /// transaction: if it fails, no transaction was opened.
     pub fn claim_begin(&self, event_types: &[String]) -> Option<String> {
-        let (t, q) = (&self.table, &self.queues_table);
+        let (t, q, r) = (&self.table, &self.queues_table, &self.rate_table);
         let mut probes = Vec::new();
         let mut vars = Vec::new();
         for (i, e) in event_types.iter().enumerate() {
@@ -117,7 +117,7 @@ impl Sql {
             for level in 0..PRIORITY_LEVELS {
                 probes.push(format!(
                     "({} AND NOT EXISTS (SELECT 1 FROM {q} WHERE event_type = '{e}'
-                        AND (paused = 1 OR concurrency > 0))
+                        AND (paused = 1 OR concurrency > 0 OR rate_limit > 0))
                       LIMIT 1)",
                     due(level)
                 ));
@@ -127,9 +127,13 @@ impl Sql {
                 .map(|l| format!("EXISTS ({})", due(l)))
                 .collect();
             probes.push(format!(
-                "(SELECT 1 FROM {q} WHERE event_type = '{e}' AND paused = 0 AND concurrency > 0
-                    AND concurrency > (SELECT COUNT(*) FROM {t} FORCE INDEX (ix_claim_type)
-                        WHERE status = 3 AND event_type = '{e}')
+                "(SELECT 1 FROM {q} WHERE event_type = '{e}' AND paused = 0
+                    AND (concurrency > 0 OR rate_limit > 0)
+                    AND (concurrency = 0 OR concurrency > (SELECT COUNT(*) FROM {t}
+                        FORCE INDEX (ix_claim_type) WHERE status = 3 AND event_type = '{e}'))
+                    AND (rate_limit = 0 OR rate_limit > (SELECT COALESCE(SUM(starts), 0)
+                        FROM {r} WHERE event_type = '{e}'
+                          AND at > NOW(3) - INTERVAL rate_window_ms * 1000 MICROSECOND))
                     AND ({}))",
                 any_due.join(" OR ")
             ));

@@ -52,20 +52,71 @@ pub(super) fn one_type(t: &str, filter: &str, limit: &str) -> String {
 /// a concurrency limit, which `picked` passes by and the driver claims each in a
 /// transaction of its own (`limit_lock`, `claim_limited`): the claim learns of them in
 /// its one round trip.
-pub(super) fn claim_marking(t: &str, tq: &str, tc: &str, picked: &str, limited: &str) -> String {
+pub(super) fn claim_marking(
+    t: &str,
+    tq: &str,
+    tr: &str,
+    tc: &str,
+    picked: &str,
+    limited: &str,
+) -> String {
     format!(
         "WITH c AS ({claim})
          SELECT c.*, NULL::text FROM c
          UNION ALL
          SELECT c.*, q.event_type::text FROM {tq} q LEFT JOIN c ON false
-         WHERE {limited} AND q.paused = 0 AND q.concurrency > 0
-           AND q.concurrency > (SELECT count(*) FROM {t} WHERE status = 3
-                AND event_type = q.event_type)
+         WHERE {limited} AND q.paused = 0 AND (q.concurrency > 0 OR q.rate_limit > 0)
+           AND (q.concurrency = 0 OR q.concurrency > (SELECT count(*) FROM {t}
+                WHERE status = 3 AND event_type = q.event_type))
+           AND (q.rate_limit = 0 OR q.rate_limit > (SELECT COALESCE(sum(starts), 0)
+                FROM {tr} WHERE event_type = q.event_type
+                  AND at > clock_timestamp() - q.rate_window_ms {MS}))
            AND EXISTS (SELECT 1 FROM unnest({LEVELS}) AS p(priority)
                 CROSS JOIN LATERAL (SELECT 1 FROM {t} WHERE status = 0
                     AND event_type = q.event_type AND priority = p.priority
                     AND next_run_at <= now()
                     ORDER BY next_run_at, id LIMIT 1) AS d)",
         claim = claim(t, tc, picked)
+    )
+}
+
+/// The claim of a limited type (core's `Gate`): $1 owner, $2 event type, $3 limit. The
+/// queue's row `g` (none when paused or no longer limited: nothing is claimed) gives
+/// the room: the concurrency limit less the running tasks, the rate less the starts of
+/// the window in the ledger `tr`; a claim that took tasks of a rate-limited type adds
+/// its ledger row and deletes the rows its window has passed (all in one statement:
+/// PostgreSQL's data-modifying `WITH` runs each part once, on one snapshot).
+pub(super) fn claim_limited(t: &str, tq: &str, tr: &str, tc: &str) -> String {
+    let room = format!(
+        "CASE WHEN EXISTS (SELECT 1 FROM g) THEN LEAST($3,
+            CASE WHEN (SELECT concurrency FROM g) > 0 THEN GREATEST((SELECT concurrency FROM g)
+                - (SELECT count(*) FROM {t} WHERE status = 3 AND event_type = $2), 0)
+            ELSE $3 END,
+            CASE WHEN (SELECT rate_limit FROM g) > 0 THEN GREATEST((SELECT rate_limit FROM g)
+                - (SELECT COALESCE(sum(starts), 0) FROM {tr} WHERE event_type = $2
+                    AND at > clock_timestamp() - (SELECT rate_window_ms FROM g) {MS}), 0)
+            ELSE $3 END)
+         ELSE 0 END"
+    );
+    format!(
+        "WITH g AS (
+            SELECT concurrency, rate_limit, rate_window_ms FROM {tq}
+            WHERE event_type = $2 AND paused = 0 AND (concurrency > 0 OR rate_limit > 0)),
+         picked AS MATERIALIZED ({picked}),
+         c AS (
+            UPDATE {t} AS t SET status = 3, owner = $1, attempts = t.attempts + 1,
+                lease = t.lease + 1, updated_at = now()
+            WHERE t.id = ANY (ARRAY(SELECT id FROM picked))
+            RETURNING {tc}),
+         r AS (
+            INSERT INTO {tr} (event_type, at, starts)
+            SELECT $2, clock_timestamp(), count(*) FROM c
+            HAVING count(*) > 0 AND (SELECT rate_limit FROM g) > 0),
+         d AS (
+            DELETE FROM {tr} WHERE event_type = $2 AND EXISTS (SELECT 1 FROM c)
+              AND (SELECT rate_limit FROM g) > 0
+              AND at <= clock_timestamp() - (SELECT rate_window_ms FROM g) {MS})
+         SELECT * FROM c",
+        picked = one_type(t, "", &room),
     )
 }

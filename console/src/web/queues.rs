@@ -35,7 +35,8 @@ pub(super) async fn list<S: TaskStore + Clone + 'static>(
         "<p class=note>A queue is an event type. Pausing one stops every instance \
          claiming its tasks (enqueues go on, running tasks finish); resuming lets them run. \
          A limit caps how many of its tasks run at once across every instance \
-         (<code>backstop queues limit</code>).</p>",
+         (<code>backstop queues limit</code>), a rate how many start in any window \
+         (<code>backstop queues rate</code>).</p>",
     );
     if views.is_empty() {
         body.push_str("<p class=empty>No queues yet: no tasks, handlers or settings.</p>");
@@ -66,9 +67,9 @@ pub(super) async fn list<S: TaskStore + Clone + 'static>(
     page(&base, &caller, "Queues", &body).into_response()
 }
 
-/// A queue's concurrency limit as the page shows it.
+/// A queue's limits as the page shows them.
 fn limit(v: &QueueView) -> String {
-    v.concurrency.map_or("–".to_owned(), |n| n.to_string())
+    esc(&crate::queues::limits_text(v))
 }
 
 fn state(paused: bool) -> &'static str {
@@ -129,7 +130,10 @@ pub(super) async fn detail<S: TaskStore + Clone + 'static>(
             "<p>{} pending, {} running{}, {} failed · <a href=\"{b}/tasks?event_type={t}\">its tasks</a></p><p>{}</p>",
             v.pending,
             v.running,
-            v.concurrency.map_or(String::new(), |n| format!(" (limit {n} at once)")),
+            match limit(v).as_str() {
+                "-" => String::new(),
+                l => format!(" (limits: {l})"),
+            },
             v.failed,
             button(b, &caller, v)
         );

@@ -44,6 +44,7 @@ mod checks;
 mod classify;
 mod connect;
 mod enqueue;
+mod gate;
 mod insert;
 mod keys;
 mod plan;
@@ -97,6 +98,7 @@ pub(crate) use checks::{
 pub use classify::{mysql_error_kind, postgres_error_kind, sqlite_error_kind};
 pub use connect::ConnectFailure;
 pub use enqueue::{insert_params, EnqueuePlan, EnqueueSql, EnqueueStep, RunAt, INSERT_PARAMS};
+pub use gate::Gate;
 pub use insert::{Existing, InsertStep, Inserted, KeyedInsert};
 pub use keys::{release_order_keys, release_order_keys_blocking};
 pub use plan::TxPlan;
@@ -478,7 +480,7 @@ pub mod prelude {
         insert_params, list_sql, list_values, mark_rounds, millis,
         schema::{self, Migration},
         AgedBatch, Backend, BarrierPlan, Buckets, Change, Checked, Claim, ConnectFailure, Driver,
-        EnqueueBatch, EnqueuePlan, EnqueueSql, EnqueueStep, Existing, InsertStep, Inserted,
+        EnqueueBatch, EnqueuePlan, EnqueueSql, EnqueueStep, Existing, Gate, InsertStep, Inserted,
         KeyRelease, KeyedInsert, KeysRelease, KeysStep, ListArg, ListDialect, RawAudit, RawBarrier,
         RawSaga, RawSagaStep, RawStats, RawTask, ReleaseStep, RunAt, TaskRow, AUDIT_COLUMNS,
         BARRIER_COLUMNS, COLUMNS, COLUMN_COUNT, SAGA_COLUMNS, SAGA_STEP_COLUMNS,

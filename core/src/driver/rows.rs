@@ -40,16 +40,24 @@ impl RawAudit {
 }
 
 /// The queues table's columns, in the order [`read_queue`] reads them.
-pub const QUEUE_COLUMNS: &str = "event_type, paused, updated_at, concurrency";
+pub const QUEUE_COLUMNS: &str =
+    "event_type, paused, updated_at, concurrency, rate_limit, rate_window_ms";
 
 /// Read a row of [`QUEUE_COLUMNS`]: a queue's settings (`paused` a non-zero integer,
-/// `concurrency` 0 for no limit).
+/// `concurrency` and `rate_limit` 0 for no limit, `rate_window_ms` the rate's window).
 pub fn read_queue<R: TaskRow + ?Sized>(r: &R) -> std::result::Result<Queue, R::Error> {
     Ok(Queue {
         event_type: r.text(0)?,
         paused: r.int(1)? != 0,
         updated_at: r.time(2)?,
         concurrency: u32::try_from(r.int(3)?).ok().filter(|n| *n > 0),
+        rate: match (u32::try_from(r.int(4)?), u64::try_from(r.int(5)?)) {
+            (Ok(starts), Ok(ms)) if starts > 0 => Some(crate::model::RateLimit::new(
+                starts,
+                Duration::from_millis(ms),
+            )),
+            _ => None,
+        },
     })
 }
 

@@ -320,7 +320,7 @@ pub(crate) async fn poller<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
     }
 }
 
-/// Read which handled event types have a global concurrency limit (see
+/// Read which handled event types have a global concurrency or rate limit (see
 /// [`EngineConfig::queue_refresh`](crate::EngineConfig::queue_refresh)). A failed read
 /// keeps what the last one found.
 async fn refresh_limits<S: TaskStore + Clone>(shared: &Shared<S>) {
@@ -328,7 +328,10 @@ async fn refresh_limits<S: TaskStore + Clone>(shared: &Shared<S>) {
         Ok(queues) => {
             let limited: HashSet<String> = queues
                 .into_iter()
-                .filter(|q| q.concurrency.is_some() && shared.executors.contains_key(&q.event_type))
+                .filter(|q| {
+                    (q.concurrency.is_some() || q.rate.is_some())
+                        && shared.executors.contains_key(&q.event_type)
+                })
                 .map(|q| q.event_type)
                 .collect();
             *shared.limited.lock().unwrap_or_else(|p| p.into_inner()) = limited;

@@ -115,7 +115,7 @@ struct Shared<S> {
     due: Mutex<BTreeSet<(tokio::time::Instant, String)>>,
     /// Wakes the poller to look at `due` again (an earlier entry came in).
     due_changed: Notify,
-    /// The handled event types with a global concurrency limit, as the last read of the
+    /// The handled event types with a global concurrency or rate limit, as the last read of the
     /// queues' settings found them (see [`EngineConfig::queue_refresh`]).
     limited: Mutex<HashSet<String>>,
     /// Carries wake-ups between processes (see [`EngineBuilder::notifier`]).

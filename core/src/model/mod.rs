@@ -29,7 +29,9 @@ pub(crate) use labels::{
 pub use mark::{Mark, MarkAction};
 pub use new_task::{Dedup, Enqueued, NewTask, OnDuplicate, Priority, WhenParked};
 pub use query::{EventTypeSeen, Recycled, Stats, StatusCount, TaskFilter, Throughput};
-pub use queue::{Queue, QueueChange, QueueLogEntry, MAX_CONCURRENCY};
+pub use queue::{
+    Queue, QueueChange, QueueColumns, QueueLogEntry, RateLimit, MAX_CONCURRENCY, MAX_RATE_WINDOW,
+};
 pub use retry::{Backoff, RetryPolicy};
 pub(crate) use saga::{check_name, check_saga_ids};
 pub use saga::{

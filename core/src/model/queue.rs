@@ -1,8 +1,10 @@
 //! Operators' settings of an event type (a *queue*): pause and resume, a global
-//! concurrency limit, and their log.
+//! concurrency limit, a rate limit, and their log.
 //!
 //! A queue is an event type: the tasks of one type are what a setting applies to. A type
 //! nobody has set anything for has no row and runs as it always does.
+
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
@@ -26,10 +28,95 @@ pub enum QueueChange {
     /// claims at most the room left. A task whose holder died keeps its place until the
     /// dead-worker sweep recycles it.
     Concurrency(Option<u32>),
+    /// Set (`Some`) or remove (`None`) the type's rate limit: at most
+    /// [`starts`](RateLimit::starts) of its tasks start in any
+    /// [`per`](RateLimit::per)-long interval, across every instance sharing the store.
+    /// Claimed as a limited type is (the batch claim only, under the queue's row lock),
+    /// with the room the limit leaves: its starts are counted in a ledger of claims
+    /// (`<table>_rate`), a sliding window of database time.
+    Rate(Option<RateLimit>),
 }
 
-/// The largest global concurrency limit ([`QueueChange::Concurrency`]).
+/// The largest global concurrency limit ([`QueueChange::Concurrency`]), and the most
+/// starts a rate limit allows per window ([`RateLimit`]).
 pub const MAX_CONCURRENCY: u32 = 100_000;
+
+/// A rate limit ([`QueueChange::Rate`]): at most `starts` tasks of the type start in any
+/// interval of length `per`.
+///
+/// The window **slides**: the claims of the last `per` (database time) are counted, so
+/// no interval of that length ever holds more than `starts` starts. A fixed window (a
+/// counter reset every `per`) lets twice the limit through around a reset — `starts` at
+/// the end of one window and `starts` again at the start of the next — which is what
+/// trips a third party's quota; the sliding count costs one ledger row per claim of the
+/// type, not per task.
+///
+/// ```
+/// use std::time::Duration;
+/// use backstop_core::{QueueChange, RateLimit};
+/// let rate = RateLimit::new(100, Duration::from_secs(60));
+/// assert_eq!(QueueChange::Rate(Some(rate)).action(), "rate 100 per 60s");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RateLimit {
+    /// At most this many starts (1 to [`MAX_CONCURRENCY`]).
+    pub starts: u32,
+    /// In any interval this long: whole seconds, 1 s to [`MAX_RATE_WINDOW`].
+    pub per: Duration,
+}
+
+/// The longest window of a rate limit: a day.
+pub const MAX_RATE_WINDOW: Duration = Duration::from_secs(24 * 3600);
+
+impl RateLimit {
+    /// At most `starts` starts per `per` (checked by the store: see the fields).
+    pub fn new(starts: u32, per: Duration) -> Self {
+        RateLimit { starts, per }
+    }
+
+    /// Refuse a limit out of bounds, naming the field.
+    fn check(self, op: &'static str) -> crate::Result<()> {
+        if self.starts == 0 || self.starts > MAX_CONCURRENCY {
+            return Err(crate::Error::invalid_input(
+                op,
+                format!(
+                    "rate: {} starts is out of bounds (1 to {MAX_CONCURRENCY}; to lift the \
+                     limit, remove it instead)",
+                    self.starts
+                ),
+            ));
+        }
+        if self.per < Duration::from_secs(1)
+            || self.per > MAX_RATE_WINDOW
+            || self.per.subsec_nanos() != 0
+        {
+            return Err(crate::Error::invalid_input(
+                op,
+                format!(
+                    "rate: the window {:?} must be whole seconds, 1 s to {} s",
+                    self.per,
+                    MAX_RATE_WINDOW.as_secs()
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What a [`QueueChange`] writes to a queue's row: each column's new value, `None` where
+/// the change keeps it (`concurrency` and `rate_limit` 0 are no limit).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueueColumns {
+    /// `paused`: 1 or 0.
+    pub paused: Option<i16>,
+    /// `concurrency`.
+    pub concurrency: Option<i32>,
+    /// `rate_limit`: the starts per window.
+    pub rate_limit: Option<i32>,
+    /// `rate_window_ms`: the window, in milliseconds.
+    pub rate_window_ms: Option<i64>,
+}
 
 impl QueueChange {
     /// The change's name in the queue's operators' log (`pause`, `resume`,
@@ -47,6 +134,8 @@ impl QueueChange {
             QueueChange::Resume => "resume".to_owned(),
             QueueChange::Concurrency(Some(n)) => format!("concurrency {n}"),
             QueueChange::Concurrency(None) => "concurrency off".to_owned(),
+            QueueChange::Rate(Some(r)) => format!("rate {} per {}s", r.starts, r.per.as_secs()),
+            QueueChange::Rate(None) => "rate off".to_owned(),
         }
     }
 
@@ -60,13 +149,25 @@ impl QueueChange {
     /// assert_eq!(QueueChange::parse("concurrency off"), Some(QueueChange::Concurrency(None)));
     /// assert_eq!(QueueChange::parse("stop"), None);
     /// assert_eq!(QueueChange::parse("concurrency many"), None);
+    /// assert_eq!(QueueChange::parse("rate off"), Some(QueueChange::Rate(None)));
+    /// let rate = QueueChange::parse("rate 10 per 60s").unwrap();
+    /// assert_eq!(rate.action(), "rate 10 per 60s");
     /// ```
     pub fn parse(action: &str) -> Option<QueueChange> {
         match action {
             "pause" => Some(QueueChange::Pause),
             "resume" => Some(QueueChange::Resume),
             "concurrency off" => Some(QueueChange::Concurrency(None)),
+            "rate off" => Some(QueueChange::Rate(None)),
             _ => {
+                if let Some(rate) = action.strip_prefix("rate ") {
+                    let (starts, per) = rate.split_once(" per ")?;
+                    let secs = per.strip_suffix('s')?.parse().ok()?;
+                    return Some(QueueChange::Rate(Some(RateLimit::new(
+                        starts.parse().ok()?,
+                        Duration::from_secs(secs),
+                    ))));
+                }
                 let n = action.strip_prefix("concurrency ")?.parse().ok()?;
                 Some(QueueChange::Concurrency(Some(n)))
             }
@@ -85,23 +186,42 @@ impl QueueChange {
                     ),
                 ))
             }
+            QueueChange::Rate(Some(rate)) => rate.check(op),
             _ => Ok(()),
         }
     }
 
-    /// The change as a statement binds it: the `paused` and `concurrency` columns' new
-    /// values, `None` where the change keeps the column (`concurrency` 0 is no limit).
+    /// The change as a statement binds it: each column's new value, `None` where the
+    /// change keeps the column.
     ///
     /// ```
-    /// use backstop_core::QueueChange;
-    /// assert_eq!(QueueChange::Pause.columns(), (Some(1), None));
-    /// assert_eq!(QueueChange::Concurrency(None).columns(), (None, Some(0)));
+    /// use std::time::Duration;
+    /// use backstop_core::{QueueChange, RateLimit};
+    /// assert_eq!(QueueChange::Pause.columns().paused, Some(1));
+    /// assert_eq!(QueueChange::Concurrency(None).columns().concurrency, Some(0));
+    /// let rate = QueueChange::Rate(Some(RateLimit::new(5, Duration::from_secs(2)))).columns();
+    /// assert_eq!((rate.rate_limit, rate.rate_window_ms, rate.paused), (Some(5), Some(2000), None));
     /// ```
-    pub fn columns(self) -> (Option<i16>, Option<i32>) {
+    pub fn columns(self) -> QueueColumns {
+        let none = QueueColumns::default();
         match self {
-            QueueChange::Pause => (Some(1), None),
-            QueueChange::Resume => (Some(0), None),
-            QueueChange::Concurrency(n) => (None, Some(n.map_or(0, |n| n as i32))),
+            QueueChange::Pause => QueueColumns {
+                paused: Some(1),
+                ..none
+            },
+            QueueChange::Resume => QueueColumns {
+                paused: Some(0),
+                ..none
+            },
+            QueueChange::Concurrency(n) => QueueColumns {
+                concurrency: Some(n.map_or(0, |n| i32::try_from(n).unwrap_or(i32::MAX))),
+                ..none
+            },
+            QueueChange::Rate(r) => QueueColumns {
+                rate_limit: Some(r.map_or(0, |r| i32::try_from(r.starts).unwrap_or(i32::MAX))),
+                rate_window_ms: Some(r.map_or(0, |r| crate::driver::millis(r.per))),
+                ..none
+            },
         }
     }
 
@@ -115,8 +235,10 @@ impl QueueChange {
     /// assert!(!QueueChange::Concurrency(Some(3)).sets_nothing_new());
     /// ```
     pub fn sets_nothing_new(self) -> bool {
-        let (paused, concurrency) = self.columns();
-        paused.unwrap_or(0) == 0 && concurrency.unwrap_or(0) == 0
+        let c = self.columns();
+        c.paused.unwrap_or(0) == 0
+            && c.concurrency.unwrap_or(0) == 0
+            && c.rate_limit.unwrap_or(0) == 0
     }
 }
 
@@ -132,6 +254,8 @@ pub struct Queue {
     pub paused: bool,
     /// Its global concurrency limit, if it has one ([`QueueChange::Concurrency`]).
     pub concurrency: Option<u32>,
+    /// Its rate limit, if it has one ([`QueueChange::Rate`]).
+    pub rate: Option<RateLimit>,
     /// When a setting last changed (database time).
     pub updated_at: DateTime<Utc>,
 }

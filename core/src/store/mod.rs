@@ -142,11 +142,16 @@ pub trait TaskStore: Send + Sync + 'static {
     ///   claims nothing.
     /// - In claim order: the lowest [`Priority`](crate::Priority) number first, then the
     ///   earliest due, then the oldest: `(priority, next_run_at, id)`; the result is in
-    ///   that order. (The tasks of types with a concurrency limit are claimed after the
-    ///   others', each type's in its own transaction, and follow them in the result.)
+    ///   that order. (The tasks of types with a concurrency or rate limit are claimed
+    ///   after the others', each type's in its own transaction, and follow them in the
+    ///   result.)
     /// - A type with a global concurrency limit ([`QueueChange::Concurrency`]) has at
     ///   most its limit of tasks running once the claim commits: the claim locks the
     ///   type's queue row, counts its running tasks, and takes at most the room left.
+    /// - A type with a rate limit ([`QueueChange::Rate`]) has at most `starts` tasks
+    ///   claimed by this method in any `per`-long interval of database time: the claim
+    ///   (under the same lock) sums the claims of the window in the ledger, takes at most
+    ///   the rest, and records what it took.
     /// - Each claimed task is changed as by [`claim_by_id`](Self::claim_by_id).
     /// - Concurrent callers never claim the same task; none claims more than `limit`.
     /// - `limit` is at most [`limits::MAX_BATCH`](crate::limits::MAX_BATCH); at most
@@ -584,6 +589,15 @@ pub trait TaskStore: Send + Sync + 'static {
     ///   lowered below the running count lets them finish and claims nothing until the
     ///   count is under it. `None` removes the limit. `n` must be 1 to
     ///   [`MAX_CONCURRENCY`](crate::MAX_CONCURRENCY).
+    /// - **Rate** `Some(rate)` caps the type's starts: only
+    ///   [`claim_batch`](Self::claim_batch) takes its tasks (as for a concurrency limit),
+    ///   at most `rate.starts` in any `rate.per` of database time, counted from the
+    ///   ledger of its claims under the queue's row lock (a sliding window: see
+    ///   [`RateLimit`](crate::RateLimit)). A start counts whatever became of it (a
+    ///   task given back, or whose holder died, spent its start). Both limits may be set
+    ///   at once; each claim takes the smaller room. `None` removes it. `starts` must be
+    ///   1 to [`MAX_CONCURRENCY`](crate::MAX_CONCURRENCY), `per` whole seconds from 1 s
+    ///   to [`MAX_RATE_WINDOW`](crate::MAX_RATE_WINDOW).
     /// - **Audited**: a change that changes the setting and its entry in the queue's
     ///   operators' log ([`queue_log`](Self::queue_log)) commit together. A change to
     ///   what the setting already is (a pause of a paused type) writes nothing and

@@ -183,23 +183,9 @@ pub async fn engine_concurrency_limit_holds_across_engines<H: Harness>(ctx: &Ctx
                 Ok(())
             }
         });
-        let config = fast_config()
-            .poll_interval(Duration::from_secs(60))
-            .first_poll_delay(Duration::from_millis(50));
-        let engine = Engine::builder(ctx.new_store().await)
-            .config(config)
-            .handler("CLIM", handler, opts().concurrency(8))
-            .start()
-            .unwrap();
-        engines.push(engine);
+        engines.push(engine_of(ctx, "CLIM", handler, Duration::from_secs(60)).await);
     }
-    for id in &ids {
-        let t = wait_status(&ctx.store, *id, Status::Succeeded).await;
-        assert_eq!(t.attempts, 1, "task {id}");
-    }
-    for i in 0..TASKS {
-        assert_eq!(calls.count(&format!("c{i}")), 1, "c{i} ran once");
-    }
+    each_ran_once(ctx, &ids, &calls, "c").await;
     assert_eq!(
         most.load(Ordering::SeqCst),
         LIMIT,
@@ -207,5 +193,99 @@ pub async fn engine_concurrency_limit_holds_across_engines<H: Harness>(ctx: &Ctx
     );
     for e in engines {
         e.shutdown().await;
+    }
+}
+
+/// Four engines (separate stores), each with room for 8 at once, handle `RLIM`, limited
+/// to 3 starts a second cluster-wide; 9 tasks wait and the pollers tick every 100 ms.
+/// Every handler's start is logged: no interval of a second (less 300 ms for a claim's
+/// way to its handler) holds more than 3 starts, every task runs exactly once, and the
+/// rate held the engines back (the last start at least two windows after the first).
+pub async fn engine_rate_limit_holds_across_engines<H: Harness>(ctx: &Ctx<H>) {
+    const TASKS: usize = 9;
+    const RATE: usize = 3;
+    const WINDOW: Duration = Duration::from_secs(1);
+    let starts = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let calls = Calls::default();
+    ctx.store
+        .set_queue(
+            "RLIM",
+            QueueChange::Rate(Some(backstop_core::RateLimit::new(RATE as u32, WINDOW))),
+            &Audit::new("ops", "three a second"),
+        )
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for i in 0..TASKS {
+        ids.push(ctx.enqueue("RLIM", &format!("r{i}")).await);
+    }
+    let mut engines = Vec::new();
+    for _ in 0..4 {
+        let starts = starts.clone();
+        let handler = recording(calls.clone(), move |_, _task| {
+            let starts = starts.clone();
+            async move {
+                starts.lock().unwrap().push(std::time::Instant::now());
+                Ok(())
+            }
+        });
+        engines.push(engine_of(ctx, "RLIM", handler, Duration::from_millis(100)).await);
+    }
+    each_ran_once(ctx, &ids, &calls, "r").await;
+    let mut starts = starts.lock().unwrap().clone();
+    starts.sort();
+    let span = WINDOW - Duration::from_millis(300);
+    let most = starts
+        .iter()
+        .map(|t| {
+            starts
+                .iter()
+                .filter(|u| **u >= *t && **u < *t + span)
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    assert!(most <= RATE, "{most} starts within {span:?}");
+    let took = starts[TASKS - 1] - starts[0];
+    assert!(
+        took >= 2 * WINDOW - Duration::from_millis(300),
+        "9 starts at 3 a second span two windows, took {took:?}"
+    );
+    for e in engines {
+        e.shutdown().await;
+    }
+}
+
+/// An engine on a store of its own, handling `event_type` with room for 8 at once, its
+/// poller ticking every `poll`.
+async fn engine_of<H: Harness>(
+    ctx: &Ctx<H>,
+    event_type: &str,
+    handler: impl Handler,
+    poll: Duration,
+) -> Engine<H::Store> {
+    let config = fast_config()
+        .poll_interval(poll)
+        .first_poll_delay(Duration::from_millis(50));
+    Engine::builder(ctx.new_store().await)
+        .config(config)
+        .handler(event_type, handler, opts().concurrency(8))
+        .start()
+        .unwrap()
+}
+
+/// Each of `ids` succeeded on its first attempt, and the handler ran each of the keys
+/// `{prefix}0…` once.
+async fn each_ran_once<H: Harness>(ctx: &Ctx<H>, ids: &[TaskId], calls: &Calls, prefix: &str) {
+    for id in ids {
+        let t = wait_status(&ctx.store, *id, Status::Succeeded).await;
+        assert_eq!(t.attempts, 1, "task {id}");
+    }
+    for i in 0..ids.len() {
+        assert_eq!(
+            calls.count(&format!("{prefix}{i}")),
+            1,
+            "{prefix}{i} ran once"
+        );
     }
 }

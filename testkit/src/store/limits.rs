@@ -3,7 +3,6 @@
 //! once; claims by id and on the caller's transaction pass a limited type by.
 
 use super::*;
-use crate::TxPath;
 use backstop_core::{Audit, QueueChange};
 use std::sync::atomic::Ordering;
 
@@ -16,17 +15,6 @@ async fn limit<H: Harness>(ctx: &Ctx<H>, event_type: &str, n: Option<u32>) -> ba
         .set_queue(event_type, QueueChange::Concurrency(n), &audit("limit"))
         .await
         .unwrap()
-}
-
-async fn claim_ids<H: Harness>(ctx: &Ctx<H>, types: &[&str], n: usize) -> Vec<TaskId> {
-    let types: Vec<String> = types.iter().map(|t| (*t).to_owned()).collect();
-    ctx.store
-        .claim_batch(&ctx.owner, &types, n)
-        .await
-        .unwrap()
-        .iter()
-        .map(|t| t.id)
-        .collect()
 }
 
 /// A limit of 3 over 8 due tasks: a claim of 10 takes the 3 oldest, the next none; a
@@ -154,37 +142,7 @@ pub async fn concurrency_limit_caps_a_claim_at_the_room_left<H: Harness>(ctx: &C
 /// all; resumed, it is, under its limit.
 pub async fn concurrency_limit_keeps_claims_by_id_off<H: Harness>(ctx: &Ctx<H>) {
     limit(ctx, "CL_ID", Some(1)).await;
-    let id = ctx.enqueue("CL_ID", "k0").await;
-    assert!(ctx
-        .store
-        .claim_by_id(id, &ctx.owner)
-        .await
-        .unwrap()
-        .is_none());
-    let mut ids = vec![id];
-    for path in TxPath::ALL {
-        let claims = crate::StoreClaims::new(ctx.store.clone(), ctx.owner.clone());
-        let e = ctx
-            .enqueue_claimed_in_tx_via(
-                path,
-                &format!("{path}-cl"),
-                NewTask::new("CL_ID", format!("{path}-cl")),
-                claims.clone(),
-                true,
-            )
-            .await
-            .unwrap_or_else(|e| panic!("{path}: {e}"));
-        assert_eq!(claims.take(), vec![None], "{path}: not claimed");
-        ids.push(e.id);
-    }
-    for id in &ids {
-        let t = ctx.task(*id).await;
-        assert_eq!(
-            (t.status, t.attempts, t.lease, t.owner),
-            (Status::Pending, 0, 0, None),
-            "{id}"
-        );
-    }
+    let id = passed_by_all_but_the_batch_claim(ctx, "CL_ID").await;
     ctx.store
         .set_queue("CL_ID", QueueChange::Pause, &audit("hold"))
         .await

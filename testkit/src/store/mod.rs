@@ -25,6 +25,7 @@ pub mod operators;
 pub mod order;
 pub mod queries;
 pub mod queues;
+pub mod rates;
 pub mod recycle;
 pub mod reset;
 pub mod retention;
@@ -123,4 +124,59 @@ pub(crate) async fn two_dead<H: Harness>(ctx: &Ctx<H>, event: &str) -> [TaskId; 
         *slot = id;
     }
     dead
+}
+
+/// Enqueue a task of `event_type` (a paused or limited type), and one along each
+/// transactional path, each claimed at once where the path can: a claim by id and every
+/// claim on the caller's transaction pass them by, each pending and untouched. Answers
+/// the first task's id (the oldest).
+pub(crate) async fn passed_by_all_but_the_batch_claim<H: Harness>(
+    ctx: &Ctx<H>,
+    event_type: &str,
+) -> TaskId {
+    let id = ctx.enqueue(event_type, "k0").await;
+    assert!(ctx
+        .store
+        .claim_by_id(id, &ctx.owner)
+        .await
+        .unwrap()
+        .is_none());
+    let mut ids = vec![id];
+    for path in crate::TxPath::ALL {
+        let claims = crate::StoreClaims::new(ctx.store.clone(), ctx.owner.clone());
+        let key = format!("{path}-{event_type}");
+        let e = ctx
+            .enqueue_claimed_in_tx_via(
+                path,
+                &key,
+                NewTask::new(event_type, key.clone()),
+                claims.clone(),
+                true,
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert_eq!(claims.take(), vec![None], "{path}: not claimed");
+        ids.push(e.id);
+    }
+    for id in &ids {
+        let t = ctx.task(*id).await;
+        assert_eq!(
+            (t.status, t.attempts, t.lease, t.owner),
+            (Status::Pending, 0, 0, None),
+            "{id}"
+        );
+    }
+    id
+}
+
+/// The ids of what a batch claim of `types`, at most `n`, takes.
+pub(crate) async fn claim_ids<H: Harness>(ctx: &Ctx<H>, types: &[&str], n: usize) -> Vec<TaskId> {
+    let types: Vec<String> = types.iter().map(|t| (*t).to_owned()).collect();
+    ctx.store
+        .claim_batch(&ctx.owner, &types, n)
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.id)
+        .collect()
 }
