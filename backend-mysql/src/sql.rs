@@ -222,11 +222,11 @@ impl Sql {
         let tk = format!("`{table}_keys`");
         let insert_tuple = "(?, ?, ?, 0, ?, ?, ?, ?,
                     GREATEST(NOW(3) + INTERVAL (? * 1000) MICROSECOND, COALESCE(?, NOW(3))), 0,
-                    NOW(3), NOW(3), ?, ?, ?, ?, ?, ?, ?, ?)";
+                    NOW(3), NOW(3), ?, ?, ?, ?, ?, ?, ?, ?, ?)";
         let insert_columns = "event_type, biz_key, payload, attempts, max_attempts,
                 retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at,
                 lease, created_at, updated_at, priority, retry_jitter_pct, status, order_key,
-                order_block, timeout_ms, tags, metadata";
+                order_block, timeout_ms, tags, metadata, traceparent";
         let th = format!("`{table}_handlers`");
         let tb = format!("`{table}_barrier`");
         let ts = format!("`{table}_saga`");
@@ -279,7 +279,7 @@ impl Sql {
             // core's insert_params: event_type, biz_key, payload, max_attempts, strategy,
             // interval, max, delay ms (zero with a run_at), run_at (NULL: use the delay; a
             // time already past: now), priority, jitter %, status, order_key, order_block,
-            // timeout ms, tags, metadata
+            // timeout ms, tags, metadata, traceparent
             insert: format!("INSERT INTO {t} ({insert_columns}) VALUES {insert_tuple}"),
             // The batch enqueue's multi-row inserts, one per row count (1, 2, 4 … 256),
             // every value bound (MariaDB's RETURNING; MySQL has none). Not an INSERT …

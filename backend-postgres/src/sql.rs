@@ -74,7 +74,7 @@ pub(crate) struct Sql {
     /// A step's report in its common case, in one statement (core's `SagaAdvance`).
     pub saga_advance: String,
     /// `insert` that also announces the new task on `channel` (delivered at commit;
-    /// nothing on a duplicate). $18 is the channel.
+    /// nothing on a duplicate). $19 is the channel.
     pub insert_notify: String,
     /// $1 the rows (core's `insert_document`): the batch enqueue's multi-row insert.
     pub insert_rows: String,
@@ -250,12 +250,12 @@ impl Sql {
         // core's insert_params: $1 event_type $2 biz_key $3 payload $4 max_attempts
         // $5 strategy $6 interval_ms $7 max_interval_ms $8 delay_ms $9 run_at (NULL: use
         // the delay; a time already past: now) $10 priority $11 jitter % $12 status
-        // $13 order_key $14 order_block $15 timeout_ms $16 tags $17 metadata
+        // $13 order_key $14 order_block $15 timeout_ms $16 tags $17 metadata $18 traceparent
         let insert_into = format!(
             "INSERT INTO {t} (event_type, biz_key, payload, status, attempts, max_attempts,
                 retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at,
                 lease, created_at, updated_at, priority, retry_jitter_pct, order_key,
-                order_block, timeout_ms, tags, metadata)"
+                order_block, timeout_ms, tags, metadata, traceparent)"
         );
         let on_conflict = "ON CONFLICT (biz_key, event_type, dedup_slot) DO NOTHING";
         let insert = format!(
@@ -263,7 +263,7 @@ impl Sql {
              VALUES ($1, $2, $3, $12, 0, $4, $5, $6, $7,
                 CASE WHEN $9::timestamptz IS NULL THEN now() + $8::bigint {MS}
                     ELSE GREATEST($9::timestamptz, now()) END,
-                0, now(), now(), $10, $11, $13, $14, $15, $16, $17)
+                0, now(), now(), $10, $11, $13, $14, $15, $16, $17, $18)
              {on_conflict} RETURNING id"
         );
         // The batch enqueue's multi-row insert: its rows from one JSON document (core's
@@ -274,10 +274,10 @@ impl Sql {
              SELECT r.e, r.k, r.p, 0, 0, r.m, r.s, r.i, r.x,
                 CASE WHEN r.a IS NULL THEN now() + r.d {MS}
                     ELSE GREATEST('epoch'::timestamptz + r.a {MS}, now()) END,
-                0, now(), now(), r.r, r.j, NULL, r.b, r.t, r.g, r.h
+                0, now(), now(), r.r, r.j, NULL, r.b, r.t, r.g, r.h, r.c
              FROM json_to_recordset($1::json) AS r(e text, k text, p text, m bigint, s text,
                 i bigint, x bigint, d bigint, a bigint, r smallint, j smallint, b smallint,
-                t bigint, g text, h text)
+                t bigint, g text, h text, c text)
              {on_conflict}"
         );
         // A step's report in its common case, all or none (core's SagaAdvance): the saga
@@ -318,17 +318,17 @@ impl Sql {
                 INSERT INTO {t} AS t (event_type, biz_key, payload, status, attempts,
                     max_attempts, retry_strategy, retry_interval_ms, retry_max_interval_ms,
                     next_run_at, lease, created_at, updated_at, priority, retry_jitter_pct,
-                    order_key, order_block, timeout_ms, owner)
+                    order_key, order_block, timeout_ms, tags, metadata, traceparent, owner)
                 SELECT r.e, r.k, r.p, CASE WHEN w.c IS NULL THEN 0 ELSE 3 END,
                     CASE WHEN w.c IS NULL THEN 0 ELSE 1 END, r.m, r.s, r.i, r.x,
                     CASE WHEN r.a IS NULL THEN now() + r.d {MS}
                         ELSE GREATEST('epoch'::timestamptz + r.a {MS}, now()) END,
                     CASE WHEN w.c IS NULL THEN 0 ELSE 1 END, now(), clock_timestamp(),
-                    r.r, r.j, NULL, r.b, r.t, w.c
+                    r.r, r.j, NULL, r.b, r.t, r.g, r.h, r.c, w.c
                 FROM ROWS FROM (json_to_recordset($2::text::json) AS (e text, k text, p text,
                     m bigint, s text, i bigint, x bigint, d bigint, a bigint, r smallint,
-                    j smallint, b smallint, t bigint)) WITH ORDINALITY
-                    AS r(e, k, p, m, s, i, x, d, a, r, j, b, t, o)
+                    j smallint, b smallint, t bigint, g text, h text, c text)) WITH ORDINALITY
+                    AS r(e, k, p, m, s, i, x, d, a, r, j, b, t, g, h, c, o)
                 JOIN f ON f.i = ($3::int[])[r.o]
                 CROSS JOIN LATERAL (SELECT CASE WHEN NOT EXISTS (
                     SELECT 1 FROM {tq} WHERE event_type = r.e
@@ -454,7 +454,7 @@ impl Sql {
             insert_rows_notify,
             insert_notify: format!(
                 "WITH ins AS ({insert})
-                 SELECT ins.id FROM ins CROSS JOIN LATERAL (SELECT pg_notify($18::text, $1::text)) AS n"
+                 SELECT ins.id FROM ins CROSS JOIN LATERAL (SELECT pg_notify($19::text, $1::text)) AS n"
             ),
             listen: format!("LISTEN \"{channel}\""),
             channel,

@@ -200,11 +200,11 @@ pub(crate) struct Sql {
     pub delete_finished: String,
 }
 
-/// Core's insert_params (?1–?17: ?8 delay ms, ?9 run_at ms: NULL uses the delay, a time
-/// already past is now, a NULL makes max() NULL), then ?18 now.
+/// Core's insert_params (?1–?18: ?8 delay ms, ?9 run_at ms: NULL uses the delay, a time
+/// already past is now, a NULL makes max() NULL), then ?19 now.
 const INSERT_TUPLE: &str =
-    "(?1, ?2, ?3, ?12, 0, ?4, ?5, ?6, ?7, COALESCE(max(?9, ?18), ?18 + ?8), 0,
-    ?18, ?18, ?10, ?11, ?13, ?14, ?15, ?16, ?17)";
+    "(?1, ?2, ?3, ?12, 0, ?4, ?5, ?6, ?7, COALESCE(max(?9, ?19), ?19 + ?8), 0,
+    ?19, ?19, ?10, ?11, ?13, ?14, ?15, ?16, ?17, ?18)";
 
 /// Most rows of one of the batch enqueue's multi-row inserts.
 const INSERT_ROWS_MAX: usize = 256;
@@ -239,7 +239,7 @@ impl Sql {
             "INSERT INTO {t} (event_type, biz_key, payload, status, attempts, max_attempts,
                 retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at,
                 lease, created_at, updated_at, priority, retry_jitter_pct, order_key,
-                order_block, timeout_ms, tags, metadata)"
+                order_block, timeout_ms, tags, metadata, traceparent)"
         );
         Sql {
             table: t.clone(),

@@ -20,6 +20,7 @@ pub mod layers;
 pub mod limits;
 mod model;
 mod notify;
+pub mod otel;
 mod schedule;
 mod store;
 #[cfg(feature = "testing")]
@@ -48,6 +49,7 @@ pub use model::{
     MAX_RATE_WINDOW,
 };
 pub use notify::{Notifier, Wake, Wakes};
+pub use otel::is_traceparent;
 pub use schedule::{Missed, Periodic, Schedule};
 pub use store::{Call, Layer, Op, StoreLayer, TaskStore, TaskStoreExt};
 pub use tx::{BlockingTxConnection, Transactional, TxConnection};

@@ -586,10 +586,27 @@ impl<I: Inbox> Worker<I> {
             },
             _ => None,
         };
-        let outcome = tokio::time::timeout(
-            self.options.handler_timeout,
-            self.inbox
-                .process(&self.options.group, &message, &self.handler),
+        let span = tracing::info_span!(
+            "backstop.consume",
+            consumer = %self.name,
+            message_id = %message.id,
+            event_type = %message.event_type,
+            biz_key = %message.biz_key,
+            deliveries,
+        );
+        let trace = message
+            .headers
+            .iter()
+            .find(|(k, _)| k == backstop_core::otel::HEADER)
+            .map(|(_, v)| v.as_str());
+        backstop_core::otel::link(&span, trace);
+        let outcome = tracing::Instrument::instrument(
+            tokio::time::timeout(
+                self.options.handler_timeout,
+                self.inbox
+                    .process(&self.options.group, &message, &self.handler),
+            ),
+            span,
         )
         .await;
         if let (Some(locks), Some(guard)) = (&self.locks, &lock) {

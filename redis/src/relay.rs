@@ -120,7 +120,9 @@ impl RelayOptions {
 /// table is a transactional outbox for a broker: the business transaction enqueues the
 /// task, the engine runs the relay, and the entry appears once the task is handled.
 ///
-/// - **Entries**: `XADD <stream> * msg_id … event_type … biz_key … payload … h.<name> …`.
+/// - **Entries**: `XADD <stream> * msg_id … event_type … biz_key … payload … h.<name> …`;
+///   a task's trace context goes as the header `traceparent` (W3C's name), so the
+///   consumer's span links to the span that enqueued it (feature `otel`).
 ///   The entry id is Redis's own (`*`), never derived from the table's ids (commits land
 ///   out of id order).
 /// - **The message id** (`msg_id`) is the same across every retry of a task
@@ -210,7 +212,14 @@ impl StreamRelay {
             .arg(F_PAYLOAD)
             .arg(&task.payload);
         for (k, v) in &self.options.headers {
+            if task.traceparent.is_some() && k == backstop_core::otel::HEADER {
+                continue; // the task's own trace context wins
+            }
             cmd.arg(format!("{HEADER_PREFIX}{k}")).arg(v);
+        }
+        if let Some(tp) = &task.traceparent {
+            cmd.arg(format!("{HEADER_PREFIX}{}", backstop_core::otel::HEADER))
+                .arg(tp);
         }
         if let Some(field) = &self.options.branch_field {
             let call = BranchCall::from_payload_field(&task.payload, field)

@@ -303,7 +303,7 @@ pub enum RunAt {
 }
 
 /// How many parameters [`insert_params`] makes for one task.
-pub const INSERT_PARAMS: usize = 17;
+pub const INSERT_PARAMS: usize = 18;
 
 /// **For backend authors**: the parameters of [`EnqueueStep::Insert`], the same on every
 /// backend, in this order: 1 event type, 2 business key, 3 payload, 4 most attempts,
@@ -311,7 +311,8 @@ pub const INSERT_PARAMS: usize = 17;
 /// when 9 is set), 9 run at (`NULL`: use the delay; a time already past: now), 10
 /// priority, 11 jitter (%), 12 initial status, 13 order key, 14 whether a parked task
 /// blocks its key (0/1), 15 attempt timeout (ms), 16 tags (`,a,b,`; `NULL` for none),
-/// 17 metadata (JSON text or `NULL`). A backend appends what only it needs
+/// 17 metadata (JSON text or `NULL`), 18 trace context (`traceparent` or `NULL`). A
+/// backend appends what only it needs
 /// (SQLite its clock; PostgreSQL the `NOTIFY` channel).
 ///
 /// ```
@@ -353,6 +354,7 @@ pub fn insert_params<'a>(task: Checked<&'a NewTask>, status: i16, run_at: RunAt)
         Value::BigInt(task.attempt_timeout().map(millis)),
         Value::Text(task.tags_column()),
         Value::Text(task.metadata_json()),
+        Value::Text(task.trace_context()),
     ]
 }
 
@@ -766,8 +768,8 @@ pub(crate) mod tests {
         let insert = EnqueueStep::Insert { status: 5, task: t }.params(RunAt::Millis);
         assert_eq!(insert.len(), INSERT_PARAMS);
         assert_eq!(
-            (&insert[15], &insert[16]),
-            (&Value::Text(None), &Value::Text(None))
+            (&insert[15], &insert[16], &insert[17]),
+            (&Value::Text(None), &Value::Text(None), &Value::Text(None))
         );
         assert_eq!(
             insert[8],

@@ -249,11 +249,11 @@ impl RawSagaStep {
 pub const COLUMNS: &str = "id, event_type, biz_key, payload, status, attempts, \
     max_attempts, retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at, \
     owner, lease, last_error, created_at, updated_at, priority, retry_jitter_pct, order_key, \
-    order_block, timeout_ms, snoozes, tags, metadata, output";
+    order_block, timeout_ms, snoozes, tags, metadata, output, traceparent";
 
 /// How many columns [`COLUMNS`] names: the position of a column a statement selects
 /// after them.
-pub const COLUMN_COUNT: usize = 25;
+pub const COLUMN_COUNT: usize = 26;
 
 /// One row of [`COLUMNS`] as the database returned it, read column by column (`i` is the
 /// column's position). A driver implements it on its driver's row type, in its stored
@@ -304,6 +304,7 @@ pub struct RawTask {
     pub tags: Option<String>,
     pub metadata: Option<String>,
     pub output: Option<String>,
+    pub traceparent: Option<String>,
 }
 
 impl RawTask {
@@ -335,6 +336,7 @@ impl RawTask {
             tags: r.opt_text(22)?,
             metadata: r.opt_text(23)?,
             output: r.opt_text(24)?,
+            traceparent: r.opt_text(25)?,
         })
     }
 
@@ -386,6 +388,7 @@ impl RawTask {
             tags: crate::model::decode_tags(self.tags.as_deref().unwrap_or("")),
             metadata: self.metadata,
             output: self.output,
+            traceparent: self.traceparent,
             next_run_at: self.next_run_at,
             created_at: self.created_at,
             updated_at: self.updated_at,

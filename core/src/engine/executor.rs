@@ -74,6 +74,8 @@ pub(crate) fn dispatch<S: TaskStore + Clone>(
         attempt = task.attempts,
         origin = ?origin,
     );
+    // the span of the request that enqueued the task (feature `otel`)
+    crate::otel::link(&span, task.traceparent.as_deref());
     tokio::spawn(
         async move {
             let attempt = cx

@@ -233,6 +233,8 @@ pub struct NewTask {
     tags_error: Option<String>,
     /// The metadata object's JSON text, or why it is not one.
     metadata: Option<std::result::Result<String, String>>,
+    /// The W3C trace context of the span that made the task (see `crate::otel`).
+    traceparent: Option<String>,
 }
 
 impl NewTask {
@@ -258,12 +260,15 @@ impl NewTask {
             tags: String::new(),
             tags_error: None,
             metadata: None,
+            traceparent: crate::otel::current(),
         }
     }
 
-    /// The same task under another business key (a periodic task's tick).
+    /// The same task under another business key (a periodic task's tick), with the trace
+    /// context of the span making the tick (not of the one that registered it).
     pub(crate) fn with_biz_key(mut self, biz_key: String) -> Self {
         self.biz_key = biz_key;
+        self.traceparent = crate::otel::current();
         self
     }
 
@@ -529,6 +534,22 @@ impl NewTask {
         self.metadata.as_ref().and_then(|m| m.as_deref().ok())
     }
 
+    /// Carry the W3C trace context `traceparent` (`00-<trace id>-<parent id>-<flags>`,
+    /// lowercase hex; see [`is_traceparent`](crate::is_traceparent)) instead of the one
+    /// [`new`](Self::new) captured: the attempt's span links to it. With the feature
+    /// `otel`, `new` captures the current span's; without it, a task has one only when
+    /// set here (a context received from elsewhere). An invalid one is reported by the
+    /// enqueue, which writes nothing.
+    pub fn traceparent(mut self, traceparent: impl Into<String>) -> Self {
+        self.traceparent = Some(traceparent.into());
+        self
+    }
+
+    /// The trace context the task carries, if any.
+    pub fn trace_context(&self) -> Option<&str> {
+        self.traceparent.as_deref()
+    }
+
     /// The handler key.
     pub fn event_type(&self) -> &str {
         &self.event_type
@@ -609,6 +630,17 @@ impl NewTask {
         }
         if let Some(key) = &self.order_key {
             limits::check_order_key(OP, key)?;
+        }
+        if let Some(tp) = &self.traceparent {
+            if !crate::otel::is_traceparent(tp) {
+                return Err(Error::invalid_input(
+                    OP,
+                    format!(
+                        "traceparent {:?} is not a W3C trace context (00-<32 hex>-<16 hex>-<2 hex>)",
+                        tp.chars().take(64).collect::<String>()
+                    ),
+                ));
+            }
         }
         if let Some(why) = &self.tags_error {
             return Err(Error::invalid_input(OP, why.clone()));

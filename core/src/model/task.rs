@@ -184,6 +184,9 @@ pub struct Task {
     /// ([`Context::record_output`](crate::Context::record_output)); kept through
     /// retries and resets until a later attempt records another.
     pub output: Option<String>,
+    /// The W3C trace context of the span that enqueued it
+    /// ([`NewTask::traceparent`](crate::NewTask::traceparent)).
+    pub traceparent: Option<String>,
 }
 
 impl Task {

@@ -1,5 +1,6 @@
-//! Tags and metadata set at enqueue (stored on every enqueue path, filters of `list` and
-//! `count_matching`), and the output a handler records under its lease (`set_output`).
+//! Tags, metadata and a trace context set at enqueue (stored on every enqueue path; tags
+//! and metadata filter `list` and `count_matching`), and the output a handler records
+//! under its lease (`set_output`).
 
 use backstop_core::{Enqueued, ErrorKind, Lease, TaskFilter};
 use serde_json::json;
@@ -12,11 +13,15 @@ fn meta(tenant: &str) -> serde_json::Value {
     json!({"tenant": tenant, "n": 7, "deep": {"tenant": "nested"}, "quote": "it's \"x\""})
 }
 
-/// A tagged task of `key` with tenant `tenant`.
+/// The trace context every labelled task carries.
+const TRACE: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+/// A tagged task of `key` with tenant `tenant`, and [`TRACE`].
 fn labelled(key: &str, tenant: &str, tags: &[&str]) -> NewTask {
     NewTask::new("LBL", key)
         .tags(tags.iter().copied())
         .metadata(&meta(tenant))
+        .traceparent(TRACE)
 }
 
 /// Assert task `id` holds `tags` (sorted) and the metadata of `tenant`.
@@ -32,6 +37,7 @@ async fn assert_labels<H: Harness>(
     let stored: serde_json::Value =
         serde_json::from_str(t.metadata.as_deref().unwrap_or("null")).unwrap();
     assert_eq!(stored, meta(tenant), "{at}: metadata");
+    assert_eq!(t.traceparent.as_deref(), Some(TRACE), "{at}: trace context");
     assert_eq!(t.output, None, "{at}: no output yet");
 }
 
@@ -55,9 +61,9 @@ async fn listed<H: Harness>(ctx: &Ctx<H>, filter: TaskFilter) -> Vec<TaskId> {
     ids
 }
 
-/// Tags (sorted, each once) and metadata are stored as given on the store's enqueue, its
-/// batch, and the caller's transaction along every path (one task and a batch); a task
-/// without them has none. `list` and `count_matching` filter on them exactly: a tag is
+/// Tags (sorted, each once), metadata and a trace context are stored as given on the
+/// store's enqueue, its batch, and the caller's transaction along every path (one task
+/// and a batch); a task without them has none. `list` and `count_matching` filter on them exactly: a tag is
 /// matched whole (not `ab` for `a`, not `a_c` for `abc`), several tags and keys must all
 /// match, a metadata key matches a string value only (not the number 7 for "7", not a
 /// nested key, case sensitive).
@@ -122,6 +128,7 @@ pub async fn tags_and_metadata_are_stored_on_every_path_and_filter_the_list<H: H
         .unwrap();
     let t = ctx.task(plain.id).await;
     assert!(t.tags.is_empty() && t.metadata.is_none() && t.output.is_none());
+    assert_eq!(t.traceparent, None, "no span, no trace context");
     // a number 7 under "n"; "7" as a string elsewhere
     let seven = ctx
         .store
@@ -240,8 +247,8 @@ pub async fn set_output_is_fenced_by_the_lease<H: Harness>(ctx: &Ctx<H>) {
         .unwrap());
 }
 
-/// A bad tag (a comma, too long, too many) or bad metadata (not an object, not JSON,
-/// over its bound) is refused with `InvalidInput` naming it, on the store's enqueue, its
+/// A bad tag (a comma, too long, too many), bad metadata (not an object, not JSON, over
+/// its bound) or a trace context that is not W3C's is refused with `InvalidInput` naming it, on the store's enqueue, its
 /// batch (the good task beside it is not written either) and the caller's transaction;
 /// no row is written. A list filter with a bad tag or metadata key is refused too.
 pub async fn bad_tags_and_metadata_are_refused_and_write_nothing<H: Harness>(ctx: &Ctx<H>) {
@@ -263,6 +270,14 @@ pub async fn bad_tags_and_metadata_are_refused_and_write_nothing<H: Harness>(ctx
         (
             NewTask::new("LBL", "b6").metadata(&json!({ "a": big })),
             "metadata",
+        ),
+        (
+            NewTask::new("LBL", "b7").traceparent("00-abc-def-01"),
+            "traceparent",
+        ),
+        (
+            NewTask::new("LBL", "b8").traceparent(TRACE.to_uppercase()),
+            "traceparent",
         ),
     ];
     for (task, named) in bad {
