@@ -438,6 +438,10 @@ async fn show(store: &AnyStore, id: i64, json: bool) -> Outcome {
             "metadata",
             task.metadata.clone().unwrap_or_else(|| "-".into()),
         ),
+        (
+            "trace",
+            task.traceparent.clone().unwrap_or_else(|| "-".into()),
+        ),
     ];
     println!("task {}", task.id);
     for (k, v) in rows {

@@ -10,8 +10,12 @@ use std::process::{Command, Stdio};
 use backstop::{NewTask, Owner, Status, StoreConfig, TaskStore, TaskStoreExt};
 use common::*;
 
+/// A W3C trace context a task carries (`tasks show` prints it).
+const TRACE: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
 /// `tasks list --tag/--meta` filter on tags and metadata (all must match); `tasks show`
-/// prints the tags, the metadata and the recorded output (and `--json` holds them); a
+/// prints the tags, the metadata, the trace context and the recorded output (and
+/// `--json` holds them); a
 /// malformed `--meta` or a bad tag exits 2 naming it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lists_by_tag_and_metadata_and_shows_output() {
@@ -23,7 +27,7 @@ async fn lists_by_tag_and_metadata_and_shows_output() {
         };
         let a = db
             .store
-            .enqueue(tagged("r1", "acme", &["daily", "eu"]))
+            .enqueue(tagged("r1", "acme", &["daily", "eu"]).traceparent(TRACE))
             .await
             .unwrap()
             .id;
@@ -57,12 +61,14 @@ async fn lists_by_tag_and_metadata_and_shows_output() {
         assert_eq!(both[0]["tags"], serde_json::json!(["daily", "eu"]));
         assert_eq!(both[0]["metadata"], serde_json::json!({"tenant": "acme"}));
         assert_eq!(both[0]["output"], serde_json::json!({"rows": 1234}));
+        assert_eq!(both[0]["traceparent"], TRACE);
 
         let out = db.cli(&["tasks", "show", &a.to_string()]);
         assert_eq!(code(&out), 0, "{}", stderr(&out));
         let text = stdout(&out);
         assert!(text.contains("daily, eu"), "{text}");
         assert!(text.contains(r#"{"tenant":"acme"}"#), "{text}");
+        assert!(text.contains(TRACE), "{text}");
         assert!(
             text.contains("output\n") && text.contains("\"rows\": 1234"),
             "{text}"

@@ -255,6 +255,7 @@ pub(super) async fn detail<S: TaskStore + Clone + 'static>(
         ("created at", time(&task.created_at)),
         ("updated at", time(&task.updated_at)),
         ("tags", esc(&task.tags.join(", "))),
+        ("trace", esc(task.traceparent.as_deref().unwrap_or("–"))),
     ] {
         let _ = write!(body, "<tr><th>{k}</th><td>{v}</td></tr>");
     }
