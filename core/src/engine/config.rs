@@ -100,7 +100,7 @@ pub struct EngineConfig {
     /// How often the poller reads the queues' settings ([`queues`](crate::TaskStore::queues);
     /// default 30 s, the first time at the first poll): which of its types have a global
     /// concurrency or rate limit, so it claims each of them on its own and polls it again
-    /// as its tasks end (a rate's room comes back with time: at the next poll). The claims enforce a limit whether or not the engine knows of it; until
+    /// as its tasks end, and, for a rate, when its claims leave the rate's window. The claims enforce a limit whether or not the engine knows of it; until
     /// the next read, a newly limited type only drains more slowly.
     pub queue_refresh: Duration,
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 
 use super::executor::dispatch;
 use super::keys::release_keys;
@@ -320,19 +320,20 @@ pub(crate) async fn poller<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
     }
 }
 
-/// Read which handled event types have a global concurrency or rate limit (see
+/// Read which handled event types have a global concurrency or rate limit, and each
+/// rate's window (see
 /// [`EngineConfig::queue_refresh`](crate::EngineConfig::queue_refresh)). A failed read
 /// keeps what the last one found.
 async fn refresh_limits<S: TaskStore + Clone>(shared: &Shared<S>) {
     match shared.store.queues().await {
         Ok(queues) => {
-            let limited: HashSet<String> = queues
+            let limited: HashMap<String, Option<Duration>> = queues
                 .into_iter()
                 .filter(|q| {
                     (q.concurrency.is_some() || q.rate.is_some())
                         && shared.executors.contains_key(&q.event_type)
                 })
-                .map(|q| q.event_type)
+                .map(|q| (q.event_type, q.rate.map(|r| r.per)))
                 .collect();
             *shared.limited.lock().unwrap_or_else(|p| p.into_inner()) = limited;
         }
@@ -391,6 +392,11 @@ pub(crate) async fn poll_round<S: TaskStore + Clone>(
         match shared.store.claim_batch(&shared.owner, types, n).await {
             Ok(tasks) => {
                 let full = tasks.len() == n;
+                if let (false, Some(window)) = (tasks.is_empty(), shared.rate_window(event_type)) {
+                    // these starts leave the rate's window then, and their room comes
+                    // back: poll the type again at that time, not at the next tick
+                    shared.wake_after(window, event_type);
+                }
                 for task in tasks {
                     let Some(slot) = permits.split(1) else {
                         // cannot happen: n permits for at most n tasks

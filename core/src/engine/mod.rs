@@ -39,7 +39,7 @@ mod retention;
 mod saga;
 mod tracker;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -117,7 +117,8 @@ struct Shared<S> {
     due_changed: Notify,
     /// The handled event types with a global concurrency or rate limit, as the last read of the
     /// queues' settings found them (see [`EngineConfig::queue_refresh`]).
-    limited: Mutex<HashSet<String>>,
+    /// Each with its rate's window, if it has a rate limit.
+    limited: Mutex<HashMap<String, Option<Duration>>>,
     /// Carries wake-ups between processes (see [`EngineBuilder::notifier`]).
     notifier: Option<Arc<dyn Notifier>>,
     archive: Option<Arc<dyn Archive>>,
@@ -256,7 +257,13 @@ impl<S> Shared<S> {
     /// knows (see [`EngineConfig::queue_refresh`]).
     fn is_limited(&self, event_type: &str) -> bool {
         let limited = self.limited.lock().unwrap_or_else(|p| p.into_inner());
-        !limited.is_empty() && limited.contains(event_type)
+        !limited.is_empty() && limited.contains_key(event_type)
+    }
+
+    /// The window of `event_type`'s rate limit, as far as this instance knows.
+    fn rate_window(&self, event_type: &str) -> Option<Duration> {
+        let limited = self.limited.lock().unwrap_or_else(|p| p.into_inner());
+        limited.get(event_type).copied().flatten()
     }
 
     /// A task of `event_type` ended here (its outcome applied, or never to be): if the
@@ -558,7 +565,7 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
             hints: Mutex::new(Hints::default()),
             due: Mutex::new(BTreeSet::new()),
             due_changed: Notify::new(),
-            limited: Mutex::new(HashSet::new()),
+            limited: Mutex::new(HashMap::new()),
             notifier: self.notifier,
             archive: self.archive,
             inbox_purge: self.inbox_purge,
