@@ -42,6 +42,7 @@ mod connect;
 mod driver;
 mod enqueue;
 mod inbox;
+mod marks;
 mod operators;
 mod options;
 mod rows;
