@@ -129,7 +129,12 @@ pub(crate) async fn run(store: &AnyStore, command: QueuesCommand, json: bool) ->
                 Some((n, per)) => Some(backstop::RateLimit::new(
                     n.parse()
                         .map_err(|_| bad(format!("rate: {n:?} is not a number of starts")))?,
-                    backstop::console::ops::parse_age(per)?,
+                    backstop::console::ops::parse_age(per).map_err(|_| {
+                        bad(format!(
+                            "rate: the window {per:?} is not a duration in whole s, m, h or d \
+                             (30s, 1m, 1h, 1d)"
+                        ))
+                    })?,
                 )),
             };
             change(store, QueueChange::Rate(r), args, json).await

@@ -790,6 +790,7 @@ async fn pauses_lists_and_resumes_queues() {
         for bad in ["0/1m", "5/500ms", "5/2d", "many", "5/often"] {
             let out = db.cli(&["queues", "rate", "SEND_SMS", bad]);
             assert_eq!(code(&out), 2, "{bad}: {}", stderr(&out));
+            assert!(stderr(&out).contains("rate"), "{bad}: {}", stderr(&out));
         }
         let sms = db.store.queues().await.unwrap();
         assert_eq!(
