@@ -235,51 +235,61 @@ impl MySqlDriver {
             LockWait::Skip
         };
         self.on_conn(|mut conn| async move {
-            let mut tx = sqlx::Connection::begin_with(
-                &mut *conn,
-                "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION",
-            )
-            .await?;
-            let gate: Option<(i64, i64, i64)> = sqlx::query_as(safe(&sql.limit_lock))
+            let mut tx = conn
+                .begin(Some(
+                    "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION",
+                ))
+                .await?;
+            let gate: Option<(i64, i64, i64, i64)> = sqlx::query_as(safe(&sql.limit_lock))
                 .bind(event_type)
                 .fetch_optional(&mut *tx)
                 .await?;
             let mut rows = Vec::new();
-            if let Some((concurrency, rate_limit, rate_window_ms)) = gate {
+            if let Some((concurrency, rate_limit, rate_window_ms, partitioned)) = gate {
                 let gate = Gate {
                     concurrency,
                     rate_limit,
                     rate_window_ms,
+                    partitioned: partitioned != 0,
                 };
                 let window = crate::conn::micros(gate.window());
-                let mut running = 0;
-                if gate.counts_running() {
-                    running = sqlx::query_scalar(safe(&sql.running_count))
-                        .bind(event_type)
-                        .fetch_one(&mut *tx)
-                        .await?;
-                }
-                let mut started = 0;
-                if gate.counts_starts() {
-                    started = sqlx::query_scalar(safe(&sql.rate_used))
-                        .bind(event_type)
-                        .bind(window)
-                        .fetch_one(&mut *tx)
-                        .await?;
-                }
-                let room = gate.room(limit, running, started);
-                if room > 0 {
-                    let picked = pick_limited(sql, &mut tx, wait, event_type, room).await?;
-                    if let Some(at) = picked.at {
-                        rows = self.claim_picked(&mut tx, owner, picked.due, at).await?;
+                let picked = if gate.partitioned {
+                    let p = &sql.partitions;
+                    p.pick(&mut tx, wait, event_type, gate, window, limit)
+                        .await?
+                } else {
+                    let mut running = 0;
+                    if gate.counts_running() {
+                        running = sqlx::query_scalar(safe(&sql.running_count))
+                            .bind(event_type)
+                            .fetch_one(&mut *tx)
+                            .await?;
                     }
+                    let mut started = 0;
+                    if gate.counts_starts() {
+                        started = sqlx::query_scalar(safe(&sql.rate_used))
+                            .bind(event_type)
+                            .bind(window)
+                            .fetch_one(&mut *tx)
+                            .await?;
+                    }
+                    match gate.room(limit, running, started) {
+                        0 => Picked::default(),
+                        room => pick_limited(sql, &mut tx, wait, event_type, room).await?,
+                    }
+                };
+                if let Some(at) = picked.at {
+                    rows = self.claim_picked(&mut tx, owner, picked.due, at).await?;
                 }
                 if gate.counts_starts() && !rows.is_empty() {
-                    sqlx::query(safe(&sql.rate_record))
-                        .bind(event_type)
-                        .bind(rows.len() as i64)
-                        .execute(&mut *tx)
-                        .await?;
+                    for (key, n) in starts_per_key(&rows) {
+                        sqlx::query(safe(&sql.rate_record))
+                            .bind(event_type)
+                            .bind(n)
+                            .bind(key)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
                     sqlx::query(safe(&sql.rate_trim))
                         .bind(event_type)
                         .bind(window)
@@ -288,6 +298,7 @@ impl MySqlDriver {
                 }
             }
             tx.commit().await?;
+            conn.settled();
             Ok(rows)
         })
         .await

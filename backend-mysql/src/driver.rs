@@ -9,10 +9,10 @@ use backstop_core::driver::prelude::*;
 #[cfg(doc)]
 use backstop_core::TaskStore;
 use chrono::{DateTime, NaiveDateTime, Utc};
-use sqlx::{Executor, MySql, MySqlConnection, MySqlPool, Row};
+use sqlx::{Executor, MySqlConnection, MySqlPool, Row};
 
 use crate::claim::{pick, ClaimStrategy, QUEUE_PAUSE, QUEUE_WAIT_S};
-use crate::conn::{micros, safe, MySqlOwnConnection};
+use crate::conn::{micros, safe, Held, MySqlOwnConnection};
 use crate::connect::{error_number, my_err};
 use crate::options::MySqlOptions;
 use crate::rows::{raw_task, Cols};
@@ -81,14 +81,18 @@ impl MySqlDriver {
         (self.next_token.fetch_add(1, Ordering::Relaxed) & (i64::MAX as u64)) as i64
     }
 
-    /// Run `f` on a pooled connection.
+    /// Run `f` on a pooled connection ([`Held`]: one dropped mid-transaction is closed).
     pub(crate) async fn on_conn<T, F, Fut>(&self, f: F) -> Result<T>
     where
-        F: FnOnce(sqlx::pool::PoolConnection<MySql>) -> Fut,
+        F: FnOnce(Held) -> Fut,
         Fut: Future<Output = std::result::Result<T, sqlx::Error>>,
     {
-        let conn = self.pool.acquire().await.map_err(my_err)?;
-        f(conn).await.map_err(my_err)
+        f(self.conn().await?).await.map_err(my_err)
+    }
+
+    /// A pooled connection ([`Held`]: one dropped mid-transaction is closed).
+    pub(crate) async fn conn(&self) -> Result<Held> {
+        Ok(Held::new(self.pool.acquire().await.map_err(my_err)?))
     }
 
     /// Claim the rows [`pick`] locked (`at`: its read's `NOW(3)`): one update, and the
@@ -250,22 +254,24 @@ impl Driver for MySqlDriver {
     }
 
     async fn enqueue(&self, task: Checked<&NewTask>) -> Result<Inserted> {
-        let mut conn = self.pool.acquire().await.map_err(my_err)?;
+        let mut conn = self.conn().await?;
         if task.order().is_none() {
             return EnqueuePlan::new(self, task).run(&mut *conn).await;
         }
         // a task with an order key in a transaction, so its key's lock is held throughout
-        let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(my_err)?;
+        let mut tx = conn.begin(None).await.map_err(my_err)?;
         let inserted = EnqueuePlan::new(self, task).run(&mut *tx).await?;
         tx.commit().await.map_err(my_err)?;
+        conn.settled();
         Ok(inserted)
     }
 
     async fn enqueue_many(&self, tasks: Checked<&[NewTask]>) -> Result<Vec<Inserted>> {
-        let mut conn = self.pool.acquire().await.map_err(my_err)?;
-        let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(my_err)?;
+        let mut conn = self.conn().await?;
+        let mut tx = conn.begin(None).await.map_err(my_err)?;
         let inserted = EnqueueBatch::new(self, tasks).run(&mut *tx).await?;
         tx.commit().await.map_err(my_err)?;
+        conn.settled();
         Ok(inserted)
     }
 
@@ -313,7 +319,7 @@ impl Driver for MySqlDriver {
         let begin = begin.as_str();
         let mut claimed = self
             .on_conn(|mut conn| async move {
-                let mut tx = sqlx::Connection::begin_with(&mut *conn, safe(begin)).await?;
+                let mut tx = conn.begin(Some(begin)).await?;
                 let picked = match pick(sql, &mut tx, first, types, limit).await {
                     // Held past the wait: a stalled claimer, or an open transaction's
                     // uncommitted insert. Start over, passing it, and pass for a while.
@@ -322,7 +328,8 @@ impl Driver for MySqlDriver {
                     {
                         self.pause_queueing();
                         tx.rollback().await?;
-                        tx = sqlx::Connection::begin_with(&mut *conn, safe(begin)).await?;
+                        conn.settled();
+                        tx = conn.begin(Some(begin)).await?;
                         pick(sql, &mut tx, LockWait::Skip, types, limit).await?
                     }
                     picked => picked?,
@@ -334,6 +341,7 @@ impl Driver for MySqlDriver {
                     _ => Vec::new(),
                 };
                 tx.commit().await?;
+                conn.settled();
                 Ok((rows, picked.limited))
             })
             .await?;
@@ -371,7 +379,7 @@ impl Driver for MySqlDriver {
             if seen <= 0 {
                 return Ok(Recycled::default());
             }
-            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+            let mut tx = conn.begin(None).await?;
             // The oldest dead rows, locked until commit, each with whether it has attempts
             // left; then one update per outcome, whose affected rows are the counts.
             let dead: Vec<(i64, bool)> = sqlx::query_as(safe(&sql.pick_dead(wait)))
@@ -399,6 +407,7 @@ impl Driver for MySqlDriver {
                 }
             }
             tx.commit().await?;
+            conn.settled();
             recycled.passed_over = (seen as u64).saturating_sub(dead.len() as u64);
             Ok(recycled)
         })
@@ -432,7 +441,7 @@ impl Driver for MySqlDriver {
         // returned is the task as reset, never as already claimed again.
         let (row, status) = self
             .on_conn(|mut conn| async move {
-                let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+                let mut tx = conn.begin(None).await?;
                 let done = sqlx::query(safe(&sql.manual_reset))
                     .bind(id)
                     .bind(stuck_after)
@@ -452,6 +461,7 @@ impl Driver for MySqlDriver {
                     (None, status)
                 };
                 tx.commit().await?;
+                conn.settled();
                 Ok(found)
             })
             .await?;
@@ -501,7 +511,7 @@ impl Driver for MySqlDriver {
         let audit = *audit;
         let (row, status) = self
             .on_conn(|mut conn| async move {
-                let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+                let mut tx = conn.begin(None).await?;
                 let Some(row) = sqlx::query(safe(&sql.get_for_update))
                     .bind(id)
                     .fetch_optional(&mut *tx)
@@ -519,6 +529,7 @@ impl Driver for MySqlDriver {
                     .await?;
                 audit_entry(sql, &mut tx, id, "delete", audit).await?;
                 tx.commit().await?;
+                conn.settled();
                 Ok((Some(row), None))
             })
             .await?;
@@ -650,10 +661,11 @@ impl Driver for MySqlDriver {
     }
 
     async fn start_saga(&self, start: Checked<&SagaStart>) -> Result<SagaStarted> {
-        let mut conn = self.pool.acquire().await.map_err(my_err)?;
-        let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(my_err)?;
+        let mut conn = self.conn().await?;
+        let mut tx = conn.begin(None).await.map_err(my_err)?;
         let started = SagaStartPlan::new(self, start).run(&mut *tx).await?;
         tx.commit().await.map_err(my_err)?;
+        conn.settled();
         Ok(started)
     }
 
@@ -669,10 +681,11 @@ impl Driver for MySqlDriver {
     }
 
     async fn saga_write(&self, write: Checked<&SagaWrite>) -> Result<SagaWritten> {
-        let mut conn = self.pool.acquire().await.map_err(my_err)?;
-        let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(my_err)?;
+        let mut conn = self.conn().await?;
+        let mut tx = conn.begin(None).await.map_err(my_err)?;
         let written = saga_write_on(self, self.config(), &mut *tx, write).await?;
         tx.commit().await.map_err(my_err)?;
+        conn.settled();
         Ok(written)
     }
 
@@ -745,7 +758,7 @@ impl Driver for MySqlDriver {
 
     async fn release_order_keys(&self, keys: Checked<&[String]>) -> Result<Vec<TaskId>> {
         let pool = self.pool.clone();
-        let mut conn = MySqlOwnConnection { pool, tx: None };
+        let mut conn = MySqlOwnConnection { pool, conn: None };
         release_order_keys(self, &mut conn, &keys).await
     }
 

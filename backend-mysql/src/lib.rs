@@ -45,6 +45,7 @@ mod inbox;
 mod marks;
 mod operators;
 mod options;
+mod partitions;
 mod rows;
 mod sql;
 mod store;

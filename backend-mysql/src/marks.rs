@@ -15,7 +15,7 @@ impl MySqlDriver {
     pub(crate) async fn refresh_leases(&self, leases: &[Lease]) -> Result<Vec<bool>> {
         let sql = &self.sql;
         self.on_conn(|mut conn| async move {
-            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+            let mut tx = conn.begin(None).await?;
             let mut flags = Vec::with_capacity(leases.len());
             for chunk in leases.chunks(SET_CHUNK) {
                 let text = sql.heartbeat_many(bucket(chunk.len()));
@@ -43,6 +43,7 @@ impl MySqlDriver {
                 flags.extend(chunk.iter().map(|l| held.contains(&(l.task_id, l.token))));
             }
             tx.commit().await?;
+            conn.settled();
             Ok(flags)
         })
         .await
@@ -62,9 +63,10 @@ impl MySqlDriver {
             if one_statement {
                 return self.apply_marks(&mut conn, marks, rounds).await;
             }
-            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+            let mut tx = conn.begin(None).await?;
             let flags = self.apply_marks(&mut tx, marks, rounds).await?;
             tx.commit().await?;
+            conn.settled();
             Ok(flags)
         })
         .await

@@ -28,7 +28,7 @@ impl MySqlDriver {
         let sql = &self.sql;
         let (row, status) = self
             .on_conn(|mut conn| async move {
-                let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+                let mut tx = conn.begin(None).await?;
                 let done = update(sql).execute(&mut *tx).await?;
                 if done.rows_affected() != 1 {
                     let status: Option<i8> = sqlx::query_scalar(safe(&sql.status_of))
@@ -43,6 +43,7 @@ impl MySqlDriver {
                     .fetch_optional(&mut *tx)
                     .await?;
                 tx.commit().await?;
+                conn.settled();
                 Ok((row, None))
             })
             .await?;
@@ -59,19 +60,25 @@ impl MySqlDriver {
     ) -> Result<Queue> {
         let sql = &self.sql;
         let c = change.columns();
-        let (paused, concurrency, rate, window) =
-            (c.paused, c.concurrency, c.rate_limit, c.rate_window_ms);
+        let (paused, concurrency, rate, window, partitioned) = (
+            c.paused,
+            c.concurrency,
+            c.rate_limit,
+            c.rate_window_ms,
+            c.partitioned,
+        );
         let action = change.action();
         let action = action.as_str();
         let row = self
             .on_conn(|mut conn| async move {
-                let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+                let mut tx = conn.begin(None).await?;
                 let inserted = sqlx::query(safe(&sql.queue_insert))
                     .bind(event_type)
                     .bind(paused)
                     .bind(concurrency)
                     .bind(rate)
                     .bind(window)
+                    .bind(partitioned)
                     .execute(&mut *tx)
                     .await?
                     .rows_affected()
@@ -84,11 +91,13 @@ impl MySqlDriver {
                         .bind(concurrency)
                         .bind(rate)
                         .bind(window)
+                        .bind(partitioned)
                         .bind(event_type)
                         .bind(paused)
                         .bind(concurrency)
                         .bind(rate)
                         .bind(window)
+                        .bind(partitioned)
                         .execute(&mut *tx)
                         .await?
                         .rows_affected()
@@ -108,6 +117,7 @@ impl MySqlDriver {
                     .fetch_one(&mut *tx)
                     .await?;
                 tx.commit().await?;
+                conn.settled();
                 Ok(row)
             })
             .await?;

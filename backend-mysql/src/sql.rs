@@ -186,6 +186,8 @@ pub(crate) struct Sql {
     pub rate_record: String,
     /// event type, window µs: its ledger rows the window has passed, deleted.
     pub rate_trim: String,
+    /// A partitioned limited type's claim.
+    pub partitions: crate::partitions::PartitionSql,
     /// action, operator, reason, event type: an entry of the queues' log, at the time
     /// the queue's row says it changed.
     pub queue_audit: String,
@@ -222,11 +224,11 @@ impl Sql {
         let tk = format!("`{table}_keys`");
         let insert_tuple = "(?, ?, ?, 0, ?, ?, ?, ?,
                     GREATEST(NOW(3) + INTERVAL (? * 1000) MICROSECOND, COALESCE(?, NOW(3))), 0,
-                    NOW(3), NOW(3), ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+                    NOW(3), NOW(3), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
         let insert_columns = "event_type, biz_key, payload, attempts, max_attempts,
                 retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at,
                 lease, created_at, updated_at, priority, retry_jitter_pct, status, order_key,
-                order_block, timeout_ms, tags, metadata, traceparent";
+                order_block, timeout_ms, tags, metadata, traceparent, partition_key";
         let th = format!("`{table}_handlers`");
         let tb = format!("`{table}_barrier`");
         let ts = format!("`{table}_saga`");
@@ -279,7 +281,7 @@ impl Sql {
             // core's insert_params: event_type, biz_key, payload, max_attempts, strategy,
             // interval, max, delay ms (zero with a run_at), run_at (NULL: use the delay; a
             // time already past: now), priority, jitter %, status, order_key, order_block,
-            // timeout ms, tags, metadata, traceparent
+            // timeout ms, tags, metadata, traceparent, partition key
             insert: format!("INSERT INTO {t} ({insert_columns}) VALUES {insert_tuple}"),
             // The batch enqueue's multi-row inserts, one per row count (1, 2, 4 … 256),
             // every value bound (MariaDB's RETURNING; MySQL has none). Not an INSERT …
@@ -316,21 +318,24 @@ impl Sql {
             types_list: format!("SELECT event_type, first_seen_at, last_seen_at FROM {th}"),
             queue_insert: format!(
                 "INSERT IGNORE INTO {tq} (event_type, paused, concurrency, rate_limit,
-                    rate_window_ms, updated_at)
-                 VALUES (?, COALESCE(?, 0), COALESCE(?, 0), COALESCE(?, 0), COALESCE(?, 0), NOW(3))"
+                    rate_window_ms, partitioned, updated_at)
+                 VALUES (?, COALESCE(?, 0), COALESCE(?, 0), COALESCE(?, 0), COALESCE(?, 0),
+                    COALESCE(?, 0), NOW(3))"
             ),
             queue_update: format!(
                 "UPDATE {tq} SET paused = COALESCE(?, paused),
                     concurrency = COALESCE(?, concurrency), rate_limit = COALESCE(?, rate_limit),
-                    rate_window_ms = COALESCE(?, rate_window_ms), updated_at = NOW(3)
+                    rate_window_ms = COALESCE(?, rate_window_ms),
+                    partitioned = COALESCE(?, partitioned), updated_at = NOW(3)
                  WHERE event_type = ?
                    AND (paused <> COALESCE(?, paused) OR concurrency <> COALESCE(?, concurrency)
                     OR rate_limit <> COALESCE(?, rate_limit)
-                    OR rate_window_ms <> COALESCE(?, rate_window_ms))"
+                    OR rate_window_ms <> COALESCE(?, rate_window_ms)
+                    OR partitioned <> COALESCE(?, partitioned))"
             ),
             limit_lock: format!(
                 "SELECT CAST(concurrency AS SIGNED), CAST(rate_limit AS SIGNED),
-                    CAST(rate_window_ms AS SIGNED) FROM {tq}
+                    CAST(rate_window_ms AS SIGNED), CAST(partitioned AS SIGNED) FROM {tq}
                  WHERE event_type = ? AND paused = 0 AND (concurrency > 0 OR rate_limit > 0)
                  FOR UPDATE"
             ),
@@ -339,8 +344,9 @@ impl Sql {
                  WHERE event_type = ? AND at > NOW(3) - INTERVAL ? MICROSECOND"
             ),
             rate_record: format!(
-                "INSERT INTO {tr} (event_type, at, starts) VALUES (?, NOW(3), ?)"
+                "INSERT INTO {tr} (event_type, at, starts, partition_key) VALUES (?, NOW(3), ?, ?)"
             ),
+            partitions: crate::partitions::PartitionSql::new(&t, &tr),
             rate_trim: format!(
                 "DELETE FROM {tr} WHERE event_type = ? AND at <= NOW(3) - INTERVAL ? MICROSECOND"
             ),
@@ -356,12 +362,13 @@ impl Sql {
             queue_get: format!(
                 "SELECT event_type, CAST(paused AS SIGNED), updated_at,
                     CAST(concurrency AS SIGNED), CAST(rate_limit AS SIGNED),
-                    CAST(rate_window_ms AS SIGNED) FROM {tq} WHERE event_type = ?"
+                    CAST(rate_window_ms AS SIGNED), CAST(partitioned AS SIGNED) FROM {tq}
+                 WHERE event_type = ?"
             ),
             queues: format!(
                 "SELECT event_type, CAST(paused AS SIGNED), updated_at,
                     CAST(concurrency AS SIGNED), CAST(rate_limit AS SIGNED),
-                    CAST(rate_window_ms AS SIGNED) FROM {tq}"
+                    CAST(rate_window_ms AS SIGNED), CAST(partitioned AS SIGNED) FROM {tq}"
             ),
             queue_log: format!(
                 "SELECT {QUEUE_AUDIT_COLUMNS} FROM {tqa} WHERE event_type = ? ORDER BY id"

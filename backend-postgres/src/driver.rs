@@ -149,6 +149,7 @@ impl PgDriver {
         &self,
         owner: &str,
         event_type: &str,
+        partitioned: bool,
         limit: i64,
     ) -> Result<Vec<RawTask>> {
         let mut conn = self.connection().await?;
@@ -157,7 +158,11 @@ impl PgDriver {
         let rows = {
             let client = conn.client()?;
             let lock = self.statement(client, &self.sql.limit_lock).await?;
-            let claim = self.statement(client, &self.sql.claim_limited).await?;
+            let claim = match partitioned {
+                true => &self.sql.claim_partitioned,
+                false => &self.sql.claim_limited,
+            };
+            let claim = self.statement(client, claim).await?;
             let params: [&dyn Param; 3] = [&owner, &event_type, &limit];
             let lock_params: [&dyn Param; 1] = [&event_type];
             let (begin, locked, claimed, commit) = tokio::join!(
@@ -327,15 +332,21 @@ impl Driver for PgDriver {
         for row in &rows {
             match col::<Option<String>>(row, COLUMN_COUNT)? {
                 None => claimed.push(raw_task(row)?),
-                Some(event_type) => limited.push(event_type),
+                Some(event_type) => {
+                    let partitioned = col::<Option<i16>>(row, COLUMN_COUNT + 1)? == Some(1);
+                    limited.push((event_type, partitioned));
+                }
             }
         }
-        for event_type in limited {
+        for (event_type, partitioned) in limited {
             let left = limit - claimed.len() as i64;
             if left <= 0 {
                 break;
             }
-            claimed.extend(self.claim_limited(owner, &event_type, left).await?);
+            claimed.extend(
+                self.claim_limited(owner, &event_type, partitioned, left)
+                    .await?,
+            );
         }
         Ok(claimed)
     }
@@ -760,7 +771,7 @@ impl Driver for PgDriver {
     ) -> Result<Queue> {
         let c = change.columns();
         let action = change.action();
-        let params: [&dyn Param; 8] = [
+        let params: [&dyn Param; 9] = [
             &*event_type,
             &c.paused,
             &action,
@@ -769,6 +780,7 @@ impl Driver for PgDriver {
             &c.concurrency,
             &c.rate_limit,
             &c.rate_window_ms,
+            &c.partitioned,
         ];
         let mut rows = self.query(&self.sql.queue_set, &params).await?;
         if rows.is_empty() {

@@ -33,7 +33,7 @@ const RESET_STATUS: &str = "CASE WHEN order_key IS NULL THEN 0 ELSE 5 END";
 const LEVELS: &str = "'{0,1,2,3,4}'::smallint[]";
 
 mod claims;
-use claims::{claim_limited, claim_marking, one_type};
+use claims::{claim_limited, claim_marking, claim_partitioned, one_type};
 
 /// The notification channel of `schema.table`: the qualified name, or when that is
 /// longer than PostgreSQL's 63-byte identifiers, a prefix of it and a stable hash.
@@ -74,7 +74,7 @@ pub(crate) struct Sql {
     /// A step's report in its common case, in one statement (core's `SagaAdvance`).
     pub saga_advance: String,
     /// `insert` that also announces the new task on `channel` (delivered at commit;
-    /// nothing on a duplicate). $19 is the channel.
+    /// nothing on a duplicate). $20 is the channel.
     pub insert_notify: String,
     /// $1 the rows (core's `insert_document`): the batch enqueue's multi-row insert.
     pub insert_rows: String,
@@ -180,6 +180,8 @@ pub(crate) struct Sql {
     pub claim_many_types: String,
     pub limit_lock: String,
     pub claim_limited: String,
+    /// As `claim_limited`, of a partitioned type.
+    pub claim_partitioned: String,
     pub recycle_dead: String,
     pub heartbeat: String,
     /// $1 output $2 id $3 lease: a running task's output, fenced.
@@ -245,17 +247,18 @@ impl Sql {
                 AND (q.paused = 1 OR q.concurrency > 0 OR q.rate_limit > 0))"
         );
         let qcols = "event_type::text, paused::bigint, updated_at, concurrency::bigint,
-            rate_limit::bigint, rate_window_ms::bigint";
+            rate_limit::bigint, rate_window_ms::bigint, partitioned::bigint";
         let tc = t_columns();
         // core's insert_params: $1 event_type $2 biz_key $3 payload $4 max_attempts
         // $5 strategy $6 interval_ms $7 max_interval_ms $8 delay_ms $9 run_at (NULL: use
         // the delay; a time already past: now) $10 priority $11 jitter % $12 status
         // $13 order_key $14 order_block $15 timeout_ms $16 tags $17 metadata $18 traceparent
+        // $19 partition key
         let insert_into = format!(
             "INSERT INTO {t} (event_type, biz_key, payload, status, attempts, max_attempts,
                 retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at,
                 lease, created_at, updated_at, priority, retry_jitter_pct, order_key,
-                order_block, timeout_ms, tags, metadata, traceparent)"
+                order_block, timeout_ms, tags, metadata, traceparent, partition_key)"
         );
         let on_conflict = "ON CONFLICT (biz_key, event_type, dedup_slot) DO NOTHING";
         let insert = format!(
@@ -263,7 +266,7 @@ impl Sql {
              VALUES ($1, $2, $3, $12, 0, $4, $5, $6, $7,
                 CASE WHEN $9::timestamptz IS NULL THEN now() + $8::bigint {MS}
                     ELSE GREATEST($9::timestamptz, now()) END,
-                0, now(), now(), $10, $11, $13, $14, $15, $16, $17, $18)
+                0, now(), now(), $10, $11, $13, $14, $15, $16, $17, $18, $19)
              {on_conflict} RETURNING id"
         );
         // The batch enqueue's multi-row insert: its rows from one JSON document (core's
@@ -274,10 +277,10 @@ impl Sql {
              SELECT r.e, r.k, r.p, 0, 0, r.m, r.s, r.i, r.x,
                 CASE WHEN r.a IS NULL THEN now() + r.d {MS}
                     ELSE GREATEST('epoch'::timestamptz + r.a {MS}, now()) END,
-                0, now(), now(), r.r, r.j, NULL, r.b, r.t, r.g, r.h, r.c
+                0, now(), now(), r.r, r.j, NULL, r.b, r.t, r.g, r.h, r.c, r.q
              FROM json_to_recordset($1::json) AS r(e text, k text, p text, m bigint, s text,
                 i bigint, x bigint, d bigint, a bigint, r smallint, j smallint, b smallint,
-                t bigint, g text, h text, c text)
+                t bigint, g text, h text, c text, q text)
              {on_conflict}"
         );
         // A step's report in its common case, all or none (core's SagaAdvance): the saga
@@ -318,17 +321,18 @@ impl Sql {
                 INSERT INTO {t} AS t (event_type, biz_key, payload, status, attempts,
                     max_attempts, retry_strategy, retry_interval_ms, retry_max_interval_ms,
                     next_run_at, lease, created_at, updated_at, priority, retry_jitter_pct,
-                    order_key, order_block, timeout_ms, tags, metadata, traceparent, owner)
+                    order_key, order_block, timeout_ms, tags, metadata, traceparent,
+                    partition_key, owner)
                 SELECT r.e, r.k, r.p, CASE WHEN w.c IS NULL THEN 0 ELSE 3 END,
                     CASE WHEN w.c IS NULL THEN 0 ELSE 1 END, r.m, r.s, r.i, r.x,
                     CASE WHEN r.a IS NULL THEN now() + r.d {MS}
                         ELSE GREATEST('epoch'::timestamptz + r.a {MS}, now()) END,
                     CASE WHEN w.c IS NULL THEN 0 ELSE 1 END, now(), clock_timestamp(),
-                    r.r, r.j, NULL, r.b, r.t, r.g, r.h, r.c, w.c
+                    r.r, r.j, NULL, r.b, r.t, r.g, r.h, r.c, r.q, w.c
                 FROM ROWS FROM (json_to_recordset($2::text::json) AS (e text, k text, p text,
                     m bigint, s text, i bigint, x bigint, d bigint, a bigint, r smallint,
-                    j smallint, b smallint, t bigint, g text, h text, c text)) WITH ORDINALITY
-                    AS r(e, k, p, m, s, i, x, d, a, r, j, b, t, g, h, c, o)
+                    j smallint, b smallint, t bigint, g text, h text, c text, q text))
+                    WITH ORDINALITY AS r(e, k, p, m, s, i, x, d, a, r, j, b, t, g, h, c, q, o)
                 JOIN f ON f.i = ($3::int[])[r.o]
                 CROSS JOIN LATERAL (SELECT CASE WHEN NOT EXISTS (
                     SELECT 1 FROM {tq} WHERE event_type = r.e
@@ -454,7 +458,7 @@ impl Sql {
             insert_rows_notify,
             insert_notify: format!(
                 "WITH ins AS ({insert})
-                 SELECT ins.id FROM ins CROSS JOIN LATERAL (SELECT pg_notify($19::text, $1::text)) AS n"
+                 SELECT ins.id FROM ins CROSS JOIN LATERAL (SELECT pg_notify($20::text, $1::text)) AS n"
             ),
             listen: format!("LISTEN \"{channel}\""),
             channel,
@@ -477,24 +481,28 @@ impl Sql {
             queue_set: format!(
                 "WITH up AS (
                     INSERT INTO {tq} AS q (event_type, paused, concurrency, rate_limit,
-                        rate_window_ms, updated_at)
+                        rate_window_ms, updated_at, partitioned)
                     VALUES ($1, COALESCE($2::smallint, 0), COALESCE($6::int, 0),
-                        COALESCE($7::int, 0), COALESCE($8::bigint, 0), now())
+                        COALESCE($7::int, 0), COALESCE($8::bigint, 0), now(),
+                        COALESCE($9::smallint, 0))
                     ON CONFLICT (event_type) DO UPDATE SET
                         paused = COALESCE($2::smallint, q.paused),
                         concurrency = COALESCE($6::int, q.concurrency),
                         rate_limit = COALESCE($7::int, q.rate_limit),
-                        rate_window_ms = COALESCE($8::bigint, q.rate_window_ms), updated_at = now()
+                        rate_window_ms = COALESCE($8::bigint, q.rate_window_ms), updated_at = now(),
+                        partitioned = COALESCE($9::smallint, q.partitioned)
                     WHERE q.paused <> COALESCE($2::smallint, q.paused)
                         OR q.concurrency <> COALESCE($6::int, q.concurrency)
                         OR q.rate_limit <> COALESCE($7::int, q.rate_limit)
                         OR q.rate_window_ms <> COALESCE($8::bigint, q.rate_window_ms)
+                        OR q.partitioned <> COALESCE($9::smallint, q.partitioned)
                     RETURNING {qcols}, xmax = 0 AS fresh),
                  a AS (
                     INSERT INTO {tqa} (event_type, action, operator, reason, at)
                     SELECT $1, $3, $4, $5, now() FROM up
                     WHERE NOT up.fresh OR COALESCE($2::smallint, 0) <> 0
-                        OR COALESCE($6::int, 0) <> 0 OR COALESCE($7::int, 0) <> 0)
+                        OR COALESCE($6::int, 0) <> 0 OR COALESCE($7::int, 0) <> 0
+                        OR COALESCE($9::smallint, 0) <> 0)
                  SELECT {qcols} FROM up"
             ),
             queue_get: format!("SELECT {qcols} FROM {tq} WHERE event_type = $1"),
@@ -659,6 +667,9 @@ impl Sql {
             // times are the clock's, not the transaction's start: the claim may have
             // waited for the lock.
             claim_limited: claim_limited(&t, &tq, &tr, &tc),
+            // $1 owner $2 event type $3 limit: as claim_limited, the room per partition
+            // key, the keys taken in turns.
+            claim_partitioned: claim_partitioned(&t, &tq, &tr, &tc),
             // $1 older_than ms, $2 limit. Status and age re-checked on the row itself.
             // The rows by id, as a claim's (see `claim`): never a join the generic plan
             // could turn into a walk of the primary key. Answers one row: those put back

@@ -222,9 +222,17 @@ impl Driver for SqliteDriver {
                                 concurrency,
                                 rate_limit,
                                 rate_window_ms,
+                                partitioned: int(5)?.unwrap_or(0) != 0,
                             };
-                            let room =
-                                gate.room(usize::MAX, int(3)?.unwrap_or(0), int(4)?.unwrap_or(0));
+                            // a partitioned type's room is its partitions' (its claim's)
+                            let room = match gate.partitioned {
+                                true => usize::MAX,
+                                false => gate.room(
+                                    usize::MAX,
+                                    int(3)?.unwrap_or(0),
+                                    int(4)?.unwrap_or(0),
+                                ),
+                            };
                             Some((gate, i64::try_from(room).unwrap_or(i64::MAX)))
                         }
                         _ => None,
@@ -259,13 +267,19 @@ impl Driver for SqliteDriver {
                 if left <= 0 {
                     break;
                 }
-                let walks: Vec<(usize, usize)> = levels.into_iter().map(|l| (0, l)).collect();
-                let mut stmt = tx.prepare_cached(&sql.claim_batch(&walks))?;
-                let these = tasks(&mut stmt, params![owner, now, left, t])?;
+                let these = if gate.partitioned {
+                    let left = usize::try_from(left).unwrap_or(0);
+                    sql.partitions.claim(tx, &owner, now, t, gate, left)?
+                } else {
+                    let walks: Vec<(usize, usize)> = levels.into_iter().map(|l| (0, l)).collect();
+                    let mut stmt = tx.prepare_cached(&sql.claim_batch(&walks))?;
+                    tasks(&mut stmt, params![owner, now, left, t])?
+                };
                 if gate.counts_starts() && !these.is_empty() {
-                    let n = these.len() as i64;
-                    tx.prepare_cached(&sql.rate_record)?
-                        .execute(params![t, now, n])?;
+                    let mut record = tx.prepare_cached(&sql.rate_record)?;
+                    for (key, n) in starts_per_key(&these) {
+                        record.execute(params![t, now, n, key])?;
+                    }
                     tx.prepare_cached(&sql.rate_trim)?
                         .execute(params![t, now - gate.rate_window_ms])?;
                 }
@@ -687,6 +701,7 @@ impl Driver for SqliteDriver {
         let audit: Audit = (*audit).clone();
         let c = change.columns();
         let columns = (c.paused, c.concurrency, c.rate_limit, c.rate_window_ms);
+        let partitioned = c.partitioned;
         self.write("set_queue", move |sql, tx, now| {
             let (paused, concurrency, rate, window) = columns;
             let inserted = tx.prepare_cached(&sql.queue_insert)?.execute(params![
@@ -695,7 +710,8 @@ impl Driver for SqliteDriver {
                 concurrency,
                 rate,
                 window,
-                now
+                now,
+                partitioned
             ])? > 0;
             let changed = if inserted {
                 !change.sets_nothing_new()
@@ -706,7 +722,8 @@ impl Driver for SqliteDriver {
                     concurrency,
                     rate,
                     window,
-                    now
+                    now,
+                    partitioned
                 ])? > 0
             };
             if changed {

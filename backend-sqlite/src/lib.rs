@@ -43,6 +43,7 @@ mod driver;
 mod enqueue;
 mod inbox;
 mod options;
+mod partitions;
 mod pool;
 mod rows;
 mod sql;

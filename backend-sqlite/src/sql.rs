@@ -69,6 +69,8 @@ pub(crate) struct Sql {
     pub rate_record: String,
     /// ?1 event type ?2 cutoff: the type's ledger rows the window has passed, deleted.
     pub rate_trim: String,
+    /// A partitioned limited type's claim.
+    pub partitions: crate::partitions::PartitionSql,
     /// ?1 event type ?2 action ?3 operator ?4 reason ?5 now: an entry of the queues' log.
     pub queue_audit: String,
     /// ?1 event type: the queue's row.
@@ -200,11 +202,11 @@ pub(crate) struct Sql {
     pub delete_finished: String,
 }
 
-/// Core's insert_params (?1–?18: ?8 delay ms, ?9 run_at ms: NULL uses the delay, a time
-/// already past is now, a NULL makes max() NULL), then ?19 now.
+/// Core's insert_params (?1–?19: ?8 delay ms, ?9 run_at ms: NULL uses the delay, a time
+/// already past is now, a NULL makes max() NULL), then ?20 now.
 const INSERT_TUPLE: &str =
-    "(?1, ?2, ?3, ?12, 0, ?4, ?5, ?6, ?7, COALESCE(max(?9, ?19), ?19 + ?8), 0,
-    ?19, ?19, ?10, ?11, ?13, ?14, ?15, ?16, ?17, ?18)";
+    "(?1, ?2, ?3, ?12, 0, ?4, ?5, ?6, ?7, COALESCE(max(?9, ?20), ?20 + ?8), 0,
+    ?20, ?20, ?10, ?11, ?13, ?14, ?15, ?16, ?17, ?18, ?19)";
 
 /// Most rows of one of the batch enqueue's multi-row inserts.
 const INSERT_ROWS_MAX: usize = 256;
@@ -239,27 +241,33 @@ impl Sql {
             "INSERT INTO {t} (event_type, biz_key, payload, status, attempts, max_attempts,
                 retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at,
                 lease, created_at, updated_at, priority, retry_jitter_pct, order_key,
-                order_block, timeout_ms, tags, metadata, traceparent)"
+                order_block, timeout_ms, tags, metadata, traceparent, partition_key)"
         );
         Sql {
             table: t.clone(),
             due_levels: Self::due_levels(&t, &tq, &tr),
             queue_insert: format!(
                 "INSERT INTO {tq} (event_type, paused, concurrency, rate_limit, rate_window_ms,
-                    updated_at)
-                 VALUES (?1, COALESCE(?2, 0), COALESCE(?3, 0), COALESCE(?4, 0), COALESCE(?5, 0), ?6)
+                    updated_at, partitioned)
+                 VALUES (?1, COALESCE(?2, 0), COALESCE(?3, 0), COALESCE(?4, 0), COALESCE(?5, 0), ?6,
+                    COALESCE(?7, 0))
                  ON CONFLICT (event_type) DO NOTHING"
             ),
             queue_update: format!(
                 "UPDATE {tq} SET paused = COALESCE(?2, paused),
                     concurrency = COALESCE(?3, concurrency), rate_limit = COALESCE(?4, rate_limit),
-                    rate_window_ms = COALESCE(?5, rate_window_ms), updated_at = ?6
+                    rate_window_ms = COALESCE(?5, rate_window_ms), updated_at = ?6,
+                    partitioned = COALESCE(?7, partitioned)
                  WHERE event_type = ?1
                    AND (paused <> COALESCE(?2, paused) OR concurrency <> COALESCE(?3, concurrency)
                     OR rate_limit <> COALESCE(?4, rate_limit)
-                    OR rate_window_ms <> COALESCE(?5, rate_window_ms))"
+                    OR rate_window_ms <> COALESCE(?5, rate_window_ms)
+                    OR partitioned <> COALESCE(?7, partitioned))"
             ),
-            rate_record: format!("INSERT INTO {tr} (event_type, at, starts) VALUES (?1, ?2, ?3)"),
+            rate_record: format!(
+                "INSERT INTO {tr} (event_type, at, starts, partition_key) VALUES (?1, ?2, ?3, ?4)"
+            ),
+            partitions: crate::partitions::PartitionSql::new(&t, &tr, table),
             rate_trim: format!("DELETE FROM {tr} WHERE event_type = ?1 AND at <= ?2"),
             queue_audit: format!(
                 "INSERT INTO {tqa} (event_type, action, operator, reason, at)
@@ -590,11 +598,12 @@ impl Sql {
     /// Which priority levels of one event type have a due task: ?1 event type, ?2 now;
     /// one column per level, the level or NULL. One index dive per level (a few
     /// microseconds each), so the claim walks only the levels that have work: almost
-    /// always one, none on an idle poll. The last five columns are a limited type's
+    /// always one, none on an idle poll. The last six columns are a limited type's
     /// gate (`Gate`): its concurrency, rate limit and window, its running tasks (when
     /// it has a concurrency limit) and its starts in the window (when it has a rate),
-    /// NULLs when it is not limited; read in the claim's write transaction: no other
-    /// claim counts in between.
+    /// whether it is partitioned (then the counts are left to its claim: see
+    /// `partitions`), NULLs when it is not limited; read in the claim's write
+    /// transaction: no other claim counts in between.
     fn due_levels(t: &str, tq: &str, tr: &str) -> String {
         let probes = (0..PRIORITY_LEVELS)
             .map(|level| {
@@ -610,11 +619,12 @@ impl Sql {
             .join(", ");
         format!(
             "SELECT {probes}, q.concurrency, q.rate_limit, q.rate_window_ms,
-                CASE WHEN q.concurrency > 0 THEN (
+                CASE WHEN q.concurrency > 0 AND q.partitioned = 0 THEN (
                     SELECT count(*) FROM {t} WHERE status = 3 AND event_type = ?1) END,
-                CASE WHEN q.rate_limit > 0 THEN (
+                CASE WHEN q.rate_limit > 0 AND q.partitioned = 0 THEN (
                     SELECT COALESCE(SUM(starts), 0) FROM {tr}
-                    WHERE event_type = ?1 AND at > ?2 - q.rate_window_ms) END
+                    WHERE event_type = ?1 AND at > ?2 - q.rate_window_ms) END,
+                q.partitioned
              FROM (SELECT 1) LEFT JOIN {tq} q
                 ON q.event_type = ?1 AND (q.concurrency > 0 OR q.rate_limit > 0)"
         )

@@ -442,6 +442,10 @@ async fn show(store: &AnyStore, id: i64, json: bool) -> Outcome {
             "trace",
             task.traceparent.clone().unwrap_or_else(|| "-".into()),
         ),
+        (
+            "partition",
+            task.partition.clone().unwrap_or_else(|| "-".into()),
+        ),
     ];
     println!("task {}", task.id);
     for (k, v) in rows {

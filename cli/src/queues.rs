@@ -43,6 +43,15 @@ pub(crate) enum QueuesCommand {
         /// `off`.
         rate: String,
     },
+    /// Hold the event type's limits per partition key (`on`: at most N of one key's
+    /// tasks at once, N starts of one key's per window; tasks without a key share one
+    /// partition), or for the type as a whole (`off`).
+    Partition {
+        #[command(flatten)]
+        args: QueueArgs,
+        /// `on` or `off`.
+        state: String,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -139,6 +148,20 @@ pub(crate) async fn run(store: &AnyStore, command: QueuesCommand, json: bool) ->
             };
             change(store, QueueChange::Rate(r), args, json).await
         }
+        QueuesCommand::Partition { args, state } => {
+            let on = match state.as_str() {
+                "on" => true,
+                "off" => false,
+                other => {
+                    return Err(backstop::Error::invalid_input(
+                        "set_queue",
+                        format!("partition: {other:?} is not on or off"),
+                    )
+                    .into())
+                }
+            };
+            change(store, QueueChange::Partition(on), args, json).await
+        }
     }
 }
 
@@ -157,10 +180,11 @@ async fn change(store: &AnyStore, change: QueueChange, a: QueueArgs, json: bool)
             r.per.as_secs()
         ));
     }
-    let limit = if limits.is_empty() {
-        "no limit".to_owned()
-    } else {
-        limits.join(", ")
+    let limit = match (limits.is_empty(), q.partitioned) {
+        (true, false) => "no limit".to_owned(),
+        (true, true) => "no limit (partitioned)".to_owned(),
+        (false, false) => limits.join(", "),
+        (false, true) => format!("{} per partition key", limits.join(", ")),
     };
     if json {
         println!(
@@ -168,6 +192,7 @@ async fn change(store: &AnyStore, change: QueueChange, a: QueueArgs, json: bool)
             serde_json::json!({
                 "action": change.action(), "event_type": q.event_type, "paused": q.paused,
                 "concurrency": q.concurrency, "changed_at": q.updated_at.to_rfc3339(),
+                "partitioned": q.partitioned,
                 "rate": q.rate.map(|r| serde_json::json!({"starts": r.starts, "per_secs": r.per.as_secs()})),
             })
         );

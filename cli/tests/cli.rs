@@ -27,7 +27,11 @@ async fn lists_by_tag_and_metadata_and_shows_output() {
         };
         let a = db
             .store
-            .enqueue(tagged("r1", "acme", &["daily", "eu"]).traceparent(TRACE))
+            .enqueue(
+                tagged("r1", "acme", &["daily", "eu"])
+                    .traceparent(TRACE)
+                    .partition("tenant-acme"),
+            )
             .await
             .unwrap()
             .id;
@@ -62,6 +66,7 @@ async fn lists_by_tag_and_metadata_and_shows_output() {
         assert_eq!(both[0]["metadata"], serde_json::json!({"tenant": "acme"}));
         assert_eq!(both[0]["output"], serde_json::json!({"rows": 1234}));
         assert_eq!(both[0]["traceparent"], TRACE);
+        assert_eq!(both[0]["partition"], "tenant-acme");
 
         let out = db.cli(&["tasks", "show", &a.to_string()]);
         assert_eq!(code(&out), 0, "{}", stderr(&out));
@@ -69,6 +74,7 @@ async fn lists_by_tag_and_metadata_and_shows_output() {
         assert!(text.contains("daily, eu"), "{text}");
         assert!(text.contains(r#"{"tenant":"acme"}"#), "{text}");
         assert!(text.contains(TRACE), "{text}");
+        assert!(text.contains("tenant-acme"), "{text}");
         assert!(
             text.contains("output\n") && text.contains("\"rows\": 1234"),
             "{text}"
@@ -800,6 +806,32 @@ async fn pauses_lists_and_resumes_queues() {
         );
         let done = db.json(&["queues", "rate", "SEND_SMS", "off"]);
         assert_eq!(done["rate"], serde_json::Value::Null, "{done}");
+
+        // partitioned limits: on, listed, a bad state refused, off
+        db.cli(&["queues", "limit", "SEND_SMS", "3"]);
+        let out = db.cli(&[
+            "queues",
+            "partition",
+            "SEND_SMS",
+            "on",
+            "--reason",
+            "tenants",
+        ]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert!(
+            stdout(&out).contains("at most 3 at once per partition key"),
+            "{}",
+            stdout(&out)
+        );
+        assert_eq!(db.json(&["queues", "list"])[1]["partitioned"], true);
+        let text = stdout(&db.cli(&["queues", "list"]));
+        assert!(text.contains("3 at once per partition"), "{text}");
+        let out = db.cli(&["queues", "partition", "SEND_SMS", "maybe"]);
+        assert_eq!(code(&out), 2, "{}", stderr(&out));
+        assert!(stderr(&out).contains("partition"), "{}", stderr(&out));
+        assert!(db.store.queues().await.unwrap()[1].partitioned, "unchanged");
+        let done = db.json(&["queues", "partition", "SEND_SMS", "off"]);
+        assert_eq!(done["partitioned"], false, "{done}");
     }
 }
 

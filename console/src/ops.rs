@@ -330,6 +330,7 @@ pub fn task_json(task: &Task, payload: &str) -> serde_json::Value {
         "metadata": task.metadata.as_deref().map(json_or_text),
         "output": task.output.as_deref().map(json_or_text),
         "traceparent": task.traceparent,
+        "partition": task.partition,
     })
 }
 

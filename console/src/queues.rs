@@ -19,6 +19,8 @@ pub struct QueueView {
     pub concurrency: Option<u32>,
     /// Its rate limit, if it has one.
     pub rate: Option<RateLimit>,
+    /// Whether its limits hold per partition key.
+    pub partitioned: bool,
     /// When its setting last changed, if an operator ever set it.
     pub changed_at: Option<DateTime<Utc>>,
     /// When an engine with a handler for it last said it runs, if any ever did.
@@ -39,6 +41,7 @@ impl QueueView {
             paused: false,
             concurrency: None,
             rate: None,
+            partitioned: false,
             changed_at: None,
             handled_at: None,
             pending: 0,
@@ -61,6 +64,7 @@ pub async fn queue_views<S: TaskStore + ?Sized>(store: &S) -> Result<Vec<QueueVi
         v.paused = q.paused;
         v.concurrency = q.concurrency;
         v.rate = q.rate;
+        v.partitioned = q.partitioned;
         v.changed_at = Some(q.updated_at);
     }
     for h in store.event_types().await? {
@@ -83,13 +87,16 @@ pub async fn queue_views<S: TaskStore + ?Sized>(store: &S) -> Result<Vec<QueueVi
     Ok(views.into_values().collect())
 }
 
-/// A queue's limits in words: `3 at once, 100 per 60s`, `100 per 60s`, or `-` for none.
+/// A queue's limits in words: `3 at once, 100 per 60s`, `100 per 60s`, `3 at once per
+/// partition`, or `-` for none.
 ///
 /// ```
 /// # use backstop_console::queues::limits_text;
 /// # let mut v = backstop_console::queues::QueueView::named("E");
 /// v.concurrency = Some(3);
 /// assert_eq!(limits_text(&v), "3 at once");
+/// v.partitioned = true;
+/// assert_eq!(limits_text(&v), "3 at once per partition");
 /// ```
 pub fn limits_text(q: &QueueView) -> String {
     let mut parts = Vec::new();
@@ -99,10 +106,10 @@ pub fn limits_text(q: &QueueView) -> String {
     if let Some(r) = q.rate {
         parts.push(format!("{} per {}s", r.starts, r.per.as_secs()));
     }
-    if parts.is_empty() {
-        "-".to_owned()
-    } else {
-        parts.join(", ")
+    match (parts.is_empty(), q.partitioned) {
+        (true, _) => "-".to_owned(),
+        (false, false) => parts.join(", "),
+        (false, true) => format!("{} per partition", parts.join(", ")),
     }
 }
 
@@ -113,6 +120,7 @@ pub fn queue_json(q: &QueueView) -> serde_json::Value {
         "paused": q.paused,
         "concurrency": q.concurrency,
         "rate": q.rate.map(|r| serde_json::json!({"starts": r.starts, "per_secs": r.per.as_secs()})),
+        "partitioned": q.partitioned,
         "changed_at": q.changed_at.map(|t| t.to_rfc3339()),
         "handled_at": q.handled_at.map(|t| t.to_rfc3339()),
         "pending": q.pending,

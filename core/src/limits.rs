@@ -143,6 +143,12 @@ pub(crate) fn check_order_key(operation: &'static str, key: &str) -> Result<()> 
     check_key(operation, "order_key", key, MAX_BIZ_KEY_BYTES)
 }
 
+/// Check a partition key ([`NewTask::partition`](crate::NewTask::partition)): 1 to
+/// [`MAX_BIZ_KEY_BYTES`] bytes, no control characters.
+pub(crate) fn check_partition_key(operation: &'static str, key: &str) -> Result<()> {
+    check_key(operation, "partition", key, MAX_BIZ_KEY_BYTES)
+}
+
 /// Check a delay or age argument is at most [`MAX_INTERVAL`].
 pub(crate) fn check_duration(operation: &'static str, what: &str, d: Duration) -> Result<()> {
     if d > MAX_INTERVAL {

@@ -85,7 +85,8 @@ impl Sql {
 
     /// The session variable that says whether the claim's `i`th event type has a
     /// concurrency limit, a due task and, as the probe sees it, room under the limit
-    /// (NULL if not; a type seen full is left to the re-poll its ending tasks make): the
+    /// (a partitioned type's room is its partitions', left to its claim) (NULL if not; a
+    /// type seen full is left to the re-poll its ending tasks make): the
     /// claim's walks pass it by, and
     /// its [`pick`](Self::pick) answers a marker row so the driver claims it apart.
     fn limited_var(i: usize) -> String {
@@ -129,9 +130,10 @@ impl Sql {
             probes.push(format!(
                 "(SELECT 1 FROM {q} WHERE event_type = '{e}' AND paused = 0
                     AND (concurrency > 0 OR rate_limit > 0)
-                    AND (concurrency = 0 OR concurrency > (SELECT COUNT(*) FROM {t}
-                        FORCE INDEX (ix_claim_type) WHERE status = 3 AND event_type = '{e}'))
-                    AND (rate_limit = 0 OR rate_limit > (SELECT COALESCE(SUM(starts), 0)
+                    AND (partitioned = 1 OR concurrency = 0 OR concurrency > (SELECT COUNT(*)
+                        FROM {t} FORCE INDEX (ix_claim_type)
+                        WHERE status = 3 AND event_type = '{e}'))
+                    AND (partitioned = 1 OR rate_limit = 0 OR rate_limit > (SELECT COALESCE(SUM(starts), 0)
                         FROM {r} WHERE event_type = '{e}'
                           AND at > NOW(3) - INTERVAL rate_window_ms * 1000 MICROSECOND))
                     AND ({}))",
@@ -176,7 +178,7 @@ pub enum LockWait {
 
 impl LockWait {
     /// The clause after `FOR UPDATE`.
-    fn clause(self) -> String {
+    pub(crate) fn clause(self) -> String {
         match self {
             LockWait::Queue => String::new(),
             LockWait::UpTo(s) => format!(" WAIT {s}"),

@@ -50,8 +50,10 @@ pub(super) fn one_type(t: &str, filter: &str, limit: &str) -> String {
 /// order of the claim index, one row per level: a plain `EXISTS` on the type is planned
 /// as a scan of the whole table (its due rows look common), which took 10 ms a claim. Those are the types with
 /// a concurrency limit, which `picked` passes by and the driver claims each in a
-/// transaction of its own (`limit_lock`, `claim_limited`): the claim learns of them in
-/// its one round trip.
+/// transaction of its own (`limit_lock`, `claim_limited` or `claim_partitioned`, as the
+/// row's last column, `partitioned`, says): the claim learns of them in its one round
+/// trip. (A partitioned type's room is its partitions': it is named whenever it has a
+/// due task.)
 pub(super) fn claim_marking(
     t: &str,
     tq: &str,
@@ -62,14 +64,14 @@ pub(super) fn claim_marking(
 ) -> String {
     format!(
         "WITH c AS ({claim})
-         SELECT c.*, NULL::text FROM c
+         SELECT c.*, NULL::text, NULL::smallint FROM c
          UNION ALL
-         SELECT c.*, q.event_type::text FROM {tq} q LEFT JOIN c ON false
+         SELECT c.*, q.event_type::text, q.partitioned FROM {tq} q LEFT JOIN c ON false
          WHERE {limited} AND q.paused = 0 AND (q.concurrency > 0 OR q.rate_limit > 0)
-           AND (q.concurrency = 0 OR q.concurrency > (SELECT count(*) FROM {t}
-                WHERE status = 3 AND event_type = q.event_type))
-           AND (q.rate_limit = 0 OR q.rate_limit > (SELECT COALESCE(sum(starts), 0)
-                FROM {tr} WHERE event_type = q.event_type
+           AND (q.partitioned = 1 OR q.concurrency = 0 OR q.concurrency > (SELECT count(*)
+                FROM {t} WHERE status = 3 AND event_type = q.event_type))
+           AND (q.partitioned = 1 OR q.rate_limit = 0 OR q.rate_limit > (SELECT
+                COALESCE(sum(starts), 0) FROM {tr} WHERE event_type = q.event_type
                   AND at > clock_timestamp() - q.rate_window_ms {MS}))
            AND EXISTS (SELECT 1 FROM unnest({LEVELS}) AS p(priority)
                 CROSS JOIN LATERAL (SELECT 1 FROM {t} WHERE status = 0
@@ -101,22 +103,107 @@ pub(super) fn claim_limited(t: &str, tq: &str, tr: &str, tc: &str) -> String {
     format!(
         "WITH g AS (
             SELECT concurrency, rate_limit, rate_window_ms FROM {tq}
-            WHERE event_type = $2 AND paused = 0 AND (concurrency > 0 OR rate_limit > 0)),
+            WHERE event_type = $2 AND paused = 0 AND partitioned = 0
+              AND (concurrency > 0 OR rate_limit > 0)),
          picked AS MATERIALIZED ({picked}),
          c AS (
             UPDATE {t} AS t SET status = 3, owner = $1, attempts = t.attempts + 1,
                 lease = t.lease + 1, updated_at = now()
             WHERE t.id = ANY (ARRAY(SELECT id FROM picked))
             RETURNING {tc}),
-         r AS (
-            INSERT INTO {tr} (event_type, at, starts)
-            SELECT $2, clock_timestamp(), count(*) FROM c
-            HAVING count(*) > 0 AND (SELECT rate_limit FROM g) > 0),
+         {ledger}
+         SELECT * FROM c",
+        picked = one_type(t, "", &room),
+        ledger = ledger(tr),
+    )
+}
+
+/// The ledger's part of a limited claim of rows `c` under gate `g` (a rate-limited
+/// type's): one row per partition key it claimed tasks of (core's `starts_per_key`),
+/// and the type's rows its window has passed deleted.
+fn ledger(tr: &str) -> String {
+    format!(
+        "r AS (
+            INSERT INTO {tr} (event_type, at, starts, partition_key)
+            SELECT $2, clock_timestamp(), count(*), c.partition_key FROM c
+            WHERE (SELECT rate_limit FROM g) > 0 GROUP BY c.partition_key),
          d AS (
             DELETE FROM {tr} WHERE event_type = $2 AND EXISTS (SELECT 1 FROM c)
               AND (SELECT rate_limit FROM g) > 0
-              AND at <= clock_timestamp() - (SELECT rate_window_ms FROM g) {MS})
+              AND at <= clock_timestamp() - (SELECT rate_window_ms FROM g) {MS})"
+    )
+}
+
+/// The claim of a partitioned limited type (core's `Gate`, `Partitions` and
+/// `round_robin`), after `limit_lock`: $1 owner, $2 event type, $3 limit. The keys with
+/// a due task: `''`, then the others one dive each on the partition index (a loose
+/// index scan: each the first key after the last); each key's room from its running
+/// tasks and its starts in the window; each key's due tasks walked in claim order up
+/// to its room (the key `''` on the claim index); of those, the first $3 in turns
+/// (`rank`, then claim order). Nothing is claimed when the queue is paused, not
+/// partitioned or no longer limited. The walks do not lock: claims of the type take
+/// turns on the queue's row, and the update re-checks each row is still pending.
+pub(super) fn claim_partitioned(t: &str, tq: &str, tr: &str, tc: &str) -> String {
+    let walk = |which: &str| {
+        format!(
+            "(SELECT id, priority, next_run_at FROM {t}
+              WHERE status = 0 AND event_type = $2 AND partition_key = k.key {which}
+                AND next_run_at <= now()
+              ORDER BY priority, next_run_at, id LIMIT k.room)"
+        )
+    };
+    format!(
+        "WITH RECURSIVE g AS (
+            SELECT concurrency, rate_limit, rate_window_ms FROM {tq}
+            WHERE event_type = $2 AND paused = 0 AND partitioned = 1
+              AND (concurrency > 0 OR rate_limit > 0)),
+         keyed(key) AS (
+            (SELECT partition_key FROM {t}
+             WHERE status = 0 AND event_type = $2 AND partition_key <> ''
+               AND next_run_at <= now() AND EXISTS (SELECT 1 FROM g)
+             ORDER BY partition_key LIMIT 1)
+            UNION ALL
+            SELECT (SELECT partition_key FROM {t}
+                    WHERE status = 0 AND event_type = $2 AND partition_key > keyed.key
+                      AND partition_key <> '' AND next_run_at <= now()
+                    ORDER BY partition_key LIMIT 1)
+            FROM keyed WHERE keyed.key IS NOT NULL),
+         used AS (
+            SELECT partition_key AS key, count(*) AS running, 0::bigint AS started
+            FROM {t} WHERE status = 3 AND event_type = $2 AND (SELECT concurrency FROM g) > 0
+            GROUP BY partition_key
+            UNION ALL
+            SELECT partition_key, 0, sum(starts)::bigint FROM {tr}
+            WHERE event_type = $2 AND (SELECT rate_limit FROM g) > 0
+              AND at > clock_timestamp() - (SELECT rate_window_ms FROM g) {MS}
+            GROUP BY partition_key),
+         k AS (
+            SELECT p.key, LEAST($3::bigint,
+                CASE WHEN g.concurrency > 0 THEN g.concurrency - COALESCE((SELECT
+                    sum(running) FROM used WHERE used.key = p.key), 0)::bigint
+                ELSE $3::bigint END,
+                CASE WHEN g.rate_limit > 0 THEN g.rate_limit - COALESCE((SELECT
+                    sum(started) FROM used WHERE used.key = p.key), 0)::bigint
+                ELSE $3::bigint END) AS room
+            FROM (SELECT '' AS key UNION ALL SELECT key FROM keyed WHERE key IS NOT NULL) p
+            CROSS JOIN g),
+         walked AS (
+            SELECT w.id, w.priority, w.next_run_at, row_number() OVER (
+                PARTITION BY k.key ORDER BY w.priority, w.next_run_at, w.id) AS rank
+            FROM k CROSS JOIN LATERAL (
+                {unkeyed} UNION ALL {keyed}) AS w
+            WHERE k.room > 0),
+         picked AS MATERIALIZED (
+            SELECT id FROM walked ORDER BY rank, priority, next_run_at, id LIMIT $3::bigint),
+         c AS (
+            UPDATE {t} AS t SET status = 3, owner = $1, attempts = t.attempts + 1,
+                lease = t.lease + 1, updated_at = now()
+            WHERE t.id = ANY (ARRAY(SELECT id FROM picked)) AND t.status = 0
+            RETURNING {tc}),
+         {ledger}
          SELECT * FROM c",
-        picked = one_type(t, "", &room),
+        unkeyed = walk("AND k.key = ''"),
+        keyed = walk("AND k.key <> '' AND partition_key <> ''"),
+        ledger = ledger(tr),
     )
 }

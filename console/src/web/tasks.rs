@@ -256,6 +256,7 @@ pub(super) async fn detail<S: TaskStore + Clone + 'static>(
         ("updated at", time(&task.updated_at)),
         ("tags", esc(&task.tags.join(", "))),
         ("trace", esc(task.traceparent.as_deref().unwrap_or("–"))),
+        ("partition", esc(task.partition.as_deref().unwrap_or("–"))),
     ] {
         let _ = write!(body, "<tr><th>{k}</th><td>{v}</td></tr>");
     }

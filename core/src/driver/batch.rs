@@ -22,8 +22,8 @@ pub const MAX_INSERT_BYTES: usize = 4 << 20;
 /// backoff strategy, interval (ms), cap (ms), delay (ms), run at (ms since the epoch;
 /// `null`: the delay applies), priority, jitter (%), whether a parked task blocks its
 /// key, attempt timeout (ms or `null`), tags (`,a,b,` or `null`), metadata (JSON text
-/// or `null`), trace context (or `null`). The rows are pending and have no order key.
-pub const INSERT_ROW_KEYS: [(&str, usize); 16] = [
+/// or `null`), trace context (or `null`), partition key (`""` for none). The rows are pending and have no order key.
+pub const INSERT_ROW_KEYS: [(&str, usize); 17] = [
     ("e", 0),
     ("k", 1),
     ("p", 2),
@@ -40,6 +40,7 @@ pub const INSERT_ROW_KEYS: [(&str, usize); 16] = [
     ("g", 15),
     ("h", 16),
     ("c", 17),
+    ("q", 18),
 ];
 
 /// **For backend authors**: the JSON document a multi-row insert
@@ -263,6 +264,7 @@ impl<'a> EnqueueBatch<'a> {
                 + t.tags_column().map_or(0, str::len)
                 + t.metadata_json().map_or(0, str::len)
                 + t.trace_context().map_or(0, str::len)
+                + t.partition_key().map_or(0, str::len)
                 + 160;
             if !chunk.is_empty()
                 && (chunk.len() == MAX_INSERT_ROWS || bytes + size > MAX_INSERT_BYTES)

@@ -303,7 +303,7 @@ pub enum RunAt {
 }
 
 /// How many parameters [`insert_params`] makes for one task.
-pub const INSERT_PARAMS: usize = 18;
+pub const INSERT_PARAMS: usize = 19;
 
 /// **For backend authors**: the parameters of [`EnqueueStep::Insert`], the same on every
 /// backend, in this order: 1 event type, 2 business key, 3 payload, 4 most attempts,
@@ -311,8 +311,8 @@ pub const INSERT_PARAMS: usize = 18;
 /// when 9 is set), 9 run at (`NULL`: use the delay; a time already past: now), 10
 /// priority, 11 jitter (%), 12 initial status, 13 order key, 14 whether a parked task
 /// blocks its key (0/1), 15 attempt timeout (ms), 16 tags (`,a,b,`; `NULL` for none),
-/// 17 metadata (JSON text or `NULL`), 18 trace context (`traceparent` or `NULL`). A
-/// backend appends what only it needs
+/// 17 metadata (JSON text or `NULL`), 18 trace context (`traceparent` or `NULL`), 19
+/// partition key (`''` for none). A backend appends what only it needs
 /// (SQLite its clock; PostgreSQL the `NOTIFY` channel).
 ///
 /// ```
@@ -355,6 +355,7 @@ pub fn insert_params<'a>(task: Checked<&'a NewTask>, status: i16, run_at: RunAt)
         Value::Text(task.tags_column()),
         Value::Text(task.metadata_json()),
         Value::Text(task.trace_context()),
+        Value::Text(Some(task.partition_key().unwrap_or(""))),
     ]
 }
 
@@ -771,6 +772,7 @@ pub(crate) mod tests {
             (&insert[15], &insert[16], &insert[17]),
             (&Value::Text(None), &Value::Text(None), &Value::Text(None))
         );
+        assert_eq!(insert[18], Value::Text(Some("")));
         assert_eq!(
             insert[8],
             Value::BigInt(None),

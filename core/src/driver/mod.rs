@@ -98,7 +98,7 @@ pub(crate) use checks::{
 pub use classify::{mysql_error_kind, postgres_error_kind, sqlite_error_kind};
 pub use connect::ConnectFailure;
 pub use enqueue::{insert_params, EnqueuePlan, EnqueueSql, EnqueueStep, RunAt, INSERT_PARAMS};
-pub use gate::Gate;
+pub use gate::{round_robin, starts_per_key, Gate, Partitions};
 pub use insert::{Existing, InsertStep, Inserted, KeyedInsert};
 pub use keys::{release_order_keys, release_order_keys_blocking};
 pub use plan::TxPlan;
@@ -477,13 +477,14 @@ pub trait Backend: Send + Sync + 'static {
 pub mod prelude {
     pub use super::{
         complete_on, complete_on_blocking, count_sql, ddl_script, enqueue_on, enqueue_on_blocking,
-        insert_params, list_sql, list_values, mark_rounds, millis,
+        insert_params, list_sql, list_values, mark_rounds, millis, round_robin,
         schema::{self, Migration},
-        AgedBatch, Backend, BarrierPlan, Buckets, Change, Checked, Claim, ConnectFailure, Driver,
-        EnqueueBatch, EnqueuePlan, EnqueueSql, EnqueueStep, Existing, Gate, InsertStep, Inserted,
-        KeyRelease, KeyedInsert, KeysRelease, KeysStep, ListArg, ListDialect, RawAudit, RawBarrier,
-        RawSaga, RawSagaStep, RawStats, RawTask, ReleaseStep, RunAt, TaskRow, AUDIT_COLUMNS,
-        BARRIER_COLUMNS, COLUMNS, COLUMN_COUNT, SAGA_COLUMNS, SAGA_STEP_COLUMNS,
+        starts_per_key, AgedBatch, Backend, BarrierPlan, Buckets, Change, Checked, Claim,
+        ConnectFailure, Driver, EnqueueBatch, EnqueuePlan, EnqueueSql, EnqueueStep, Existing, Gate,
+        InsertStep, Inserted, KeyRelease, KeyedInsert, KeysRelease, KeysStep, ListArg, ListDialect,
+        Partitions, RawAudit, RawBarrier, RawSaga, RawSagaStep, RawStats, RawTask, ReleaseStep,
+        RunAt, TaskRow, AUDIT_COLUMNS, BARRIER_COLUMNS, COLUMNS, COLUMN_COUNT, SAGA_COLUMNS,
+        SAGA_STEP_COLUMNS,
     };
     pub use super::{
         insert_document, rows_params, values_rows, Answer, BlockingTxConnection, Dialect,

@@ -41,10 +41,11 @@ impl RawAudit {
 
 /// The queues table's columns, in the order [`read_queue`] reads them.
 pub const QUEUE_COLUMNS: &str =
-    "event_type, paused, updated_at, concurrency, rate_limit, rate_window_ms";
+    "event_type, paused, updated_at, concurrency, rate_limit, rate_window_ms, partitioned";
 
 /// Read a row of [`QUEUE_COLUMNS`]: a queue's settings (`paused` a non-zero integer,
-/// `concurrency` and `rate_limit` 0 for no limit, `rate_window_ms` the rate's window).
+/// `concurrency` and `rate_limit` 0 for no limit, `rate_window_ms` the rate's window,
+/// `partitioned` a non-zero integer).
 pub fn read_queue<R: TaskRow + ?Sized>(r: &R) -> std::result::Result<Queue, R::Error> {
     Ok(Queue {
         event_type: r.text(0)?,
@@ -58,6 +59,7 @@ pub fn read_queue<R: TaskRow + ?Sized>(r: &R) -> std::result::Result<Queue, R::E
             )),
             _ => None,
         },
+        partitioned: r.int(6)? != 0,
     })
 }
 
@@ -249,11 +251,11 @@ impl RawSagaStep {
 pub const COLUMNS: &str = "id, event_type, biz_key, payload, status, attempts, \
     max_attempts, retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at, \
     owner, lease, last_error, created_at, updated_at, priority, retry_jitter_pct, order_key, \
-    order_block, timeout_ms, snoozes, tags, metadata, output, traceparent";
+    order_block, timeout_ms, snoozes, tags, metadata, output, traceparent, partition_key";
 
 /// How many columns [`COLUMNS`] names: the position of a column a statement selects
 /// after them.
-pub const COLUMN_COUNT: usize = 26;
+pub const COLUMN_COUNT: usize = 27;
 
 /// One row of [`COLUMNS`] as the database returned it, read column by column (`i` is the
 /// column's position). A driver implements it on its driver's row type, in its stored
@@ -305,6 +307,8 @@ pub struct RawTask {
     pub metadata: Option<String>,
     pub output: Option<String>,
     pub traceparent: Option<String>,
+    /// `''` for none.
+    pub partition_key: String,
 }
 
 impl RawTask {
@@ -337,6 +341,7 @@ impl RawTask {
             metadata: r.opt_text(23)?,
             output: r.opt_text(24)?,
             traceparent: r.opt_text(25)?,
+            partition_key: r.text(26)?,
         })
     }
 
@@ -389,6 +394,7 @@ impl RawTask {
             metadata: self.metadata,
             output: self.output,
             traceparent: self.traceparent,
+            partition: Some(self.partition_key).filter(|k| !k.is_empty()),
             next_run_at: self.next_run_at,
             created_at: self.created_at,
             updated_at: self.updated_at,

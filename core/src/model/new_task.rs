@@ -235,6 +235,8 @@ pub struct NewTask {
     metadata: Option<std::result::Result<String, String>>,
     /// The W3C trace context of the span that made the task (see `crate::otel`).
     traceparent: Option<String>,
+    /// The partition of its queue's limits ([`partition`](Self::partition)).
+    partition: Option<String>,
 }
 
 impl NewTask {
@@ -261,6 +263,7 @@ impl NewTask {
             tags_error: None,
             metadata: None,
             traceparent: crate::otel::current(),
+            partition: None,
         }
     }
 
@@ -438,6 +441,31 @@ impl NewTask {
     /// The order key, if any.
     pub fn order(&self) -> Option<&str> {
         self.order_key.as_deref()
+    }
+
+    /// Count the task in partition `key` (a tenant, an account) of its type's limits:
+    /// where the type's queue is partitioned
+    /// ([`QueueChange::Partition`](crate::QueueChange::Partition)), its concurrency and
+    /// rate limits hold per partition — at most N of one tenant's tasks at once, at most
+    /// N starts of one tenant's per window — and a full partition does not hold up the
+    /// others. A task without one is in the partition of the tasks without a key. Where
+    /// the queue is not partitioned, the key changes nothing.
+    ///
+    /// 1 to 128 bytes, no control characters.
+    ///
+    /// ```
+    /// use backstop_core::NewTask;
+    /// let task = NewTask::new("SYNC_MAILBOX", "mailbox-9").partition("tenant-42");
+    /// assert_eq!(task.partition_key(), Some("tenant-42"));
+    /// ```
+    pub fn partition(mut self, key: impl Into<String>) -> Self {
+        self.partition = Some(key.into());
+        self
+    }
+
+    /// The partition key, if any.
+    pub fn partition_key(&self) -> Option<&str> {
+        self.partition.as_deref()
     }
 
     /// What this task, parked as failed, does to the tasks of its order key behind it
@@ -630,6 +658,9 @@ impl NewTask {
         }
         if let Some(key) = &self.order_key {
             limits::check_order_key(OP, key)?;
+        }
+        if let Some(key) = &self.partition {
+            limits::check_partition_key(OP, key)?;
         }
         if let Some(tp) = &self.traceparent {
             if !crate::otel::is_traceparent(tp) {

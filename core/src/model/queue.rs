@@ -35,6 +35,19 @@ pub enum QueueChange {
     /// with the room the limit leaves: its starts are counted in a ledger of claims
     /// (`<table>_rate`), a sliding window of database time.
     Rate(Option<RateLimit>),
+    /// Hold the type's limits per partition (`true`) or for the type as a whole
+    /// (`false`, the default). A partitioned queue's concurrency limit N allows N
+    /// running tasks of each partition key ([`NewTask::partition`]: a tenant, an
+    /// account), its rate limit N starts of each key per window; tasks without a key
+    /// share one partition. Each claim takes the partitions in turn — the first due
+    /// task of every partition with room, then the second, … — so a busy or full
+    /// partition never holds up the others. Changes nothing for a type without a limit.
+    ///
+    /// A claim reads the head of every partition with a due task: its cost grows with
+    /// the number of such partitions (a few thousand cost a few milliseconds).
+    ///
+    /// [`NewTask::partition`]: crate::NewTask::partition
+    Partition(bool),
 }
 
 /// The largest global concurrency limit ([`QueueChange::Concurrency`]), and the most
@@ -116,6 +129,8 @@ pub struct QueueColumns {
     pub rate_limit: Option<i32>,
     /// `rate_window_ms`: the window, in milliseconds.
     pub rate_window_ms: Option<i64>,
+    /// `partitioned`: 1 or 0.
+    pub partitioned: Option<i16>,
 }
 
 impl QueueChange {
@@ -136,6 +151,8 @@ impl QueueChange {
             QueueChange::Concurrency(None) => "concurrency off".to_owned(),
             QueueChange::Rate(Some(r)) => format!("rate {} per {}s", r.starts, r.per.as_secs()),
             QueueChange::Rate(None) => "rate off".to_owned(),
+            QueueChange::Partition(true) => "partition on".to_owned(),
+            QueueChange::Partition(false) => "partition off".to_owned(),
         }
     }
 
@@ -152,6 +169,7 @@ impl QueueChange {
     /// assert_eq!(QueueChange::parse("rate off"), Some(QueueChange::Rate(None)));
     /// let rate = QueueChange::parse("rate 10 per 60s").unwrap();
     /// assert_eq!(rate.action(), "rate 10 per 60s");
+    /// assert_eq!(QueueChange::parse("partition on"), Some(QueueChange::Partition(true)));
     /// ```
     pub fn parse(action: &str) -> Option<QueueChange> {
         match action {
@@ -159,6 +177,8 @@ impl QueueChange {
             "resume" => Some(QueueChange::Resume),
             "concurrency off" => Some(QueueChange::Concurrency(None)),
             "rate off" => Some(QueueChange::Rate(None)),
+            "partition on" => Some(QueueChange::Partition(true)),
+            "partition off" => Some(QueueChange::Partition(false)),
             _ => {
                 if let Some(rate) = action.strip_prefix("rate ") {
                     let (starts, per) = rate.split_once(" per ")?;
@@ -222,6 +242,10 @@ impl QueueChange {
                 rate_window_ms: Some(r.map_or(0, |r| crate::driver::millis(r.per))),
                 ..none
             },
+            QueueChange::Partition(on) => QueueColumns {
+                partitioned: Some(i16::from(on)),
+                ..none
+            },
         }
     }
 
@@ -239,6 +263,7 @@ impl QueueChange {
         c.paused.unwrap_or(0) == 0
             && c.concurrency.unwrap_or(0) == 0
             && c.rate_limit.unwrap_or(0) == 0
+            && c.partitioned.unwrap_or(0) == 0
     }
 }
 
@@ -256,6 +281,8 @@ pub struct Queue {
     pub concurrency: Option<u32>,
     /// Its rate limit, if it has one ([`QueueChange::Rate`]).
     pub rate: Option<RateLimit>,
+    /// Whether its limits hold per partition key ([`QueueChange::Partition`]).
+    pub partitioned: bool,
     /// When a setting last changed (database time).
     pub updated_at: DateTime<Utc>,
 }

@@ -187,6 +187,9 @@ pub struct Task {
     /// The W3C trace context of the span that enqueued it
     /// ([`NewTask::traceparent`](crate::NewTask::traceparent)).
     pub traceparent: Option<String>,
+    /// The partition of its queue's limits
+    /// ([`NewTask::partition`](crate::NewTask::partition)).
+    pub partition: Option<String>,
 }
 
 impl Task {

@@ -1,4 +1,4 @@
-//! Tags, metadata and a trace context set at enqueue (stored on every enqueue path; tags
+//! Tags, metadata, a trace context and a partition key set at enqueue (stored on every enqueue path; tags
 //! and metadata filter `list` and `count_matching`), and the output a handler records
 //! under its lease (`set_output`).
 
@@ -22,6 +22,7 @@ fn labelled(key: &str, tenant: &str, tags: &[&str]) -> NewTask {
         .tags(tags.iter().copied())
         .metadata(&meta(tenant))
         .traceparent(TRACE)
+        .partition(tenant)
 }
 
 /// Assert task `id` holds `tags` (sorted) and the metadata of `tenant`.
@@ -38,6 +39,7 @@ async fn assert_labels<H: Harness>(
         serde_json::from_str(t.metadata.as_deref().unwrap_or("null")).unwrap();
     assert_eq!(stored, meta(tenant), "{at}: metadata");
     assert_eq!(t.traceparent.as_deref(), Some(TRACE), "{at}: trace context");
+    assert_eq!(t.partition.as_deref(), Some(tenant), "{at}: partition");
     assert_eq!(t.output, None, "{at}: no output yet");
 }
 

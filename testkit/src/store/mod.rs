@@ -23,6 +23,7 @@ pub mod limits;
 pub mod marks;
 pub mod operators;
 pub mod order;
+pub mod partitions;
 pub mod queries;
 pub mod queues;
 pub mod rates;
@@ -167,6 +168,28 @@ pub(crate) async fn passed_by_all_but_the_batch_claim<H: Harness>(
         );
     }
     id
+}
+
+/// Wait for every racer of a racing case to finish (a minute at most).
+pub(crate) async fn join_racers(racers: Vec<tokio::task::JoinHandle<()>>) {
+    for r in racers {
+        tokio::time::timeout(Duration::from_secs(60), r)
+            .await
+            .expect("the racers finish")
+            .unwrap();
+    }
+}
+
+/// Mark every task of `got` (claimed by `store`) succeeded, each mark applied.
+pub(crate) async fn succeed_all<S: TaskStore>(store: &S, got: &[Task]) {
+    let marks: Vec<Mark> = got.iter().map(|t| Mark::success(t.lease())).collect();
+    assert!(store.mark(&marks).await.unwrap().iter().all(|m| *m));
+}
+
+/// The actions of `event_type`'s queue log, oldest first.
+pub(crate) async fn queue_actions<H: Harness>(ctx: &Ctx<H>, event_type: &str) -> Vec<String> {
+    let log = ctx.store.queue_log(event_type).await.unwrap();
+    log.into_iter().map(|e| e.action).collect()
 }
 
 /// The ids of what a batch claim of `types`, at most `n`, takes.

@@ -119,14 +119,7 @@ pub async fn rate_limit_caps_starts_in_a_sliding_window<H: Harness>(ctx: &Ctx<H>
     let q = rate(ctx, "RL_A", None).await;
     assert_eq!(q.rate, None);
     assert_eq!(claim_ids(ctx, &["RL_A"], 10).await, a[11..12], "no limit");
-    let log: Vec<String> = ctx
-        .store
-        .queue_log("RL_A")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.action)
-        .collect();
+    let log = queue_actions(ctx, "RL_A").await;
     assert_eq!(
         log,
         [
@@ -224,17 +217,11 @@ pub async fn rate_limit_holds_across_racing_stores<H: Harness>(ctx: &Ctx<H>) {
                     .lock()
                     .unwrap()
                     .extend(got.iter().map(|t| (at, t.id)));
-                let marks: Vec<Mark> = got.iter().map(|t| Mark::success(t.lease())).collect();
-                assert!(store.mark(&marks).await.unwrap().iter().all(|m| *m));
+                succeed_all(&store, &got).await;
             }
         }));
     }
-    for r in racers {
-        tokio::time::timeout(Duration::from_secs(60), r)
-            .await
-            .expect("the racers finish")
-            .unwrap();
-    }
+    join_racers(racers).await;
     let mut starts = starts.lock().unwrap().clone();
     starts.sort();
     let mut ids: Vec<TaskId> = starts.iter().map(|(_, id)| *id).collect();
