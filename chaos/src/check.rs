@@ -11,7 +11,7 @@ use backstop::{Status, Task, TaskId};
 use crate::driver::{Backend, Fault, FaultKind, Lane, Outcome, Written};
 use crate::ledger::Entry;
 use crate::worker::{
-    published_twice, DEAD_AFTER, FAIL, FAIL_ATTEMPTS, HELD, LIMITED, OK, POLL, RELAY,
+    published_twice, DEAD_AFTER, FAIL, FAIL_ATTEMPTS, HELD, LIMITED, OK, POLL, RATED, RELAY,
 };
 
 /// A worker stopped with SIGTERM: whether it exited cleanly, and how many rows it left
@@ -148,9 +148,9 @@ fn index(ledgers: &HashMap<String, Vec<Entry>>) -> HashMap<TaskId, PerTask> {
         }
         for e in entries {
             match e {
-                Entry::Claim { task, lease, at } => {
-                    by.entry(*task).or_default().claims.push((*lease, *at))
-                }
+                Entry::Claim {
+                    task, lease, at, ..
+                } => by.entry(*task).or_default().claims.push((*lease, *at)),
                 Entry::Start {
                     task,
                     lease,
@@ -311,7 +311,7 @@ pub fn check(input: Input) -> Report {
             Some(t) if !terminal(t.status) => unfinished += 1,
             Some(t) => {
                 let right = match w.event_type {
-                    OK | RELAY | HELD | LIMITED => t.status == Status::Succeeded,
+                    OK | RELAY | HELD | LIMITED | RATED => t.status == Status::Succeeded,
                     FAIL => t.status == Status::Failed && t.attempts == FAIL_ATTEMPTS,
                     _ => false,
                 };
@@ -425,6 +425,14 @@ pub fn check(input: Input) -> Report {
         .map(|t| t.id)
         .collect();
     lines.push(crate::limit::check(&limited, &per, &ledgers, &faults));
+
+    // 2e. no window held more claims of the rate-limited type than its rate
+    let rated: Vec<TaskId> = tasks
+        .iter()
+        .filter(|t| t.event_type == RATED)
+        .map(|t| t.id)
+        .collect();
+    lines.push(crate::rate::check(&rated, &ledgers));
 
     // 3. no stale lease applied: an applied mark's lease was the newest claim when sent
     let (mut applied, mut stale) = (0u64, 0u64);

@@ -17,7 +17,7 @@ use crate::consumer::{RECLAIM_IDLE, RECLAIM_INTERVAL};
 use crate::ledger::now_ms;
 use crate::proxy::{Mode, Proxy};
 use crate::redis_server::RedisServer;
-use crate::worker::{DEAD_AFTER, HELD, LIMIT, LIMITED, POLL, RELAY};
+use crate::worker::{DEAD_AFTER, HELD, LIMIT, LIMITED, POLL, RATE, RATED, RATE_WINDOW, RELAY};
 use crate::BoxError;
 
 /// The databases the suite runs on.
@@ -624,6 +624,10 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
     let limit = backstop::QueueChange::Concurrency(Some(LIMIT));
     let ops_limit = backstop::Audit::new("chaos", "the limited queue");
     read(|| t.store.set_queue(LIMITED, limit, &ops_limit)).await?;
+    // the rate-limited queue: its rate set before any of its tasks exists
+    let rate = backstop::QueueChange::Rate(Some(backstop::RateLimit::new(RATE, RATE_WINDOW)));
+    let ops_rate = backstop::Audit::new("chaos", "the rate-limited queue");
+    read(|| t.store.set_queue(RATED, rate, &ops_rate)).await?;
     let mut held_until = None;
 
     let stop = Arc::new(AtomicBool::new(false));

@@ -56,8 +56,13 @@ impl Ledger {
 pub enum Entry {
     /// The worker's engine owner name and process id, first line of its file.
     Owner { owner: String, pid: u32 },
-    /// A claim returned this lease.
-    Claim { task: TaskId, lease: i64, at: i64 },
+    /// A claim sent at `sent` returned this lease at `at`.
+    Claim {
+        task: TaskId,
+        lease: i64,
+        sent: i64,
+        at: i64,
+    },
     /// A handler run started.
     Start {
         task: TaskId,
@@ -104,10 +109,11 @@ impl Entry {
                 owner: f[1].to_string(),
                 pid: f[2].parse().ok()?,
             },
-            "C" if f.len() == 4 => Entry::Claim {
+            "C" if f.len() == 5 => Entry::Claim {
                 task: n(1)?,
                 lease: n(2)?,
-                at: n(3)?,
+                sent: n(3)?,
+                at: n(4)?,
             },
             "S" if f.len() == 5 => Entry::Start {
                 task: n(1)?,
@@ -173,11 +179,12 @@ pub struct LedgerStore<S> {
 }
 
 impl<S> LedgerStore<S> {
-    /// `C` lines: the tasks a claim took, with their leases.
-    fn claims(&self, tasks: &[Task]) {
+    /// `C` lines: the tasks a claim sent at `sent` took, with their leases.
+    fn claims(&self, tasks: &[Task], sent: i64) {
         let at = now_ms();
         for t in tasks {
-            self.ledger.line(format!("C {} {} {at}", t.id, t.lease));
+            self.ledger
+                .line(format!("C {} {} {sent} {at}", t.id, t.lease));
         }
     }
 
@@ -217,13 +224,15 @@ impl<S: TaskStore> StoreLayer for LedgerStore<S> {
         &self.inner
     }
     async fn on_claim_by_id(&self, id: TaskId, owner: &Owner) -> Result<Option<Task>> {
+        let sent = now_ms();
         let got = self.inner.claim_by_id(id, owner).await?;
-        self.claims(got.as_slice());
+        self.claims(got.as_slice(), sent);
         Ok(got)
     }
     async fn on_claim_batch(&self, owner: &Owner, types: &[String], n: usize) -> Result<Vec<Task>> {
+        let sent = now_ms();
         let got = self.inner.claim_batch(owner, types, n).await?;
-        self.claims(&got);
+        self.claims(&got, sent);
         Ok(got)
     }
     async fn on_mark(&self, marks: &[Mark]) -> Result<Vec<bool>> {
@@ -259,6 +268,20 @@ mod tests {
                 pid: 42,
                 at: 100
             })
+        );
+        assert_eq!(
+            Entry::parse("C 7 3 90 100"),
+            Some(Entry::Claim {
+                task: 7,
+                lease: 3,
+                sent: 90,
+                at: 100
+            })
+        );
+        assert_eq!(
+            Entry::parse("C 7 3 100"),
+            None,
+            "a claim without its sending"
         );
         assert_eq!(Entry::parse("M 7 3 succ"), None);
         assert_eq!(Entry::parse(""), None);

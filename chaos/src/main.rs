@@ -24,6 +24,7 @@ mod ledger;
 mod limit;
 mod produce;
 mod proxy;
+mod rate;
 mod redis_server;
 mod saga;
 mod worker;

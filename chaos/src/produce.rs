@@ -10,7 +10,7 @@ use std::time::Duration;
 use backstop::{NewTask, RetryPolicy, SagaStart, Transactional};
 
 use crate::driver::{Outcome, Target, Written};
-use crate::worker::{Work, FAIL, FAIL_ATTEMPTS, HELD, LIMITED, OK, RELAY};
+use crate::worker::{Work, FAIL, FAIL_ATTEMPTS, HELD, LIMITED, OK, RATED, RELAY};
 
 /// The producers: business transactions at `rate` per second until `stop`.
 pub(crate) async fn produce(
@@ -104,6 +104,7 @@ pub(crate) fn produced_by_workers(
                 RELAY => RELAY,
                 HELD => HELD,
                 LIMITED => LIMITED,
+                RATED => RATED,
                 _ => FAIL,
             };
             let outcome = match outcome {
@@ -151,6 +152,7 @@ fn chaos_task(rng: &mut fastrand::Rng, key: &str) -> (&'static str, NewTask) {
         match rng.u8(..100) {
             0..10 => HELD,
             10..20 => LIMITED,
+            20..25 => RATED,
             _ => OK,
         }
     };

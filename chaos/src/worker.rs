@@ -30,6 +30,13 @@ pub const HELD: &str = "CHAOS_HELD";
 pub const LIMITED: &str = "CHAOS_LIMITED";
 /// The limit of [`LIMITED`] across every worker.
 pub const LIMIT: u32 = 6;
+/// The event type with a rate limit of [`RATE`] starts per [`RATE_WINDOW`] (set by the
+/// driver before its first task); its tasks succeed as `OK`'s do.
+pub const RATED: &str = "CHAOS_RATED";
+/// The starts of [`RATED`] allowed per [`RATE_WINDOW`] across every worker.
+pub const RATE: u32 = 20;
+/// The window of [`RATE`].
+pub const RATE_WINDOW: Duration = Duration::from_secs(1);
 /// The event type whose tasks the relay publishes to the stream (they succeed once the
 /// entry is added) for the consumers to apply through the inbox.
 pub const RELAY: &str = "CHAOS_RELAY";
@@ -198,6 +205,14 @@ pub async fn run(url: &str, ledger_path: &Path, args: &[String]) -> Result<(), B
             options.clone(),
         )
         .handler(
+            RATED,
+            Run {
+                ledger: Arc::clone(&ledger),
+                always_fail: false,
+            },
+            options.clone(),
+        )
+        .handler(
             FAIL,
             Run {
                 ledger: Arc::clone(&ledger),
@@ -284,12 +299,14 @@ async fn produce(
             })
             .retry(RetryPolicy::fixed(50, Duration::from_millis(100)));
         ledger.line(format!("p {key} {OK}"));
+        let sent = now_ms();
         let (outcome, claimed) = claimed_in_business(&engine, &orders, &key, &task, rollback).await;
         ledger.line(format!("P {key} {OK} {outcome}"));
         if let Some(claimed) = claimed {
             if outcome == 'C' {
                 if let Some(lease) = claimed.lease() {
-                    ledger.line(format!("C {} {} {}", lease.task_id, lease.token, now_ms()));
+                    let (task, token) = (lease.task_id, lease.token);
+                    ledger.line(format!("C {task} {token} {sent} {}", now_ms()));
                 }
                 // one in four is handed over late, as by an application busy after its
                 // commit: a kill lands in that window often enough to leave tasks the
