@@ -91,7 +91,8 @@ enum Command {
     /// List and show sagas; retry, compensate or resolve one.
     #[command(subcommand)]
     Sagas(sagas::SagasCommand),
-    /// List queues (event types: paused or running, their backlog); pause or resume one.
+    /// List queues (event types: paused or running, their limits and backlog); pause,
+    /// resume or limit one (concurrency, rate, per partition key).
     #[command(subcommand)]
     Queues(queues::QueuesCommand),
     /// Create the task, inbox and audit tables and their indexes (idempotent).
