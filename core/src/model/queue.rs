@@ -44,7 +44,7 @@ pub enum QueueChange {
     /// partition never holds up the others. Changes nothing for a type without a limit.
     ///
     /// A claim reads the head of every partition with a due task: its cost grows with
-    /// the number of such partitions (a few thousand cost a few milliseconds).
+    /// the number of such partitions (an index dive each), not with their backlogs.
     ///
     /// [`NewTask::partition`]: crate::NewTask::partition
     Partition(bool),
