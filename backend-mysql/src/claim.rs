@@ -10,7 +10,7 @@ use chrono::NaiveDateTime;
 use sqlx::{MySqlConnection, Row};
 
 use crate::conn::safe;
-use crate::driver::MySqlDriver;
+use crate::driver::{bucket, padded, MySqlDriver, SET_CHUNK};
 use crate::rows::raw_task;
 use crate::sql::{LockWait, Sql, PRIORITY_LEVELS};
 
@@ -216,92 +216,175 @@ pub(crate) async fn pick_limited(
     Ok(picked)
 }
 
+/// A limited claim's transaction: READ COMMITTED, so each read sees every claim
+/// committed before the queue row's lock was granted.
+pub(crate) const LIMITED_BEGIN: &str =
+    "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION";
+
 impl MySqlDriver {
     /// Claim up to `limit` due tasks of `event_type`, a type with a concurrency limit,
-    /// in a transaction of its own at READ COMMITTED: its queue row locked first
-    /// (`limit_lock`; claims of the type on every instance take turns), then its running
-    /// tasks counted by a read that sees every claim committed before the lock was
-    /// granted, then at most the room left picked and claimed.
+    /// in a transaction of its own at READ COMMITTED ([`lock_gate`](Self::lock_gate),
+    /// then [`claim_gated`](Self::claim_gated)).
     pub(crate) async fn claim_limited(
         &self,
         owner: &Owner,
         event_type: &str,
         limit: usize,
     ) -> Result<Vec<RawTask>> {
-        let sql = &self.sql;
-        let wait = if self.strategy == ClaimStrategy::OrderedUpdate {
-            LockWait::Queue
-        } else {
-            LockWait::Skip
-        };
         self.on_conn(|mut conn| async move {
-            let mut tx = conn
-                .begin(Some(
-                    "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION",
-                ))
-                .await?;
-            let gate: Option<(i64, i64, i64, i64)> = sqlx::query_as(safe(&sql.limit_lock))
-                .bind(event_type)
-                .fetch_optional(&mut *tx)
-                .await?;
+            let mut tx = conn.begin(Some(LIMITED_BEGIN)).await?;
             let mut rows = Vec::new();
-            if let Some((concurrency, rate_limit, rate_window_ms, partitioned)) = gate {
-                let gate = Gate {
-                    concurrency,
-                    rate_limit,
-                    rate_window_ms,
-                    partitioned: partitioned != 0,
-                };
-                let window = crate::conn::micros(gate.window());
-                let picked = if gate.partitioned {
-                    let p = &sql.partitions;
-                    p.pick(&mut tx, wait, event_type, gate, window, limit)
-                        .await?
-                } else {
-                    let mut running = 0;
-                    if gate.counts_running() {
-                        running = sqlx::query_scalar(safe(&sql.running_count))
-                            .bind(event_type)
-                            .fetch_one(&mut *tx)
-                            .await?;
-                    }
-                    let mut started = 0;
-                    if gate.counts_starts() {
-                        started = sqlx::query_scalar(safe(&sql.rate_used))
-                            .bind(event_type)
-                            .bind(window)
-                            .fetch_one(&mut *tx)
-                            .await?;
-                    }
-                    match gate.room(limit, running, started) {
-                        0 => Picked::default(),
-                        room => pick_limited(sql, &mut tx, wait, event_type, room).await?,
-                    }
-                };
-                if let Some(at) = picked.at {
-                    rows = self.claim_picked(&mut tx, owner, picked.due, at).await?;
-                }
-                if gate.counts_starts() && !rows.is_empty() {
-                    for (key, n) in starts_per_key(&rows) {
-                        sqlx::query(safe(&sql.rate_record))
-                            .bind(event_type)
-                            .bind(n)
-                            .bind(key)
-                            .execute(&mut *tx)
-                            .await?;
-                    }
-                    sqlx::query(safe(&sql.rate_trim))
-                        .bind(event_type)
-                        .bind(window)
-                        .execute(&mut *tx)
-                        .await?;
-                }
+            if let Some(gate) = self.lock_gate(&mut tx, event_type).await? {
+                rows = self
+                    .claim_gated(&mut tx, owner, event_type, gate, limit)
+                    .await?;
             }
             tx.commit().await?;
             conn.settled();
             Ok(rows)
         })
         .await
+    }
+
+    /// Lock `event_type`'s queue row (`limit_lock`: claims of the type on every instance
+    /// take turns on it) and read its limits: `None` when it has none, or is paused.
+    pub(crate) async fn lock_gate(
+        &self,
+        tx: &mut MySqlConnection,
+        event_type: &str,
+    ) -> std::result::Result<Option<Gate>, sqlx::Error> {
+        self.gate(tx, &self.sql.limit_lock, event_type).await
+    }
+
+    /// `event_type`'s limits as `text` (`limit_lock` or `gate_read`) reads them.
+    pub(crate) async fn gate(
+        &self,
+        tx: &mut MySqlConnection,
+        text: &str,
+        event_type: &str,
+    ) -> std::result::Result<Option<Gate>, sqlx::Error> {
+        let gate: Option<(i64, i64, i64, i64)> = sqlx::query_as(safe(text))
+            .bind(event_type)
+            .fetch_optional(&mut *tx)
+            .await?;
+        Ok(gate.map(
+            |(concurrency, rate_limit, rate_window_ms, partitioned)| Gate {
+                concurrency,
+                rate_limit,
+                rate_window_ms,
+                partitioned: partitioned != 0,
+            },
+        ))
+    }
+
+    /// The claim of a limited type under its queue row's lock, on `tx` (READ
+    /// COMMITTED): its running tasks counted by a read that sees every claim committed
+    /// before the lock was granted, then at most the room left picked and claimed, and
+    /// a rate-limited type's starts recorded in the ledger.
+    pub(crate) async fn claim_gated(
+        &self,
+        tx: &mut MySqlConnection,
+        owner: &Owner,
+        event_type: &str,
+        gate: Gate,
+        limit: usize,
+    ) -> std::result::Result<Vec<RawTask>, sqlx::Error> {
+        let sql = &self.sql;
+        let wait = self.limited_wait();
+        let window = crate::conn::micros(gate.window());
+        let picked = if gate.partitioned {
+            let p = &sql.partitions;
+            p.pick(tx, wait, event_type, gate, window, limit).await?
+        } else {
+            let mut running = 0;
+            if gate.counts_running() {
+                running = sqlx::query_scalar(safe(&sql.running_count))
+                    .bind(event_type)
+                    .fetch_one(&mut *tx)
+                    .await?;
+            }
+            let mut started = 0;
+            if gate.counts_starts() {
+                started = sqlx::query_scalar(safe(&sql.rate_used))
+                    .bind(event_type)
+                    .bind(window)
+                    .fetch_one(&mut *tx)
+                    .await?;
+            }
+            match gate.room(limit, running, started) {
+                0 => Picked::default(),
+                room => pick_limited(sql, tx, wait, event_type, room).await?,
+            }
+        };
+        let mut rows = Vec::new();
+        if let Some(at) = picked.at {
+            rows = self.claim_picked(tx, owner, picked.due, at).await?;
+        }
+        if gate.counts_starts() && !rows.is_empty() {
+            for (key, n) in starts_per_key(&rows) {
+                sqlx::query(safe(&sql.rate_record))
+                    .bind(event_type)
+                    .bind(n)
+                    .bind(key)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            sqlx::query(safe(&sql.rate_trim))
+                .bind(event_type)
+                .bind(window)
+                .execute(&mut *tx)
+                .await?;
+        }
+        Ok(rows)
+    }
+
+    /// How a limited claim's walks meet a row another claim holds.
+    fn limited_wait(&self) -> LockWait {
+        if self.strategy == ClaimStrategy::OrderedUpdate {
+            LockWait::Queue
+        } else {
+            LockWait::Skip
+        }
+    }
+
+    /// The hand-over of a type whose only limit is its concurrency, on `tx` after its
+    /// marks (core's `Gate::hands_over_unlocked`), without the queue row's lock: at most
+    /// as many tasks as the marks' `applied` tasks of the type, and the room the
+    /// running count (which no longer counts them) leaves.
+    pub(crate) async fn hand_over(
+        &self,
+        tx: &mut MySqlConnection,
+        owner: &Owner,
+        event_type: &str,
+        gate: Gate,
+        applied: &[i64],
+        limit: usize,
+    ) -> std::result::Result<Vec<RawTask>, sqlx::Error> {
+        let sql = &self.sql;
+        let mut freed = 0;
+        for chunk in applied.chunks(SET_CHUNK) {
+            let text = sql.of_type(bucket(chunk.len()));
+            let mut q = sqlx::query_scalar::<_, i64>(safe(&text)).bind(event_type);
+            for id in padded(chunk) {
+                q = q.bind(id);
+            }
+            freed += usize::try_from(q.fetch_one(&mut *tx).await?).unwrap_or(0);
+        }
+        if freed == 0 {
+            return Ok(Vec::new());
+        }
+        let running: i64 = sqlx::query_scalar(safe(&sql.running_count))
+            .bind(event_type)
+            .fetch_one(&mut *tx)
+            .await?;
+        let picked = match gate.handover_room(limit, freed, running) {
+            0 => return Ok(Vec::new()),
+            room => pick_limited(sql, tx, self.limited_wait(), event_type, room).await?,
+        };
+        match picked.at {
+            Some(at) => self.claim_picked(tx, owner, picked.due, at).await,
+            None => Ok(Vec::new()),
+        }
     }
 }
 

@@ -433,6 +433,58 @@ impl Driver for MySqlDriver {
         self.mark_all(&marks).await
     }
 
+    async fn mark_and_claim(
+        &self,
+        marks: Checked<&[Mark]>,
+        claim: Checked<Claim<'_>>,
+    ) -> Result<(Vec<bool>, Option<Vec<RawTask>>)> {
+        let event_type = claim.only_type()?;
+        let (owner, limit) = (claim.owner, claim.limit);
+        let (marks, rounds) = (*marks, mark_rounds(&marks));
+        let rounds = &rounds;
+        self.on_conn(|mut conn| async move {
+            let mut tx = conn.begin(Some(crate::claim::LIMITED_BEGIN)).await?;
+            let read = self.gate(&mut tx, &self.sql.gate_read, event_type).await?;
+            let (flags, rows) = match read {
+                // never raising the running count: no turn on the row (a limit changed
+                // since the read is the next claim's to meet)
+                Some(gate) if gate.hands_over_unlocked() => {
+                    let flags = self.apply_marks(&mut tx, marks, rounds).await?;
+                    let mut applied: Vec<i64> = marks
+                        .iter()
+                        .zip(&flags)
+                        .filter(|(_, applied)| **applied)
+                        .map(|(m, _)| m.lease.task_id)
+                        .collect();
+                    applied.sort_unstable();
+                    applied.dedup();
+                    let rows = self
+                        .hand_over(&mut tx, owner, event_type, gate, &applied, limit)
+                        .await?;
+                    (flags, Some(rows))
+                }
+                Some(_) => {
+                    // the queue row first, as every claim of the type locks it
+                    let gate = self.lock_gate(&mut tx, event_type).await?;
+                    let flags = self.apply_marks(&mut tx, marks, rounds).await?;
+                    let rows = match gate {
+                        Some(gate) => Some(
+                            self.claim_gated(&mut tx, owner, event_type, gate, limit)
+                                .await?,
+                        ),
+                        None => None,
+                    };
+                    (flags, rows)
+                }
+                None => (self.apply_marks(&mut tx, marks, rounds).await?, None),
+            };
+            tx.commit().await?;
+            conn.settled();
+            Ok((flags, rows))
+        })
+        .await
+    }
+
     async fn manual_reset(&self, id: TaskId, stuck_after: Checked<Duration>) -> Result<Change> {
         let sql = &self.sql;
         let stuck_after = micros(*stuck_after);

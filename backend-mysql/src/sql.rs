@@ -178,6 +178,8 @@ pub(crate) struct Sql {
     /// event type: a limited type's queue row, locked until the claim's transaction
     /// ends: its concurrency, rate limit and window ms (no row if paused or not limited).
     pub limit_lock: String,
+    /// event type: as `limit_lock`, without the lock (an unlocked hand-over's).
+    pub gate_read: String,
     /// event type: how many of its tasks run.
     pub running_count: String,
     /// event type, window µs: its starts in the window (the ledger's sum).
@@ -239,6 +241,12 @@ impl Sql {
         let tr = format!("`{table}_rate`");
         let running = not_paused(&t, &tq);
         let fenced = "WHERE id = ? AND status = 3 AND lease = ?";
+        // event type: a limited type's queue row, as its claims read it (core's `Gate`)
+        let gate_read = format!(
+            "SELECT CAST(concurrency AS SIGNED), CAST(rate_limit AS SIGNED),
+                CAST(rate_window_ms AS SIGNED), CAST(partitioned AS SIGNED) FROM {tq}
+             WHERE event_type = ? AND paused = 0 AND (concurrency > 0 OR rate_limit > 0)"
+        );
         Sql {
             table: t.clone(),
             keys_table: tk.clone(),
@@ -333,12 +341,8 @@ impl Sql {
                     OR rate_window_ms <> COALESCE(?, rate_window_ms)
                     OR partitioned <> COALESCE(?, partitioned))"
             ),
-            limit_lock: format!(
-                "SELECT CAST(concurrency AS SIGNED), CAST(rate_limit AS SIGNED),
-                    CAST(rate_window_ms AS SIGNED), CAST(partitioned AS SIGNED) FROM {tq}
-                 WHERE event_type = ? AND paused = 0 AND (concurrency > 0 OR rate_limit > 0)
-                 FOR UPDATE"
-            ),
+            limit_lock: format!("{gate_read} FOR UPDATE"),
+            gate_read: gate_read.clone(),
             rate_used: format!(
                 "SELECT CAST(COALESCE(SUM(starts), 0) AS SIGNED) FROM {tr}
                  WHERE event_type = ? AND at > NOW(3) - INTERVAL ? MICROSECOND"
@@ -761,6 +765,15 @@ impl Sql {
         let t = &self.table;
         format!(
             "SELECT id FROM {t} WHERE claim_token = ? AND id IN ({})",
+            Self::placeholders(n)
+        )
+    }
+
+    /// How many of these rows are of an event type: event type, ids….
+    pub fn of_type(&self, n: usize) -> String {
+        let t = &self.table;
+        format!(
+            "SELECT COUNT(*) FROM {t} WHERE event_type = ? AND id IN ({})",
             Self::placeholders(n)
         )
     }

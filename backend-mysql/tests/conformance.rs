@@ -414,25 +414,40 @@ impl Harness for MySqlHarness {
     }
 
     async fn lock_row(&self, db: &Db, table: &str, id: TaskId) -> backstop_testkit::RowLock {
-        use sqlx::Connection;
-        let mut conn = sqlx::MySqlConnection::connect(&db.url())
-            .await
-            .expect("a connection to hold the lock");
-        sqlx::query("BEGIN")
-            .execute(&mut conn)
-            .await
-            .expect("begin");
-        let n = sqlx::query(AssertSqlSafe(format!(
-            "SELECT id FROM `{table}` WHERE id = ? FOR UPDATE"
-        )))
-        .bind(id)
+        let sql = format!("SELECT id FROM `{table}` WHERE id = ? FOR UPDATE");
+        hold_row(db, &sql, id.to_string()).await
+    }
+
+    async fn lock_queue_row(
+        &self,
+        db: &Db,
+        table: &str,
+        event_type: &str,
+    ) -> backstop_testkit::RowLock {
+        let sql = format!("SELECT 1 FROM `{table}_queues` WHERE event_type = ? FOR UPDATE");
+        hold_row(db, &sql, event_type.to_owned()).await
+    }
+}
+
+/// Run `sql` (a `SELECT … FOR UPDATE` of one row, `key` bound) in a transaction of a
+/// connection of its own, held until the returned guard is dropped.
+async fn hold_row(db: &Db, sql: &str, key: String) -> backstop_testkit::RowLock {
+    use sqlx::Connection;
+    let mut conn = sqlx::MySqlConnection::connect(&db.url())
+        .await
+        .expect("a connection to hold the lock");
+    sqlx::query("BEGIN")
+        .execute(&mut conn)
+        .await
+        .expect("begin");
+    let n = sqlx::query(AssertSqlSafe(sql.to_owned()))
+        .bind(&key)
         .fetch_all(&mut conn)
         .await
         .expect("lock the row")
         .len();
-        assert_eq!(n, 1, "task {id} to lock");
-        Box::new(conn)
-    }
+    assert_eq!(n, 1, "row {key} to lock");
+    Box::new(conn)
 }
 
 /// Every case with the ordered (queueing) claim.

@@ -181,6 +181,96 @@ impl PgDriver {
         rows.iter().map(raw_task).collect()
     }
 
+    /// The hand-over (`mark_and_claim`): one transaction in two flights. First `BEGIN`
+    /// and the type's queue row, read without a lock (`gate_read`); then, in one
+    /// pipeline, the marks and the claim the row calls for, and `COMMIT`: a type whose
+    /// only limit is its concurrency claims without the row (`claim_handover`, core's
+    /// `Gate::handover_room`); another limited type locks the row before the marks
+    /// (`limit_lock`, awaited, as every claim of the type takes it first) and claims
+    /// as a poll does (`claim_limited` and `claim_partitioned`: the row says which
+    /// claims); a type without a limit only marks, and its claim is `None`. Marks that
+    /// need more than one statement (a task marked twice) go one after another before
+    /// the pipeline.
+    async fn hand_over(
+        &self,
+        marks: &[Mark],
+        owner: &str,
+        event_type: &str,
+        limit: i64,
+    ) -> Result<(Vec<bool>, Option<Vec<RawTask>>)> {
+        let rounds = mark_rounds(marks);
+        let Some((last, before)) = rounds.split_last() else {
+            return Ok((Vec::new(), None));
+        };
+        let ids: Vec<i64> = marks.iter().map(|m| m.lease.task_id).collect();
+        let mut flags = vec![false; marks.len()];
+        let mut conn = self.connection().await?;
+        // until the commit answers: a failure on the way drops the connection
+        conn.in_transaction = true;
+        let (limited, rows) = {
+            let client = conn.client()?;
+            let c = &***client;
+            let read = self.statement(client, &self.sql.gate_read).await?;
+            let mark = self.statement(client, &self.sql.mark).await?;
+            let type_param: [&dyn Param; 1] = [&event_type];
+            let (begin, gate) =
+                tokio::join!(client.batch_execute("BEGIN"), read.query(c, &type_param),);
+            begin.map_err(pg_err)?;
+            let gate = match gate?.first() {
+                None => None,
+                Some(r) => Some(Gate {
+                    concurrency: col(r, 0)?,
+                    rate_limit: col(r, 1)?,
+                    rate_window_ms: 0,
+                    partitioned: col::<i64>(r, 2)? != 0,
+                }),
+            };
+            let (first, second) = match gate {
+                None => (None, None),
+                Some(g) if g.hands_over_unlocked() => (Some(&self.sql.claim_handover), None),
+                Some(_) => {
+                    let lock = self.statement(client, &self.sql.limit_lock).await?;
+                    lock.query(c, &type_param).await?;
+                    (
+                        Some(&self.sql.claim_limited),
+                        Some(&self.sql.claim_partitioned),
+                    )
+                }
+            };
+            for round in before {
+                mark_round(c, &mark, marks, round, &mut flags).await?;
+            }
+            let first = match first {
+                Some(sql) => Some(self.statement(client, sql).await?),
+                None => None,
+            };
+            let second = match second {
+                Some(sql) => Some(self.statement(client, sql).await?),
+                None => None,
+            };
+            let handover: [&dyn Param; 4] = [&owner, &event_type, &limit, &ids];
+            let limited: [&dyn Param; 3] = [&owner, &event_type, &limit];
+            let first_params: &[&dyn Param] = match second {
+                None => &handover,
+                Some(_) => &limited,
+            };
+            let (marked, first, second, commit) = tokio::join!(
+                mark_round(c, &mark, marks, last, &mut flags),
+                query_if(first.as_ref(), c, first_params),
+                query_if(second.as_ref(), c, &limited),
+                client.batch_execute("COMMIT"),
+            );
+            marked?;
+            let mut rows = first?;
+            rows.extend(second?);
+            commit.map_err(pg_err)?;
+            (gate.is_some(), rows)
+        };
+        conn.in_transaction = false;
+        let rows = rows.iter().map(raw_task).collect::<Result<Vec<_>>>()?;
+        Ok((flags, limited.then_some(rows)))
+    }
+
     /// A pooled connection of the store's own for core's transactions.
     pub(crate) async fn connection(&self) -> Result<PgConnection> {
         Ok(PgConnection {
@@ -415,6 +505,16 @@ impl Driver for PgDriver {
         }
         tx.commit().await.map_err(pg_err)?;
         Ok(flags)
+    }
+
+    async fn mark_and_claim(
+        &self,
+        marks: Checked<&[Mark]>,
+        claim: Checked<Claim<'_>>,
+    ) -> Result<(Vec<bool>, Option<Vec<RawTask>>)> {
+        let event_type = claim.only_type()?;
+        let (owner, limit) = (claim.owner.as_str(), claim.limit as i64);
+        self.hand_over(&marks, owner, event_type, limit).await
     }
 
     async fn manual_reset(&self, id: TaskId, stuck_after: Checked<Duration>) -> Result<Change> {
@@ -815,6 +915,18 @@ impl Driver for PgDriver {
             .query(&self.sql.keys_page, &[&after.unwrap_or(""), &limit])
             .await?;
         rows.iter().map(|r| col(r, 0)).collect()
+    }
+}
+
+/// `stmt`'s rows, or none (nothing sent) without a statement.
+async fn query_if<C: GenericClient + Sync>(
+    stmt: Option<&Stmt<'_>>,
+    client: &C,
+    params: &[&dyn Param],
+) -> Result<Vec<Row>> {
+    match stmt {
+        Some(stmt) => stmt.query(client, params).await,
+        None => Ok(Vec::new()),
     }
 }
 

@@ -33,7 +33,7 @@ const RESET_STATUS: &str = "CASE WHEN order_key IS NULL THEN 0 ELSE 5 END";
 const LEVELS: &str = "'{0,1,2,3,4}'::smallint[]";
 
 mod claims;
-use claims::{claim_limited, claim_marking, claim_partitioned, one_type};
+use claims::{claim_handover, claim_limited, claim_marking, claim_partitioned, one_type};
 
 /// The notification channel of `schema.table`: the qualified name, or when that is
 /// longer than PostgreSQL's 63-byte identifiers, a prefix of it and a stable hash.
@@ -179,6 +179,8 @@ pub(crate) struct Sql {
     pub claim_one_type: String,
     pub claim_many_types: String,
     pub limit_lock: String,
+    pub gate_read: String,
+    pub claim_handover: String,
     pub claim_limited: String,
     /// As `claim_limited`, of a partitioned type.
     pub claim_partitioned: String,
@@ -658,6 +660,14 @@ impl Sql {
                 "SELECT 1 FROM {tq} WHERE event_type = $1 AND (concurrency > 0 OR rate_limit > 0)
                  FOR UPDATE"
             ),
+            // $1 event type: a limited type's queue row, read without a lock (a
+            // hand-over's first look: core's `Gate`, without the rate's window)
+            gate_read: format!(
+                "SELECT concurrency::bigint, rate_limit::bigint, partitioned::bigint FROM {tq}
+                 WHERE event_type = $1 AND paused = 0 AND (concurrency > 0 OR rate_limit > 0)"
+            ),
+            // $1 owner $2 event type $3 limit $4 marked ids: the unlocked hand-over
+            claim_handover: claim_handover(&t, &tq, &tc),
             // $1 owner $2 event type $3 limit: as claim_one_type, at most the room under
             // the type's limits (core's `Gate`; none if it is paused or no longer
             // limited), the running tasks and the window's starts counted by this

@@ -489,6 +489,27 @@ impl Harness for PgHarness {
         assert_eq!(n, 1, "task {id} to lock");
         Box::new(client)
     }
+
+    async fn lock_queue_row(
+        &self,
+        db: &Db,
+        table: &str,
+        event_type: &str,
+    ) -> backstop_testkit::RowLock {
+        let client = connect(&db.url).await;
+        client.batch_execute("BEGIN").await.expect("begin");
+        let sql = format!(
+            "SELECT 1 FROM \"{}\".\"{table}_queues\" WHERE event_type = $1 FOR UPDATE",
+            db.schema
+        );
+        let n = client
+            .query(&sql, &[&event_type])
+            .await
+            .expect("lock the queue's row")
+            .len();
+        assert_eq!(n, 1, "queue {event_type} to lock");
+        Box::new(client)
+    }
 }
 
 backstop_testkit::conformance!(PgHarness);

@@ -38,6 +38,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod claim;
 mod conn;
 mod driver;
 mod enqueue;

@@ -65,6 +65,11 @@ pub(crate) struct Sql {
     /// ?1 event type ?2 paused ?3 concurrency ?4 rate limit ?5 window ms (NULL: as they
     /// are) ?6 now: the queue's settings, where they differ.
     pub queue_update: String,
+    /// ?1 event type: a limited type's queue row (concurrency, rate limit, window ms,
+    /// partitioned), none when it is paused or has no limit.
+    pub gate_read: String,
+    /// ?1 event type ?2 ids (a JSON array): how many of these tasks are of the type.
+    pub of_type: String,
     /// ?1 event type ?2 now ?3 starts: a claim's row in the rate limits' ledger.
     pub rate_record: String,
     /// ?1 event type ?2 cutoff: the type's ledger rows the window has passed, deleted.
@@ -263,6 +268,14 @@ impl Sql {
                     OR rate_limit <> COALESCE(?4, rate_limit)
                     OR rate_window_ms <> COALESCE(?5, rate_window_ms)
                     OR partitioned <> COALESCE(?7, partitioned))"
+            ),
+            gate_read: format!(
+                "SELECT concurrency, rate_limit, rate_window_ms, partitioned FROM {tq}
+                 WHERE event_type = ?1 AND paused = 0 AND (concurrency > 0 OR rate_limit > 0)"
+            ),
+            of_type: format!(
+                "SELECT COUNT(*) FROM {t}
+                 WHERE event_type = ?1 AND id IN (SELECT value FROM json_each(?2))"
             ),
             rate_record: format!(
                 "INSERT INTO {tr} (event_type, at, starts, partition_key) VALUES (?1, ?2, ?3, ?4)"

@@ -340,6 +340,15 @@ impl Harness for SqliteHarness {
     async fn lock_row(&self, _db: &Db, _table: &str, _id: TaskId) -> backstop_testkit::RowLock {
         unreachable!("SQLite has no row locks")
     }
+
+    async fn lock_queue_row(
+        &self,
+        _db: &Db,
+        _table: &str,
+        _event: &str,
+    ) -> backstop_testkit::RowLock {
+        unreachable!("SQLite has no row locks")
+    }
 }
 
 backstop_testkit::conformance!(SqliteHarness);

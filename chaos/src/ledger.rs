@@ -191,11 +191,11 @@ impl<S> LedgerStore<S> {
     /// `M` lines: each mark sent at `sent`, and whether it applied (`e`: the call failed,
     /// so whether it applied is unknown; a commit whose answer was lost applied, and the
     /// engine's next try of the same mark then finds it done).
-    fn marks(&self, marks: &[Mark], answer: &Result<Vec<bool>>, sent: i64) {
+    fn marks(&self, marks: &[Mark], answer: Option<&[bool]>, sent: i64) {
         let at = now_ms();
         let flags: Vec<&str> = match answer {
-            Ok(flags) => flags.iter().map(|f| if *f { "1" } else { "0" }).collect(),
-            Err(_) => vec!["e"; marks.len()],
+            Some(flags) => flags.iter().map(|f| if *f { "1" } else { "0" }).collect(),
+            None => vec!["e"; marks.len()],
         };
         for (m, applied) in marks.iter().zip(flags) {
             let (task, lease, action) = (m.lease.task_id, m.lease.token, action_name(&m.action));
@@ -238,7 +238,22 @@ impl<S: TaskStore> StoreLayer for LedgerStore<S> {
     async fn on_mark(&self, marks: &[Mark]) -> Result<Vec<bool>> {
         let sent = now_ms();
         let answer = self.inner.mark(marks).await;
-        self.marks(marks, &answer, sent);
+        self.marks(marks, answer.as_deref().ok(), sent);
+        answer
+    }
+    async fn on_mark_and_claim(
+        &self,
+        marks: &[Mark],
+        owner: &Owner,
+        event_type: &str,
+        n: usize,
+    ) -> Result<(Vec<bool>, Vec<Task>)> {
+        let sent = now_ms();
+        let answer = self.inner.mark_and_claim(marks, owner, event_type, n).await;
+        self.marks(marks, answer.as_ref().ok().map(|(f, _)| f.as_slice()), sent);
+        if let Ok((_, claimed)) = &answer {
+            self.claims(claimed, sent);
+        }
         answer
     }
 }

@@ -190,6 +190,21 @@ impl Driver for Tripwire {
         }
         Ok(vec![true; marks.len()])
     }
+    async fn mark_and_claim(
+        &self,
+        marks: Checked<&[Mark]>,
+        claim: Checked<Claim<'_>>,
+    ) -> Result<(Vec<bool>, Option<Vec<RawTask>>)> {
+        assert_eq!(
+            claim.event_types.len(),
+            1,
+            "a claim after marks of one type"
+        );
+        assert!(claim.limit > 0, "a claim of nothing reached the driver");
+        let flags = self.mark(marks).await?;
+        self.claim_batch(claim).await?;
+        Ok((flags, Some(Vec::new())))
+    }
     async fn manual_reset(&self, _id: TaskId, stuck_after: Checked<Duration>) -> Result<Change> {
         self.called();
         age_ok(*stuck_after);
@@ -545,6 +560,19 @@ async fn invalid_input_reaches_no_driver() {
         "mark",
     );
     refused(s.mark(&[Mark::retry(lease(1), too_old, "e")]).await, "mark");
+    let one = [Mark::success(lease(1))];
+    for (marks, event_type, limit) in [
+        (vec![Mark::success(lease(1)); MAX_LEASES + 1], "E", 1),
+        (vec![Mark::retry(lease(1), too_old, "e")], "E", 1),
+        (one.to_vec(), "bad type", 1),
+        (one.to_vec(), "", 1),
+        (one.to_vec(), "E", MAX_BATCH + 1),
+    ] {
+        refused(
+            s.mark_and_claim(&marks, &owner, event_type, limit).await,
+            "mark_and_claim",
+        );
+    }
     refused(s.manual_reset(1, too_old).await, "manual_reset");
     let long_reason = "r".repeat(MAX_REASON_BYTES + 1);
     for audit in [
@@ -772,6 +800,8 @@ async fn empty_input_is_answered_without_the_driver() {
     assert_eq!(s.recycle_dead(Duration::ZERO, 0).await.unwrap().total(), 0);
     assert!(s.heartbeat(&[]).await.unwrap().is_empty());
     assert!(s.mark(&[]).await.unwrap().is_empty());
+    let (flags, tasks) = s.mark_and_claim(&[], &owner, "E", 0).await.unwrap();
+    assert!(flags.is_empty() && tasks.is_empty());
     assert!(s
         .list(&TaskFilter::default().limit(0))
         .await
@@ -825,6 +855,12 @@ async fn input_at_the_limits_reaches_the_driver_checked() {
         .await
         .unwrap();
     assert_eq!(flags, vec![true, true]);
+    let marks = vec![Mark::success(lease(1)); MAX_LEASES];
+    let (flags, _) = s
+        .mark_and_claim(&marks, &owner, &"a".repeat(MAX_EVENT_TYPE_BYTES), MAX_BATCH)
+        .await
+        .unwrap();
+    assert_eq!(flags.len(), MAX_LEASES);
     let e = s.manual_reset(1, MAX_INTERVAL).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotFound);
     s.list(
@@ -861,5 +897,6 @@ async fn input_at_the_limits_reaches_the_driver_checked() {
         s.enqueue_many(&batch).await.unwrap().len(),
         MAX_ENQUEUE_MANY
     );
-    assert_eq!(s.calls(), 22, "one more: the enqueue_in statement");
+    // mark_and_claim counts twice: the tripwire checks it as a mark and a claim
+    assert_eq!(s.calls(), 24, "one more: the enqueue_in statement");
 }

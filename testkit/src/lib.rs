@@ -184,6 +184,11 @@ pub trait Harness: Send + Sync + 'static {
     /// transaction of its own connection) until the returned guard is dropped. Only
     /// called when [`locked_rows`](Self::locked_rows) is not [`LockedRows::NoRowLocks`].
     async fn lock_row(&self, db: &Self::Db, table: &str, id: TaskId) -> RowLock;
+
+    /// Lock `event_type`'s row of the queues' table (`<table>_queues`) as a limited
+    /// type's claim does, until the returned guard is dropped. Called as
+    /// [`lock_row`](Self::lock_row) is.
+    async fn lock_queue_row(&self, db: &Self::Db, table: &str, event_type: &str) -> RowLock;
 }
 
 /// How a backend's claims meet a due row another transaction holds locked (a concurrent

@@ -118,6 +118,38 @@ pub(super) fn claim_limited(t: &str, tq: &str, tr: &str, tc: &str) -> String {
     )
 }
 
+/// The unlocked hand-over of a type whose only limit is its concurrency (core's
+/// `Gate::hands_over_unlocked`), after its marks in the same transaction: $1 owner, $2
+/// event type, $3 limit, $4 the marked ids. It claims at most as many tasks as the
+/// marked rows of the type this transaction changed (their `xmin` is its id: a mark
+/// that did not apply left its row alone), and the room its count of running tasks,
+/// which no longer counts them, leaves (`Gate::handover_room`). Nothing when the queue
+/// is paused or has another limit by now (the row `g`).
+pub(super) fn claim_handover(t: &str, tq: &str, tc: &str) -> String {
+    let room = format!(
+        "CASE WHEN EXISTS (SELECT 1 FROM g) THEN LEAST($3,
+            (SELECT count(*) FROM {t} WHERE id = ANY($4::bigint[]) AND event_type = $2
+               AND xmin = (txid_current() % 4294967296)::text::xid),
+            GREATEST((SELECT concurrency FROM g)
+                - (SELECT count(*) FROM {t} WHERE status = 3 AND event_type = $2), 0))
+         ELSE 0 END"
+    );
+    format!(
+        "WITH g AS (
+            SELECT concurrency FROM {tq}
+            WHERE event_type = $2 AND paused = 0 AND concurrency > 0 AND rate_limit = 0
+              AND partitioned = 0),
+         picked AS MATERIALIZED ({picked}),
+         c AS (
+            UPDATE {t} AS t SET status = 3, owner = $1, attempts = t.attempts + 1,
+                lease = t.lease + 1, updated_at = now()
+            WHERE t.id = ANY (ARRAY(SELECT id FROM picked))
+            RETURNING {tc})
+         SELECT * FROM c",
+        picked = one_type(t, "", &room),
+    )
+}
+
 /// The ledger's part of a limited claim of rows `c` under gate `g` (a rate-limited
 /// type's): one row per partition key it claimed tasks of (core's `starts_per_key`),
 /// and the type's rows its window has passed deleted.

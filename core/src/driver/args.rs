@@ -79,6 +79,21 @@ pub struct Claim<'a> {
     pub limit: usize,
 }
 
+impl Claim<'_> {
+    /// The claim's one event type: a claim after marks
+    /// ([`Driver::mark_and_claim`](crate::driver::Driver::mark_and_claim)) names one.
+    pub fn only_type(&self) -> crate::Result<&str> {
+        match self.event_types {
+            [one] => Ok(one),
+            _ => Err(crate::Error::new(
+                crate::ErrorKind::Unexpected,
+                "mark_and_claim",
+                "a claim after marks names one event type",
+            )),
+        }
+    }
+}
+
 /// An age-based batch's arguments (see [`Driver::recycle_dead`](crate::driver::Driver::recycle_dead),
 /// [`Driver::purge_finished`](crate::driver::Driver::purge_finished)).
 #[derive(Debug, Clone, Copy)]

@@ -38,6 +38,15 @@ use super::RawTask;
 /// 4. claims the first `limit` of them in turns ([`round_robin`]);
 /// 5. adds one ledger row per key it claimed tasks of.
 ///
+/// A **hand-over** ([`Driver::mark_and_claim`](super::Driver::mark_and_claim)) of a
+/// type whose only limit is its concurrency
+/// ([`hands_over_unlocked`](Self::hands_over_unlocked)) reads the row without locking
+/// it, applies the marks, and claims at most [`handover_room`](Self::handover_room): no
+/// more than its applied marks of the type took out of running, so it never raises the
+/// running count and needs no turn on the row (a claim that raises the count takes the
+/// lock, and counts the hand-over's marked tasks as running until it commits). Any
+/// other limited type's hand-over locks the row before its marks and claims as above.
+///
 /// ```
 /// use backstop_core::driver::Gate;
 /// let gate = Gate { concurrency: 5, rate_limit: 10, rate_window_ms: 60_000, partitioned: false };
@@ -69,6 +78,37 @@ impl Gate {
     /// recorded).
     pub fn counts_starts(&self) -> bool {
         self.rate_limit > 0
+    }
+
+    /// Whether a hand-over of the type claims without the row's lock: its only limit
+    /// is its concurrency (no rate, not partitioned).
+    ///
+    /// ```
+    /// use backstop_core::driver::Gate;
+    /// let gate = Gate { concurrency: 5, rate_limit: 0, rate_window_ms: 0, partitioned: false };
+    /// assert!(gate.hands_over_unlocked());
+    /// assert!(!Gate { rate_limit: 10, ..gate }.hands_over_unlocked());
+    /// assert!(!Gate { partitioned: true, ..gate }.hands_over_unlocked());
+    /// ```
+    pub fn hands_over_unlocked(&self) -> bool {
+        self.concurrency > 0 && self.rate_limit == 0 && !self.partitioned
+    }
+
+    /// The most an unlocked hand-over may claim, at most `limit`: what its applied
+    /// marks of the type `freed` (took out of running), and the room its own count of
+    /// `running` tasks (after its marks) leaves, so a limit lowered below the running
+    /// count hands nothing on.
+    ///
+    /// ```
+    /// use backstop_core::driver::Gate;
+    /// let gate = Gate { concurrency: 5, rate_limit: 0, rate_window_ms: 0, partitioned: false };
+    /// assert_eq!(gate.handover_room(50, 2, 1), 2); // what the marks freed, not 4
+    /// assert_eq!(gate.handover_room(50, 3, 4), 1); // the room
+    /// assert_eq!(gate.handover_room(50, 3, 6), 0); // lowered below the running count
+    /// assert_eq!(gate.handover_room(1, 3, 0), 1); // the claim's own limit
+    /// ```
+    pub fn handover_room(&self, limit: usize, freed: usize, running: i64) -> usize {
+        self.room(limit, running, 0).min(freed)
     }
 
     /// The rate's window (zero without a rate limit).

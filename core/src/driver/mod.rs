@@ -216,6 +216,23 @@ pub trait Driver: Send + Sync + 'static {
     /// at most one mark per row: see [`mark_rounds`].
     async fn mark(&self, marks: Checked<&[Mark]>) -> Result<Vec<bool>>;
 
+    /// [`mark_and_claim`](crate::TaskStore::mark_and_claim), the hand-over, in one
+    /// transaction: read the claim's one event type's queue row ([`Gate`]); for a type
+    /// that [`hands_over_unlocked`](Gate::hands_over_unlocked), apply the marks as
+    /// [`mark`](Self::mark) does, count how many of the applied ones are of the type and
+    /// the type's running tasks, and claim at most
+    /// [`handover_room`](Gate::handover_room); for another limited type, lock the row
+    /// first (before the marks, so every claim of the type takes its locks in one
+    /// order), apply the marks, and claim as [`claim_batch`](Self::claim_batch) claims a
+    /// limited type; then commit. The claim is `None` when the type has no limit: the
+    /// marks are committed, and core claims as `claim_batch`. Checked: the marks as
+    /// `mark`'s; the claim as `claim_batch`'s, of one event type.
+    async fn mark_and_claim(
+        &self,
+        marks: Checked<&[Mark]>,
+        claim: Checked<Claim<'_>>,
+    ) -> Result<(Vec<bool>, Option<Vec<RawTask>>)>;
+
     /// [`manual_reset`](crate::TaskStore::manual_reset): reset task `id` if it is failed,
     /// or running with `updated_at` older than `stuck_after`, returning the row as reset
     /// (read in the reset's transaction); else say why not. Checked: `stuck_after` at

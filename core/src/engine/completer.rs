@@ -86,6 +86,49 @@ async fn flusher<S: TaskStore + Clone>(
     }
 }
 
+/// A claim that rides a batch of marks: the slots of a limited type's finished tasks
+/// go straight to its next due tasks, in the marks' transaction
+/// ([`TaskStore::mark_and_claim`]), with no commit and no poll between a task's end and
+/// the next one's claim. Where the unlimited engines hide their claims behind their
+/// queues, a limited type's slot is held from the claim's commit to the mark's, so this
+/// is what its throughput turns on.
+struct Handover<'a> {
+    exec: Arc<super::executor::Executor>,
+    /// The executor's room, reserved for what the claim returns.
+    permits: tokio::sync::OwnedSemaphorePermit,
+    n: usize,
+    _claim: super::tracker::ClaimGuard<'a>,
+}
+
+impl<'a> Handover<'a> {
+    /// The hand-over for `batch`, if it has marks of a limited type this engine can run
+    /// more of: that with the most marks in the batch (one claim per batch).
+    fn of<S: TaskStore + Clone>(shared: &'a Shared<S>, batch: &[Completion]) -> Option<Self> {
+        let mut counts: Vec<(&str, usize)> = Vec::new();
+        for c in batch.iter().filter(|c| shared.is_limited(&c.event_type)) {
+            match counts.iter_mut().find(|(t, _)| *t == &*c.event_type) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((&c.event_type, 1)),
+            }
+        }
+        let (event_type, _) = counts.into_iter().max_by_key(|(_, n)| *n)?;
+        let exec = shared.executors.get(event_type)?;
+        let n = shared.config.batch_size.min(exec.slots.available_permits());
+        if n == 0 {
+            return None;
+        }
+        let permits = Arc::clone(&exec.slots)
+            .try_acquire_many_owned(n as u32)
+            .ok()?;
+        Some(Handover {
+            exec: Arc::clone(exec),
+            permits,
+            n,
+            _claim: shared.begin_claim()?,
+        })
+    }
+}
+
 /// Apply a batch, retrying temporary store errors (50 ms doubling to at most 1 s, or
 /// the heartbeat interval when shorter) until they apply, for as long as the engine has
 /// not stopped: the tasks stay held and heartbeated meanwhile, so an outage of any length
@@ -93,13 +136,54 @@ async fn flusher<S: TaskStore + Clone>(
 /// the end of shutdown, or on a permanent error, it gives up: the tasks stay running
 /// without heartbeats and are recycled after `dead_after` (a re-run, which
 /// at-least-once allows).
-async fn apply<S: TaskStore + Clone>(shared: &Shared<S>, batch: Vec<Completion>) {
+async fn apply<S: TaskStore + Clone>(shared: &Arc<Shared<S>>, batch: Vec<Completion>) {
     let marks: Vec<Mark> = batch.iter().map(|c| c.mark.clone()).collect();
     let mut backoff = Duration::from_millis(50);
     let max_backoff = Duration::from_secs(1).min(shared.config.heartbeat_interval);
     let mut keys = Vec::new();
+    let mut handover = Handover::of(shared, &batch);
+    // the type whose claim rode the marks and came back short: no poll for its slots
+    let mut handed_over = None;
     for attempt in 1u64.. {
-        match shared.store.mark(&marks).await {
+        // the first attempt carries the claim; a retry is the marks alone
+        let answer = match handover.take() {
+            Some(h) => {
+                let event_type = &h.exec.event_type;
+                let answer = shared
+                    .store
+                    .mark_and_claim(&marks, &shared.owner, event_type, h.n)
+                    .await;
+                answer.map(|(flags, tasks)| {
+                    // short of what the marks of the type freed (at most what a type
+                    // limited by its concurrency alone hands on): nothing more is due
+                    // or there is no more room, and the type needs no re-poll for them
+                    let freed = batch
+                        .iter()
+                        .zip(&flags)
+                        .filter(|(c, applied)| **applied && c.event_type == h.exec.event_type_arc)
+                        .count();
+                    if tasks.len() < h.n.min(freed) {
+                        handed_over = Some(Arc::clone(&h.exec.event_type_arc));
+                    }
+                    if let (false, Some(window)) =
+                        (tasks.is_empty(), shared.rate_window(event_type))
+                    {
+                        shared.wake_after(window, event_type);
+                    }
+                    let mut permits = h.permits;
+                    for task in tasks {
+                        let Some(slot) = permits.split(1) else {
+                            // cannot happen: n permits for at most n tasks
+                            break;
+                        };
+                        super::loops::polled(shared, &h.exec, task, slot);
+                    }
+                    flags
+                })
+            }
+            None => shared.store.mark(&marks).await,
+        };
+        match answer {
             Ok(flags) => {
                 for (c, applied) in batch.iter().zip(flags) {
                     if applied {
@@ -141,7 +225,9 @@ async fn apply<S: TaskStore + Clone>(shared: &Shared<S>, batch: Vec<Completion>)
     let leases: Vec<_> = batch.iter().map(|c| c.mark.lease).collect();
     shared.tracker.finished(&leases);
     for c in &batch {
-        shared.slot_left(&c.event_type);
+        if handed_over.as_ref() != Some(&c.event_type) {
+            shared.slot_left(&c.event_type);
+        }
     }
     if !keys.is_empty() {
         super::keys::release_keys(shared, &keys).await;

@@ -426,7 +426,7 @@ pub(crate) async fn poll_round<S: TaskStore + Clone>(
 }
 
 /// Count a task a poll claimed and hand it to its executor, in the slot reserved for it.
-fn polled<S: TaskStore + Clone>(
+pub(crate) fn polled<S: TaskStore + Clone>(
     shared: &Arc<Shared<S>>,
     exec: &Arc<super::executor::Executor>,
     task: crate::model::Task,

@@ -95,8 +95,18 @@ pub(super) fn too_long(error: &str) -> bool {
     error.len() > limits::MAX_ERROR_BYTES
 }
 
+/// `marks` with their error texts cut to [`limits::MAX_ERROR_BYTES`] (borrowed when
+/// none is longer): once here for every backend.
+pub(super) fn bound_errors(marks: &[Mark]) -> std::borrow::Cow<'_, [Mark]> {
+    if marks.iter().any(|m| m.action.error().is_some_and(too_long)) {
+        std::borrow::Cow::Owned(marks.iter().map(bound_error).collect())
+    } else {
+        std::borrow::Cow::Borrowed(marks)
+    }
+}
+
 /// `mark` with its error text cut to [`limits::MAX_ERROR_BYTES`].
-pub(super) fn bound_error(mark: &Mark) -> Mark {
+fn bound_error(mark: &Mark) -> Mark {
     let cut = |e: &str| limits::bounded_error(e).to_owned();
     let action = match &mark.action {
         MarkAction::Retry { delay, error } => MarkAction::Retry {

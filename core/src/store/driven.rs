@@ -5,8 +5,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::answers::{
-    aged_batch, bound_error, decode_all, decode_stats, finished, one_flag_each, operator_change,
-    reset_refused, saga_not_found, too_long,
+    aged_batch, bound_errors, decode_all, decode_stats, finished, one_flag_each, operator_change,
+    reset_refused, saga_not_found,
 };
 use super::TaskStore;
 use crate::driver::{
@@ -139,18 +139,63 @@ impl TaskStore for dyn Driver {
         if marks.is_empty() {
             return Ok(Vec::new());
         }
-        // error texts cut to the column's bound here, once for every backend
-        let bounded: Vec<Mark>;
-        let marks = if marks.iter().any(|m| m.action.error().is_some_and(too_long)) {
-            bounded = marks.iter().map(bound_error).collect();
-            bounded.as_slice()
-        } else {
-            marks
-        };
+        let marks = bound_errors(marks);
+        let marks = &*marks;
         let d: &dyn Driver = self;
         let marks = Checked::new(marks);
         let flags = run(d, OP, || Driver::mark(d, marks)).await?;
         one_flag_each(OP, flags, marks.len())
+    }
+
+    async fn mark_and_claim(
+        &self,
+        marks: &[Mark],
+        owner: &Owner,
+        event_type: &str,
+        limit: usize,
+    ) -> Result<(Vec<bool>, Vec<Task>)> {
+        const OP: &str = "mark_and_claim";
+        check_marks(OP, marks)?;
+        limits::check_limit(OP, limit)?;
+        let types = [event_type.to_owned()];
+        limits::check_event_types(OP, &types)?;
+        if marks.is_empty() {
+            return Ok((
+                Vec::new(),
+                TaskStore::claim_batch(self, owner, &types, limit).await?,
+            ));
+        }
+        if limit == 0 {
+            return Ok((TaskStore::mark(self, marks).await?, Vec::new()));
+        }
+        let marks = bound_errors(marks);
+        let marks = &*marks;
+        let d: &dyn Driver = self;
+        let checked = Checked::new(marks);
+        let claim = Checked::new(Claim {
+            owner,
+            event_types: &types,
+            limit,
+        });
+        let (flags, claimed) = run(d, OP, || Driver::mark_and_claim(d, checked, claim)).await?;
+        let flags = one_flag_each(OP, flags, marks.len())?;
+        let tasks = match claimed {
+            Some(rows) => {
+                let mut tasks = decode_all(rows)?;
+                tasks.sort_by_key(|t| (t.priority, t.next_run_at, t.id));
+                tasks
+            }
+            // no limit: the marks are committed; a claim that fails now is the next
+            // poll's to make, not an error of marks that applied
+            None => match TaskStore::claim_batch(self, owner, &types, limit).await {
+                Ok(tasks) => tasks,
+                Err(e) => {
+                    tracing::debug!(error = %e, event_type, "the claim after marks failed");
+                    Vec::new()
+                }
+            },
+        };
+        Ok((flags, tasks))
     }
 
     async fn manual_reset(&self, id: TaskId, stuck_after: Duration) -> Result<Task> {

@@ -64,6 +64,8 @@ ops! {
     SetOutput => "set_output",
     /// [`TaskStore::mark`].
     Mark => "mark",
+    /// [`TaskStore::mark_and_claim`].
+    MarkAndClaim => "mark_and_claim",
     /// [`TaskStore::manual_reset`].
     ManualReset => "manual_reset",
     /// [`TaskStore::cancel`].
@@ -360,6 +362,22 @@ pub trait StoreLayer: Send + Sync + 'static {
         self.around(
             Call::new(Op::Mark).count(marks.len()),
             self.inner().mark(marks),
+        )
+        .await
+    }
+
+    /// [`TaskStore::mark_and_claim`]; by default forwarded through
+    /// [`around`](Self::around).
+    async fn on_mark_and_claim(
+        &self,
+        marks: &[Mark],
+        owner: &Owner,
+        event_type: &str,
+        limit: usize,
+    ) -> Result<(Vec<bool>, Vec<Task>)> {
+        self.around(
+            Call::new(Op::MarkAndClaim).count(marks.len()).limit(limit),
+            self.inner().mark_and_claim(marks, owner, event_type, limit),
         )
         .await
     }
@@ -708,6 +726,16 @@ impl<L: StoreLayer + ?Sized> TaskStore for L {
 
     async fn mark(&self, marks: &[Mark]) -> Result<Vec<bool>> {
         StoreLayer::on_mark(self, marks).await
+    }
+
+    async fn mark_and_claim(
+        &self,
+        marks: &[Mark],
+        owner: &Owner,
+        event_type: &str,
+        limit: usize,
+    ) -> Result<(Vec<bool>, Vec<Task>)> {
+        StoreLayer::on_mark_and_claim(self, marks, owner, event_type, limit).await
     }
 
     async fn manual_reset(&self, id: TaskId, stuck_after: Duration) -> Result<Task> {

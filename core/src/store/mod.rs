@@ -222,6 +222,39 @@ pub trait TaskStore: Send + Sync + 'static {
     ///   one transaction where the backend allows.
     async fn mark(&self, marks: &[Mark]) -> Result<Vec<bool>>;
 
+    /// Apply `marks` as [`mark`](Self::mark) does, then claim up to `limit` due tasks
+    /// of `event_type` for `owner` as [`claim_batch`](Self::claim_batch) does of that
+    /// one type: the hand-over of a limited type's slots from the tasks that finished to
+    /// the next, which the engine uses when it records outcomes.
+    ///
+    /// - Returns one flag per mark, as `mark` does, and the tasks claimed, in claim order.
+    /// - When `event_type` has a concurrency or rate limit, the marks and the claim are
+    ///   one transaction, committed together or not at all, and the claim counts none of
+    ///   the marked tasks as running.
+    /// - A type whose only limit is its concurrency (no rate, not partitioned): the
+    ///   claim takes at most as many tasks as this call's applied marks of the type took
+    ///   out of running, and at most the room its own count sees. It never raises the
+    ///   type's running count, so it takes no turn on the queue's row: the hand-overs of
+    ///   several instances run side by side. The room beyond what the marks freed (a
+    ///   raised limit) is a batch claim's.
+    /// - A type with a rate limit, or partitioned: the transaction holds the queue's row
+    ///   from before the marks to its commit, and the claim takes the room as
+    ///   `claim_batch` does, before any other claim of the type can.
+    /// - Otherwise (no limit, or none as the call learns under that lock), as `mark`
+    ///   then `claim_batch`: the marks commit first; a claim that then fails answers no
+    ///   tasks rather than an error, since the marks it follows are applied.
+    /// - Checks its input as `mark` and `claim_batch` do, before anything is written: at
+    ///   most [`MAX_LEASES`](crate::limits::MAX_LEASES) marks, a valid `event_type`,
+    ///   `limit` at most [`MAX_BATCH`](crate::limits::MAX_BATCH). No marks is a claim
+    ///   alone; a `limit` of 0 is a mark alone.
+    async fn mark_and_claim(
+        &self,
+        marks: &[Mark],
+        owner: &Owner,
+        event_type: &str,
+        limit: usize,
+    ) -> Result<(Vec<bool>, Vec<Task>)>;
+
     /// An operator's retry: failed → pending with `attempts = 0` (and `snoozes = 0`),
     /// due now, `last_error` kept for the record.
     ///

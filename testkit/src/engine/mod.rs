@@ -221,13 +221,15 @@ pub(crate) enum Gated {
 
 impl Gated {
     /// The hold of a [`FaultLayer`](backstop_core::layers::FaultLayer) it is.
-    fn hold(self) -> Option<(Op, Phase)> {
+    fn hold(self) -> Option<(&'static [Op], Phase)> {
+        // marks go alone or with a limited type's next claim
+        const MARKS: &[Op] = &[Op::Mark, Op::MarkAndClaim];
         Some(match self {
-            Gated::Mark => (Op::Mark, Phase::Before),
-            Gated::MarkAnswer => (Op::Mark, Phase::After),
-            Gated::ClaimBatch => (Op::ClaimBatch, Phase::Before),
-            Gated::ClaimById => (Op::ClaimById, Phase::Before),
-            Gated::Recycle => (Op::RecycleDead, Phase::Before),
+            Gated::Mark => (MARKS, Phase::Before),
+            Gated::MarkAnswer => (MARKS, Phase::After),
+            Gated::ClaimBatch => (&[Op::ClaimBatch], Phase::Before),
+            Gated::ClaimById => (&[Op::ClaimById], Phase::Before),
+            Gated::Recycle => (&[Op::RecycleDead], Phase::Before),
             Gated::Nothing => return None,
         })
     }
@@ -244,6 +246,7 @@ const LOOP_OPS: &[Op] = &[
     Op::RecycleDead,
     Op::Heartbeat,
     Op::Mark,
+    Op::MarkAndClaim,
 ];
 
 /// A store whose calls of one kind wait while the gate is shut (the database stalled on
@@ -267,8 +270,8 @@ pub(crate) struct Gate<S> {
 impl<S: TaskStore> Gate<S> {
     fn shut(inner: S, gated: Gated) -> Self {
         let faults = Faults::new();
-        if let Some((op, phase)) = gated.hold() {
-            faults.hold(&[op], phase);
+        if let Some((ops, phase)) = gated.hold() {
+            faults.hold(ops, phase);
         }
         Gate {
             inner: inner.layer(FaultLayer::new(faults.clone())),

@@ -211,14 +211,7 @@ pub async fn concurrency_limit_holds_across_racing_stores<H: Harness>(ctx: &Ctx<
                 idle = 0;
                 let now = held.fetch_add(got.len(), Ordering::SeqCst) + got.len();
                 most.fetch_max(now, Ordering::SeqCst);
-                // hold until the limit is held at once (so "reached" does not hang on
-                // timing), or for 200 ms when the other racers cannot get there (the
-                // last few tasks)
-                let until = std::time::Instant::now() + Duration::from_millis(200);
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                while held.load(Ordering::SeqCst) < LIMIT && std::time::Instant::now() < until {
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                }
+                hold_for_the_limit(&held, LIMIT).await;
                 held.fetch_sub(got.len(), Ordering::SeqCst);
                 let marks: Vec<Mark> = got.iter().map(|t| Mark::success(t.lease())).collect();
                 assert!(store.mark(&marks).await.unwrap().iter().all(|m| *m));

@@ -16,6 +16,7 @@ pub mod dedup_modes;
 pub mod edit;
 pub mod enqueue;
 pub mod fuzz;
+pub mod handover;
 pub mod inbox;
 pub mod labels;
 pub mod layers;
@@ -177,6 +178,18 @@ pub(crate) async fn join_racers(racers: Vec<tokio::task::JoinHandle<()>>) {
             .await
             .expect("the racers finish")
             .unwrap();
+    }
+}
+
+/// A racer of a limit's racing case holds what it claimed until the limit is held at
+/// once (so "reached" does not hang on timing), or for 200 ms when the other racers
+/// cannot get there (the last few tasks).
+pub(crate) async fn hold_for_the_limit(held: &std::sync::atomic::AtomicUsize, limit: usize) {
+    use std::sync::atomic::Ordering;
+    let until = std::time::Instant::now() + Duration::from_millis(200);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    while held.load(Ordering::SeqCst) < limit && std::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
 

@@ -23,7 +23,12 @@ async fn set<H: Harness>(
 }
 
 /// Enqueue `n` tasks of `event_type` in partition `key` (none for `""`), in order.
-async fn tenant<H: Harness>(ctx: &Ctx<H>, event_type: &str, key: &str, n: usize) -> Vec<TaskId> {
+pub(crate) async fn tenant<H: Harness>(
+    ctx: &Ctx<H>,
+    event_type: &str,
+    key: &str,
+    n: usize,
+) -> Vec<TaskId> {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let mut ids = Vec::new();
     for _ in 0..n {
