@@ -12,6 +12,7 @@
 mod cross;
 mod idle;
 mod limit;
+mod partitions;
 mod peers;
 mod raw;
 mod saga;
@@ -39,7 +40,7 @@ struct Args {
     backends: Vec<String>,
     drain_tasks: usize,
     out: std::path::PathBuf,
-    /// Run only these scenarios (run-ahead, enqueue, drain, fastest, ordered, limit, idle, scale, backlogs, counts,
+    /// Run only these scenarios (run-ahead, enqueue, drain, fastest, ordered, limit, partitions, idle, scale, backlogs, counts,
     /// wakeup, relay, consume, isolation, idle-load, saga; with `--peer`: apalis, peers).
     only: Option<Vec<String>>,
     /// Also run apalis (bench/peer-apalis, built by scripts/bench --peer).
@@ -881,7 +882,7 @@ const OTHER: &str = "BENCH_OTHER";
 
 /// p50 (ms) of `rounds` claims of 50 tasks of `types`, each given back at once so the
 /// backlog stays the same.
-async fn claim_p50(store: &AnyStore, types: &[&str], rounds: usize) -> f64 {
+pub(crate) async fn claim_p50(store: &AnyStore, types: &[&str], rounds: usize) -> f64 {
     let owner = Owner::new("bench").expect("owner");
     let types: Vec<String> = types.iter().map(|t| t.to_string()).collect();
     let mut h = histogram();
@@ -1248,6 +1249,12 @@ async fn main() {
                     .into_iter()
                     .map(report),
             );
+        }
+        if a.runs("partitions") {
+            let keys: &[usize] = if a.smoke { &[60] } else { &[60, 1000, 5000] };
+            for &k in keys {
+                rows.push(report(partitions::partitioned_claim(&t, k, rounds).await));
+            }
         }
         if a.runs("backlogs") {
             rows.extend(backlogs(&t, backlog, rounds).await.into_iter().map(report));
