@@ -450,14 +450,7 @@ impl Driver for MySqlDriver {
                 // since the read is the next claim's to meet)
                 Some(gate) if gate.hands_over_unlocked() => {
                     let flags = self.apply_marks(&mut tx, marks, rounds).await?;
-                    let mut applied: Vec<i64> = marks
-                        .iter()
-                        .zip(&flags)
-                        .filter(|(_, applied)| **applied)
-                        .map(|(m, _)| m.lease.task_id)
-                        .collect();
-                    applied.sort_unstable();
-                    applied.dedup();
+                    let applied = applied_ids(marks, &flags);
                     let rows = self
                         .hand_over(&mut tx, owner, event_type, gate, &applied, limit)
                         .await?;

@@ -48,6 +48,7 @@ mod connect;
 mod driver;
 mod enqueue;
 mod inbox;
+mod limited;
 mod listen;
 mod options;
 mod rows;

@@ -280,11 +280,9 @@ impl Driver for SqliteDriver {
             // as on every backend (core's `Gate::handover_room`; the claim adds the room)
             let limit = match gate(sql, tx, &types[0])? {
                 Some(gate) if gate.hands_over_unlocked() => {
-                    let applied: Vec<String> = marks
+                    let applied: Vec<String> = applied_ids(&marks, &flags)
                         .iter()
-                        .zip(&flags)
-                        .filter(|(_, applied)| **applied)
-                        .map(|(m, _)| m.lease.task_id.to_string())
+                        .map(|id| id.to_string())
                         .collect();
                     let ids = format!("[{}]", applied.join(","));
                     let freed: i64 = tx

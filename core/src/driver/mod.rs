@@ -121,7 +121,8 @@ pub use statement::{
     Answer, BlockingTxConnection, Dialect, OwnConnection, Returns, Statement, TxConnection, Value,
 };
 pub use text::{
-    count_sql, ddl_script, list_sql, list_values, mark_rounds, millis, ListArg, ListDialect,
+    applied_ids, count_sql, ddl_script, list_sql, list_values, mark_rounds, millis, ListArg,
+    ListDialect,
 };
 pub use transactional::{
     complete_on, complete_on_blocking, enqueue_on, enqueue_on_blocking, Attempt, Transactional,
@@ -493,8 +494,9 @@ pub trait Backend: Send + Sync + 'static {
 /// `use backstop_core::driver::prelude::*;`.
 pub mod prelude {
     pub use super::{
-        complete_on, complete_on_blocking, count_sql, ddl_script, enqueue_on, enqueue_on_blocking,
-        insert_params, list_sql, list_values, mark_rounds, millis, round_robin,
+        applied_ids, complete_on, complete_on_blocking, count_sql, ddl_script, enqueue_on,
+        enqueue_on_blocking, insert_params, list_sql, list_values, mark_rounds, millis,
+        round_robin,
         schema::{self, Migration},
         starts_per_key, AgedBatch, Backend, BarrierPlan, Buckets, Change, Checked, Claim,
         ConnectFailure, Driver, EnqueueBatch, EnqueuePlan, EnqueueSql, EnqueueStep, Existing, Gate,

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use super::Value;
-use crate::model::{Mark, Status, TaskFilter};
+use crate::model::{Mark, Status, TaskFilter, TaskId};
 
 /// Split a batch of marks into rounds in which each task appears at most once, keeping
 /// the order: round 1 holds the first mark of every task, round 2 the second, and so on.
@@ -33,6 +33,29 @@ pub fn mark_rounds(marks: &[Mark]) -> Vec<Vec<usize>> {
         }
     }
     rounds.into_iter().map(|(_, idx)| idx).collect()
+}
+
+/// The distinct ids of the tasks whose marks applied (`flags`, one per mark): what a
+/// hand-over took out of running ([`Gate::handover_room`](super::Gate::handover_room)
+/// counts those of its type).
+///
+/// ```
+/// use backstop_core::driver::applied_ids;
+/// use backstop_core::{Lease, Mark};
+/// let l = |id| Lease { task_id: id, token: 1 };
+/// let marks = [Mark::success(l(3)), Mark::success(l(1)), Mark::release(l(3))];
+/// assert_eq!(applied_ids(&marks, &[true, false, true]), vec![3]);
+/// ```
+pub fn applied_ids(marks: &[Mark], flags: &[bool]) -> Vec<TaskId> {
+    let mut ids: Vec<TaskId> = marks
+        .iter()
+        .zip(flags)
+        .filter(|(_, applied)| **applied)
+        .map(|(m, _)| m.lease.task_id)
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
 }
 
 /// Milliseconds of `d`, saturating at `i64::MAX`.

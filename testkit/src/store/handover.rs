@@ -331,22 +331,15 @@ pub async fn mark_and_claim_holds_the_limit_across_racing_stores<H: Harness>(ctx
                     continue;
                 }
                 idle = 0;
-                let now = held.fetch_add(got.len(), Ordering::SeqCst) + got.len();
-                most.fetch_max(now, Ordering::SeqCst);
-                hold_for_the_limit(&held, LIMIT).await;
                 // released here, marked (and the room handed on) by the next call
-                held.fetch_sub(got.len(), Ordering::SeqCst);
+                hold_at_the_limit(&held, &most, got.len(), LIMIT).await;
                 finished.extend(got.iter().map(|t| Mark::success(t.lease())));
                 claimed.lock().unwrap().extend(got.iter().map(|t| t.id));
             }
         }));
     }
     join_racers(racers).await;
-    let mut ids = claimed.lock().unwrap().clone();
-    ids.sort_unstable();
-    let n = ids.len();
-    ids.dedup();
-    assert_eq!((n, ids.len()), (TASKS, TASKS), "each task claimed once");
+    assert_each_claimed_once(claimed.lock().unwrap().clone(), TASKS);
     let done = ctx
         .store
         .list(

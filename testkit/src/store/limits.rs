@@ -209,10 +209,7 @@ pub async fn concurrency_limit_holds_across_racing_stores<H: Harness>(ctx: &Ctx<
                     continue;
                 }
                 idle = 0;
-                let now = held.fetch_add(got.len(), Ordering::SeqCst) + got.len();
-                most.fetch_max(now, Ordering::SeqCst);
-                hold_for_the_limit(&held, LIMIT).await;
-                held.fetch_sub(got.len(), Ordering::SeqCst);
+                hold_at_the_limit(&held, &most, got.len(), LIMIT).await;
                 let marks: Vec<Mark> = got.iter().map(|t| Mark::success(t.lease())).collect();
                 assert!(store.mark(&marks).await.unwrap().iter().all(|m| *m));
                 claimed.lock().unwrap().extend(got.iter().map(|t| t.id));
@@ -222,11 +219,7 @@ pub async fn concurrency_limit_holds_across_racing_stores<H: Harness>(ctx: &Ctx<
     for r in racers {
         r.await.unwrap();
     }
-    let mut ids = claimed.lock().unwrap().clone();
-    ids.sort_unstable();
-    let n = ids.len();
-    ids.dedup();
-    assert_eq!((n, ids.len()), (TASKS, TASKS), "each task claimed once");
+    assert_each_claimed_once(claimed.lock().unwrap().clone(), TASKS);
     let most = most.load(Ordering::SeqCst);
     assert_eq!(
         most, LIMIT,

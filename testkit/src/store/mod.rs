@@ -181,16 +181,34 @@ pub(crate) async fn join_racers(racers: Vec<tokio::task::JoinHandle<()>>) {
     }
 }
 
-/// A racer of a limit's racing case holds what it claimed until the limit is held at
-/// once (so "reached" does not hang on timing), or for 200 ms when the other racers
-/// cannot get there (the last few tasks).
-pub(crate) async fn hold_for_the_limit(held: &std::sync::atomic::AtomicUsize, limit: usize) {
+/// A racer of a limit's racing case holds the `n` tasks it claimed: counted in `held`
+/// (and the most held at once in `most`) until the limit is held at once (so
+/// "reached" does not hang on timing), or for 200 ms when the other racers cannot get
+/// there (the last few tasks).
+pub(crate) async fn hold_at_the_limit(
+    held: &std::sync::atomic::AtomicUsize,
+    most: &std::sync::atomic::AtomicUsize,
+    n: usize,
+    limit: usize,
+) {
     use std::sync::atomic::Ordering;
+    let now = held.fetch_add(n, Ordering::SeqCst) + n;
+    most.fetch_max(now, Ordering::SeqCst);
     let until = std::time::Instant::now() + Duration::from_millis(200);
     tokio::time::sleep(Duration::from_millis(10)).await;
     while held.load(Ordering::SeqCst) < limit && std::time::Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
+    held.fetch_sub(n, Ordering::SeqCst);
+}
+
+/// A racing case's claimed `ids` are `tasks` distinct tasks, each claimed once.
+#[track_caller]
+pub(crate) fn assert_each_claimed_once(mut ids: Vec<TaskId>, tasks: usize) {
+    ids.sort_unstable();
+    let n = ids.len();
+    ids.dedup();
+    assert_eq!((n, ids.len()), (tasks, tasks), "each task claimed once");
 }
 
 /// Mark every task of `got` (claimed by `store`) succeeded, each mark applied.

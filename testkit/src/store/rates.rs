@@ -224,14 +224,7 @@ pub async fn rate_limit_holds_across_racing_stores<H: Harness>(ctx: &Ctx<H>) {
     join_racers(racers).await;
     let mut starts = starts.lock().unwrap().clone();
     starts.sort();
-    let mut ids: Vec<TaskId> = starts.iter().map(|(_, id)| *id).collect();
-    ids.sort_unstable();
-    ids.dedup();
-    assert_eq!(
-        (starts.len(), ids.len()),
-        (TASKS, TASKS),
-        "each task claimed once"
-    );
+    assert_each_claimed_once(starts.iter().map(|(_, id)| *id).collect(), TASKS);
     let span = WINDOW - Duration::from_millis(250);
     let most = starts
         .iter()

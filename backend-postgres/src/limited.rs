@@ -1,0 +1,160 @@
+//! The claims of a limited type that run in transactions of their own: a poll's
+//! (`claim_limited`, under the queue row's lock) and the hand-over's (`hand_over`, the
+//! marks and the next claim together).
+
+use backstop_core::driver::prelude::*;
+use tokio_postgres::{GenericClient, Row};
+
+use crate::conn::{Param, Stmt};
+use crate::connect::pg_err;
+use crate::driver::{mark_round, PgDriver};
+use crate::rows::{col, raw_task};
+
+impl PgDriver {
+    /// Claim up to `limit` due tasks of `event_type`, a type with a concurrency limit,
+    /// in a transaction of its own: its queue row locked first (`limit_lock`), then the
+    /// room under the limit counted and claimed in the next statement, whose snapshot
+    /// sees every claim of the type that committed before the lock was granted.
+    ///
+    /// The four statements (`BEGIN`, the lock, the claim, `COMMIT`) go in one pipeline:
+    /// one round trip, and the row is held only while the server runs the claim and the
+    /// commit, not across the network between them. Claims of the type take turns on the
+    /// row, so the time it is held is what bounds how often the type can be claimed.
+    pub(crate) async fn claim_limited(
+        &self,
+        owner: &str,
+        event_type: &str,
+        partitioned: bool,
+        limit: i64,
+    ) -> Result<Vec<RawTask>> {
+        let mut conn = self.connection().await?;
+        // until the commit answers: a failure on the way drops the connection
+        conn.in_transaction = true;
+        let rows = {
+            let client = conn.client()?;
+            let lock = self.statement(client, &self.sql.limit_lock).await?;
+            let claim = match partitioned {
+                true => &self.sql.claim_partitioned,
+                false => &self.sql.claim_limited,
+            };
+            let claim = self.statement(client, claim).await?;
+            let params: [&dyn Param; 3] = [&owner, &event_type, &limit];
+            let lock_params: [&dyn Param; 1] = [&event_type];
+            let (begin, locked, claimed, commit) = tokio::join!(
+                client.batch_execute("BEGIN"),
+                lock.query(&***client, &lock_params),
+                claim.query(&***client, &params),
+                client.batch_execute("COMMIT"),
+            );
+            begin.map_err(pg_err)?;
+            locked?;
+            let rows = claimed?;
+            commit.map_err(pg_err)?;
+            rows
+        };
+        conn.in_transaction = false;
+        rows.iter().map(raw_task).collect()
+    }
+
+    /// The hand-over (`mark_and_claim`): one transaction in two flights. First `BEGIN`
+    /// and the type's queue row, read without a lock (`gate_read`); then, in one
+    /// pipeline, the marks and the claim the row calls for, and `COMMIT`: a type whose
+    /// only limit is its concurrency claims without the row (`claim_handover`, core's
+    /// `Gate::handover_room`); another limited type locks the row before the marks
+    /// (`limit_lock`, awaited, as every claim of the type takes it first) and claims
+    /// as a poll does (`claim_limited` and `claim_partitioned`: the row says which
+    /// claims); a type without a limit only marks, and its claim is `None`. Marks that
+    /// need more than one statement (a task marked twice) go one after another before
+    /// the pipeline.
+    pub(crate) async fn hand_over(
+        &self,
+        marks: &[Mark],
+        owner: &str,
+        event_type: &str,
+        limit: i64,
+    ) -> Result<(Vec<bool>, Option<Vec<RawTask>>)> {
+        let rounds = mark_rounds(marks);
+        let Some((last, before)) = rounds.split_last() else {
+            return Ok((Vec::new(), None));
+        };
+        let ids: Vec<i64> = marks.iter().map(|m| m.lease.task_id).collect();
+        let mut flags = vec![false; marks.len()];
+        let mut conn = self.connection().await?;
+        // until the commit answers: a failure on the way drops the connection
+        conn.in_transaction = true;
+        let (limited, rows) = {
+            let client = conn.client()?;
+            let c = &***client;
+            let read = self.statement(client, &self.sql.gate_read).await?;
+            let mark = self.statement(client, &self.sql.mark).await?;
+            let type_param: [&dyn Param; 1] = [&event_type];
+            let (begin, gate) =
+                tokio::join!(client.batch_execute("BEGIN"), read.query(c, &type_param),);
+            begin.map_err(pg_err)?;
+            let gate = match gate?.first() {
+                None => None,
+                Some(r) => Some(Gate {
+                    concurrency: col(r, 0)?,
+                    rate_limit: col(r, 1)?,
+                    rate_window_ms: 0,
+                    partitioned: col::<i64>(r, 2)? != 0,
+                }),
+            };
+            let (first, second) = match gate {
+                None => (None, None),
+                Some(g) if g.hands_over_unlocked() => (Some(&self.sql.claim_handover), None),
+                Some(_) => {
+                    let lock = self.statement(client, &self.sql.limit_lock).await?;
+                    lock.query(c, &type_param).await?;
+                    (
+                        Some(&self.sql.claim_limited),
+                        Some(&self.sql.claim_partitioned),
+                    )
+                }
+            };
+            for round in before {
+                mark_round(c, &mark, marks, round, &mut flags).await?;
+            }
+            let first = match first {
+                Some(sql) => Some(self.statement(client, sql).await?),
+                None => None,
+            };
+            let second = match second {
+                Some(sql) => Some(self.statement(client, sql).await?),
+                None => None,
+            };
+            let handover: [&dyn Param; 4] = [&owner, &event_type, &limit, &ids];
+            let limited: [&dyn Param; 3] = [&owner, &event_type, &limit];
+            let first_params: &[&dyn Param] = match second {
+                None => &handover,
+                Some(_) => &limited,
+            };
+            let (marked, first, second, commit) = tokio::join!(
+                mark_round(c, &mark, marks, last, &mut flags),
+                query_if(first.as_ref(), c, first_params),
+                query_if(second.as_ref(), c, &limited),
+                client.batch_execute("COMMIT"),
+            );
+            marked?;
+            let mut rows = first?;
+            rows.extend(second?);
+            commit.map_err(pg_err)?;
+            (gate.is_some(), rows)
+        };
+        conn.in_transaction = false;
+        let rows = rows.iter().map(raw_task).collect::<Result<Vec<_>>>()?;
+        Ok((flags, limited.then_some(rows)))
+    }
+}
+
+/// `stmt`'s rows, or none (nothing sent) without a statement.
+async fn query_if<C: GenericClient + Sync>(
+    stmt: Option<&Stmt<'_>>,
+    client: &C,
+    params: &[&dyn Param],
+) -> Result<Vec<Row>> {
+    match stmt {
+        Some(stmt) => stmt.query(client, params).await,
+        None => Ok(Vec::new()),
+    }
+}
