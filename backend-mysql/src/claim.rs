@@ -361,22 +361,21 @@ impl MySqlDriver {
         limit: usize,
     ) -> std::result::Result<Vec<RawTask>, sqlx::Error> {
         let sql = &self.sql;
-        let mut freed = 0;
+        let (mut freed, mut running) = (0, 0);
+        // the running count read with the last chunk's, after every mark
         for chunk in applied.chunks(SET_CHUNK) {
             let text = sql.of_type(bucket(chunk.len()));
-            let mut q = sqlx::query_scalar::<_, i64>(safe(&text)).bind(event_type);
+            let mut q = sqlx::query_as::<_, (i64, i64)>(safe(&text)).bind(event_type);
             for id in padded(chunk) {
                 q = q.bind(id);
             }
-            freed += usize::try_from(q.fetch_one(&mut *tx).await?).unwrap_or(0);
+            let (of_type, now_running) = q.bind(event_type).fetch_one(&mut *tx).await?;
+            freed += usize::try_from(of_type).unwrap_or(0);
+            running = now_running;
         }
         if freed == 0 {
             return Ok(Vec::new());
         }
-        let running: i64 = sqlx::query_scalar(safe(&sql.running_count))
-            .bind(event_type)
-            .fetch_one(&mut *tx)
-            .await?;
         let picked = match gate.handover_room(limit, freed, running) {
             0 => return Ok(Vec::new()),
             room => pick_limited(sql, tx, self.limited_wait(), event_type, room).await?,

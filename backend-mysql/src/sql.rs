@@ -769,11 +769,15 @@ impl Sql {
         )
     }
 
-    /// How many of these rows are of an event type: event type, ids….
+    /// How many of these rows are of an event type, and how many tasks of the type run
+    /// (as [`running_count`](Self::running_count) counts them), in one round trip: event
+    /// type, ids…, event type.
     pub fn of_type(&self, n: usize) -> String {
         let t = &self.table;
         format!(
-            "SELECT COUNT(*) FROM {t} WHERE event_type = ? AND id IN ({})",
+            "SELECT (SELECT COUNT(*) FROM {t} WHERE event_type = ? AND id IN ({})),
+                    (SELECT COUNT(*) FROM {t} FORCE INDEX (ix_claim_type)
+                     WHERE status = 3 AND event_type = ?)",
             Self::placeholders(n)
         )
     }

@@ -615,12 +615,16 @@ pub(crate) async fn backstop_drain(
     }
     let capacity = (192 * batch).div_ceil(100);
     let engines = vec![(64, capacity); engines];
-    drain_due(t, &engines, n, batch, Duration::ZERO).await
+    drain_due(t, &engines, n, batch, Duration::ZERO, DRAIN_POLL).await
 }
+
+/// The drains' poll interval: short, so that an engine whose executor has room never
+/// waits on a tick for work already due.
+const DRAIN_POLL: Duration = Duration::from_millis(5);
 
 /// The `n` due tasks already inserted, drained by one engine per entry of `engines`
 /// (its handler's concurrency and queue capacity), claiming `batch` at a time, each
-/// handler working `work`; the time until the database records them all succeeded, with
+/// handler working `work`, polling every `poll`; the time until the database records them all succeeded, with
 /// the peak RSS and CPU seconds of the run.
 pub(crate) async fn drain_due(
     t: &Target,
@@ -628,6 +632,7 @@ pub(crate) async fn drain_due(
     n: usize,
     batch: usize,
     work: Duration,
+    poll: Duration,
 ) -> (Duration, f64, f64) {
     let done = Arc::new(AtomicUsize::new(0));
     let m = sys::Meter::start();
@@ -649,7 +654,7 @@ pub(crate) async fn drain_due(
         let engine = Engine::builder(store)
             .config(
                 EngineConfig::default()
-                    .poll_interval(Duration::from_millis(5))
+                    .poll_interval(poll)
                     .first_poll_delay(Duration::ZERO)
                     .batch_size(batch)
                     .retention(None),

@@ -154,15 +154,20 @@ async fn apply<S: TaskStore + Clone>(shared: &Arc<Shared<S>>, batch: Vec<Complet
                     .mark_and_claim(&marks, &shared.owner, event_type, h.n)
                     .await;
                 answer.map(|(flags, tasks)| {
-                    // short of what the marks of the type freed (at most what a type
-                    // limited by its concurrency alone hands on): nothing more is due
-                    // or there is no more room, and the type needs no re-poll for them
+                    // A claim short of the n it could take took all the store would
+                    // give (every due task within the room; for a type limited by its
+                    // concurrency alone, at most what the marks of the type freed): no
+                    // poll finds more. One that took exactly what the marks freed left
+                    // the room as it was before those tasks ended. Only a claim of all n
+                    // that differs from what they freed, cut by this engine's room, may
+                    // leave room or due tasks to a poll. Room made elsewhere (a raised
+                    // limit, a recycled task) is the poller's, as for any type.
                     let freed = batch
                         .iter()
                         .zip(&flags)
                         .filter(|(c, applied)| **applied && c.event_type == h.exec.event_type_arc)
                         .count();
-                    if tasks.len() < h.n.min(freed) {
+                    if tasks.len() < h.n || tasks.len() == freed {
                         handed_over = Some(Arc::clone(&h.exec.event_type_arc));
                     }
                     if let (false, Some(window)) =

@@ -196,6 +196,66 @@ pub async fn engine_concurrency_limit_holds_across_engines<H: Harness>(ctx: &Ctx
     }
 }
 
+/// One engine with room for 8 at once handles `HLIM`, limited to 3 cluster-wide; 30
+/// tasks wait and the poller ticks once a minute. The first round's claim takes 3; from
+/// then on each slot a task leaves goes to the next due task in its outcome's write
+/// (`mark_and_claim`), and a hand-over that took what its marks freed (or all that was
+/// due) leaves the room as it was: the engine does not poll the type for those slots.
+/// The backlog drains on that one `claim_batch`, every task once, 3 at a time.
+pub async fn engine_hands_limited_slots_on_without_polling<H: Harness>(ctx: &Ctx<H>) {
+    const TASKS: usize = 30;
+    const LIMIT: usize = 3;
+    let running = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let calls = Calls::default();
+    ctx.store
+        .set_queue(
+            "HLIM",
+            QueueChange::Concurrency(Some(LIMIT as u32)),
+            &Audit::new("ops", "three at a time"),
+        )
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for i in 0..TASKS {
+        ids.push(ctx.enqueue("HLIM", &format!("h{i}")).await);
+    }
+    let handler = {
+        let (running, most) = (running.clone(), most.clone());
+        recording(calls.clone(), move |_, _task| {
+            let (running, most) = (running.clone(), most.clone());
+            async move {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                running.fetch_sub(1, Ordering::SeqCst);
+                Ok(())
+            }
+        })
+    };
+    let gate = Gate::shut(ctx.new_store().await, Gated::Nothing);
+    let config = fast_config()
+        .poll_interval(Duration::from_secs(60))
+        .first_poll_delay(Duration::from_millis(50));
+    let engine = Engine::builder(gate.clone())
+        .config(config)
+        .handler("HLIM", handler, opts().concurrency(8))
+        .start()
+        .unwrap();
+    each_ran_once(ctx, &ids, &calls, "h").await;
+    engine.shutdown().await;
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        LIMIT,
+        "the limit held, and was reached"
+    );
+    assert_eq!(
+        gate.claim_widths(),
+        vec![1],
+        "one claim_batch (the first round's); every later slot was handed on"
+    );
+}
+
 /// Four engines (separate stores), each with room for 8 at once, handle `RLIM`, limited
 /// to 3 starts a second cluster-wide; 9 tasks wait, and the pollers tick once a minute,
 /// so only the engines' own re-polls as their claims leave the window can drain the
