@@ -1,7 +1,8 @@
 //! The claim of a partitioned limited type (core's `Gate` and `Partitions`), in the
 //! limited claim's transaction (its queue row locked): each partition key's room from
-//! its running tasks and its starts in the window, its due tasks walked in claim order
-//! up to that room, the walks taken in turns (`round_robin`).
+//! its running tasks and its starts in the window, then core's `KeyWalk`: its due tasks
+//! walked in claim order up to that room, key by key from where the last claim stopped,
+//! the walks taken in turns.
 
 use backstop_core::driver::prelude::*;
 use chrono::NaiveDateTime;
@@ -12,10 +13,11 @@ use crate::conn::safe;
 use crate::rows::raw_task;
 use crate::sql::LockWait;
 
-/// The statements of a partitioned claim.
+/// The statements of a partitioned claim, and where the next claim of each type starts.
 #[derive(Debug)]
 pub(crate) struct PartitionSql {
     t: String,
+    cursors: KeyCursors,
     /// ? event type: its running tasks per key.
     running: String,
     /// ? event type, ? the window (µs): its starts per key.
@@ -36,6 +38,7 @@ impl PartitionSql {
     pub(crate) fn new(t: &str, tr: &str) -> Self {
         PartitionSql {
             t: t.to_owned(),
+            cursors: KeyCursors::default(),
             running: format!(
                 "SELECT partition_key, CAST(COUNT(*) AS SIGNED) FROM {t} FORCE INDEX (ix_claim_type)
                  WHERE status = 3 AND event_type = ? GROUP BY partition_key"
@@ -98,38 +101,38 @@ impl PartitionSql {
             }
         }
         let mut picked = Picked::default();
-        let mut walks = Vec::new();
-        let mut key = String::new();
+        let mut walk = KeyWalk::new(used, limit, self.cursors.start(event_type));
         loop {
-            let room = used.room(&key, limit);
-            if room > 0 {
-                let mut rows = Vec::new();
-                for row in sqlx::query(safe(&self.walk(wait, &key)))
-                    .bind(event_type)
-                    .bind(&key)
-                    .bind(room as i64)
-                    .fetch_all(&mut *conn)
-                    .await?
-                {
-                    rows.push(raw_task(&row)?);
-                    let at = row.try_get::<NaiveDateTime, _>(COLUMN_COUNT)?;
-                    picked.at = picked.at.max(Some(at));
+            match walk.step() {
+                KeyStep::Walk { key, room } => {
+                    let mut rows = Vec::new();
+                    for row in sqlx::query(safe(&self.walk(wait, key)))
+                        .bind(event_type)
+                        .bind(key)
+                        .bind(room as i64)
+                        .fetch_all(&mut *conn)
+                        .await?
+                    {
+                        rows.push(raw_task(&row)?);
+                        let at = row.try_get::<NaiveDateTime, _>(COLUMN_COUNT)?;
+                        picked.at = picked.at.max(Some(at));
+                    }
+                    walk.walked(rows);
                 }
-                if !rows.is_empty() {
-                    walks.push(rows);
+                KeyStep::NextKey { after } => {
+                    let next = sqlx::query_scalar::<_, String>(safe(&self.next_key))
+                        .bind(event_type)
+                        .bind(after)
+                        .fetch_optional(&mut *conn)
+                        .await?;
+                    walk.next_key(next);
                 }
-            }
-            match sqlx::query_scalar::<_, String>(safe(&self.next_key))
-                .bind(event_type)
-                .bind(&key)
-                .fetch_optional(&mut *conn)
-                .await?
-            {
-                Some(next) => key = next,
-                None => break,
+                KeyStep::Done => break,
             }
         }
-        picked.due = round_robin(walks, limit);
+        let (due, cursor) = walk.finish();
+        self.cursors.set(event_type, cursor);
+        picked.due = due;
         picked
             .due
             .sort_unstable_by_key(|r| (r.priority, r.next_run_at, r.id));

@@ -1,16 +1,18 @@
 //! The claim of a partitioned limited type (core's `Gate` and `Partitions`): each
-//! partition key's room from its running tasks and its starts in the window, its due
-//! tasks walked in claim order up to that room, the walks taken in turns
-//! (`round_robin`), all in the claim's write transaction.
+//! partition key's room from its running tasks and its starts in the window, then
+//! core's `KeyWalk`: its due tasks walked in claim order up to that room, key by key
+//! from where the last claim stopped, the walks taken in turns; all in the claim's write
+//! transaction.
 
 use backstop_core::driver::prelude::*;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::rows::{raw_task, tasks};
 
-/// The statements of a partitioned claim.
+/// The statements of a partitioned claim, and where the next claim of each type starts.
 #[derive(Debug)]
 pub(crate) struct PartitionSql {
+    cursors: KeyCursors,
     /// ?1 event type: its running tasks per key.
     running: String,
     /// ?1 event type, ?2 the window's start: its starts per key.
@@ -40,6 +42,7 @@ impl PartitionSql {
             )
         };
         PartitionSql {
+            cursors: KeyCursors::default(),
             running: format!(
                 "SELECT partition_key, count(*) FROM {t}
                  WHERE status = 3 AND event_type = ?1 GROUP BY partition_key"
@@ -92,32 +95,30 @@ impl PartitionSql {
                 used.started(&r.get::<_, String>(0)?, r.get(1)?);
             }
         }
-        let mut walks = Vec::new();
-        let mut key = String::new();
+        let mut walk = KeyWalk::new(used, limit, self.cursors.start(event_type));
         loop {
-            let room = used.room(&key, limit);
-            if room > 0 {
-                let walk = if key.is_empty() {
-                    &self.walk_unkeyed
-                } else {
-                    &self.walk_keyed
-                };
-                let mut stmt = tx.prepare_cached(walk)?;
-                let rows = tasks(&mut stmt, params![event_type, key, now, room as i64])?;
-                if !rows.is_empty() {
-                    walks.push(rows);
+            match walk.step() {
+                KeyStep::Walk { key, room } => {
+                    let text = match key {
+                        "" => &self.walk_unkeyed,
+                        _ => &self.walk_keyed,
+                    };
+                    let mut stmt = tx.prepare_cached(text)?;
+                    let rows = tasks(&mut stmt, params![event_type, key, now, room as i64])?;
+                    walk.walked(rows);
                 }
-            }
-            match tx
-                .prepare_cached(&self.next_key)?
-                .query_row(params![event_type, key, now], |r| r.get::<_, String>(0))
-                .optional()?
-            {
-                Some(next) => key = next,
-                None => break,
+                KeyStep::NextKey { after } => {
+                    let next = tx
+                        .prepare_cached(&self.next_key)?
+                        .query_row(params![event_type, after, now], |r| r.get(0))
+                        .optional()?;
+                    walk.next_key(next);
+                }
+                KeyStep::Done => break,
             }
         }
-        let picked = round_robin(walks, limit);
+        let (picked, cursor) = walk.finish();
+        self.cursors.set(event_type, cursor);
         if picked.is_empty() {
             return Ok(picked);
         }

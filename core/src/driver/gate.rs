@@ -32,7 +32,9 @@ use super::RawTask;
 ///    ledger rows carry the key of the tasks they counted);
 /// 2. lists the keys with a due task: `''`, then the others in key order, one index
 ///    dive each (`… WHERE partition_key > ? ORDER BY partition_key LIMIT 1` on the
-///    index `(event_type, partition_key, priority, next_run_at, id)` of pending rows);
+///    index `(event_type, partition_key, priority, next_run_at, id)` of pending rows),
+///    at most [`KEYS_PER_CLAIM`](super::KEYS_PER_CLAIM) of them, from where the last
+///    claim stopped ([`KeyWalk`](super::KeyWalk) says which key to list and walk next);
 /// 3. walks each key's due tasks in claim order, at most its
 ///    [`room`](Partitions::room) and the claim's limit;
 /// 4. claims the first `limit` of them in turns ([`round_robin`]);

@@ -46,6 +46,7 @@ mod connect;
 mod enqueue;
 mod gate;
 mod insert;
+mod key_walk;
 mod keys;
 mod plan;
 mod progress;
@@ -100,6 +101,7 @@ pub use connect::ConnectFailure;
 pub use enqueue::{insert_params, EnqueuePlan, EnqueueSql, EnqueueStep, RunAt, INSERT_PARAMS};
 pub use gate::{round_robin, starts_per_key, Gate, Partitions};
 pub use insert::{Existing, InsertStep, Inserted, KeyedInsert};
+pub use key_walk::{KeyCursors, KeyStep, KeyWalk, KEYS_PER_CLAIM};
 pub use keys::{release_order_keys, release_order_keys_blocking};
 pub use plan::TxPlan;
 pub(crate) use progress::needs_undo;
@@ -500,10 +502,10 @@ pub mod prelude {
         schema::{self, Migration},
         starts_per_key, AgedBatch, Backend, BarrierPlan, Buckets, Change, Checked, Claim,
         ConnectFailure, Driver, EnqueueBatch, EnqueuePlan, EnqueueSql, EnqueueStep, Existing, Gate,
-        InsertStep, Inserted, KeyRelease, KeyedInsert, KeysRelease, KeysStep, ListArg, ListDialect,
-        Partitions, RawAudit, RawBarrier, RawSaga, RawSagaStep, RawStats, RawTask, ReleaseStep,
-        RunAt, TaskRow, AUDIT_COLUMNS, BARRIER_COLUMNS, COLUMNS, COLUMN_COUNT, SAGA_COLUMNS,
-        SAGA_STEP_COLUMNS,
+        InsertStep, Inserted, KeyCursors, KeyRelease, KeyStep, KeyWalk, KeyedInsert, KeysRelease,
+        KeysStep, ListArg, ListDialect, Partitions, RawAudit, RawBarrier, RawSaga, RawSagaStep,
+        RawStats, RawTask, ReleaseStep, RunAt, TaskRow, AUDIT_COLUMNS, BARRIER_COLUMNS, COLUMNS,
+        COLUMN_COUNT, SAGA_COLUMNS, SAGA_STEP_COLUMNS,
     };
     pub use super::{
         insert_document, rows_params, values_rows, Answer, BlockingTxConnection, Dialect,

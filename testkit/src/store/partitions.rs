@@ -166,6 +166,33 @@ pub async fn a_full_partition_does_not_hold_up_the_others<H: Harness>(ctx: &Ctx<
     assert_eq!(ctx.store.count_matching(&pending).await.unwrap(), 20);
 }
 
+/// More keys than one claim lists before it may stop (core's `KEYS_PER_CLAIM`): 100
+/// tenants with a due task each and one task without a key, a limit of 1 per key. Each
+/// claim of 7 comes back full while 7 keys have room and a due task (a claim that
+/// stopped listing early still takes its limit; one that comes back short has seen
+/// every key), the claims go on from key to key, wrapping, and every task is claimed
+/// exactly once: 14 claims of 7, one of 3, then none.
+pub async fn a_claim_over_many_keys_takes_its_limit_and_every_key_in_turn<H: Harness>(
+    ctx: &Ctx<H>,
+) {
+    let mut all = Vec::new();
+    for i in 0..100 {
+        all.extend(tenant(ctx, "PT_MANY", &format!("t{i:03}"), 1).await);
+    }
+    all.extend(tenant(ctx, "PT_MANY", "", 1).await);
+    set(ctx, "PT_MANY", QueueChange::Concurrency(Some(1))).await;
+    set(ctx, "PT_MANY", QueueChange::Partition(true)).await;
+    let mut sizes = Vec::new();
+    let mut seen = Vec::new();
+    for _ in 0..16 {
+        let ids = claimed(ctx, "PT_MANY", 7).await;
+        sizes.push(ids.len());
+        seen.extend(ids);
+    }
+    assert_eq!(sizes, [7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 3, 0]);
+    assert_eq!(sorted(seen), sorted(all), "every task once");
+}
+
 /// A rate of 2 per minute, partitioned, over 4 tasks of each of two tenants: a claim
 /// takes 2 of each, the next none (finished or not, they started this minute). A
 /// minute on, 2 more of each. Unpartitioned, the window's 4 starts are the type's:
