@@ -32,6 +32,8 @@ pub(crate) struct PgDriver {
     /// connection); `None` for a store made from a pool.
     pub(crate) pg_config: Option<(tokio_postgres::Config, tls::Tls)>,
     pub(crate) throttle: Arc<Throttle>,
+    /// Where the next partitioned claim of each type starts (`claim_partitioned`).
+    pub(crate) cursors: KeyCursors,
 }
 
 impl PgDriver {

@@ -38,12 +38,18 @@ impl PgDriver {
                 false => &self.sql.claim_limited,
             };
             let claim = self.statement(client, claim).await?;
-            let params: [&dyn Param; 3] = [&owner, &event_type, &limit];
+            let cursor = self.cursors.start(event_type);
+            let limited: [&dyn Param; 3] = [&owner, &event_type, &limit];
+            let keyed: [&dyn Param; 4] = [&owner, &event_type, &limit, &cursor];
+            let params: &[&dyn Param] = match partitioned {
+                true => &keyed,
+                false => &limited,
+            };
             let lock_params: [&dyn Param; 1] = [&event_type];
             let (begin, locked, claimed, commit) = tokio::join!(
                 client.batch_execute("BEGIN"),
                 lock.query(&***client, &lock_params),
-                claim.query(&***client, &params),
+                claim.query(&***client, params),
                 client.batch_execute("COMMIT"),
             );
             begin.map_err(pg_err)?;
@@ -53,7 +59,22 @@ impl PgDriver {
             rows
         };
         conn.in_transaction = false;
+        if partitioned {
+            self.keep_cursor(event_type, &rows)?;
+        }
         rows.iter().map(raw_task).collect()
+    }
+
+    /// Keep where the next partitioned claim of `event_type` starts, from the rows
+    /// `claim_partitioned` returned (the column after the task's; none returned: every
+    /// key was listed).
+    fn keep_cursor(&self, event_type: &str, rows: &[Row]) -> Result<()> {
+        let cursor = match rows.first() {
+            Some(r) => col::<Option<String>>(r, COLUMN_COUNT)?,
+            None => None,
+        };
+        self.cursors.set(event_type, cursor);
+        Ok(())
     }
 
     /// The hand-over (`mark_and_claim`): one transaction in two flights. First `BEGIN`
@@ -125,19 +146,26 @@ impl PgDriver {
             };
             let handover: [&dyn Param; 4] = [&owner, &event_type, &limit, &ids];
             let limited: [&dyn Param; 3] = [&owner, &event_type, &limit];
+            let cursor = self.cursors.start(event_type);
+            let keyed: [&dyn Param; 4] = [&owner, &event_type, &limit, &cursor];
             let first_params: &[&dyn Param] = match second {
                 None => &handover,
                 Some(_) => &limited,
             };
+            let second_sent = second.is_some();
             let (marked, first, second, commit) = tokio::join!(
                 mark_round(c, &mark, marks, last, &mut flags),
                 query_if(first.as_ref(), c, first_params),
-                query_if(second.as_ref(), c, &limited),
+                query_if(second.as_ref(), c, &keyed),
                 client.batch_execute("COMMIT"),
             );
             marked?;
             let mut rows = first?;
-            rows.extend(second?);
+            let second = second?;
+            if second_sent {
+                self.keep_cursor(event_type, &second)?;
+            }
+            rows.extend(second);
             commit.map_err(pg_err)?;
             (gate.is_some(), rows)
         };

@@ -1,6 +1,7 @@
 //! [`PgStore`]: what applications open, and its native forms of the transactional
 //! enqueue and completion on tokio-postgres.
 
+use backstop_core::driver::KeyCursors;
 use std::sync::Arc;
 
 use backstop_core::driver::prelude::*;
@@ -87,6 +88,7 @@ impl PgStore {
                 pool,
                 options,
                 pg_config,
+                cursors: KeyCursors::default(),
             }),
         })
     }

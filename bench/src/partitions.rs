@@ -1,8 +1,8 @@
 //! The partitioned claim's cost as its keys grow: a claim of 50 of a type limited to 1
-//! per partition key, with `keys` keys each holding due tasks (so the claim lists every
-//! key, one index dive each, and takes the first 50 keys' tasks in turns), against the
-//! same claim of the same backlog unpartitioned under a limit of 50. Each claim's tasks
-//! are given back at once, so every round sees the same backlog.
+//! per partition key, with `keys` keys each holding due tasks (so the claim lists about
+//! 50 keys from where the last one stopped, one index dive each, and takes their tasks
+//! in turns), against the same claim of the same backlog unpartitioned under a limit of
+//! 50. Each claim's tasks are given back at once, so every round sees the same backlog.
 
 use backstop::{Audit, NewTask, QueueChange, TaskStore};
 

@@ -166,40 +166,56 @@ fn ledger(tr: &str) -> String {
     )
 }
 
-/// The claim of a partitioned limited type (core's `Gate`, `Partitions` and
-/// `round_robin`), after `limit_lock`: $1 owner, $2 event type, $3 limit. The keys with
-/// a due task: `''`, then the others one dive each on the partition index (a loose
-/// index scan: each the first key after the last); each key's room from its running
-/// tasks and its starts in the window; each key's due tasks walked in claim order up
-/// to its room (the key `''` on the claim index); of those, the first $3 in turns
-/// (`rank`, then claim order). Nothing is claimed when the queue is paused, not
-/// partitioned or no longer limited. The walks do not lock: claims of the type take
-/// turns on the queue's row, and the update re-checks each row is still pending.
+/// The claim of a partitioned limited type (core's `Gate`, `Partitions`, `KeyWalk` and
+/// `round_robin`), after `limit_lock`: $1 owner, $2 event type, $3 limit, $4 the key the
+/// last claim of the type listed last when it stopped early (NULL: start at `''`). The
+/// keys with a due task are listed as core's `KeyWalk` lists them: from `''` (or after
+/// $4, wrapping past the last key to `''` and on up to $4), one dive each on the
+/// partition index (a loose index scan: each the first key after the last), each key
+/// walked as it is listed: its due tasks in claim order up to its room (from its running
+/// tasks and its starts in the window; the key `''` on the claim index), carried as
+/// arrays; until every key was listed, or `KEYS_PER_CLAIM` were and the walks hold $3
+/// tasks. Of the walked tasks, the first $3 in turns (`rank`, then claim order). Each
+/// row claimed carries, after the task's columns, where the next claim starts (NULL when
+/// every key was listed). Nothing is claimed when the queue is paused, not partitioned
+/// or no longer limited. The walks do not lock: claims of the type take turns on the
+/// queue's row, and the update re-checks each row is still pending.
 pub(super) fn claim_partitioned(t: &str, tq: &str, tr: &str, tc: &str) -> String {
-    let walk = |which: &str| {
+    // The walk of key `key` (an expression), at most `most` of its due tasks in claim
+    // order, as arrays (ids, priorities, due times; NULL when none): the key `''` on the
+    // claim index, another on the partition index (whose predicate needs
+    // `partition_key <> ''`).
+    let walk = |key: &str, most: &str| {
+        let one = |which: &str| {
+            format!(
+                "(SELECT id, priority, next_run_at FROM {t}
+                  WHERE status = 0 AND event_type = $2 AND partition_key = {key} {which}
+                    AND next_run_at <= now()
+                  ORDER BY priority, next_run_at, id LIMIT GREATEST({most}, 0))"
+            )
+        };
         format!(
-            "(SELECT id, priority, next_run_at FROM {t}
-              WHERE status = 0 AND event_type = $2 AND partition_key = k.key {which}
-                AND next_run_at <= now()
-              ORDER BY priority, next_run_at, id LIMIT k.room)"
+            "SELECT array_agg(w.id ORDER BY w.priority, w.next_run_at, w.id) AS ids,
+                array_agg(w.priority ORDER BY w.priority, w.next_run_at, w.id) AS pr,
+                array_agg(w.next_run_at ORDER BY w.priority, w.next_run_at, w.id) AS at
+             FROM ({unkeyed} UNION ALL {keyed}) w",
+            unkeyed = one(&format!("AND {key} = ''")),
+            keyed = one(&format!("AND {key} <> '' AND partition_key <> ''")),
         )
     };
+    // a key's room (`key` an expression): what its running tasks and its starts in the
+    // window leave, at most $3
+    let room = |key: &str| {
+        format!(
+            "COALESCE((SELECT room FROM rooms WHERE rooms.key = {key}), (SELECT room FROM free))"
+        )
+    };
+    let keys = backstop_core::driver::KEYS_PER_CLAIM;
     format!(
         "WITH RECURSIVE g AS (
             SELECT concurrency, rate_limit, rate_window_ms FROM {tq}
             WHERE event_type = $2 AND paused = 0 AND partitioned = 1
               AND (concurrency > 0 OR rate_limit > 0)),
-         keyed(key) AS (
-            (SELECT partition_key FROM {t}
-             WHERE status = 0 AND event_type = $2 AND partition_key <> ''
-               AND next_run_at <= now() AND EXISTS (SELECT 1 FROM g)
-             ORDER BY partition_key LIMIT 1)
-            UNION ALL
-            SELECT (SELECT partition_key FROM {t}
-                    WHERE status = 0 AND event_type = $2 AND partition_key > keyed.key
-                      AND partition_key <> '' AND next_run_at <= now()
-                    ORDER BY partition_key LIMIT 1)
-            FROM keyed WHERE keyed.key IS NOT NULL),
          used AS (
             SELECT partition_key AS key, count(*) AS running, 0::bigint AS started
             FROM {t} WHERE status = 3 AND event_type = $2 AND (SELECT concurrency FROM g) > 0
@@ -209,33 +225,65 @@ pub(super) fn claim_partitioned(t: &str, tq: &str, tr: &str, tc: &str) -> String
             WHERE event_type = $2 AND (SELECT rate_limit FROM g) > 0
               AND at > clock_timestamp() - (SELECT rate_window_ms FROM g) {MS}
             GROUP BY partition_key),
-         k AS (
-            SELECT p.key, LEAST($3::bigint,
-                CASE WHEN g.concurrency > 0 THEN g.concurrency - COALESCE((SELECT
-                    sum(running) FROM used WHERE used.key = p.key), 0)::bigint
+         rooms AS (
+            SELECT u.key, LEAST($3::bigint,
+                CASE WHEN g.concurrency > 0 THEN g.concurrency - sum(u.running)::bigint
                 ELSE $3::bigint END,
-                CASE WHEN g.rate_limit > 0 THEN g.rate_limit - COALESCE((SELECT
-                    sum(started) FROM used WHERE used.key = p.key), 0)::bigint
+                CASE WHEN g.rate_limit > 0 THEN g.rate_limit - sum(u.started)::bigint
                 ELSE $3::bigint END) AS room
-            FROM (SELECT '' AS key UNION ALL SELECT key FROM keyed WHERE key IS NOT NULL) p
-            CROSS JOIN g),
+            FROM used u CROSS JOIN g GROUP BY u.key, g.concurrency, g.rate_limit),
+         free AS (
+            SELECT LEAST($3::bigint,
+                CASE WHEN concurrency > 0 THEN concurrency::bigint ELSE $3::bigint END,
+                CASE WHEN rate_limit > 0 THEN rate_limit::bigint ELSE $3::bigint END) AS room
+            FROM g),
+         keyed(key, wrapped, listed, found, ids, pr, at) AS (
+            SELECT s.key, false, CASE WHEN $4::text IS NULL THEN 1 ELSE 0 END,
+                COALESCE(cardinality(a.ids), 0)::bigint, a.ids, a.pr, a.at
+            FROM (SELECT COALESCE($4::text, '') AS key FROM g) s
+            CROSS JOIN LATERAL ({walk_start}) a
+            UNION ALL
+            SELECT n.key::text, n.wrapped, keyed.listed + 1,
+                keyed.found + COALESCE(cardinality(a.ids), 0), a.ids, a.pr, a.at
+            FROM keyed
+            CROSS JOIN LATERAL (
+                SELECT (SELECT partition_key FROM {t}
+                        WHERE status = 0 AND event_type = $2 AND partition_key > keyed.key
+                          AND partition_key <> '' AND next_run_at <= now()
+                        ORDER BY partition_key LIMIT 1) AS nk) x
+            CROSS JOIN LATERAL (
+                SELECT CASE
+                    WHEN x.nk IS NOT NULL AND NOT (keyed.wrapped AND x.nk > $4::text)
+                        THEN x.nk
+                    WHEN x.nk IS NULL AND NOT keyed.wrapped AND $4::text IS NOT NULL
+                        THEN ''
+                    END AS key,
+                    keyed.wrapped OR (x.nk IS NULL AND $4::text IS NOT NULL) AS wrapped) n
+            CROSS JOIN LATERAL ({walk_next}) a
+            WHERE keyed.key IS NOT NULL
+              AND NOT (keyed.listed >= {keys} AND keyed.found >= $3::bigint)),
          walked AS (
-            SELECT w.id, w.priority, w.next_run_at, row_number() OVER (
-                PARTITION BY k.key ORDER BY w.priority, w.next_run_at, w.id) AS rank
-            FROM k CROSS JOIN LATERAL (
-                {unkeyed} UNION ALL {keyed}) AS w
-            WHERE k.room > 0),
+            SELECT w.id, w.priority, w.next_run_at, w.rank
+            FROM keyed CROSS JOIN LATERAL unnest(keyed.ids, keyed.pr, keyed.at)
+                WITH ORDINALITY AS w(id, priority, next_run_at, rank)),
          picked AS MATERIALIZED (
             SELECT id FROM walked ORDER BY rank, priority, next_run_at, id LIMIT $3::bigint),
+         last AS (SELECT key FROM keyed ORDER BY listed DESC LIMIT 1),
          c AS (
             UPDATE {t} AS t SET status = 3, owner = $1, attempts = t.attempts + 1,
                 lease = t.lease + 1, updated_at = now()
             WHERE t.id = ANY (ARRAY(SELECT id FROM picked)) AND t.status = 0
             RETURNING {tc}),
          {ledger}
-         SELECT * FROM c",
-        unkeyed = walk("AND k.key = ''"),
-        keyed = walk("AND k.key <> '' AND partition_key <> ''"),
+         SELECT c.*, (SELECT key FROM last)::text FROM c",
+        walk_start = walk(
+            "s.key",
+            &format!(
+                "CASE WHEN $4::text IS NULL THEN {} ELSE 0 END",
+                room("s.key")
+            )
+        ),
+        walk_next = walk("n.key", &room("n.key")),
         ledger = ledger(tr),
     )
 }
