@@ -217,6 +217,14 @@ impl Harness for MySqlHarness {
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
 
+    async fn query_i64(&self, db: &Db, sql: &str) -> i64 {
+        let n: Option<i64> = sqlx::query_scalar(AssertSqlSafe(sql.to_owned()))
+            .fetch_one(&db.admin)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        n.unwrap_or(0)
+    }
+
     async fn backdate(&self, db: &Db, table: &str, id: TaskId, column: TimeColumn, by: Duration) {
         let col = column.name();
         let micros = i64::try_from(by.as_micros()).expect("backdate within range");

@@ -223,6 +223,28 @@ impl Harness for PgHarness {
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
 
+    async fn query_i64(&self, db: &Db, sql: &str) -> i64 {
+        // one simple query: the schema's search path holds for it alone
+        let answer = db
+            .admin
+            .simple_query(&format!(
+                "SET search_path TO \"{}\"; {sql}; RESET search_path",
+                db.schema
+            ))
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        answer
+            .iter()
+            .find_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => Some(r.get(0).map(str::to_owned)),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("{sql}: no row"))
+            .map_or(0, |v| {
+                v.parse().unwrap_or_else(|e| panic!("{sql}: {v}: {e}"))
+            })
+    }
+
     async fn backdate(&self, db: &Db, table: &str, id: TaskId, column: TimeColumn, by: Duration) {
         let col = column.name();
         let micros = i64::try_from(by.as_micros()).expect("backdate within range");

@@ -132,6 +132,14 @@ impl Harness for SqliteHarness {
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
 
+    async fn query_i64(&self, db: &Db, sql: &str) -> i64 {
+        let n: Option<i64> = db
+            .conn()
+            .query_row(sql, [], |r| r.get(0))
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        n.unwrap_or(0)
+    }
+
     async fn backdate(&self, db: &Db, table: &str, id: TaskId, column: TimeColumn, by: Duration) {
         let col = column.name();
         let n = db

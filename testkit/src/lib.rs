@@ -28,6 +28,7 @@
 
 pub mod engine;
 pub mod gen;
+mod ledger;
 pub mod logs;
 pub mod redis;
 pub mod spans;
@@ -102,6 +103,10 @@ pub trait Harness: Send + Sync + 'static {
     /// with the case's schema as the search path), and `{now}` stands for the backend's
     /// current time as the task table stores it.
     async fn execute(&self, db: &Self::Db, sql: &str);
+
+    /// Run one query on `db` that answers one integer (a count, a maximum), as
+    /// [`execute`](Self::execute) runs a statement: NULL answers 0.
+    async fn query_i64(&self, db: &Self::Db, sql: &str) -> i64;
 
     /// In one transaction opened as `path` says: insert a business row keyed `biz_row`
     /// (into a table the harness owns), then enqueue `tasks` in it the way `path` names

@@ -2,6 +2,7 @@
 //! however its tasks arrive, and runs everything once resumed.
 
 use super::*;
+use crate::ledger::Ledger;
 use backstop_core::{Audit, QueueChange};
 use chrono::Utc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -148,15 +149,13 @@ pub async fn engine_handler_delay_past_the_limit_is_cut_to_it<H: Harness>(ctx: &
 
 /// Four engines (separate stores), each with room for 8 at once, handle `CLIM`, limited
 /// to 3 cluster-wide; 40 tasks wait, and the pollers tick once a minute, so only the
-/// engines' own re-polls as tasks end can drain the type. Every start and end is logged
-/// (a handler takes 15 ms): no instant has more than 3 running across the engines, the
-/// limit is reached, every task runs exactly once, and the backlog drains long before a
-/// second tick.
+/// engines' own re-polls and hand-overs as tasks end can drain the type. Each handler
+/// (15 ms) records its start and end in a ledger table as it runs: no instant has more
+/// than 3 running across the engines, the limit is reached, every task runs exactly
+/// once, and the backlog drains long before a second tick.
 pub async fn engine_concurrency_limit_holds_across_engines<H: Harness>(ctx: &Ctx<H>) {
     const TASKS: usize = 40;
     const LIMIT: usize = 3;
-    let running = Arc::new(AtomicUsize::new(0));
-    let most = Arc::new(AtomicUsize::new(0));
     let calls = Calls::default();
     ctx.store
         .set_queue(
@@ -170,30 +169,39 @@ pub async fn engine_concurrency_limit_holds_across_engines<H: Harness>(ctx: &Ctx
     for i in 0..TASKS {
         ids.push(ctx.enqueue("CLIM", &format!("c{i}")).await);
     }
-    let mut engines = Vec::new();
-    for _ in 0..4 {
-        let (running, most) = (running.clone(), most.clone());
-        let handler = recording(calls.clone(), move |_, _task| {
-            let (running, most) = (running.clone(), most.clone());
-            async move {
-                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
-                most.fetch_max(now, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(15)).await;
-                running.fetch_sub(1, Ordering::SeqCst);
-                Ok(())
+    let ledger = Ledger::create(ctx, "clim_ledger").await;
+    ledger
+        .serve_until(ctx, async {
+            let mut engines = Vec::new();
+            for _ in 0..4 {
+                let record = ledger.recorder();
+                let handler = recording(calls.clone(), move |_, task: Task| {
+                    let record = record.clone();
+                    async move {
+                        record.started(task.id, "").await;
+                        tokio::time::sleep(Duration::from_millis(15)).await;
+                        record.ended(task.id).await;
+                        Ok(())
+                    }
+                });
+                engines.push(engine_of(ctx, "CLIM", handler, Duration::from_secs(60)).await);
             }
-        });
-        engines.push(engine_of(ctx, "CLIM", handler, Duration::from_secs(60)).await);
-    }
-    each_ran_once(ctx, &ids, &calls, "c").await;
+            each_ran_once(ctx, &ids, &calls, "c").await;
+            for e in engines {
+                e.shutdown().await;
+            }
+        })
+        .await;
     assert_eq!(
-        most.load(Ordering::SeqCst),
-        LIMIT,
+        ledger.ended(ctx).await,
+        TASKS as i64,
+        "every run in the ledger"
+    );
+    assert_eq!(
+        ledger.most_running(ctx, false).await,
+        LIMIT as i64,
         "at most the limit ran at once, and the limit was reached"
     );
-    for e in engines {
-        e.shutdown().await;
-    }
 }
 
 /// One engine with room for 8 at once handles `HLIM`, limited to 3 cluster-wide; 30
@@ -259,15 +267,14 @@ pub async fn engine_hands_limited_slots_on_without_polling<H: Harness>(ctx: &Ctx
 /// Four engines (separate stores), each with room for 8 at once, handle `RLIM`, limited
 /// to 3 starts a second cluster-wide; 9 tasks wait, and the pollers tick once a minute,
 /// so only the engines' own re-polls as their claims leave the window can drain the
-/// type. Every handler's start is logged: no interval of a second (less 300 ms for a
-/// claim's way to its handler) holds more than 3 starts, every task runs exactly once,
-/// the rate held the engines back (the last start at least two windows after the
-/// first), and the backlog drained long before a second tick.
+/// type. Each handler records its start in a ledger table: no interval of a second
+/// (less 300 ms for a claim's way to its handler) holds more than 3 starts, every task
+/// runs exactly once, the rate held the engines back (the last start at least two
+/// windows after the first), and the backlog drained long before a second tick.
 pub async fn engine_rate_limit_holds_across_engines<H: Harness>(ctx: &Ctx<H>) {
     const TASKS: usize = 9;
     const RATE: usize = 3;
     const WINDOW: Duration = Duration::from_secs(1);
-    let starts = Arc::new(std::sync::Mutex::new(Vec::new()));
     let calls = Calls::default();
     ctx.store
         .set_queue(
@@ -281,48 +288,49 @@ pub async fn engine_rate_limit_holds_across_engines<H: Harness>(ctx: &Ctx<H>) {
     for i in 0..TASKS {
         ids.push(ctx.enqueue("RLIM", &format!("r{i}")).await);
     }
-    let mut engines = Vec::new();
-    for _ in 0..4 {
-        let starts = starts.clone();
-        let handler = recording(calls.clone(), move |_, _task| {
-            let starts = starts.clone();
-            async move {
-                starts.lock().unwrap().push(std::time::Instant::now());
-                Ok(())
+    let ledger = Ledger::create(ctx, "rlim_ledger").await;
+    ledger
+        .serve_until(ctx, async {
+            let mut engines = Vec::new();
+            for _ in 0..4 {
+                let record = ledger.recorder();
+                let handler = recording(calls.clone(), move |_, task: Task| {
+                    let record = record.clone();
+                    async move {
+                        record.started(task.id, "").await;
+                        record.ended(task.id).await;
+                        Ok(())
+                    }
+                });
+                engines.push(engine_of(ctx, "RLIM", handler, Duration::from_secs(60)).await);
             }
-        });
-        engines.push(engine_of(ctx, "RLIM", handler, Duration::from_secs(60)).await);
-    }
-    each_ran_once(ctx, &ids, &calls, "r").await;
-    let mut starts = starts.lock().unwrap().clone();
-    starts.sort();
-    let span = WINDOW - Duration::from_millis(300);
-    let most = starts
-        .iter()
-        .map(|t| {
-            starts
-                .iter()
-                .filter(|u| **u >= *t && **u < *t + span)
-                .count()
+            each_ran_once(ctx, &ids, &calls, "r").await;
+            for e in engines {
+                e.shutdown().await;
+            }
         })
-        .max()
-        .unwrap_or(0);
-    assert!(most <= RATE, "{most} starts within {span:?}");
-    let took = starts[TASKS - 1] - starts[0];
+        .await;
+    assert_eq!(
+        ledger.ended(ctx).await,
+        TASKS as i64,
+        "every run in the ledger"
+    );
+    let span = WINDOW - Duration::from_millis(300);
+    let most = ledger.most_started_within(ctx, span).await;
+    assert!(most <= RATE as i64, "{most} starts within {span:?}");
+    let took = ledger.span(ctx).await;
     assert!(
         took >= 2 * WINDOW - Duration::from_millis(300),
         "9 starts at 3 a second span two windows, took {took:?}"
     );
-    for e in engines {
-        e.shutdown().await;
-    }
 }
 
 /// Four engines (separate stores), each with room for 8 at once, handle `PLIM`, limited
 /// to 1 running per tenant, partitioned; 6 tasks of each of 3 tenants wait, and the
-/// pollers tick once a minute. Every start and end is logged per tenant (a handler takes
-/// 15 ms): no tenant ever has 2 running across the engines, the tenants ran side by
-/// side (more than one running at some instant), and every task runs exactly once.
+/// pollers tick once a minute. Each handler (15 ms) records its start and end, with its
+/// tenant, in a ledger table: no tenant ever has 2 running across the engines, the
+/// tenants ran side by side (more than one running at some instant), and every task
+/// runs exactly once.
 pub async fn engine_partitioned_limit_holds_across_engines<H: Harness>(ctx: &Ctx<H>) {
     const TASKS: usize = 18;
     let audit = Audit::new("ops", "one per tenant");
@@ -340,45 +348,46 @@ pub async fn engine_partitioned_limit_holds_across_engines<H: Harness>(ctx: &Ctx
         let task = NewTask::new("PLIM", format!("p{i}")).partition(format!("tenant-{}", i % 3));
         ids.push(store.enqueue(task).await.unwrap().id);
     }
-    // tenant → running now; the most of one tenant at once; the most of all at once
-    type Log = (std::collections::HashMap<String, usize>, usize, usize);
-    let log: Arc<std::sync::Mutex<Log>> = Arc::default();
     let calls = Calls::default();
-    let mut engines = Vec::new();
-    for _ in 0..4 {
-        let log = log.clone();
-        let handler = recording(calls.clone(), move |_, task: Task| {
-            let log = log.clone();
-            async move {
-                let key = task.partition.clone().unwrap_or_default();
-                {
-                    let mut l = log.lock().unwrap();
-                    let now = {
-                        let n = l.0.entry(key.clone()).or_default();
-                        *n += 1;
-                        *n
-                    };
-                    let all: usize = l.0.values().sum();
-                    l.1 = l.1.max(now);
-                    l.2 = l.2.max(all);
-                }
-                tokio::time::sleep(Duration::from_millis(15)).await;
-                *log.lock().unwrap().0.entry(key).or_default() -= 1;
-                Ok(())
+    let ledger = Ledger::create(ctx, "plim_ledger").await;
+    ledger
+        .serve_until(ctx, async {
+            let mut engines = Vec::new();
+            for _ in 0..4 {
+                let record = ledger.recorder();
+                let handler = recording(calls.clone(), move |_, task: Task| {
+                    let record = record.clone();
+                    async move {
+                        let key = task.partition.clone().unwrap_or_default();
+                        record.started(task.id, &key).await;
+                        tokio::time::sleep(Duration::from_millis(15)).await;
+                        record.ended(task.id).await;
+                        Ok(())
+                    }
+                });
+                engines.push(engine_of(ctx, "PLIM", handler, Duration::from_secs(60)).await);
             }
-        });
-        engines.push(engine_of(ctx, "PLIM", handler, Duration::from_secs(60)).await);
-    }
-    each_ran_once(ctx, &ids, &calls, "p").await;
-    let (_, per_tenant, all) = log.lock().unwrap().clone();
-    assert_eq!(per_tenant, 1, "one per tenant at once");
+            each_ran_once(ctx, &ids, &calls, "p").await;
+            for e in engines {
+                e.shutdown().await;
+            }
+        })
+        .await;
+    assert_eq!(
+        ledger.ended(ctx).await,
+        TASKS as i64,
+        "every run in the ledger"
+    );
+    assert_eq!(
+        ledger.most_running(ctx, true).await,
+        1,
+        "one per tenant at once"
+    );
+    let all = ledger.most_running(ctx, false).await;
     assert!(
         all >= 2,
         "the tenants ran side by side: at most {all} at once"
     );
-    for e in engines {
-        e.shutdown().await;
-    }
 }
 
 /// An engine on a store of its own, handling `event_type` with room for 8 at once, its
