@@ -156,7 +156,6 @@ pub async fn engine_handler_delay_past_the_limit_is_cut_to_it<H: Harness>(ctx: &
 pub async fn engine_concurrency_limit_holds_across_engines<H: Harness>(ctx: &Ctx<H>) {
     const TASKS: usize = 40;
     const LIMIT: usize = 3;
-    let calls = Calls::default();
     ctx.store
         .set_queue(
             "CLIM",
@@ -170,28 +169,7 @@ pub async fn engine_concurrency_limit_holds_across_engines<H: Harness>(ctx: &Ctx
         ids.push(ctx.enqueue("CLIM", &format!("c{i}")).await);
     }
     let ledger = Ledger::create(ctx, "clim_ledger").await;
-    ledger
-        .serve_until(ctx, async {
-            let mut engines = Vec::new();
-            for _ in 0..4 {
-                let record = ledger.recorder();
-                let handler = recording(calls.clone(), move |_, task: Task| {
-                    let record = record.clone();
-                    async move {
-                        record.started(task.id, "").await;
-                        tokio::time::sleep(Duration::from_millis(15)).await;
-                        record.ended(task.id).await;
-                        Ok(())
-                    }
-                });
-                engines.push(engine_of(ctx, "CLIM", handler, Duration::from_secs(60)).await);
-            }
-            each_ran_once(ctx, &ids, &calls, "c").await;
-            for e in engines {
-                e.shutdown().await;
-            }
-        })
-        .await;
+    race_engines(ctx, &ledger, "CLIM", &ids, "c", Duration::from_millis(15)).await;
     assert_eq!(
         ledger.ended(ctx).await,
         TASKS as i64,
@@ -275,7 +253,6 @@ pub async fn engine_rate_limit_holds_across_engines<H: Harness>(ctx: &Ctx<H>) {
     const TASKS: usize = 9;
     const RATE: usize = 3;
     const WINDOW: Duration = Duration::from_secs(1);
-    let calls = Calls::default();
     ctx.store
         .set_queue(
             "RLIM",
@@ -289,27 +266,7 @@ pub async fn engine_rate_limit_holds_across_engines<H: Harness>(ctx: &Ctx<H>) {
         ids.push(ctx.enqueue("RLIM", &format!("r{i}")).await);
     }
     let ledger = Ledger::create(ctx, "rlim_ledger").await;
-    ledger
-        .serve_until(ctx, async {
-            let mut engines = Vec::new();
-            for _ in 0..4 {
-                let record = ledger.recorder();
-                let handler = recording(calls.clone(), move |_, task: Task| {
-                    let record = record.clone();
-                    async move {
-                        record.started(task.id, "").await;
-                        record.ended(task.id).await;
-                        Ok(())
-                    }
-                });
-                engines.push(engine_of(ctx, "RLIM", handler, Duration::from_secs(60)).await);
-            }
-            each_ran_once(ctx, &ids, &calls, "r").await;
-            for e in engines {
-                e.shutdown().await;
-            }
-        })
-        .await;
+    race_engines(ctx, &ledger, "RLIM", &ids, "r", Duration::ZERO).await;
     assert_eq!(
         ledger.ended(ctx).await,
         TASKS as i64,
@@ -348,31 +305,8 @@ pub async fn engine_partitioned_limit_holds_across_engines<H: Harness>(ctx: &Ctx
         let task = NewTask::new("PLIM", format!("p{i}")).partition(format!("tenant-{}", i % 3));
         ids.push(store.enqueue(task).await.unwrap().id);
     }
-    let calls = Calls::default();
     let ledger = Ledger::create(ctx, "plim_ledger").await;
-    ledger
-        .serve_until(ctx, async {
-            let mut engines = Vec::new();
-            for _ in 0..4 {
-                let record = ledger.recorder();
-                let handler = recording(calls.clone(), move |_, task: Task| {
-                    let record = record.clone();
-                    async move {
-                        let key = task.partition.clone().unwrap_or_default();
-                        record.started(task.id, &key).await;
-                        tokio::time::sleep(Duration::from_millis(15)).await;
-                        record.ended(task.id).await;
-                        Ok(())
-                    }
-                });
-                engines.push(engine_of(ctx, "PLIM", handler, Duration::from_secs(60)).await);
-            }
-            each_ran_once(ctx, &ids, &calls, "p").await;
-            for e in engines {
-                e.shutdown().await;
-            }
-        })
-        .await;
+    race_engines(ctx, &ledger, "PLIM", &ids, "p", Duration::from_millis(15)).await;
     assert_eq!(
         ledger.ended(ctx).await,
         TASKS as i64,
@@ -388,6 +322,46 @@ pub async fn engine_partitioned_limit_holds_across_engines<H: Harness>(ctx: &Ctx
         all >= 2,
         "the tenants ran side by side: at most {all} at once"
     );
+}
+
+/// Four engines (separate stores) race on `event_type`, each with room for 8 at once,
+/// pollers ticking once a minute; each handler records its run (with its task's
+/// partition key) in `ledger` and works `work`. Returns once each of `ids` succeeded on
+/// its first attempt and the handler ran each of the keys `{prefix}0…` once, the
+/// engines shut down.
+async fn race_engines<H: Harness>(
+    ctx: &Ctx<H>,
+    ledger: &Ledger,
+    event_type: &str,
+    ids: &[TaskId],
+    prefix: &str,
+    work: Duration,
+) {
+    let calls = Calls::default();
+    ledger
+        .serve_until(ctx, async {
+            let mut engines = Vec::new();
+            for _ in 0..4 {
+                let record = ledger.recorder();
+                let handler = recording(calls.clone(), move |_, task: Task| {
+                    let record = record.clone();
+                    async move {
+                        let key = task.partition.clone().unwrap_or_default();
+                        record.started(task.id, &key).await;
+                        tokio::time::sleep(work).await;
+                        record.ended(task.id).await;
+                        Ok(())
+                    }
+                });
+                let poll = Duration::from_secs(60);
+                engines.push(engine_of(ctx, event_type, handler, poll).await);
+            }
+            each_ran_once(ctx, ids, &calls, prefix).await;
+            for e in engines {
+                e.shutdown().await;
+            }
+        })
+        .await;
 }
 
 /// An engine on a store of its own, handling `event_type` with room for 8 at once, its
