@@ -511,8 +511,11 @@ impl Sql {
                         ORDER BY updated_at DESC LIMIT CAST(?4 AS INTEGER)))
                  GROUP BY 1, 2, 3"
             ),
+            // the partial index of the pending rows: the planner would otherwise take
+            // the claim index's `status = 0` range (every pending row) for a covering one
             stats_oldest_due: format!(
-                "SELECT ?1 - MIN(next_run_at) FROM {t} WHERE status = 0 AND next_run_at <= ?1"
+                "SELECT ?1 - MIN(next_run_at) FROM {t} INDEXED BY \"{table}_ix_oldest_due\"
+                 WHERE status = 0 AND next_run_at <= ?1"
             ),
             barrier_records: format!(
                 "SELECT {BARRIER_COLUMNS} FROM {tb} WHERE gid = ?1

@@ -33,6 +33,29 @@ pub async fn stats_counts_per_status_and_event_type<H: Harness>(ctx: &Ctx<H>) {
         age >= Duration::from_secs(100) && age < Duration::from_secs(100) + Duration::from_secs(5),
         "oldest due pending age {age:?}"
     );
+
+    // the oldest of every type and priority level; running tasks are not due
+    let c = ctx
+        .store
+        .enqueue(NewTask::new("C", "low").priority(backstop_core::Priority::LOW))
+        .await
+        .unwrap()
+        .id;
+    ctx.backdate(c, TimeColumn::NextRunAt, Duration::from_secs(300))
+        .await;
+    let age = ctx.store.stats().await.unwrap().oldest_due_pending;
+    let age = age.expect("a due task exists");
+    assert!(
+        age >= Duration::from_secs(300) && age < Duration::from_secs(305),
+        "the oldest due task is of another type and level: {age:?}"
+    );
+    ctx.claim(c).await;
+    let age = ctx.store.stats().await.unwrap().oldest_due_pending;
+    let age = age.expect("a due task exists");
+    assert!(
+        age >= Duration::from_secs(100) && age < Duration::from_secs(105),
+        "a running task is not due: {age:?}"
+    );
 }
 
 /// list: filters by status and event type, pages by id.

@@ -1,0 +1,4 @@
+-- name: status index only where it serves
+--
+-- (SQLite and MySQL dropped their (status, next_run_at, id) index; PostgreSQL's
+-- oldest-due index has been partial, out of the claims' way, since version 8.)
