@@ -5,7 +5,10 @@
 
 use std::time::{Duration, Instant};
 
-use backstop::{handler_fn, Engine, EngineConfig, HandlerError, HandlerOptions, Task};
+use backstop::{
+    handler_fn, Audit, Engine, EngineConfig, HandlerError, HandlerOptions, QueueChange, Task,
+    TaskStore,
+};
 
 use crate::sys::{self, Row};
 use crate::Target;
@@ -35,8 +38,9 @@ fn server_cpu(comm: &str) -> f64 {
     ticks / 100.0
 }
 
-/// The server's statement counter: committed and rolled back transactions on
-/// PostgreSQL, `Questions` on MariaDB; `None` on SQLite.
+/// The server's statement counter: committed and rolled back transactions of the
+/// bench's database on PostgreSQL (the server's other databases count their autovacuum
+/// workers' transactions), `Questions` on MariaDB; `None` on SQLite.
 async fn statements(t: &Target) -> Option<f64> {
     match t.backend {
         "postgres" => {
@@ -46,7 +50,8 @@ async fn statements(t: &Target) -> Option<f64> {
             tokio::spawn(conn);
             let row = c
                 .query_one(
-                    "SELECT sum(xact_commit + xact_rollback)::float8 FROM pg_stat_database",
+                    "SELECT (xact_commit + xact_rollback)::float8 FROM pg_stat_database
+                     WHERE datname = current_database()",
                     &[],
                 )
                 .await
@@ -66,16 +71,33 @@ async fn statements(t: &Target) -> Option<f64> {
     }
 }
 
-/// `instances` engines, each handling `types` event types, polling every `poll`, idle
-/// for `window`: statements/s and CPU of the server and of the engines.
+/// `instances` engines, each handling `types` event types (the first `paused` of them
+/// paused), polling every `poll`, idle for `window`: statements/s and CPU of the server
+/// and of the engines.
 pub async fn idle_load(
     t: &Target,
     types: usize,
+    paused: usize,
     instances: usize,
     poll: Duration,
     window: Duration,
 ) -> Row {
     t.raw.reset().await;
+    // Paused from a store of their own, dropped at once: PostgreSQL counts a session's
+    // transactions when it ends or up to 10 s after it goes idle, which would land the
+    // pauses in the window measured below.
+    let admin = t.store(1).await;
+    for i in 0..paused {
+        admin
+            .set_queue(
+                &format!("IDLE_{i}"),
+                QueueChange::Pause,
+                &Audit::new("bench", "idle paused"),
+            )
+            .await
+            .expect("pause");
+    }
+    drop(admin);
     let mut engines = Vec::new();
     for _ in 0..instances {
         let mut builder = Engine::builder(t.store(2).await).config(
@@ -111,6 +133,18 @@ pub async fn idle_load(
     for e in engines {
         e.shutdown().await;
     }
+    // `reset` leaves the queue settings: the next scenario starts with none paused
+    let admin = t.store(1).await;
+    for i in 0..paused {
+        admin
+            .set_queue(
+                &format!("IDLE_{i}"),
+                QueueChange::Resume,
+                &Audit::new("bench", "idle paused: done"),
+            )
+            .await
+            .expect("resume");
+    }
     // the two counter reads are statements of their own
     let per_s = match (s0, s1) {
         (Some(a), Some(b)) => format!("{:.1} statements/s", (b - a - 2.0).max(0.0) / secs),
@@ -124,7 +158,12 @@ pub async fn idle_load(
     Row {
         backend: t.backend.into(),
         scenario: format!(
-            "idle: {types} event type(s) × {instances} engine(s), poll every {} ms",
+            "idle: {types} event type(s){} × {instances} engine(s), poll every {} ms",
+            match paused {
+                0 => String::new(),
+                n if n == types => " paused".to_owned(),
+                n => format!(" ({n} paused)"),
+            },
             poll.as_millis()
         ),
         note: format!(

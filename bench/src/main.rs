@@ -1270,8 +1270,16 @@ async fn main() {
             } else {
                 (Duration::from_secs(1), Duration::from_secs(10))
             };
-            for (types, instances) in [(1, 1), (50, 1), (50, 4)] {
-                let r = idle::idle_load(&t, types, instances, poll, window).await;
+            // with paused types: a pause adds no statement to a poll
+            for (types, paused, instances) in [
+                (1, 0, 1),
+                (1, 1, 1),
+                (50, 0, 1),
+                (50, 0, 4),
+                (50, 25, 4),
+                (50, 50, 4),
+            ] {
+                let r = idle::idle_load(&t, types, paused, instances, poll, window).await;
                 rows.push(report(r));
             }
         }
