@@ -71,6 +71,22 @@ async fn statements(t: &Target) -> Option<f64> {
     }
 }
 
+/// Apply `change` to the queues of the first `n` idle event types, from a store of its
+/// own that is dropped before this returns.
+async fn set_queues(t: &Target, n: usize, change: QueueChange) {
+    let admin = t.store(1).await;
+    for i in 0..n {
+        admin
+            .set_queue(
+                &format!("IDLE_{i}"),
+                change,
+                &Audit::new("bench", "idle paused"),
+            )
+            .await
+            .expect("set the queue");
+    }
+}
+
 /// `instances` engines, each handling `types` event types (the first `paused` of them
 /// paused), polling every `poll`, idle for `window`: statements/s and CPU of the server
 /// and of the engines.
@@ -86,18 +102,7 @@ pub async fn idle_load(
     // Paused from a store of their own, dropped at once: PostgreSQL counts a session's
     // transactions when it ends or up to 10 s after it goes idle, which would land the
     // pauses in the window measured below.
-    let admin = t.store(1).await;
-    for i in 0..paused {
-        admin
-            .set_queue(
-                &format!("IDLE_{i}"),
-                QueueChange::Pause,
-                &Audit::new("bench", "idle paused"),
-            )
-            .await
-            .expect("pause");
-    }
-    drop(admin);
+    set_queues(t, paused, QueueChange::Pause).await;
     let mut engines = Vec::new();
     for _ in 0..instances {
         let mut builder = Engine::builder(t.store(2).await).config(
@@ -134,17 +139,7 @@ pub async fn idle_load(
         e.shutdown().await;
     }
     // `reset` leaves the queue settings: the next scenario starts with none paused
-    let admin = t.store(1).await;
-    for i in 0..paused {
-        admin
-            .set_queue(
-                &format!("IDLE_{i}"),
-                QueueChange::Resume,
-                &Audit::new("bench", "idle paused: done"),
-            )
-            .await
-            .expect("resume");
-    }
+    set_queues(t, paused, QueueChange::Resume).await;
     // the two counter reads are statements of their own
     let per_s = match (s0, s1) {
         (Some(a), Some(b)) => format!("{:.1} statements/s", (b - a - 2.0).max(0.0) / secs),

@@ -81,9 +81,15 @@ impl Sql {
     /// reads anything.
     fn due(i: usize, level: usize) -> String {
         format!(
-            "FIND_IN_SET('{i}:{level}', @backstop_due) > 0 \
-             AND FIND_IN_SET('{i}', @backstop_gated) = 0"
+            "{} AND FIND_IN_SET('{i}', @backstop_gated) = 0",
+            Self::level_due(i, level)
         )
+    }
+
+    /// Whether level `level` of the claim's `i`th event type had a due task, paused,
+    /// limited or not.
+    fn level_due(i: usize, level: usize) -> String {
+        format!("FIND_IN_SET('{i}:{level}', @backstop_due) > 0")
     }
 
     /// Whether the claim's `i`th event type has a concurrency or rate limit, a due task
@@ -93,7 +99,7 @@ impl Sql {
     /// [`pick`](Self::pick) answers a marker row so the driver claims it apart.
     fn limited(i: usize) -> String {
         let due: Vec<String> = (0..PRIORITY_LEVELS)
-            .map(|l| format!("FIND_IN_SET('{i}:{l}', @backstop_due) > 0"))
+            .map(|l| Self::level_due(i, l))
             .collect();
         format!(
             "(FIND_IN_SET('{i}', @backstop_room) > 0 AND ({}))",
