@@ -12,7 +12,7 @@ use sqlx::{MySqlConnection, Row};
 use crate::conn::safe;
 use crate::driver::{bucket, padded, MySqlDriver, SET_CHUNK};
 use crate::rows::raw_task;
-use crate::sql::{LockWait, Sql, PRIORITY_LEVELS};
+use crate::sql::{LockWait, Sql, ALL_LEVELS, PRIORITY_LEVELS};
 
 /// How a batch of tasks is claimed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -190,19 +190,24 @@ pub(crate) struct Picked {
 }
 
 /// The locking read of a limited type's due tasks, on a transaction that holds the
-/// type's queue row ([`Sql::limit_lock`]): at most `room`, in claim order, unguarded
-/// walks (see [`Sql::walks`]).
+/// type's queue row ([`Sql::limit_lock`]) or hands its room over: at most `room`, in
+/// claim order, unguarded walks of the priority levels in `levels` (see
+/// [`Sql::walks`]; none: nothing read).
 pub(crate) async fn pick_limited(
     sql: &Sql,
     conn: &mut MySqlConnection,
     wait: LockWait,
     event_type: &str,
     room: usize,
+    levels: u32,
 ) -> std::result::Result<Picked, sqlx::Error> {
     let mut picked = Picked::default();
-    let text = sql.walks(wait, None);
+    if levels & ALL_LEVELS == 0 {
+        return Ok(picked);
+    }
+    let text = sql.walks(wait, None, levels);
     let mut q = sqlx::query(safe(&text));
-    for _ in 0..PRIORITY_LEVELS {
+    for _ in 0..(levels & ALL_LEVELS).count_ones() {
         q = q.bind(event_type).bind(room as i64);
     }
     for row in q.fetch_all(&mut *conn).await? {
@@ -313,7 +318,7 @@ impl MySqlDriver {
             }
             match gate.room(limit, running, started) {
                 0 => Picked::default(),
-                room => pick_limited(sql, tx, wait, event_type, room).await?,
+                room => pick_limited(sql, tx, wait, event_type, room, ALL_LEVELS).await?,
             }
         };
         let mut rows = Vec::new();
@@ -361,24 +366,31 @@ impl MySqlDriver {
         limit: usize,
     ) -> std::result::Result<Vec<RawTask>, sqlx::Error> {
         let sql = &self.sql;
-        let (mut freed, mut running) = (0, 0);
-        // the running count read with the last chunk's, after every mark
+        let (mut freed, mut running, mut levels) = (0, 0, 0);
+        // the running count and the due levels read with the last chunk's, after every
+        // mark (a retried task's level is due only when its retry is)
         for chunk in applied.chunks(SET_CHUNK) {
             let text = sql.of_type(bucket(chunk.len()));
-            let mut q = sqlx::query_as::<_, (i64, i64)>(safe(&text)).bind(event_type);
+            let mut q = sqlx::query_as::<_, (i64, i64, i64)>(safe(&text)).bind(event_type);
             for id in padded(chunk) {
                 q = q.bind(id);
             }
-            let (of_type, now_running) = q.bind(event_type).fetch_one(&mut *tx).await?;
+            let (of_type, now_running, due_levels) = q
+                .bind(event_type)
+                .bind(event_type)
+                .fetch_one(&mut *tx)
+                .await?;
             freed += usize::try_from(of_type).unwrap_or(0);
             running = now_running;
+            levels = u32::try_from(due_levels).unwrap_or(ALL_LEVELS);
         }
         if freed == 0 {
             return Ok(Vec::new());
         }
+        let wait = self.limited_wait();
         let picked = match gate.handover_room(limit, freed, running) {
             0 => return Ok(Vec::new()),
-            room => pick_limited(sql, tx, self.limited_wait(), event_type, room).await?,
+            room => pick_limited(sql, tx, wait, event_type, room, levels).await?,
         };
         match picked.at {
             Some(at) => self.claim_picked(tx, owner, picked.due, at).await,

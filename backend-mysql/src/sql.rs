@@ -41,6 +41,8 @@ const RESET_STATUS: &str = "CASE WHEN order_key IS NULL THEN 0 ELSE 5 END";
 
 /// The priority levels (see `backstop_core::Priority`): a claim walks each.
 pub(crate) const PRIORITY_LEVELS: usize = 5;
+/// Every priority level, as a mask of levels ([`Sql::walks`]).
+pub(crate) const ALL_LEVELS: u32 = (1 << PRIORITY_LEVELS) - 1;
 
 pub(crate) struct Sql {
     table: String,
@@ -774,15 +776,21 @@ impl Sql {
         )
     }
 
-    /// How many of these rows are of an event type, and how many tasks of the type run
-    /// (as [`running_count`](Self::running_count) counts them), in one round trip: event
-    /// type, ids…, event type.
+    /// How many of these rows are of an event type, how many tasks of the type run (as
+    /// [`running_count`](Self::running_count) counts them), and the priority levels with
+    /// a due task of the type (a mask, bit `l` for level `l`, for [`walks`](Self::walks):
+    /// one loose index scan of the claim index), in one round trip: event type, ids…,
+    /// event type, event type.
     pub fn of_type(&self, n: usize) -> String {
         let t = &self.table;
         format!(
             "SELECT (SELECT COUNT(*) FROM {t} WHERE event_type = ? AND id IN ({})),
                     (SELECT COUNT(*) FROM {t} FORCE INDEX (ix_claim_type)
-                     WHERE status = 3 AND event_type = ?)",
+                     WHERE status = 3 AND event_type = ?),
+                    (SELECT CAST(COALESCE(BIT_OR(1 << priority), 0) AS SIGNED) FROM (
+                       SELECT priority, MIN(next_run_at) FROM {t} FORCE INDEX (ix_claim_type)
+                       WHERE status = 0 AND event_type = ? AND next_run_at <= NOW(3)
+                       GROUP BY status, event_type, priority) AS due)",
             Self::placeholders(n)
         )
     }

@@ -3,7 +3,7 @@
 //! transaction for a limited type — and the limit held across racing stores.
 
 use super::*;
-use backstop_core::{Audit, QueueChange, RateLimit};
+use backstop_core::{Audit, Priority, QueueChange, RateLimit};
 
 /// Change `event_type`'s queue.
 async fn set<H: Harness>(ctx: &Ctx<H>, event_type: &str, change: QueueChange) {
@@ -226,6 +226,45 @@ pub async fn mark_and_claim_of_a_concurrency_limit_hands_on_what_it_freed<H: Har
     let (flags, got) = waiting.await.unwrap();
     assert_eq!(flags, vec![true]);
     assert_eq!(got.iter().map(|t| t.id).collect::<Vec<_>>(), r[1..2]);
+}
+
+/// A hand-over claims in claim order across priority levels: under a limit of 2 with
+/// two normal tasks running, two marks hand on the critical task and then the oldest
+/// normal one, passing a high one not yet due and the low one; the next hand-over,
+/// capped at 1 by the claim, takes the low one.
+pub async fn mark_and_claim_hands_on_in_claim_order_across_priorities<H: Harness>(
+    ctx: &Ctx<H>,
+) {
+    let ty = "HO_PRIO";
+    let enqueue = |key: &'static str, p: Priority| async move {
+        let task = NewTask::new(ty, key).priority(p);
+        let task = match key {
+            "high-later" => task.delay(HOUR),
+            _ => task,
+        };
+        ctx.store.enqueue(task).await.expect("enqueue").id
+    };
+    let running = [
+        enqueue("n0", Priority::NORMAL).await,
+        enqueue("n1", Priority::NORMAL).await,
+    ];
+    set(ctx, ty, QueueChange::Concurrency(Some(2))).await;
+    assert_eq!(claim_ids(ctx, &[ty], 10).await, running);
+    let low = enqueue("low", Priority::LOW).await;
+    let _later = enqueue("high-later", Priority::HIGH).await;
+    let normal = enqueue("n2", Priority::NORMAL).await;
+    let critical = enqueue("crit", Priority::CRITICAL).await;
+
+    let mut marks = Vec::new();
+    for id in running {
+        marks.push(Mark::success(ctx.task(id).await.lease()));
+    }
+    let (flags, got) = hand_over(ctx, &marks, ty, 10).await;
+    assert_eq!(flags, vec![true, true]);
+    assert_eq!(got, vec![critical, normal], "critical, then normal");
+    let marks = [Mark::success(ctx.task(critical).await.lease())];
+    let (flags, got) = hand_over(ctx, &marks, ty, 1).await;
+    assert_eq!((flags, got), (vec![true], vec![low]), "then low");
 }
 
 /// Without a limit, marks then a claim of the type's due tasks (the marked retry, due
