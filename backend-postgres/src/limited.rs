@@ -86,7 +86,9 @@ impl PgDriver {
     /// as a poll does (`claim_limited` and `claim_partitioned`: the row says which
     /// claims); a type without a limit only marks, and its claim is `None`. Marks that
     /// need more than one statement (a task marked twice) go one after another before
-    /// the pipeline.
+    /// the pipeline. The unlocked hand-over runs on generic plans (`SET LOCAL
+    /// plan_cache_mode`): the server chose a custom plan of `claim_handover` at each
+    /// execution, 0.32 ms of planning (p50) against 0.42 ms of execution.
     pub(crate) async fn hand_over(
         &self,
         marks: &[Mark],
@@ -153,12 +155,15 @@ impl PgDriver {
                 Some(_) => &limited,
             };
             let second_sent = second.is_some();
-            let (marked, first, second, commit) = tokio::join!(
+            let generic = second.is_none() && first.is_some();
+            let (plan, marked, first, second, commit) = tokio::join!(
+                set_generic_plan(c, generic),
                 mark_round(c, &mark, marks, last, &mut flags),
                 query_if(first.as_ref(), c, first_params),
                 query_if(second.as_ref(), c, &keyed),
                 client.batch_execute("COMMIT"),
             );
+            plan?;
             marked?;
             let mut rows = first?;
             let second = second?;
@@ -173,6 +178,18 @@ impl PgDriver {
         let rows = rows.iter().map(raw_task).collect::<Result<Vec<_>>>()?;
         Ok((flags, limited.then_some(rows)))
     }
+}
+
+/// With `generic`, the transaction's statements run on their generic plans (`SET
+/// LOCAL plan_cache_mode`); without, nothing sent.
+async fn set_generic_plan<C: GenericClient + Sync>(client: &C, generic: bool) -> Result<()> {
+    if generic {
+        client
+            .batch_execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            .await
+            .map_err(pg_err)?;
+    }
+    Ok(())
 }
 
 /// `stmt`'s rows, or none (nothing sent) without a statement.
