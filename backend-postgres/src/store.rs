@@ -89,6 +89,7 @@ impl PgStore {
                 options,
                 pg_config,
                 cursors: KeyCursors::default(),
+                unlocked: Default::default(),
             }),
         })
     }

@@ -228,8 +228,12 @@ pub trait Driver: Send + Sync + 'static {
     /// first (before the marks, so every claim of the type takes its locks in one
     /// order), apply the marks, and claim as [`claim_batch`](Self::claim_batch) claims a
     /// limited type; then commit. The claim is `None` when the type has no limit: the
-    /// marks are committed, and core claims as `claim_batch`. Checked: the marks as
-    /// `mark`'s; the claim as `claim_batch`'s, of one event type.
+    /// marks are committed, and core claims as `claim_batch`. A driver may send the
+    /// marks and the unlocked claim before it reads the row (a type that handed over
+    /// unlocked last time): finding then a limit that takes the row, it commits the marks
+    /// it applied, claims nothing, and answers `None`, so core's `claim_batch` claims
+    /// the type under its row. Checked: the marks as `mark`'s; the claim as
+    /// `claim_batch`'s, of one event type.
     async fn mark_and_claim(
         &self,
         marks: Checked<&[Mark]>,

@@ -230,7 +230,11 @@ pub trait TaskStore: Send + Sync + 'static {
     /// - Returns one flag per mark, as `mark` does, and the tasks claimed, in claim order.
     /// - When `event_type` has a concurrency or rate limit, the marks and the claim are
     ///   one transaction, committed together or not at all, and the claim counts none of
-    ///   the marked tasks as running.
+    ///   the marked tasks as running. (One exception: a type whose limits changed from a
+    ///   concurrency limit alone to one that takes the queue's row since its last
+    ///   hand-over on this store may be handed over as the last one was, and find it
+    ///   out with the marks; then the marks commit and the claim follows as under
+    ///   "Otherwise" below. PostgreSQL does so to send a hand-over in one flight.)
     /// - A type whose only limit is its concurrency (no rate, not partitioned): the
     ///   claim takes at most as many tasks as this call's applied marks of the type took
     ///   out of running, and at most the room its own count sees. It never raises the

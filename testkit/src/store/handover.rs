@@ -232,9 +232,7 @@ pub async fn mark_and_claim_of_a_concurrency_limit_hands_on_what_it_freed<H: Har
 /// two normal tasks running, two marks hand on the critical task and then the oldest
 /// normal one, passing a high one not yet due and the low one; the next hand-over,
 /// capped at 1 by the claim, takes the low one.
-pub async fn mark_and_claim_hands_on_in_claim_order_across_priorities<H: Harness>(
-    ctx: &Ctx<H>,
-) {
+pub async fn mark_and_claim_hands_on_in_claim_order_across_priorities<H: Harness>(ctx: &Ctx<H>) {
     let ty = "HO_PRIO";
     let enqueue = |key: &'static str, p: Priority| async move {
         let task = NewTask::new(ty, key).priority(p);
@@ -265,6 +263,38 @@ pub async fn mark_and_claim_hands_on_in_claim_order_across_priorities<H: Harness
     let marks = [Mark::success(ctx.task(critical).await.lease())];
     let (flags, got) = hand_over(ctx, &marks, ty, 1).await;
     assert_eq!((flags, got), (vec![true], vec![low]), "then low");
+}
+
+/// A type's limits changed between two hand-overs on one store: with only a
+/// concurrency limit of 2, a hand-over hands on one; with a rate added (a limit that
+/// takes the queue's row), the next hand-over still claims the room its mark freed,
+/// and records the start (a rate of 2 an hour: one more claim takes one task, then
+/// none); with the limits removed, a hand-over claims as a poll does (the rest, past
+/// the room a limit would have left).
+pub async fn mark_and_claim_follows_a_limit_changed_between_hand_overs<H: Harness>(ctx: &Ctx<H>) {
+    let ty = "HO_FLIP";
+    let mut a = Vec::new();
+    for i in 0..7 {
+        a.push(ctx.enqueue(ty, &format!("f{i}")).await);
+    }
+    set(ctx, ty, QueueChange::Concurrency(Some(2))).await;
+    assert_eq!(claim_ids(ctx, &[ty], 10).await, a[..2]);
+    let mark = |id: TaskId| async move { Mark::success(ctx.task(id).await.lease()) };
+    let (_, got) = hand_over(ctx, &[mark(a[0]).await], ty, 10).await;
+    assert_eq!(got, a[2..3], "concurrency only");
+
+    set(ctx, ty, QueueChange::Rate(Some(RateLimit::new(2, HOUR)))).await;
+    let (flags, got) = hand_over(ctx, &[mark(a[1]).await], ty, 10).await;
+    assert_eq!((flags, got), (vec![true], a[3..4].to_vec()), "with a rate");
+    let (_, got) = hand_over(ctx, &[mark(a[2]).await], ty, 10).await;
+    assert_eq!(got, a[4..5], "the rate's second start");
+    let (_, got) = hand_over(ctx, &[mark(a[3]).await], ty, 10).await;
+    assert_eq!(got, Vec::<TaskId>::new(), "the rate's window is full");
+
+    set(ctx, ty, QueueChange::Rate(None)).await;
+    set(ctx, ty, QueueChange::Concurrency(None)).await;
+    let (flags, got) = hand_over(ctx, &[mark(a[4]).await], ty, 10).await;
+    assert_eq!((flags, got), (vec![true], a[5..7].to_vec()), "no limit");
 }
 
 /// Without a limit, marks then a claim of the type's due tasks (the marked retry, due
