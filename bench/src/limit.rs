@@ -6,6 +6,14 @@
 //! claim's commit to the outcome's (a task counts as running until its mark), where a
 //! process's own slot is free as its handler returns and its queue hides the claims.
 //!
+//! Each work time runs twice: the same for every task, and spread over half to one and
+//! a half times it (the same mean; fixed per task id, so both drains get the same
+//! times). Handlers of one length that start together end together, on the same tick of
+//! tokio's millisecond timer: their outcomes ride one hand-over, and its tasks start
+//! together again, so the slots end in one cohort whose hand-over nothing overlaps. A
+//! call to a partner API never takes the same time twice; the spread rows are the
+//! realistic case, the fixed ones the worst.
+//!
 //! The engines poll at the default interval (10 s), as users run them: neither drain
 //! waits on a tick (the per-process engines poll as their executors free up; a limited
 //! slot is handed on in its outcome's write). The other drains' 5 ms ticks would add,
@@ -23,9 +31,35 @@ use crate::Target;
 /// The limit, and the per-process split of it.
 const LIMIT: usize = 50;
 const SPLIT: [usize; 4] = [13, 13, 12, 12];
+/// What each handler of a drain does: sleep `mean`, or with `spread` a time from half
+/// to one and a half times `mean`, uniform over the task ids.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Work {
+    pub mean: Duration,
+    pub spread: bool,
+}
+
+impl Work {
+    /// No work: the handler returns at once.
+    pub(crate) const NONE: Work = Work {
+        mean: Duration::ZERO,
+        spread: false,
+    };
+
+    /// How long task `id`'s handler works.
+    pub(crate) fn of(self, id: i64) -> Duration {
+        if !self.spread {
+            return self.mean;
+        }
+        // a multiplicative hash of the id: consecutive ids land far apart in 0..1000
+        let u = (id as u64).wrapping_mul(2_654_435_761) % 1000;
+        self.mean.mul_f64(0.5 + u as f64 / 1000.0)
+    }
+}
+
 /// One round: the limited drain, then the per-process one, of `n` tasks whose handlers
-/// work `work`.
-pub(crate) async fn limited_drain(t: &Target, n: usize, work: Duration) -> Row {
+/// work as `work` says.
+pub(crate) async fn limited_drain(t: &Target, n: usize, work: Work) -> Row {
     let admin = t.store(2).await;
     let limit = QueueChange::Concurrency(Some(LIMIT as u32));
     admin
@@ -46,8 +80,9 @@ pub(crate) async fn limited_drain(t: &Target, n: usize, work: Duration) -> Row {
     Row {
         backend: t.backend.into(),
         scenario: format!(
-            "drain {n} limited to {LIMIT} over 4 engines, handlers of {} ms",
-            work.as_millis()
+            "drain {n} limited to {LIMIT} over 4 engines, handlers of {}{} ms",
+            if work.spread { "0.5–1.5 × " } else { "" },
+            work.mean.as_millis()
         ),
         tps: Some(tps(limited)),
         base_tps: Some(tps(split)),
@@ -59,13 +94,8 @@ pub(crate) async fn limited_drain(t: &Target, n: usize, work: Duration) -> Row {
 }
 
 /// `n` due tasks drained by one engine per entry of `concurrency`, each with that
-/// concurrency (and as many queued), handlers working `work`.
-async fn drain(
-    t: &Target,
-    concurrency: &[usize],
-    n: usize,
-    work: Duration,
-) -> (Duration, f64, f64) {
+/// concurrency (and as many queued), handlers working as `work` says.
+async fn drain(t: &Target, concurrency: &[usize], n: usize, work: Work) -> (Duration, f64, f64) {
     t.raw.reset().await;
     t.raw.bulk_insert(n, 0).await;
     let engines: Vec<(usize, usize)> = concurrency.iter().map(|&c| (c, c)).collect();

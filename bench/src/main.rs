@@ -615,7 +615,7 @@ pub(crate) async fn backstop_drain(
     }
     let capacity = (192 * batch).div_ceil(100);
     let engines = vec![(64, capacity); engines];
-    drain_due(t, &engines, n, batch, Duration::ZERO, DRAIN_POLL).await
+    drain_due(t, &engines, n, batch, limit::Work::NONE, DRAIN_POLL).await
 }
 
 /// The drains' poll interval: short, so that an engine whose executor has room never
@@ -624,14 +624,14 @@ const DRAIN_POLL: Duration = Duration::from_millis(5);
 
 /// The `n` due tasks already inserted, drained by one engine per entry of `engines`
 /// (its handler's concurrency and queue capacity), claiming `batch` at a time, each
-/// handler working `work`, polling every `poll`; the time until the database records them all succeeded, with
+/// handler working as `work` says, polling every `poll`; the time until the database records them all succeeded, with
 /// the peak RSS and CPU seconds of the run.
 pub(crate) async fn drain_due(
     t: &Target,
     engines: &[(usize, usize)],
     n: usize,
     batch: usize,
-    work: Duration,
+    work: limit::Work,
     poll: Duration,
 ) -> (Duration, f64, f64) {
     let done = Arc::new(AtomicUsize::new(0));
@@ -641,9 +641,10 @@ pub(crate) async fn drain_due(
     for &(concurrency, capacity) in engines {
         let store = t.store(8).await;
         let done = Arc::clone(&done);
-        let handler = handler_fn(move |_task: Task| {
+        let handler = handler_fn(move |task: Task| {
             let done = Arc::clone(&done);
             async move {
+                let work = work.of(task.id);
                 if !work.is_zero() {
                     tokio::time::sleep(work).await;
                 }
@@ -1222,11 +1223,16 @@ async fn main() {
             }
         }
         if a.runs("limit") {
-            for (n, ms) in [(20_000, 2), (5_000, 20)] {
-                let n = if a.smoke { 200 } else { n };
-                let work = Duration::from_millis(ms);
-                let r = repeated(a.repeat, || limit::limited_drain(&t, n, work)).await;
-                rows.push(report(r));
+            for spread in [false, true] {
+                for (n, ms) in [(20_000, 2), (10_000, 5), (5_000, 20)] {
+                    let n = if a.smoke { 200 } else { n };
+                    let work = limit::Work {
+                        mean: Duration::from_millis(ms),
+                        spread,
+                    };
+                    let r = repeated(a.repeat, || limit::limited_drain(&t, n, work)).await;
+                    rows.push(report(r));
+                }
             }
         }
         if a.runs("ordered") {
