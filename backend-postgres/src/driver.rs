@@ -760,7 +760,15 @@ impl Driver for PgDriver {
         let row = rows
             .first()
             .ok_or_else(|| unexpected_answer("no queue row after its change"))?;
-        read_queue(&Cols(row))
+        let queue = read_queue(&Cols(row))?;
+        // every change but a pause may let tasks start: listeners poll the type now (the
+        // store's own NOTIFY, as for an enqueue; core adds the notifier's)
+        if self.options.notify && !matches!(change, QueueChange::Pause) {
+            if let Err(e) = pg_notify(&self.pool, &self.sql.channel, &event_type).await {
+                tracing::debug!(error = %e, event_type = *event_type, "NOTIFY of a queue change failed");
+            }
+        }
+        Ok(queue)
     }
 
     async fn queues(&self) -> Result<Vec<Queue>> {

@@ -812,8 +812,15 @@ impl TaskStore for dyn Driver {
         change.check(OP)?;
         audit.check(OP)?;
         let d: &dyn Driver = self;
+        let name = event_type;
         let (event_type, audit) = (Checked::new(event_type), Checked::new(audit));
-        run(d, OP, || Driver::set_queue(d, event_type, change, audit)).await
+        let queue = run(d, OP, || Driver::set_queue(d, event_type, change, audit)).await?;
+        // A change that may let tasks start (a resume, a limit raised, removed or
+        // partitioned): engines that listen poll the type now, not at their next tick.
+        if !matches!(change, QueueChange::Pause) {
+            d.announce_committed(name);
+        }
+        Ok(queue)
     }
 
     async fn queues(&self) -> Result<Vec<Queue>> {

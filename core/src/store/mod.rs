@@ -635,6 +635,10 @@ pub trait TaskStore: Send + Sync + 'static {
     ///   at once; each claim takes the smaller room. `None` removes it. `starts` must be
     ///   1 to [`MAX_CONCURRENCY`](crate::MAX_CONCURRENCY), `per` whole seconds from 1 s
     ///   to [`MAX_RATE_WINDOW`](crate::MAX_RATE_WINDOW).
+    /// - **Announced**: with a notifier on the store ([`StoreConfig::notifier`](crate::StoreConfig::notifier)), every
+    ///   change but a pause announces the type once committed, so listening engines poll
+    ///   it at once: a resume, or room a raised or removed limit opens, starts tasks
+    ///   within a wake-up, not at the next poll.
     /// - **Audited**: a change that changes the setting and its entry in the queue's
     ///   operators' log ([`queue_log`](Self::queue_log)) commit together. A change to
     ///   what the setting already is (a pause of a paused type) writes nothing and

@@ -8,7 +8,7 @@
 
 use super::*;
 use crate::TxPath;
-use backstop_core::{Audit, Cancelled, Notifier};
+use backstop_core::{Audit, Cancelled, Notifier, QueueChange};
 
 /// B's settings: no poll within the case.
 fn idle_config() -> EngineConfig {
@@ -353,6 +353,49 @@ pub async fn engine_store_with_a_notifier_announces_every_enqueue_path<H: Harnes
         .unwrap()
         .is_none_or(|t| t.biz_key != "rb"));
     assert_eq!(ctx.task(later.id).await.status, Status::Pending);
+    b.shutdown().await;
+}
+
+/// A store given a notifier announces a queue change that may let tasks start: with
+/// `WOKEN` paused through A, a task enqueued through A does not start in B (B's claim
+/// passes the paused type by); A's resume starts it in B at once, though B never polls
+/// within the case (without the announcement it would wait for B's next poll, an hour
+/// away).
+pub async fn engine_store_with_a_notifier_announces_a_resume<H: Harness>(ctx: &Ctx<H>) {
+    const CASE: &str = "engine_store_with_a_notifier_announces_a_resume";
+    let (Some(na), Some(nb)) = (
+        ctx.notifier(&ctx.store, CASE).await,
+        ctx.notifier(&ctx.store, CASE).await,
+    ) else {
+        return;
+    };
+    let a = ctx.new_store_with(ctx.config.clone().notifier(na)).await;
+    let calls = Calls::default();
+    let b = Engine::builder(ctx.new_store().await)
+        .config(idle_config())
+        .handler("WOKEN", succeeding(&calls), opts())
+        .notifier(nb)
+        .start()
+        .unwrap();
+    until_heard(&a, &calls).await;
+
+    let audit = Audit::new("ops", "resume announced");
+    a.set_queue("WOKEN", QueueChange::Pause, &audit)
+        .await
+        .unwrap();
+    let held = a.enqueue(NewTask::new("WOKEN", "held")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(calls.count("held"), 0, "paused: not started");
+    assert_eq!(ctx.task(held.id).await.status, Status::Pending);
+
+    a.set_queue("WOKEN", QueueChange::Resume, &audit)
+        .await
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    while calls.count("held") == 0 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(calls.count("held"), 1, "the resume woke B");
     b.shutdown().await;
 }
 
