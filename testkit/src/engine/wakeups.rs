@@ -279,18 +279,19 @@ pub async fn engine_enqueue_many_announces_what_it_does_not_run<H: Harness>(ctx:
     }
 }
 
-/// A store given a notifier (`StoreConfig::notifier`) announces what every enqueue path
-/// commits, with no engine in its process (an API instance): an enqueue, a batch, and an
-/// enqueue on the caller's transaction along every path each start at once in B's idle
-/// engine (B never polls within the case); a transaction rolled back and a delayed task
-/// are not run.
-pub async fn engine_store_with_a_notifier_announces_every_enqueue_path<H: Harness>(ctx: &Ctx<H>) {
-    const CASE: &str = "engine_store_with_a_notifier_announces_every_enqueue_path";
+/// Store A given a notifier, with no engine in its process (an API instance), and
+/// process B: an idle engine on a store of its own handling `WOKEN`, listening;
+/// returned once B hears what A's store announces. `None` when the backend has no
+/// notifier for `case`.
+async fn store_and_listener<H: Harness>(
+    ctx: &Ctx<H>,
+    case: &str,
+) -> Option<(H::Store, Engine<H::Store>, Calls)> {
     let (Some(na), Some(nb)) = (
-        ctx.notifier(&ctx.store, CASE).await,
-        ctx.notifier(&ctx.store, CASE).await,
+        ctx.notifier(&ctx.store, case).await,
+        ctx.notifier(&ctx.store, case).await,
     ) else {
-        return;
+        return None;
     };
     let a = ctx.new_store_with(ctx.config.clone().notifier(na)).await;
     let calls = Calls::default();
@@ -300,7 +301,20 @@ pub async fn engine_store_with_a_notifier_announces_every_enqueue_path<H: Harnes
         .notifier(nb)
         .start()
         .unwrap();
-    // B is subscribed once a probe enqueued through A's store runs in B
+    until_heard(&a, &calls).await;
+    Some((a, b, calls))
+}
+
+/// A store given a notifier (`StoreConfig::notifier`) announces what every enqueue path
+/// commits, with no engine in its process (an API instance): an enqueue, a batch, and an
+/// enqueue on the caller's transaction along every path each start at once in B's idle
+/// engine (B never polls within the case); a transaction rolled back and a delayed task
+/// are not run.
+pub async fn engine_store_with_a_notifier_announces_every_enqueue_path<H: Harness>(ctx: &Ctx<H>) {
+    const CASE: &str = "engine_store_with_a_notifier_announces_every_enqueue_path";
+    let Some((a, b, calls)) = store_and_listener(ctx, CASE).await else {
+        return;
+    };
     let ran = |key: String| {
         let calls = calls.clone();
         async move {
@@ -314,8 +328,6 @@ pub async fn engine_store_with_a_notifier_announces_every_enqueue_path<H: Harnes
             false
         }
     };
-    until_heard(&a, &calls).await;
-
     a.enqueue(NewTask::new("WOKEN", "one")).await.unwrap();
     assert!(ran("one".into()).await, "an enqueue woke B");
     a.enqueue_many(&[NewTask::new("WOKEN", "m1"), NewTask::new("WOKEN", "m2")])
@@ -363,21 +375,9 @@ pub async fn engine_store_with_a_notifier_announces_every_enqueue_path<H: Harnes
 /// away).
 pub async fn engine_store_with_a_notifier_announces_a_resume<H: Harness>(ctx: &Ctx<H>) {
     const CASE: &str = "engine_store_with_a_notifier_announces_a_resume";
-    let (Some(na), Some(nb)) = (
-        ctx.notifier(&ctx.store, CASE).await,
-        ctx.notifier(&ctx.store, CASE).await,
-    ) else {
+    let Some((a, b, calls)) = store_and_listener(ctx, CASE).await else {
         return;
     };
-    let a = ctx.new_store_with(ctx.config.clone().notifier(na)).await;
-    let calls = Calls::default();
-    let b = Engine::builder(ctx.new_store().await)
-        .config(idle_config())
-        .handler("WOKEN", succeeding(&calls), opts())
-        .notifier(nb)
-        .start()
-        .unwrap();
-    until_heard(&a, &calls).await;
 
     let audit = Audit::new("ops", "resume announced");
     a.set_queue("WOKEN", QueueChange::Pause, &audit)
