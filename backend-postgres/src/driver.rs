@@ -189,6 +189,18 @@ impl Driver for PgDriver {
         }
     }
 
+    /// The store's notifier's announcement, if it has one, plus a `NOTIFY` of the type
+    /// on the store's channel (with announcements on), as an enqueue's.
+    async fn announce_queue_change(&self, event_type: &str) {
+        self.announce_committed(event_type);
+        if !self.options.notify {
+            return;
+        }
+        if let Err(e) = pg_notify(&self.pool, &self.sql.channel, event_type).await {
+            tracing::debug!(error = %e, event_type, "NOTIFY of a queue change failed");
+        }
+    }
+
     async fn migrate(&self, target: u32) -> Result<()> {
         let mut client = self.client().await?;
         // One transaction for the lot: PostgreSQL's DDL is transactional, so the schema
@@ -760,15 +772,7 @@ impl Driver for PgDriver {
         let row = rows
             .first()
             .ok_or_else(|| unexpected_answer("no queue row after its change"))?;
-        let queue = read_queue(&Cols(row))?;
-        // every change but a pause may let tasks start: listeners poll the type now (the
-        // store's own NOTIFY, as for an enqueue; core adds the notifier's)
-        if self.options.notify && !matches!(change, QueueChange::Pause) {
-            if let Err(e) = pg_notify(&self.pool, &self.sql.channel, &event_type).await {
-                tracing::debug!(error = %e, event_type = *event_type, "NOTIFY of a queue change failed");
-            }
-        }
-        Ok(queue)
+        read_queue(&Cols(row))
     }
 
     async fn queues(&self) -> Result<Vec<Queue>> {

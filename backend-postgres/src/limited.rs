@@ -212,8 +212,9 @@ impl PgDriver {
             let claim = self.statement(client, &self.sql.claim_handover).await?;
             let type_param: [&dyn Param; 1] = [&event_type];
             let handover: [&dyn Param; 4] = [&owner, &event_type, &limit, &ids];
+            let begin = format!("BEGIN; {GENERIC_PLANS}");
             let (begin, gate, marked, claimed, commit) = tokio::join!(
-                client.batch_execute("BEGIN; SET LOCAL plan_cache_mode = force_generic_plan"),
+                client.batch_execute(&begin),
                 read.query(c, &type_param),
                 mark_round(c, &mark, marks, round, &mut flags),
                 claim.query(c, &handover),
@@ -273,14 +274,15 @@ fn read_gate(rows: &[Row]) -> Result<Option<Gate>> {
         .transpose()
 }
 
+/// The statement that puts the rest of a transaction on generic plans (the unlocked
+/// hand-over's: see [`PgDriver::hand_over`]).
+const GENERIC_PLANS: &str = "SET LOCAL plan_cache_mode = force_generic_plan";
+
 /// With `generic`, the transaction's statements run on their generic plans (`SET
 /// LOCAL plan_cache_mode`); without, nothing sent.
 async fn set_generic_plan<C: GenericClient + Sync>(client: &C, generic: bool) -> Result<()> {
     if generic {
-        client
-            .batch_execute("SET LOCAL plan_cache_mode = force_generic_plan")
-            .await
-            .map_err(pg_err)?;
+        client.batch_execute(GENERIC_PLANS).await.map_err(pg_err)?;
     }
     Ok(())
 }

@@ -191,44 +191,26 @@ mod tests {
     #[test]
     fn runs_ending_as_they_start_hold_no_slot() {
         let mut per = HashMap::new();
-        let mut ids = Vec::new();
-        for id in 0..2 {
+        // (pid, start, end) of each task's one run, claimed at `claimed`
+        let mut run = |id: TaskId, claimed: i64, pid: u32, start: i64, end: Option<i64>| {
             let mut p = PerTask::default();
-            p.claims.push((1, 999));
+            p.claims.push((1, claimed));
             p.runs.push(Run {
                 task: id,
                 lease: 1,
-                pid: 100,
-                start: 1000,
-                end: None,
+                pid,
+                start,
+                end: end.map(|at| ("ok".to_string(), at)),
             });
             per.insert(id, p);
-            ids.push(id);
-        }
-        let mut p = PerTask::default();
-        p.claims.push((1, 999));
-        p.runs.push(Run {
-            task: 2,
-            lease: 1,
-            pid: 101,
-            start: 1001,
-            end: Some(("ok".into(), 1001)),
-        });
-        per.insert(2, p);
-        ids.push(2);
+        };
+        run(0, 999, 100, 1000, None);
+        run(1, 999, 100, 1000, None);
+        run(2, 999, 101, 1001, Some(1001));
         for id in 3..3 + LIMIT as i64 {
-            let mut p = PerTask::default();
-            p.claims.push((1, 2000));
-            p.runs.push(Run {
-                task: id,
-                lease: 1,
-                pid: 101,
-                start: 3000 + id,
-                end: Some(("ok".into(), 4000)),
-            });
-            per.insert(id, p);
-            ids.push(id);
+            run(id, 2000, 101, 3000 + id, Some(4000));
         }
+        let ids: Vec<TaskId> = (0..3 + LIMIT as i64).collect();
         let kill = Fault {
             kind: FaultKind::Kill,
             pid: Some(100),

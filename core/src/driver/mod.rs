@@ -463,6 +463,16 @@ pub trait Driver: Send + Sync + 'static {
         }
     }
 
+    /// Announce that a queue change committed that may let tasks of `event_type` start
+    /// (a resume, a limit raised, removed or partitioned): core calls it after such a
+    /// [`set_queue`](crate::TaskStore::set_queue), so listening engines poll the type at
+    /// once. The default announces through the store's notifier, if it has one
+    /// ([`Announcer::committed`]); a backend that announces on its own (PostgreSQL's
+    /// `NOTIFY`) adds its announcement to that. Best effort: a failure is logged.
+    async fn announce_queue_change(&self, event_type: &str) {
+        self.announce_committed(event_type);
+    }
+
     /// Announce tasks of `event_type` written on the caller's transaction, through the
     /// store's notifier if it has one, once `written` can be read from a connection of
     /// the store's own: [`Announcer::when_visible`] with a read of the row. Core calls

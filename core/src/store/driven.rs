@@ -818,7 +818,7 @@ impl TaskStore for dyn Driver {
         // A change that may let tasks start (a resume, a limit raised, removed or
         // partitioned): engines that listen poll the type now, not at their next tick.
         if !matches!(change, QueueChange::Pause) {
-            d.announce_committed(name);
+            d.announce_queue_change(name).await;
         }
         Ok(queue)
     }
