@@ -347,3 +347,104 @@ install_promtool() {
     apt_install --no-install-recommends prometheus
   fi
 }
+
+# A throwaway 3-node MariaDB Galera Cluster on localhost (Debian's galera-4, rsync state
+# transfers), stopped on exit. Node 1 bootstraps the cluster; nodes 2 and 3 join it and
+# each is waited for until it reports Synced. Exports BACKSTOP_TEST_GALERA_URL, one URL
+# naming the three nodes (`mysql://user:pass@host1:port1,host2:port2,host3:port3`), and
+# BACKSTOP_TEST_GALERA_DIR (node n's socket, pid and log in n$n/). Skipped when
+# BACKSTOP_TEST_GALERA_URL is already set (your own cluster).
+#
+# Nodes stop with kill -9: a clean shutdown of a node that served a long write-heavy run
+# was seen growing to 24 GB resident inside InnoDB's shutdown. Their allocator is
+# jemalloc (glibc's arenas kept gigabytes the server had freed).
+start_galera() {
+  if [ -n "${BACKSTOP_TEST_GALERA_URL:-}" ]; then
+    log "using the Galera cluster at BACKSTOP_TEST_GALERA_URL"
+    require galera
+    return
+  fi
+  local g="$work/galera" n i addr="" hosts="" user_opt=() jemalloc
+  if [ ! -e /usr/lib/galera/libgalera_smm.so ] || ! command -v rsync >/dev/null 2>&1 \
+    || [ ! -x /usr/sbin/mariadbd ] || ! ls /usr/lib/*/libjemalloc.so.2 >/dev/null 2>&1; then
+    log "installing galera-4, rsync, libjemalloc2 and mariadb-server (Debian packages)"
+    apt_install galera-4 rsync libjemalloc2 mariadb-server
+  fi
+  jemalloc=$(ls /usr/lib/*/libjemalloc.so.2 | head -n 1)
+  [ "${BACKSTOP_GALERA_MALLOC:-}" = glibc ] && jemalloc=
+  mkdir -p "$g"
+  chmod 755 "$work"
+  if [ "$(id -u)" = 0 ]; then
+    id mysql >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin mysql
+    user_opt=(--user=mysql)
+  fi
+  local -a port gcomm ist sst
+  for n in 1 2 3; do
+    port[n]=$(free_port) gcomm[n]=$(free_port) ist[n]=$(free_port) sst[n]=$(free_port)
+    addr="$addr${addr:+,}127.0.0.1:${gcomm[n]}"
+    hosts="$hosts${hosts:+,}127.0.0.1:${port[n]}"
+  done
+  local flush=2
+  [ "${BACKSTOP_DURABLE:-}" = 1 ] && flush=1
+  # each node's memory cap (MB), enforced through a cgroup (v1) under this shell's own
+  # when it can be made; BACKSTOP_TEST_GALERA_DIR/n*/ then has its peak
+  galera_node_mb=${BACKSTOP_GALERA_NODE_MB:-3072}
+  galera_cgroup=""
+  local mine
+  mine=$(awk -F: '$2 == "memory" {print $3}' /proc/self/cgroup 2>/dev/null)
+  if [ -n "$mine" ] && [ -w "/sys/fs/cgroup/memory$mine" ]; then
+    galera_cgroup="/sys/fs/cgroup/memory$mine/backstop-galera-$$"
+    mkdir -p "$galera_cgroup" 2>/dev/null || galera_cgroup=""
+    [ -n "$galera_cgroup" ] && cleanups+=("rmdir '$galera_cgroup' 2>/dev/null")
+  fi
+  [ -z "$galera_cgroup" ] && log "no memory cgroup for the Galera nodes: their memory is not capped"
+  galera_node() {
+    local n=$1 d="$g/n$1"
+    shift
+    mkdir -p "$d"
+    [ "$(id -u)" = 0 ] && chown mysql "$d"
+    mariadb-install-db --no-defaults --datadir="$d/data" "${user_opt[@]}" \
+      --auth-root-authentication-method=normal --skip-test-db >"$d/install.log" 2>&1 \
+      || { cat "$d/install.log"; return 1; }
+    # in a memory cgroup of its own where the host allows one: a node past its cap is
+    # killed there, not the machine's other processes; its peak is read at the end
+    local cg="" cap=$((galera_node_mb * 1024 * 1024))
+    if [ -n "$galera_cgroup" ] && mkdir -p "$galera_cgroup/n$n" 2>/dev/null \
+      && echo "$cap" >"$galera_cgroup/n$n/memory.limit_in_bytes" 2>/dev/null; then
+      cg="$galera_cgroup/n$n/cgroup.procs"
+      cleanups+=("rmdir '$galera_cgroup/n$n' 2>/dev/null")
+    fi
+    # shellcheck disable=SC2016
+    sh -c '[ -z "$1" ] || echo $$ >"$1"; shift; exec "$@"' - "$cg" \
+      env ${jemalloc:+LD_PRELOAD="$jemalloc"} /usr/sbin/mariadbd --no-defaults --datadir="$d/data" "${user_opt[@]}" \
+      --port="${port[n]}" --bind-address=127.0.0.1 --socket="$d/sock" --pid-file="$d/pid" \
+      --skip-name-resolve --max-connections=400 --innodb-flush-log-at-trx-commit=$flush \
+      --innodb-buffer-pool-size=128M --binlog-format=ROW --innodb-autoinc-lock-mode=2 \
+      --wsrep-on=ON --wsrep-provider=/usr/lib/galera/libgalera_smm.so --wsrep-cluster-name=backstop \
+      --wsrep-node-name="n$n" --wsrep-cluster-address="gcomm://$addr" \
+      --wsrep-node-address="127.0.0.1:${gcomm[n]}" --wsrep-sst-method=rsync \
+      --wsrep-sst-receive-address="127.0.0.1:${sst[n]}" \
+      --wsrep-provider-options="gmcast.listen_addr=tcp://127.0.0.1:${gcomm[n]};ist.recv_addr=127.0.0.1:${ist[n]};gcache.size=64M" \
+      "$@" >"$d/server.log" 2>&1 &
+    disown
+    cleanups+=("p=\$(cat '$d/pid' 2>/dev/null) && kill -9 \$p 2>/dev/null; for i in \$(seq 50); do kill -0 \$p 2>/dev/null || break; sleep 0.1; done")
+    for i in $(seq 1 600); do
+      [ "$(mariadb --no-defaults -S "$d/sock" -u root -N -e "SHOW STATUS LIKE 'wsrep_local_state_comment'" 2>/dev/null | cut -f2)" = Synced ] \
+        && return 0
+      sleep 0.2
+    done
+    echo "Galera node $n did not reach Synced"
+    tail -n 40 "$d/server.log"
+    return 1
+  }
+  log "starting a 3-node Galera cluster ($(/usr/sbin/mariadbd --version | cut -d' ' -f4)) on 127.0.0.1:${port[1]},${port[2]},${port[3]}"
+  galera_node 1 --wsrep-new-cluster || return 1
+  mariadb --no-defaults -S "$g/n1/sock" -u root -e \
+    "CREATE USER 'backstop'@'%' IDENTIFIED BY 'backstop'; GRANT ALL ON *.* TO 'backstop'@'%';"
+  galera_node 2 || return 1
+  galera_node 3 || return 1
+  export BACKSTOP_TEST_GALERA_URL="mysql://backstop:backstop@$hosts"
+  export BACKSTOP_TEST_GALERA_DIR="$g"
+  export BACKSTOP_TEST_GALERA_CGROUP="$galera_cgroup"
+  require galera
+}

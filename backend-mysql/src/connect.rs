@@ -78,3 +78,34 @@ pub(crate) async fn first_connection(
         None => my_err(e).with_operation(OP),
     })
 }
+
+/// What every pooled connection runs once, when it opens: READ COMMITTED (no gap locks
+/// to deadlock with inserts), and on a Galera node (`wsrep_on`) a check that the node
+/// may serve (`wsrep_ready`: it belongs to the cluster's primary component; refused, the
+/// pool tries again, on the next node of a URL naming several) and
+/// `wsrep_sync_wait = 7`: each read, update, delete and insert first waits until the node
+/// has applied every write-set the cluster committed before it. Without it a completion
+/// on one node may not yet see its claim made on another (and be refused as a lost
+/// lease), and a duplicate key may go unseen until the commit fails certification.
+pub(crate) async fn session_setup(conn: &mut sqlx::MySqlConnection) -> sqlx::Result<()> {
+    use sqlx::Executor;
+    conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        .await?;
+    let wsrep: Option<(String, String)> = sqlx::query_as("SHOW VARIABLES LIKE 'wsrep_on'")
+        .fetch_optional(&mut *conn)
+        .await?;
+    if !matches!(wsrep, Some((_, on)) if on.eq_ignore_ascii_case("ON")) {
+        return Ok(());
+    }
+    let ready: Option<(String, String)> = sqlx::query_as("SHOW STATUS LIKE 'wsrep_ready'")
+        .fetch_optional(&mut *conn)
+        .await?;
+    if !matches!(ready, Some((_, on)) if on.eq_ignore_ascii_case("ON")) {
+        return Err(sqlx::Error::Protocol(
+            "this Galera node is not ready (wsrep_ready is OFF: it is not part of the primary component)"
+                .into(),
+        ));
+    }
+    conn.execute("SET SESSION wsrep_sync_wait = 7").await?;
+    Ok(())
+}

@@ -57,6 +57,20 @@ pub(crate) struct MySqlDriver {
     pub(crate) skip_until_ms: AtomicU64,
     /// When the store was made: the origin of `skip_until_ms`.
     pub(crate) opened: std::time::Instant,
+    /// The servers of the store's URL, whose pool this turns over them (`None` on a pool
+    /// of the application's own).
+    pub(crate) ring: Option<std::sync::Arc<crate::hosts::Ring>>,
+    /// The server is a Galera cluster's node (`wsrep_on`): row locks and `GET_LOCK` hold
+    /// on that node only, and conflicts between nodes fail a transaction at `COMMIT`.
+    pub(crate) galera: bool,
+}
+
+impl Drop for MySqlDriver {
+    fn drop(&mut self) {
+        if let Some(ring) = &self.ring {
+            ring.detach();
+        }
+    }
 }
 
 impl MySqlDriver {
@@ -92,7 +106,17 @@ impl MySqlDriver {
 
     /// A pooled connection ([`Held`]: one dropped mid-transaction is closed).
     pub(crate) async fn conn(&self) -> Result<Held> {
-        Ok(Held::new(self.pool.acquire().await.map_err(my_err)?))
+        match self.pool.acquire().await {
+            Ok(conn) => Ok(Held::new(conn)),
+            Err(e) => {
+                // no connection within the acquire timeout: the node the pool was
+                // connecting to may be down, so its next attempt goes to the next one
+                if let Some(ring) = &self.ring {
+                    ring.turn();
+                }
+                Err(my_err(e))
+            }
+        }
     }
 
     /// Claim the rows [`pick`] locked (`at`: its read's `NOW(3)`): one update, and the
@@ -175,13 +199,23 @@ impl MySqlDriver {
         conn: &mut sqlx::MySqlConnection,
         target: u32,
     ) -> Result<()> {
-        conn.execute(safe(&self.sql.schema.setup))
-            .await
-            .map_err(my_err)?;
-        let applied: Vec<i64> = sqlx::query_scalar(safe(&self.sql.schema.read))
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(my_err)?;
+        // the migrations table made only when it is missing: a `CREATE TABLE IF NOT
+        // EXISTS` of a table that exists is still DDL, which a Galera cluster runs in
+        // total order, aborting every open transaction on the table on every node
+        let read = sqlx::query_scalar::<_, i64>(safe(&self.sql.schema.read));
+        let applied = match read.fetch_all(&mut *conn).await {
+            Ok(applied) => applied,
+            Err(e) if error_number(&e) == Some(1146) => {
+                conn.execute(safe(&self.sql.schema.setup))
+                    .await
+                    .map_err(my_err)?;
+                sqlx::query_scalar::<_, i64>(safe(&self.sql.schema.read))
+                    .fetch_all(&mut *conn)
+                    .await
+                    .map_err(my_err)?
+            }
+            Err(e) => return Err(my_err(e)),
+        };
         let table = &self.options.config.table;
         let migrations = self.sql.schema.migrations()?;
         for m in schema::pending(table, &applied, &migrations, target)? {
@@ -199,13 +233,26 @@ impl MySqlDriver {
                     Err(e) => return Err(my_err(e)),
                 }
             }
-            sqlx::query(safe(&self.sql.schema.record))
+            let recorded = sqlx::query(safe(&self.sql.schema.record))
                 .bind(m.version)
                 .bind(m.name)
                 .execute(&mut *conn)
-                .await
-                .map_err(my_err)?;
-            schema::log_applied(table, m);
+                .await;
+            match recorded {
+                Ok(_) => schema::log_applied(table, m),
+                // another instance recorded it first: on a Galera cluster `GET_LOCK` holds
+                // on one node only, so instances on two nodes may migrate together; every
+                // statement is safe to run twice (DDL replicated in total order, the errors
+                // of a change already made passed over above)
+                Err(e) if error_number(&e) == Some(1062) => {
+                    tracing::debug!(
+                        table,
+                        version = m.version,
+                        "another instance recorded this migration"
+                    );
+                }
+                Err(e) => return Err(my_err(e)),
+            }
         }
         Ok(())
     }
@@ -219,6 +266,12 @@ impl Driver for MySqlDriver {
 
     async fn migrate(&self, target: u32) -> Result<()> {
         let mut conn = self.pool.acquire().await.map_err(my_err)?;
+        if self.galera {
+            // `GET_LOCK` holds on one node only, and a lock BF-aborted by replicated DDL
+            // was seen in the hours before a node grew without bound: on Galera no lock;
+            // every migration is safe to run twice (see `migrate_locked`)
+            return self.migrate_locked(&mut conn, target).await;
+        }
         // Serialize concurrent migrations across instances.
         let got: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, 60)")
             .bind(&self.sql.lock_name)

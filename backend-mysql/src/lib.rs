@@ -41,6 +41,7 @@ mod conn;
 mod connect;
 mod driver;
 mod enqueue;
+mod hosts;
 mod inbox;
 mod marks;
 mod operators;

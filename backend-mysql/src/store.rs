@@ -1,21 +1,21 @@
 //! [`MySqlStore`]: what applications open, and its native forms of the transactional
 //! enqueue and completion on sqlx.
 
-use std::str::FromStr;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use backstop_core::driver::prelude::*;
 #[cfg(doc)]
 use backstop_core::TaskStore;
-use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
-use sqlx::{Executor, MySqlConnection, MySqlPool};
+use sqlx::mysql::MySqlPoolOptions;
+use sqlx::{MySqlConnection, MySqlPool};
 
 use crate::claim::{
     supports_queue_then_skip, supports_returning, supports_skip_locked, ClaimStrategy,
 };
-use crate::connect::{first_connection, my_err, IDLE_PING_AFTER};
+use crate::connect::{first_connection, my_err, session_setup, IDLE_PING_AFTER};
 use crate::driver::MySqlDriver;
+use crate::hosts::{self, Ring};
 use crate::options::MySqlOptions;
 use crate::sql::Sql;
 
@@ -52,9 +52,27 @@ impl MySqlStore {
         if options.max_connections == 0 {
             return Err(Error::config(OP, "max_connections must be at least 1"));
         }
-        let connect = MySqlConnectOptions::from_str(url)
-            .map_err(|e| Error::config(OP, format!("invalid MySQL URL: {e}")).with_source(e))?;
-        first_connection(&connect, options.acquire_timeout).await?;
+        let ring = Arc::new(Ring::new(hosts::parse(url, OP)?));
+        // the first node that answers (a URL of one server: why it does not); the
+        // pool's connections go round the nodes from it
+        let mut refused = None;
+        let mut up = None;
+        for (i, node) in ring.nodes().iter().enumerate() {
+            match first_connection(node, options.acquire_timeout).await {
+                Ok(()) => {
+                    up = Some(i);
+                    break;
+                }
+                Err(e) => {
+                    refused.get_or_insert(e);
+                }
+            }
+        }
+        let Some(up) = up else {
+            return Err(refused.unwrap_or_else(|| Error::config(OP, "the URL names no server")));
+        };
+        ring.start_at(up);
+        let on_connect = ring.clone();
         let pool = MySqlPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
@@ -71,28 +89,34 @@ impl MySqlStore {
                     Ok(true)
                 })
             })
-            .after_connect(|conn, _meta| {
-                Box::pin(async move {
-                    conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                        .await?;
-                    Ok(())
-                })
+            .after_connect(move |conn, _meta| {
+                on_connect.turn();
+                Box::pin(async move { session_setup(conn).await })
             })
-            .connect_with(connect)
-            .await
-            .map_err(|e| my_err(e).with_operation(OP))?;
-        Self::from_pool(pool, options).await
+            .connect_lazy_with(ring.nodes()[up].clone());
+        ring.attach(&pool);
+        Self::open(pool, options, Some(ring)).await
     }
 
     /// A store on an existing pool. Its connections should run at READ COMMITTED (see
     /// the crate docs); [`connect_with`](Self::connect_with) sets that up.
     pub async fn from_pool(pool: MySqlPool, options: MySqlOptions) -> Result<Self> {
+        Self::open(pool, options, None).await
+    }
+
+    /// The store on `pool`, whose connections `ring` turns over the URL's servers.
+    async fn open(pool: MySqlPool, options: MySqlOptions, ring: Option<Arc<Ring>>) -> Result<Self> {
         const OP: &str = "open_store";
         options.config.validate()?;
         let version: String = sqlx::query_scalar("SELECT VERSION()")
             .fetch_one(&pool)
             .await
             .map_err(|e| my_err(e).with_operation(OP))?;
+        let wsrep: Option<(String, String)> = sqlx::query_as("SHOW VARIABLES LIKE 'wsrep_on'")
+            .fetch_optional(&pool)
+            .await
+            .map_err(|e| my_err(e).with_operation(OP))?;
+        let galera = matches!(wsrep, Some((_, on)) if on.eq_ignore_ascii_case("ON"));
         let skip = supports_skip_locked(&version);
         let queue = supports_queue_then_skip(&version);
         let strategy = match options.claim_strategy {
@@ -127,6 +151,8 @@ impl MySqlStore {
                 next_token: AtomicU64::new(seed >> 2),
                 skip_until_ms: AtomicU64::new(0),
                 opened: std::time::Instant::now(),
+                ring,
+                galera,
             }),
         })
     }

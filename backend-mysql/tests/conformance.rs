@@ -18,6 +18,9 @@ const URL_VAR: &str = "BACKSTOP_TEST_MYSQL_URL";
 /// A user of the same server who may connect through TLS only (`ssl-mode=VERIFY_IDENTITY`).
 const TLS_URL_VAR: &str = "BACKSTOP_TEST_MYSQL_TLS_URL";
 
+/// A Galera cluster: one URL naming every node (`mysql://user:pass@host1:port1,host2:port2,…`).
+const GALERA_URL_VAR: &str = "BACKSTOP_TEST_GALERA_URL";
+
 /// The store claims with the strategy, connected plainly or (`tls`) through TLS as a user
 /// the server accepts only so; the harness's own connections are plain.
 struct MySqlHarness(ClaimStrategy, Transport);
@@ -26,6 +29,10 @@ struct MySqlHarness(ClaimStrategy, Transport);
 enum Transport {
     Plain,
     Tls,
+    /// The store's connections spread over the nodes of a Galera cluster; the harness's
+    /// own on the first node, each read waiting for the cluster's writes before it
+    /// (`wsrep_sync_wait`).
+    Galera,
 }
 
 /// The application's own code running the store's statements on its transaction, as a
@@ -97,13 +104,20 @@ impl TxConnection for AppConn<'_, '_> {
     }
 }
 
+/// The business table, created once per case: on Galera even a `CREATE TABLE IF NOT
+/// EXISTS` of a table that exists is replicated in total order and aborts every open
+/// transaction that wrote the table.
 async fn ensure_biz(db: &Db) {
-    sqlx::query(
-        "CREATE TABLE IF NOT EXISTS biz_order (k VARCHAR(128) PRIMARY KEY) ENGINE = InnoDB",
-    )
-    .execute(&db.admin)
-    .await
-    .expect("create biz_order");
+    db.biz
+        .get_or_init(|| async {
+            sqlx::query(
+                "CREATE TABLE IF NOT EXISTS biz_order (k VARCHAR(128) PRIMARY KEY) ENGINE = InnoDB",
+            )
+            .execute(&db.admin)
+            .await
+            .expect("create biz_order");
+        })
+        .await;
 }
 
 struct Db {
@@ -112,11 +126,25 @@ struct Db {
     /// The URL the store connects with (the case's database, plainly or through TLS).
     store_url: String,
     admin: MySqlPool,
+    /// Set once the business table exists.
+    biz: tokio::sync::OnceCell<()>,
 }
 
 impl Db {
     fn url(&self) -> String {
         format!("{}/{}", self.server, self.name)
+    }
+
+    /// The case's database on each server: one, or every node of a Galera cluster.
+    fn node_urls(&self) -> Vec<String> {
+        let servers = match self.store_url.rsplit_once('/') {
+            Some((servers, _)) if self.store_url.contains(',') => galera_nodes(servers),
+            _ => vec![self.server.clone()],
+        };
+        servers
+            .into_iter()
+            .map(|s| format!("{s}/{}", self.name))
+            .collect()
     }
 }
 
@@ -138,9 +166,22 @@ impl Drop for Db {
     }
 }
 
+/// Each node of a URL naming several (`mysql://user:pass@host1:port1,host2:port2`) as a
+/// URL of its own.
+fn galera_nodes(nodes: &str) -> Vec<String> {
+    let (prefix, hosts) = match nodes.rfind('@') {
+        Some(at) => nodes.split_at(at + 1),
+        None => {
+            let after_scheme = nodes.find("://").map(|i| i + 3).unwrap_or(0);
+            nodes.split_at(after_scheme)
+        }
+    };
+    hosts.split(',').map(|h| format!("{prefix}{h}")).collect()
+}
+
 /// `mysql://user:pass@host:port` from the variable, without a database path.
-fn server_url() -> Result<String, Unavailable> {
-    let url = backstop_testkit::server_url(URL_VAR)?;
+fn server_url(var: &str) -> Result<String, Unavailable> {
+    let url = backstop_testkit::server_url(var)?;
     let after_scheme = url.find("://").map(|i| i + 3).unwrap_or(0);
     Ok(match url[after_scheme..].find('/') {
         Some(i) => url[..after_scheme + i].to_owned(),
@@ -157,11 +198,26 @@ impl Harness for MySqlHarness {
         match self.1 {
             Transport::Plain => "mysql",
             Transport::Tls => "mysql-tls",
+            Transport::Galera => "galera",
         }
     }
 
     async fn create_db(&self) -> Result<Db, Unavailable> {
-        let server = server_url()?;
+        // on Galera: the store's URL names every node, the harness uses the first
+        let (server, nodes) = match self.1 {
+            Transport::Galera => {
+                let nodes = server_url(GALERA_URL_VAR)?;
+                let first = match nodes.split_once(',') {
+                    Some((first, _)) => first.to_owned(),
+                    None => nodes.clone(),
+                };
+                (first, nodes)
+            }
+            _ => {
+                let server = server_url(URL_VAR)?;
+                (server.clone(), server)
+            }
+        };
         let name = backstop_testkit::unique_name(match self.0 {
             ClaimStrategy::SkipLocked => "bst_sl",
             ClaimStrategy::QueueThenSkip => "bst_qs",
@@ -177,13 +233,44 @@ impl Harness for MySqlHarness {
             .await
             .expect("create the case's database");
         bootstrap.close().await;
+        let galera = self.1 == Transport::Galera;
+        if galera {
+            // a node applies the CREATE after node 1 answered it: each waits for it
+            // (`wsrep_sync_wait` 8: SHOW statements) before a store connects there
+            for node in galera_nodes(&nodes) {
+                let pool = MySqlPoolOptions::new()
+                    .max_connections(1)
+                    .connect(&node)
+                    .await
+                    .expect("connect to a Galera node");
+                sqlx::query("SET SESSION wsrep_sync_wait = 15")
+                    .execute(&pool)
+                    .await
+                    .expect("wsrep_sync_wait");
+                let seen = sqlx::query(AssertSqlSafe(format!("SHOW DATABASES LIKE '{name}'")))
+                    .fetch_all(&pool)
+                    .await
+                    .expect("show databases");
+                assert_eq!(seen.len(), 1, "{node} has the case's database");
+                pool.close().await;
+            }
+        }
         let admin = MySqlPoolOptions::new()
             .max_connections(2)
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    if galera {
+                        use sqlx::Executor;
+                        conn.execute("SET SESSION wsrep_sync_wait = 7").await?;
+                    }
+                    Ok(())
+                })
+            })
             .connect(&format!("{server}/{name}"))
             .await
             .expect("connect to the case's database");
         let store_url = match self.1 {
-            Transport::Plain => format!("{server}/{name}"),
+            Transport::Plain | Transport::Galera => format!("{nodes}/{name}"),
             Transport::Tls => {
                 let tls = backstop_testkit::server_url(TLS_URL_VAR)?;
                 let (tls_server, params) = tls.split_once('?').unwrap_or((&tls, ""));
@@ -195,6 +282,7 @@ impl Harness for MySqlHarness {
             name,
             store_url,
             admin,
+            biz: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -295,7 +383,9 @@ impl Harness for MySqlHarness {
             TxPath::Statements => tasks.enqueue_in(store, &mut AppConn(&mut tx)).await?,
         };
         if commit {
-            tx.commit().await.expect("commit");
+            // a deadlock, or on Galera a certification conflict, rolls back at COMMIT:
+            // reported as what it is (the application runs its transaction again)
+            tx.commit().await.map_err(backstop_core::tx::sqlx_error)?;
         } else {
             tx.rollback().await.expect("rollback");
         }
@@ -438,24 +528,30 @@ impl Harness for MySqlHarness {
 }
 
 /// Run `sql` (a `SELECT … FOR UPDATE` of one row, `key` bound) in a transaction of a
-/// connection of its own, held until the returned guard is dropped.
+/// connection of its own, held until the returned guard is dropped. On Galera a row lock
+/// holds on its own node only: the row is locked on every node, as a claim in flight on
+/// one node would be seen by the others' claims if they ran there.
 async fn hold_row(db: &Db, sql: &str, key: String) -> backstop_testkit::RowLock {
     use sqlx::Connection;
-    let mut conn = sqlx::MySqlConnection::connect(&db.url())
-        .await
-        .expect("a connection to hold the lock");
-    sqlx::query("BEGIN")
-        .execute(&mut conn)
-        .await
-        .expect("begin");
-    let n = sqlx::query(AssertSqlSafe(sql.to_owned()))
-        .bind(&key)
-        .fetch_all(&mut conn)
-        .await
-        .expect("lock the row")
-        .len();
-    assert_eq!(n, 1, "row {key} to lock");
-    Box::new(conn)
+    let mut held = Vec::new();
+    for url in db.node_urls() {
+        let mut conn = sqlx::MySqlConnection::connect(&url)
+            .await
+            .expect("a connection to hold the lock");
+        sqlx::query("BEGIN")
+            .execute(&mut conn)
+            .await
+            .expect("begin");
+        let n = sqlx::query(AssertSqlSafe(sql.to_owned()))
+            .bind(&key)
+            .fetch_all(&mut conn)
+            .await
+            .expect("lock the row")
+            .len();
+        assert_eq!(n, 1, "row {key} to lock");
+        held.push(conn);
+    }
+    Box::new(held)
 }
 
 /// Every case with the ordered (queueing) claim.
@@ -474,6 +570,72 @@ mod skip_locked {
 mod queue_then_skip {
     use super::*;
     backstop_testkit::conformance!(MySqlHarness(ClaimStrategy::QueueThenSkip, Transport::Plain));
+}
+
+/// Every case on a Galera cluster, the store's connections spread over its nodes.
+mod galera {
+    use super::*;
+    mod skip_locked {
+        use super::*;
+        backstop_testkit::conformance!(MySqlHarness(ClaimStrategy::SkipLocked, Transport::Galera));
+    }
+    mod ordered_update {
+        use super::*;
+        backstop_testkit::conformance!(MySqlHarness(
+            ClaimStrategy::OrderedUpdate,
+            Transport::Galera
+        ));
+    }
+    mod queue_then_skip {
+        use super::*;
+        backstop_testkit::conformance!(MySqlHarness(
+            ClaimStrategy::QueueThenSkip,
+            Transport::Galera
+        ));
+    }
+
+    /// A store's connections go round the nodes of its URL, in order, and each waits for
+    /// the cluster's earlier writes before it reads or writes (`wsrep_sync_wait = 7`).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn store_connections_go_round_every_node() {
+        let harness = MySqlHarness(ClaimStrategy::SkipLocked, Transport::Galera);
+        let Some(ctx) =
+            backstop_testkit::Ctx::setup(harness, "store_connections_go_round_every_node").await
+        else {
+            return;
+        };
+        let store = MySqlStore::connect_with(
+            &ctx.db.store_url,
+            MySqlOptions::default().max_connections(6),
+        )
+        .await
+        .expect("open the store");
+        let mut held = Vec::new();
+        let mut nodes = Vec::new();
+        for _ in 0..6 {
+            let mut conn = store.pool().acquire().await.expect("a connection");
+            let (node, wait): (String, i64) =
+                sqlx::query_as("SELECT @@wsrep_node_name, CAST(@@wsrep_sync_wait AS SIGNED)")
+                    .fetch_one(&mut *conn)
+                    .await
+                    .expect("the node's name");
+            assert_eq!(wait, 7, "wsrep_sync_wait on {node}");
+            nodes.push(node);
+            held.push(conn);
+        }
+        let servers = galera_nodes(ctx.db.store_url.rsplit_once('/').expect("a database").0);
+        let round: std::collections::BTreeSet<_> = nodes[..servers.len()].iter().collect();
+        assert_eq!(
+            round.len(),
+            servers.len(),
+            "one connection on each node: {nodes:?}"
+        );
+        assert_eq!(
+            nodes[..servers.len()],
+            nodes[servers.len()..2 * servers.len()],
+            "in turn: {nodes:?}"
+        );
+    }
 }
 
 /// The store's cases with the store connected through TLS (`ssl-mode=VERIFY_IDENTITY`,

@@ -366,8 +366,7 @@ impl<H: Harness> Ctx<H> {
         commit: bool,
     ) -> backstop_core::Result<Enqueued> {
         let mut answers = self
-            .harness
-            .enqueue_with_business_row(&self.db, store, biz_row, TxTasks::One(task), commit, path)
+            .app_tx(store, biz_row, TxTasks::One(task), commit, path)
             .await?;
         match (answers.pop(), answers.is_empty()) {
             (Some(one), true) => Ok(one),
@@ -384,15 +383,7 @@ impl<H: Harness> Ctx<H> {
         tasks: Vec<NewTask>,
         commit: bool,
     ) -> backstop_core::Result<Vec<Enqueued>> {
-        self.harness
-            .enqueue_with_business_row(
-                &self.db,
-                &self.store,
-                biz_row,
-                TxTasks::Many(tasks),
-                commit,
-                path,
-            )
+        self.app_tx(&self.store, biz_row, TxTasks::Many(tasks), commit, path)
             .await
     }
 
@@ -406,16 +397,14 @@ impl<H: Harness> Ctx<H> {
         commit: bool,
     ) -> backstop_core::Result<backstop_core::Barrier> {
         let slot = BarrierSlot::default();
-        self.harness
-            .enqueue_with_business_row(
-                &self.db,
-                &self.store,
-                biz_row,
-                TxTasks::Barrier(call, slot.clone()),
-                commit,
-                path,
-            )
-            .await?;
+        self.app_tx(
+            &self.store,
+            biz_row,
+            TxTasks::Barrier(call, slot.clone()),
+            commit,
+            path,
+        )
+        .await?;
         let verdict = *slot.lock().unwrap();
         Ok(verdict.unwrap_or_else(|| panic!("{path}: the barrier did not run")))
     }
@@ -430,16 +419,14 @@ impl<H: Harness> Ctx<H> {
         commit: bool,
     ) -> backstop_core::Result<backstop_core::SagaStarted> {
         let slot = SagaSlot::default();
-        self.harness
-            .enqueue_with_business_row(
-                &self.db,
-                &self.store,
-                biz_row,
-                TxTasks::Saga(start, slot.clone()),
-                commit,
-                path,
-            )
-            .await?;
+        self.app_tx(
+            &self.store,
+            biz_row,
+            TxTasks::Saga(start, slot.clone()),
+            commit,
+            path,
+        )
+        .await?;
         let started = *slot.lock().unwrap();
         Ok(started.unwrap_or_else(|| panic!("{path}: the start did not run")))
     }
@@ -455,16 +442,14 @@ impl<H: Harness> Ctx<H> {
         commit: bool,
     ) -> backstop_core::Result<backstop_core::StepApplied> {
         let slot = StepSlot::default();
-        self.harness
-            .enqueue_with_business_row(
-                &self.db,
-                &self.store,
-                biz_row,
-                TxTasks::SagaStep(def, report, slot.clone()),
-                commit,
-                path,
-            )
-            .await?;
+        self.app_tx(
+            &self.store,
+            biz_row,
+            TxTasks::SagaStep(def, report, slot.clone()),
+            commit,
+            path,
+        )
+        .await?;
         let applied = slot.lock().unwrap().take();
         Ok(applied.unwrap_or_else(|| panic!("{path}: the report did not run")))
     }
@@ -480,9 +465,7 @@ impl<H: Harness> Ctx<H> {
         commit: bool,
     ) -> backstop_core::Result<Enqueued> {
         let mut answers = self
-            .harness
-            .enqueue_with_business_row(
-                &self.db,
+            .app_tx(
                 &self.store,
                 biz_row,
                 TxTasks::Claimed(task, claim),
@@ -493,6 +476,40 @@ impl<H: Harness> Ctx<H> {
         match (answers.pop(), answers.is_empty()) {
             (Some(one), true) => Ok(one),
             _ => panic!("{path}: one task enqueued, {} answers", answers.len() + 1),
+        }
+    }
+
+    /// [`Harness::enqueue_with_business_row`] as an application runs its transaction: run
+    /// again when the database rolled it back on contention (a deadlock; on a Galera
+    /// cluster, a certification conflict with a transaction of another node, reported at
+    /// `COMMIT`). Nothing of the failed try remains, so running it again is safe, and
+    /// only the application can (backstop never retries a transaction it does not own).
+    async fn app_tx(
+        &self,
+        store: &H::Store,
+        biz_row: &str,
+        tasks: TxTasks,
+        commit: bool,
+        path: TxPath,
+    ) -> backstop_core::Result<Vec<Enqueued>> {
+        const TRIES: u32 = 10;
+        let mut tried = 1;
+        loop {
+            let answer = self
+                .harness
+                .enqueue_with_business_row(&self.db, store, biz_row, tasks.clone(), commit, path)
+                .await;
+            match answer {
+                Err(e)
+                    if e.kind() == backstop_core::ErrorKind::Contention
+                        && e.is_temporary()
+                        && tried < TRIES =>
+                {
+                    tried += 1;
+                    tokio::time::sleep(Duration::from_millis(5 * u64::from(tried))).await;
+                }
+                other => return other,
+            }
         }
     }
 

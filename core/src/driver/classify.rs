@@ -53,6 +53,9 @@ pub fn mysql_error_kind(number: u16) -> (ErrorKind, &'static str) {
         1213 => (ErrorKind::Contention, " (deadlock)"),
         1205 => (ErrorKind::Contention, " (lock wait timeout)"),
         1040 | 1053 | 2006 | 2013 | 1927 => (ErrorKind::Unavailable, ""),
+        // a Galera node outside the primary component ("WSREP has not yet prepared node
+        // for application use"): another node, or this one once it rejoins, serves
+        1047 => (ErrorKind::Unavailable, " (Galera node not ready)"),
         1062 => (ErrorKind::Conflict, ""),
         1146 => (ErrorKind::Config, " (has `migrate` run?)"),
         1049 | 1142 | 1044 | 1045 => (ErrorKind::Config, ""),

@@ -1,0 +1,164 @@
+//! A URL naming several servers (`mysql://user:pass@db1:3306,db2:3306,db3:3306/app`):
+//! the nodes of a Galera cluster, every one a primary. sqlx connects a pool to one
+//! server; the store turns its pool's connections over the nodes instead, one new
+//! connection after another, so its writers sit on every node.
+//!
+//! How: sqlx reads the pool's connect options afresh at each connection attempt
+//! (`Pool::set_connect_options`). Each time the pool opens a connection (accepted, or
+//! refused by the store's check of a Galera node: `wsrep_ready = OFF`, outside the
+//! primary component) the ring moves the options on to the next node, so a pool's
+//! connections go round the nodes in the URL's order. A node that is down refuses its
+//! connection: the pool tries it again until its acquire timeout, and the store's
+//! acquire that timed out moves the ring on, so the next attempt goes to the next node.
+
+use std::str::FromStr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use backstop_core::driver::prelude::*;
+use sqlx::mysql::MySqlConnectOptions;
+use sqlx::MySqlPool;
+
+/// The servers a URL names, as one connect options each, in the URL's order.
+///
+/// A URL with one server gives one. `host1:port1,host2:port2` after the user info names
+/// several; each gets the URL's user, database and parameters. A bad URL, or an empty
+/// server between commas, is a `Config` error.
+pub(crate) fn parse(url: &str, op: &'static str) -> Result<Vec<MySqlConnectOptions>> {
+    let bad = |why: String| Error::config(op, format!("invalid MySQL URL: {why}"));
+    let one = |url: &str| {
+        MySqlConnectOptions::from_str(url)
+            .map_err(|e| Error::config(op, format!("invalid MySQL URL: {e}")).with_source(e))
+    };
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return one(url).map(|o| vec![o]);
+    };
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    let (user, hosts) = match authority.rfind('@') {
+        Some(at) => (&authority[..=at], &authority[at + 1..]),
+        None => ("", authority),
+    };
+    if !hosts.contains(',') {
+        return one(url).map(|o| vec![o]);
+    }
+    hosts
+        .split(',')
+        .map(|host| {
+            if host.trim().is_empty() {
+                return Err(bad(format!("an empty server in {hosts:?}")));
+            }
+            one(&format!(
+                "{}{user}{host}{}",
+                &url[..scheme_end],
+                &rest[authority_end..]
+            ))
+        })
+        .collect()
+}
+
+/// The nodes a store's pool connects to, turned one step per connection opened (and
+/// per acquire that timed out).
+pub(crate) struct Ring {
+    nodes: Vec<MySqlConnectOptions>,
+    next: AtomicUsize,
+    /// The pool whose connect options turn; taken out when the store is dropped (the
+    /// pool's own hooks hold the ring, so the ring must not keep the pool alive).
+    pool: Mutex<Option<MySqlPool>>,
+}
+
+impl Ring {
+    pub(crate) fn new(nodes: Vec<MySqlConnectOptions>) -> Self {
+        Ring {
+            nodes,
+            next: AtomicUsize::new(1),
+            pool: Mutex::new(None),
+        }
+    }
+
+    /// Every node, in the URL's order.
+    pub(crate) fn nodes(&self) -> &[MySqlConnectOptions] {
+        &self.nodes
+    }
+
+    /// The pool's first connection goes to node `i`: its next to the node after it.
+    pub(crate) fn start_at(&self, i: usize) {
+        self.next.store(i + 1, Ordering::Relaxed);
+    }
+
+    /// The pool to turn from now on.
+    pub(crate) fn attach(&self, pool: &MySqlPool) {
+        if let Ok(mut slot) = self.pool.lock() {
+            *slot = Some(pool.clone());
+        }
+    }
+
+    /// Stop turning (the store is gone): lets the pool go.
+    pub(crate) fn detach(&self) {
+        if let Ok(mut slot) = self.pool.lock() {
+            *slot = None;
+        }
+    }
+
+    /// Point the pool's next connection at the next node.
+    pub(crate) fn turn(&self) {
+        if self.nodes.len() < 2 {
+            return;
+        }
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.nodes.len();
+        if let Ok(slot) = self.pool.lock() {
+            if let Some(pool) = slot.as_ref() {
+                pool.set_connect_options(self.nodes[i].clone());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn one_server_is_one_node() {
+        let nodes = parse("mysql://u:p@db:3307/app?ssl-mode=disabled", "t").unwrap();
+        assert_eq!(nodes.len(), 1);
+        assert_eq!((nodes[0].get_host(), nodes[0].get_port()), ("db", 3307));
+    }
+
+    #[test]
+    fn servers_between_commas_share_user_database_and_parameters() {
+        let nodes = parse("mysql://u:p@a:1,b:2,c/app?charset=utf8mb4", "t").unwrap();
+        let got: Vec<_> = nodes
+            .iter()
+            .map(|o| {
+                (
+                    o.get_host().to_owned(),
+                    o.get_port(),
+                    o.get_username().to_owned(),
+                    o.get_database().map(str::to_owned),
+                )
+            })
+            .collect();
+        let app = Some("app".to_owned());
+        assert_eq!(
+            got,
+            [
+                ("a".to_owned(), 1, "u".to_owned(), app.clone()),
+                ("b".to_owned(), 2, "u".to_owned(), app.clone()),
+                ("c".to_owned(), 3306, "u".to_owned(), app),
+            ]
+        );
+        let no_db = parse("mysql://a:1,b:2", "t").unwrap();
+        assert_eq!(no_db.len(), 2);
+        assert_eq!(no_db[1].get_database(), None);
+    }
+
+    #[test]
+    fn an_empty_server_is_a_config_error() {
+        let e = parse("mysql://u:p@a:1,,c/app", "open_store").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Config);
+        assert!(e.to_string().contains("empty server"), "{e}");
+    }
+}
