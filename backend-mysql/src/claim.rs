@@ -252,12 +252,21 @@ impl MySqlDriver {
     }
 
     /// Lock `event_type`'s queue row (`limit_lock`: claims of the type on every instance
-    /// take turns on it) and read its limits: `None` when it has none, or is paused.
+    /// take turns on it) and read its limits: `None` when it has none, or is paused. On
+    /// a Galera cluster the row is written first (`limit_turn`): a lock holds on its own
+    /// node only, and a write makes a claim on another node fail at commit (error 1213,
+    /// run again) instead of counting the same free room.
     pub(crate) async fn lock_gate(
         &self,
         tx: &mut MySqlConnection,
         event_type: &str,
     ) -> std::result::Result<Option<Gate>, sqlx::Error> {
+        if self.galera {
+            sqlx::query(safe(&self.sql.limit_turn))
+                .bind(event_type)
+                .execute(&mut *tx)
+                .await?;
+        }
         self.gate(tx, &self.sql.limit_lock, event_type).await
     }
 

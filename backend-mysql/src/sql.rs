@@ -180,6 +180,9 @@ pub(crate) struct Sql {
     /// event type: a limited type's queue row, locked until the claim's transaction
     /// ends: its concurrency, rate limit and window ms (no row if paused or not limited).
     pub limit_lock: String,
+    /// event type: on a Galera cluster, the write before `limit_lock` that makes the
+    /// claims of two nodes conflict (migration 22).
+    pub limit_turn: String,
     /// event type: as `limit_lock`, without the lock (an unlocked hand-over's).
     pub gate_read: String,
     /// event type: how many of its tasks run.
@@ -344,6 +347,10 @@ impl Sql {
                     OR partitioned <> COALESCE(?, partitioned))"
             ),
             limit_lock: format!("{gate_read} FOR UPDATE"),
+            limit_turn: format!(
+                "UPDATE {tq} SET turns = turns + 1
+                 WHERE event_type = ? AND paused = 0 AND (concurrency > 0 OR rate_limit > 0)"
+            ),
             gate_read: gate_read.clone(),
             rate_used: format!(
                 "SELECT CAST(COALESCE(SUM(starts), 0) AS SIGNED) FROM {tr}

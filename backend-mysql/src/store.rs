@@ -36,7 +36,10 @@ impl std::fmt::Debug for MySqlStore {
 }
 
 impl MySqlStore {
-    /// Connect to `url` (`mysql://user:pass@host:port/db`) with default options.
+    /// Connect to `url` (`mysql://user:pass@host:port/db`) with default options. A URL
+    /// may name several servers, the nodes of a Galera cluster
+    /// (`mysql://user:pass@db1:3306,db2:3306,db3:3306/db`): the pool's connections go
+    /// round them.
     /// Call [`migrate`](TaskStore::migrate) before first use.
     pub async fn connect(url: &str) -> Result<Self> {
         Self::connect_with(url, MySqlOptions::default()).await
@@ -99,7 +102,8 @@ impl MySqlStore {
     }
 
     /// A store on an existing pool. Its connections should run at READ COMMITTED (see
-    /// the crate docs); [`connect_with`](Self::connect_with) sets that up.
+    /// the crate docs), and on a Galera node with `wsrep_sync_wait = 7` (see the guide's
+    /// Scale-out chapter); [`connect_with`](Self::connect_with) sets that up.
     pub async fn from_pool(pool: MySqlPool, options: MySqlOptions) -> Result<Self> {
         Self::open(pool, options, None).await
     }

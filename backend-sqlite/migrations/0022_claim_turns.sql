@@ -1,0 +1,3 @@
+-- name: claim turns
+--
+-- (MySQL's queue rows count the turns of limited claims on a Galera cluster.)
