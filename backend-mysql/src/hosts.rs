@@ -106,9 +106,9 @@ impl Ring {
         if self.nodes.len() < 2 {
             return;
         }
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.nodes.len();
         if let Ok(slot) = self.pool.lock() {
             if let Some(pool) = slot.as_ref() {
+                let i = self.next.fetch_add(1, Ordering::Relaxed) % self.nodes.len();
                 pool.set_connect_options(self.nodes[i].clone());
             }
         }
@@ -153,6 +153,28 @@ mod tests {
         let no_db = parse("mysql://a:1,b:2", "t").unwrap();
         assert_eq!(no_db.len(), 2);
         assert_eq!(no_db[1].get_database(), None);
+    }
+
+    #[tokio::test]
+    async fn the_ring_turns_a_pool_round_the_nodes_from_where_it_started() {
+        let nodes = parse("mysql://u:p@a:1,b:2,c:3/app", "t").unwrap();
+        let ring = Ring::new(nodes.clone());
+        // no connection is made: a lazy pool only holds its options
+        let pool = sqlx::mysql::MySqlPoolOptions::new().connect_lazy_with(nodes[1].clone());
+        let port = |pool: &MySqlPool| pool.connect_options().get_port();
+        ring.start_at(1);
+        ring.turn(); // not attached yet: nothing to turn
+        assert_eq!(port(&pool), 2);
+        ring.attach(&pool);
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            ring.turn();
+            seen.push(port(&pool));
+        }
+        assert_eq!(seen, [3, 1, 2, 3]);
+        ring.detach();
+        ring.turn();
+        assert_eq!(port(&pool), 3, "a detached ring turns nothing");
     }
 
     #[test]
