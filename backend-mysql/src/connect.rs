@@ -91,10 +91,7 @@ pub(crate) async fn session_setup(conn: &mut sqlx::MySqlConnection) -> sqlx::Res
     use sqlx::Executor;
     conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
         .await?;
-    let wsrep: Option<(String, String)> = sqlx::query_as("SHOW VARIABLES LIKE 'wsrep_on'")
-        .fetch_optional(&mut *conn)
-        .await?;
-    if !matches!(wsrep, Some((_, on)) if on.eq_ignore_ascii_case("ON")) {
+    if !is_galera(&mut *conn).await? {
         return Ok(());
     }
     let ready: Option<(String, String)> = sqlx::query_as("SHOW STATUS LIKE 'wsrep_ready'")
@@ -108,4 +105,15 @@ pub(crate) async fn session_setup(conn: &mut sqlx::MySqlConnection) -> sqlx::Res
     }
     conn.execute("SET SESSION wsrep_sync_wait = 7").await?;
     Ok(())
+}
+
+/// Whether the server is a Galera cluster's node (`wsrep_on`; MySQL has no such variable).
+pub(crate) async fn is_galera<'c, E>(conn: E) -> sqlx::Result<bool>
+where
+    E: sqlx::Executor<'c, Database = sqlx::MySql>,
+{
+    let wsrep: Option<(String, String)> = sqlx::query_as("SHOW VARIABLES LIKE 'wsrep_on'")
+        .fetch_optional(conn)
+        .await?;
+    Ok(matches!(wsrep, Some((_, on)) if on.eq_ignore_ascii_case("ON")))
 }

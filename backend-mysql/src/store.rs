@@ -13,7 +13,7 @@ use sqlx::{MySqlConnection, MySqlPool};
 use crate::claim::{
     supports_queue_then_skip, supports_returning, supports_skip_locked, ClaimStrategy,
 };
-use crate::connect::{first_connection, my_err, session_setup, IDLE_PING_AFTER};
+use crate::connect::{first_connection, is_galera, my_err, session_setup, IDLE_PING_AFTER};
 use crate::driver::MySqlDriver;
 use crate::hosts::{self, Ring};
 use crate::options::MySqlOptions;
@@ -116,11 +116,9 @@ impl MySqlStore {
             .fetch_one(&pool)
             .await
             .map_err(|e| my_err(e).with_operation(OP))?;
-        let wsrep: Option<(String, String)> = sqlx::query_as("SHOW VARIABLES LIKE 'wsrep_on'")
-            .fetch_optional(&pool)
+        let galera = is_galera(&pool)
             .await
             .map_err(|e| my_err(e).with_operation(OP))?;
-        let galera = matches!(wsrep, Some((_, on)) if on.eq_ignore_ascii_case("ON"));
         let skip = supports_skip_locked(&version);
         let queue = supports_queue_then_skip(&version);
         let strategy = match options.claim_strategy {
