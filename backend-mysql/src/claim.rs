@@ -19,14 +19,16 @@ use crate::sql::{LockWait, Sql, ALL_LEVELS, PRIORITY_LEVELS};
 #[non_exhaustive]
 pub enum ClaimStrategy {
     /// Queue-then-skip on MariaDB ≥ 10.6, skip locked on MySQL ≥ 8.0.1 (which has no
-    /// `WAIT n`), else ordered update. The default.
+    /// `WAIT n`), else ordered update; skip locked on a Galera cluster, the one strategy
+    /// a store on Galera takes (see the guide's Scale-out chapter). The default.
     #[default]
     Auto,
     /// `SELECT … ORDER BY next_run_at, id LIMIT n FOR UPDATE` + `UPDATE … WHERE id IN
     /// (…)` in one transaction: an ordered update, in two statements. Works on every
-    /// version; concurrent claimers queue behind each other's row locks, and behind an
-    /// application's transaction that has enqueued a task and not committed yet (InnoDB's
-    /// locking read waits on an uncommitted insert it meets near the head of the queue:
+    /// version of one server (a store on Galera refuses it: `Config`); concurrent
+    /// claimers queue behind each other's row locks, and behind an application's
+    /// transaction that has enqueued a task and not committed yet (InnoDB's locking read
+    /// waits on an uncommitted insert it meets near the head of the queue:
     /// keep such transactions short, or claims wait up to `innodb_lock_wait_timeout`).
     /// (A single
     /// `UPDATE … ORDER BY … LIMIT` changes a column of the index it scans, so the server
@@ -50,7 +52,8 @@ pub enum ClaimStrategy {
     /// transaction that enqueued a task and has not committed (InnoDB's locking read
     /// waits on an uncommitted insert near the head of the queue, due or not) — costs
     /// one claim a second every 10 s, not every claim. Needs MariaDB ≥ 10.6 (`WAIT n`
-    /// and `SKIP LOCKED`); the default there.
+    /// and `SKIP LOCKED`); the default there, but not on a Galera cluster, where a store
+    /// refuses it (`Config`): row locks queue the claimers of one node only.
     QueueThenSkip,
 }
 

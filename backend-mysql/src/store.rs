@@ -122,7 +122,20 @@ impl MySqlStore {
         let skip = supports_skip_locked(&version);
         let queue = supports_queue_then_skip(&version);
         let strategy = match options.claim_strategy {
+            ClaimStrategy::Auto if galera && skip => ClaimStrategy::SkipLocked,
             ClaimStrategy::Auto => ClaimStrategy::auto_for(&version),
+            // row locks order claimers on one node only: across nodes the ordered and
+            // queueing claims meet at the head of the queue and fail certification
+            // again and again (measured: see the guide's Scale-out chapter)
+            s @ (ClaimStrategy::OrderedUpdate | ClaimStrategy::QueueThenSkip) if galera => {
+                return Err(Error::config(
+                    OP,
+                    format!(
+                        "the {s:?} claim does not suit a Galera cluster (its claimers queue \
+                         on row locks, which hold on one node only); use SkipLocked or Auto"
+                    ),
+                ))
+            }
             ClaimStrategy::SkipLocked if !skip => {
                 return Err(Error::config(
                     OP,

@@ -155,10 +155,12 @@ pub async fn pause_keeps_a_saga_report_from_claiming_the_next_step<H: Harness>(c
         .step(SagaStep::new("b"))
         .build()
         .unwrap();
-    ctx.store
+    let saga = ctx
+        .store
         .start_saga(&def.start("k1", &1).unwrap())
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     let types = vec![def.event_type().to_owned()];
     let a = ctx.store.claim_batch(&ctx.owner, &types, 10).await.unwrap();
     assert_eq!(a.len(), 1, "the first step's task");
@@ -170,7 +172,7 @@ pub async fn pause_keeps_a_saga_report_from_claiming_the_next_step<H: Harness>(c
         output: "1".to_owned(),
     };
     let report =
-        StepReport::new(a[0].lease(), a[0].id, "k1", "a", done).claim_next(owner("next-owner"));
+        StepReport::new(a[0].lease(), saga, "k1", "a", done).claim_next(owner("next-owner"));
     let applied = ctx.store.saga_step(&def, &report).await.unwrap();
     assert_eq!(
         (applied.status, applied.tasks.len()),
