@@ -153,6 +153,43 @@ start_postgres() {
   require postgres-tls
 }
 
+# A streaming standby of the throwaway PostgreSQL (pg_basebackup -R), on a free port,
+# stopped on exit. Exports BACKSTOP_TEST_POSTGRES_FAILOVER_URL: both servers in one URL,
+# the standby first, with target_session_attrs=read-write (a connection passes over the
+# standby and lands on the primary, as after a failover it lands on the promoted one).
+# Skipped with your own PostgreSQL, unless BACKSTOP_TEST_POSTGRES_FAILOVER_URL is set.
+start_pg_standby() {
+  if [ -n "${BACKSTOP_TEST_POSTGRES_FAILOVER_URL:-}" ]; then
+    log "using the PostgreSQL pair at BACKSTOP_TEST_POSTGRES_FAILOVER_URL"
+    require postgres-failover
+    return
+  fi
+  if [ -z "${pg_port:-}" ]; then
+    log "no standby: PostgreSQL is your own (set BACKSTOP_TEST_POSTGRES_FAILOVER_URL for a pair)"
+    return
+  fi
+  local bin dir port i
+  bin=$(pg_bindir)
+  dir="$work/pg-standby"
+  mkdir -p "$dir"
+  [ "$(id -u)" = 0 ] && chown postgres "$dir"
+  as_pg "$bin/pg_basebackup" -h 127.0.0.1 -p "$pg_port" -U backstop -D "$dir/data" -R \
+    -X stream >"$dir/basebackup.log" 2>&1 || { cat "$dir/basebackup.log"; return 1; }
+  port=$(free_port)
+  log "starting a streaming standby of PostgreSQL on 127.0.0.1:$port"
+  as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
+    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=400 -c ssl=off" \
+    start >/dev/null || { cat "$dir/server.log"; return 1; }
+  cleanups+=("as_pg '$bin/pg_ctl' -D '$dir/data' -m immediate stop >/dev/null 2>&1")
+  for i in $(seq 1 100); do
+    [ "$("$bin/psql" -qAt -h 127.0.0.1 -p "$port" -U backstop -d postgres \
+      -c "SELECT status FROM pg_stat_wal_receiver" 2>/dev/null)" = streaming ] && break
+    sleep 0.1
+  done
+  export BACKSTOP_TEST_POSTGRES_FAILOVER_URL="postgres://backstop@127.0.0.1:$port,127.0.0.1:$pg_port/postgres?target_session_attrs=read-write"
+  require postgres-failover
+}
+
 # PgBouncer in transaction pooling mode in front of the throwaway PostgreSQL (Debian's
 # pgbouncer, installed when missing), stopped on exit: the store's and engine's cases
 # run through it. Skipped with your own PostgreSQL, unless BACKSTOP_TEST_PGBOUNCER_URL

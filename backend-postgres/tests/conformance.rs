@@ -18,6 +18,9 @@ const TLS_URL_VAR: &str = "BACKSTOP_TEST_POSTGRES_TLS_URL";
 
 /// PgBouncer in transaction pooling mode in front of the test server.
 const PGBOUNCER_URL_VAR: &str = "BACKSTOP_TEST_PGBOUNCER_URL";
+/// A streaming standby and the test server in one URL, the standby first, with
+/// `target_session_attrs=read-write` (scripts/servers.sh's `start_pg_standby`).
+const FAILOVER_URL_VAR: &str = "BACKSTOP_TEST_POSTGRES_FAILOVER_URL";
 
 /// How the store reaches the server; the harness's own connections are direct.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -28,6 +31,10 @@ enum Route {
     /// Through PgBouncer in transaction pooling mode (`transaction_pooling` on); the
     /// engines' listener connects directly, as the docs advise.
     PgBouncer,
+    /// Through a URL naming a standby first and the primary second, with
+    /// `target_session_attrs=read-write`: every connection, the listener's too, passes
+    /// over the standby, as it would after a failover.
+    Failover,
 }
 
 #[derive(Clone, Copy)]
@@ -45,6 +52,9 @@ impl PgHarness {
     const TLS: PgHarness = PgHarness { route: Route::Tls };
     const PGBOUNCER: PgHarness = PgHarness {
         route: Route::PgBouncer,
+    };
+    const FAILOVER: PgHarness = PgHarness {
+        route: Route::Failover,
     };
 }
 
@@ -173,6 +183,7 @@ impl Harness for PgHarness {
             Route::Direct => "postgres",
             Route::Tls => "postgres-tls",
             Route::PgBouncer => "pgbouncer",
+            Route::Failover => "postgres-failover",
         }
     }
 
@@ -182,6 +193,7 @@ impl Harness for PgHarness {
             Route::Direct => url.clone(),
             Route::Tls => backstop_testkit::server_url(TLS_URL_VAR)?,
             Route::PgBouncer => backstop_testkit::server_url(PGBOUNCER_URL_VAR)?,
+            Route::Failover => backstop_testkit::server_url(FAILOVER_URL_VAR)?,
         };
         let admin = connect(&url).await;
         let schema = backstop_testkit::unique_name("bst");
@@ -548,6 +560,39 @@ mod over_tls {
 mod through_pgbouncer {
     use super::*;
     backstop_testkit::conformance!(PgHarness::PGBOUNCER);
+}
+
+/// Every case through a URL naming a streaming standby first and the primary second
+/// (`target_session_attrs=read-write`): the store's connections and its listener land on
+/// the primary.
+mod through_failover_url {
+    use super::*;
+    backstop_testkit::conformance!(PgHarness::FAILOVER);
+
+    /// Every connection of a store on the pair's URL is on the primary, never the
+    /// standby (`pg_is_in_recovery()` false on each of 4 held at once).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_store_on_the_pair_connects_to_the_primary_only() {
+        let Some(ctx) = backstop_testkit::Ctx::setup(
+            PgHarness::FAILOVER,
+            "a_store_on_the_pair_connects_to_the_primary_only",
+        )
+        .await
+        else {
+            return;
+        };
+        let mut held = Vec::new();
+        for _ in 0..4 {
+            let client = ctx.store.pool().get().await.expect("a connection");
+            let standby: bool = client
+                .query_one("SELECT pg_is_in_recovery()", &[])
+                .await
+                .expect("pg_is_in_recovery")
+                .get(0);
+            assert!(!standby, "a store connection on the standby");
+            held.push(client);
+        }
+    }
 }
 
 /// `enqueue_tx` on every kind of connection it accepts: the store's pooled client and
