@@ -333,8 +333,10 @@ start_mysql() {
 # A throwaway Redis: no persistence, a free port on 127.0.0.1, stopped on exit. Installs
 # Debian's redis-server when missing. Skipped when BACKSTOP_TEST_REDIS_URL is already set
 # (your own server). Tests that restart Redis on purpose run the same binary on the same
-# port: BACKSTOP_TEST_REDIS_SERVER names it (empty with your own server: those cases then
-# skip with a printed reason unless redis is required).
+# port, and the Sentinel cases (redis/tests/sentinel.rs) run a private master, replica
+# and three Sentinels from it (`--sentinel`: Debian's redis-sentinel is this binary):
+# BACKSTOP_TEST_REDIS_SERVER names it (empty with your own server: those cases then skip
+# with a printed reason unless redis is required).
 start_redis() {
   if [ -n "${BACKSTOP_TEST_REDIS_URL:-}" ]; then
     log "using Redis at BACKSTOP_TEST_REDIS_URL"

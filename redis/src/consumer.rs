@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 
 use crate::redis_err;
 use crate::stream::{autoclaim_reply, read_reply, Entry};
-use crate::{KeyLock, LazyConn};
+use crate::{KeyLock, LazyConn, Target};
 
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -268,8 +268,7 @@ impl StreamConsumer {
     ) -> Result<StreamConsumer> {
         const OP: &str = "start_consumer";
         options.validate()?;
-        let client = redis::Client::open(url)
-            .map_err(|e| Error::config(OP, format!("invalid Redis URL: {e}")))?;
+        let target = Target::open(url, OP)?;
         let name = options
             .consumer_name
             .clone()
@@ -289,8 +288,8 @@ impl StreamConsumer {
             .transpose()?;
         let worker = Worker {
             locks,
-            reader: LazyConn::new(client.clone(), options.block + COMMAND_TIMEOUT),
-            commands: LazyConn::new(client, COMMAND_TIMEOUT),
+            reader: LazyConn::new(target.clone(), options.block + COMMAND_TIMEOUT),
+            commands: LazyConn::new(target, COMMAND_TIMEOUT),
             inbox,
             handler,
             dead: options.dead_letters(),

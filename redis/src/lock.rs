@@ -6,7 +6,7 @@ use std::time::Duration;
 use backstop_core::{Error, Result};
 use redis::Value;
 
-use crate::{redis_err, LazyConn};
+use crate::{redis_err, LazyConn, Target};
 
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -77,10 +77,8 @@ impl std::fmt::Debug for KeyLock {
 impl KeyLock {
     /// Locks on the Redis at `url`, their keys prefixed by `prefix`; connects lazily.
     pub fn open(url: &str, prefix: impl Into<String>) -> Result<Self> {
-        let client = redis::Client::open(url)
-            .map_err(|e| Error::config("open_lock", format!("invalid Redis URL: {e}")))?;
         Ok(Self {
-            conn: LazyConn::new(client, RESPONSE_TIMEOUT),
+            conn: LazyConn::new(Target::open(url, "open_lock")?, RESPONSE_TIMEOUT),
             prefix: prefix.into(),
             script: redis::Script::new(RELEASE),
         })

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::{redis_err, LazyConn};
+use crate::{redis_err, LazyConn, Target};
 use backstop_core::{async_trait, Error, ErrorKind, Notifier, Result, Wake, Wakes};
 use futures_util::StreamExt;
 
@@ -36,7 +36,7 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// # Ok(()) }
 /// ```
 pub struct RedisNotifier {
-    client: redis::Client,
+    target: Target,
     channel: String,
     /// Shared by announcements; dropped after an error, so the next one reconnects.
     publisher: LazyConn,
@@ -55,20 +55,22 @@ impl RedisNotifier {
     /// `channel`. Connects lazily: a bad URL is a `Config` error here, an unreachable
     /// server an error of the first announcement or listen.
     pub fn open(url: &str, channel: impl Into<String>) -> Result<Self> {
-        let client = redis::Client::open(url)
-            .map_err(|e| Error::config("open_notifier", format!("invalid Redis URL: {e}")))?;
-        Self::new(client, channel)
+        Self::with_target(Target::open(url, "open_notifier")?, channel)
     }
 
     /// A notifier with an existing client.
     pub fn new(client: redis::Client, channel: impl Into<String>) -> Result<Self> {
+        Self::with_target(Target::Server(client), channel)
+    }
+
+    fn with_target(target: Target, channel: impl Into<String>) -> Result<Self> {
         let channel = channel.into();
         if channel.is_empty() {
             return Err(Error::config("open_notifier", "the channel name is empty"));
         }
         Ok(Self {
-            publisher: LazyConn::new(client.clone(), RESPONSE_TIMEOUT),
-            client,
+            publisher: LazyConn::new(target.clone(), RESPONSE_TIMEOUT),
+            target,
             channel,
         })
     }
@@ -100,7 +102,7 @@ impl Notifier for RedisNotifier {
     }
 
     async fn listen(&self, wakes: &Wakes) -> Result<()> {
-        let connect = self.client.get_async_pubsub();
+        let connect = async { self.target.client().await?.get_async_pubsub().await };
         let pubsub = tokio::time::timeout(RESPONSE_TIMEOUT, connect)
             .await
             .map_err(|_| lost("connecting timed out"))?

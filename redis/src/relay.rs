@@ -6,9 +6,12 @@ use backstop_core::{async_trait, BranchCall, Error, Handler, HandlerError, Resul
 use redis::Value;
 
 use crate::stream::{parse_id, F_ID, F_KEY, F_PAYLOAD, F_TYPE, HEADER_PREFIX};
-use crate::{redis_err, LazyConn};
+use crate::{redis_err, LazyConn, Target};
 
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The longest wait for replicas: within a command's response timeout.
+const MAX_REPLICA_WAIT: Duration = Duration::from_secs(4);
 
 /// Options of a [`StreamRelay`]: `Default` (or [`RelayOptions::new`]), then the setters
 /// named after the fields.
@@ -34,6 +37,15 @@ pub struct RelayOptions {
     /// How often the relay trims the entries every consumer group has read (default
     /// every 60 s; `None`: never, trim by your own means). See [`StreamRelay::trim`].
     pub trim_interval: Option<Duration>,
+    /// How many replicas must hold an entry before its task succeeds, and how long to
+    /// wait for them (default `None`: the master's answer is enough). With replicas the
+    /// relay sends `WAIT <n> <ms>` after each `XADD` (one round trip for both); fewer
+    /// acknowledgements than `n` fail the attempt as temporary, so the task is retried
+    /// and the entry added again (the consumer's inbox drops the copy). Without it, a
+    /// failover can lose an entry the old master answered but had not replicated, and
+    /// its task has already succeeded: set it wherever Sentinel (or any failover)
+    /// promotes a replica. Validated: `n` from 1 to 16, the wait from 1 ms to 4 s.
+    pub replicas: Option<(u32, Duration)>,
 }
 
 impl Default for RelayOptions {
@@ -44,6 +56,7 @@ impl Default for RelayOptions {
             headers: Vec::new(),
             branch_field: None,
             trim_interval: Some(Duration::from_secs(60)),
+            replicas: None,
         }
     }
 }
@@ -98,8 +111,34 @@ impl RelayOptions {
         self
     }
 
+    /// See [`replicas`](Self::replicas).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use backstop_redis::RelayOptions;
+    ///
+    /// // a task succeeds once one replica holds its entry (or fails after 500 ms)
+    /// let options = RelayOptions::new("orders").replicas(1, Duration::from_millis(500));
+    /// # let _ = options;
+    /// ```
+    pub fn replicas(mut self, n: u32, wait: Duration) -> Self {
+        self.replicas = Some((n, wait));
+        self
+    }
+
     fn validate(&self) -> Result<()> {
         const OP: &str = "open_relay";
+        if let Some((n, wait)) = self.replicas {
+            if !(1..=16).contains(&n) {
+                return Err(Error::config(OP, "replicas must be 1 to 16"));
+            }
+            if wait < Duration::from_millis(1) || wait > MAX_REPLICA_WAIT {
+                return Err(Error::config(
+                    OP,
+                    "the wait for replicas must be 1 ms to 4 s",
+                ));
+            }
+        }
         if self.stream.is_empty() {
             return Err(Error::config(OP, "the stream name is empty"));
         }
@@ -162,18 +201,21 @@ impl std::fmt::Debug for StreamRelay {
 }
 
 impl StreamRelay {
-    /// A relay to the Redis at `url`; connects lazily.
+    /// A relay to the Redis at `url` (`redis://…`, or `redis+sentinel://…` for the
+    /// master a set of Sentinels names: see the crate docs); connects lazily.
     pub fn open(url: &str, options: RelayOptions) -> Result<Self> {
-        let client = redis::Client::open(url)
-            .map_err(|e| Error::config("open_relay", format!("invalid Redis URL: {e}")))?;
-        Self::new(client, options)
+        Self::with_target(Target::open(url, "open_relay")?, options)
     }
 
     /// A relay with an existing client.
     pub fn new(client: redis::Client, options: RelayOptions) -> Result<Self> {
+        Self::with_target(Target::Server(client), options)
+    }
+
+    fn with_target(target: Target, options: RelayOptions) -> Result<Self> {
         options.validate()?;
         Ok(Self {
-            conn: LazyConn::new(client, RESPONSE_TIMEOUT),
+            conn: LazyConn::new(target, RESPONSE_TIMEOUT),
             options,
             last_trim: std::sync::Mutex::new(Instant::now()),
         })
@@ -228,16 +270,32 @@ impl StreamRelay {
                 cmd.arg(format!("{HEADER_PREFIX}{k}")).arg(v);
             }
         }
-        match self.query(&cmd).await {
-            Ok(Value::BulkString(id)) => Ok(String::from_utf8_lossy(&id).into_owned()),
-            Ok(Value::SimpleString(id)) => Ok(id),
-            Ok(other) => Err(Error::new(
-                backstop_core::ErrorKind::Unexpected,
+        let Some((n, wait)) = self.options.replicas else {
+            return entry_id(self.query(&cmd).await.map_err(|e| redis_err("relay", e))?);
+        };
+        let mut pipe = redis::pipe();
+        pipe.add_command(cmd)
+            .cmd("WAIT")
+            .arg(n)
+            .arg(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
+        let (id, acked): (Value, i64) = self
+            .conn
+            .pipeline(&pipe)
+            .await
+            .map_err(|e| redis_err("relay", e))?;
+        let id = entry_id(id)?;
+        if acked < i64::from(n) {
+            return Err(Error::new(
+                backstop_core::ErrorKind::Unavailable,
                 "relay",
-                format!("redis: XADD answered {other:?}"),
-            )),
-            Err(e) => Err(redis_err("relay", e)),
+                format!(
+                    "redis: entry {id} reached {acked} of {n} replicas within {wait:?}; \
+                     a failover could lose it, so the task is retried"
+                ),
+            )
+            .with_temporary(true));
         }
+        Ok(id)
     }
 
     /// Trim the entries every consumer group of the stream has read and acknowledged
@@ -331,6 +389,19 @@ impl StreamRelay {
         }
         *last = Instant::now();
         true
+    }
+}
+
+/// The entry id an `XADD` answered.
+fn entry_id(answer: Value) -> Result<String> {
+    match answer {
+        Value::BulkString(id) => Ok(String::from_utf8_lossy(&id).into_owned()),
+        Value::SimpleString(id) => Ok(id),
+        other => Err(Error::new(
+            backstop_core::ErrorKind::Unexpected,
+            "relay",
+            format!("redis: XADD answered {other:?}"),
+        )),
     }
 }
 
