@@ -156,7 +156,9 @@ start_postgres() {
 # A streaming standby of the throwaway PostgreSQL (pg_basebackup -R), on a free port,
 # stopped on exit. Exports BACKSTOP_TEST_POSTGRES_FAILOVER_URL: both servers in one URL,
 # the standby first, with target_session_attrs=read-write (a connection passes over the
-# standby and lands on the primary, as after a failover it lands on the promoted one).
+# standby and lands on the primary, as after a failover it lands on the promoted one),
+# and BACKSTOP_TEST_POSTGRES_PAIR: scripts/pg-pair, which starts, crashes and promotes
+# private pairs.
 # Skipped with your own PostgreSQL, unless BACKSTOP_TEST_POSTGRES_FAILOVER_URL is set.
 start_pg_standby() {
   if [ -n "${BACKSTOP_TEST_POSTGRES_FAILOVER_URL:-}" ]; then
@@ -187,6 +189,8 @@ start_pg_standby() {
     sleep 0.1
   done
   export BACKSTOP_TEST_POSTGRES_FAILOVER_URL="postgres://backstop@127.0.0.1:$port,127.0.0.1:$pg_port/postgres?target_session_attrs=read-write"
+  # the promotion cases (backend-postgres/tests/failover.rs) start private pairs with it
+  export BACKSTOP_TEST_POSTGRES_PAIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/pg-pair"
   require postgres-failover
 }
 
