@@ -156,6 +156,11 @@ impl Db {
 impl Drop for Db {
     fn drop(&mut self) {
         if self.spare {
+            // a failed case's database stays as it was, for a look, and is not reused
+            if std::thread::panicking() {
+                eprintln!("kept the failed case's database {}", self.name);
+                return;
+            }
             spares::release(self.name.clone());
             return;
         }

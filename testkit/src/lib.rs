@@ -494,6 +494,11 @@ impl<H: Harness> Ctx<H> {
     ) -> backstop_core::Result<Vec<Enqueued>> {
         const TRIES: u32 = 10;
         let mut tried = 1;
+        // a try that rolled back takes its claims' answers with it
+        let claim = match &tasks {
+            TxTasks::Claimed(_, claim) => Some((Arc::clone(claim), claim.kept())),
+            _ => None,
+        };
         loop {
             let answer = self
                 .harness
@@ -505,6 +510,9 @@ impl<H: Harness> Ctx<H> {
                         && e.is_temporary()
                         && tried < TRIES =>
                 {
+                    if let Some((claim, kept)) = &claim {
+                        claim.forget_after(*kept);
+                    }
                     tried += 1;
                     tokio::time::sleep(Duration::from_millis(5 * u64::from(tried))).await;
                 }
@@ -621,6 +629,15 @@ pub trait ClaimIn: Send + Sync + std::fmt::Debug {
         conn: &mut (dyn BlockingTxConnection + '_),
         enqueued: &Enqueued,
     ) -> backstop_core::Result<()>;
+
+    /// How many answers it keeps (none by default).
+    fn kept(&self) -> usize {
+        0
+    }
+
+    /// Forget the answers after the first `n`: the transaction they were made on rolled
+    /// back, and the application runs it again (as a claim's `Claimed` goes with it).
+    fn forget_after(&self, _n: usize) {}
 }
 
 /// [`ClaimIn`] through [`Engine::claim_in`] / [`Engine::claim_blocking`]; the answers wait
@@ -673,6 +690,14 @@ impl<S: TaskStore + Transactional + Clone> ClaimIn for EngineClaims<S> {
         let claimed = self.engine.claim_blocking(conn, enqueued)?;
         self.claimed.lock().unwrap().push(claimed);
         Ok(())
+    }
+
+    fn kept(&self) -> usize {
+        self.claimed.lock().unwrap().len()
+    }
+
+    fn forget_after(&self, n: usize) {
+        self.claimed.lock().unwrap().truncate(n);
     }
 }
 
@@ -728,6 +753,14 @@ impl<S: Transactional + Send + Sync> ClaimIn for StoreClaims<S> {
         let lease = self.store.claim_blocking(conn, enqueued.id, &self.owner)?;
         self.leases.lock().unwrap().push(lease);
         Ok(())
+    }
+
+    fn kept(&self) -> usize {
+        self.leases.lock().unwrap().len()
+    }
+
+    fn forget_after(&self, n: usize) {
+        self.leases.lock().unwrap().truncate(n);
     }
 }
 
