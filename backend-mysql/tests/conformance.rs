@@ -363,11 +363,21 @@ impl Harness for MySqlHarness {
         // the store's pool (native), or a connection of the application's own
         let mut own = match path {
             TxPath::Native => None,
-            TxPath::Sqlx | TxPath::Statements => Some(
-                sqlx::MySqlConnection::connect(&db.url())
+            TxPath::Sqlx | TxPath::Statements => {
+                let mut conn = sqlx::MySqlConnection::connect(&db.url())
                     .await
-                    .expect("connect"),
-            ),
+                    .expect("connect");
+                if db.spare {
+                    // as the guide asks of an application's connections on Galera: its
+                    // transaction sees what the cluster committed before it (else a
+                    // duplicate check may find a task finished elsewhere still active)
+                    use sqlx::Executor;
+                    conn.execute("SET SESSION wsrep_sync_wait = 7")
+                        .await
+                        .expect("wsrep_sync_wait");
+                }
+                Some(conn)
+            }
         };
         let mut tx = match own.as_mut() {
             None => store.pool().begin().await.expect("begin"),
