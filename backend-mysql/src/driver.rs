@@ -106,13 +106,14 @@ impl MySqlDriver {
 
     /// A pooled connection ([`Held`]: one dropped mid-transaction is closed).
     pub(crate) async fn conn(&self) -> Result<Held> {
+        let at = self.ring.as_ref().and_then(|r| r.at());
         match self.pool.acquire().await {
             Ok(conn) => Ok(Held::new(conn)),
             Err(e) => {
                 // no connection within the acquire timeout: the node the pool was
                 // connecting to may be down, so its next attempt goes to the next one
                 if let Some(ring) = &self.ring {
-                    ring.turn();
+                    ring.failed(at);
                 }
                 Err(my_err(e))
             }

@@ -1,15 +1,16 @@
 //! A URL naming several servers (`mysql://user:pass@db1:3306,db2:3306,db3:3306/app`):
 //! the nodes of a Galera cluster, every one a primary. sqlx connects a pool to one
-//! server; the store turns its pool's connections over the nodes instead, one new
-//! connection after another, so its writers sit on every node.
+//! server; the store points its pool at one node at a time and moves it on when that
+//! node fails (the default), or turns its connections over every node, one new
+//! connection after another (`MySqlOptions::every_node`).
 //!
 //! How: sqlx reads the pool's connect options afresh at each connection attempt
-//! (`Pool::set_connect_options`). Each time the pool opens a connection (accepted, or
-//! refused by the store's check of a Galera node: `wsrep_ready = OFF`, outside the
-//! primary component) the ring moves the options on to the next node, so a pool's
-//! connections go round the nodes in the URL's order. A node that is down refuses its
-//! connection: the pool tries it again until its acquire timeout, and the store's
-//! acquire that timed out moves the ring on, so the next attempt goes to the next node.
+//! (`Pool::set_connect_options`). A node fails when it refuses the store's check
+//! (`wsrep_ready = OFF`: outside the primary component) or does not answer within an
+//! acquire's timeout (the pool tries it again until then); the ring then moves the
+//! options on to the node after it, once however many acquires saw it fail. Spread over
+//! every node, each connection opened also moves them on, so a pool's connections go
+//! round the nodes in the URL's order.
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -62,6 +63,8 @@ pub(crate) fn parse(url: &str, op: &'static str) -> Result<Vec<MySqlConnectOptio
 /// per acquire that timed out).
 pub(crate) struct Ring {
     nodes: Vec<MySqlConnectOptions>,
+    /// Each connection opened moves the pool on (every node), or only a failure does.
+    every_node: bool,
     next: AtomicUsize,
     /// The pool whose connect options turn; taken out when the store is dropped (the
     /// pool's own hooks hold the ring, so the ring must not keep the pool alive).
@@ -69,9 +72,10 @@ pub(crate) struct Ring {
 }
 
 impl Ring {
-    pub(crate) fn new(nodes: Vec<MySqlConnectOptions>) -> Self {
+    pub(crate) fn new(nodes: Vec<MySqlConnectOptions>, every_node: bool) -> Self {
         Ring {
             nodes,
+            every_node,
             next: AtomicUsize::new(1),
             pool: Mutex::new(None),
         }
@@ -101,8 +105,46 @@ impl Ring {
         }
     }
 
+    /// The node the pool connects to now (`None` for one node, or without a pool).
+    pub(crate) fn at(&self) -> Option<usize> {
+        if self.nodes.len() < 2 {
+            return None;
+        }
+        let slot = self.pool.lock().ok()?;
+        let options = slot.as_ref()?.connect_options();
+        self.nodes
+            .iter()
+            .position(|n| n.get_host() == options.get_host() && n.get_port() == options.get_port())
+    }
+
+    /// A connection was opened: spread over every node, the next goes to the next node.
+    pub(crate) fn opened(&self) {
+        if self.every_node {
+            self.turn();
+        }
+    }
+
+    /// Node `at` (as [`at`](Self::at) read it before trying) failed: the pool moves on to
+    /// the node after it, unless it has moved on already (several acquires may see one
+    /// node fail; it moves once). Spread over every node, it simply turns.
+    pub(crate) fn failed(&self, at: Option<usize>) {
+        if self.every_node {
+            return self.turn();
+        }
+        let (Some(i), Ok(slot)) = (at, self.pool.lock()) else {
+            return;
+        };
+        if let Some(pool) = slot.as_ref() {
+            let now = pool.connect_options();
+            let node = &self.nodes[i];
+            if node.get_host() == now.get_host() && node.get_port() == now.get_port() {
+                pool.set_connect_options(self.nodes[(i + 1) % self.nodes.len()].clone());
+            }
+        }
+    }
+
     /// Point the pool's next connection at the next node.
-    pub(crate) fn turn(&self) {
+    fn turn(&self) {
         if self.nodes.len() < 2 {
             return;
         }
@@ -158,23 +200,54 @@ mod tests {
     #[tokio::test]
     async fn the_ring_turns_a_pool_round_the_nodes_from_where_it_started() {
         let nodes = parse("mysql://u:p@a:1,b:2,c:3/app", "t").unwrap();
-        let ring = Ring::new(nodes.clone());
+        let ring = Ring::new(nodes.clone(), true);
         // no connection is made: a lazy pool only holds its options
         let pool = sqlx::mysql::MySqlPoolOptions::new().connect_lazy_with(nodes[1].clone());
         let port = |pool: &MySqlPool| pool.connect_options().get_port();
         ring.start_at(1);
-        ring.turn(); // not attached yet: nothing to turn
+        ring.opened(); // not attached yet: nothing to turn
         assert_eq!(port(&pool), 2);
         ring.attach(&pool);
         let mut seen = Vec::new();
         for _ in 0..4 {
-            ring.turn();
+            ring.opened();
             seen.push(port(&pool));
         }
         assert_eq!(seen, [3, 1, 2, 3]);
+        ring.failed(Some(0));
+        assert_eq!(port(&pool), 1, "every node: a failure turns too");
         ring.detach();
-        ring.turn();
-        assert_eq!(port(&pool), 3, "a detached ring turns nothing");
+        ring.opened();
+        assert_eq!(port(&pool), 1, "a detached ring turns nothing");
+    }
+
+    #[tokio::test]
+    async fn on_one_node_only_a_failure_moves_the_pool_and_only_once() {
+        let nodes = parse("mysql://u:p@a:1,b:2,c:3/app", "t").unwrap();
+        let ring = Ring::new(nodes.clone(), false);
+        let pool = sqlx::mysql::MySqlPoolOptions::new().connect_lazy_with(nodes[0].clone());
+        let port = |pool: &MySqlPool| pool.connect_options().get_port();
+        ring.start_at(0);
+        ring.attach(&pool);
+        for _ in 0..3 {
+            ring.opened();
+        }
+        assert_eq!(
+            (port(&pool), ring.at()),
+            (1, Some(0)),
+            "connections stay on a"
+        );
+        // three acquires saw a fail: the pool moves to b once
+        let at = ring.at();
+        for _ in 0..3 {
+            ring.failed(at);
+        }
+        assert_eq!((port(&pool), ring.at()), (2, Some(1)));
+        ring.failed(Some(1));
+        ring.failed(Some(2));
+        assert_eq!(port(&pool), 1, "past the last node, the first again");
+        ring.failed(None);
+        assert_eq!(port(&pool), 1, "an unknown node moves nothing");
     }
 
     #[test]

@@ -39,7 +39,8 @@ impl MySqlStore {
     /// Connect to `url` (`mysql://user:pass@host:port/db`) with default options. A URL
     /// may name several servers, the nodes of a Galera cluster
     /// (`mysql://user:pass@db1:3306,db2:3306,db3:3306/db`): the pool's connections go
-    /// round them.
+    /// to the first that serves, and to the next when it fails (or round them all, with
+    /// [`MySqlOptions::every_node`]).
     /// Call [`migrate`](TaskStore::migrate) before first use.
     pub async fn connect(url: &str) -> Result<Self> {
         Self::connect_with(url, MySqlOptions::default()).await
@@ -55,7 +56,7 @@ impl MySqlStore {
         if options.max_connections == 0 {
             return Err(Error::config(OP, "max_connections must be at least 1"));
         }
-        let ring = Arc::new(Ring::new(hosts::parse(url, OP)?));
+        let ring = Arc::new(Ring::new(hosts::parse(url, OP)?, options.every_node));
         // the first node that answers (a URL of one server: why it does not); the
         // pool's connections go round the nodes from it
         let mut refused = None;
@@ -93,8 +94,19 @@ impl MySqlStore {
                 })
             })
             .after_connect(move |conn, _meta| {
-                on_connect.turn();
-                Box::pin(async move { session_setup(conn).await })
+                // a node that refuses to serve moves the pool on (as an acquire that
+                // timed out does, in `conn`); spread over every node, so does each
+                // connection opened
+                let ring = on_connect.clone();
+                let at = ring.at();
+                ring.opened();
+                Box::pin(async move {
+                    let setup = session_setup(conn).await;
+                    if setup.is_err() {
+                        ring.failed(at);
+                    }
+                    setup
+                })
             })
             .connect_lazy_with(ring.nodes()[up].clone());
         ring.attach(&pool);

@@ -32,9 +32,9 @@ struct MySqlHarness(ClaimStrategy, Transport);
 enum Transport {
     Plain,
     Tls,
-    /// The store's connections spread over the nodes of a Galera cluster; the harness's
-    /// own on the first node, each read waiting for the cluster's writes before it
-    /// (`wsrep_sync_wait`).
+    /// A Galera cluster: the store's connections on one node of the URL naming every
+    /// node (the default), the harness's own on the first node, each read waiting for
+    /// the cluster's writes before it (`wsrep_sync_wait`).
     Galera,
 }
 
