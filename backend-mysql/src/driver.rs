@@ -110,8 +110,9 @@ impl MySqlDriver {
         match self.pool.acquire().await {
             Ok(conn) => Ok(Held::new(conn)),
             Err(e) => {
-                // no connection within the acquire timeout: the node the pool was
-                // connecting to may be down, so its next attempt goes to the next one
+                // no connection (refused, closed, or none within the acquire timeout):
+                // the node the pool was connecting to may be down, so its next attempt
+                // goes to the next one
                 if let Some(ring) = &self.ring {
                     ring.failed(at);
                 }

@@ -6,8 +6,8 @@
 //!
 //! How: sqlx reads the pool's connect options afresh at each connection attempt
 //! (`Pool::set_connect_options`). A node fails when it refuses the store's check
-//! (`wsrep_ready = OFF`: outside the primary component) or does not answer within an
-//! acquire's timeout (the pool tries it again until then); the ring then moves the
+//! (`wsrep_ready = OFF`: outside the primary component) or an acquire fails (no
+//! connection could be made, refused, closed or timed out); the ring then moves the
 //! options on to the node after it, once however many acquires saw it fail. Spread over
 //! every node, each connection opened also moves them on, so a pool's connections go
 //! round the nodes in the URL's order.

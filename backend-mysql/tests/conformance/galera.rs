@@ -110,3 +110,156 @@ async fn store_connections_go_round_every_node() {
         assert_eq!(on.len(), servers.len(), "each node once a round: {nodes:?}");
     }
 }
+
+/// A TCP proxy in front of one node, which the case can cut: every connection through
+/// it closed, every new one closed as soon as it is accepted.
+struct Cuttable {
+    port: u16,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    links: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+}
+
+impl Cuttable {
+    async fn start(upstream: String) -> Cuttable {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the proxy");
+        let port = listener.local_addr().expect("its address").port();
+        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let links = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (cut2, links2) = (cut.clone(), links.clone());
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if cut2.load(std::sync::atomic::Ordering::SeqCst) {
+                    continue; // dropped: closed at once
+                }
+                let upstream = upstream.clone();
+                let link = tokio::spawn(async move {
+                    if let Ok(mut out) = tokio::net::TcpStream::connect(&upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                    }
+                });
+                links2.lock().expect("links").push(link);
+            }
+        });
+        Cuttable { port, cut, links }
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        for link in self.links.lock().expect("links").drain(..) {
+            link.abort();
+        }
+    }
+}
+
+/// One writer node, cut off (a proxy in front of it closes every connection and
+/// refuses new ones): the store's next acquire times out, the pool moves to the next
+/// node of the URL, and the store goes on there; every task is claimed and completed
+/// once, none lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_moves_to_the_next_node_when_its_node_is_cut_off() {
+    use backstop_core::TaskStore;
+    let harness = MySqlHarness(ClaimStrategy::SkipLocked, Transport::Galera);
+    let Some(ctx) = backstop_testkit::Ctx::setup(
+        harness,
+        "a_store_moves_to_the_next_node_when_its_node_is_cut_off",
+    )
+    .await
+    else {
+        return;
+    };
+    let (nodes, db) = ctx.db.store_url.rsplit_once('/').expect("a database");
+    let (prefix, hosts) = nodes.split_at(nodes.rfind('@').expect("user info") + 1);
+    let hosts: Vec<&str> = hosts.split(',').collect();
+    let proxy = Cuttable::start(hosts[0].to_owned()).await;
+    let url = format!(
+        "{prefix}127.0.0.1:{},{}/{db}",
+        proxy.port,
+        hosts[1..].join(",")
+    );
+    let store = MySqlStore::connect_with(
+        &url,
+        MySqlOptions::default()
+            .max_connections(2)
+            .acquire_timeout(Duration::from_secs(2)),
+    )
+    .await
+    .expect("open through the proxy");
+    let node = |store: MySqlStore| async move {
+        let mut conn = store.pool().acquire().await.expect("a connection");
+        sqlx::query_scalar::<_, String>("SELECT @@wsrep_node_name")
+            .fetch_one(&mut *conn)
+            .await
+            .expect("the node's name")
+    };
+    let first: String = sqlx::query_scalar("SELECT @@wsrep_node_name")
+        .fetch_one(&ctx.db.admin)
+        .await
+        .expect("node 1's name");
+    assert_eq!(
+        node(store.clone()).await,
+        first,
+        "through the proxy to node 1"
+    );
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        ids.push(
+            store
+                .enqueue(backstop_core::NewTask::new("CUT", format!("k{i}")))
+                .await
+                .expect("enqueue")
+                .id,
+        );
+    }
+    let types = ["CUT".to_owned()];
+    let mut done = Vec::new();
+    let finish = |got: Vec<backstop_core::Task>| {
+        let store = store.clone();
+        async move {
+            let marks: Vec<_> = got
+                .iter()
+                .map(|t| backstop_core::Mark::success(t.lease()))
+                .collect();
+            let applied = store.mark(&marks).await.expect("mark");
+            assert!(applied.iter().all(|a| *a), "each completion applies");
+            got.into_iter().map(|t| t.id).collect::<Vec<_>>()
+        }
+    };
+    let got = store
+        .claim_batch(&ctx.owner, &types, 8)
+        .await
+        .expect("claim");
+    done.extend(finish(got).await);
+
+    proxy.cut();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut errors = 0;
+    while done.len() < ids.len() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{errors} errors, {} done",
+            done.len()
+        );
+        match store.claim_batch(&ctx.owner, &types, 8).await {
+            Ok(got) => done.extend(finish(got).await),
+            Err(e) => {
+                assert!(e.is_temporary(), "{e}");
+                errors += 1;
+            }
+        }
+    }
+    assert!(errors >= 1, "the cut was noticed");
+    let second = node(store.clone()).await;
+    assert_ne!(second, first, "the store moved off the cut node");
+    done.sort_unstable();
+    ids.sort_unstable();
+    assert_eq!(done, ids, "each task claimed and completed once");
+    for id in ids {
+        let t = store.get(id).await.expect("get").expect("the task");
+        assert_eq!(
+            (t.status, t.attempts),
+            (backstop_core::Status::Succeeded, 1)
+        );
+    }
+}
