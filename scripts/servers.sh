@@ -355,8 +355,15 @@ start_redis() {
   dir="$work/redis"
   mkdir -p "$dir"
   port=$(free_port)
-  log "starting Redis ($(redis-server --version | cut -d' ' -f3)) on 127.0.0.1:$port"
+  # TLS on a second port, with the test CA's certificate (clients not asked for one)
+  local tls_port
+  tls_port=$(free_port)
+  make_test_ca
+  install_server_cert "$dir" root
+  log "starting Redis ($(redis-server --version | cut -d' ' -f3)) on 127.0.0.1:$port, TLS on $tls_port"
   redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+    --tls-port "$tls_port" --tls-cert-file "$dir/server.pem" --tls-key-file "$dir/server.key" \
+    --tls-ca-cert-file "$dir/ca.pem" --tls-auth-clients no \
     --dir "$dir" --daemonize no >"$dir/server.log" 2>&1 &
   echo $! >"$dir/pid"
   # the pid file names the current server: a test that restarts Redis rewrites it
@@ -369,6 +376,8 @@ start_redis() {
   export BACKSTOP_TEST_REDIS_URL="redis://127.0.0.1:$port"
   export BACKSTOP_TEST_REDIS_SERVER="$(command -v redis-server)"
   require redis
+  export BACKSTOP_TEST_REDIS_TLS_URL="rediss://127.0.0.1:$tls_port/?sslrootcert=$BACKSTOP_TEST_TLS_CA"
+  require redis-tls
 }
 
 # Debian's headless Chromium and its WebDriver, for the console's browser test

@@ -12,7 +12,10 @@
 //! - [`KeyLock`]: an optional lock on a business key for handlers with side effects
 //!   outside the database (the inbox stays the arbiter).
 //!
-//! Each takes a URL: `redis://[[user]:password@]host[:port][/db]` for one server, or
+//! Each takes a URL: `redis://[[user]:password@]host[:port][/db]` for one server,
+//! `rediss://…[?sslrootcert=<ca.pem>]` for one server over TLS (rustls; the server's
+//! certificate checked against that CA file, as the database backends' `sslrootcert`, or
+//! against the system's roots without it), or
 //! `redis+sentinel://[[user]:password@]host[:port][,host[:port]…]/<master>[/db]` for the
 //! master that the Sentinels at those addresses (port 26379 by default) name: every new
 //! connection asks them, so a failover is followed (the credentials and database are the

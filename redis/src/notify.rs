@@ -60,7 +60,7 @@ impl RedisNotifier {
 
     /// A notifier with an existing client.
     pub fn new(client: redis::Client, channel: impl Into<String>) -> Result<Self> {
-        Self::with_target(Target::Server(client), channel)
+        Self::with_target(Target::Server(Box::new(client)), channel)
     }
 
     fn with_target(target: Target, channel: impl Into<String>) -> Result<Self> {

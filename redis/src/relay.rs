@@ -209,7 +209,7 @@ impl StreamRelay {
 
     /// A relay with an existing client.
     pub fn new(client: redis::Client, options: RelayOptions) -> Result<Self> {
-        Self::with_target(Target::Server(client), options)
+        Self::with_target(Target::Server(Box::new(client)), options)
     }
 
     fn with_target(target: Target, options: RelayOptions) -> Result<Self> {

@@ -16,13 +16,16 @@ const SENTINEL_PORT: u16 = 26379;
 /// A Redis server or a Sentinel-watched master, parsed from a URL:
 ///
 /// - `redis://[[user]:password@]host[:port][/db]`: one server (redis-rs's own URL);
+/// - `rediss://…[?sslrootcert=<ca.pem>]`: one server over TLS (rustls), its certificate
+///   checked against the CA file `sslrootcert` names (PostgreSQL's parameter), or
+///   against the system's roots without it;
 /// - `redis+sentinel://[[user]:password@]host[:port][,host[:port]…]/<master>[/db]`: the
 ///   master the Sentinels at those addresses (port 26379 by default) name `<master>`.
 ///   The credentials and database are the master's; the Sentinels are asked without
 ///   credentials.
 #[derive(Clone)]
 pub(crate) enum Target {
-    Server(redis::Client),
+    Server(Box<redis::Client>),
     Sentinel(Arc<Watched>),
 }
 
@@ -39,9 +42,27 @@ impl Target {
         if url.starts_with(SENTINEL_SCHEME) {
             return Self::sentinel(url, operation);
         }
+        let bad =
+            |e: redis::RedisError| Error::config(operation, format!("invalid Redis URL: {e}"));
+        if url.starts_with("rediss://") {
+            let (url, ca) = without_root_cert(url);
+            let root_cert = match ca {
+                Some(path) => Some(std::fs::read(&path).map_err(|e| {
+                    Error::config(operation, format!("cannot read sslrootcert {path}: {e}"))
+                })?),
+                None => None,
+            };
+            let certs = redis::TlsCertificates {
+                client_tls: None,
+                root_cert,
+            };
+            return redis::Client::build_with_tls(url, certs)
+                .map(|c| Target::Server(Box::new(c)))
+                .map_err(bad);
+        }
         redis::Client::open(url)
-            .map(Target::Server)
-            .map_err(|e| Error::config(operation, format!("invalid Redis URL: {e}")))
+            .map(|c| Target::Server(Box::new(c)))
+            .map_err(bad)
     }
 
     fn sentinel(url: &str, operation: &'static str) -> Result<Self> {
@@ -104,13 +125,37 @@ impl Target {
     /// answers `ROLE` as master).
     pub async fn client(&self) -> RedisResult<redis::Client> {
         match self {
-            Target::Server(client) => Ok(client.clone()),
+            Target::Server(client) => Ok((**client).clone()),
             Target::Sentinel(w) => {
                 let mut sentinels = w.sentinels.lock().await;
                 sentinels.async_master_for(&w.master, Some(&w.node)).await
             }
         }
     }
+}
+
+/// `url` without its `sslrootcert` parameter, and the parameter's value.
+fn without_root_cert(url: &str) -> (String, Option<String>) {
+    let Some((base, query)) = url.split_once('?') else {
+        return (url.to_owned(), None);
+    };
+    let mut ca = None;
+    let rest: Vec<&str> = query
+        .split('&')
+        .filter(|p| match p.strip_prefix("sslrootcert=") {
+            Some(path) => {
+                ca = Some(path.to_owned());
+                false
+            }
+            None => !p.is_empty(),
+        })
+        .collect();
+    let url = if rest.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", rest.join("&"))
+    };
+    (url, ca)
 }
 
 /// Whether `e` means the connection should be made again: it broke or timed out, or
@@ -153,6 +198,30 @@ mod tests {
         assert_eq!(name, "m");
         assert!(node.contains("db: 0"), "{node}");
         assert!(node.contains("\"u\""), "{node}");
+    }
+
+    #[test]
+    fn the_root_certificate_parameter_is_taken_out_of_the_url() {
+        assert_eq!(
+            without_root_cert("rediss://h:1/2?sslrootcert=/ca.pem"),
+            ("rediss://h:1/2".to_owned(), Some("/ca.pem".to_owned()))
+        );
+        assert_eq!(
+            without_root_cert("rediss://h:1/?protocol=resp3&sslrootcert=/c&x=y"),
+            (
+                "rediss://h:1/?protocol=resp3&x=y".to_owned(),
+                Some("/c".to_owned())
+            )
+        );
+        assert_eq!(
+            without_root_cert("rediss://h:1"),
+            ("rediss://h:1".to_owned(), None)
+        );
+        let e = Target::open("rediss://h:1/?sslrootcert=/no/such/ca.pem", "test")
+            .err()
+            .expect("refused");
+        assert_eq!(e.kind(), backstop_core::ErrorKind::Config, "{e}");
+        assert!(e.to_string().contains("/no/such/ca.pem"), "{e}");
     }
 
     #[test]
