@@ -58,7 +58,7 @@ impl MySqlStore {
         }
         let ring = Arc::new(Ring::new(hosts::parse(url, OP)?, options.every_node));
         // the first node that answers (a URL of one server: why it does not); the
-        // pool's connections go round the nodes from it
+        // pool's connections start there
         let mut refused = None;
         let mut up = None;
         for (i, node) in ring.nodes().iter().enumerate() {
