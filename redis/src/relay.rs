@@ -44,7 +44,10 @@ pub struct RelayOptions {
     /// and the entry added again (the consumer's inbox drops the copy). Without it, a
     /// failover can lose an entry the old master answered but had not replicated, and
     /// its task has already succeeded: set it wherever Sentinel (or any failover)
-    /// promotes a replica. Validated: `n` from 1 to 16, the wait from 1 ms to 4 s.
+    /// promotes a replica. Validated: `n` from 1 to 16, the wait from 1 ms to 4 s. The
+    /// relay's publishes share one connection and Redis answers a `WAIT` before the
+    /// commands behind it, so while no replica acknowledges, concurrent attempts wait
+    /// their turn: keep the wait to a few hundred milliseconds.
     pub replicas: Option<(u32, Duration)>,
 }
 
