@@ -7,7 +7,9 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/backstop-test.XXXXXX")
 cleanups=()
 cleanup() {
   local i
-  for ((i = ${#cleanups[@]} - 1; i >= 0; i--)); do eval "${cleanups[i]}" || true; done
+  # each stop in a subshell of its own: one that loops on a variable of its own (the
+  # Galera nodes' wait on `i`) must not move this loop on and skip the others
+  for ((i = ${#cleanups[@]} - 1; i >= 0; i--)); do (eval "${cleanups[i]}") || true; done
   rm -rf "$work"
 }
 trap cleanup EXIT
