@@ -7,7 +7,7 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test code
 
 mod common;
-use common::required;
+use common::{free_port, required};
 
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
@@ -22,14 +22,6 @@ use backstop_redis::RedisNotifier;
 use backstop_sqlite::SqliteStore;
 
 const PATIENCE: Duration = Duration::from_secs(20);
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 struct Redis {
     bin: String,

@@ -9,7 +9,7 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test code
 
 mod common;
-use common::{required, unique};
+use common::{free_port, required, unique};
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -25,14 +25,6 @@ use backstop_sqlite::{sqlite_handler, SqliteStore};
 
 const PATIENCE: Duration = Duration::from_secs(30);
 const MASTER: &str = "backstop";
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A `redis-server` of the deployment (a data node or a Sentinel), run from its config
 /// file so that a restart finds what Sentinel rewrote there.

@@ -26,14 +26,8 @@ fn tls_url(case: &str) -> Option<String> {
     }
 }
 
-/// The relay, a key lock and the notifier over TLS, checked against the test CA; what the
-/// relay added is on the server (read back over TLS by redis-rs itself).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_redis_parts_work_over_tls_with_the_urls_root_certificate() {
-    let Some(url) = tls_url("redis_tls") else {
-        return;
-    };
-    let stream = unique("tls");
+/// One task in a SQLite store of its own, as the relay's handler would get it.
+async fn one_task() -> (tempfile::TempDir, backstop_core::Task) {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path().join("tls.db")).await.unwrap();
     store.migrate().await.unwrap();
@@ -42,6 +36,18 @@ async fn the_redis_parts_work_over_tls_with_the_urls_root_certificate() {
         .await
         .unwrap();
     let task = store.get(e.id).await.unwrap().unwrap();
+    (dir, task)
+}
+
+/// The relay, a key lock and the notifier over TLS, checked against the test CA; what the
+/// relay added is on the server (read back over TLS by redis-rs itself).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_parts_work_over_tls_with_the_urls_root_certificate() {
+    let Some(url) = tls_url("redis_tls") else {
+        return;
+    };
+    let stream = unique("tls");
+    let (_dir, task) = one_task().await;
     let relay = StreamRelay::open(&url, RelayOptions::new(&stream)).unwrap();
     relay.publish(&task).await.expect("XADD over TLS");
 
@@ -87,14 +93,7 @@ async fn a_server_certificate_from_another_ca_is_refused() {
     let other = std::env::var("BACKSTOP_TEST_TLS_OTHER_CA").expect("scripts/test sets it");
     let (base, _) = url.split_once("?sslrootcert=").expect("a CA in the URL");
     let wrong = format!("{base}?sslrootcert={other}");
-    let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(dir.path().join("tls.db")).await.unwrap();
-    store.migrate().await.unwrap();
-    let e = store
-        .enqueue(NewTask::new("ORDER_PLACED", "o1"))
-        .await
-        .unwrap();
-    let task = store.get(e.id).await.unwrap().unwrap();
+    let (_dir, task) = one_task().await;
     let stream = unique("tls-refused");
     let relay = StreamRelay::open(&wrong, RelayOptions::new(&stream)).unwrap();
     let e = relay.publish(&task).await.expect_err("refused");

@@ -42,3 +42,12 @@ pub async fn conn(url: &str) -> redis::aio::MultiplexedConnection {
         .await
         .unwrap()
 }
+
+/// A TCP port of 127.0.0.1 free at the time of asking.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
