@@ -101,7 +101,15 @@ impl MySqlDriver {
         F: FnOnce(Held) -> Fut,
         Fut: Future<Output = std::result::Result<T, sqlx::Error>>,
     {
-        f(self.conn().await?).await.map_err(my_err)
+        let at = self.ring.as_ref().and_then(|r| r.at());
+        f(self.conn().await?).await.map_err(|e| {
+            // a Galera node that left the primary component after the connection opened
+            // refuses every statement: the pool moves on, and leaves its connections
+            if let (Some(ring), Some(1047)) = (&self.ring, crate::connect::error_number(&e)) {
+                ring.failed(at);
+            }
+            my_err(e)
+        })
     }
 
     /// A pooled connection ([`Held`]: one dropped mid-transaction is closed).

@@ -7,14 +7,18 @@
 //! How: sqlx reads the pool's connect options afresh at each connection attempt
 //! (`Pool::set_connect_options`). A node fails when it refuses the store's check
 //! (`wsrep_ready = OFF`: outside the primary component) or an acquire fails (no
-//! connection could be made, refused, closed or timed out); the ring then moves the
-//! options on to the node after it, once however many acquires saw it fail. Spread over
+//! connection could be made, refused, closed or timed out), or a statement on a pooled
+//! connection is refused with MySQL error 1047 (the node left the primary component
+//! after the connection opened); the ring then moves the options on to the node after
+//! it, once however many acquires saw it fail, and the connections opened before the
+//! move are closed as they are next acquired. Spread over
 //! every node, each connection opened also moves them on, so a pool's connections go
 //! round the nodes in the URL's order.
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use backstop_core::driver::prelude::*;
 use sqlx::mysql::MySqlConnectOptions;
@@ -69,6 +73,9 @@ pub(crate) struct Ring {
     /// The pool whose connect options turn; taken out when the store is dropped (the
     /// pool's own hooks hold the ring, so the ring must not keep the pool alive).
     pool: Mutex<Option<MySqlPool>>,
+    /// When the pool last moved off a failed node (one writer node); the connections
+    /// opened before are discarded as they are next acquired ([`stale`](Self::stale)).
+    moved: Mutex<Option<Instant>>,
 }
 
 impl Ring {
@@ -78,6 +85,7 @@ impl Ring {
             every_node,
             next: AtomicUsize::new(1),
             pool: Mutex::new(None),
+            moved: Mutex::new(None),
         }
     }
 
@@ -139,8 +147,22 @@ impl Ring {
             let node = &self.nodes[i];
             if node.get_host() == now.get_host() && node.get_port() == now.get_port() {
                 pool.set_connect_options(self.nodes[(i + 1) % self.nodes.len()].clone());
+                if let Ok(mut moved) = self.moved.lock() {
+                    *moved = Some(Instant::now());
+                }
             }
         }
+    }
+
+    /// Whether a pooled connection `age` old was opened before the pool last moved off
+    /// a failed node: it may be on that node (still open, but outside the primary
+    /// component, or about to be cut off), so the pool closes it and opens one on the
+    /// node it moved to. Spread over every node, nothing is stale.
+    pub(crate) fn stale(&self, age: Duration) -> bool {
+        let Ok(moved) = self.moved.lock() else {
+            return false;
+        };
+        moved.is_some_and(|at| age > at.elapsed())
     }
 
     /// Point the pool's next connection at the next node.

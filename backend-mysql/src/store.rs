@@ -77,6 +77,7 @@ impl MySqlStore {
         };
         ring.start_at(up);
         let on_connect = ring.clone();
+        let on_acquire = ring.clone();
         let pool = MySqlPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
@@ -85,8 +86,13 @@ impl MySqlStore {
             // idle long enough for the server or a proxy to have dropped it; a connection
             // that breaks anyway fails its statement with a temporary error.
             .test_before_acquire(false)
-            .before_acquire(|conn, meta| {
+            .before_acquire(move |conn, meta| {
+                // opened before the pool moved off a failed node: maybe on it
+                let stale = on_acquire.stale(meta.age);
                 Box::pin(async move {
+                    if stale {
+                        return Ok(false);
+                    }
                     if meta.idle_for >= IDLE_PING_AFTER {
                         sqlx::Connection::ping(conn).await?;
                     }
