@@ -47,7 +47,12 @@ pub(crate) async fn pause<S>(
 /// leases first and waits one heartbeat interval, so that neither its own tasks nor those
 /// of instances whose heartbeats failed the same way are taken as dead: without that, the
 /// first sweep after the store comes back recycles every task that ran through the
-/// outage, and each of them runs twice.
+/// outage, and each of them runs twice. A stall counts as an outage: a heartbeat or sweep
+/// that waited on the store [`stall_after`] or longer, or a heartbeat still waiting that
+/// long. A stalled store commits the heartbeats it held with the time they were sent, so
+/// their leases look dead the moment they are visible (a Galera cluster waits out a node
+/// that died or was cut off for about five seconds; the chaos suite's Galera lane ran
+/// 147 tasks twice after 8 node faults before this, see the guide's Proof under fire).
 ///
 /// A sweep that recycled something, or passed over a dead task whose row another
 /// transaction held at that moment (`SKIP LOCKED`: a mark, a claim reading one row past
@@ -82,7 +87,7 @@ pub(crate) async fn recycler<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
             }
         }
         sweep_keys(&shared, &mut key_cursor).await;
-        if troubled || shared.leases_unrefreshed.load(Ordering::SeqCst) {
+        if troubled || shared.leases_unrefreshed.load(Ordering::SeqCst) || leases_stale(&shared) {
             // Back from an outage: this instance's own leases went unrefreshed while the
             // store was away, and may look dead to a sweep. Refresh them first (which
             // also shows the store answers again; holding none, registering this
@@ -113,11 +118,15 @@ pub(crate) async fn recycler<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
                 continue;
             }
         }
-        let full = match shared
+        let began = std::time::Instant::now();
+        let swept = shared
             .store
             .recycle_dead(cfg.dead_after, cfg.recycle_batch)
-            .await
-        {
+            .await;
+        // a sweep that waited on a stalled store: the others' heartbeats waited too, and
+        // the next sweep first gives them time to refresh (as after an outage)
+        troubled |= began.elapsed() >= stall_after(cfg);
+        let full = match swept {
             Ok(r) => {
                 found = r.passed_over > 0;
                 if r.total() > 0 {
@@ -625,28 +634,69 @@ pub(crate) async fn heartbeats<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
     }
 }
 
+/// How long a lease refresh may wait on the store before the leases it wrote count as
+/// old: its statement took the time when it ran, and a store that stalled (a Galera
+/// cluster waiting out a node that died or was cut off, a network that delivered late)
+/// commits it seconds later, so the lease may look dead to a sweep the moment it is
+/// visible. The larger of one heartbeat interval and `dead_after` less two intervals.
+fn stall_after(cfg: &super::EngineConfig) -> Duration {
+    cfg.dead_after
+        .saturating_sub(cfg.heartbeat_interval * 2)
+        .max(cfg.heartbeat_interval)
+}
+
+/// Whether this instance's leases may look dead to a sweep: it holds some, and the last
+/// refresh the store applied began [`stall_after`] ago or longer (one is still waiting
+/// on the store, or came back that late). Its sweep then refreshes them and waits a
+/// heartbeat interval before recycling, as after an outage: the other instances'
+/// refreshes waited on the same store and are sent again at once.
+fn leases_stale<S>(shared: &Shared<S>) -> bool {
+    let refreshed = *shared
+        .last_refreshed
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    refreshed.is_some_and(|at| at.elapsed() >= stall_after(&shared.config))
+        && !shared.tracker.to_heartbeat().is_empty()
+}
+
 /// One heartbeat of every held task's lease (nothing to do when none is held); a failure
 /// is counted, logged and remembered in `leases_unrefreshed` until a refresh succeeds.
+/// A refresh that waited on the store [`stall_after`] or longer counts as failed too
+/// (without counting a store error): the next one is sent a quarter interval later.
 async fn refresh_leases<S: TaskStore + Clone>(shared: &Shared<S>) -> Result<(), ()> {
     let leases = shared.tracker.to_heartbeat();
+    let began = std::time::Instant::now();
+    let refreshed = |at| {
+        *shared
+            .last_refreshed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(at);
+    };
     if leases.is_empty() {
         // nothing held, nothing that could look dead
         shared.leases_unrefreshed.store(false, Ordering::SeqCst);
+        refreshed(began);
         return Ok(());
     }
-    let began = std::time::Instant::now();
     match shared.store.heartbeat(&leases).await {
         Ok(flags) => {
-            shared.leases_unrefreshed.store(false, Ordering::SeqCst);
-            *shared
-                .last_refreshed
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()) = Some(began);
+            refreshed(began);
             for (lease, ok) in leases.iter().zip(flags) {
                 if !ok {
                     lease_gone(shared, *lease);
                 }
             }
+            let took = began.elapsed();
+            if took >= stall_after(&shared.config) {
+                shared.leases_unrefreshed.store(true, Ordering::SeqCst);
+                tracing::warn!(
+                    took_ms = took.as_millis() as u64,
+                    "a heartbeat waited on the store so long that the leases it wrote may \
+                     already look dead: refreshing again at once, and sweeping only after"
+                );
+                return Err(());
+            }
+            shared.leases_unrefreshed.store(false, Ordering::SeqCst);
             Ok(())
         }
         Err(e) => {
