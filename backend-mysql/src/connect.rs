@@ -107,6 +107,29 @@ pub(crate) async fn session_setup(conn: &mut sqlx::MySqlConnection) -> sqlx::Res
     Ok(())
 }
 
+/// Whether a node serves, read on a new connection: `Some(true)` in the primary
+/// component (`wsrep_ready`) and caught up with the cluster (`wsrep_local_state` 4,
+/// `Synced`), `Some(false)` in the primary component but a joiner still applying what it
+/// missed or a donor, `None` outside it. A server without Galera: `Some(true)`.
+pub(crate) async fn node_state(conn: &mut sqlx::MySqlConnection) -> sqlx::Result<Option<bool>> {
+    if !is_galera(&mut *conn).await? {
+        return Ok(Some(true));
+    }
+    let rows: Vec<(String, String)> =
+        sqlx::query_as("SHOW STATUS WHERE Variable_name IN ('wsrep_ready', 'wsrep_local_state')")
+            .fetch_all(&mut *conn)
+            .await?;
+    let value = |name: &str| {
+        rows.iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    };
+    if !value("wsrep_ready").is_some_and(|v| v.eq_ignore_ascii_case("ON")) {
+        return Ok(None);
+    }
+    Ok(Some(value("wsrep_local_state") == Some("4")))
+}
+
 /// Whether the server is a Galera cluster's node (`wsrep_on`; MySQL has no such variable).
 pub(crate) async fn is_galera<'c, E>(conn: E) -> sqlx::Result<bool>
 where

@@ -102,14 +102,20 @@ impl MySqlDriver {
         Fut: Future<Output = std::result::Result<T, sqlx::Error>>,
     {
         let at = self.ring.as_ref().and_then(|r| r.at());
-        f(self.conn().await?).await.map_err(|e| {
-            // a Galera node that left the primary component after the connection opened
-            // refuses every statement: the pool moves on, and leaves its connections
-            if let (Some(ring), Some(1047)) = (&self.ring, crate::connect::error_number(&e)) {
-                ring.failed(at);
+        match f(self.conn().await?).await {
+            Ok(done) => Ok(done),
+            Err(e) => {
+                // a Galera node that left the primary component after the connection
+                // opened refuses every statement (1047); a broken connection (I/O) may
+                // be a node that died: either way an election tells where to write
+                let node_failed = matches!(e, sqlx::Error::Io(_))
+                    || crate::connect::error_number(&e) == Some(1047);
+                if let (Some(ring), true) = (&self.ring, node_failed) {
+                    ring.failed(at).await;
+                }
+                Err(my_err(e))
             }
-            my_err(e)
-        })
+        }
     }
 
     /// A pooled connection ([`Held`]: one dropped mid-transaction is closed).
@@ -122,7 +128,7 @@ impl MySqlDriver {
                 // the node the pool was connecting to may be down, so its next attempt
                 // goes to the next one
                 if let Some(ring) = &self.ring {
-                    ring.failed(at);
+                    ring.failed(at).await;
                 }
                 Err(my_err(e))
             }

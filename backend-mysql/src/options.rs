@@ -30,7 +30,8 @@ pub struct MySqlOptions {
     /// With a URL naming several servers (a Galera cluster's nodes): spread the pool's
     /// connections over every node, one new connection on the next (default `false`:
     /// every connection on one node, the first of the URL that serves, and the next
-    /// only when that one fails). One writer node is the default because writers on
+    /// only when that one fails; back to the first once it serves again). One writer
+    /// node is the default because writers on
     /// several nodes met anomalies of MariaDB 10.11's Galera under load that no
     /// statement of ours can fence (a transaction answered at `COMMIT` whose writes
     /// were not there; limits let one claim too many through); see the guide's

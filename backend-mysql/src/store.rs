@@ -39,7 +39,8 @@ impl MySqlStore {
     /// Connect to `url` (`mysql://user:pass@host:port/db`) with default options. A URL
     /// may name several servers, the nodes of a Galera cluster
     /// (`mysql://user:pass@db1:3306,db2:3306,db3:3306/db`): the pool's connections go
-    /// to the first that serves, and to the next when it fails (or round them all, with
+    /// to the first that serves, to the next when it fails, and back to the first once it
+    /// serves again (or round them all, with
     /// [`MySqlOptions::every_node`]).
     /// Call [`migrate`](TaskStore::migrate) before first use.
     pub async fn connect(url: &str) -> Result<Self> {
@@ -87,7 +88,9 @@ impl MySqlStore {
             // that breaks anyway fails its statement with a temporary error.
             .test_before_acquire(false)
             .before_acquire(move |conn, meta| {
-                // opened before the pool moved off a failed node: maybe on it
+                // back to the URL's first node once it serves again
+                on_acquire.fail_back();
+                // opened before the pool last moved: maybe on a failed node
                 let stale = on_acquire.stale(meta.age);
                 Box::pin(async move {
                     if stale {
@@ -109,7 +112,7 @@ impl MySqlStore {
                 Box::pin(async move {
                     let setup = session_setup(conn).await;
                     if setup.is_err() {
-                        ring.failed(at);
+                        ring.failed(at).await;
                     }
                     setup
                 })

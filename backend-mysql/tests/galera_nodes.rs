@@ -1,10 +1,11 @@
-//! A Galera node that leaves the primary component while a store's pooled connections
-//! are on it: the cluster of `scripts/servers.sh` (`BACKSTOP_TEST_GALERA_URL`), its
-//! node 1 isolated from the others through Galera's own `gmcast.isolate` (as a network
-//! partition would cut it off), then let back in and waited for until it is Synced.
+//! A store's writer node failing under it, on the cluster of `scripts/servers.sh`
+//! (`BACKSTOP_TEST_GALERA_URL`, `BACKSTOP_TEST_GALERA_DIR`): node 1 isolated from the
+//! others through Galera's own `gmcast.isolate` (as a network partition would cut it
+//! off), or killed with `kill -9`; then let back in or started again (its
+//! `restart.sh`), and waited for until it is `Synced`.
 //!
 //! A test binary of its own: cargo runs test binaries one after another, so no case of
-//! the conformance suite writes to node 1 while it is cut off.
+//! the conformance suite writes to node 1 while it is down; its two cases take turns.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test code
 
 use std::process::Command;
@@ -35,6 +36,123 @@ fn status(dir: &str, n: u8, name: &str) -> String {
     node_says(dir, n, &format!("SHOW STATUS LIKE '{name}'"))
         .and_then(|l| l.split('\t').nth(1).map(str::to_owned))
         .unwrap_or_default()
+}
+
+/// The cases take turns: each takes node 1 down.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The cluster's URL and directory, or why the case skips (a panic when it is required).
+fn cluster(case: &str) -> Option<(String, String)> {
+    match (
+        std::env::var("BACKSTOP_TEST_GALERA_URL"),
+        std::env::var("BACKSTOP_TEST_GALERA_DIR"),
+    ) {
+        (Ok(url), Ok(dir)) if !url.is_empty() && !dir.is_empty() => Some((url, dir)),
+        _ => {
+            assert!(
+                !backstop_testkit::required("galera"),
+                "galera is required but BACKSTOP_TEST_GALERA_URL or _DIR is not set"
+            );
+            eprintln!(
+                "SKIPPED {case}: BACKSTOP_TEST_GALERA_URL and BACKSTOP_TEST_GALERA_DIR are \
+                 not set (scripts/test sets them)"
+            );
+            None
+        }
+    }
+}
+
+/// A store on the whole cluster (node 1 first) over a fresh database `db`, migrated,
+/// with 20 tasks of type `CUT` and four pooled connections opened on node 1.
+async fn store_on_node_one(url: &str, dir: &str, db: &str) -> (MySqlStore, Vec<i64>) {
+    node_says(
+        dir,
+        1,
+        &format!("DROP DATABASE IF EXISTS {db}; CREATE DATABASE {db}"),
+    )
+    .expect("the case's database");
+    let store = MySqlStore::connect_with(
+        &format!("{}/{db}", url.trim_end_matches('/')),
+        MySqlOptions::default()
+            .max_connections(4)
+            .acquire_timeout(Duration::from_secs(10)),
+    )
+    .await
+    .expect("open the store");
+    store.migrate().await.expect("migrate");
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        let task = NewTask::new("CUT", format!("k{i}"));
+        ids.push(store.enqueue(task).await.expect("enqueue").id);
+    }
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(store.pool().acquire().await.expect("a connection"));
+    }
+    drop(held);
+    assert_eq!(node(&store).await, "n1", "the store starts on node 1");
+    (store, ids)
+}
+
+/// The node a connection of `store` is on.
+async fn node(store: &MySqlStore) -> String {
+    let mut conn = store.pool().acquire().await.expect("a connection");
+    sqlx::query_scalar::<_, String>("SELECT @@wsrep_node_name")
+        .fetch_one(&mut *conn)
+        .await
+        .expect("the node's name")
+}
+
+/// Claim and complete the tasks of `store` until none is left, each error temporary:
+/// the ids done and the errors met.
+async fn drain(store: &MySqlStore, owner: &Owner, within: Duration) -> (Vec<i64>, usize) {
+    let types = ["CUT".to_owned()];
+    let deadline = Instant::now() + within;
+    let (mut done, mut errors) = (Vec::new(), 0);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "{errors} errors, {} done: the store stayed on the failed node",
+            done.len()
+        );
+        match store.claim_batch(owner, &types, 4).await {
+            Ok(got) if got.is_empty() => return (done, errors),
+            Ok(got) => {
+                let marks: Vec<Mark> = got.iter().map(|t| Mark::success(t.lease())).collect();
+                let applied = store.mark(&marks).await.expect("mark");
+                assert!(applied.iter().all(|a| *a), "each completion applies");
+                done.extend(got.into_iter().map(|t| t.id));
+            }
+            Err(e) => {
+                assert!(e.is_temporary(), "{e}");
+                errors += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Each of `ids` succeeded at its first attempt.
+async fn each_once(store: &MySqlStore, mut done: Vec<i64>, mut ids: Vec<i64>) {
+    done.sort_unstable();
+    ids.sort_unstable();
+    assert_eq!(done, ids, "each task claimed and completed once");
+    for id in ids {
+        let t = store.get(id).await.expect("get").expect("the task");
+        assert_eq!((t.status, t.attempts), (Status::Succeeded, 1));
+    }
+}
+
+/// Wait until the store's connections are on node 1 again.
+async fn back_on_node_one(store: &MySqlStore, within: Duration) {
+    let back = Instant::now();
+    while node(store).await != "n1" {
+        assert!(
+            back.elapsed() < within,
+            "the store stayed on node 2 after node 1 came back"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Node 1 cut off from the cluster while it lives; let back in, Synced, when dropped.
@@ -77,93 +195,19 @@ impl Drop for Isolated<'_> {
 /// component. Its next statement there is refused (MySQL error 1047, temporary); the
 /// pool moves to node 2 and closes the connections it opened before (one refusal, not
 /// one per pooled connection), and every task is claimed and completed once, on node 2,
-/// while node 1 is still cut off.
+/// while node 1 is still cut off. Once node 1 is back and `Synced`, the store goes back
+/// to it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_leaves_a_node_that_goes_non_primary() {
-    let (Ok(url), Ok(dir)) = (
-        std::env::var("BACKSTOP_TEST_GALERA_URL"),
-        std::env::var("BACKSTOP_TEST_GALERA_DIR"),
-    ) else {
-        assert!(
-            !backstop_testkit::required("galera"),
-            "galera is required but BACKSTOP_TEST_GALERA_URL or _DIR is not set"
-        );
-        eprintln!(
-            "SKIPPED a_store_leaves_a_node_that_goes_non_primary: BACKSTOP_TEST_GALERA_URL \
-             and BACKSTOP_TEST_GALERA_DIR are not set (scripts/test sets them)"
-        );
+    let Some((url, dir)) = cluster("a_store_leaves_a_node_that_goes_non_primary") else {
         return;
     };
-    let db = "backstop_nonprimary";
-    node_says(
-        &dir,
-        1,
-        &format!("DROP DATABASE IF EXISTS {db}; CREATE DATABASE {db}"),
-    )
-    .expect("the case's database");
-    let store = MySqlStore::connect_with(
-        &format!("{}/{db}", url.trim_end_matches('/')),
-        MySqlOptions::default()
-            .max_connections(4)
-            .acquire_timeout(Duration::from_secs(2)),
-    )
-    .await
-    .expect("open the store");
-    store.migrate().await.expect("migrate");
-    let node = || async {
-        let mut conn = store.pool().acquire().await.expect("a connection");
-        sqlx::query_scalar::<_, String>("SELECT @@wsrep_node_name")
-            .fetch_one(&mut *conn)
-            .await
-            .expect("the node's name")
-    };
-    assert_eq!(node().await, "n1", "the store starts on node 1");
+    let _turn = SERIAL.lock().await;
+    let (store, mut ids) = store_on_node_one(&url, &dir, "backstop_nonprimary").await;
     let owner = Owner::new("nonprimary").expect("owner");
-    let types = ["CUT".to_owned()];
-    let mut ids = Vec::new();
-    for i in 0..20 {
-        let task = NewTask::new("CUT", format!("k{i}"));
-        ids.push(store.enqueue(task).await.expect("enqueue").id);
-    }
-    let finish = |got: Vec<backstop_core::Task>| async {
-        let marks: Vec<Mark> = got.iter().map(|t| Mark::success(t.lease())).collect();
-        let applied = store.mark(&marks).await.expect("mark");
-        assert!(applied.iter().all(|a| *a), "each completion applies");
-        got.into_iter().map(|t| t.id).collect::<Vec<_>>()
-    };
-    // the pool's four connections open on node 1
-    let mut held = Vec::new();
-    for _ in 0..4 {
-        held.push(store.pool().acquire().await.expect("a connection"));
-    }
-    drop(held);
-    let mut done = finish(
-        store
-            .claim_batch(&owner, &types, 4)
-            .await
-            .expect("claim on node 1"),
-    )
-    .await;
 
     let cut = Isolated::node_one(&dir);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut errors = 0;
-    while done.len() < ids.len() {
-        assert!(
-            Instant::now() < deadline,
-            "{errors} errors, {} of {} done: the store stayed on the cut-off node",
-            done.len(),
-            ids.len()
-        );
-        match store.claim_batch(&owner, &types, 4).await {
-            Ok(got) => done.extend(finish(got).await),
-            Err(e) => {
-                assert!(e.is_temporary(), "{e}");
-                errors += 1;
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    }
+    let (mut done, errors) = drain(&store, &owner, Duration::from_secs(30)).await;
     assert_eq!(
         status(&dir, 1, "wsrep_ready"),
         "OFF",
@@ -172,14 +216,75 @@ async fn a_store_leaves_a_node_that_goes_non_primary() {
     // the first refusal moves the pool, which closes the other three connections it
     // had opened on node 1 instead of handing each out to be refused in turn
     assert_eq!(errors, 1, "one statement refused on the cut-off node");
-    assert_eq!(node().await, "n2", "the store moved to node 2");
+    assert_eq!(node(&store).await, "n2", "the store moved to node 2");
     drop(cut);
 
-    done.sort_unstable();
-    ids.sort_unstable();
-    assert_eq!(done, ids, "each task claimed and completed once");
-    for id in ids {
-        let t = store.get(id).await.expect("get").expect("the task");
-        assert_eq!((t.status, t.attempts), (Status::Succeeded, 1));
+    // node 1 is back and Synced: at a fail-back check (every 5 s) the store's
+    // connections go back to it, so every process writes to one node again
+    back_on_node_one(&store, Duration::from_secs(12)).await;
+    let late = store
+        .enqueue(NewTask::new("CUT", "after"))
+        .await
+        .expect("enqueue");
+    ids.push(late.id);
+    done.extend(drain(&store, &owner, Duration::from_secs(10)).await.0);
+    each_once(&store, done, ids).await;
+}
+
+/// Node 1 killed with `kill -9` while the store's four pooled connections are on it.
+/// The first statement on them fails (its connection broke); a check of the node is
+/// refused, so the pool moves to node 2 at once and closes the other three, not after
+/// its acquire timeout (10 s), and every task is claimed and completed once there. Node 1, started again, rejoins
+/// (IST) and the store goes back to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_leaves_a_node_killed_under_it_and_comes_back() {
+    let Some((url, dir)) = cluster("a_store_leaves_a_node_killed_under_it_and_comes_back") else {
+        return;
+    };
+    let _turn = SERIAL.lock().await;
+    let (store, mut ids) = store_on_node_one(&url, &dir, "backstop_killed").await;
+    let owner = Owner::new("killed").expect("owner");
+    let restart = format!("{dir}/n1/restart.sh");
+    // started again (and waited for until Synced) however the case ends
+    struct Restart(String);
+    impl Drop for Restart {
+        fn drop(&mut self) {
+            let _ = Command::new(&self.0).status();
+        }
     }
+    let pid = std::fs::read_to_string(format!("{dir}/n1/pid")).expect("node 1's pid");
+    let killed = Command::new("kill")
+        .args(["-9", pid.trim()])
+        .status()
+        .expect("kill");
+    assert!(killed.success(), "kill -9 node 1");
+    let restarting = Restart(restart);
+    let at = Instant::now();
+    let (mut done, errors) = drain(&store, &owner, Duration::from_secs(30)).await;
+    let took = at.elapsed();
+    // one broken statement, and the pool is on node 2; the claims there wait while the
+    // cluster waits out node 1 (Galera's suspect timeout, 5 s), not for the pool's
+    // acquire timeout on a node that refuses connections
+    assert_eq!(errors, 1, "one statement failed on the killed node");
+    assert!(
+        took < Duration::from_secs(9),
+        "the store took {took:?} to leave the killed node (its acquire timeout is 10 s)"
+    );
+    assert_eq!(node(&store).await, "n2", "the store moved to node 2");
+
+    let waited = tokio::task::spawn_blocking(move || drop(restarting));
+    waited.await.expect("node 1 started again");
+    assert_eq!(
+        status(&dir, 1, "wsrep_local_state_comment"),
+        "Synced",
+        "node 1 rejoined"
+    );
+    back_on_node_one(&store, Duration::from_secs(12)).await;
+    let late = store
+        .enqueue(NewTask::new("CUT", "after"))
+        .await
+        .expect("enqueue");
+    ids.push(late.id);
+    done.extend(drain(&store, &owner, Duration::from_secs(10)).await.0);
+    each_once(&store, done, ids).await;
 }
