@@ -406,7 +406,8 @@ install_promtool() {
 # transfers), stopped on exit. Node 1 bootstraps the cluster; nodes 2 and 3 join it and
 # each is waited for until it reports Synced. Exports BACKSTOP_TEST_GALERA_URL, one URL
 # naming the three nodes (`mysql://user:pass@host1:port1,host2:port2,host3:port3`), and
-# BACKSTOP_TEST_GALERA_DIR (node n's socket, pid and log in n$n/). Skipped when
+# BACKSTOP_TEST_GALERA_DIR (node n's socket, pid, log and restart.sh — kill -9, start
+# again, wait for Synced — in n$n/). Skipped when
 # BACKSTOP_TEST_GALERA_URL is already set (your own cluster).
 #
 # Nodes stop with kill -9: a clean shutdown of a node that served a long write-heavy run
@@ -468,19 +469,34 @@ start_galera() {
       cg="$galera_cgroup/n$n/cgroup.procs"
       cleanups+=("rmdir '$galera_cgroup/n$n' 2>/dev/null")
     fi
+    # the node's command (without the bootstrap's --wsrep-new-cluster: a node started
+    # again joins the others), in its memory cgroup when it has one
+    local -a server=(env ${jemalloc:+LD_PRELOAD="$jemalloc"} /usr/sbin/mariadbd --no-defaults
+      --datadir="$d/data" "${user_opt[@]}"
+      --port="${port[n]}" --bind-address=127.0.0.1 --socket="$d/sock" --pid-file="$d/pid"
+      --skip-name-resolve --max-connections=400 --innodb-flush-log-at-trx-commit=$flush
+      --innodb-buffer-pool-size=128M --binlog-format=ROW --innodb-autoinc-lock-mode=2
+      --wsrep-on=ON --wsrep-provider=/usr/lib/galera/libgalera_smm.so --wsrep-cluster-name=backstop
+      --wsrep-node-name="n$n" --wsrep-cluster-address="gcomm://$addr"
+      --wsrep-node-address="127.0.0.1:${gcomm[n]}" --wsrep-sst-method=rsync
+      --wsrep-sst-receive-address="127.0.0.1:${sst[n]}"
+      --wsrep-provider-options="gmcast.listen_addr=tcp://127.0.0.1:${gcomm[n]};ist.recv_addr=127.0.0.1:${ist[n]};gcache.size=64M")
     # shellcheck disable=SC2016
-    sh -c '[ -z "$1" ] || echo $$ >"$1"; shift; exec "$@"' - "$cg" \
-      env ${jemalloc:+LD_PRELOAD="$jemalloc"} /usr/sbin/mariadbd --no-defaults --datadir="$d/data" "${user_opt[@]}" \
-      --port="${port[n]}" --bind-address=127.0.0.1 --socket="$d/sock" --pid-file="$d/pid" \
-      --skip-name-resolve --max-connections=400 --innodb-flush-log-at-trx-commit=$flush \
-      --innodb-buffer-pool-size=128M --binlog-format=ROW --innodb-autoinc-lock-mode=2 \
-      --wsrep-on=ON --wsrep-provider=/usr/lib/galera/libgalera_smm.so --wsrep-cluster-name=backstop \
-      --wsrep-node-name="n$n" --wsrep-cluster-address="gcomm://$addr" \
-      --wsrep-node-address="127.0.0.1:${gcomm[n]}" --wsrep-sst-method=rsync \
-      --wsrep-sst-receive-address="127.0.0.1:${sst[n]}" \
-      --wsrep-provider-options="gmcast.listen_addr=tcp://127.0.0.1:${gcomm[n]};ist.recv_addr=127.0.0.1:${ist[n]};gcache.size=64M" \
-      "$@" >"$d/server.log" 2>&1 &
+    local in_cgroup='[ -z "$1" ] || echo $$ >"$1"; shift; exec "$@"'
+    sh -c "$in_cgroup" - "$cg" "${server[@]}" "$@" >"$d/server.log" 2>&1 &
     disown
+    # the chaos suite's node fault: kill -9, then the node started again, rejoining the
+    # cluster (recovering its position from InnoDB, then IST from a donor's gcache), and
+    # waited for until it reports Synced
+    { echo '#!/usr/bin/env bash'
+      echo 'set -u'
+      printf 'pid=$(cat %q); kill -9 "$pid"\n' "$d/pid"
+      echo 'while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done'
+      printf 'setsid sh -c %q - %q %s >>%q 2>&1 </dev/null &\n' "$in_cgroup" "$cg" "$(printf '%q ' "${server[@]}")" "$d/server.log"
+      printf 'for i in $(seq 1 1200); do [ "$(mariadb --no-defaults -S %q -u root -N -e "SHOW STATUS LIKE '"'"'wsrep_local_state_comment'"'"'" 2>/dev/null | cut -f2)" = Synced ] && exit 0; sleep 0.1; done\n' "$d/sock"
+      echo 'echo "the Galera node did not come back Synced" >&2; exit 1'
+    } >"$d/restart.sh"
+    chmod +x "$d/restart.sh"
     cleanups+=("p=\$(cat '$d/pid' 2>/dev/null) && kill -9 \$p 2>/dev/null; for i in \$(seq 50); do kill -0 \$p 2>/dev/null || break; sleep 0.1; done")
     for i in $(seq 1 600); do
       [ "$(mariadb --no-defaults -S "$d/sock" -u root -N -e "SHOW STATUS LIKE 'wsrep_local_state_comment'" 2>/dev/null | cut -f2)" = Synced ] \

@@ -57,6 +57,8 @@ pub struct Input {
     /// epoch): no task of it existed before the pause, so no claim of one may come
     /// before the resume.
     pub held: (i64, i64),
+    /// Galera: each node's peak memory and its state at the end.
+    pub galera: Option<crate::galera::Health>,
     pub dir: PathBuf,
 }
 
@@ -276,6 +278,7 @@ pub fn check(input: Input) -> Report {
         graceful,
         running_after,
         held,
+        galera,
         dir,
     } = input;
     let mut lines = Vec::new();
@@ -693,6 +696,11 @@ pub fn check(input: Input) -> Report {
     }
     lines.push(line);
 
+    // Galera: the cluster whole again, its nodes' memory bounded
+    if let Some(health) = &galera {
+        lines.push(crate::galera::check(health));
+    }
+
     // the faults, with the kills that hit a handler mid-run
     let mut kinds: Vec<(FaultKind, usize)> = Vec::new();
     for f in &faults {
@@ -714,15 +722,33 @@ pub fn check(input: Input) -> Report {
         })
         .count();
     let title = format!(
-        "chaos {} ({} lane, seed {seed}, {} workers): {committed} tasks committed, {rolled_back} rolled back, {unknown} with their commit answer lost (one transaction in ten enqueues five tasks at once; {claimed_in_tx} claimed in their transaction by a worker)\n  faults: {} ({mid_handler} kills during a handler)",
+        "chaos {} ({} lane, seed {seed}, {} workers): {committed} tasks committed, {rolled_back} rolled back, {unknown} with their commit answer lost (one transaction in ten enqueues five tasks at once; {claimed_in_tx} claimed in their transaction by a worker)\n  faults: {} ({mid_handler} kills during a handler{})",
         backend.name(),
         lane.name,
         lane.workers,
         kinds
             .iter()
-            .map(|(k, n)| format!("{} {n}", k.name()))
+            .map(|(k, n)| {
+                // the Galera nodes a node fault hit: `n1*` was the writer
+                let hit: Vec<String> = faults
+                    .iter()
+                    .filter(|f| f.kind == *k)
+                    .filter_map(|f| f.node)
+                    .map(|(n, writer)| format!("n{n}{}", if writer { "*" } else { "" }))
+                    .collect();
+                if hit.is_empty() {
+                    format!("{} {n}", k.name())
+                } else {
+                    format!("{} {n} ({})", k.name(), hit.join(" "))
+                }
+            })
             .collect::<Vec<_>>()
-            .join(", ")
+            .join(", "),
+        if faults.iter().any(|f| f.node.is_some()) {
+            "; n1* the writer node"
+        } else {
+            ""
+        }
     );
     Report {
         title,

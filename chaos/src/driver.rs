@@ -26,6 +26,9 @@ pub enum Backend {
     Sqlite,
     Postgres,
     Mysql,
+    /// The MySQL backend on a 3-node MariaDB Galera Cluster, its store's connections on
+    /// one writer node (the default).
+    Galera,
 }
 
 impl Backend {
@@ -34,6 +37,7 @@ impl Backend {
             "sqlite" => Some(Backend::Sqlite),
             "postgres" => Some(Backend::Postgres),
             "mysql" => Some(Backend::Mysql),
+            "galera" => Some(Backend::Galera),
             _ => None,
         }
     }
@@ -42,14 +46,31 @@ impl Backend {
             Backend::Sqlite => "sqlite",
             Backend::Postgres => "postgres",
             Backend::Mysql => "mysql",
+            Backend::Galera => "galera",
         }
     }
+
+    /// The MySQL backend's SQL and store (on one server or a Galera cluster).
+    pub fn is_mysql(self) -> bool {
+        matches!(self, Backend::Mysql | Backend::Galera)
+    }
     /// The faults this backend gets: process faults and Redis restarts everywhere; the
-    /// database's and the network's on the server backends.
+    /// database's and the network's on the server backends; on Galera its nodes' (the
+    /// workers reach the nodes directly, by the store's multi-node URL, not through the
+    /// suite's proxy).
     fn faults(self) -> Vec<FaultKind> {
         use FaultKind::*;
         match self {
             Backend::Sqlite => vec![Kill, Stop, Term, ConsumerKill, RedisRestart],
+            Backend::Galera => vec![
+                Kill,
+                Stop,
+                Term,
+                ConsumerKill,
+                RedisRestart,
+                NodeKill,
+                NodeCut,
+            ],
             _ => vec![
                 Kill,
                 Stop,
@@ -135,6 +156,12 @@ pub enum FaultKind {
     ConsumerKill,
     /// An immediate restart (`kill -9`, then start) of the Redis server.
     RedisRestart,
+    /// `kill -9` of a Galera node (the writer two times in three), started again: it
+    /// rejoins by IST.
+    NodeKill,
+    /// A Galera node (the writer two times in three) cut off from the others until it
+    /// leaves the primary component, 2 s more, then let back in.
+    NodeCut,
     /// The database unreachable from the workers for 3 × `dead_after`: connections
     /// reset and refused.
     Outage,
@@ -142,7 +169,7 @@ pub enum FaultKind {
 
 impl FaultKind {
     /// Every kind, for `--faults`.
-    pub const ALL: [FaultKind; 11] = [
+    pub const ALL: [FaultKind; 13] = [
         FaultKind::Kill,
         FaultKind::Stop,
         FaultKind::Term,
@@ -154,6 +181,8 @@ impl FaultKind {
         FaultKind::Outage,
         FaultKind::ConsumerKill,
         FaultKind::RedisRestart,
+        FaultKind::NodeKill,
+        FaultKind::NodeCut,
     ];
 
     /// The kind a `--faults` name names (its name with `-` for spaces: `kill-9`,
@@ -177,6 +206,8 @@ impl FaultKind {
             FaultKind::Outage => "outage",
             FaultKind::ConsumerKill => "consumer kill",
             FaultKind::RedisRestart => "redis restart",
+            FaultKind::NodeKill => "node kill",
+            FaultKind::NodeCut => "node cut",
         }
     }
 
@@ -193,6 +224,8 @@ pub struct Fault {
     pub kind: FaultKind,
     /// The worker's pid for process faults; `None` for faults every worker sees.
     pub pid: Option<u32>,
+    /// The Galera node (1-based) a node fault hit, and whether it was the writer.
+    pub node: Option<(usize, bool)>,
     pub start: i64,
     pub end: i64,
 }
@@ -236,11 +269,21 @@ pub(crate) struct Target {
     proxy: Option<Proxy>,
     /// A shell command restarting the database server at once.
     restart: Option<String>,
+    /// Galera: the cluster's nodes, for their faults.
+    nodes: Option<crate::galera::Nodes>,
 }
 
 fn with_param(url: &str, param: &str) -> String {
     let sep = if url.contains('?') { '&' } else { '?' };
     format!("{url}{sep}{param}")
+}
+
+/// A URL naming several servers (`host1:port1,host2:port2`) as one naming its first:
+/// for sqlx's own pools, which take one server.
+pub(crate) fn first_server(url: &str) -> Result<String, BoxError> {
+    let (hosts, _) = reroute(url, "")?;
+    let first = hosts.split(',').next().unwrap_or_default().to_owned();
+    Ok(reroute(url, &first)?.1)
 }
 
 /// `host:port` of a server URL, and the URL with it replaced by `to`.
@@ -267,6 +310,7 @@ async fn setup(backend: Backend, dir: &Path, tag: &str, lane: Lane) -> Result<Ta
     let orders = format!("chaos_orders_{tag}");
     let effects = format!("chaos_effects_{tag}");
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let mut nodes = None;
     let (db_url, restart) = match backend {
         Backend::Sqlite => (format!("sqlite://{}", dir.join("chaos.db").display()), None),
         Backend::Postgres => (
@@ -286,19 +330,50 @@ async fn setup(backend: Backend, dir: &Path, tag: &str, lane: Lane) -> Result<Ta
                 env("BACKSTOP_TEST_MYSQL_RESTART"),
             )
         }
+        Backend::Galera => {
+            let cluster =
+                env("BACKSTOP_TEST_GALERA_URL").ok_or("BACKSTOP_TEST_GALERA_URL is not set")?;
+            let pool = AnyPool::connect(&first_server(&cluster)?).await?;
+            sqlx::query("CREATE DATABASE IF NOT EXISTS backstop_chaos")
+                .execute(&pool)
+                .await?;
+            pool.close().await;
+            nodes = Some(crate::galera::Nodes::from_env()?);
+            (
+                format!("{}/backstop_chaos", cluster.trim_end_matches('/')),
+                None,
+            )
+        }
     };
-    if backend != Backend::Sqlite && restart.is_none() {
+    if matches!(backend, Backend::Postgres | Backend::Mysql) && restart.is_none() {
         return Err(format!(
             "BACKSTOP_TEST_{}_RESTART is not set: the suite restarts the server (scripts/chaos sets it)",
             backend.name().to_uppercase()
         )
         .into());
     }
-    durable(backend, &db_url).await?;
+    // the application's own pool (its business rows, the suite's reads): on Galera on
+    // the first node, waiting for the cluster's writes before each read
+    let app_url = first_server(&db_url)?;
+    durable(backend, &app_url).await?;
     let store_url = with_param(&db_url, &format!("table={table}"));
     let store = backstop::connect(&store_url).await?;
     store.migrate().await?;
-    let pool = AnyPool::connect(&db_url).await?;
+    let pool = if backend == Backend::Galera {
+        sqlx::any::AnyPoolOptions::new()
+            .after_connect(|conn, _| {
+                Box::pin(async move {
+                    sqlx::query("SET SESSION wsrep_sync_wait = 7")
+                        .execute(conn)
+                        .await
+                        .map(|_| ())
+                })
+            })
+            .connect(&app_url)
+            .await?
+    } else {
+        AnyPool::connect(&app_url).await?
+    };
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "CREATE TABLE {orders} (biz_key VARCHAR(64) PRIMARY KEY)"
     )))
@@ -311,8 +386,8 @@ async fn setup(backend: Backend, dir: &Path, tag: &str, lane: Lane) -> Result<Ta
     .await?;
     let (saga_effects, _) = crate::saga::tables(tag);
     let (saga_barrier, barrier_arg) =
-        crate::saga::setup(&pool, tag, backend == Backend::Mysql, lane.broken_barrier).await?;
-    let (worker_url, proxy) = if backend == Backend::Sqlite {
+        crate::saga::setup(&pool, tag, backend.is_mysql(), lane.broken_barrier).await?;
+    let (worker_url, proxy) = if matches!(backend, Backend::Sqlite | Backend::Galera) {
         (store_url, None)
     } else {
         let (upstream, _) = reroute(&store_url, "")?;
@@ -337,6 +412,7 @@ async fn setup(backend: Backend, dir: &Path, tag: &str, lane: Lane) -> Result<Ta
         worker_url,
         proxy,
         restart,
+        nodes,
     })
 }
 
@@ -347,7 +423,10 @@ async fn durable(backend: Backend, url: &str) -> Result<(), BoxError> {
         Backend::Sqlite => return Ok(()),
         Backend::Postgres => ("SELECT current_setting('synchronous_commit')", "off"),
         // 2 writes the log to the OS at each commit: a crash of the server loses nothing
-        Backend::Mysql => ("SELECT CAST(@@innodb_flush_log_at_trx_commit AS CHAR)", "0"),
+        // (on Galera a crashed node also gets what it lacks from the others)
+        Backend::Mysql | Backend::Galera => {
+            ("SELECT CAST(@@innodb_flush_log_at_trx_commit AS CHAR)", "0")
+        }
     };
     let pool = AnyPool::connect(url).await?;
     let (value,): (String,) = sqlx::query_as(query).fetch_one(&pool).await?;
@@ -537,7 +616,7 @@ async fn kill_connections(t: &Target) -> Result<(), BoxError> {
             .execute(&t.pool)
             .await?;
         }
-        Backend::Mysql => {
+        Backend::Mysql | Backend::Galera => {
             let mut conn = t.pool.acquire().await?;
             let ids: Vec<(i64,)> = sqlx::query_as(
                 "SELECT CAST(id AS SIGNED) FROM information_schema.processlist \
@@ -556,7 +635,7 @@ async fn kill_connections(t: &Target) -> Result<(), BoxError> {
     Ok(())
 }
 
-async fn run_shell(cmd: &str) -> Result<(), BoxError> {
+pub(crate) async fn run_shell(cmd: &str) -> Result<(), BoxError> {
     let out = Command::new("sh").arg("-c").arg(cmd).output().await?;
     if out.status.success() {
         Ok(())
@@ -577,6 +656,8 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
     let t = Arc::new(setup(backend, &dir, &tag, lane).await?);
     let mut rng = fastrand::Rng::with_seed(seed);
     let mut redis = RedisServer::start(&dir).await?;
+    // each Galera node's memory, sampled from now to the end
+    let watch = t.nodes.as_ref().map(|n| n.watch());
     let stream = format!("chaos:{tag}");
     let exe = std::env::current_exe()?;
     let mut workers = Procs {
@@ -703,6 +784,7 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
         }
         let start = now_ms();
         let mut pid = None;
+        let mut node = None;
         match kind {
             FaultKind::Kill => pid = workers.kill_one(&mut rng).await?,
             FaultKind::ConsumerKill => pid = consumers.kill_one(&mut rng).await?,
@@ -759,10 +841,22 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
                     proxy.reset_all();
                 }
             }
+            FaultKind::NodeKill | FaultKind::NodeCut => {
+                if let Some(nodes) = &t.nodes {
+                    let (n, writer) = nodes.pick(&t.store, &mut rng).await;
+                    node = Some((n, writer));
+                    if kind == FaultKind::NodeKill {
+                        nodes.kill(n).await?;
+                    } else {
+                        nodes.cut(n).await?;
+                    }
+                }
+            }
         }
         faults.push(Fault {
             kind,
             pid,
+            node,
             start,
             end: now_ms(),
         });
@@ -834,6 +928,17 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
     .await?;
     redis.stop().await;
 
+    let galera = match (&t.nodes, watch) {
+        (Some(nodes), Some((done, peaks))) => {
+            done.store(true, Ordering::Relaxed);
+            let peaks_mb = peaks.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            Some(crate::galera::Health {
+                peaks_mb,
+                end: nodes.end().await,
+            })
+        }
+        _ => None,
+    };
     let tasks = all_tasks(&t.store).await?;
     let orders: Vec<(String,)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT biz_key FROM {}",
@@ -846,7 +951,16 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
     crate::produce::produced_by_workers(&ledgers, &mut written);
     let fault_log: String = faults
         .iter()
-        .map(|f| format!("{} {:?} {} {}\n", f.kind.name(), f.pid, f.start, f.end))
+        .map(|f| {
+            format!(
+                "{} {:?} {:?} {} {}\n",
+                f.kind.name(),
+                f.pid,
+                f.node,
+                f.start,
+                f.end
+            )
+        })
         .collect();
     std::fs::write(dir.join("faults.txt"), fault_log)?;
     let report = check::check(check::Input {
@@ -871,10 +985,16 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
         graceful,
         running_after,
         held: (held_from, held_until.unwrap_or(i64::MAX)),
+        galera,
         dir: dir.clone(),
     });
+    // a run that held is removed, unless BACKSTOP_CHAOS_KEEP asks to study its ledgers
     if report.ok() {
-        let _ = std::fs::remove_dir_all(&dir);
+        if std::env::var_os("BACKSTOP_CHAOS_KEEP").is_some() {
+            eprintln!("kept: {}", dir.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
     }
     Ok(report)
 }

@@ -164,6 +164,7 @@ mod tests {
         let stop = Fault {
             kind: FaultKind::Stop,
             pid: Some(100),
+            node: None,
             start: 500,
             end: 900,
         };
@@ -176,6 +177,7 @@ mod tests {
         let kill = Fault {
             kind: FaultKind::Kill,
             pid: Some(100 + n as u32 - 1),
+            node: None,
             start: 950,
             end: 950,
         };
@@ -214,6 +216,7 @@ mod tests {
         let kill = Fault {
             kind: FaultKind::Kill,
             pid: Some(100),
+            node: None,
             start: 1000,
             end: 1000,
         };

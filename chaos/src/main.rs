@@ -15,11 +15,14 @@
 //!
 //! The server backends read `BACKSTOP_TEST_POSTGRES_URL` / `BACKSTOP_TEST_MYSQL_URL`
 //! and a command that restarts the server at once, `BACKSTOP_TEST_POSTGRES_RESTART` /
-//! `BACKSTOP_TEST_MYSQL_RESTART` (`scripts/servers.sh` sets all four).
+//! `BACKSTOP_TEST_MYSQL_RESTART`; the Galera lane reads `BACKSTOP_TEST_GALERA_URL` and
+//! `BACKSTOP_TEST_GALERA_DIR` (its nodes' sockets and restart scripts):
+//! `scripts/servers.sh` sets them all.
 
 mod check;
 mod consumer;
 mod driver;
+mod galera;
 mod ledger;
 mod limit;
 mod produce;
@@ -36,9 +39,10 @@ use driver::{Backend, FaultKind, Lane};
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 const USAGE: &str =
-    "usage: backstop-chaos run [--lane smoke|full] [--backends sqlite,postgres,mysql] [--seed N]
+    "usage: backstop-chaos run [--lane smoke|full] [--backends sqlite,postgres,mysql,galera] [--seed N]
                            [--faults kind,…]   (kill--9 stop graceful-stop db-restart connection-kill
-                                                latency stall reset outage consumer-kill redis-restart)
+                                                latency stall reset outage consumer-kill redis-restart
+                                                node-kill node-cut)
                            [--broken-barrier]  (the sagas' barrier without its unique key: must fail)
        backstop-chaos worker <store url> <ledger file> <redis url> <stream> <orders table>
                              <saga effects table> <barrier: real|keyless copy>   (spawned by run)
@@ -95,7 +99,12 @@ fn child(role: &str, result: Result<(), BoxError>) -> ExitCode {
 }
 
 fn parse(args: &[String]) -> Result<(Vec<Backend>, Lane, u64), String> {
-    let mut backends = vec![Backend::Sqlite, Backend::Postgres, Backend::Mysql];
+    let mut backends = vec![
+        Backend::Sqlite,
+        Backend::Postgres,
+        Backend::Mysql,
+        Backend::Galera,
+    ];
     let mut lane = Lane::full();
     let mut seed = ledger::now_ms() as u64;
     let mut only = Vec::new();

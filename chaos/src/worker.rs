@@ -131,6 +131,26 @@ impl Handler for Relay {
     }
 }
 
+/// On a Galera cluster: the node the store's pool writes to, written to the ledger each
+/// time it changes (`N <node> <ms>`), checked every 100 ms.
+fn watch_node(pool: sqlx::MySqlPool, ledger: Arc<Ledger>) {
+    tokio::spawn(async move {
+        let mut last = String::new();
+        loop {
+            let node = sqlx::query_scalar::<_, String>("SELECT @@wsrep_node_name")
+                .fetch_one(&pool)
+                .await;
+            if let Ok(node) = node {
+                if node != last {
+                    ledger.line(format!("N {node} {}", crate::ledger::now_ms()));
+                    last = node;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+}
+
 /// Open the store at `url`, trying for 30 s: the database may be restarting when a
 /// process is (re)spawned.
 pub async fn connect(url: &str) -> Result<AnyStore, BoxError> {
@@ -165,6 +185,11 @@ pub async fn run(url: &str, ledger_path: &Path, args: &[String]) -> Result<(), B
     let ledger = Arc::new(Ledger::open(ledger_path)?);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let store = connect(url).await?;
+    if let AnyStore::MySql(m) = &store {
+        if url.contains(',') {
+            watch_node(m.pool().clone(), Arc::clone(&ledger));
+        }
+    }
     // trims often, so that trimming runs under the faults too (it never drops an entry
     // a consumer has not acknowledged)
     let relay = StreamRelay::open(
