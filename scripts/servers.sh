@@ -490,7 +490,7 @@ start_galera() {
     # waited for until it reports Synced
     { echo '#!/usr/bin/env bash'
       echo 'set -u'
-      printf 'pid=$(cat %q); kill -9 "$pid"\n' "$d/pid"
+      printf 'pid=$(cat %q); kill -9 "$pid" 2>/dev/null\n' "$d/pid"
       echo 'while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done'
       printf 'setsid sh -c %q - %q %s >>%q 2>&1 </dev/null &\n' "$in_cgroup" "$cg" "$(printf '%q ' "${server[@]}")" "$d/server.log"
       printf 'for i in $(seq 1 1200); do [ "$(mariadb --no-defaults -S %q -u root -N -e "SHOW STATUS LIKE '"'"'wsrep_local_state_comment'"'"'" 2>/dev/null | cut -f2)" = Synced ] && exit 0; sleep 0.1; done\n' "$d/sock"

@@ -13,10 +13,12 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::Path;
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use backstop_core::{Mark, MarkAction, Owner, Result, StoreLayer, Task, TaskId, TaskStore};
+use backstop_core::{
+    Lease, Mark, MarkAction, Owner, Recycled, Result, StoreLayer, Task, TaskId, TaskStore,
+};
 
 /// Milliseconds since the epoch on the host's clock.
 pub fn now_ms() -> i64 {
@@ -234,6 +236,43 @@ impl<S: TaskStore> StoreLayer for LedgerStore<S> {
         let got = self.inner.claim_batch(owner, types, n).await?;
         self.claims(&got, sent);
         Ok(got)
+    }
+    async fn on_heartbeat(&self, leases: &[Lease]) -> Result<Vec<bool>> {
+        let sent = now_ms();
+        let answer = self.inner.heartbeat(leases).await;
+        // `H <sent> <answered> <task:lease:flag> …` (flag `e`: the call failed), for
+        // studying a re-run by hand: when its owner last refreshed its lease
+        let flags: Vec<String> = match &answer {
+            Ok(flags) => leases
+                .iter()
+                .zip(flags)
+                .map(|(l, f)| format!("{}:{}:{}", l.task_id, l.token, u8::from(*f)))
+                .collect(),
+            Err(_) => leases
+                .iter()
+                .map(|l| format!("{}:{}:e", l.task_id, l.token))
+                .collect(),
+        };
+        self.ledger
+            .line(format!("H {sent} {} {}", now_ms(), flags.join(" ")));
+        answer
+    }
+    async fn on_recycle_dead(&self, older_than: Duration, limit: usize) -> Result<Recycled> {
+        let sent = now_ms();
+        let answer = self.inner.recycle_dead(older_than, limit).await;
+        // `W <sent> <answered> <to pending> <to failed>` (`e`: the call failed), when
+        // the sweep recycled something or failed
+        match &answer {
+            Ok(r) if r.to_pending + r.to_failed > 0 => self.ledger.line(format!(
+                "W {sent} {} {} {}",
+                now_ms(),
+                r.to_pending,
+                r.to_failed
+            )),
+            Ok(_) => {}
+            Err(_) => self.ledger.line(format!("W {sent} {} e", now_ms())),
+        }
+        answer
     }
     async fn on_mark(&self, marks: &[Mark]) -> Result<Vec<bool>> {
         let sent = now_ms();
