@@ -663,7 +663,10 @@ fn leases_stale<S>(shared: &Shared<S>) -> bool {
 /// is counted, logged and remembered in `leases_unrefreshed` until a refresh succeeds.
 /// A refresh that waited on the store [`stall_after`] or longer counts as failed too
 /// (without counting a store error): the next one is sent a quarter interval later.
+/// One refresh at a time: a caller waits for the one in flight, then sends its own.
 async fn refresh_leases<S: TaskStore + Clone>(shared: &Shared<S>) -> Result<(), ()> {
+    // after the one in flight, if any: a second at once would wait on its row locks
+    let _one = shared.refreshing.lock().await;
     let leases = shared.tracker.to_heartbeat();
     let began = std::time::Instant::now();
     let refreshed = |at| {

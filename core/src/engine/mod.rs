@@ -133,6 +133,9 @@ struct Shared<S> {
     /// When the last heartbeat of this instance's leases that the store applied began:
     /// every lease held then was fresh at that time.
     last_refreshed: Mutex<Option<std::time::Instant>>,
+    /// One refresh of this instance's leases at a time: the heartbeat loop's and the
+    /// sweep's (after an outage or a stall) would otherwise lock the same rows at once.
+    refreshing: tokio::sync::Mutex<()>,
     /// The store, for the handlers' contexts.
     dyn_store: Arc<dyn TaskStore>,
     /// The application's shared values (see [`EngineBuilder::state`]).
@@ -572,6 +575,7 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
             completions,
             leases_unrefreshed: std::sync::atomic::AtomicBool::new(false),
             last_refreshed: Mutex::new(None),
+            refreshing: tokio::sync::Mutex::new(()),
         });
         let flushers = completer::spawn(&runtime, &shared, completion_rx);
         let mut jobs = vec![
