@@ -9,7 +9,7 @@ use backstop_core::driver::prelude::*;
 #[cfg(doc)]
 use backstop_core::TaskStore;
 use chrono::{DateTime, NaiveDateTime, Utc};
-use sqlx::{Executor, MySqlConnection, MySqlPool, Row};
+use sqlx::{MySqlConnection, MySqlPool, Row};
 
 use crate::claim::{pick, ClaimStrategy, QUEUE_PAUSE, QUEUE_WAIT_S};
 use crate::conn::{micros, safe, Held, MySqlOwnConnection};
@@ -108,8 +108,7 @@ impl MySqlDriver {
                 // a Galera node that left the primary component after the connection
                 // opened refuses every statement (1047); a broken connection (I/O) may
                 // be a node that died: either way an election tells where to write
-                let node_failed = matches!(e, sqlx::Error::Io(_))
-                    || crate::connect::error_number(&e) == Some(1047);
+                let node_failed = matches!(e, sqlx::Error::Io(_)) || error_number(&e) == Some(1047);
                 if let (Some(ring), true) = (&self.ring, node_failed) {
                     ring.failed(at).await;
                 }
@@ -177,100 +176,6 @@ impl MySqlDriver {
         }
         let rows = q.fetch_all(&mut *tx).await?;
         rows.iter().map(raw_task).collect()
-    }
-}
-
-impl MySqlDriver {
-    /// Run purge statement `sql` (the age in µs, then the limit) on the batch; how many
-    /// rows it deleted.
-    pub(crate) async fn purge(&self, sql: &str, batch: Checked<AgedBatch>) -> Result<u64> {
-        self.purge_where(sql, None, batch).await
-    }
-
-    /// [`purge`](Self::purge) of a statement that binds `status` first, when given.
-    async fn purge_where(
-        &self,
-        sql: &str,
-        status: Option<i16>,
-        batch: Checked<AgedBatch>,
-    ) -> Result<u64> {
-        let mut query = sqlx::query(safe(sql));
-        if let Some(status) = status {
-            query = query.bind(status);
-        }
-        query
-            .bind(micros(batch.older_than))
-            .bind(batch.limit as i64)
-            .execute(&self.pool)
-            .await
-            .map(|d| d.rows_affected())
-            .map_err(my_err)
-    }
-    /// [`Driver::migrate`] under the migration lock. MySQL commits each DDL statement by
-    /// itself: each migration is recorded right after its statements, and a migration
-    /// whose one `ALTER TABLE` had applied before a crash (so its column or key exists
-    /// and the `ALTER` fails as a whole) is recorded as applied.
-    pub(crate) async fn migrate_locked(
-        &self,
-        conn: &mut sqlx::MySqlConnection,
-        target: u32,
-    ) -> Result<()> {
-        // the migrations table made only when it is missing: a `CREATE TABLE IF NOT
-        // EXISTS` of a table that exists is still DDL, which a Galera cluster runs in
-        // total order, aborting every open transaction on the table on every node
-        let read = sqlx::query_scalar::<_, i64>(safe(&self.sql.schema.read));
-        let applied = match read.fetch_all(&mut *conn).await {
-            Ok(applied) => applied,
-            Err(e) if error_number(&e) == Some(1146) => {
-                conn.execute(safe(&self.sql.schema.setup))
-                    .await
-                    .map_err(my_err)?;
-                sqlx::query_scalar::<_, i64>(safe(&self.sql.schema.read))
-                    .fetch_all(&mut *conn)
-                    .await
-                    .map_err(my_err)?
-            }
-            Err(e) => return Err(my_err(e)),
-        };
-        let table = &self.options.config.table;
-        let migrations = self.sql.schema.migrations()?;
-        for m in schema::pending(table, &applied, &migrations, target)? {
-            for statement in &m.statements {
-                match conn.execute(safe(statement)).await {
-                    Ok(_) => {}
-                    // duplicate column, duplicate key name, no such column or key to drop
-                    Err(e)
-                        if m.version > 1
-                            && matches!(error_number(&e), Some(1060 | 1061 | 1091)) =>
-                    {
-                        tracing::warn!(table, version = m.version, error = %e,
-                            "migration had applied before (the process stopped before recording it); recording it now");
-                    }
-                    Err(e) => return Err(my_err(e)),
-                }
-            }
-            let recorded = sqlx::query(safe(&self.sql.schema.record))
-                .bind(m.version)
-                .bind(m.name)
-                .execute(&mut *conn)
-                .await;
-            match recorded {
-                Ok(_) => schema::log_applied(table, m),
-                // another instance recorded it first: on a Galera cluster `GET_LOCK` holds
-                // on one node only, so instances on two nodes may migrate together; every
-                // statement is safe to run twice (DDL replicated in total order, the errors
-                // of a change already made passed over above)
-                Err(e) if error_number(&e) == Some(1062) => {
-                    tracing::debug!(
-                        table,
-                        version = m.version,
-                        "another instance recorded this migration"
-                    );
-                }
-                Err(e) => return Err(my_err(e)),
-            }
-        }
-        Ok(())
     }
 }
 

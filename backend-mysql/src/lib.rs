@@ -43,6 +43,7 @@ mod driver;
 mod enqueue;
 mod hosts;
 mod inbox;
+mod maintenance;
 mod marks;
 mod operators;
 mod options;

@@ -62,6 +62,24 @@ fn cluster(case: &str) -> Option<(String, String)> {
     }
 }
 
+/// The case's turn with node 1, the cluster's directory, and a store on the whole
+/// cluster (node 1 first) over a fresh database `db` with its 20 tasks; `None` when the
+/// case skips.
+async fn on_node_one(
+    case: &str,
+    db: &str,
+) -> Option<(
+    tokio::sync::MutexGuard<'static, ()>,
+    String,
+    MySqlStore,
+    Vec<i64>,
+)> {
+    let (url, dir) = cluster(case)?;
+    let turn = SERIAL.lock().await;
+    let (store, ids) = store_on_node_one(&url, &dir, db).await;
+    Some((turn, dir, store, ids))
+}
+
 /// A store on the whole cluster (node 1 first) over a fresh database `db`, migrated,
 /// with 20 tasks of type `CUT` and four pooled connections opened on node 1.
 async fn store_on_node_one(url: &str, dir: &str, db: &str) -> (MySqlStore, Vec<i64>) {
@@ -143,16 +161,30 @@ async fn each_once(store: &MySqlStore, mut done: Vec<i64>, mut ids: Vec<i64>) {
     }
 }
 
-/// Wait until the store's connections are on node 1 again.
-async fn back_on_node_one(store: &MySqlStore, within: Duration) {
+/// Node 1 is back: wait (up to 12 s: a fail-back election every 5 s) until the store's
+/// connections are on it again, run one more task there, and check that each of `ids`
+/// (with it) succeeded at its first attempt.
+async fn back_on_node_one_and_each_ran_once(
+    store: &MySqlStore,
+    owner: &Owner,
+    mut done: Vec<i64>,
+    mut ids: Vec<i64>,
+) {
     let back = Instant::now();
     while node(store).await != "n1" {
         assert!(
-            back.elapsed() < within,
+            back.elapsed() < Duration::from_secs(12),
             "the store stayed on node 2 after node 1 came back"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let late = store
+        .enqueue(NewTask::new("CUT", "after"))
+        .await
+        .expect("enqueue on node 1");
+    ids.push(late.id);
+    done.extend(drain(store, owner, Duration::from_secs(10)).await.0);
+    each_once(store, done, ids).await;
 }
 
 /// Node 1 cut off from the cluster while it lives; let back in, Synced, when dropped.
@@ -199,15 +231,18 @@ impl Drop for Isolated<'_> {
 /// to it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_leaves_a_node_that_goes_non_primary() {
-    let Some((url, dir)) = cluster("a_store_leaves_a_node_that_goes_non_primary") else {
+    let Some((_turn, dir, store, ids)) = on_node_one(
+        "a_store_leaves_a_node_that_goes_non_primary",
+        "backstop_nonprimary",
+    )
+    .await
+    else {
         return;
     };
-    let _turn = SERIAL.lock().await;
-    let (store, mut ids) = store_on_node_one(&url, &dir, "backstop_nonprimary").await;
     let owner = Owner::new("nonprimary").expect("owner");
 
     let cut = Isolated::node_one(&dir);
-    let (mut done, errors) = drain(&store, &owner, Duration::from_secs(30)).await;
+    let (done, errors) = drain(&store, &owner, Duration::from_secs(30)).await;
     assert_eq!(
         status(&dir, 1, "wsrep_ready"),
         "OFF",
@@ -219,30 +254,26 @@ async fn a_store_leaves_a_node_that_goes_non_primary() {
     assert_eq!(node(&store).await, "n2", "the store moved to node 2");
     drop(cut);
 
-    // node 1 is back and Synced: at a fail-back check (every 5 s) the store's
-    // connections go back to it, so every process writes to one node again
-    back_on_node_one(&store, Duration::from_secs(12)).await;
-    let late = store
-        .enqueue(NewTask::new("CUT", "after"))
-        .await
-        .expect("enqueue");
-    ids.push(late.id);
-    done.extend(drain(&store, &owner, Duration::from_secs(10)).await.0);
-    each_once(&store, done, ids).await;
+    // node 1 is back and Synced: at a fail-back election the store's connections go
+    // back to it, so every process writes to one node again
+    back_on_node_one_and_each_ran_once(&store, &owner, done, ids).await;
 }
 
 /// Node 1 killed with `kill -9` while the store's four pooled connections are on it.
 /// The first statement on them fails (its connection broke); a check of the node is
 /// refused, so the pool moves to node 2 at once and closes the other three, not after
-/// its acquire timeout (10 s), and every task is claimed and completed once there. Node 1, started again, rejoins
-/// (IST) and the store goes back to it.
+/// its acquire timeout (10 s), and every task is claimed and completed once there.
+/// Node 1, started again, rejoins (IST) and the store goes back to it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_leaves_a_node_killed_under_it_and_comes_back() {
-    let Some((url, dir)) = cluster("a_store_leaves_a_node_killed_under_it_and_comes_back") else {
+    let Some((_turn, dir, store, ids)) = on_node_one(
+        "a_store_leaves_a_node_killed_under_it_and_comes_back",
+        "backstop_killed",
+    )
+    .await
+    else {
         return;
     };
-    let _turn = SERIAL.lock().await;
-    let (store, mut ids) = store_on_node_one(&url, &dir, "backstop_killed").await;
     let owner = Owner::new("killed").expect("owner");
     let restart = format!("{dir}/n1/restart.sh");
     // started again (and waited for until Synced) however the case ends
@@ -260,7 +291,7 @@ async fn a_store_leaves_a_node_killed_under_it_and_comes_back() {
     assert!(killed.success(), "kill -9 node 1");
     let restarting = Restart(restart);
     let at = Instant::now();
-    let (mut done, errors) = drain(&store, &owner, Duration::from_secs(30)).await;
+    let (done, errors) = drain(&store, &owner, Duration::from_secs(30)).await;
     let took = at.elapsed();
     // one broken statement, and the pool is on node 2; the claims there wait while the
     // cluster waits out node 1 (Galera's suspect timeout, 5 s), not for the pool's
@@ -279,12 +310,5 @@ async fn a_store_leaves_a_node_killed_under_it_and_comes_back() {
         "Synced",
         "node 1 rejoined"
     );
-    back_on_node_one(&store, Duration::from_secs(12)).await;
-    let late = store
-        .enqueue(NewTask::new("CUT", "after"))
-        .await
-        .expect("enqueue");
-    ids.push(late.id);
-    done.extend(drain(&store, &owner, Duration::from_secs(10)).await.0);
-    each_once(&store, done, ids).await;
+    back_on_node_one_and_each_ran_once(&store, &owner, done, ids).await;
 }
