@@ -63,6 +63,9 @@ pub(crate) struct MySqlDriver {
     /// The server is a Galera cluster's node (`wsrep_on`): row locks and `GET_LOCK` hold
     /// on that node only, and conflicts between nodes fail a transaction at `COMMIT`.
     pub(crate) galera: bool,
+    /// The server has `SKIP LOCKED` (MySQL ≥ 8.0.1, MariaDB ≥ 10.6): heartbeats pass
+    /// over rows another transaction holds.
+    pub(crate) skip_locked: bool,
 }
 
 impl Drop for MySqlDriver {

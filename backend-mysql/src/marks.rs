@@ -4,43 +4,70 @@
 use std::collections::HashSet;
 
 use backstop_core::driver::prelude::*;
-use sqlx::MySqlConnection;
+use sqlx::{MySqlConnection, Row};
 
 use crate::conn::{micros, safe};
 use crate::driver::{bucket, padded, MySqlDriver, SET_CHUNK};
 
 impl MySqlDriver {
-    /// `heartbeat`: in one transaction, each chunk's leases refreshed in one statement;
-    /// when some lease is gone, the chunk's running leases read to tell which.
+    /// `heartbeat`: in one transaction, each chunk's leases refreshed; when some lease is
+    /// not, the chunk's running leases read to tell which are held.
+    ///
+    /// Where the server has `SKIP LOCKED`, a heartbeat never waits for another
+    /// transaction's row lock (the trait's contract): the chunk's rows under their leases
+    /// are locked passing over held ones, then refreshed; a held row is answered from the
+    /// last committed version. Older servers refresh with one `UPDATE`, which waits.
     pub(crate) async fn refresh_leases(&self, leases: &[Lease]) -> Result<Vec<bool>> {
         let sql = &self.sql;
+        let skip = self.skip_locked;
         self.on_conn(|mut conn| async move {
             let mut tx = conn.begin(None).await?;
             let mut flags = Vec::with_capacity(leases.len());
             for chunk in leases.chunks(SET_CHUNK) {
-                let text = sql.heartbeat_many(bucket(chunk.len()));
-                let mut q = sqlx::query(safe(&text));
-                for l in padded(chunk) {
-                    q = q.bind(l.task_id);
-                }
-                for l in padded(chunk) {
-                    q = q.bind(l.task_id).bind(l.token);
-                }
-                let done = q.execute(&mut *tx).await?;
-                if done.rows_affected() == chunk.len() as u64 {
-                    // every lease matched (affected rows count matched rows): all refreshed
+                let refreshed: HashSet<i64> = if skip {
+                    let text = sql.lock_leases(bucket(chunk.len()));
+                    let rows = bind_leases(sqlx::query(safe(&text)), chunk)
+                        .fetch_all(&mut *tx)
+                        .await?;
+                    let locked = rows
+                        .iter()
+                        .map(|r| r.try_get::<i64, _>(0))
+                        .collect::<std::result::Result<Vec<i64>, _>>()?;
+                    if !locked.is_empty() {
+                        let text = sql.touch_rows(bucket(locked.len()));
+                        let mut q = sqlx::query(safe(&text));
+                        for id in padded(&locked) {
+                            q = q.bind(id);
+                        }
+                        q.execute(&mut *tx).await?;
+                    }
+                    locked.into_iter().collect()
+                } else {
+                    let text = sql.heartbeat_many(bucket(chunk.len()));
+                    let q = bind_leases(sqlx::query(safe(&text)), chunk);
+                    let done = q.execute(&mut *tx).await?;
+                    // affected rows count matched rows: all refreshed, or read which
+                    match done.rows_affected() == chunk.len() as u64 {
+                        true => chunk.iter().map(|l| l.task_id).collect(),
+                        false => HashSet::new(),
+                    }
+                };
+                if refreshed.len() == chunk.len() {
                     flags.extend(std::iter::repeat_n(true, chunk.len()));
                     continue;
                 }
-                // Some lease is gone: those still held are exactly the running rows whose
-                // lease is the one we named (and those were just refreshed).
+                // Some lease was not refreshed: those still held are the running rows
+                // under the lease we named (a row another transaction holds, as last
+                // committed; on an older server, the rows its update just refreshed).
                 let text = sql.running_leases(bucket(chunk.len()));
                 let mut q = sqlx::query_as::<_, (i64, i64)>(safe(&text));
                 for l in padded(chunk) {
                     q = q.bind(l.task_id);
                 }
                 let held: HashSet<(i64, i64)> = q.fetch_all(&mut *tx).await?.into_iter().collect();
-                flags.extend(chunk.iter().map(|l| held.contains(&(l.task_id, l.token))));
+                flags.extend(chunk.iter().map(|l| {
+                    refreshed.contains(&l.task_id) || held.contains(&(l.task_id, l.token))
+                }));
             }
             tx.commit().await?;
             conn.settled();
@@ -148,4 +175,19 @@ impl MySqlDriver {
         }
         Ok(flags)
     }
+}
+
+/// A statement's parameters for a chunk of leases: its ids, then its (id, lease) pairs,
+/// padded to its bucket (`heartbeat_many`, `lock_leases`).
+fn bind_leases<'q>(
+    mut q: sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments>,
+    chunk: &[Lease],
+) -> sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments> {
+    for l in padded(chunk) {
+        q = q.bind(l.task_id);
+    }
+    for l in padded(chunk) {
+        q = q.bind(l.task_id).bind(l.token);
+    }
+    q
 }

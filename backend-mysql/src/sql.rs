@@ -764,6 +764,27 @@ impl Sql {
         )
     }
 
+    /// Lock the rows among `n` that run under the named leases, passing over those
+    /// another transaction holds (`SKIP LOCKED`): ids…, (id, lease)….
+    pub fn lock_leases(&self, n: usize) -> String {
+        let t = &self.table;
+        format!(
+            "SELECT id FROM {t} WHERE id IN ({}) AND status = 3 AND lease = {}
+             FOR UPDATE SKIP LOCKED",
+            Self::placeholders(n),
+            Self::lease_case(n)
+        )
+    }
+
+    /// Refresh `updated_at` of `n` rows this transaction has locked: ids….
+    pub fn touch_rows(&self, n: usize) -> String {
+        let t = &self.table;
+        format!(
+            "UPDATE {t} SET updated_at = NOW(3) WHERE id IN ({})",
+            Self::placeholders(n)
+        )
+    }
+
     /// These rows, if they carry this token: token, ids… (through the primary key).
     pub fn rows_with_token(&self, n: usize) -> String {
         let t = &self.table;

@@ -189,6 +189,7 @@ impl MySqlStore {
                 opened: std::time::Instant::now(),
                 ring,
                 galera,
+                skip_locked: skip,
             }),
         })
     }

@@ -9,7 +9,7 @@ use backstop_core::tx::{Answer, Dialect, Returns, Statement, Value};
 use backstop_core::{Enqueued, HandlerError, NewTask, Processed, StoreConfig, TaskId};
 use backstop_core::{Transactional, TxConnection};
 use backstop_mysql::{mysql_handler, ClaimStrategy, MySqlHandler, MySqlOptions, MySqlStore};
-use backstop_testkit::{Harness, TimeColumn, TxPath, TxTasks, Unavailable};
+use backstop_testkit::{Harness, RowHold, TimeColumn, TxPath, TxTasks, Unavailable};
 use sqlx::mysql::MySqlPoolOptions;
 use sqlx::{AssertSqlSafe, MySqlPool};
 
@@ -511,6 +511,26 @@ impl Harness for MySqlHarness {
             .execute(&db.admin)
             .await
             .expect("backdate the rows");
+    }
+
+    async fn hold_row(&self, db: &Db, table: &str, id: TaskId) -> Option<RowHold> {
+        let pool = db.admin.clone();
+        let sql = format!("SELECT id FROM `{table}` WHERE id = ? FOR UPDATE");
+        Some(
+            RowHold::start(move |locked, released| async move {
+                let mut tx = pool.begin().await.expect("begin the row hold");
+                let rows = sqlx::query(AssertSqlSafe(sql))
+                    .bind(id)
+                    .fetch_all(&mut *tx)
+                    .await
+                    .expect("lock the row");
+                assert_eq!(rows.len(), 1, "hold_row: task {id} not found");
+                let _ = locked.send(());
+                let _ = released.await;
+                tx.rollback().await.expect("roll the row hold back");
+            })
+            .await,
+        )
     }
 
     fn notifier_service(&self) -> &'static str {

@@ -286,7 +286,8 @@ impl Sql {
              {on_conflict}"
         );
         // A step's report in its common case, all or none (core's SagaAdvance): the saga
-        // row locked where it runs (status 0) at the step's group, the step's task
+        // rows locked where they run (status 0) at the step's group, then the steps'
+        // task rows (each set in id order, as every write takes them), the step's task
         // completed under its lease, then the step row, the saga row and the next
         // steps' tasks, inserted claimed by $14 when it is set. $1 saga, $2 group, $3
         // task id, $4 lease token, $5 position, $6 step, $7 state, $8 output, $9 the
@@ -304,9 +305,14 @@ impl Sql {
                 SELECT q.* FROM {ts} y JOIN q ON y.id = q.s
                 WHERE y.status = 0 AND y.grp = q.g
                 ORDER BY y.id FOR UPDATE OF y),
+             k AS (
+                SELECT k.id FROM {t} AS k JOIN s ON k.id = s.t
+                WHERE k.status + 0 = 3 AND k.lease = s.l
+                ORDER BY k.id FOR UPDATE OF k),
              f AS (
                 UPDATE {t} AS k SET status = 1, last_error = NULL, updated_at = now()
-                FROM s WHERE k.id = s.t AND k.status + 0 = 3 AND k.lease = s.l
+                FROM s, k AS o WHERE k.id = s.t AND o.id = k.id AND k.status + 0 = 3
+                    AND k.lease = s.l
                 RETURNING s.*),
              r AS (
                 INSERT INTO {tss} AS x (saga_id, position, step, grp, state, output, updated_at)
@@ -721,17 +727,29 @@ impl Sql {
             set_output: format!(
                 "UPDATE {t} SET output = $1 WHERE id = $2 AND status + 0 = 3 AND lease = $3"
             ),
+            // Never waits for another writer (`SKIP LOCKED`): a row another transaction
+            // holds (the holder's own mark or saga report under way, an operator's
+            // command) is answered from the snapshot, held when it runs under the
+            // lease, and left for the next heartbeat to refresh. A heartbeat that
+            // waited held every other lease of the set with it, and the marks queued
+            // behind those: the chaos lane's outages showed heartbeats of seconds.
             heartbeat: format!(
                 "WITH l AS (SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS l(id, lease)),
                  locked AS (
                     SELECT t.id FROM {t} AS t JOIN l ON t.id = l.id
                     WHERE t.status + 0 = 3 AND t.lease = l.lease
-                    ORDER BY t.id FOR UPDATE OF t)
-                 UPDATE {t} AS t SET updated_at = now()
-                 FROM l, locked
-                 WHERE t.id = l.id AND t.id = locked.id AND t.status + 0 = 3
-                    AND t.lease = l.lease
-                 RETURNING t.id, t.lease"
+                    ORDER BY t.id FOR UPDATE OF t SKIP LOCKED),
+                 up AS (
+                    UPDATE {t} AS t SET updated_at = now()
+                    FROM l, locked
+                    WHERE t.id = l.id AND t.id = locked.id AND t.status + 0 = 3
+                        AND t.lease = l.lease
+                    RETURNING t.id, t.lease)
+                 SELECT id, lease FROM up
+                 UNION ALL
+                 SELECT t.id, t.lease FROM {t} AS t JOIN l ON t.id = l.id
+                 WHERE t.status + 0 = 3 AND t.lease = l.lease
+                    AND NOT EXISTS (SELECT 1 FROM locked WHERE locked.id = t.id)"
             ),
             // One statement for a round of marks (each task at most once per round).
             // kind: 1 success, 2 retry, 3 fail, 4 release. $1 ids $2 leases $3 kinds

@@ -9,7 +9,7 @@ use backstop_core::tx::{Answer, Dialect, Returns, Statement, Value};
 use backstop_core::TxConnection;
 use backstop_core::{Enqueued, HandlerError, NewTask, Notifier, Processed, StoreConfig, TaskId};
 use backstop_postgres::{pg_handler, PgHandler, PgOptions, PgStore};
-use backstop_testkit::{Harness, TimeColumn, TxPath, TxTasks, Unavailable};
+use backstop_testkit::{Harness, RowHold, TimeColumn, TxPath, TxTasks, Unavailable};
 use tokio_postgres::NoTls;
 
 const URL_VAR: &str = "BACKSTOP_TEST_POSTGRES_URL";
@@ -457,6 +457,28 @@ impl Harness for PgHarness {
             )
             .await
             .expect("backdate the rows");
+    }
+
+    async fn hold_row(&self, db: &Db, table: &str, id: TaskId) -> Option<RowHold> {
+        let (mut client, conn) = tokio_postgres::connect(&db.url, NoTls)
+            .await
+            .expect("connect to hold a row");
+        tokio::spawn(conn);
+        let sql = format!(
+            "SELECT id FROM \"{}\".\"{table}\" WHERE id = $1 FOR UPDATE",
+            db.schema
+        );
+        Some(
+            RowHold::start(move |locked, released| async move {
+                let tx = client.transaction().await.expect("begin the row hold");
+                let rows = tx.query(&sql, &[&id]).await.expect("lock the row");
+                assert_eq!(rows.len(), 1, "hold_row: task {id} not found");
+                let _ = locked.send(());
+                let _ = released.await;
+                tx.rollback().await.expect("roll the row hold back");
+            })
+            .await,
+        )
     }
 
     fn notifier_service(&self) -> &'static str {

@@ -9,7 +9,7 @@ use backstop_core::tx::{Answer, Dialect, Returns, Statement, Value};
 use backstop_core::BlockingTxConnection;
 use backstop_core::{Enqueued, HandlerError, NewTask, Processed, StoreConfig, TaskId};
 use backstop_sqlite::{sqlite_handler, SqliteHandler, SqliteOptions, SqliteStore, Synchronous};
-use backstop_testkit::{Harness, TimeColumn, TxPath, TxTasks, Unavailable};
+use backstop_testkit::{Harness, RowHold, TimeColumn, TxPath, TxTasks, Unavailable};
 
 /// The application's own rusqlite connection running the store's statements, as a user
 /// of a driver backstop has no support for would write it.
@@ -323,6 +323,11 @@ impl Harness for SqliteHarness {
                 [millis(by)],
             )
             .expect("backdate the rows");
+    }
+
+    async fn hold_row(&self, _: &Db, _: &str, _: TaskId) -> Option<RowHold> {
+        // no row locks: a writer holds the whole database
+        None
     }
 
     fn notifier_service(&self) -> &'static str {

@@ -165,6 +165,12 @@ pub trait Harness: Send + Sync + 'static {
     /// `created_at`) back by `by`.
     async fn backdate_rows(&self, db: &Self::Db, table: &str, column: &str, by: Duration);
 
+    /// Lock the row of task `id` in `table` from a transaction of the harness's own
+    /// (`SELECT … FOR UPDATE` on its own connection), held until the answer is
+    /// [released](RowHold::release): another writer waiting on the row, or not. `None`
+    /// where the backend has no row locks (SQLite: a writer holds the whole database).
+    async fn hold_row(&self, db: &Self::Db, table: &str, id: TaskId) -> Option<RowHold>;
+
     /// What [`notifier`](Self::notifier) needs, as named in `BACKSTOP_TEST_REQUIRE`
     /// (`postgres` for `LISTEN`/`NOTIFY`, `redis` for pub/sub).
     fn notifier_service(&self) -> &'static str;
@@ -293,6 +299,23 @@ impl<H: Harness> Ctx<H> {
                 None
             }
         }
+    }
+
+    /// Task `id`'s row (in the default table) locked by a transaction of the harness's
+    /// own until released (see [`Harness::hold_row`]); `None`, printed, where the
+    /// backend has no row locks.
+    pub async fn hold_row(&self, id: TaskId, case: &str) -> Option<RowHold> {
+        let hold = self
+            .harness
+            .hold_row(&self.db, &self.config.table, id)
+            .await;
+        if hold.is_none() {
+            eprintln!(
+                "NOT APPLICABLE {case} on {}: no row locks (a writer holds the whole database)",
+                self.harness.backend()
+            );
+        }
+        hold
     }
 
     /// Move a timestamp of task `id` (in the default table) back by `by`.
@@ -576,6 +599,43 @@ pub enum TxTasks {
         backstop_core::StepReport,
         StepSlot,
     ),
+}
+
+/// A row lock held by [`Harness::hold_row`]: the transaction holding it runs on a task
+/// of its own until [`release`](Self::release) rolls it back.
+pub struct RowHold {
+    release: Option<tokio::sync::oneshot::Sender<()>>,
+    done: tokio::task::JoinHandle<()>,
+}
+
+impl RowHold {
+    /// Run `hold` on a task of its own: it locks the row, sends on its first argument
+    /// once the lock is granted, waits on its second, then rolls back. Answers once the
+    /// lock is held; panics when `hold` ended before it was.
+    pub async fn start<F, Fut>(hold: F) -> RowHold
+    where
+        F: FnOnce(tokio::sync::oneshot::Sender<()>, tokio::sync::oneshot::Receiver<()>) -> Fut,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let (locked, is_locked) = tokio::sync::oneshot::channel();
+        let (release, released) = tokio::sync::oneshot::channel();
+        let done = tokio::spawn(hold(locked, released));
+        is_locked
+            .await
+            .expect("the row hold ended before its lock was granted");
+        RowHold {
+            release: Some(release),
+            done,
+        }
+    }
+
+    /// Roll the holding transaction back and wait until it has.
+    pub async fn release(mut self) {
+        if let Some(r) = self.release.take() {
+            let _ = r.send(());
+        }
+        (&mut self.done).await.expect("the row hold panicked");
+    }
 }
 
 /// Where [`TxTasks::SagaStep`] leaves what the report applied.

@@ -5,18 +5,23 @@
 //!
 //! Two plans run back to back on the transaction, with a decision between them:
 //!
-//! 1. [`ReadPlan`]: for a report, the fence (the task's completion, or its failure,
-//!    under the report's lease: no row changed and the report is refused); the saga
-//!    row's lock; the step rows of the group concerned (none for a report of a step
+//! 1. [`ReadPlan`]: the saga row's lock; for a report, the fence (the task's
+//!    completion, or its failure, under the report's lease: no row changed and the
+//!    report is refused); the step rows of the group concerned (none for a report of a step
 //!    alone in its group: it has no sibling to join);
 //! 2. the decision: [`SagaProgress::decide`] for a report, [`SagaProgress::nudge`] for a
 //!    nudge, the command's own rules for a command;
 //! 3. [`WritePlan`]: the step's row, the saga's row, the failed tasks reset, the
 //!    operators' log, and an [`EnqueuePlan`] per task to start.
 //!
-//! Writes to one saga serialize on its row: a report locks its own task's row, then the
-//! saga's, so two siblings of a parallel group finishing at once take turns, and the
-//! second sees the first's step row (the join).
+//! Writes to one saga serialize on its row, and every write takes its locks in one order:
+//! the saga's row first, then task rows. Two siblings of a parallel group finishing at
+//! once take turns, and the second sees the first's step row (the join). A report that
+//! fenced its task first (locking the task's row, then waiting for the saga's) would
+//! deadlock with a nudge or a command that holds the saga's row and enqueues that same
+//! step's task (its insert waits for the fenced row): the chaos lane's PostgreSQL log
+//! showed 126 such deadlocks in one run, each a second's stall (`deadlock_timeout`)
+//! that held up the heartbeats queued behind the rows.
 
 use super::checks::{check_task, enqueued};
 use super::enqueue::nested_next;
@@ -87,7 +92,7 @@ pub enum SagaWritten {
 const OP: &str = "saga_write";
 
 /// Run `write` ([`SagaWrite`]) on the transaction `conn` (the store's own, or the
-/// caller's): read (a report's fence, the saga row's lock, the group's step rows),
+/// caller's): read (the saga row's lock, a report's fence, the group's step rows),
 /// decide, write (the step row, the saga row, a retry's reset, the operators' log, the
 /// tasks). A report is `Conflict` when the step's task no longer runs under its lease,
 /// `Unexpected` when its saga's row is missing. On an error, roll the transaction back.
@@ -496,7 +501,7 @@ fn named(def: &SagaDef, rows: &[(u32, StepState)]) -> Vec<(String, StepState)> {
         .collect()
 }
 
-/// The first half of a write: fence (a report), lock, read.
+/// The first half of a write: lock, fence (a report), read.
 struct ReadPlan<'a> {
     sql: &'a dyn EnqueueSql,
     write: &'a SagaWrite,
@@ -524,7 +529,7 @@ impl<'a> ReadPlan<'a> {
         let (saga, group, rows_needed, stage) = match write {
             SagaWrite::Step { def, report } => {
                 let group = locate(def, &report.step)?.group;
-                (report.saga, Some(group), !alone(def, group), Read::Fence)
+                (report.saga, Some(group), !alone(def, group), Read::Lock)
             }
             SagaWrite::Command { id, .. } | SagaWrite::Nudge { id, .. } => {
                 (*id, None, true, Read::Lock)
@@ -540,6 +545,15 @@ impl<'a> ReadPlan<'a> {
             found: None,
             rows: Vec::new(),
         })
+    }
+
+    /// After the lock (and a report's fence): the group's rows when the saga has a row
+    /// and they are needed.
+    fn after_lock(&self) -> Read {
+        match (self.found, self.rows_needed) {
+            (Some(_), true) => Read::Rows,
+            _ => Read::Done,
+        }
     }
 }
 
@@ -573,22 +587,23 @@ impl TxPlan for ReadPlan<'_> {
                 if !applied(&answer, "fence")? {
                     return Err(lease_gone(self.write));
                 }
-                Read::Lock
+                self.after_lock()
             }
-            Read::Lock => match row(&answer)? {
-                None => Read::Done,
-                Some(r) => {
+            Read::Lock => {
+                if let Some(r) = row(&answer)? {
                     let code = column(r, 0)?;
                     let status = SagaStatus::from_code(code).ok_or_else(|| {
                         unexpected(format!("a saga's status code {code} is unknown"))
                     })?;
                     self.found = Some((status, to_u32(column(r, 1)?)?));
-                    match self.rows_needed {
-                        true => Read::Rows,
-                        false => Read::Done,
-                    }
                 }
-            },
+                match self.write {
+                    // a report's fence even when the saga's row is missing: a lease gone
+                    // is the report's answer before a missing row
+                    SagaWrite::Step { .. } => Read::Fence,
+                    _ => self.after_lock(),
+                }
+            }
             Read::Rows => {
                 let Answer::Rows(rows) = answer else {
                     return Err(super::statement::wrong_answer(&answer, "rows"));

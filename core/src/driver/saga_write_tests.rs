@@ -68,19 +68,20 @@ fn a_done_step_records_itself_moves_the_saga_and_enqueues_the_next_group() {
         &def,
         &r,
         vec![
-            Answer::RowsAffected(1),
             Answer::Row(Some(vec![0, 0])),
+            Answer::RowsAffected(1),
             // stock is alone in its group: no step rows to read
             Answer::RowsAffected(1),
             Answer::RowsAffected(1),
         ],
     )
     .unwrap();
+    // the saga's row is locked before the task's (one lock order for every write)
     assert_eq!(
         ran,
         [
-            "complete",
             "saga lock",
+            "complete",
             "step record",
             "saga set",
             "insert",
@@ -105,8 +106,8 @@ fn the_first_sibling_only_records_and_the_second_joins() {
     let done = |s: &str| report(s, StepOutcome::Done { output: "1".into() });
     let base = |rows| {
         vec![
-            Answer::RowsAffected(1),
             Answer::Row(Some(vec![0, 1])),
+            Answer::RowsAffected(1),
             Answer::Rows(rows),
             Answer::RowsAffected(1),
             Answer::RowsAffected(1),
@@ -123,10 +124,18 @@ fn the_first_sibling_only_records_and_the_second_joins() {
 fn a_lost_lease_or_a_missing_saga_writes_nothing_more() {
     let def = def();
     let r = report("stock", StepOutcome::Compensated);
-    let e = run(&def, &r, vec![Answer::RowsAffected(0)]).unwrap_err();
+    let e = run(
+        &def,
+        &r,
+        vec![Answer::Row(Some(vec![0, 0])), Answer::RowsAffected(0)],
+    )
+    .unwrap_err();
     assert_eq!((e.kind(), e.operation()), (ErrorKind::Conflict, OP));
     assert!(e.to_string().contains("lease 2"), "{e}");
-    let e = run(&def, &r, vec![Answer::RowsAffected(1), Answer::Row(None)]).unwrap_err();
+    // a lease gone is the answer before a missing saga row
+    let e = run(&def, &r, vec![Answer::Row(None), Answer::RowsAffected(0)]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Conflict);
+    let e = run(&def, &r, vec![Answer::Row(None), Answer::RowsAffected(1)]).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Unexpected);
     let e = run(&def, &report("nope", StepOutcome::Compensated), vec![]).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidInput);
@@ -146,15 +155,15 @@ fn an_exhausted_step_fails_its_task_and_parks_the_saga() {
         &def,
         &r,
         vec![
-            Answer::RowsAffected(1),
             Answer::Row(Some(vec![0, 0])),
+            Answer::RowsAffected(1),
             // stock is alone in its group: no step rows to read
             Answer::RowsAffected(1),
             Answer::RowsAffected(1),
         ],
     )
     .unwrap();
-    assert_eq!(ran[0], "fail");
+    assert_eq!(ran[..2], ["saga lock", "fail"]);
     assert_eq!(applied, StepApplied::new(SagaStatus::Parked, 0, 0));
 }
 

@@ -185,6 +185,11 @@ pub trait TaskStore: Send + Sync + 'static {
     ///
     /// - Returns one flag per lease, in order: `true` when refreshed, `false` when the
     ///   lease is no longer current (the task was recycled, reset or completed).
+    /// - Never waits for another transaction's lock on a row (where the backend has
+    ///   row locks): a lease whose row another writer holds at the moment (the holder's
+    ///   own mark or saga report under way, an operator's command) is answered from
+    ///   what was committed, `true` when the task runs under it, and is refreshed by a
+    ///   later heartbeat. One held row never holds up the refresh of the others.
     async fn heartbeat(&self, leases: &[Lease]) -> Result<Vec<bool>>;
 
     /// Record `output` (JSON text) as the running task's output, fenced by its lease:

@@ -459,6 +459,64 @@ pub async fn heartbeat_keeps_a_long_task_alive<H: Harness>(ctx: &Ctx<H>) {
     assert!(ctx.store.mark_success(ta.lease()).await.unwrap());
 }
 
+/// heartbeat never waits for another transaction's lock on a row: with two leased rows
+/// locked elsewhere (one under its current lease, one whose lease the caller names
+/// stale), a heartbeat of them and of a free one answers while the locks are held:
+/// `[true, true, false]`, the free row refreshed, the held ones untouched; once the locks
+/// are gone the next heartbeat refreshes the held row it still owns.
+pub async fn heartbeat_never_waits_for_a_row_another_transaction_holds<H: Harness>(ctx: &Ctx<H>) {
+    let case = "heartbeat_never_waits_for_a_row_another_transaction_holds";
+    let ids = [
+        ctx.enqueue("E", "free").await,
+        ctx.enqueue("E", "held").await,
+        ctx.enqueue("E", "gone").await,
+    ];
+    let mut leases = Vec::new();
+    for id in ids {
+        leases.push(ctx.claim(id).await.lease());
+        ctx.backdate(id, TimeColumn::UpdatedAt, Duration::from_secs(600))
+            .await;
+    }
+    leases[2].token += 5;
+    let old = ctx.task(ids[1]).await.updated_at;
+    let Some(held) = ctx.hold_row(ids[1], case).await else {
+        return;
+    };
+    let Some(gone) = ctx.hold_row(ids[2], case).await else {
+        return;
+    };
+    let t0 = Utc::now();
+    // a heartbeat that waits for the locks waits until the deadline: they are released
+    // only after it answers
+    let flags = tokio::time::timeout(Duration::from_secs(20), ctx.store.heartbeat(&leases))
+        .await
+        .expect("the heartbeat waited for the rows' locks")
+        .unwrap();
+    let t1 = Utc::now();
+    assert_eq!(flags, vec![true, true, false]);
+    gone.release().await;
+    held.release().await;
+    assert_between("updated_at", ctx.task(ids[0]).await.updated_at, t0, t1);
+    let h = ctx.task(ids[1]).await;
+    assert_eq!(
+        (h.status, h.attempts, h.lease, h.updated_at),
+        (Status::Running, 1, 1, old),
+        "the held row is left as it was"
+    );
+    let t2 = Utc::now();
+    let again = ctx.store.heartbeat(&leases[..2]).await.unwrap();
+    assert_eq!(again, vec![true, true]);
+    assert_between(
+        "updated_at",
+        ctx.task(ids[1]).await.updated_at,
+        t2,
+        Utc::now(),
+    );
+    let r = ctx.store.recycle_dead(MINUTE, 50).await.unwrap();
+    assert_eq!(r.to_pending, 1, "only the task whose lease was named stale");
+    assert_eq!(ctx.task(ids[2]).await.status, Status::Pending);
+}
+
 /// last_error is cut to MAX_ERROR_BYTES at a character boundary.
 pub async fn last_error_is_bounded<H: Harness>(ctx: &Ctx<H>) {
     let id = ctx.enqueue("E", "k").await;
