@@ -87,7 +87,16 @@ pub(crate) async fn recycler<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
             }
         }
         sweep_keys(&shared, &mut key_cursor).await;
-        if troubled || shared.leases_unrefreshed.load(Ordering::SeqCst) || leases_stale(&shared) {
+        // `outage_seen`, not only `leases_unrefreshed`: when this instance's heartbeat
+        // loop is the first to get through, it clears `leases_unrefreshed`, and a sweep
+        // right then recycled the leases of instances whose refreshes were still on
+        // their way (the chaos suite's outage lane: a sweep 234 ms after the store came
+        // back, during another worker's refresh of 228 leases, ran 80 tasks twice)
+        if troubled
+            || shared.outage_seen.load(Ordering::SeqCst)
+            || shared.leases_unrefreshed.load(Ordering::SeqCst)
+            || leases_stale(&shared)
+        {
             // Back from an outage: this instance's own leases went unrefreshed while the
             // store was away, and may look dead to a sweep. Refresh them first (which
             // also shows the store answers again; holding none, registering this
@@ -110,9 +119,13 @@ pub(crate) async fn recycler<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
                 continue;
             }
             troubled = false;
+            shared.outage_seen.store(false, Ordering::SeqCst);
             if !pause(&shared, &mut state, cfg.heartbeat_interval).await {
                 return;
             }
+            // a failure or stall seen meanwhile leaves `outage_seen` set for the next
+            // sweep to wait out: waiting it out before this one could starve the sweep
+            // under heartbeats that keep taking `stall_after` (an overloaded server)
             if refresh_leases(&shared).await.is_err() {
                 troubled = true;
                 continue;
@@ -692,6 +705,7 @@ async fn refresh_leases<S: TaskStore + Clone>(shared: &Shared<S>) -> Result<(), 
             let took = began.elapsed();
             if took >= stall_after(&shared.config) {
                 shared.leases_unrefreshed.store(true, Ordering::SeqCst);
+                shared.outage_seen.store(true, Ordering::SeqCst);
                 tracing::warn!(
                     took_ms = took.as_millis() as u64,
                     "a heartbeat waited on the store so long that the leases it wrote may \
@@ -704,6 +718,7 @@ async fn refresh_leases<S: TaskStore + Clone>(shared: &Shared<S>) -> Result<(), 
         }
         Err(e) => {
             shared.leases_unrefreshed.store(true, Ordering::SeqCst);
+            shared.outage_seen.store(true, Ordering::SeqCst);
             shared.counters.store_errors("*");
             tracing::warn!(error = %e, "heartbeat failed");
             Err(())

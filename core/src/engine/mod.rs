@@ -130,6 +130,10 @@ struct Shared<S> {
     /// instance's lease refreshes succeeds: until then its leases may be older than
     /// `dead_after`, and its own sweep must refresh them before it recycles anything.
     leases_unrefreshed: std::sync::atomic::AtomicBool,
+    /// Set with `leases_unrefreshed`, cleared only by the sweep once it has given every
+    /// instance a heartbeat interval to refresh: a heartbeat that succeeds first clears
+    /// `leases_unrefreshed`, and the sweep must still wait (see `loops::recycler`).
+    outage_seen: std::sync::atomic::AtomicBool,
     /// When the last heartbeat of this instance's leases that the store applied began:
     /// every lease held then was fresh at that time.
     last_refreshed: Mutex<Option<std::time::Instant>>,
@@ -574,7 +578,11 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
             inbox_purge: self.inbox_purge,
             completions,
             leases_unrefreshed: std::sync::atomic::AtomicBool::new(false),
-            last_refreshed: Mutex::new(None),
+            outage_seen: std::sync::atomic::AtomicBool::new(false),
+            // vacuously true at the start; without it, an instance whose first
+            // heartbeat stalled took its own first leases for dead (its sweep saw no
+            // refresh to be late)
+            last_refreshed: Mutex::new(Some(std::time::Instant::now())),
             refreshing: tokio::sync::Mutex::new(()),
         });
         let flushers = completer::spawn(&runtime, &shared, completion_rx);

@@ -98,6 +98,69 @@ pub async fn engine_refreshes_its_own_leases_after_an_outage_before_sweeping<H: 
     other.shutdown().await;
 }
 
+/// An instance back from an outage waits a heartbeat interval before it sweeps even when
+/// its heartbeat loop got through first (clearing its own leases' flag): another
+/// instance's refresh still on its way after the same outage must land first. Here the
+/// sweeper's loop is held in its key sweep through the outage while its heartbeats fail,
+/// its heartbeats then get through, and only then is its sweep let go; the other
+/// instance's heartbeat, held all along (its lease older than `dead_after`), lands
+/// 150 ms later. Its task runs once under its first lease; nothing is recycled.
+pub async fn engine_sweeps_an_interval_after_an_outage_its_heartbeats_ended<H: Harness>(
+    ctx: &Ctx<H>,
+) {
+    let calls = Calls::default();
+    let config = fast_config()
+        .dead_after(Duration::from_millis(1200))
+        .heartbeat_interval(Duration::from_millis(600));
+    // a type each, so each task runs on the instance that enqueued it
+    let start = |gate: Gate<H::Store>, event_type: &str| {
+        Engine::builder(gate)
+            .config(config.clone())
+            .handler(
+                event_type,
+                sleepy(calls.clone(), Duration::from_millis(5000)),
+                opts(),
+            )
+            .start()
+            .unwrap()
+    };
+    let holder_gate = Gate::shut(ctx.store.clone(), Gated::Nothing);
+    let holder = start(holder_gate.clone(), "HELD");
+    let sweeper_gate = Gate::shut(ctx.new_store().await, Gated::Nothing);
+    let sweeper = start(sweeper_gate.clone(), "OWN");
+    let (held, _) = holder.enqueue(holder.task("HELD", "held")).await.unwrap();
+    sweeper.enqueue(sweeper.task("OWN", "own")).await.unwrap();
+    eventually("both tasks to start", || async {
+        calls.count("held") == 1 && calls.count("own") == 1
+    })
+    .await;
+    let before = ctx.task(held.id).await;
+    // the holder's heartbeats wait (its lease ages past dead_after); the sweeper's loop
+    // waits in its key sweep while its heartbeats fail
+    holder_gate.faults.hold(&[Op::Heartbeat], Phase::Before);
+    sweeper_gate.faults.hold(&[Op::OrderKeys], Phase::Before);
+    sweeper_gate.outage(true);
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    let seen = sweeper_gate.heartbeats_so_far();
+    sweeper_gate.outage(false);
+    // two heartbeats answered after the outage: the sweeper's loop got through first
+    sweeper_gate.heartbeats(seen + 2).await;
+    sweeper_gate.faults.release();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    holder_gate.faults.release();
+    let t = wait_status(&ctx.store, held.id, Status::Succeeded).await;
+    assert_eq!(
+        (t.attempts, t.lease, calls.count("held")),
+        (1, before.lease, 1),
+        "the held task ran once under its first lease: never recycled"
+    );
+    let (a, b) = (holder.counters(), sweeper.counters());
+    assert_eq!(a.recycled + b.recycled, 0, "nothing recycled");
+    assert!(b.store_errors > 0, "the sweeper saw the outage");
+    holder.shutdown().await;
+    sweeper.shutdown().await;
+}
+
 /// an outcome whose mark fails through an outage longer than `dead_after` is written
 /// once the store answers again, not given up on: the task, held and heartbeated
 /// meanwhile, succeeds under its first lease after one run, never recycled.
