@@ -339,7 +339,14 @@ impl<'a> Next<'a> {
         let rows = named(def, &found.rows);
         let decision = SagaProgress::new(def).nudge(found.status, found.group, &rows);
         let mut next = Next::from_decision(def, key, &found, &decision)?;
-        if let Some(change) = &decision.saga {
+        // A change to where the saga is already (compensating the group it compensates:
+        // its compensations asked again) is no change: the row, its version and its
+        // reason are left, and nothing is logged.
+        if let Some(change) = decision
+            .saga
+            .as_ref()
+            .filter(|c| (c.status, c.group) != (found.status, found.group))
+        {
             next.set = Some((change.status, change.group, change.reason.clone()));
         }
         // A compensating saga whose group has not settled waits for actions without a

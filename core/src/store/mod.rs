@@ -548,7 +548,9 @@ pub trait TaskStore: Send + Sync + 'static {
     /// step's task is enqueued once per phase, so a nudge asked twice adds nothing.
     /// `None` when there is no saga `id`. With `audit`, a nudge that changes something
     /// (enqueues a task, moves the saga) is written to the saga's operators' log as
-    /// `nudge` (the reconciler's pushes forward); one that finds nothing to do is not.
+    /// `nudge` (the reconciler's pushes forward); one that finds nothing to do is not,
+    /// and leaves the saga's row as it was (its version, time and reason: a compensating
+    /// saga whose compensations are enqueued already is not "moved" to where it is).
     /// A compensating saga whose group still waits for actions gets back the tasks of
     /// its own that failed (pending, `attempts` 0, due now): an action whose task failed
     /// without reporting would otherwise never settle the group, and run now it is

@@ -20,6 +20,7 @@ pub mod retention;
 pub mod run_ahead;
 pub mod saga;
 pub mod saga_in_tx;
+pub mod saga_reconciler;
 pub mod shutdown;
 pub mod tcc;
 pub mod testing;

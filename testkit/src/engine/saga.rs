@@ -15,10 +15,10 @@ type Entry = (String, &'static str, Instant, Instant);
 
 /// What the steps did.
 #[derive(Clone, Default)]
-struct Journal(Arc<Mutex<Vec<Entry>>>);
+pub(super) struct Journal(Arc<Mutex<Vec<Entry>>>);
 
 impl Journal {
-    fn note(&self, step: &str, phase: &'static str, start: Instant) {
+    pub(super) fn note(&self, step: &str, phase: &'static str, start: Instant) {
         self.0
             .lock()
             .unwrap()
@@ -32,7 +32,7 @@ impl Journal {
         all.into_iter().map(|(s, p, ..)| (s, p)).collect()
     }
 
-    fn count(&self, step: &str, phase: &str) -> usize {
+    pub(super) fn count(&self, step: &str, phase: &str) -> usize {
         let all = self.0.lock().unwrap();
         all.iter().filter(|e| e.0 == step && e.1 == phase).count()
     }
@@ -53,7 +53,7 @@ fn order_def() -> SagaDef {
     order_builder().build().unwrap()
 }
 
-fn order_builder() -> backstop_core::SagaDefBuilder {
+pub(super) fn order_builder() -> backstop_core::SagaDefBuilder {
     let fast = RetryPolicy::fixed(3, Duration::from_millis(20));
     let step = |name: &str| SagaStep::new(name).retry(fast).compensation_retry(fast);
     SagaDef::builder("order")
@@ -64,7 +64,7 @@ fn order_builder() -> backstop_core::SagaDefBuilder {
 
 /// The order's steps, journaled: stock outputs `{"reserved": qty}`, coupon `"C-1"`,
 /// points `10`; pay reads them and does what `pay` says.
-fn order_steps<F, Fut>(journal: &Journal, pay: F) -> SagaSteps
+pub(super) fn order_steps<F, Fut>(journal: &Journal, pay: F) -> SagaSteps
 where
     F: Fn(StepContextOf) -> Fut + Send + Sync + Clone + 'static,
     Fut: Future<Output = std::result::Result<(), StepError>> + Send + 'static,
@@ -122,7 +122,7 @@ where
         })
 }
 
-type StepContextOf = backstop_core::StepContext;
+pub(super) type StepContextOf = backstop_core::StepContext;
 
 /// Start saga `key` of the order (input `{"qty": 3}`) and wait until it is in `status`.
 async fn run_until<S: TaskStore>(store: &S, key: &str, status: SagaStatus) -> Saga {
@@ -141,7 +141,9 @@ fn states(steps: &[SagaStepRecord]) -> Vec<(&str, StepState)> {
 
 /// The saga's step tasks (and nudges; not the reconciler's ticks), by business key:
 /// `(status, attempts, last error)`.
-async fn step_tasks<S: TaskStore>(store: &S) -> HashMap<String, (Status, u32, Option<String>)> {
+pub(super) async fn step_tasks<S: TaskStore>(
+    store: &S,
+) -> HashMap<String, (Status, u32, Option<String>)> {
     store
         .list(&TaskFilter::default().event_type("saga:order").limit(100))
         .await
@@ -156,7 +158,11 @@ fn engine<S: TaskStore + Clone>(store: S, steps: SagaSteps) -> Engine<S> {
     engine_of(store, order_def(), steps)
 }
 
-fn engine_of<S: TaskStore + Clone>(store: S, def: SagaDef, steps: SagaSteps) -> Engine<S> {
+pub(super) fn engine_of<S: TaskStore + Clone>(
+    store: S,
+    def: SagaDef,
+    steps: SagaSteps,
+) -> Engine<S> {
     Engine::builder(store)
         .config(fast_config())
         .saga(def, steps, opts())
@@ -564,16 +570,8 @@ pub async fn engine_saga_operator_compensates_a_parked_saga<H: Harness>(ctx: &Ct
     assert_eq!(tasks["o-8/~nudge"].0, Status::Succeeded, "{tasks:?}");
 }
 
-/// Move saga `id`'s row an hour back: a reconciler's first tick finds it stuck.
-async fn unchanged_for_an_hour<H: Harness>(ctx: &Ctx<H>, id: backstop_core::SagaId) {
-    let saga_table = format!("{}_saga", ctx.config.table);
-    ctx.harness
-        .backdate(&ctx.db, &saga_table, id, TimeColumn::UpdatedAt, HOUR)
-        .await;
-}
-
 /// Wait until saga `key` of the order is in `status`.
-async fn wait_saga<S: TaskStore>(store: &S, key: &str, status: SagaStatus) -> Saga {
+pub(super) async fn wait_saga<S: TaskStore>(store: &S, key: &str, status: SagaStatus) -> Saga {
     let deadline = Instant::now() + PATIENCE;
     loop {
         let saga = store.saga("order", key).await.unwrap().unwrap();
@@ -586,189 +584,6 @@ async fn wait_saga<S: TaskStore>(store: &S, key: &str, status: SagaStatus) -> Sa
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-}
-
-/// The reconciler brings back a step task that was lost (deleted by an operator before
-/// any engine ran it): the saga, unchanged for longer than `stuck_after`, is nudged, the
-/// task is enqueued again, and the saga completes. The nudge that brought it back is in
-/// the saga's log (`nudge` by `reconciler`), once.
-pub async fn engine_saga_reconciler_brings_back_a_lost_step<H: Harness>(ctx: &Ctx<H>) {
-    let def = order_builder()
-        .stuck_after(Duration::from_secs(1))
-        .build()
-        .unwrap();
-    let started = ctx
-        .store
-        .start_saga(&def.start("o-9", &1).unwrap())
-        .await
-        .unwrap();
-    let lost = step_tasks(&ctx.store).await;
-    assert_eq!(lost.len(), 1, "{lost:?}");
-    let stock = ctx
-        .store
-        .list(&TaskFilter::default().biz_key("o-9/stock:a"))
-        .await
-        .unwrap()[0]
-        .id;
-    let audit = backstop_core::Audit::new("ops", "removed by mistake");
-    ctx.store.delete(stock, &audit).await.unwrap();
-    // unchanged for an hour: the first tick finds it
-    unchanged_for_an_hour(ctx, started.id).await;
-    let journal = Journal::default();
-    let engine = engine_of(
-        ctx.store.clone(),
-        def,
-        order_steps(&journal, |_| async { Ok(()) }),
-    );
-    let done = wait_saga(&ctx.store, "o-9", SagaStatus::Completed).await;
-    engine.shutdown().await;
-    assert_eq!(done.id, started.id);
-    assert_eq!(journal.count("stock", "action"), 1);
-    let tasks = step_tasks(&ctx.store).await;
-    assert_eq!(tasks["o-9/stock:a"].0, Status::Succeeded);
-    assert!(
-        ctx.store.get(stock).await.unwrap().is_none(),
-        "a new task, not the old"
-    );
-    // the push forward is in the saga's log, once: later ticks found nothing to add
-    let log = ctx.store.saga_log(started.id).await.unwrap();
-    let entries: Vec<(&str, &str)> = log
-        .iter()
-        .map(|e| (e.action.as_str(), e.operator.as_str()))
-        .collect();
-    assert_eq!(entries, [("nudge", "reconciler")], "{log:?}");
-    assert!(log[0].reason.contains("pushed forward"), "{log:?}");
-}
-
-/// The reconciler parks a saga still running past its deadline, for an operator: the
-/// reason and the saga's log say so (operator `reconciler`). The step that was running
-/// reports when it ends; the parked saga does not move on.
-pub async fn engine_saga_reconciler_parks_a_late_saga<H: Harness>(ctx: &Ctx<H>) {
-    let def = order_builder()
-        .deadline(Duration::from_secs(1))
-        .build()
-        .unwrap();
-    let journal = Journal::default();
-    let slow = journal.clone();
-    let steps = order_steps(&journal, |_| async { Ok(()) }).action("stock", move |_cx| {
-        let journal = slow.clone();
-        async move {
-            let start = Instant::now();
-            tokio::time::sleep(Duration::from_millis(3500)).await;
-            journal.note("stock", "action", start);
-            Ok(1)
-        }
-    });
-    let engine = engine_of(ctx.store.clone(), def.clone(), steps);
-    ctx.store
-        .start_saga(&def.start("o-10", &1).unwrap())
-        .await
-        .unwrap();
-    let parked = wait_saga(&ctx.store, "o-10", SagaStatus::Parked).await;
-    assert_eq!(
-        parked.reason.as_deref(),
-        Some("parked by reconciler: past its deadline of 1s")
-    );
-    let log = ctx.store.saga_log(parked.id).await.unwrap();
-    assert_eq!(
-        (log[0].action.as_str(), log[0].operator.as_str()),
-        ("park", "reconciler")
-    );
-    // stock ends and reports: recorded, and nothing more
-    let deadline = Instant::now() + PATIENCE;
-    while ctx.store.saga_steps(parked.id).await.unwrap().is_empty() {
-        assert!(Instant::now() < deadline, "stock never reported");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    engine.shutdown().await;
-    let saga = ctx.store.saga_by_id(parked.id).await.unwrap().unwrap();
-    assert_eq!(saga.status, SagaStatus::Parked);
-    let tasks = step_tasks(&ctx.store).await;
-    assert_eq!(tasks.len(), 1, "the next group waits: {tasks:?}");
-}
-
-/// A step task that fails with no report reaching its saga (its last attempt's worker
-/// died and the sweep failed it) does not leave the saga waiting in vain: the
-/// reconciler, finding the saga unchanged past `stuck_after`, parks it with the task's
-/// last error (operator `reconciler` in its log) instead of nudging it; the operator's
-/// retry resets the task, which runs once, and the saga completes.
-pub async fn engine_saga_reconciler_parks_an_unreported_failure<H: Harness>(ctx: &Ctx<H>) {
-    let def = order_builder()
-        .stuck_after(Duration::from_secs(1))
-        .build()
-        .unwrap();
-    let started = ctx
-        .store
-        .start_saga(&def.start("o-12", &1).unwrap())
-        .await
-        .unwrap();
-    let stock = ctx
-        .store
-        .list(&TaskFilter::default().biz_key("o-12/stock:a"))
-        .await
-        .unwrap()[0]
-        .id;
-    // three attempts (the step's policy), each claimed by a worker that dies: the sweep
-    // gives the first two back and fails the task at the third
-    let dead = backstop_core::Owner::new("dead-worker").unwrap();
-    for attempt in 1..=3u32 {
-        let claimed = ctx.store.claim_by_id(stock, &dead).await.unwrap();
-        assert_eq!(claimed.map(|t| t.attempts), Some(attempt));
-        ctx.harness
-            .backdate(
-                &ctx.db,
-                &ctx.config.table,
-                stock,
-                TimeColumn::UpdatedAt,
-                HOUR,
-            )
-            .await;
-        let r = ctx
-            .store
-            .recycle_dead(Duration::from_secs(60), 10)
-            .await
-            .unwrap();
-        assert_eq!(
-            (r.to_pending, r.to_failed),
-            (u64::from(attempt < 3), u64::from(attempt == 3))
-        );
-    }
-    let failed = ctx.task(stock).await;
-    assert_eq!(failed.status, Status::Failed);
-    unchanged_for_an_hour(ctx, started.id).await;
-    let journal = Journal::default();
-    let engine = engine_of(
-        ctx.store.clone(),
-        def,
-        order_steps(&journal, |_| async { Ok(()) }),
-    );
-    let parked = wait_saga(&ctx.store, "o-12", SagaStatus::Parked).await;
-    let reason = parked.reason.clone().unwrap_or_default();
-    let want = format!(
-        "parked by reconciler: the action of step \"stock\" failed with no report: {}",
-        failed.last_error.clone().unwrap_or_default()
-    );
-    assert_eq!(reason, want);
-    assert_eq!(journal.count("stock", "action"), 0, "nothing ran it");
-    let log = ctx.store.saga_log(parked.id).await.unwrap();
-    let entries: Vec<(&str, &str)> = log
-        .iter()
-        .map(|e| (e.action.as_str(), e.operator.as_str()))
-        .collect();
-    assert_eq!(entries, [("park", "reconciler")], "{log:?}");
-    // the operator's retry resets the task: it runs once and the saga completes
-    let audit = backstop_core::Audit::new("ops", "worker fixed");
-    ctx.store
-        .command_saga(parked.id, backstop_core::SagaCommand::Retry, &audit)
-        .await
-        .unwrap();
-    let done = wait_saga(&ctx.store, "o-12", SagaStatus::Completed).await;
-    engine.shutdown().await;
-    assert_eq!(done.id, started.id);
-    assert_eq!(journal.count("stock", "action"), 1);
-    let tasks = step_tasks(&ctx.store).await;
-    assert_eq!(tasks["o-12/stock:a"].0, Status::Succeeded);
-    assert_eq!(tasks["o-12/pay:a"].0, Status::Succeeded);
 }
 
 /// A report claims the next steps only into places it reserved in the saga's executor:

@@ -114,3 +114,78 @@ pub async fn saga_nudge_gives_back_an_action_that_failed_unreported<H: Harness>(
         vec![("a", StepState::Compensated), ("b", StepState::Refused)]
     );
 }
+
+/// A nudge of a saga that waits for its compensations (enqueued, not finished) changes
+/// nothing: the saga's row keeps its version, time and reason, no compensation is
+/// enqueued twice, and an audited nudge writes no entry to the saga's log (its
+/// contract: only a nudge that changes something is logged).
+pub async fn saga_nudge_of_a_saga_waiting_for_its_compensations_changes_nothing<H: Harness>(
+    ctx: &Ctx<H>,
+) {
+    let def = SagaDef::builder("wait")
+        .step(SagaStep::new("a").compensated())
+        .step(SagaStep::new("b"))
+        .build()
+        .unwrap();
+    let started = ctx
+        .store
+        .start_saga(&def.start("w-1", &1).unwrap())
+        .await
+        .unwrap();
+    let id = started.id;
+    let report =
+        |task: &Task, step: &str, outcome| StepReport::new(task.lease(), id, "w-1", step, outcome);
+    let a = claim(ctx, &def, "w-1/a:a").await;
+    let done = StepOutcome::Done { output: "1".into() };
+    ctx.store
+        .saga_step(&def, &report(&a, "a", done))
+        .await
+        .unwrap();
+    let b = claim(ctx, &def, "w-1/b:a").await;
+    let refused = StepOutcome::Refused {
+        reason: "no funds".into(),
+    };
+    let applied = ctx
+        .store
+        .saga_step(&def, &report(&b, "b", refused))
+        .await
+        .unwrap();
+    assert_eq!(
+        (applied.status, applied.group),
+        (SagaStatus::Compensating, 0)
+    );
+    let before = ctx.store.saga_by_id(id).await.unwrap().unwrap();
+    assert!(before.reason.is_some(), "a refusal gives its reason");
+
+    let stuck = Audit::new("reconciler", "unchanged: pushed forward");
+    let nudged = ctx
+        .store
+        .nudge_saga(&def, id, "w-1", Some(&stuck))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((nudged.status, nudged.group), (SagaStatus::Compensating, 0));
+    assert!(
+        nudged.tasks.iter().all(|t| !t.created),
+        "the compensation is there already: {nudged:?}"
+    );
+    let after = ctx.store.saga_by_id(id).await.unwrap().unwrap();
+    assert_eq!(
+        (after.version, after.updated_at, after.reason.as_deref()),
+        (before.version, before.updated_at, before.reason.as_deref()),
+        "the saga's row is left as it was"
+    );
+    let log = ctx.store.saga_log(id).await.unwrap();
+    assert!(log.is_empty(), "nothing changed, nothing logged: {log:?}");
+    let undo: Vec<Task> = ctx
+        .store
+        .list(
+            &TaskFilter::default()
+                .event_type(def.event_type())
+                .biz_key("w-1/a:c"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(undo.len(), 1, "{undo:?}");
+    assert_eq!(undo[0].status, Status::Pending);
+}

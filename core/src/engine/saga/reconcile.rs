@@ -3,6 +3,7 @@
 //! resolves each by policy, and the nudge that brings a stuck saga's step back.
 
 use super::*;
+use crate::model::{SagaStep, Status};
 
 /// The periodic task of `def`'s reconciler: every `stuck_after` (or deadline, if
 /// shorter), at most a minute, at least a second.
@@ -75,26 +76,35 @@ impl SagaRunner {
                         tracing::warn!(saga = saga.id, key = %saga.key, "saga past its deadline: parked");
                     }
                 }
-            } else if let Some(why) = unreported_failure(store, def, &saga).await? {
-                // waiting in vain: park it for an operator (whose retry resets the task)
-                let audit = crate::model::Audit::new("reconciler", why);
-                match store.command_saga(saga.id, SagaCommand::Park, &audit).await {
-                    Err(e) if e.kind() == ErrorKind::Conflict => {}
-                    other => {
-                        other.map_err(|e| store_failed("parking a saga whose step failed", e))?;
-                        tracing::warn!(saga = saga.id, key = %saga.key, reason = %audit.reason, "saga parked");
-                    }
-                }
             } else {
-                let stuck = crate::model::Audit::new(
-                    "reconciler",
-                    format!("unchanged for over {:?}: pushed forward", def.stuck_after()),
-                );
-                store
-                    .nudge_saga(def, saga.id, &saga.key, Some(&stuck))
-                    .await
-                    .map_err(|e| store_failed("nudging a stuck saga", e))?;
-                tracing::info!(saga = saga.id, key = %saga.key, "stuck saga nudged");
+                match look(store, def, &saga).await? {
+                    Look::Park(why) => {
+                        // waiting in vain: park it for an operator (whose retry resets
+                        // the task)
+                        let audit = crate::model::Audit::new("reconciler", why);
+                        match store.command_saga(saga.id, SagaCommand::Park, &audit).await {
+                            Err(e) if e.kind() == ErrorKind::Conflict => {}
+                            other => {
+                                other.map_err(|e| {
+                                    store_failed("parking a saga whose step failed", e)
+                                })?;
+                                tracing::warn!(saga = saga.id, key = %saga.key, reason = %audit.reason, "saga parked");
+                            }
+                        }
+                    }
+                    Look::Nudge => {
+                        let stuck = crate::model::Audit::new(
+                            "reconciler",
+                            format!("unchanged for over {:?}: pushed forward", def.stuck_after()),
+                        );
+                        store
+                            .nudge_saga(def, saga.id, &saga.key, Some(&stuck))
+                            .await
+                            .map_err(|e| store_failed("nudging a stuck saga", e))?;
+                        tracing::info!(saga = saga.id, key = %saga.key, "stuck saga nudged");
+                    }
+                    Look::Waiting => {}
+                }
             }
         }
         Ok(())
@@ -135,30 +145,71 @@ impl SagaRunner {
     }
 }
 
-/// Why a stuck saga waits in vain, if it does: a task of its group that failed with no
-/// report reaching the saga. The runner reports a step task's last attempt (the saga
-/// parks at once), but an attempt can end without its runner: its worker died or
-/// stopped past its lease on the last attempt and the sweep failed the task
-/// ([`TaskStore::recycle_dead`]), or an operator failed it. Its step's row then shows
-/// nothing of it: an action's task failed while the step has no row, or a
-/// compensation's while the step is still done (`needs_undo`). The reconciler parks
-/// such a saga with the task's last error rather than nudging it forever (the task
-/// exists: a nudge adds nothing); an operator's retry resets the task.
-async fn unreported_failure(
+/// What a saga found unchanged past `stuck_after` calls for, by [`look`].
+#[derive(Debug)]
+enum Look {
+    /// It waits in vain: park it, for this reason.
+    Park(String),
+    /// A nudge would change something: a step task is missing, or the saga moves on.
+    Nudge,
+    /// Its group's tasks are all there and unfinished: it waits its turn (a backlog, a
+    /// slow step, a compensation retrying). Nothing to do.
+    Waiting,
+}
+
+/// What a saga found unchanged calls for, read without locking anything: a nudge
+/// locks the saga's row and takes a locking read of each task it would enqueue, and
+/// under a backlog every saga waiting its turn looks stuck (the MariaDB outage lane
+/// counted 2 897 nudges of sagas whose compensations were merely retrying, each
+/// waiting on the rows its workers held). A stale read costs one tick: a saga read as
+/// waiting is looked at again at the next, and a nudge decides under the lock. Each
+/// task is read by its business key (an index lookup on every backend; a prefix is
+/// not).
+///
+/// - **Park**: a task of its group failed with no report reaching the saga. The runner
+///   reports a step task's last attempt (the saga parks at once), but an attempt can
+///   end without its runner: its worker died or stopped past its lease on the last
+///   attempt and the sweep failed the task ([`TaskStore::recycle_dead`]), or an
+///   operator failed it. Its step's row then shows nothing of it: an action's task
+///   failed while the step has no row, or a compensation's while the step is still
+///   done (`needs_undo`). Parked with the task's last error rather than nudged forever
+///   (the task exists: a nudge adds nothing); an operator's retry resets the task.
+/// - **Nudge**: what [`SagaProgress::nudge`](crate::driver::SagaProgress::nudge)
+///   decides on the rows read moves the saga or names a task that does not exist.
+/// - **Waiting** otherwise: every task the nudge would enqueue is there, none failed.
+///   (A nudge of a compensating saga also gives back its failed tasks; a failed task
+///   of the saga's group parks it first, and no other group has a task then: the
+///   groups before it have not been compensated yet, those after it never started.)
+async fn look(
     store: &Arc<dyn TaskStore>,
     def: &SagaDef,
     saga: &Saga,
-) -> std::result::Result<Option<String>, HandlerError> {
+) -> std::result::Result<Look, HandlerError> {
     let Some(group) = usize::try_from(saga.group)
         .ok()
         .and_then(|g| def.groups().get(g))
     else {
-        return Ok(None);
+        return Ok(Look::Nudge);
     };
     let rows = store
         .saga_steps(saga.id)
         .await
         .map_err(|e| store_failed("reading the saga's steps", e))?;
+    let task_of = |step: &SagaStep, phase: StepPhase| {
+        let filter = crate::model::TaskFilter::default()
+            .event_type(def.event_type())
+            .biz_key(def.step_key(&saga.key, step, phase))
+            .limit(1);
+        async move {
+            let tasks = store
+                .list(&filter)
+                .await
+                .map_err(|e| store_failed("reading the saga's step tasks", e))?;
+            Ok::<_, HandlerError>(tasks.into_iter().next())
+        }
+    };
+    // the tasks read: step, phase, whether there is one
+    let mut seen: Vec<(&str, StepPhase, bool)> = Vec::new();
     for step in group {
         let row = rows.iter().find(|r| r.step == step.name()).map(|r| r.state);
         let phase = match row {
@@ -171,28 +222,46 @@ async fn unreported_failure(
             }
             Some(_) => continue,
         };
-        let filter = crate::model::TaskFilter::default()
-            .event_type(def.event_type())
-            .biz_key(def.step_key(&saga.key, step, phase))
-            .status(crate::model::Status::Failed)
-            .limit(1);
-        let failed = store
-            .list(&filter)
-            .await
-            .map_err(|e| store_failed("reading the saga's step tasks", e))?;
-        if let Some(task) = failed.first() {
-            return Ok(Some(format!(
+        let task = task_of(step, phase).await?;
+        seen.push((step.name(), phase, task.is_some()));
+        if let Some(failed) = task.filter(|t| t.status == Status::Failed) {
+            return Ok(Look::Park(format!(
                 "the {} of step {:?} failed with no report: {}",
                 match phase {
                     StepPhase::Action => "action",
                     StepPhase::Compensate => "compensation",
                 },
                 step.name(),
-                task.last_error.as_deref().unwrap_or("no error recorded")
+                failed.last_error.as_deref().unwrap_or("no error recorded")
             )));
         }
     }
-    Ok(None)
+    let named: Vec<(String, StepState)> = rows
+        .iter()
+        .filter(|r| group.iter().any(|s| s.name() == r.step))
+        .map(|r| (r.step.clone(), r.state))
+        .collect();
+    let decision = crate::driver::SagaProgress::new(def).nudge(saga.status, saga.group, &named);
+    if decision
+        .saga
+        .as_ref()
+        .is_some_and(|c| (c.status, c.group) != (saga.status, saga.group))
+    {
+        return Ok(Look::Nudge);
+    }
+    for (name, phase) in &decision.enqueue {
+        let Some((_, _, step)) = def.find_step(name) else {
+            return Ok(Look::Nudge);
+        };
+        let there = match seen.iter().find(|(s, p, _)| *s == name && p == phase) {
+            Some((_, _, there)) => *there,
+            None => task_of(step, *phase).await?.is_some(),
+        };
+        if !there {
+            return Ok(Look::Nudge);
+        }
+    }
+    Ok(Look::Waiting)
 }
 
 /// Every saga of `filter`, page after page, at most [`RECONCILE_PAGES`] pages.
