@@ -132,13 +132,19 @@ pub(crate) async fn recycler<S: TaskStore + Clone>(shared: Arc<Shared<S>>) {
             }
         }
         let began = std::time::Instant::now();
+        // widened by how long the store lately took to answer (see `lag`)
+        let dead_after = shared.lag.dead_after(cfg.dead_after);
         let swept = shared
             .store
-            .recycle_dead(cfg.dead_after, cfg.recycle_batch)
+            .recycle_dead(dead_after, cfg.recycle_batch)
             .await;
         // a sweep that waited on a stalled store: the others' heartbeats waited too, and
         // the next sweep first gives them time to refresh (as after an outage)
-        troubled |= began.elapsed() >= stall_after(cfg);
+        let took = began.elapsed();
+        troubled |= took >= stall_after(cfg);
+        if swept.is_ok() {
+            shared.lag.record(took);
+        }
         let full = match swept {
             Ok(r) => {
                 found = r.passed_over > 0;
@@ -703,6 +709,7 @@ async fn refresh_leases<S: TaskStore + Clone>(shared: &Shared<S>) -> Result<(), 
                 }
             }
             let took = began.elapsed();
+            shared.lag.record(took);
             if took >= stall_after(&shared.config) {
                 shared.leases_unrefreshed.store(true, Ordering::SeqCst);
                 shared.outage_seen.store(true, Ordering::SeqCst);

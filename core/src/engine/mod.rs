@@ -32,6 +32,7 @@ mod drain;
 mod executor;
 mod handler;
 mod keys;
+mod lag;
 mod loops;
 mod periodic;
 mod reconcile;
@@ -137,6 +138,9 @@ struct Shared<S> {
     /// When the last heartbeat of this instance's leases that the store applied began:
     /// every lease held then was fresh at that time.
     last_refreshed: Mutex<Option<std::time::Instant>>,
+    /// How long the store lately took to answer this instance's refreshes and sweeps:
+    /// the sweep widens `dead_after` by it (see `lag`).
+    lag: lag::StoreLag,
     /// One refresh of this instance's leases at a time: the heartbeat loop's and the
     /// sweep's (after an outage or a stall) would otherwise lock the same rows at once.
     refreshing: tokio::sync::Mutex<()>,
@@ -551,6 +555,7 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
         let owner = self.config.owner.clone().unwrap_or_else(Owner::generate);
         let (completions, completion_rx) = tokio::sync::mpsc::unbounded_channel();
         let max_unmarked = self.config.max_unmarked;
+        let lag = lag::StoreLag::new(self.config.dead_after);
         let dyn_store: Arc<dyn TaskStore> = Arc::new(self.store.clone());
         let shared = Arc::new(Shared {
             dyn_store,
@@ -583,6 +588,7 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
             // heartbeat stalled took its own first leases for dead (its sweep saw no
             // refresh to be late)
             last_refreshed: Mutex::new(Some(std::time::Instant::now())),
+            lag,
             refreshing: tokio::sync::Mutex::new(()),
         });
         let flushers = completer::spawn(&runtime, &shared, completion_rx);

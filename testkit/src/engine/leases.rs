@@ -161,6 +161,61 @@ pub async fn engine_sweeps_an_interval_after_an_outage_its_heartbeats_ended<H: H
     sweeper.shutdown().await;
 }
 
+/// A store slow enough that a live instance's heartbeats land further apart than
+/// `dead_after` (each waits 1.5 s on it: a lease as old as 1.7 s before its refresh
+/// lands, `dead_after` 1 s) does not make its tasks look dead to another instance whose
+/// sweeps wait on the same store (0.9 s each): the sweep takes a lease as dead only
+/// after `dead_after` plus the longest its own recent calls waited (at most another
+/// `dead_after`). The task runs once, under its first lease, nothing recycled.
+pub async fn engine_sweep_allows_for_the_store_answering_slowly<H: Harness>(ctx: &Ctx<H>) {
+    let calls = Calls::default();
+    let config = fast_config()
+        .dead_after(Duration::from_millis(1000))
+        .heartbeat_interval(Duration::from_millis(200));
+    let holder_gate = Gate::shut(ctx.store.clone(), Gated::Nothing);
+    let holder = Engine::builder(holder_gate.clone())
+        .config(config.clone())
+        .handler(
+            "HELD",
+            sleepy(calls.clone(), Duration::from_millis(8000)),
+            opts(),
+        )
+        .start()
+        .unwrap();
+    let sweeper_gate = Gate::shut(ctx.new_store().await, Gated::Nothing);
+    let sweeper = Engine::builder(sweeper_gate.clone())
+        .config(config)
+        .handler("OWN", sleepy(calls.clone(), Duration::ZERO), opts())
+        .start()
+        .unwrap();
+    let (held, _) = holder.enqueue(holder.task("HELD", "held")).await.unwrap();
+    eventually("the task to start", || async { calls.count("held") == 1 }).await;
+    let before = ctx.task(held.id).await;
+    // the store slows down: the sweeper's sweeps first (so it has measured the store
+    // before the holder's leases age), then the holder's heartbeats
+    sweeper_gate.faults.delay(
+        &[Op::RecycleDead],
+        Phase::Before,
+        Duration::from_millis(900),
+    );
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    holder_gate
+        .faults
+        .delay(&[Op::Heartbeat], Phase::Before, Duration::from_millis(1500));
+    let t = wait_status(&ctx.store, held.id, Status::Succeeded).await;
+    assert_eq!(
+        (t.attempts, t.lease, calls.count("held")),
+        (1, before.lease, 1),
+        "the task ran once under its first lease: never recycled"
+    );
+    let (a, b) = (holder.counters(), sweeper.counters());
+    assert_eq!(a.recycled + b.recycled, 0, "nothing recycled");
+    holder_gate.faults.clear(&[Op::Heartbeat]);
+    sweeper_gate.faults.clear(&[Op::RecycleDead]);
+    holder.shutdown().await;
+    sweeper.shutdown().await;
+}
+
 /// an outcome whose mark fails through an outage longer than `dead_after` is written
 /// once the store answers again, not given up on: the task, held and heartbeated
 /// meanwhile, succeeds under its first lease after one run, never recycled.
