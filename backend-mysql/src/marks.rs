@@ -10,8 +10,17 @@ use crate::conn::{micros, safe};
 use crate::driver::{bucket, padded, MySqlDriver, SET_CHUNK};
 
 impl MySqlDriver {
-    /// `heartbeat`: in one transaction, each chunk's leases refreshed; when some lease is
-    /// not, the chunk's running leases read to tell which are held.
+    /// `heartbeat`: each chunk's leases refreshed in a transaction of its own; when some
+    /// lease is not, the chunk's running leases read to tell which are held.
+    ///
+    /// A transaction per chunk, not one for the whole set: a refresh holds its rows'
+    /// locks until it commits, and the marks of those rows wait for them (a mark never
+    /// skips a row). An instance holding thousands of leases (tasks whose marks queue
+    /// behind a backlog) refreshed them all in one transaction of seconds on a loaded
+    /// MariaDB, its marks queued behind it, more tasks waited to be marked and the next
+    /// refresh grew: the chaos suite's outage lane queued marks for over a minute and
+    /// leases expired meanwhile. Each lease's refresh stands alone, so nothing needs the
+    /// chunks to commit together.
     ///
     /// Where the server has `SKIP LOCKED`, a heartbeat never waits for another
     /// transaction's row lock (the trait's contract): the chunk's rows under their leases
@@ -21,9 +30,9 @@ impl MySqlDriver {
         let sql = &self.sql;
         let skip = self.skip_locked;
         self.on_conn(|mut conn| async move {
-            let mut tx = conn.begin(None).await?;
             let mut flags = Vec::with_capacity(leases.len());
             for chunk in leases.chunks(SET_CHUNK) {
+                let mut tx = conn.begin(None).await?;
                 let refreshed: HashSet<i64> = if skip {
                     let text = sql.lock_leases(bucket(chunk.len()));
                     let rows = bind_leases(sqlx::query(safe(&text)), chunk)
@@ -53,6 +62,8 @@ impl MySqlDriver {
                     }
                 };
                 if refreshed.len() == chunk.len() {
+                    tx.commit().await?;
+                    conn.settled();
                     flags.extend(std::iter::repeat_n(true, chunk.len()));
                     continue;
                 }
@@ -65,12 +76,12 @@ impl MySqlDriver {
                     q = q.bind(l.task_id);
                 }
                 let held: HashSet<(i64, i64)> = q.fetch_all(&mut *tx).await?.into_iter().collect();
+                tx.commit().await?;
+                conn.settled();
                 flags.extend(chunk.iter().map(|l| {
                     refreshed.contains(&l.task_id) || held.contains(&(l.task_id, l.token))
                 }));
             }
-            tx.commit().await?;
-            conn.settled();
             Ok(flags)
         })
         .await
