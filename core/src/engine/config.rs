@@ -36,7 +36,10 @@ pub struct EngineConfig {
     /// stampede.
     pub first_poll_delay: Duration,
     /// A running task whose `updated_at` is older than this is taken as dead and recycled
-    /// (default 3 min). Must be at least twice the heartbeat interval.
+    /// (default 3 min). Must be at least twice the heartbeat interval. A sweep adds the
+    /// longest its own instance's lease refreshes and sweeps took to answer over the last
+    /// two `dead_after` (at most another `dead_after`): a store slow enough to delay live
+    /// instances' heartbeats delays the sweep by as much.
     pub dead_after: Duration,
     /// How often running tasks' leases are refreshed (default 30 s).
     pub heartbeat_interval: Duration,
