@@ -178,8 +178,9 @@ enum Look {
 ///   decides on the rows read moves the saga or names a task that does not exist.
 /// - **Waiting** otherwise: every task the nudge would enqueue is there, none failed.
 ///   (A nudge of a compensating saga also gives back its failed tasks; a failed task
-///   of the saga's group parks it first, and no other group has a task then: the
-///   groups before it have not been compensated yet, those after it never started.)
+///   of the saga's group parks it first, and no other group's task can have failed
+///   then: the groups before it finished their actions and have no compensation task
+///   yet, and the saga came down to it only once every group after it had settled.)
 async fn look(
     store: &Arc<dyn TaskStore>,
     def: &SagaDef,
