@@ -1,7 +1,8 @@
 # Shared by scripts/test and scripts/bench: throwaway database servers for the tests and
 # benchmarks. Source it from bash after `set -euo pipefail`; servers are stopped on exit.
 
-log() { printf '\n==> %s\n' "$*"; }
+# each step with the seconds since the script began, so a slow CI run shows which step grew
+log() { printf '\n==> [%ss] %s\n' "$SECONDS" "$*"; }
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/backstop-test.XXXXXX")
 cleanups=()

@@ -30,9 +30,10 @@ pub async fn engine_runs_each_order_key_in_order_and_keys_in_parallel<H: Harness
     struct Seen {
         /// per key: the sequence numbers in the order they succeeded
         done: HashMap<String, Vec<usize>>,
-        /// keys with a task in a handler right now
-        running: HashSet<String>,
-        overlaps: usize,
+        /// keys with a task in a handler right now: the task's business key and attempt
+        running: HashMap<String, (String, u32)>,
+        /// (the task running, the task that started beside it), each with its attempt
+        overlaps: Vec<((String, u32), (String, u32))>,
         max_parallel_keys: usize,
         attempts: HashMap<String, usize>,
     }
@@ -46,8 +47,9 @@ pub async fn engine_runs_each_order_key_in_order_and_keys_in_parallel<H: Harness
                 let seq: usize = task.payload_as().unwrap();
                 {
                     let mut s = seen.lock().unwrap();
-                    if !s.running.insert(key.clone()) {
-                        s.overlaps += 1;
+                    let me = (task.biz_key.clone(), task.attempts);
+                    if let Some(other) = s.running.insert(key.clone(), me.clone()) {
+                        s.overlaps.push((other, me));
                     }
                     s.max_parallel_keys = s.max_parallel_keys.max(s.running.len());
                     *s.attempts.entry(task.biz_key.clone()).or_default() += 1;
@@ -80,7 +82,11 @@ pub async fn engine_runs_each_order_key_in_order_and_keys_in_parallel<H: Harness
         e.shutdown().await;
     }
     let s = seen.lock().unwrap();
-    assert_eq!(s.overlaps, 0, "two tasks of one key ran at once");
+    assert!(
+        s.overlaps.is_empty(),
+        "two tasks of one key ran at once: {:?}",
+        s.overlaps
+    );
     for k in 0..KEYS {
         let done = &s.done[&format!("k{k}")];
         assert_eq!(
