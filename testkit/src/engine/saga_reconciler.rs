@@ -16,6 +16,14 @@ async fn unchanged_for_an_hour<H: Harness>(ctx: &Ctx<H>, id: backstop_core::Saga
         .await;
 }
 
+/// The id of the task that runs saga `key`'s step `stock` (its action: `<key>/stock:a`).
+async fn stock_task<H: Harness>(ctx: &Ctx<H>, key: &str) -> backstop_core::TaskId {
+    let filter = TaskFilter::default().biz_key(format!("{key}/stock:a"));
+    let found = ctx.store.list(&filter).await.unwrap();
+    assert_eq!(found.len(), 1, "{key}'s stock task: {found:?}");
+    found[0].id
+}
+
 /// The reconciler brings back a step task that was lost (deleted by an operator before
 /// any engine ran it): the saga, unchanged for longer than `stuck_after`, is nudged, the
 /// task is enqueued again, and the saga completes. The nudge that brought it back is in
@@ -32,12 +40,7 @@ pub async fn engine_saga_reconciler_brings_back_a_lost_step<H: Harness>(ctx: &Ct
         .unwrap();
     let lost = step_tasks(&ctx.store).await;
     assert_eq!(lost.len(), 1, "{lost:?}");
-    let stock = ctx
-        .store
-        .list(&TaskFilter::default().biz_key("o-9/stock:a"))
-        .await
-        .unwrap()[0]
-        .id;
+    let stock = stock_task(ctx, "o-9").await;
     let audit = backstop_core::Audit::new("ops", "removed by mistake");
     ctx.store.delete(stock, &audit).await.unwrap();
     // unchanged for an hour: the first tick finds it
@@ -130,12 +133,7 @@ pub async fn engine_saga_reconciler_parks_an_unreported_failure<H: Harness>(ctx:
         .start_saga(&def.start("o-12", &1).unwrap())
         .await
         .unwrap();
-    let stock = ctx
-        .store
-        .list(&TaskFilter::default().biz_key("o-12/stock:a"))
-        .await
-        .unwrap()[0]
-        .id;
+    let stock = stock_task(ctx, "o-12").await;
     // three attempts (the step's policy), each claimed by a worker that dies: the sweep
     // gives the first two back and fails the task at the third
     let dead = backstop_core::Owner::new("dead-worker").unwrap();
@@ -216,17 +214,12 @@ pub async fn engine_saga_reconciler_leaves_a_waiting_saga_unlocked<H: Harness>(c
         let saga = ctx.store.start_saga(&def.start(key, &1).unwrap()).await;
         started.push(saga.unwrap().id);
     }
-    let stock = |key: &str| {
-        let filter = TaskFilter::default().biz_key(format!("{key}/stock:a"));
-        let store = ctx.store.clone();
-        async move { store.list(&filter).await.unwrap()[0].id }
-    };
     // o-30's step runs on a slow worker elsewhere; o-31's task was deleted
-    let slow_task = stock("o-30").await;
+    let slow_task = stock_task(ctx, "o-30").await;
     let slow = Owner::new("slow-worker").unwrap();
     let running = ctx.store.claim_by_id(slow_task, &slow).await.unwrap();
     assert_eq!(running.map(|t| t.attempts), Some(1));
-    let lost = stock("o-31").await;
+    let lost = stock_task(ctx, "o-31").await;
     let audit = backstop_core::Audit::new("ops", "removed by mistake");
     ctx.store.delete(lost, &audit).await.unwrap();
     for id in &started {

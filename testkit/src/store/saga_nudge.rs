@@ -2,8 +2,8 @@
 //! row's lock, including the way out of a group an unreported failure holds.
 
 use backstop_core::{
-    Audit, SagaCommand, SagaDef, SagaStatus, SagaStep, Status, StepOutcome, StepReport, StepState,
-    Task, TaskFilter, TaskStore, TaskStoreExt,
+    Audit, SagaCommand, SagaDef, SagaId, SagaStatus, SagaStep, Status, StepOutcome, StepReport,
+    StepState, Task, TaskFilter, TaskStore, TaskStoreExt,
 };
 
 use crate::{Ctx, Harness};
@@ -29,32 +29,41 @@ async fn claim<H: Harness>(ctx: &Ctx<H>, def: &SagaDef, biz: &str) -> Task {
         .unwrap_or_else(|| panic!("{biz} is not claimable: {:?}", task.status))
 }
 
-/// A step whose task fails without reporting (a store error on its last attempt) holds
-/// its group: the saga waits at it. An operator parks it and asks for compensation; the
-/// nudge that follows gives the failed task back (pending, attempts 0), which, run, is
-/// refused unrun; the group settles and the done steps below are compensated, so the
-/// saga ends compensated rather than compensating for ever.
-pub async fn saga_nudge_gives_back_an_action_that_failed_unreported<H: Harness>(ctx: &Ctx<H>) {
-    let def = SagaDef::builder("halt")
+/// Saga `name` of two steps, `a` (compensated) then `b`, started under `key` with step
+/// `a` run and reported done: the definition, the saga's id, `a`'s task and `b`'s,
+/// claimed.
+async fn a_done_b_claimed<H: Harness>(
+    ctx: &Ctx<H>,
+    name: &str,
+    key: &str,
+) -> (SagaDef, SagaId, Task, Task) {
+    let def = SagaDef::builder(name)
         .step(SagaStep::new("a").compensated())
         .step(SagaStep::new("b"))
         .build()
         .unwrap();
     let started = ctx
         .store
-        .start_saga(&def.start("h-1", &1).unwrap())
+        .start_saga(&def.start(key, &1).unwrap())
         .await
         .unwrap();
-    let id = started.id;
+    let a = claim(ctx, &def, &format!("{key}/a:a")).await;
+    let done = StepOutcome::Done { output: "1".into() };
+    let report = StepReport::new(a.lease(), started.id, key, "a", done);
+    ctx.store.saga_step(&def, &report).await.unwrap();
+    let b = claim(ctx, &def, &format!("{key}/b:a")).await;
+    (def, started.id, a, b)
+}
+
+/// A step whose task fails without reporting (a store error on its last attempt) holds
+/// its group: the saga waits at it. An operator parks it and asks for compensation; the
+/// nudge that follows gives the failed task back (pending, attempts 0), which, run, is
+/// refused unrun; the group settles and the done steps below are compensated, so the
+/// saga ends compensated rather than compensating for ever.
+pub async fn saga_nudge_gives_back_an_action_that_failed_unreported<H: Harness>(ctx: &Ctx<H>) {
+    let (def, id, a, b) = a_done_b_claimed(ctx, "halt", "h-1").await;
     let report =
         |task: &Task, step: &str, outcome| StepReport::new(task.lease(), id, "h-1", step, outcome);
-    let a = claim(ctx, &def, "h-1/a:a").await;
-    let done = StepOutcome::Done { output: "1".into() };
-    ctx.store
-        .saga_step(&def, &report(&a, "a", done))
-        .await
-        .unwrap();
-    let b = claim(ctx, &def, "h-1/b:a").await;
     assert!(ctx.store.mark_fail(b.lease(), "store gone").await.unwrap());
 
     let op = Audit::new("op", "stuck on b");
@@ -122,26 +131,9 @@ pub async fn saga_nudge_gives_back_an_action_that_failed_unreported<H: Harness>(
 pub async fn saga_nudge_of_a_saga_waiting_for_its_compensations_changes_nothing<H: Harness>(
     ctx: &Ctx<H>,
 ) {
-    let def = SagaDef::builder("wait")
-        .step(SagaStep::new("a").compensated())
-        .step(SagaStep::new("b"))
-        .build()
-        .unwrap();
-    let started = ctx
-        .store
-        .start_saga(&def.start("w-1", &1).unwrap())
-        .await
-        .unwrap();
-    let id = started.id;
+    let (def, id, _, b) = a_done_b_claimed(ctx, "wait", "w-1").await;
     let report =
         |task: &Task, step: &str, outcome| StepReport::new(task.lease(), id, "w-1", step, outcome);
-    let a = claim(ctx, &def, "w-1/a:a").await;
-    let done = StepOutcome::Done { output: "1".into() };
-    ctx.store
-        .saga_step(&def, &report(&a, "a", done))
-        .await
-        .unwrap();
-    let b = claim(ctx, &def, "w-1/b:a").await;
     let refused = StepOutcome::Refused {
         reason: "no funds".into(),
     };
