@@ -8,8 +8,10 @@
 //!
 //! One flusher per engine: it writes fewer, larger batches than two pipelined ones, and a
 //! second flusher mostly adds concurrent writers on a shared database (see
-//! `bench/NOTES.md`).
+//! `bench/NOTES.md`). A limited type's marks go to the type's lane instead, which writes
+//! them with its hand-over (see [`apply`]).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +26,10 @@ use crate::store::TaskStore;
 const MAX_BATCH: usize = 256;
 /// Flushers per engine (see the module docs).
 const FLUSHERS: usize = 1;
+/// Most limited types whose hand-overs are in flight at once per engine: each may wait
+/// for its type's turn on a connection of the store's pool, which the engine's
+/// heartbeats and claims need too.
+const MAX_LANES: usize = 2;
 /// How many times a flusher yields to let a batch fill before writing it.
 const LINGER_YIELDS: usize = 4;
 
@@ -101,17 +107,8 @@ struct Handover<'a> {
 }
 
 impl<'a> Handover<'a> {
-    /// The hand-over for `batch`, if it has marks of a limited type this engine can run
-    /// more of: that with the most marks in the batch (one claim per batch).
-    fn of<S: TaskStore + Clone>(shared: &'a Shared<S>, batch: &[Completion]) -> Option<Self> {
-        let mut counts: Vec<(&str, usize)> = Vec::new();
-        for c in batch.iter().filter(|c| shared.is_limited(&c.event_type)) {
-            match counts.iter_mut().find(|(t, _)| *t == &*c.event_type) {
-                Some((_, n)) => *n += 1,
-                None => counts.push((&c.event_type, 1)),
-            }
-        }
-        let (event_type, _) = counts.into_iter().max_by_key(|(_, n)| *n)?;
+    /// The hand-over for `event_type`, if this engine can run more of it.
+    fn of<S: TaskStore + Clone>(shared: &'a Shared<S>, event_type: &str) -> Option<Self> {
         let exec = shared.executors.get(event_type)?;
         let n = shared.config.batch_size.min(exec.slots.available_permits());
         if n == 0 {
@@ -129,6 +126,17 @@ impl<'a> Handover<'a> {
     }
 }
 
+/// Per limited event type with a hand-over in flight, the marks of the type waiting
+/// for it: they ride the next.
+#[derive(Default)]
+pub(crate) struct Lanes(std::sync::Mutex<HashMap<Arc<str>, Vec<Completion>>>);
+
+impl Lanes {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Vec<Completion>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 /// Apply a batch, retrying temporary store errors (50 ms doubling to at most 1 s, or
 /// the heartbeat interval when shorter) until they apply, for as long as the engine has
 /// not stopped: the tasks stay held and heartbeated meanwhile, so an outage of any length
@@ -136,22 +144,144 @@ impl<'a> Handover<'a> {
 /// the end of shutdown, or on a permanent error, it gives up: the tasks stay running
 /// without heartbeats and are recycled after `dead_after` (a re-run, which
 /// at-least-once allows).
+///
+/// The marks of a limited type go to its lane, a task of its own that writes them with a
+/// hand-over, one at a time per type (and lanes for [`MAX_LANES`] types at once), while
+/// the flusher writes the other marks and goes on with the next batches. A hand-over
+/// waits for the type's turn (its queue row's lock, which every claim of the type on
+/// every instance takes) and holds it until it commits: were other types' marks in its
+/// transaction, the turn would be held while they are written (a batch of 256 marks
+/// under a backlog on MariaDB: seconds), and their outcomes, and the flusher with them,
+/// would wait for the limited type's turn.
 async fn apply<S: TaskStore + Clone>(shared: &Arc<Shared<S>>, batch: Vec<Completion>) {
-    let marks: Vec<Mark> = batch.iter().map(|c| c.mark.clone()).collect();
+    let mut plain = Vec::with_capacity(batch.len());
+    let mut start: Vec<(Arc<str>, Vec<Completion>)> = Vec::new();
+    {
+        let mut lanes = shared.lanes.lock();
+        for c in batch {
+            if !shared.is_limited(&c.event_type) {
+                plain.push(c);
+            } else if let Some(waiting) = lanes.get_mut(&c.event_type) {
+                waiting.push(c);
+            } else if let Some((_, marks)) = start.iter_mut().find(|(t, _)| *t == c.event_type) {
+                marks.push(c);
+            } else if lanes.len() + start.len() < MAX_LANES {
+                start.push((Arc::clone(&c.event_type), vec![c]));
+            } else {
+                // every lane busy: written with the rest, its slot left to a re-poll
+                plain.push(c);
+            }
+        }
+        for (event_type, _) in &start {
+            lanes.insert(Arc::clone(event_type), Vec::new());
+        }
+    }
+    for (event_type, marks) in start {
+        tokio::spawn(lane(Arc::clone(shared), event_type, marks));
+    }
+    if !plain.is_empty() {
+        let answer = write(shared, &marks_of(&plain), None).await;
+        finish(shared, &plain, answer).await;
+    }
+}
+
+/// A limited type's lane: its marks with a hand-over, then the marks that came while it
+/// was in flight with the next (a batch at most each time), until none wait.
+async fn lane<S: TaskStore + Clone>(
+    shared: Arc<Shared<S>>,
+    event_type: Arc<str>,
+    mut marks: Vec<Completion>,
+) {
+    loop {
+        let handover = Handover::of(&shared, &event_type);
+        let answer = write(&shared, &marks_of(&marks), handover).await;
+        finish(&shared, &marks, answer).await;
+        let mut lanes = shared.lanes.lock();
+        match lanes.get_mut(&event_type) {
+            Some(waiting) if !waiting.is_empty() => {
+                let n = waiting.len().min(MAX_BATCH);
+                marks = waiting.drain(..n).collect();
+            }
+            _ => {
+                lanes.remove(&event_type);
+                return;
+            }
+        }
+    }
+}
+
+fn marks_of(batch: &[Completion]) -> Vec<Mark> {
+    batch.iter().map(|c| c.mark.clone()).collect()
+}
+
+/// What a written batch leaves to do: each applied mark's order key moved along and
+/// retry armed, each refused one counted; the tasks finished, and their slots left to a
+/// re-poll unless the hand-over took all a poll would find.
+async fn finish<S: TaskStore + Clone>(
+    shared: &Arc<Shared<S>>,
+    batch: &[Completion],
+    answer: Written,
+) {
+    let mut keys = Vec::new();
+    if let Some(flags) = &answer.flags {
+        for (c, applied) in batch.iter().zip(flags) {
+            if *applied {
+                keys.extend(c.order_key.clone());
+                // armed now, not when the attempt ended: the retry's due time is the
+                // mark's (applied a batch and a round trip later)
+                if let Some(delay) = c.due_after {
+                    shared.wake_after(delay, &c.event_type);
+                }
+            } else {
+                shared.counters.stale_completions(&c.event_type);
+                tracing::warn!(
+                    owner = %shared.owner,
+                    task_id = c.mark.lease.task_id,
+                    lease = c.mark.lease.token,
+                    "completion refused: the lease is no longer current (the task was recycled); not applied"
+                );
+            }
+        }
+    }
+    let leases: Vec<_> = batch.iter().map(|c| c.mark.lease).collect();
+    shared.tracker.finished(&leases);
+    for c in batch {
+        if answer.handed_over.as_ref() != Some(&c.event_type) {
+            shared.slot_left(&c.event_type);
+        }
+    }
+    if !keys.is_empty() {
+        super::keys::release_keys(shared, &keys).await;
+    }
+}
+
+/// A batch's write: each mark's answer (`None`: given up), and the hand-over's type when
+/// its claim took all a poll would find (no poll for its slots).
+struct Written {
+    flags: Option<Vec<bool>>,
+    handed_over: Option<Arc<str>>,
+}
+
+/// Write `marks`, the hand-over's claim riding the first attempt (its marks are all of
+/// its type), retrying as [`apply`] says.
+async fn write<S: TaskStore + Clone>(
+    shared: &Arc<Shared<S>>,
+    marks: &[Mark],
+    mut handover: Option<Handover<'_>>,
+) -> Written {
     let mut backoff = Duration::from_millis(50);
     let max_backoff = Duration::from_secs(1).min(shared.config.heartbeat_interval);
-    let mut keys = Vec::new();
-    let mut handover = Handover::of(shared, &batch);
-    // the type whose claim rode the marks and came back short: no poll for its slots
     let mut handed_over = None;
-    for attempt in 1u64.. {
+    let mut attempt = 0u64;
+    loop {
+        attempt += 1;
         // the first attempt carries the claim; a retry is the marks alone
         let answer = match handover.take() {
             Some(h) => {
                 let event_type = &h.exec.event_type;
                 let answer = shared
                     .store
-                    .mark_and_claim(&marks, &shared.owner, event_type, h.n)
+                    .mark_and_claim(marks, &shared.owner, event_type, h.n)
                     .await;
                 answer.map(|(flags, tasks)| {
                     // A claim short of the n it could take took all the store would
@@ -162,11 +292,7 @@ async fn apply<S: TaskStore + Clone>(shared: &Arc<Shared<S>>, batch: Vec<Complet
                     // that differs from what they freed, cut by this engine's room, may
                     // leave room or due tasks to a poll. Room made elsewhere (a raised
                     // limit, a recycled task) is the poller's, as for any type.
-                    let freed = batch
-                        .iter()
-                        .zip(&flags)
-                        .filter(|(c, applied)| **applied && c.event_type == h.exec.event_type_arc)
-                        .count();
+                    let freed = flags.iter().filter(|applied| **applied).count();
                     if tasks.len() < h.n || tasks.len() == freed {
                         handed_over = Some(Arc::clone(&h.exec.event_type_arc));
                     }
@@ -186,37 +312,24 @@ async fn apply<S: TaskStore + Clone>(shared: &Arc<Shared<S>>, batch: Vec<Complet
                     flags
                 })
             }
-            None => shared.store.mark(&marks).await,
+            None => shared.store.mark(marks).await,
         };
         match answer {
             Ok(flags) => {
-                for (c, applied) in batch.iter().zip(flags) {
-                    if applied {
-                        keys.extend(c.order_key.clone());
-                        // armed now, not when the attempt ended: the retry's due time is
-                        // the mark's (applied a batch and a round trip later)
-                        if let Some(delay) = c.due_after {
-                            shared.wake_after(delay, &c.event_type);
-                        }
-                    }
-                    if !applied {
-                        shared.counters.stale_completions(&c.event_type);
-                        tracing::warn!(
-                            owner = %shared.owner,
-                            task_id = c.mark.lease.task_id,
-                            lease = c.mark.lease.token,
-                            "completion refused: the lease is no longer current (the task was recycled); not applied"
-                        );
-                    }
+                return Written {
+                    flags: Some(flags),
+                    handed_over,
                 }
-                break;
             }
             Err(e) => {
                 shared.counters.store_errors("*");
                 if !e.is_temporary() || shared.state() == super::State::Stopped {
                     tracing::error!(error = %e, marks = marks.len(),
                         "could not record outcomes; the tasks will be recycled and run again");
-                    break;
+                    return Written {
+                        flags: None,
+                        handed_over,
+                    };
                 }
                 if attempt == 1 || attempt % 20 == 0 {
                     tracing::warn!(error = %e, marks = marks.len(), attempt,
@@ -226,15 +339,5 @@ async fn apply<S: TaskStore + Clone>(shared: &Arc<Shared<S>>, batch: Vec<Complet
                 backoff = (backoff * 2).min(max_backoff);
             }
         }
-    }
-    let leases: Vec<_> = batch.iter().map(|c| c.mark.lease).collect();
-    shared.tracker.finished(&leases);
-    for c in &batch {
-        if handed_over.as_ref() != Some(&c.event_type) {
-            shared.slot_left(&c.event_type);
-        }
-    }
-    if !keys.is_empty() {
-        super::keys::release_keys(shared, &keys).await;
     }
 }

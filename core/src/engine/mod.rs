@@ -127,6 +127,8 @@ struct Shared<S> {
     inbox_purge: Option<(Duration, retention::InboxPurge)>,
     /// Marks on their way to the completion flushers.
     completions: completer::Queue,
+    /// The limited types' hand-overs in flight, and the marks waiting for them.
+    lanes: completer::Lanes,
     /// Set when a heartbeat failed (the store was unreachable), cleared when one of this
     /// instance's lease refreshes succeeds: until then its leases may be older than
     /// `dead_after`, and its own sweep must refresh them before it recycles anything.
@@ -582,6 +584,7 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
             archive: self.archive,
             inbox_purge: self.inbox_purge,
             completions,
+            lanes: completer::Lanes::default(),
             leases_unrefreshed: std::sync::atomic::AtomicBool::new(false),
             outage_seen: std::sync::atomic::AtomicBool::new(false),
             // vacuously true at the start; without it, an instance whose first

@@ -237,6 +237,95 @@ pub async fn engine_hands_limited_slots_on_without_polling<H: Harness>(ctx: &Ctx
     );
 }
 
+/// A hand-over (a limited type's claim riding its marks: `mark_and_claim`) waits for
+/// the type's turn, which a claim on another instance may hold for long; the other
+/// types' outcomes are written meanwhile, and an engine waits on at most two hand-overs
+/// at once (each holds a connection). Here every `mark_and_claim` stalls. `HW1` and
+/// `HW2` (each limited to 2 at once) have 4 tasks each, `HW3` (limited to 8) and
+/// `HFREE` (no limit) 4 each: the running tasks of `HW1`, then of `HW2`, end, and their
+/// two hand-overs stall; then those of `HW3` and `HFREE` end and are recorded succeeded
+/// while the stall lasts (`HW3`'s with no hand-over: its slots go to a poll), the
+/// stalled types' tasks still running. Once it ends, every task has succeeded on its
+/// first attempt, each run once.
+pub async fn engine_writes_other_types_outcomes_while_a_hand_over_waits<H: Harness>(ctx: &Ctx<H>) {
+    let types = [
+        ("HW1", Some(2)),
+        ("HW2", Some(2)),
+        ("HW3", Some(8)),
+        ("HFREE", None),
+    ];
+    let calls = Calls::default();
+    let gate = Gate::shut(ctx.new_store().await, Gated::HandOver);
+    let mut engine = Engine::builder(gate.clone())
+        .config(fast_config().first_poll_delay(Duration::from_millis(20)));
+    let mut ids = Vec::new();
+    let mut go = Vec::new();
+    for (t, (event_type, limit)) in types.into_iter().enumerate() {
+        if let Some(limit) = limit {
+            let audit = Audit::new("ops", "limited");
+            let limit = QueueChange::Concurrency(Some(limit));
+            ctx.store
+                .set_queue(event_type, limit, &audit)
+                .await
+                .unwrap();
+        }
+        let mut of_type = Vec::new();
+        for i in 0..4 {
+            of_type.push(ctx.enqueue(event_type, &format!("t{t}-{i}")).await);
+        }
+        ids.push(of_type);
+        // the type's handlers end when the case lets them
+        let open = tokio::sync::watch::Sender::new(false);
+        let ended = open.subscribe();
+        let handler = recording(calls.clone(), move |_, _task| {
+            let mut ended = ended.clone();
+            async move {
+                ended.wait_for(|open| *open).await.unwrap();
+                Ok(())
+            }
+        });
+        go.push(open);
+        engine = engine.handler(event_type, handler, opts().concurrency(8));
+    }
+    let engine = engine.start().unwrap();
+    eventually("2 + 2 + 4 + 4 tasks running", || async {
+        let all = statuses(ctx, ids.iter().flatten()).await;
+        all.iter().filter(|s| **s == Status::Running).count() == 12
+    })
+    .await;
+    go[0].send_replace(true);
+    gate.arrived(1).await;
+    go[1].send_replace(true);
+    gate.arrived(2).await;
+    go[2].send_replace(true);
+    go[3].send_replace(true);
+    eventually("every HW3 and HFREE task recorded succeeded", || async {
+        let done = statuses(ctx, ids[2].iter().chain(&ids[3])).await;
+        done.iter().all(|s| *s == Status::Succeeded)
+    })
+    .await;
+    for (t, stalled) in ids[..2].iter().enumerate() {
+        let mut held = statuses(ctx, stalled).await;
+        held.sort_by_key(|s| format!("{s:?}"));
+        assert_eq!(
+            held,
+            vec![
+                Status::Pending,
+                Status::Pending,
+                Status::Running,
+                Status::Running
+            ],
+            "HW{}: the hand-over's two tasks stay running while it waits; two wait their turn",
+            t + 1
+        );
+    }
+    gate.open();
+    for (t, of_type) in ids.iter().enumerate() {
+        each_ran_once(ctx, of_type, &calls, &format!("t{t}-")).await;
+    }
+    engine.shutdown().await;
+}
+
 /// Four engines (separate stores), each with room for 8 at once, handle `RLIM`, limited
 /// to 3 starts a second cluster-wide; 9 tasks wait, and the pollers tick once a minute,
 /// so only the engines' own re-polls as their claims leave the window can drain the
@@ -370,6 +459,18 @@ async fn engine_of<H: Harness>(
         .handler(event_type, handler, opts().concurrency(8))
         .start()
         .unwrap()
+}
+
+/// The status of each of `ids`.
+async fn statuses<'a, H: Harness>(
+    ctx: &Ctx<H>,
+    ids: impl IntoIterator<Item = &'a TaskId>,
+) -> Vec<Status> {
+    let mut all = Vec::new();
+    for id in ids {
+        all.push(ctx.store.get(*id).await.unwrap().unwrap().status);
+    }
+    all
 }
 
 /// Each of `ids` succeeded on its first attempt, and the handler ran each of the keys
