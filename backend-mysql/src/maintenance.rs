@@ -7,6 +7,10 @@ use crate::conn::{micros, safe};
 use crate::connect::{error_number, my_err};
 use crate::driver::MySqlDriver;
 
+/// How many times a migration statement aborted by another instance's replicated DDL
+/// (Galera) is run again before the migration fails.
+const GALERA_ABORT_RETRIES: u64 = 5;
+
 impl MySqlDriver {
     /// Run purge statement `sql` (the age in µs, then the limit) on the batch; how many
     /// rows it deleted.
@@ -63,17 +67,36 @@ impl MySqlDriver {
         let migrations = self.sql.schema.migrations()?;
         for m in schema::pending(table, &applied, &migrations, target)? {
             for statement in &m.statements {
-                match conn.execute(safe(statement)).await {
-                    Ok(_) => {}
-                    // duplicate column, duplicate key name, no such column or key to drop
-                    Err(e)
-                        if m.version > 1
-                            && matches!(error_number(&e), Some(1060 | 1061 | 1091)) =>
-                    {
-                        tracing::warn!(table, version = m.version, error = %e,
-                            "migration had applied before (the process stopped before recording it); recording it now");
+                let mut aborted = 0;
+                loop {
+                    match conn.execute(safe(statement)).await {
+                        Ok(_) => break,
+                        // duplicate column, duplicate key name, no such column or key to drop
+                        Err(e)
+                            if m.version > 1
+                                && matches!(error_number(&e), Some(1060 | 1061 | 1091)) =>
+                        {
+                            tracing::warn!(table, version = m.version, error = %e,
+                                "migration had applied before (another instance, or the process stopped before recording it); recording it now");
+                            break;
+                        }
+                        // on Galera a racing instance's DDL on the table, replicated in
+                        // total order, aborts a statement waiting for the table's
+                        // metadata lock (1317 interrupted, or 1213): run it again, which
+                        // finds the change made or makes it
+                        Err(e)
+                            if self.galera
+                                && aborted < GALERA_ABORT_RETRIES
+                                && matches!(error_number(&e), Some(1213 | 1317)) =>
+                        {
+                            aborted += 1;
+                            tracing::debug!(table, version = m.version, error = %e,
+                                "migration statement aborted by replicated DDL; running it again");
+                            tokio::time::sleep(std::time::Duration::from_millis(50 * aborted))
+                                .await;
+                        }
+                        Err(e) => return Err(my_err(e)),
                     }
-                    Err(e) => return Err(my_err(e)),
                 }
             }
             let recorded = sqlx::query(safe(&self.sql.schema.record))
