@@ -1,5 +1,6 @@
 //! The conformance suite on MySQL / MariaDB, once per claim strategy: every case in a
-//! fresh database of its own, on the server named by `BACKSTOP_TEST_MYSQL_URL`
+//! database of its own while it runs (a migrated spare, emptied, that a later case
+//! reuses: see [`spares`]), on the server named by `BACKSTOP_TEST_MYSQL_URL`
 //! (`mysql://user:pass@host:port`; scripts/test starts a throwaway MariaDB).
 #![allow(clippy::expect_used)] // test harness: a failed setup is a failed test
 
@@ -107,32 +108,16 @@ impl TxConnection for AppConn<'_, '_> {
     }
 }
 
-/// The business table, created once per case: on Galera even a `CREATE TABLE IF NOT
-/// EXISTS` of a table that exists is replicated in total order and aborts every open
-/// transaction that wrote the table.
-async fn ensure_biz(db: &Db) {
-    db.biz
-        .get_or_init(|| async {
-            sqlx::query(
-                "CREATE TABLE IF NOT EXISTS biz_order (k VARCHAR(128) PRIMARY KEY) ENGINE = InnoDB",
-            )
-            .execute(&db.admin)
-            .await
-            .expect("create biz_order");
-        })
-        .await;
-}
-
+/// A case's database: a spare (see [`spares`]), migrated and holding the business
+/// table `biz_order`, released for a later case when the case ends.
 struct Db {
     server: String,
     name: String,
     /// The URL the store connects with (the case's database, plainly or through TLS).
     store_url: String,
     admin: MySqlPool,
-    /// Set once the business table exists.
-    biz: tokio::sync::OnceCell<()>,
-    /// Kept for a later case when this one ends (Galera: see [`spares`]).
-    spare: bool,
+    /// On a Galera cluster.
+    galera: bool,
 }
 
 impl Db {
@@ -155,36 +140,16 @@ impl Db {
 
 impl Drop for Db {
     fn drop(&mut self) {
-        if self.spare {
-            // a failed case's database stays as it was, for a look, and is not reused
-            if std::thread::panicking() {
-                eprintln!("kept the failed case's database {}", self.name);
-                return;
-            }
-            spares::release(self.name.clone());
+        // a failed case's database stays as it was, for a look, and is not reused
+        if std::thread::panicking() {
+            eprintln!("kept the failed case's database {}", self.name);
             return;
         }
-        drop_database(self.server.clone(), self.name.clone());
+        spares::release(self.server.clone(), self.name.clone());
     }
 }
 
-/// Drop database `name` on `server` (blocking: from a `Drop`); failures are ignored.
-fn drop_database(server: String, name: String) {
-    backstop_testkit::cleanup_blocking(async move {
-        if let Ok(pool) = MySqlPoolOptions::new()
-            .max_connections(1)
-            .connect(&server)
-            .await
-        {
-            let _ = sqlx::query(AssertSqlSafe(format!("DROP DATABASE IF EXISTS `{name}`")))
-                .execute(&pool)
-                .await;
-            pool.close().await;
-        }
-    });
-}
-
-/// Spare databases on Galera (see the module).
+/// Spare databases (see the module).
 #[path = "conformance/spares.rs"]
 mod spares;
 
@@ -241,26 +206,7 @@ impl Harness for MySqlHarness {
             }
         };
         let galera = self.1 == Transport::Galera;
-        let name = if galera {
-            spares::take(&server, &nodes).await
-        } else {
-            let name = backstop_testkit::unique_name(match self.0 {
-                ClaimStrategy::SkipLocked => "bst_sl",
-                ClaimStrategy::QueueThenSkip => "bst_qs",
-                _ => "bst_ou",
-            });
-            let bootstrap = MySqlPoolOptions::new()
-                .max_connections(1)
-                .connect(&server)
-                .await
-                .expect("connect to the test server");
-            sqlx::query(AssertSqlSafe(format!("CREATE DATABASE `{name}`")))
-                .execute(&bootstrap)
-                .await
-                .expect("create the case's database");
-            bootstrap.close().await;
-            name
-        };
+        let name = spares::take(&server, &nodes, galera).await;
         let admin = MySqlPoolOptions::new()
             .max_connections(2)
             .after_connect(move |conn, _| {
@@ -288,9 +234,7 @@ impl Harness for MySqlHarness {
             name,
             store_url,
             admin,
-            // a spare has the business table
-            biz: tokio::sync::OnceCell::new_with(galera.then_some(())),
-            spare: galera,
+            galera,
         })
     }
 
@@ -359,7 +303,6 @@ impl Harness for MySqlHarness {
         path: TxPath,
     ) -> backstop_core::Result<Vec<Enqueued>> {
         use sqlx::Connection;
-        ensure_biz(db).await;
         // the store's pool (native), or a connection of the application's own
         let mut own = match path {
             TxPath::Native => None,
@@ -367,7 +310,7 @@ impl Harness for MySqlHarness {
                 let mut conn = sqlx::MySqlConnection::connect(&db.url())
                     .await
                     .expect("connect");
-                if db.spare {
+                if db.galera {
                     // as the guide asks of an application's connections on Galera: its
                     // transaction sees what the cluster committed before it (else a
                     // duplicate check may find a task finished elsewhere still active)
@@ -422,13 +365,12 @@ impl Harness for MySqlHarness {
 
     async fn complete_with_business_row(
         &self,
-        db: &Db,
+        _: &Db,
         store: &MySqlStore,
         cx: &backstop_core::Context,
         biz_row: &str,
         follow_up: NewTask,
     ) -> Result<(), HandlerError> {
-        ensure_biz(db).await;
         let mut tx = store.pool().begin().await?;
         store.enqueue_tx(&mut tx, &follow_up).await?;
         store.complete_tx(&mut tx, cx).await?;
@@ -451,14 +393,13 @@ impl Harness for MySqlHarness {
 
     async fn idempotent_business_row(
         &self,
-        db: &Db,
+        _: &Db,
         store: &MySqlStore,
         consumer: &str,
         message_id: &str,
         biz_row: &str,
         fail: bool,
     ) -> Result<Processed<()>, HandlerError> {
-        ensure_biz(db).await;
         let row = biz_row.to_owned();
         store
             .run_idempotent(consumer, message_id, move |conn| {
@@ -476,8 +417,7 @@ impl Harness for MySqlHarness {
             .await
     }
 
-    async fn inbox_handler(&self, db: &Db) -> MySqlHandler {
-        ensure_biz(db).await;
+    async fn inbox_handler(&self, _: &Db) -> MySqlHandler {
         mysql_handler(|conn, message| {
             Box::pin(async move {
                 sqlx::query("INSERT INTO biz_order (k) VALUES (?)")
@@ -493,7 +433,6 @@ impl Harness for MySqlHarness {
     }
 
     async fn count_business_rows(&self, db: &Db, prefix: &str) -> u64 {
-        ensure_biz(db).await;
         let n: i64 =
             sqlx::query_scalar("SELECT COUNT(*) FROM biz_order WHERE LEFT(k, CHAR_LENGTH(?)) = ?")
                 .bind(prefix)
@@ -846,7 +785,6 @@ async fn runs_on_the_applications_own_pool() {
     else {
         return;
     };
-    ensure_biz(&ctx.db).await;
     // the application's pool, at READ COMMITTED as the store's docs ask
     let pool = MySqlPoolOptions::new()
         .max_connections(3)

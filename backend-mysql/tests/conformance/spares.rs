@@ -1,15 +1,18 @@
-//! On Galera a case's database outlives the case and serves a later one, emptied by
-//! DML. Every DDL statement runs in total order on every node and aborts the open
+//! A case's database outlives the case and serves a later one, emptied by DML. On
+//! Galera every DDL statement runs in total order on every node and aborts the open
 //! transactions on its tables there; a database per case (its CREATE, the migrations'
-//! two dozen statements, its DROP) is thousands of them a run. The suite's own DDL is
-//! then the few cases that build tables of their own.
+//! two dozen statements, its DROP) is thousands of them a run. On one server the same
+//! DDL was most of a short case's time (durable MariaDB: migrating a new database took
+//! 1.3–1.6 s and dropping it 0.2–0.3 s, a short case 1.6–2 s in all; the queue-then-skip
+//! suite went from 79 to 64 s). The suite's own DDL is then the few cases that build
+//! tables of their own.
 //!
 //! A spare is handed out again once the case that held it is gone (2 s after its
 //! release, with no connection left on it on any node), after its tables' layout is
 //! checked against a freshly migrated database's: tables a case added are dropped, a
 //! changed store table costs the database (dropped, and a new one made). The spares
-//! left when the process ends stay on the cluster (`bst_gal_*`), which the test scripts
-//! throw away.
+//! left when the process ends stay on the server (`bst_gal_*`, `bst_sp_*`), which the
+//! test scripts throw away.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -26,36 +29,40 @@ use super::galera_nodes;
 /// runtime, and the tasks and connections it still had, are gone by then.
 const REST: Duration = Duration::from_secs(2);
 
-static SPARES: Mutex<Vec<(String, Instant)>> = Mutex::new(Vec::new());
+/// The spares: (the server's URL, the database, when it was released).
+static SPARES: Mutex<Vec<(String, String, Instant)>> = Mutex::new(Vec::new());
 
 /// Each table's columns and indexes, as a freshly prepared database has them.
 static LAYOUT: tokio::sync::OnceCell<BTreeMap<String, Vec<String>>> =
     tokio::sync::OnceCell::const_new();
 
-/// Keep `name` for a later case.
-pub(super) fn release(name: String) {
+/// Keep `name` on `server` (the first node's URL) for a later case.
+pub(super) fn release(server: String, name: String) {
     if let Ok(mut spares) = SPARES.lock() {
-        spares.push((name, Instant::now()));
+        spares.push((server, name, Instant::now()));
     }
 }
 
-fn rested() -> Option<String> {
+fn rested(server: &str) -> Option<String> {
     let mut spares = SPARES.lock().ok()?;
-    let i = spares.iter().position(|(_, at)| at.elapsed() >= REST)?;
-    Some(spares.swap_remove(i).0)
+    let i = spares
+        .iter()
+        .position(|(on, _, at)| on == server && at.elapsed() >= REST)?;
+    Some(spares.swap_remove(i).1)
 }
 
 /// A migrated database holding the business table and no rows: a spare emptied, or
-/// a new one. `first` is the first node's URL, `nodes` the URL naming every node.
-pub(super) async fn take(first: &str, nodes: &str) -> String {
-    let admin = connect(first).await;
-    while let Some(name) = rested() {
-        match empty(&admin, nodes, &name).await {
+/// a new one. `first` is the first node's URL, `nodes` the URL naming every node (on one
+/// server, both its URL); `galera` whether they are a Galera cluster's.
+pub(super) async fn take(first: &str, nodes: &str, galera: bool) -> String {
+    let admin = connect(first, galera).await;
+    while let Some(name) = rested(first) {
+        match empty(&admin, nodes, &name, galera).await {
             Spare::Ready => {
                 admin.close().await;
                 return name;
             }
-            Spare::Busy => release(name),
+            Spare::Busy => release(first.to_owned(), name),
             Spare::Changed => {
                 sqlx::query(AssertSqlSafe(format!("DROP DATABASE IF EXISTS `{name}`")))
                     .execute(&admin)
@@ -64,7 +71,7 @@ pub(super) async fn take(first: &str, nodes: &str) -> String {
             }
         }
     }
-    let name = backstop_testkit::unique_name("bst_gal");
+    let name = backstop_testkit::unique_name(if galera { "bst_gal" } else { "bst_sp" });
     sqlx::query(AssertSqlSafe(format!("CREATE DATABASE `{name}`")))
         .execute(&admin)
         .await
@@ -72,7 +79,7 @@ pub(super) async fn take(first: &str, nodes: &str) -> String {
     // a node applies the CREATE after node 1 answered it: each waits for it before a
     // store connects there
     for node in galera_nodes(nodes) {
-        let pool = connect(&node).await;
+        let pool = connect(&node, galera).await;
         let seen = sqlx::query(AssertSqlSafe(format!("SHOW DATABASES LIKE '{name}'")))
             .fetch_all(&pool)
             .await
@@ -108,9 +115,9 @@ enum Spare {
     Changed,
 }
 
-async fn empty(admin: &MySqlPool, nodes: &str, name: &str) -> Spare {
+async fn empty(admin: &MySqlPool, nodes: &str, name: &str, galera: bool) -> Spare {
     for node in galera_nodes(nodes) {
-        let pool = connect(&node).await;
+        let pool = connect(&node, galera).await;
         let on: i64 =
             sqlx::query_scalar("SELECT COUNT(*) FROM information_schema.processlist WHERE db = ?")
                 .bind(name)
@@ -190,14 +197,16 @@ async fn layout(admin: &MySqlPool, name: &str) -> BTreeMap<String, Vec<String>> 
     tables
 }
 
-/// One connection to `url` that sees every write the cluster committed before each
-/// statement (`wsrep_sync_wait = 15`).
-async fn connect(url: &str) -> MySqlPool {
+/// One connection to `url`; on Galera it sees every write the cluster committed
+/// before each statement (`wsrep_sync_wait = 15`).
+async fn connect(url: &str, galera: bool) -> MySqlPool {
     MySqlPoolOptions::new()
         .max_connections(1)
-        .after_connect(|conn, _| {
+        .after_connect(move |conn, _| {
             Box::pin(async move {
-                conn.execute("SET SESSION wsrep_sync_wait = 15").await?;
+                if galera {
+                    conn.execute("SET SESSION wsrep_sync_wait = 15").await?;
+                }
                 Ok(())
             })
         })
