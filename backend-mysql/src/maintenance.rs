@@ -80,30 +80,28 @@ impl MySqlDriver {
                                 "migration had applied before (another instance, or the process stopped before recording it); recording it now");
                             break;
                         }
-                        // on Galera a racing instance's DDL on the table, replicated in
-                        // total order, aborts a statement waiting for the table's
-                        // metadata lock (1317 interrupted, or 1213): run it again, which
-                        // finds the change made or makes it
-                        Err(e)
-                            if self.galera
-                                && aborted < GALERA_ABORT_RETRIES
-                                && matches!(error_number(&e), Some(1213 | 1317)) =>
-                        {
-                            aborted += 1;
-                            tracing::debug!(table, version = m.version, error = %e,
-                                "migration statement aborted by replicated DDL; running it again");
-                            tokio::time::sleep(std::time::Duration::from_millis(50 * aborted))
-                                .await;
-                        }
-                        Err(e) => return Err(my_err(e)),
+                        Err(e) => match self.again_after(&e, &mut aborted) {
+                            Some(pause) => tokio::time::sleep(pause).await,
+                            None => return Err(my_err(e)),
+                        },
                     }
                 }
             }
-            let recorded = sqlx::query(safe(&self.sql.schema.record))
-                .bind(m.version)
-                .bind(m.name)
-                .execute(&mut *conn)
-                .await;
+            let mut aborted = 0;
+            let recorded = loop {
+                let recorded = sqlx::query(safe(&self.sql.schema.record))
+                    .bind(m.version)
+                    .bind(m.name)
+                    .execute(&mut *conn)
+                    .await;
+                match recorded {
+                    Err(e) => match self.again_after(&e, &mut aborted) {
+                        Some(pause) => tokio::time::sleep(pause).await,
+                        None => break Err(e),
+                    },
+                    done => break done,
+                }
+            };
             match recorded {
                 Ok(_) => schema::log_applied(table, m),
                 // another instance recorded it first: on a Galera cluster `GET_LOCK` holds
@@ -121,5 +119,24 @@ impl MySqlDriver {
             }
         }
         Ok(())
+    }
+
+    /// Whether a migration's statement that failed with `e` runs again, and after what
+    /// pause: on Galera a racing instance's DDL on the table, replicated in total order,
+    /// aborts a statement waiting for the table's metadata lock (1317 interrupted, or
+    /// 1213), and the statement run again finds the change made or makes it; at most
+    /// [`GALERA_ABORT_RETRIES`] times per statement (`aborted` counts them), 50 ms
+    /// longer each time.
+    fn again_after(&self, e: &sqlx::Error, aborted: &mut u64) -> Option<std::time::Duration> {
+        if !self.galera
+            || *aborted >= GALERA_ABORT_RETRIES
+            || !matches!(error_number(e), Some(1213 | 1317))
+        {
+            return None;
+        }
+        *aborted += 1;
+        tracing::debug!(table = %self.options.config.table, error = %e,
+            "migration statement aborted by replicated DDL; running it again");
+        Some(std::time::Duration::from_millis(50 * *aborted))
     }
 }
