@@ -98,6 +98,57 @@ pub async fn engine_refreshes_its_own_leases_after_an_outage_before_sweeping<H: 
     other.shutdown().await;
 }
 
+/// A heartbeat that stalls on the store (held before it reaches it, as a Galera cluster
+/// holds every statement while it waits out a node that died) past `dead_after` does not
+/// make the engine's own running task look dead to its own sweep, which does not wait on
+/// the store meanwhile: once the last refresh the store applied began `stall_after` ago
+/// (here `dead_after` 1 s less two 200 ms intervals: 600 ms), the sweep refreshes the
+/// leases first (after the stalled refresh) and sweeps a heartbeat interval later. The
+/// task runs once, attempt 1, under its first lease, never recycled.
+pub async fn engine_sweep_waits_out_its_own_stalled_heartbeat<H: Harness>(ctx: &Ctx<H>) {
+    let calls = Calls::default();
+    let config = fast_config()
+        .dead_after(Duration::from_millis(1000))
+        .heartbeat_interval(Duration::from_millis(200));
+    let gate = Gate::shut(ctx.store.clone(), Gated::Heartbeat);
+    let engine = Engine::builder(gate.clone())
+        .config(config)
+        .handler(
+            "LONG",
+            sleepy(calls.clone(), Duration::from_millis(3500)),
+            opts(),
+        )
+        .start()
+        .unwrap();
+    let (enq, _) = engine.enqueue(engine.task("LONG", "long")).await.unwrap();
+    eventually("the task to start", || async { calls.count("long") == 1 }).await;
+    let before = ctx.task(enq.id).await;
+    gate.arrived(1).await;
+    // the stall: past dead_after widened by the sweep's lag allowance (at most another
+    // dead_after), with the sweep running every 125 ms meanwhile
+    tokio::time::sleep(Duration::from_millis(2600)).await;
+    let during = ctx.task(enq.id).await;
+    assert_eq!(
+        (
+            during.status,
+            during.attempts,
+            during.lease,
+            calls.count("long")
+        ),
+        (Status::Running, 1, before.lease, 1),
+        "not recycled while its heartbeat stalled"
+    );
+    gate.open();
+    let t = wait_status(&ctx.store, enq.id, Status::Succeeded).await;
+    assert_eq!(
+        (t.attempts, t.lease, calls.count("long")),
+        (1, before.lease, 1),
+        "run once under its first lease: never recycled"
+    );
+    assert_eq!(engine.counters().recycled, 0, "nothing recycled");
+    engine.shutdown().await;
+}
+
 /// An instance back from an outage waits a heartbeat interval before it sweeps even when
 /// its heartbeat loop got through first (clearing its own leases' flag): another
 /// instance's refresh still on its way after the same outage must land first. Here the

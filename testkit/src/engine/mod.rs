@@ -219,6 +219,8 @@ pub(crate) enum Gated {
     ClaimBatch,
     ClaimById,
     Recycle,
+    /// `heartbeat`, before it reaches the store (the database stalls on it).
+    Heartbeat,
     /// Nothing: the gate only counts.
     Nothing,
 }
@@ -235,6 +237,7 @@ impl Gated {
             Gated::ClaimBatch => (&[Op::ClaimBatch], Phase::Before),
             Gated::ClaimById => (&[Op::ClaimById], Phase::Before),
             Gated::Recycle => (&[Op::RecycleDead], Phase::Before),
+            Gated::Heartbeat => (&[Op::Heartbeat], Phase::Before),
             Gated::Nothing => return None,
         })
     }
