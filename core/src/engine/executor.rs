@@ -152,9 +152,7 @@ pub(crate) fn dispatch<S: TaskStore + Clone>(
                 order_key,
                 due_after,
             };
-            if let Err(unsent) = shared.completions.send(completion) {
-                shared.tracker.finished(&[unsent.0.mark.lease]);
-            }
+            super::completer::submit(&shared, completion);
         }
         .instrument(span),
     );

@@ -326,6 +326,70 @@ pub async fn engine_writes_other_types_outcomes_while_a_hand_over_waits<H: Harne
     engine.shutdown().await;
 }
 
+/// A limited type's outcome does not wait behind other types' outcomes: it goes to the
+/// type's hand-over at once, while every plain `mark` stalls (the flusher's batches
+/// under a backlog take seconds each on a busy database, and the type's slot is held
+/// until its outcome is written). `MFREE`'s task ends first and its mark stalls; then
+/// `MLIM`'s (limited to 1 at once) three tasks run one after another, each handed its
+/// slot by the previous one's outcome, all recorded succeeded while the stall lasts,
+/// `MFREE`'s task still running. Once it ends, every task has succeeded, each run once.
+pub async fn engine_writes_a_limited_types_outcome_while_other_outcomes_wait<H: Harness>(
+    ctx: &Ctx<H>,
+) {
+    let calls = Calls::default();
+    let audit = Audit::new("ops", "limited");
+    ctx.store
+        .set_queue("MLIM", QueueChange::Concurrency(Some(1)), &audit)
+        .await
+        .unwrap();
+    let free = ctx.enqueue("MFREE", "free-0").await;
+    let mut limited = Vec::new();
+    for i in 0..3 {
+        limited.push(ctx.enqueue("MLIM", &format!("lim-{i}")).await);
+    }
+    // the limited type's handlers end when the case lets them
+    let open = tokio::sync::watch::Sender::new(false);
+    let ended = open.subscribe();
+    let gate = Gate::shut(ctx.new_store().await, Gated::PlainMark);
+    let engine = Engine::builder(gate.clone())
+        .config(fast_config().first_poll_delay(Duration::from_millis(20)))
+        .handler("MFREE", flaky(calls.clone(), 0), opts())
+        .handler(
+            "MLIM",
+            recording(calls.clone(), move |_, _task| {
+                let mut ended = ended.clone();
+                async move {
+                    ended.wait_for(|open| *open).await.unwrap();
+                    Ok(())
+                }
+            }),
+            opts(),
+        )
+        .start()
+        .unwrap();
+    gate.arrived(1).await;
+    eventually("the first MLIM task running", || async {
+        statuses(ctx, &limited).await.contains(&Status::Running)
+    })
+    .await;
+    open.send_replace(true);
+    eventually("every MLIM task recorded succeeded", || async {
+        let done = statuses(ctx, &limited).await;
+        done.iter().all(|s| *s == Status::Succeeded)
+    })
+    .await;
+    assert_eq!(
+        ctx.task(free).await.status,
+        Status::Running,
+        "MFREE's outcome still stalled"
+    );
+    gate.open();
+    wait_status(&ctx.store, free, Status::Succeeded).await;
+    each_ran_once(ctx, &limited, &calls, "lim-").await;
+    each_ran_once(ctx, &[free], &calls, "free-").await;
+    engine.shutdown().await;
+}
+
 /// Four engines (separate stores), each with room for 8 at once, handle `RLIM`, limited
 /// to 3 starts a second cluster-wide; 9 tasks wait, and the pollers tick once a minute,
 /// so only the engines' own re-polls as their claims leave the window can drain the

@@ -213,6 +213,9 @@ pub(crate) enum Gated {
     Mark,
     /// The answer of `mark`, after the store applied and committed it (the reply is slow).
     MarkAnswer,
+    /// `mark` alone (the flusher's batches, not a limited type's hand-over), before it
+    /// reaches the store.
+    PlainMark,
     /// `mark_and_claim` alone (a limited type's hand-over), before it reaches the store
     /// (waiting for the type's turn).
     HandOver,
@@ -233,6 +236,7 @@ impl Gated {
         Some(match self {
             Gated::Mark => (MARKS, Phase::Before),
             Gated::MarkAnswer => (MARKS, Phase::After),
+            Gated::PlainMark => (&[Op::Mark], Phase::Before),
             Gated::HandOver => (&[Op::MarkAndClaim], Phase::Before),
             Gated::ClaimBatch => (&[Op::ClaimBatch], Phase::Before),
             Gated::ClaimById => (&[Op::ClaimById], Phase::Before),
