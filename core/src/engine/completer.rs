@@ -23,7 +23,7 @@ use crate::model::Mark;
 use crate::store::TaskStore;
 
 /// Most marks per `TaskStore::mark` call.
-const MAX_BATCH: usize = 256;
+pub(crate) const MAX_BATCH: usize = 256;
 /// Flushers per engine (see the module docs).
 const FLUSHERS: usize = 1;
 /// Most limited types whose hand-overs are in flight at once per engine: each may wait
@@ -376,7 +376,14 @@ async fn write<S: TaskStore + Clone>(
                     flags
                 })
             }
-            None => shared.store.mark(marks).await,
+            None => {
+                let began = std::time::Instant::now();
+                let answer = shared.store.mark(marks).await;
+                if answer.is_ok() {
+                    shared.tracker.marks_written(marks.len(), began.elapsed());
+                }
+                answer
+            }
         };
         match answer {
             Ok(flags) => {

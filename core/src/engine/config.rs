@@ -98,7 +98,9 @@ pub struct EngineConfig {
     /// engine whose store writes stall stops taking work instead of piling up outcomes:
     /// it holds fewer than this plus its executors' capacity (`concurrency +
     /// queue_capacity`) claimed tasks. A waiting mark holds no task row: only its lease
-    /// and outcome.
+    /// and outcome. Below this cap the engine keeps about a second of its store's
+    /// lately measured write pace waiting (at least 512, two batches of marks), so an
+    /// outcome waits about a second to be written when handlers outrun the store.
     pub max_unmarked: usize,
     /// How often the poller reads the queues' settings ([`queues`](crate::TaskStore::queues);
     /// default 30 s, the first time at the first poll): which of its types have a global

@@ -196,6 +196,73 @@ pub async fn engine_stops_claiming_while_marks_stall<H: Harness>(ctx: &Ctx<H>) {
     engine.shutdown().await;
 }
 
+/// An engine whose handlers outrun its store's writes claims no further ahead of them
+/// than about a second of the pace its marks are written at (at least 512 waiting, two
+/// batches of marks), not up to `max_unmarked` (4096 here, the default): with every
+/// `mark` call taking 1 s (256 marks a second at most), at no time are more of 1200
+/// instant tasks claimed than 512 + the executor's room (64) + one claim (50) + slack;
+/// every task succeeds, each run once.
+pub async fn engine_claims_about_a_second_of_marks_ahead<H: Harness>(ctx: &Ctx<H>) {
+    const TOTAL: usize = 1200;
+    const BATCH: usize = 50;
+    const CAPACITY: usize = 16 + 48;
+    const BOUND: u64 = (512 + CAPACITY + BATCH + 50) as u64;
+    let producers: Vec<_> = (0..8)
+        .map(|p| {
+            let store = ctx.store.clone();
+            tokio::spawn(async move {
+                for i in (p..TOTAL).step_by(8) {
+                    store
+                        .enqueue(NewTask::new("PACE", format!("k{i}")))
+                        .await
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    crate::joined("the producers", producers).await;
+    let ran = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let ran = Arc::clone(&ran);
+        handler_fn(move |_task: Task| {
+            ran.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, HandlerError>(()) }
+        })
+    };
+    let faults = Faults::new();
+    faults.delay(&[Op::Mark], Phase::Before, Duration::from_secs(1));
+    let engine = Engine::builder(ctx.store.clone().layer(FaultLayer::new(faults)))
+        .config(
+            fast_config()
+                .batch_size(BATCH)
+                .first_poll_delay(Duration::ZERO),
+        )
+        .handler("PACE", handler, opts().concurrency(16).queue_capacity(48))
+        .start()
+        .unwrap();
+    let mut most = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let s = ctx.store.stats().await.unwrap();
+        most = most.max(s.count(Status::Running));
+        if s.count(Status::Succeeded) == TOTAL as u64 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "every task to succeed within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(
+        most <= BOUND,
+        "{most} claimed at once; the bound is 512 + the executor's {CAPACITY} + a claim of {BATCH} (+ 50)"
+    );
+    assert_eq!(ran.load(Ordering::SeqCst), TOTAL, "each task ran once");
+    assert_eq!(engine.counters().succeeded, TOTAL as u64);
+    engine.shutdown().await;
+}
+
 /// an engine registers the event types it handles; tasks of a type no engine handles
 /// are reported (a warning; `backstop_unhandled_tasks`), not left waiting silently.
 pub async fn engine_reports_tasks_no_engine_can_run<H: Harness>(ctx: &Ctx<H>) {
