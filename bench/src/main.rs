@@ -54,6 +54,9 @@ struct Args {
     /// --durable starts them so), SQLite runs with `synchronous=FULL` (the store's
     /// default) for backstop and the raw SQL alike. Results go to `durable.md`.
     durable: bool,
+    /// With a MySQL URL naming several nodes (Galera): spread each store's connections
+    /// over every node (`MySqlOptions::every_node`) instead of electing one writer node.
+    every_node: bool,
 }
 
 impl Args {
@@ -72,6 +75,9 @@ pub(crate) fn durable() -> bool {
     DURABLE.get().copied().unwrap_or(false)
 }
 
+/// Whether MySQL stores spread their connections over every node (`--every-node`).
+static EVERY_NODE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
 fn args() -> Args {
     let mut a = Args {
         smoke: false,
@@ -83,12 +89,14 @@ fn args() -> Args {
         repeat: 3,
         engines: vec![1, 4, 8],
         durable: false,
+        every_node: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--smoke" => a.smoke = true,
             "--durable" => a.durable = true,
+            "--every-node" => a.every_node = true,
             "--peer" => a.peer = true,
             "--backends" => {
                 a.backends = it
@@ -126,7 +134,7 @@ fn args() -> Args {
                 )
             }
             other => panic!(
-                "unknown argument {other:?} (use --smoke, --durable, --backends, --tasks, --engines, --repeat, --out, --only)"
+                "unknown argument {other:?} (use --smoke, --durable, --every-node, --backends, --tasks, --engines, --repeat, --out, --only)"
             ),
         }
     }
@@ -135,6 +143,7 @@ fn args() -> Args {
         a.repeat = 1;
     }
     let _ = DURABLE.set(a.durable);
+    let _ = EVERY_NODE.set(a.every_node);
     a
 }
 
@@ -189,7 +198,8 @@ impl Target {
                     &self.url,
                     MySqlOptions::default()
                         .config(config)
-                        .max_connections(max_connections),
+                        .max_connections(max_connections)
+                        .every_node(EVERY_NODE.get().copied().unwrap_or(false)),
                 )
                 .await
                 .expect("open mysql"),
@@ -279,7 +289,14 @@ async fn target(backend: &str) -> Option<Target> {
                 backend: "mysql",
                 url,
                 raw: Box::new(raw),
-                server: format!("{server} (innodb_flush_log_at_trx_commit={flush})"),
+                server: format!(
+                    "{server} (innodb_flush_log_at_trx_commit={flush}{})",
+                    if EVERY_NODE.get().copied().unwrap_or(false) {
+                        ", the store's connections on every node"
+                    } else {
+                        ""
+                    }
+                ),
                 _dir: None,
             })
         }
