@@ -56,28 +56,10 @@ pub async fn engine_refreshes_its_own_leases_after_an_outage_before_sweeping<H: 
         .dead_after(Duration::from_millis(1200))
         .heartbeat_interval(Duration::from_millis(600));
     let gate = Gate::shut(ctx.store.clone(), Gated::Nothing);
-    let engine = Engine::builder(gate.clone())
-        .config(config.clone())
-        .handler(
-            "LONG",
-            sleepy(calls.clone(), Duration::from_millis(4000)),
-            opts(),
-        )
-        .start()
-        .unwrap();
+    let engine = long_runner(gate.clone(), config.clone(), &calls, 4000);
     let other_gate = Gate::shut(ctx.new_store().await, Gated::Nothing);
-    let other = Engine::builder(other_gate.clone())
-        .config(config)
-        .handler(
-            "LONG",
-            sleepy(calls.clone(), Duration::from_millis(4000)),
-            opts(),
-        )
-        .start()
-        .unwrap();
-    let (enq, _) = engine.enqueue(engine.task("LONG", "long")).await.unwrap();
-    eventually("the task to start", || async { calls.count("long") == 1 }).await;
-    let before = ctx.task(enq.id).await;
+    let other = long_runner(other_gate.clone(), config, &calls, 4000);
+    let (enq, before) = start_long(ctx, &engine, &calls).await;
     // the outage: longer than dead_after, so the lease is older than it when it ends
     gate.outage(true);
     other_gate.outage(true);
@@ -111,18 +93,8 @@ pub async fn engine_sweep_waits_out_its_own_stalled_heartbeat<H: Harness>(ctx: &
         .dead_after(Duration::from_millis(1000))
         .heartbeat_interval(Duration::from_millis(200));
     let gate = Gate::shut(ctx.store.clone(), Gated::Heartbeat);
-    let engine = Engine::builder(gate.clone())
-        .config(config)
-        .handler(
-            "LONG",
-            sleepy(calls.clone(), Duration::from_millis(3500)),
-            opts(),
-        )
-        .start()
-        .unwrap();
-    let (enq, _) = engine.enqueue(engine.task("LONG", "long")).await.unwrap();
-    eventually("the task to start", || async { calls.count("long") == 1 }).await;
-    let before = ctx.task(enq.id).await;
+    let engine = long_runner(gate.clone(), config, &calls, 3500);
+    let (enq, before) = start_long(ctx, &engine, &calls).await;
     gate.arrived(1).await;
     // the stall: past dead_after widened by the sweep's lag allowance (at most another
     // dead_after), with the sweep running every 125 ms meanwhile
@@ -778,4 +750,35 @@ pub async fn engine_tells_a_running_handler_of_an_operator_cancel<H: Harness>(ct
     );
     assert!(!backstop_core::is_lease_lost(), "false outside an attempt");
     engine.shutdown().await;
+}
+
+/// An engine on `store` whose `LONG` tasks each run `ms` milliseconds, recorded in `calls`.
+fn long_runner<S: TaskStore + Clone>(
+    store: S,
+    config: EngineConfig,
+    calls: &Calls,
+    ms: u64,
+) -> Engine<S> {
+    Engine::builder(store)
+        .config(config)
+        .handler(
+            "LONG",
+            sleepy(calls.clone(), Duration::from_millis(ms)),
+            opts(),
+        )
+        .start()
+        .unwrap()
+}
+
+/// Enqueue one `LONG` task (business key `long`) through `engine` and wait until its
+/// handler runs: its id, and the task as claimed.
+async fn start_long<H: Harness, S: TaskStore + Clone>(
+    ctx: &Ctx<H>,
+    engine: &Engine<S>,
+    calls: &Calls,
+) -> (backstop_core::Enqueued, Task) {
+    let (enq, _) = engine.enqueue(engine.task("LONG", "long")).await.unwrap();
+    eventually("the task to start", || async { calls.count("long") == 1 }).await;
+    let before = ctx.task(enq.id).await;
+    (enq, before)
 }

@@ -134,28 +134,9 @@ pub async fn engine_stops_claiming_while_marks_stall<H: Harness>(ctx: &Ctx<H>) {
     const BATCH: usize = 20;
     const CAPACITY: usize = 16 + 48;
     let total = MAX_UNMARKED + 2 * CAPACITY;
-    let producers: Vec<_> = (0..8)
-        .map(|p| {
-            let store = ctx.store.clone();
-            tokio::spawn(async move {
-                for i in (p..total).step_by(8) {
-                    store
-                        .enqueue(NewTask::new("BULK", format!("k{i}")))
-                        .await
-                        .unwrap();
-                }
-            })
-        })
-        .collect();
-    crate::joined("the producers", producers).await;
+    enqueue_bulk(ctx, "BULK", total).await;
     let ran = Arc::new(AtomicUsize::new(0));
-    let handler = {
-        let ran = Arc::clone(&ran);
-        handler_fn(move |_task: Task| {
-            ran.fetch_add(1, Ordering::SeqCst);
-            async { Ok::<_, HandlerError>(()) }
-        })
-    };
+    let handler = counting(&ran);
     let gate = Gate::shut(ctx.store.clone(), Gated::Mark);
     let engine = Engine::builder(gate.clone())
         .config(
@@ -207,28 +188,9 @@ pub async fn engine_claims_about_a_second_of_marks_ahead<H: Harness>(ctx: &Ctx<H
     const BATCH: usize = 50;
     const CAPACITY: usize = 16 + 48;
     const BOUND: u64 = (512 + CAPACITY + BATCH + 50) as u64;
-    let producers: Vec<_> = (0..8)
-        .map(|p| {
-            let store = ctx.store.clone();
-            tokio::spawn(async move {
-                for i in (p..TOTAL).step_by(8) {
-                    store
-                        .enqueue(NewTask::new("PACE", format!("k{i}")))
-                        .await
-                        .unwrap();
-                }
-            })
-        })
-        .collect();
-    crate::joined("the producers", producers).await;
+    enqueue_bulk(ctx, "PACE", TOTAL).await;
     let ran = Arc::new(AtomicUsize::new(0));
-    let handler = {
-        let ran = Arc::clone(&ran);
-        handler_fn(move |_task: Task| {
-            ran.fetch_add(1, Ordering::SeqCst);
-            async { Ok::<_, HandlerError>(()) }
-        })
-    };
+    let handler = counting(&ran);
     let faults = Faults::new();
     faults.delay(&[Op::Mark], Phase::Before, Duration::from_secs(1));
     let engine = Engine::builder(ctx.store.clone().layer(FaultLayer::new(faults)))
@@ -384,4 +346,31 @@ pub async fn engine_probe_hands_a_busy_round_to_claims_per_type<H: Harness>(ctx:
         widths.contains(&1),
         "a full probe hands the round to the claims per type: {widths:?}"
     );
+}
+
+/// `total` tasks of `event_type` (business keys `k0`…), enqueued by 8 producers at once.
+async fn enqueue_bulk<H: Harness>(ctx: &Ctx<H>, event_type: &'static str, total: usize) {
+    let producers: Vec<_> = (0..8)
+        .map(|p| {
+            let store = ctx.store.clone();
+            tokio::spawn(async move {
+                for i in (p..total).step_by(8) {
+                    store
+                        .enqueue(NewTask::new(event_type, format!("k{i}")))
+                        .await
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    crate::joined("the producers", producers).await;
+}
+
+/// A handler that succeeds at once and counts its runs in `ran`.
+fn counting(ran: &Arc<AtomicUsize>) -> impl Handler {
+    let ran = Arc::clone(ran);
+    handler_fn(move |_task: Task| {
+        ran.fetch_add(1, Ordering::SeqCst);
+        async { Ok::<_, HandlerError>(()) }
+    })
 }
