@@ -22,6 +22,16 @@ const TLS_URL_VAR: &str = "BACKSTOP_TEST_MYSQL_TLS_URL";
 /// A Galera cluster: one URL naming every node (`mysql://user:pass@host1:port1,host2:port2,…`).
 const GALERA_URL_VAR: &str = "BACKSTOP_TEST_GALERA_URL";
 
+/// Set (to anything) to spread the store's connections over every node in the Galera
+/// module (`MySqlOptions::every_node`): not the supported deployment (the guide's
+/// Scale-out chapter says why), kept to reproduce what that chapter reports.
+const EVERY_NODE_VAR: &str = "BACKSTOP_TEST_GALERA_EVERY_NODE";
+
+/// Whether [`EVERY_NODE_VAR`] is set.
+fn spread_over_every_node() -> bool {
+    std::env::var_os(EVERY_NODE_VAR).is_some()
+}
+
 /// The store's contention retries on Galera, as the guide's Scale-out chapter advises.
 const GALERA_CONTENTION_RETRIES: u32 = 20;
 
@@ -123,6 +133,17 @@ struct Db {
 impl Db {
     fn url(&self) -> String {
         format!("{}/{}", self.server, self.name)
+    }
+
+    /// The case's database as an application's own connection reaches it: on one
+    /// server, that server; on Galera, each call the next node of the cluster, so the
+    /// application writes its business rows and tasks on every node while the store
+    /// writes on its elected one.
+    fn app_url(&self) -> String {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let nodes = self.node_urls();
+        let i = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        nodes[i % nodes.len()].clone()
     }
 
     /// The case's database on each server: one, or every node of a Galera cluster.
@@ -254,7 +275,8 @@ impl Harness for MySqlHarness {
             MySqlOptions::default()
                 .config(config)
                 .claim_strategy(self.0)
-                .max_connections(4),
+                .max_connections(4)
+                .every_node(self.1 == Transport::Galera && spread_over_every_node()),
         )
         .await
     }
@@ -307,7 +329,7 @@ impl Harness for MySqlHarness {
         let mut own = match path {
             TxPath::Native => None,
             TxPath::Sqlx | TxPath::Statements => {
-                let mut conn = sqlx::MySqlConnection::connect(&db.url())
+                let mut conn = sqlx::MySqlConnection::connect(&db.app_url())
                     .await
                     .expect("connect");
                 if db.galera {
@@ -453,20 +475,19 @@ impl Harness for MySqlHarness {
     }
 
     async fn hold_row(&self, db: &Db, table: &str, id: TaskId) -> Option<RowHold> {
-        let pool = db.admin.clone();
+        let (urls, galera) = (db.node_urls(), db.galera);
         let sql = format!("SELECT id FROM `{table}` WHERE id = ? FOR UPDATE");
         Some(
             RowHold::start(move |locked, released| async move {
-                let mut tx = pool.begin().await.expect("begin the row hold");
-                let rows = sqlx::query(AssertSqlSafe(sql))
-                    .bind(id)
-                    .fetch_all(&mut *tx)
-                    .await
-                    .expect("lock the row");
-                assert_eq!(rows.len(), 1, "hold_row: task {id} not found");
+                let held = lock_on_every_node(urls, galera, &sql, id.to_string()).await;
                 let _ = locked.send(());
                 let _ = released.await;
-                tx.rollback().await.expect("roll the row hold back");
+                for mut conn in held {
+                    sqlx::query("ROLLBACK")
+                        .execute(&mut conn)
+                        .await
+                        .expect("roll the row hold back");
+                }
             })
             .await,
         )
@@ -515,16 +536,34 @@ impl Harness for MySqlHarness {
 }
 
 /// Run `sql` (a `SELECT … FOR UPDATE` of one row, `key` bound) in a transaction of a
-/// connection of its own, held until the returned guard is dropped. On Galera a row lock
-/// holds on its own node only: the row is locked on every node, as a claim in flight on
-/// one node would be seen by the others' claims if they ran there.
+/// connection of its own, held until the returned guard is dropped.
 async fn hold_row(db: &Db, sql: &str, key: String) -> backstop_testkit::RowLock {
+    Box::new(lock_on_every_node(db.node_urls(), db.galera, sql, key).await)
+}
+
+/// `sql` (a `SELECT … FOR UPDATE` of one row, `key` bound) in an open transaction on a
+/// connection of its own to each of `urls`: the case's database on every node. On
+/// Galera a row lock holds on its own node only, so the row is locked on every node, as
+/// one server's lock would be met by a writer on any of them; each lock is taken once
+/// its node has applied every write the cluster committed before it.
+async fn lock_on_every_node(
+    urls: Vec<String>,
+    galera: bool,
+    sql: &str,
+    key: String,
+) -> Vec<sqlx::MySqlConnection> {
     use sqlx::Connection;
     let mut held = Vec::new();
-    for url in db.node_urls() {
+    for url in urls {
         let mut conn = sqlx::MySqlConnection::connect(&url)
             .await
             .expect("a connection to hold the lock");
+        if galera {
+            sqlx::query("SET SESSION wsrep_sync_wait = 7")
+                .execute(&mut conn)
+                .await
+                .expect("wsrep_sync_wait");
+        }
         sqlx::query("BEGIN")
             .execute(&mut conn)
             .await
@@ -538,7 +577,7 @@ async fn hold_row(db: &Db, sql: &str, key: String) -> backstop_testkit::RowLock 
         assert_eq!(n, 1, "row {key} to lock");
         held.push(conn);
     }
-    Box::new(held)
+    held
 }
 
 /// Every case with the ordered (queueing) claim.
