@@ -31,11 +31,12 @@ pub struct MySqlOptions {
     /// connections over every node, one new connection on the next (default `false`:
     /// every connection on one node, the first of the URL that serves, and the next
     /// only when that one fails; back to the first once it serves again). One writer
-    /// node is the default because writers on
-    /// several nodes met anomalies of MariaDB 10.11's Galera under load that no
-    /// statement of ours can fence (a transaction answered at `COMMIT` whose writes
-    /// were not there; limits let one claim too many through); see the guide's
-    /// Scale-out chapter.
+    /// node is the default because the store's writes on several nodes met anomalies
+    /// of MariaDB 10.11's Galera under load that no statement of ours can fence: two
+    /// nodes' transactions writing one row both committed, so limits let claims
+    /// through, and a transaction answered at `COMMIT` left no writes. Your
+    /// application's own transactions may use any node; see the guide's Scale-out
+    /// chapter.
     pub every_node: bool,
 }
 
