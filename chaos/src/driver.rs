@@ -252,8 +252,13 @@ pub(crate) struct Target {
     backend: Backend,
     /// The store for the driver (direct to the database).
     pub(crate) store: AnyStore,
-    /// The application's own pool for its business transactions (direct).
+    /// The application's own pool (direct): the suite's reads, on Galera on node 1.
     pub(crate) pool: AnyPool,
+    /// The application's pools for its business transactions: on Galera one per node,
+    /// taken in turn (the application writes on every node, the store on its elected
+    /// one); else the one above.
+    producers: Vec<AnyPool>,
+    next_producer: std::sync::atomic::AtomicUsize,
     /// `$1` or `?`.
     pub(crate) p1: &'static str,
     pub(crate) orders: String,
@@ -359,20 +364,18 @@ async fn setup(backend: Backend, dir: &Path, tag: &str, lane: Lane) -> Result<Ta
     let store_url = with_param(&db_url, &format!("table={table}"));
     let store = backstop::connect(&store_url).await?;
     store.migrate().await?;
-    let pool = if backend == Backend::Galera {
-        sqlx::any::AnyPoolOptions::new()
-            .after_connect(|conn, _| {
-                Box::pin(async move {
-                    sqlx::query("SET SESSION wsrep_sync_wait = 7")
-                        .execute(conn)
-                        .await
-                        .map(|_| ())
-                })
-            })
-            .connect(&app_url)
-            .await?
+    let (pool, producers) = if backend == Backend::Galera {
+        // the suite's reads wait for node 1 as long as sqlx's default (30 s)
+        let pool = galera_pool(&app_url, Duration::from_secs(30)).await?;
+        let mut producers = Vec::new();
+        for host in reroute(&db_url, "")?.0.split(',') {
+            let url = reroute(&db_url, host)?.1;
+            producers.push(galera_pool(&url, Duration::from_secs(1)).await?);
+        }
+        (pool, producers)
     } else {
-        AnyPool::connect(&app_url).await?
+        let pool = AnyPool::connect(&app_url).await?;
+        (pool.clone(), vec![pool])
     };
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "CREATE TABLE {orders} (biz_key VARCHAR(64) PRIMARY KEY)"
@@ -399,6 +402,8 @@ async fn setup(backend: Backend, dir: &Path, tag: &str, lane: Lane) -> Result<Ta
         backend,
         store,
         pool,
+        producers,
+        next_producer: Default::default(),
         p1: if backend == Backend::Postgres {
             "$1"
         } else {
@@ -414,6 +419,36 @@ async fn setup(backend: Backend, dir: &Path, tag: &str, lane: Lane) -> Result<Ta
         restart,
         nodes,
     })
+}
+
+/// A pool of the application's on one Galera node: each connection waits for the
+/// cluster's earlier writes before it reads or writes, as the guide asks. A killed
+/// node's pool keeps trying to connect until `acquire` has passed: a producer's pool
+/// gives up after 1 s and its transaction counts as rolled back, as a client-side
+/// balancer would soon pass the node over.
+async fn galera_pool(url: &str, acquire: Duration) -> Result<AnyPool, BoxError> {
+    Ok(sqlx::any::AnyPoolOptions::new()
+        .acquire_timeout(acquire)
+        .after_connect(|conn, _| {
+            Box::pin(async move {
+                sqlx::query("SET SESSION wsrep_sync_wait = 7")
+                    .execute(conn)
+                    .await
+                    .map(|_| ())
+            })
+        })
+        .connect(url)
+        .await?)
+}
+
+impl Target {
+    /// The pool of the next business transaction: on Galera each node in turn.
+    pub(crate) fn producer(&self) -> &AnyPool {
+        let i = self
+            .next_producer
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        &self.producers[i % self.producers.len()]
+    }
 }
 
 /// Refuse a server that loses acknowledged commits when it crashes: the suite restarts

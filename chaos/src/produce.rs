@@ -175,7 +175,7 @@ enum Job {
 /// with `enqueue_in`, several with `enqueue_many_in`), or an order and its saga,
 /// committed or rolled back.
 async fn business(t: &Target, batch: &[(String, &str, Job)], rollback: bool) -> Outcome {
-    let Ok(mut tx) = t.pool.begin().await else {
+    let Ok(mut tx) = t.producer().begin().await else {
         return Outcome::RolledBack;
     };
     for (key, _, _) in batch {
