@@ -78,6 +78,10 @@ pub(crate) fn durable() -> bool {
 /// Whether MySQL stores spread their connections over every node (`--every-node`).
 static EVERY_NODE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
 
+fn every_node() -> bool {
+    EVERY_NODE.get().copied().unwrap_or(false)
+}
+
 fn args() -> Args {
     let mut a = Args {
         smoke: false,
@@ -199,7 +203,7 @@ impl Target {
                     MySqlOptions::default()
                         .config(config)
                         .max_connections(max_connections)
-                        .every_node(EVERY_NODE.get().copied().unwrap_or(false)),
+                        .every_node(every_node()),
                 )
                 .await
                 .expect("open mysql"),
@@ -291,7 +295,7 @@ async fn target(backend: &str) -> Option<Target> {
                 raw: Box::new(raw),
                 server: format!(
                     "{server} (innodb_flush_log_at_trx_commit={flush}{})",
-                    if EVERY_NODE.get().copied().unwrap_or(false) {
+                    if every_node() {
                         ", the store's connections on every node"
                     } else {
                         ""
