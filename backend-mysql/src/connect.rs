@@ -87,7 +87,17 @@ pub(crate) async fn first_connection(
 /// has applied every write-set the cluster committed before it. Without it a completion
 /// on one node may not yet see its claim made on another (and be refused as a lost
 /// lease), and a duplicate key may go unseen until the commit fails certification.
-pub(crate) async fn session_setup(conn: &mut sqlx::MySqlConnection) -> sqlx::Result<()> {
+///
+/// A store whose connections go to `every_node` also replicates each statement of a
+/// transaction as it runs (streaming replication, one statement a fragment): its row
+/// changes are certified and applied on every node, their locks held there, before the
+/// next statement. Without it two nodes' transactions writing one row both committed
+/// under load (the guide's Scale-out chapter): a lock held on one node only orders
+/// nothing, and certification at `COMMIT` let the conflict through.
+pub(crate) async fn session_setup(
+    conn: &mut sqlx::MySqlConnection,
+    every_node: bool,
+) -> sqlx::Result<()> {
     use sqlx::Executor;
     conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
         .await?;
@@ -104,6 +114,12 @@ pub(crate) async fn session_setup(conn: &mut sqlx::MySqlConnection) -> sqlx::Res
         ));
     }
     conn.execute("SET SESSION wsrep_sync_wait = 7").await?;
+    if every_node {
+        conn.execute(
+            "SET SESSION wsrep_trx_fragment_unit = 'statements', wsrep_trx_fragment_size = 1",
+        )
+        .await?;
+    }
     Ok(())
 }
 

@@ -119,6 +119,11 @@ impl Ring {
         }
     }
 
+    /// Whether the pool spreads its connections over every node.
+    pub(crate) fn every_node(&self) -> bool {
+        self.every_node
+    }
+
     /// Every node, in the URL's order.
     pub(crate) fn nodes(&self) -> &[MySqlConnectOptions] {
         &self.nodes

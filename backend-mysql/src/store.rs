@@ -110,7 +110,7 @@ impl MySqlStore {
                 let at = ring.at();
                 ring.opened();
                 Box::pin(async move {
-                    let setup = session_setup(conn).await;
+                    let setup = session_setup(conn, ring.every_node()).await;
                     if setup.is_err() {
                         ring.failed(at).await;
                     }

@@ -1,8 +1,9 @@
 //! Every case on a Galera cluster, the store's connections on one node (the default: the
 //! first of the URL that serves), its writes applied on the other two, with the
-//! skip-locked claim: the one a store on Galera takes. Spreading them over every node
-//! (`MySqlOptions::every_node`) has its own case below; the suite under it met anomalies
-//! of the server that the guide's Scale-out chapter lists.
+//! skip-locked claim: the one a store on Galera takes. With
+//! `BACKSTOP_TEST_GALERA_EVERY_NODE` set, the store's connections go round every node
+//! (`MySqlOptions::every_node`, each statement replicated as it runs): not guaranteed,
+//! not in CI; the guide's Scale-out chapter reports what it met.
 
 use super::*;
 mod skip_locked {
@@ -42,18 +43,27 @@ async fn a_store_on_galera_claims_with_skip_locked_only() {
 }
 
 /// The nodes of six connections held at once, each checked to wait for the cluster's
-/// earlier writes before it reads or writes (`wsrep_sync_wait = 7`).
-async fn six_connections_nodes(store: &MySqlStore) -> Vec<String> {
+/// earlier writes before it reads or writes (`wsrep_sync_wait = 7`), and to replicate
+/// each statement as it runs (`wsrep_trx_fragment_size = 1`, in statements) when
+/// `streaming`, else at `COMMIT` (0, the server's default).
+async fn six_connections_nodes(store: &MySqlStore, streaming: bool) -> Vec<String> {
     let mut held = Vec::new();
     let mut nodes = Vec::new();
     for _ in 0..6 {
         let mut conn = store.pool().acquire().await.expect("a connection");
-        let (node, wait): (String, i64) =
-            sqlx::query_as("SELECT @@wsrep_node_name, CAST(@@wsrep_sync_wait AS SIGNED)")
-                .fetch_one(&mut *conn)
-                .await
-                .expect("the node's name");
+        let (node, wait, fragment, unit): (String, i64, i64, String) = sqlx::query_as(
+            "SELECT @@wsrep_node_name, CAST(@@wsrep_sync_wait AS SIGNED),
+                    CAST(@@wsrep_trx_fragment_size AS SIGNED), @@wsrep_trx_fragment_unit",
+        )
+        .fetch_one(&mut *conn)
+        .await
+        .expect("the node's name");
         assert_eq!(wait, 7, "wsrep_sync_wait on {node}");
+        if streaming {
+            assert_eq!((fragment, unit.as_str()), (1, "statements"), "on {node}");
+        } else {
+            assert_eq!(fragment, 0, "no streaming on {node}");
+        }
         nodes.push(node);
         held.push(conn);
     }
@@ -75,7 +85,7 @@ async fn store_connections_go_to_one_node_by_default() {
     )
     .await
     .expect("open the store");
-    let nodes = six_connections_nodes(&store).await;
+    let nodes = six_connections_nodes(&store, false).await;
     let first: String = sqlx::query_scalar("SELECT @@wsrep_node_name")
         .fetch_one(&ctx.db.admin)
         .await
@@ -86,7 +96,8 @@ async fn store_connections_go_to_one_node_by_default() {
     );
 }
 
-/// With `every_node`, a store's connections go round the nodes of its URL.
+/// With `every_node`, a store's connections go round the nodes of its URL, each
+/// replicating every statement as it runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn store_connections_go_round_every_node() {
     let harness = MySqlHarness(ClaimStrategy::SkipLocked, Transport::Galera);
@@ -101,14 +112,13 @@ async fn store_connections_go_round_every_node() {
     )
     .await
     .expect("open the store");
-    let nodes = six_connections_nodes(&store).await;
+    let nodes = six_connections_nodes(&store, true).await;
     let servers = galera_nodes(ctx.db.store_url.rsplit_once('/').expect("a database").0);
-    // each round of new connections covers every node (within a round the order
-    // may vary: the pool can open two connections at once)
-    for round in nodes.chunks(servers.len()) {
-        let on: std::collections::BTreeSet<_> = round.iter().collect();
-        assert_eq!(on.len(), servers.len(), "each node once a round: {nodes:?}");
-    }
+    // every node serves some of the six (each connection opened turns the pool to the
+    // next node once it is set up, so two the pool opens at once may share one: a round
+    // of three can hold a node twice)
+    let on: std::collections::BTreeSet<_> = nodes.iter().collect();
+    assert_eq!(on.len(), servers.len(), "every node: {nodes:?}");
 }
 
 /// A TCP proxy in front of one node, which the case can cut: every connection through
