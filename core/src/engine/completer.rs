@@ -8,8 +8,8 @@
 //!
 //! One flusher per engine: it writes fewer, larger batches than two pipelined ones, and a
 //! second flusher mostly adds concurrent writers on a shared database (see
-//! `bench/NOTES.md`). A limited type's marks go straight to the type's lane instead ([`submit`]), which writes
-//! them with its hand-over (see [`apply`]).
+//! `bench/NOTES.md`). A limited type's marks go straight to the type's lane instead
+//! ([`submit`]), which writes them with its hand-over (see [`apply`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -59,28 +59,34 @@ pub(crate) type Queue = mpsc::UnboundedSender<Completion>;
 /// flusher tries a lane again.
 pub(crate) fn submit<S: TaskStore + Clone>(shared: &Arc<Shared<S>>, c: Completion) {
     let c = match shared.is_limited(&c.event_type) {
-        true => {
-            let mut lanes = shared.lanes.lock();
-            if let Some(waiting) = lanes.get_mut(&c.event_type) {
-                waiting.push(c);
-                return;
-            }
-            if lanes.len() < MAX_LANES {
-                let event_type = Arc::clone(&c.event_type);
-                lanes.insert(Arc::clone(&event_type), vec![c]);
-                drop(lanes);
-                // empty: the lane takes what waits once the attempts ending with this
-                // one have joined it
-                tokio::spawn(lane(Arc::clone(shared), event_type, Vec::new()));
-                return;
-            }
-            c
-        }
+        true => match to_lane(shared, c) {
+            None => return,
+            Some(c) => c,
+        },
         false => c,
     };
     if let Err(unsent) = shared.completions.send(c) {
         shared.tracker.finished(&[unsent.0.mark.lease]);
     }
+}
+
+/// Give `c`, of a limited type, to its type's lane: to the marks waiting for the lane in
+/// flight, or to a lane started for it, which first lets the outcomes ending with it
+/// join ([`lane`]). Back when [`MAX_LANES`] lanes are busy with other types.
+fn to_lane<S: TaskStore + Clone>(shared: &Arc<Shared<S>>, c: Completion) -> Option<Completion> {
+    let mut lanes = shared.lanes.lock();
+    if let Some(waiting) = lanes.get_mut(&c.event_type) {
+        waiting.push(c);
+        return None;
+    }
+    if lanes.len() >= MAX_LANES {
+        return Some(c);
+    }
+    let event_type = Arc::clone(&c.event_type);
+    lanes.insert(Arc::clone(&event_type), vec![c]);
+    drop(lanes);
+    tokio::spawn(lane(Arc::clone(shared), event_type));
+    None
 }
 
 /// Start the flushers on `rx`.
@@ -191,29 +197,13 @@ impl Lanes {
 /// would wait for the limited type's turn.
 async fn apply<S: TaskStore + Clone>(shared: &Arc<Shared<S>>, batch: Vec<Completion>) {
     let mut plain = Vec::with_capacity(batch.len());
-    let mut start: Vec<(Arc<str>, Vec<Completion>)> = Vec::new();
-    {
-        let mut lanes = shared.lanes.lock();
-        for c in batch {
-            if !shared.is_limited(&c.event_type) {
-                plain.push(c);
-            } else if let Some(waiting) = lanes.get_mut(&c.event_type) {
-                waiting.push(c);
-            } else if let Some((_, marks)) = start.iter_mut().find(|(t, _)| *t == c.event_type) {
-                marks.push(c);
-            } else if lanes.len() + start.len() < MAX_LANES {
-                start.push((Arc::clone(&c.event_type), vec![c]));
-            } else {
-                // every lane busy: written with the rest, its slot left to a re-poll
-                plain.push(c);
-            }
+    for c in batch {
+        if !shared.is_limited(&c.event_type) {
+            plain.push(c);
+        } else if let Some(c) = to_lane(shared, c) {
+            // every lane busy: written with the rest, its slot left to a re-poll
+            plain.push(c);
         }
-        for (event_type, _) in &start {
-            lanes.insert(Arc::clone(event_type), Vec::new());
-        }
-    }
-    for (event_type, marks) in start {
-        tokio::spawn(lane(Arc::clone(shared), event_type, marks));
     }
     if !plain.is_empty() {
         let answer = write(shared, &marks_of(&plain), None).await;
@@ -224,37 +214,24 @@ async fn apply<S: TaskStore + Clone>(shared: &Arc<Shared<S>>, batch: Vec<Complet
 /// A limited type's lane: its marks with a hand-over, then the marks that came while it
 /// was in flight with the next (a batch at most each time), until none wait.
 ///
-/// Started with none (by [`submit`]), it first yields while the attempts ending at the
-/// same moment join the first outcome (tasks claimed together end together), as the
-/// flusher lingers: one hand-over for them all rather than one for the first and
-/// another for the rest (the limit bench's even handlers on PostgreSQL: 15 % slower).
-async fn lane<S: TaskStore + Clone>(
-    shared: Arc<Shared<S>>,
-    event_type: Arc<str>,
-    mut marks: Vec<Completion>,
-) {
-    if marks.is_empty() {
-        let waiting = || shared.lanes.lock().get(&event_type).map_or(0, Vec::len);
-        for _ in 0..LINGER_YIELDS {
-            let before = waiting();
-            tokio::task::yield_now().await;
-            if waiting() == before || before >= MAX_BATCH {
-                break;
-            }
-        }
-        match next(&shared, &event_type) {
-            Some(first) => marks = first,
-            None => return,
+/// Started ([`to_lane`]) with the first outcome waiting in [`Lanes`], it first yields
+/// while the attempts ending at the same moment join it (tasks claimed together end
+/// together), as the flusher lingers: one hand-over for them all rather than one for
+/// the first and another for the rest (the limit bench's even handlers on PostgreSQL:
+/// 15 % slower).
+async fn lane<S: TaskStore + Clone>(shared: Arc<Shared<S>>, event_type: Arc<str>) {
+    let waiting = || shared.lanes.lock().get(&event_type).map_or(0, Vec::len);
+    for _ in 0..LINGER_YIELDS {
+        let before = waiting();
+        tokio::task::yield_now().await;
+        if waiting() == before || before >= MAX_BATCH {
+            break;
         }
     }
-    loop {
+    while let Some(marks) = next(&shared, &event_type) {
         let handover = Handover::of(&shared, &event_type);
         let answer = write(&shared, &marks_of(&marks), handover).await;
         finish(&shared, &marks, answer).await;
-        match next(&shared, &event_type) {
-            Some(more) => marks = more,
-            None => return,
-        }
     }
 }
 

@@ -89,9 +89,7 @@ pub async fn engine_refreshes_its_own_leases_after_an_outage_before_sweeping<H: 
 /// task runs once, attempt 1, under its first lease, never recycled.
 pub async fn engine_sweep_waits_out_its_own_stalled_heartbeat<H: Harness>(ctx: &Ctx<H>) {
     let calls = Calls::default();
-    let config = fast_config()
-        .dead_after(Duration::from_millis(1000))
-        .heartbeat_interval(Duration::from_millis(200));
+    let config = one_second_leases();
     let gate = Gate::shut(ctx.store.clone(), Gated::Heartbeat);
     let engine = long_runner(gate.clone(), config, &calls, 3500);
     let (enq, before) = start_long(ctx, &engine, &calls).await;
@@ -192,9 +190,7 @@ pub async fn engine_sweeps_an_interval_after_an_outage_its_heartbeats_ended<H: H
 /// `dead_after`). The task runs once, under its first lease, nothing recycled.
 pub async fn engine_sweep_allows_for_the_store_answering_slowly<H: Harness>(ctx: &Ctx<H>) {
     let calls = Calls::default();
-    let config = fast_config()
-        .dead_after(Duration::from_millis(1000))
-        .heartbeat_interval(Duration::from_millis(200));
+    let config = one_second_leases();
     let holder_gate = Gate::shut(ctx.store.clone(), Gated::Nothing);
     let holder = Engine::builder(holder_gate.clone())
         .config(config.clone())
@@ -785,4 +781,11 @@ async fn start_long<H: Harness, S: TaskStore + Clone>(
     eventually("the task to start", || async { calls.count("long") == 1 }).await;
     let before = ctx.task(enq.id).await;
     (enq, before)
+}
+
+/// `fast_config` with leases dead after 1 s, refreshed every 200 ms.
+fn one_second_leases() -> EngineConfig {
+    fast_config()
+        .dead_after(Duration::from_millis(1000))
+        .heartbeat_interval(Duration::from_millis(200))
 }
