@@ -318,10 +318,11 @@ impl Sql {
             release_key: format!("UPDATE {t} SET dedup_slot = id WHERE id = ? AND dedup_slot = 0"),
             // An upsert, not INSERT IGNORE: a duplicate takes the row's exclusive lock at
             // once (INSERT IGNORE takes a shared one, and two waiters upgrading it
-            // deadlock), so this one statement is the key's lock.
+            // deadlock), so this one statement is the key's lock. It changes the row
+            // (`takes`): on Galera only a change orders two nodes' takes (migration 24).
             key_insert: format!(
                 "INSERT INTO {tk} (order_key) VALUES (?)
-                 ON DUPLICATE KEY UPDATE order_key = order_key"
+                 ON DUPLICATE KEY UPDATE takes = takes + 1"
             ),
             types_register: format!(
                 "INSERT INTO {th} (event_type, first_seen_at, last_seen_at)
@@ -650,11 +651,11 @@ impl Sql {
     }
 
     /// Insert-or-lock `n` order keys (sorted), as `key_insert` does for one: each row's
-    /// exclusive lock, taken in key order (see `KeysRelease`).
+    /// exclusive lock, taken in key order (see `KeysRelease`), each row changed.
     pub fn keys_upsert(&self, n: usize) -> String {
         format!(
             "INSERT INTO {} (order_key) VALUES {}
-             ON DUPLICATE KEY UPDATE order_key = order_key",
+             ON DUPLICATE KEY UPDATE takes = takes + 1",
             self.keys_table,
             vec!["(?)"; n].join(", ")
         )

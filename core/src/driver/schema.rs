@@ -48,7 +48,7 @@ use crate::error::{Error, Result};
 /// The newest schema version of this release. A version means the same change on every
 /// backend (a change one backend does not need is an empty migration there), so a
 /// backend's list ends at this number: [`pending`] refuses one that does not.
-pub const LATEST: u32 = 23;
+pub const LATEST: u32 = 24;
 
 /// One step of a backend's schema history.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -339,6 +339,7 @@ macro_rules! __migration_files {
             $crate::__migration_file!($dir, "0021_status_index_only_where_it_serves.sql"),
             $crate::__migration_file!($dir, "0022_claim_turns.sql"),
             $crate::__migration_file!($dir, "0023_stored_key_status.sql"),
+            $crate::__migration_file!($dir, "0024_key_lock_writes_its_row.sql"),
         ]
     };
 }

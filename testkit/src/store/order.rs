@@ -338,3 +338,57 @@ pub async fn release_many_keys_at_once<H: Harness>(ctx: &Ctx<H>) {
         assert_eq!(status(ctx, *id).await, Status::Pending);
     }
 }
+
+/// releases racing from several instances (on a cluster: several nodes) over keys with
+/// two tasks waiting behind a finished one: each key hands its turn to its next task
+/// only; the one behind it still waits. Some calls release the keys together, some one
+/// key a call, so both ways of releasing race each other.
+pub async fn racing_releases_promote_only_each_keys_next_task<H: Harness>(ctx: &Ctx<H>) {
+    const KEYS: usize = 32;
+    let keys: Vec<String> = (0..KEYS).map(|i| format!("rr{i:02}")).collect();
+    let (mut seconds, mut thirds) = (Vec::new(), Vec::new());
+    for k in &keys {
+        let head = put(ctx, k, &format!("{k}-1")).await.id;
+        seconds.push(put(ctx, k, &format!("{k}-2")).await.id);
+        thirds.push(put(ctx, k, &format!("{k}-3")).await.id);
+        let t = ctx.claim(head).await;
+        assert!(ctx.store.mark_success(t.lease()).await.unwrap());
+    }
+    let mut stores = Vec::new();
+    for _ in 0..6 {
+        stores.push(ctx.new_store().await);
+    }
+    let calls = stores.iter().enumerate().map(|(i, store)| {
+        let keys = keys.clone();
+        async move {
+            let mut promoted = Vec::new();
+            if i % 2 == 0 {
+                promoted.extend(store.release_order_keys(&keys).await.unwrap());
+            } else {
+                // each call starts at another key, so the calls meet mid-way
+                for k in keys.iter().cycle().skip(i * 3).take(KEYS) {
+                    promoted.extend(
+                        store
+                            .release_order_keys(std::slice::from_ref(k))
+                            .await
+                            .unwrap(),
+                    );
+                }
+            }
+            promoted
+        }
+    });
+    let mut all: Vec<TaskId> = within("the releases", futures_util::future::join_all(calls))
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    all.sort_unstable();
+    let mut want = seconds.clone();
+    want.sort_unstable();
+    assert_eq!(all, want, "each key's second task promoted once, no third");
+    for (second, third) in seconds.iter().zip(&thirds) {
+        assert_eq!(status(ctx, *second).await, Status::Pending, "task {second}");
+        assert_eq!(status(ctx, *third).await, Status::Waiting, "task {third}");
+    }
+}

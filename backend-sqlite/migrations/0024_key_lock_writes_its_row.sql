@@ -1,0 +1,4 @@
+-- name: key lock writes its row
+--
+-- (MySQL's order-key rows count the takes of their lock, so that on a Galera cluster
+-- the lock is a change the other nodes see.)
