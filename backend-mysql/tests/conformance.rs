@@ -22,16 +22,6 @@ const TLS_URL_VAR: &str = "BACKSTOP_TEST_MYSQL_TLS_URL";
 /// A Galera cluster: one URL naming every node (`mysql://user:pass@host1:port1,host2:port2,…`).
 const GALERA_URL_VAR: &str = "BACKSTOP_TEST_GALERA_URL";
 
-/// Set (to anything but empty) to spread the store's connections over every node in the
-/// Galera module (`MySqlOptions::every_node`): not a guaranteed deployment and not run in
-/// CI (the guide's Scale-out chapter says why); it reproduces what that chapter reports.
-const EVERY_NODE_VAR: &str = "BACKSTOP_TEST_GALERA_EVERY_NODE";
-
-/// Whether [`EVERY_NODE_VAR`] is set.
-fn spread_over_every_node() -> bool {
-    std::env::var_os(EVERY_NODE_VAR).is_some_and(|v| !v.is_empty())
-}
-
 /// The store's contention retries on Galera, as the guide's Scale-out chapter advises.
 const GALERA_CONTENTION_RETRIES: u32 = 20;
 
@@ -47,6 +37,16 @@ enum Transport {
     /// node (the default), the harness's own on the first node, each read waiting for
     /// the cluster's writes before it (`wsrep_sync_wait`).
     Galera,
+    /// As `Galera`, the store's connections going round every node
+    /// (`MySqlOptions::every_node`).
+    GaleraEveryNode,
+}
+
+impl Transport {
+    /// Whether the server is the Galera cluster.
+    fn galera(self) -> bool {
+        matches!(self, Transport::Galera | Transport::GaleraEveryNode)
+    }
 }
 
 /// The application's own code running the store's statements on its transaction, as a
@@ -206,14 +206,14 @@ impl Harness for MySqlHarness {
         match self.1 {
             Transport::Plain => "mysql",
             Transport::Tls => "mysql-tls",
-            Transport::Galera => "galera",
+            Transport::Galera | Transport::GaleraEveryNode => "galera",
         }
     }
 
     async fn create_db(&self) -> Result<Db, Unavailable> {
         // on Galera: the store's URL names every node, the harness uses the first
         let (server, nodes) = match self.1 {
-            Transport::Galera => {
+            Transport::Galera | Transport::GaleraEveryNode => {
                 let nodes = server_url(GALERA_URL_VAR)?;
                 let first = match nodes.split_once(',') {
                     Some((first, _)) => first.to_owned(),
@@ -226,7 +226,7 @@ impl Harness for MySqlHarness {
                 (server.clone(), server)
             }
         };
-        let galera = self.1 == Transport::Galera;
+        let galera = self.1.galera();
         let name = spares::take(&server, &nodes, galera).await;
         let admin = MySqlPoolOptions::new()
             .max_connections(2)
@@ -243,7 +243,9 @@ impl Harness for MySqlHarness {
             .await
             .expect("connect to the case's database");
         let store_url = match self.1 {
-            Transport::Plain | Transport::Galera => format!("{nodes}/{name}"),
+            Transport::Plain | Transport::Galera | Transport::GaleraEveryNode => {
+                format!("{nodes}/{name}")
+            }
             Transport::Tls => {
                 let tls = backstop_testkit::server_url(TLS_URL_VAR)?;
                 let (tls_server, params) = tls.split_once('?').unwrap_or((&tls, ""));
@@ -264,8 +266,7 @@ impl Harness for MySqlHarness {
         // head of the queue and the second fails certification (8 claimers racing
         // exhausted the default 5 in one run of three); a case that sets its own keeps it
         let default_retries = StoreConfig::default().contention_retries;
-        let config = if self.1 == Transport::Galera && config.contention_retries == default_retries
-        {
+        let config = if self.1.galera() && config.contention_retries == default_retries {
             config.contention_retries(GALERA_CONTENTION_RETRIES)
         } else {
             config
@@ -276,7 +277,7 @@ impl Harness for MySqlHarness {
                 .config(config)
                 .claim_strategy(self.0)
                 .max_connections(4)
-                .every_node(self.1 == Transport::Galera && spread_over_every_node()),
+                .every_node(self.1 == Transport::GaleraEveryNode),
         )
         .await
     }

@@ -1,14 +1,22 @@
-//! Every case on a Galera cluster, the store's connections on one node (the default: the
-//! first of the URL that serves), its writes applied on the other two, with the
-//! skip-locked claim: the one a store on Galera takes. With
-//! `BACKSTOP_TEST_GALERA_EVERY_NODE` set, the store's connections go round every node
-//! (`MySqlOptions::every_node`, each statement replicated as it runs): not guaranteed,
-//! not in CI; the guide's Scale-out chapter reports what it met.
+//! Every case on a Galera cluster with the skip-locked claim (the one a store on Galera
+//! takes), twice: the store's connections on one node (the default: the first of the
+//! URL that serves), its writes applied on the other two; and the store's connections
+//! going round every node (`MySqlOptions::every_node`, each statement replicated as it
+//! runs). Either way the cases' application transactions go round every node.
 
 use super::*;
 mod skip_locked {
     use super::*;
     backstop_testkit::conformance!(MySqlHarness(ClaimStrategy::SkipLocked, Transport::Galera));
+}
+
+/// Every case with the store's own connections on every node in turn.
+mod every_node {
+    use super::*;
+    backstop_testkit::conformance!(MySqlHarness(
+        ClaimStrategy::SkipLocked,
+        Transport::GaleraEveryNode
+    ));
 }
 
 /// On Galera `Auto` is skip locked, and the claims that queue on row locks (ordered
