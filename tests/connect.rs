@@ -75,6 +75,7 @@ async fn reads_options_from_the_url() {
         "busy_timeout=5",
         "synchronous=sometimes",
         "claim=auto",
+        "every_node=true",
         "schema=x",
         "acquire_timeout=1s",
         "table=bad%20name",
@@ -323,6 +324,11 @@ async fn picks_server_backends_from_the_url() {
                     q.claim_strategy(),
                     backstop::mysql::ClaimStrategy::OrderedUpdate
                 );
+                let e = connect(&format!("{url}{sep}every_node=sometimes"))
+                    .await
+                    .unwrap_err();
+                assert_eq!(e.kind(), ErrorKind::Config, "{e}");
+                assert!(e.to_string().contains("every_node"), "{e}");
                 drop(m);
             }
             other => panic!("{other:?}"),

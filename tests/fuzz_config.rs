@@ -33,6 +33,7 @@ const KEYS: &[&str] = &[
     "notify",
     "transaction_pooling",
     "claim",
+    "every_node",
     "busy_timeout",
     "synchronous",
     "mode",

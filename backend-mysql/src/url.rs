@@ -7,7 +7,7 @@ use crate::{ClaimStrategy, MySqlOptions, MySqlStore};
 
 impl MySqlOptions {
     /// The options a URL's query sets (`max_connections`, `acquire_timeout`, `claim`,
-    /// `table`) over the defaults with `config`, and the URL left for sqlx (its own
+    /// `every_node`, `table`) over the defaults with `config`, and the URL left for sqlx (its own
     /// parameters, `ssl-mode=…`, kept; a `mariadb:` scheme read as `mysql:`). A bad value
     /// is a `Config` error naming it.
     ///
@@ -15,6 +15,9 @@ impl MySqlOptions {
     /// use backstop_mysql::{ClaimStrategy, MySqlOptions};
     /// let (url, o) = MySqlOptions::from_url("mariadb://db/app?claim=skip_locked", Default::default()).unwrap();
     /// assert_eq!((url.as_str(), o.claim_strategy), ("mysql://db/app", ClaimStrategy::SkipLocked));
+    /// // a Galera cluster's nodes, the store's connections going round all of them
+    /// let (url, o) = MySqlOptions::from_url("mysql://n1,n2,n3/app?every_node=true", Default::default()).unwrap();
+    /// assert_eq!((url.as_str(), o.every_node), ("mysql://n1,n2,n3/app", true));
     /// ```
     pub fn from_url(url: &str, mut config: StoreConfig) -> Result<(String, MySqlOptions)> {
         let mut q = UrlOptions::parse(url);
@@ -40,6 +43,9 @@ impl MySqlOptions {
         if let Some(claim) = claim {
             o = o.claim_strategy(claim);
         }
+        if let Some(every_node) = q.flag("every_node")? {
+            o = o.every_node(every_node);
+        }
         // sqlx knows the scheme as mysql:
         let url = q.url();
         let url = match url.split_once(':') {
@@ -56,7 +62,8 @@ impl MySqlOptions {
 impl UrlStore for MySqlStore {
     const NAME: &'static str = "MySQL";
     const SCHEMES: &'static [&'static str] = &["mysql", "mariadb"];
-    const OPTIONS: &'static [&'static str] = &["max_connections", "acquire_timeout", "claim"];
+    const OPTIONS: &'static [&'static str] =
+        &["max_connections", "acquire_timeout", "claim", "every_node"];
 
     async fn open_url(url: &str, config: StoreConfig) -> Result<Self> {
         let (url, options) = MySqlOptions::from_url(url, config)?;
