@@ -487,13 +487,18 @@ start_galera() {
     sh -c "$in_cgroup" - "$cg" "${server[@]}" "$@" >"$d/server.log" 2>&1 &
     disown
     # the chaos suite's node fault: kill -9, then the node started again, rejoining the
-    # cluster (recovering its position from InnoDB, then IST from a donor's gcache), and
-    # waited for until it reports Synced
+    # cluster, and waited for until it reports Synced. As the packaged service does
+    # (galera_recovery): a killed node's grastate.dat says seqno -1, so its position is
+    # first recovered from InnoDB (--wsrep-recover) and handed to the start
+    # (--wsrep-start-position), which then asks a donor for IST from its gcache; started
+    # without it the node knows no position and takes a whole rsync SST
     { echo '#!/usr/bin/env bash'
       echo 'set -u'
       printf 'pid=$(cat %q); kill -9 "$pid" 2>/dev/null\n' "$d/pid"
       echo 'while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done'
-      printf 'setsid sh -c %q - %q %s >>%q 2>&1 </dev/null &\n' "$in_cgroup" "$cg" "$(printf '%q ' "${server[@]}")" "$d/server.log"
+      printf 'rm -f %q; %s --wsrep-recover --log-error=%q >/dev/null 2>&1\n' "$d/recover.log" "$(printf '%q ' "${server[@]}")" "$d/recover.log"
+      printf 'pos=$(grep -o "WSREP: Recovered position: [^ ]*" %q | tail -n 1 | cut -d" " -f4)\n' "$d/recover.log"
+      printf 'setsid sh -c %q - %q %s ${pos:+--wsrep-start-position=$pos} >>%q 2>&1 </dev/null &\n' "$in_cgroup" "$cg" "$(printf '%q ' "${server[@]}")" "$d/server.log"
       printf 'for i in $(seq 1 1200); do [ "$(mariadb --no-defaults -S %q -u root -N -e "SHOW STATUS LIKE '"'"'wsrep_local_state_comment'"'"'" 2>/dev/null | cut -f2)" = Synced ] && exit 0; sleep 0.1; done\n' "$d/sock"
       echo 'echo "the Galera node did not come back Synced" >&2; exit 1'
     } >"$d/restart.sh"

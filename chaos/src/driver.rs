@@ -271,6 +271,10 @@ pub(crate) struct Target {
     barrier_arg: String,
     /// The store URL the workers use (through the proxy on the server backends).
     worker_url: String,
+    /// Galera: the URL every other worker and consumer uses instead, its store's
+    /// connections going round every node (`every_node=true`), so both deployments of
+    /// the guide run at once: stores on one writer node and stores spread.
+    spread_url: Option<String>,
     proxy: Option<Proxy>,
     /// A shell command restarting the database server at once.
     restart: Option<String>,
@@ -390,6 +394,8 @@ async fn setup(backend: Backend, dir: &Path, tag: &str, lane: Lane) -> Result<Ta
     let (saga_effects, _) = crate::saga::tables(tag);
     let (saga_barrier, barrier_arg) =
         crate::saga::setup(&pool, tag, backend.is_mysql(), lane.broken_barrier).await?;
+    let spread_url =
+        (backend == Backend::Galera).then(|| with_param(&store_url, "every_node=true"));
     let (worker_url, proxy) = if matches!(backend, Backend::Sqlite | Backend::Galera) {
         (store_url, None)
     } else {
@@ -415,6 +421,7 @@ async fn setup(backend: Backend, dir: &Path, tag: &str, lane: Lane) -> Result<Ta
         saga_barrier,
         barrier_arg,
         worker_url,
+        spread_url,
         proxy,
         restart,
         nodes,
@@ -482,6 +489,8 @@ struct Procs {
     role: &'static str,
     /// The arguments after the role; `{ledger}` stands for the process's ledger file.
     args: Vec<String>,
+    /// A first argument (the store's URL) for every other process instead of `args`'.
+    every_other: Option<String>,
     dir: PathBuf,
     /// Each live process with its number (that of its ledger file).
     children: Vec<(usize, Child)>,
@@ -495,10 +504,16 @@ impl Procs {
         let role = self.role;
         let log = std::fs::File::create(self.dir.join(format!("{role}-{n}.stderr")))?;
         let ledger = self.dir.join(format!("ledger-{n}"));
-        let args = self
+        let mut args: Vec<String> = self
             .args
             .iter()
-            .map(|a| a.replace("{ledger}", &ledger.to_string_lossy()));
+            .map(|a| a.replace("{ledger}", &ledger.to_string_lossy()))
+            .collect();
+        if let (Some(other), Some(first)) = (&self.every_other, args.first_mut()) {
+            if n.is_multiple_of(2) {
+                first.clone_from(other);
+            }
+        }
         let child = Command::new(&self.exe)
             .arg(role)
             .args(args)
@@ -709,6 +724,7 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
             t.saga_effects.clone(),
             t.barrier_arg.clone(),
         ],
+        every_other: t.spread_url.clone(),
         dir: dir.clone(),
         children: Vec::new(),
         spawned: 0,
@@ -725,6 +741,7 @@ pub async fn run(backend: Backend, lane: Lane, seed: u64) -> Result<Report, BoxE
             stream.clone(),
             t.effects.clone(),
         ],
+        every_other: t.spread_url.clone(),
         dir: dir.clone(),
         children: Vec::new(),
         spawned: 1000,
