@@ -313,7 +313,7 @@ impl Raw for SqliteRaw {
                     "UPDATE {TABLE} SET order_key = 'k' || (id % {keys});
                      UPDATE {TABLE} SET status = 0
                         WHERE id IN (SELECT min(id) FROM {TABLE} GROUP BY order_key);
-                     INSERT OR IGNORE INTO {TABLE}_keys SELECT DISTINCT order_key FROM {TABLE};"
+                     INSERT OR IGNORE INTO {TABLE}_keys (order_key) SELECT DISTINCT order_key FROM {TABLE};"
                 ))
                 .expect("ordered");
         })
@@ -642,7 +642,7 @@ impl Raw for PgRaw {
                 "UPDATE {TABLE} SET order_key = 'k' || (id % {keys});
                  UPDATE {TABLE} SET status = 0
                     WHERE id IN (SELECT min(id) FROM {TABLE} GROUP BY order_key);
-                 INSERT INTO {TABLE}_keys SELECT DISTINCT order_key FROM {TABLE}
+                 INSERT INTO {TABLE}_keys (order_key) SELECT DISTINCT order_key FROM {TABLE}
                     ON CONFLICT DO NOTHING;
                  ANALYZE {TABLE}"
             ))
@@ -1033,7 +1033,7 @@ impl Raw for MySqlRaw {
                 "UPDATE {TABLE} AS t JOIN (SELECT MIN(id) AS id FROM {TABLE} GROUP BY order_key) AS m
                     ON t.id = m.id SET t.status = 0"
             ),
-            format!("INSERT IGNORE INTO {TABLE}_keys SELECT DISTINCT order_key FROM {TABLE}"),
+            format!("INSERT IGNORE INTO {TABLE}_keys (order_key) SELECT DISTINCT order_key FROM {TABLE}"),
         ] {
             sqlx::query(q(sql))
                 .execute(&self.pool)
