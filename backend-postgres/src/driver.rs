@@ -60,7 +60,9 @@ impl PgDriver {
                 let (channel, event_type) = (self.sql.channel.clone(), event_type.to_owned());
                 runtime.spawn(async move {
                     tokio::time::sleep(after).await;
-                    throttle.trailing_sent(&event_type);
+                    while let Some(more) = throttle.trailing_due(&event_type) {
+                        tokio::time::sleep(more).await;
+                    }
                     if let Err(e) = pg_notify(&pool, &channel, &event_type).await {
                         tracing::debug!(error = %e, %event_type, "trailing NOTIFY failed");
                     }

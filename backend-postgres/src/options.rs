@@ -34,10 +34,13 @@ pub struct PgOptions {
     /// behind PgBouncer in transaction pooling mode (`LISTEN` does not survive it), or
     /// when no engine listens.
     pub notify: bool,
-    /// Each event type is announced at most once per this window per store (default
-    /// 5 ms), plus one trailing announcement at its end when others were held back:
-    /// `NOTIFY` takes a global lock at commit, so a burst of enqueues must not notify
-    /// per row. Zero notifies every enqueue.
+    /// Each event type is announced at most 4 times per this window per store (default
+    /// 5 ms: one announcement regained every 1.25 ms), plus one trailing announcement
+    /// when others were held back, a window after the last of them: `NOTIFY` takes a global
+    /// lock at commit, so a burst of enqueues must not notify per row, while a steady
+    /// producer (each task enqueued after the previous one started) is announced at
+    /// every commit. Zero notifies every enqueue. See
+    /// [`Throttle`](backstop_core::driver::Throttle).
     pub notify_window: Duration,
     /// The server is reached through a pooler in transaction mode (PgBouncer's
     /// `pool_mode = transaction`, and poolers like it) (default `false`): statements are

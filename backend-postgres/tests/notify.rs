@@ -1,6 +1,7 @@
 //! The store's announcements on PostgreSQL, heard by a plain `LISTEN` connection: only
-//! at commit, never for a rollback or a duplicate, and at most twice per event type per
-//! window in a burst (the leading one and a trailing one at the window's end).
+//! at commit, never for a rollback or a duplicate; in a burst at most `Throttle::BURST`
+//! per event type at once and a trailing one, while a steady producer is announced at
+//! every commit.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test code
 
 use std::sync::{Arc, Mutex};
@@ -97,13 +98,18 @@ async fn only_a_committed_new_task_is_announced() {
     assert_eq!(*heard.lock().unwrap(), vec!["KEPT".to_owned()]);
 }
 
-/// a burst of enqueues of one event type inside one window is announced twice (at the
-/// first commit, and once at the window's end); another event type has its own window;
-/// with notifications off nothing is announced.
+/// a burst of enqueues of one event type is announced at most `Throttle::BURST` times
+/// at once (one at each commit while any is in hand), then once more a window after the
+/// last enqueue (so it has committed); another event type has its own; with
+/// notifications off nothing is announced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_burst_is_announced_twice_per_window() {
-    let window = Duration::from_secs(1);
-    let Some((store, url)) = store("a_burst_is_announced_twice_per_window", window).await else {
+async fn a_burst_is_announced_a_few_times_then_once_more() {
+    use backstop_core::driver::Throttle;
+    let window = Duration::from_secs(4);
+    let per = window / Throttle::BURST;
+    let burst = Throttle::BURST as usize;
+    let Some((store, url)) = store("a_burst_is_announced_a_few_times_then_once_more", window).await
+    else {
         return;
     };
     let channel = store.listener().unwrap().channel().to_owned();
@@ -117,21 +123,20 @@ async fn a_burst_is_announced_twice_per_window() {
     }
     store.enqueue(NewTask::new("OTHER", "k")).await.unwrap();
     assert!(
-        started.elapsed() < window,
-        "the burst must fit in the window"
+        started.elapsed() < per / 2,
+        "the burst must end well before an announcement is regained"
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let mut got = heard.lock().unwrap().clone();
-    got.sort();
-    assert_eq!(got, vec!["BURST", "OTHER"], "only the leading ones so far");
-    tokio::time::sleep(window + Duration::from_millis(500) - started.elapsed().min(window)).await;
-    let got = heard.lock().unwrap().clone();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let count = |what: &str| heard.lock().unwrap().iter().filter(|p| *p == what).count();
     assert_eq!(
-        got.iter().filter(|p| *p == "BURST").count(),
-        2,
-        "leading + trailing: {got:?}"
+        (count("BURST"), count("OTHER")),
+        (burst, 1),
+        "only the leading ones so far"
     );
-    assert_eq!(got.iter().filter(|p| *p == "OTHER").count(), 1, "{got:?}");
+    // the trailing one: a window after the last enqueue it covers
+    tokio::time::sleep(window + Duration::from_millis(500) - started.elapsed().min(window)).await;
+    assert_eq!(count("BURST"), burst + 1, "and one trailing");
+    assert_eq!(count("OTHER"), 1);
 
     // off: nothing
     let quiet = PgStore::connect_with(
@@ -207,4 +212,38 @@ async fn a_listener_by_url_connects_through_tls() {
         got.lock().unwrap()
     );
     listening.abort();
+}
+
+/// a steady producer, each enqueue after the previous one was heard and apart by more
+/// than window / `Throttle::BURST`, is announced at every commit: none waits for a
+/// trailing announcement, though each comes within the window of the one before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steady_producer_is_announced_at_every_commit() {
+    use backstop_core::driver::Throttle;
+    let window = Duration::from_millis(800);
+    let per = window / Throttle::BURST;
+    let Some((store, url)) = store("a_steady_producer_is_announced_at_every_commit", window).await
+    else {
+        return;
+    };
+    let channel = store.listener().unwrap().channel().to_owned();
+    let (_listening, heard) = listen(&url, &channel).await;
+    for i in 0..12 {
+        let committed = std::time::Instant::now();
+        store
+            .enqueue(NewTask::new("STEADY", format!("k{i}")))
+            .await
+            .unwrap();
+        // heard well before a trailing announcement could come (per / 2 at the soonest
+        // after this one, with half of one regained)
+        while heard.lock().unwrap().len() < i + 1 {
+            assert!(
+                committed.elapsed() < per / 2,
+                "enqueue {i} not announced at its commit: {:?}",
+                heard.lock().unwrap()
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        tokio::time::sleep(per + Duration::from_millis(20)).await;
+    }
 }

@@ -181,18 +181,25 @@ pub enum Admit {
     Covered,
 }
 
-/// Announces each event type at most once per window, plus one trailing announcement
-/// at the end of a window in which others were held back — so a burst of enqueues costs
-/// two announcements per window, and the last task of the burst still wakes listeners
-/// within one window. For notifiers whose announcement has a cost at the database
-/// (PostgreSQL's `NOTIFY` takes a global lock at commit).
+/// Announces each event type at most [`Throttle::BURST`] times per window (one
+/// announcement regained every window / `BURST`), plus one trailing announcement when
+/// others were held back, made once one is regained and a window has passed since the
+/// last enqueue it covers (so that enqueue has committed). So a burst of enqueues costs
+/// at most `BURST` + 1 announcements per window, and the last task of the burst still
+/// wakes listeners about a window after it; while a steady producer that enqueues no
+/// faster than one task per window / `BURST` (one at a time, each after the previous
+/// one started) is announced at every commit, never waiting for a trailing one. For
+/// notifiers whose announcement has a cost at the database (PostgreSQL's `NOTIFY` takes
+/// a global lock at commit).
 ///
 /// ```
 /// use std::time::Duration;
 /// use backstop_core::driver::{Admit, Throttle};
 ///
 /// let t = Throttle::new(Duration::from_secs(60));
-/// assert_eq!(t.admit("A"), Admit::Now);
+/// for _ in 0..Throttle::BURST {
+///     assert_eq!(t.admit("A"), Admit::Now);
+/// }
 /// assert!(matches!(t.admit("A"), Admit::Later(_)));
 /// assert_eq!(t.admit("A"), Admit::Covered);
 /// assert_eq!(t.admit("B"), Admit::Now); // per event type
@@ -200,16 +207,46 @@ pub enum Admit {
 #[derive(Debug)]
 pub struct Throttle {
     window: std::time::Duration,
-    last: std::sync::Mutex<std::collections::HashMap<String, (std::time::Instant, bool)>>,
+    /// Per event type: the announcements in hand (at most `BURST`), when they were
+    /// counted, and whether a trailing one is scheduled.
+    state: std::sync::Mutex<std::collections::HashMap<String, Bucket>>,
+}
+
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    at: std::time::Instant,
+    trailing: bool,
+    /// When the trailing announcement was scheduled, and the last enqueue it covers
+    /// was admitted (its transaction may still be open).
+    scheduled: std::time::Instant,
+    held: std::time::Instant,
+}
+
+impl Bucket {
+    /// Count in what was regained since `at`, one every `per`.
+    fn refill(&mut self, now: std::time::Instant, per: std::time::Duration) {
+        let regained = now.duration_since(self.at).as_secs_f64() / per.as_secs_f64();
+        self.tokens = (self.tokens + regained).min(f64::from(Throttle::BURST));
+        self.at = now;
+    }
 }
 
 impl Throttle {
-    /// At most one announcement per event type per `window` (zero: every one).
+    /// The announcements of an event type a window holds.
+    pub const BURST: u32 = 4;
+
+    /// At most [`BURST`](Self::BURST) announcements per event type per `window` (zero:
+    /// every one).
     pub fn new(window: std::time::Duration) -> Self {
         Self {
             window,
-            last: Default::default(),
+            state: Default::default(),
         }
+    }
+
+    fn per(&self) -> std::time::Duration {
+        self.window / Self::BURST
     }
 
     /// Whether to announce `event_type` now, later, or not at all.
@@ -218,29 +255,64 @@ impl Throttle {
             return Admit::Now;
         }
         let now = std::time::Instant::now();
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        match last.get_mut(event_type) {
-            Some((_, true)) => Admit::Covered,
-            Some((at, trailing)) if now.duration_since(*at) < self.window => {
-                *trailing = true;
-                Admit::Later(self.window - now.duration_since(*at))
-            }
-            Some((at, _)) => {
-                *at = now;
-                Admit::Now
-            }
-            None => {
-                last.insert(event_type.to_owned(), (now, false));
-                Admit::Now
-            }
+        let per = self.per();
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let bucket = state
+            .entry(event_type.to_owned())
+            .or_insert_with(|| Bucket {
+                tokens: f64::from(Self::BURST),
+                at: now,
+                trailing: false,
+                scheduled: now,
+                held: now,
+            });
+        if bucket.trailing {
+            bucket.held = now;
+            return Admit::Covered;
         }
+        bucket.refill(now, per);
+        if bucket.tokens >= 1.0 {
+            bucket.tokens -= 1.0;
+            return Admit::Now;
+        }
+        bucket.trailing = true;
+        (bucket.scheduled, bucket.held) = (now, now);
+        Admit::Later(per.mul_f64(1.0 - bucket.tokens))
     }
 
-    /// The trailing announcement of `event_type` was made (or given up): a new window
-    /// starts now.
+    /// Called when an [`Admit::Later`] delay has passed: `None` when the trailing
+    /// announcement is to be made now (then it is counted as made, as
+    /// [`trailing_sent`](Self::trailing_sent)), or how much longer to wait. It waits
+    /// until a window has passed since the last enqueue it covers was admitted, so that
+    /// enqueue's transaction has most likely committed when listeners look (a `NOTIFY`
+    /// heard before the commit finds nothing, and the task would wait for a poll); but
+    /// not past two windows after it was scheduled, so a steady stream of enqueues
+    /// cannot put it off for ever.
+    pub fn trailing_due(&self, event_type: &str) -> Option<std::time::Duration> {
+        let now = std::time::Instant::now();
+        {
+            let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            let bucket = state.get_mut(event_type)?;
+            let settled = bucket.held + self.window;
+            if bucket.trailing && now < settled && now < bucket.scheduled + 2 * self.window {
+                return Some(settled - now);
+            }
+        }
+        self.trailing_sent(event_type);
+        None
+    }
+
+    /// The trailing announcement of `event_type` was made (or given up): it spends what
+    /// was regained meanwhile, and the next enqueue is admitted afresh.
     pub fn trailing_sent(&self, event_type: &str) {
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        last.insert(event_type.to_owned(), (std::time::Instant::now(), false));
+        let now = std::time::Instant::now();
+        let per = self.per();
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(bucket) = state.get_mut(event_type) {
+            bucket.refill(now, per);
+            bucket.tokens = (bucket.tokens - 1.0).max(0.0);
+            bucket.trailing = false;
+        }
     }
 }
 
@@ -306,8 +378,8 @@ pub const REVOKED_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 const VISIBLE_CHECKS_MS: [u64; 6] = [5, 20, 80, 320, 1280, 2560];
 
 impl Announcer {
-    /// Announce through `notifier`, each event type at most once per `window` (plus a
-    /// trailing one; zero: every time).
+    /// Announce through `notifier`, each event type at most [`Throttle::BURST`] times per
+    /// `window` (plus a trailing one; zero: every time).
     pub fn new(notifier: Arc<dyn Notifier>, window: std::time::Duration) -> Arc<Self> {
         Arc::new(Self {
             notifier,
@@ -336,7 +408,9 @@ impl Announcer {
         runtime.spawn(async move {
             if let Some(after) = delay {
                 tokio::time::sleep(after).await;
-                this.throttle.trailing_sent(&event_type);
+                while let Some(more) = this.throttle.trailing_due(&event_type) {
+                    tokio::time::sleep(more).await;
+                }
             }
             if let Err(e) = this.notifier.notify(&event_type).await {
                 tracing::debug!(error = %e, %event_type, "the store's announcement failed");
