@@ -43,7 +43,14 @@ fn unique(what: &str) -> String {
 /// One task at a time: process A commits a business row + task (and, on Redis, publishes
 /// after commit); process B's idle engine (its poller an hour away) is woken and starts
 /// it. PostgreSQL: `NOTIFY` in the enqueue transaction; MySQL and SQLite: Redis pub/sub.
-pub async fn wakeup_latency(t: &Target, redis_url: Option<&str>, count: usize) -> Option<Row> {
+/// `back_to_back`: each enqueue right after the previous task's start (a steady
+/// producer); otherwise 10 ms apart, more than the store's announcement window.
+pub async fn wakeup_latency(
+    t: &Target,
+    redis_url: Option<&str>,
+    count: usize,
+    back_to_back: bool,
+) -> Option<Row> {
     let via_redis = t.backend != "postgres";
     if via_redis && redis_url.is_none() {
         eprintln!(
@@ -108,14 +115,19 @@ pub async fn wakeup_latency(t: &Target, redis_url: Option<&str>, count: usize) -
                 break;
             }
         }
-        // apart by more than the store's announcement window (5 ms)
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        if !back_to_back {
+            // apart by more than the store's announcement window (5 ms)
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
     let (rss, cpu) = m.stop();
     b.shutdown().await;
     Some(Row {
         backend: t.backend.into(),
-        scenario: format!("wake-up latency ({count} tasks, commit in A → start in B)"),
+        scenario: format!(
+            "wake-up latency{} ({count} tasks, commit in A → start in B)",
+            if back_to_back { ", back to back" } else { "" }
+        ),
         lat: lat(&h),
         rss_mb: rss,
         cpu_s: cpu,

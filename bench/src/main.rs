@@ -1038,8 +1038,19 @@ async fn isolation(t: &Target, own: usize, backlog: usize, rounds: usize) -> Vec
 
 /// Run the apalis peer program; its JSON answer.
 pub(crate) fn run_peer(args: &[&str]) -> Option<serde_json::Value> {
-    let bin = std::path::Path::new("bench/peer-apalis/target/release/peer-apalis");
-    let out = std::process::Command::new(bin).args(args).output().ok()?;
+    run_peer_bin("bench/peer-apalis/target/release/peer-apalis", args)
+}
+
+/// A peer's release binary (built by scripts/bench in its own workspace) run with `args`:
+/// the JSON object it prints, or `None` (said why) when it is missing or failed.
+pub(crate) fn run_peer_bin(bin: &str, args: &[&str]) -> Option<serde_json::Value> {
+    let out = match std::process::Command::new(bin).args(args).output() {
+        Ok(out) => out,
+        Err(e) => {
+            eprintln!("   {bin}: {e} (scripts/bench builds it)");
+            return None;
+        }
+    };
     if !out.status.success() {
         eprintln!("peer failed: {}", String::from_utf8_lossy(&out.stderr));
         return None;
@@ -1106,7 +1117,7 @@ async fn peer(t: &Target, rows: &[Row], n: usize) -> Vec<Row> {
                 "--tasks",
                 count,
             ]) {
-                let woken = ours("wake-up latency");
+                let woken = ours("wake-up latency (");
                 let f = |k: &str| v[k].as_f64().unwrap_or(0.0);
                 out.push(Row {
                     backend: t.backend.into(),
@@ -1138,6 +1149,32 @@ async fn peer(t: &Target, rows: &[Row], n: usize) -> Vec<Row> {
             ]);
             for suffix in ["", "-wal", "-shm"] {
                 let _ = std::fs::remove_file(format!("{path}{suffix}"));
+            }
+            // River's Rust client on SQLite, at its best of a few configurations
+            let mut river: Option<(f64, String)> = None;
+            for (workers, cooldown) in [(100, 1), (1000, 1)] {
+                let url = format!("sqlite://{path}");
+                let tps = peers::river_drain("sqlite", &url, peer_n, 1, workers, cooldown);
+                for suffix in ["", "-wal", "-shm"] {
+                    let _ = std::fs::remove_file(format!("{path}{suffix}"));
+                }
+                if let Some(tps) = tps {
+                    if river.as_ref().is_none_or(|(b, _)| tps > *b) {
+                        river = Some((tps, format!("{workers} workers, cooldown {cooldown} ms")));
+                    }
+                }
+            }
+            if let Some((tps, config)) = river {
+                out.push(Row {
+                    backend: t.backend.into(),
+                    scenario: format!("vs River (Rust) 0.5: drain ({peer_n} for River)"),
+                    tps: ours(&format!("drain {n}, 1 engine")).and_then(|r| r.tps),
+                    base_tps: Some(tps),
+                    note: format!(
+                        "“raw” column is riverqueue 0.5 on SQLite (WAL, 1 client, {config}, its best), counted completed in the database; backstop: 1 engine"
+                    ),
+                    ..Row::default()
+                });
             }
             if let Some(v) = v {
                 out.push(Row {
@@ -1354,8 +1391,12 @@ async fn main() {
             (300, 20_000, 5_000)
         };
         if a.runs("wakeup") {
-            if let Some(r) = cross::wakeup_latency(&t, redis.as_deref(), wake).await {
-                rows.push(report(r));
+            for back_to_back in [false, true] {
+                if let Some(r) =
+                    cross::wakeup_latency(&t, redis.as_deref(), wake, back_to_back).await
+                {
+                    rows.push(report(r));
+                }
             }
         }
         match &redis {

@@ -1,5 +1,6 @@
 //! The peers at their best on PostgreSQL (`--peer`, scenario `peers`): graphile-worker
-//! (Node.js, `bench/peer-graphile`) and apalis (`bench/peer-apalis`), each tuned as its
+//! (Node.js, `bench/peer-graphile`), apalis (`bench/peer-apalis`) and River's Rust client
+//! (`bench/peer-river`), each tuned as its
 //! documentation recommends and swept over backlog sizes and worker counts, next to
 //! backstop swept the same way. Every drain counts a task when the database records it
 //! done, not when its handler ran.
@@ -189,6 +190,98 @@ fn apalis_drain(url: &str, n: usize, workers: usize) -> Option<f64> {
     v["tps"].as_f64()
 }
 
+/// River's Rust client (`bench/peer-river`, riverqueue 0.5), built by scripts/bench.
+const RIVER: &str = "bench/peer-river/target/release/peer-river";
+
+/// River's drain of `n` jobs by `clients` clients of `workers` workers each, fetch
+/// cooldown `cooldown_ms`: jobs/s, counted when the database records them completed.
+pub(crate) fn river_drain(
+    backend: &str,
+    url: &str,
+    n: usize,
+    clients: usize,
+    workers: usize,
+    cooldown_ms: u64,
+) -> Option<f64> {
+    let (n, c, w, cd) = (
+        n.to_string(),
+        clients.to_string(),
+        workers.to_string(),
+        cooldown_ms.to_string(),
+    );
+    let v = crate::run_peer_bin(
+        RIVER,
+        &[
+            "--backend",
+            backend,
+            "--url",
+            url,
+            "--mode",
+            "drain",
+            "--tasks",
+            &n,
+            "--clients",
+            &c,
+            "--workers",
+            &w,
+            "--cooldown-ms",
+            &cd,
+        ],
+    )?;
+    v["tps"].as_f64()
+}
+
+/// River's `insert_many` of `n` jobs in batches of `batch`: jobs/s.
+fn river_insert(backend: &str, url: &str, n: usize, batch: usize) -> Option<f64> {
+    let (n, b) = (n.to_string(), batch.to_string());
+    let v = crate::run_peer_bin(
+        RIVER,
+        &[
+            "--backend",
+            backend,
+            "--url",
+            url,
+            "--mode",
+            "insert",
+            "--tasks",
+            &n,
+            "--batch",
+            &b,
+        ],
+    )?;
+    v["tps"].as_f64()
+}
+
+/// River's one-job-at-a-time latency through its insert notifications (fetch cooldown
+/// 1 ms): `gap_ms` between jobs, 0 for each insert right after the previous start.
+fn river_latency(url: &str, n: usize, gap_ms: u64) -> Option<[f64; 4]> {
+    let (n, g) = (n.to_string(), gap_ms.to_string());
+    let v = crate::run_peer_bin(
+        RIVER,
+        &[
+            "--backend",
+            "postgres",
+            "--url",
+            url,
+            "--mode",
+            "latency",
+            "--tasks",
+            &n,
+            "--cooldown-ms",
+            "1",
+            "--gap-ms",
+            &g,
+        ],
+    )?;
+    let f = |k: &str| v[k].as_f64().unwrap_or(0.0);
+    Some([f("p50_ms"), f("p95_ms"), f("p99_ms"), f("max_ms")])
+}
+
+/// River's configurations of a drain, as its docs and the sweep suggest:
+/// (clients, workers per client, fetch cooldown ms).
+const RIVER_CONFIGS: &[(usize, usize, u64)] =
+    &[(1, 500, 1), (1, 1000, 1), (2, 500, 1), (1, 1000, 100)];
+
 /// The best of several configurations: its rate and name, and every one's, for the note.
 #[derive(Default)]
 struct Best {
@@ -223,6 +316,7 @@ pub async fn at_best(t: &Target, rows: &[Row], sizes: &[usize], rounds: usize) -
     let mut ours = Best::default();
     let mut theirs = Best::default();
     let mut apalis = Best::default();
+    let mut river = Best::default();
     let graphile_ready = match graphile() {
         Some((node, script)) => Command::new(node)
             .arg(script)
@@ -259,6 +353,16 @@ pub async fn at_best(t: &Target, rows: &[Row], sizes: &[usize], rounds: usize) -
                 apalis_drain(&t.url, n, workers),
             );
         }
+        for &(clients, workers, cooldown) in RIVER_CONFIGS {
+            for _ in 0..rounds {
+                river.add(
+                    format!(
+                        "{n} jobs, {clients} client(s) × {workers} workers, cooldown {cooldown} ms"
+                    ),
+                    river_drain("postgres", &t.url, n, clients, workers, cooldown),
+                );
+            }
+        }
     }
     t.raw.reset().await;
     let mut out = vec![Row {
@@ -290,16 +394,28 @@ pub async fn at_best(t: &Target, rows: &[Row], sizes: &[usize], rounds: usize) -
         ),
         ..Row::default()
     });
+    out.push(Row {
+        backend: t.backend.into(),
+        scenario: format!("vs River (Rust) 0.5 at its best: {}", river.name()),
+        tps: ours.tps(),
+        base_tps: river.tps(),
+        note: format!(
+            "“raw” column is riverqueue 0.5 (sqlx), jobs inserted first, counted completed in the database, best of: {}",
+            river.all.join("; ")
+        ),
+        ..Row::default()
+    });
     let count = if sizes.iter().all(|&n| n < 1000) {
         20
     } else {
         300
     };
+    out.extend(river_rows(t, rows, count, sizes[sizes.len() - 1]));
     if graphile_ready {
         if let Some(base) = graphile_latency(&t.url, count).await {
             let woken = rows
                 .iter()
-                .find(|r| r.backend == t.backend && r.scenario.starts_with("wake-up latency"));
+                .find(|r| r.backend == t.backend && r.scenario.starts_with("wake-up latency ("));
             out.push(Row {
                 backend: t.backend.into(),
                 scenario: "vs graphile-worker 0.18: one job at a time, woken".into(),
@@ -309,6 +425,50 @@ pub async fn at_best(t: &Target, rows: &[Row], sizes: &[usize], rounds: usize) -
                 ..Row::default()
             });
         }
+    }
+    out
+}
+
+/// River beside backstop on the work that is not a drain: one job at a time (sparse, 20 ms
+/// apart, and back to back) and `insert_many` against `enqueue_many`.
+fn river_rows(t: &Target, rows: &[Row], count: usize, n: usize) -> Vec<Row> {
+    let ours = |prefix: &str| {
+        rows.iter()
+            .find(|r| r.backend == t.backend && r.scenario.starts_with(prefix))
+    };
+    let mut out = Vec::new();
+    for (gap, prefix, what) in [
+        (20, "wake-up latency (", "20 ms apart"),
+        (0, "wake-up latency, back to back", "back to back"),
+    ] {
+        if let Some(base) = river_latency(&t.url, count, gap) {
+            out.push(Row {
+                backend: t.backend.into(),
+                scenario: format!("vs River (Rust) 0.5: one job at a time, {what}"),
+                lat: ours(prefix).and_then(|r| r.lat),
+                base_lat: Some(base),
+                note: "backstop: commit in A → start in B, woken by NOTIFY; “raw” latency is riverqueue 0.5 (insert notifications, fetch cooldown 1 ms): insert's commit in one client → worker start in another".into(),
+                ..Row::default()
+            });
+        }
+    }
+    let batch = 1000.min(n);
+    if let Some(base) = river_insert("postgres", &t.url, n, batch) {
+        let ours = ours(&format!(
+            "enqueue_many {n} in batches of {batch}, 1 producer"
+        ))
+        .or_else(|| ours("enqueue_many"));
+        out.push(Row {
+            backend: t.backend.into(),
+            scenario: format!("vs River (Rust) 0.5: insert_many {n} in batches of {batch}"),
+            tps: ours.and_then(|r| r.tps),
+            base_tps: Some(base),
+            note: format!(
+                "backstop: {}; “raw” column is riverqueue 0.5 insert_many, one transaction a batch",
+                ours.map_or("not measured".into(), |r| r.scenario.clone())
+            ),
+            ..Row::default()
+        });
     }
     out
 }
