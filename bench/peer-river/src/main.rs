@@ -24,9 +24,7 @@ use riverqueue::migrate::{PostgresMigrator, SqliteMigrator};
 use riverqueue::sqlx::postgres::PgPoolOptions;
 use riverqueue::sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use riverqueue::sqlx::{self, PgPool, SqlitePool};
-use riverqueue::{
-    BoxError, Client, Job, JobArgs, QueueConfig, WorkContext, WorkOutcome, Workers,
-};
+use riverqueue::{BoxError, Client, Job, JobArgs, QueueConfig, WorkContext, WorkOutcome, Workers};
 use serde::{Deserialize, Serialize};
 
 struct Args {
@@ -148,7 +146,10 @@ impl Db {
                     .migrate_up()
                     .await
                     .expect("migrate");
-                sqlx::query("TRUNCATE river_job").execute(p).await.expect("clear");
+                sqlx::query("TRUNCATE river_job")
+                    .execute(p)
+                    .await
+                    .expect("clear");
                 sqlx::query("VACUUM ANALYZE river_job")
                     .execute(p)
                     .await
@@ -159,7 +160,10 @@ impl Db {
                     .migrate_up()
                     .await
                     .expect("migrate");
-                sqlx::query("DELETE FROM river_job").execute(p).await.expect("clear");
+                sqlx::query("DELETE FROM river_job")
+                    .execute(p)
+                    .await
+                    .expect("clear");
             }
         }
     }
@@ -210,7 +214,12 @@ async fn insert_all(client: &Client, n: usize, batch: usize) {
 async fn drain(a: &Args) -> serde_json::Value {
     let db = Db::open(a, 4).await;
     db.migrate_and_clear().await;
-    insert_all(&db.client(None, 0, a.cooldown), a.tasks, 10_000.min(a.batch.max(1000))).await;
+    insert_all(
+        &db.client(None, 0, a.cooldown),
+        a.tasks,
+        10_000.min(a.batch.max(1000)),
+    )
+    .await;
     let mut runs = Vec::new();
     // each client a pool of its own, as separate processes would have
     let mut dbs = Vec::new();
@@ -270,7 +279,10 @@ async fn latency(a: &Args) -> serde_json::Value {
         assert_eq!(j, i, "one job at a time");
         if i > 0 {
             let us = at.saturating_duration_since(committed).as_micros() as u64;
-            hist.lock().expect("histogram").record(us.max(1)).expect("record");
+            hist.lock()
+                .expect("histogram")
+                .record(us.max(1))
+                .expect("record");
         }
         if !a.gap.is_zero() {
             tokio::time::sleep(a.gap).await;
