@@ -59,10 +59,7 @@ impl PgDriver {
                 let (pool, throttle) = (self.pool.clone(), Arc::clone(&self.throttle));
                 let (channel, event_type) = (self.sql.channel.clone(), event_type.to_owned());
                 runtime.spawn(async move {
-                    tokio::time::sleep(after).await;
-                    while let Some(more) = throttle.trailing_due(&event_type) {
-                        tokio::time::sleep(more).await;
-                    }
+                    throttle.wait_trailing(&event_type, after).await;
                     if let Err(e) = pg_notify(&pool, &channel, &event_type).await {
                         tracing::debug!(error = %e, %event_type, "trailing NOTIFY failed");
                     }

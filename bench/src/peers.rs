@@ -193,6 +193,21 @@ fn apalis_drain(url: &str, n: usize, workers: usize) -> Option<f64> {
 /// River's Rust client (`bench/peer-river`, riverqueue 0.5), built by scripts/bench.
 const RIVER: &str = "bench/peer-river/target/release/peer-river";
 
+/// River's peer binary in `mode` on `backend` at `url` with `args` (flag, value): the
+/// JSON object it printed.
+fn river(
+    backend: &str,
+    url: &str,
+    mode: &str,
+    args: &[(&str, String)],
+) -> Option<serde_json::Value> {
+    let mut all = vec!["--backend", backend, "--url", url, "--mode", mode];
+    for (flag, value) in args {
+        all.extend([*flag, value.as_str()]);
+    }
+    crate::run_peer_bin(RIVER, &all)
+}
+
 /// River's drain of `n` jobs by `clients` clients of `workers` workers each, fetch
 /// cooldown `cooldown_ms`: jobs/s, counted when the database records them completed.
 pub(crate) fn river_drain(
@@ -203,76 +218,30 @@ pub(crate) fn river_drain(
     workers: usize,
     cooldown_ms: u64,
 ) -> Option<f64> {
-    let (n, c, w, cd) = (
-        n.to_string(),
-        clients.to_string(),
-        workers.to_string(),
-        cooldown_ms.to_string(),
-    );
-    let v = crate::run_peer_bin(
-        RIVER,
-        &[
-            "--backend",
-            backend,
-            "--url",
-            url,
-            "--mode",
-            "drain",
-            "--tasks",
-            &n,
-            "--clients",
-            &c,
-            "--workers",
-            &w,
-            "--cooldown-ms",
-            &cd,
-        ],
-    )?;
-    v["tps"].as_f64()
+    let args = [
+        ("--tasks", n.to_string()),
+        ("--clients", clients.to_string()),
+        ("--workers", workers.to_string()),
+        ("--cooldown-ms", cooldown_ms.to_string()),
+    ];
+    river(backend, url, "drain", &args)?["tps"].as_f64()
 }
 
 /// River's `insert_many` of `n` jobs in batches of `batch`: jobs/s.
 fn river_insert(backend: &str, url: &str, n: usize, batch: usize) -> Option<f64> {
-    let (n, b) = (n.to_string(), batch.to_string());
-    let v = crate::run_peer_bin(
-        RIVER,
-        &[
-            "--backend",
-            backend,
-            "--url",
-            url,
-            "--mode",
-            "insert",
-            "--tasks",
-            &n,
-            "--batch",
-            &b,
-        ],
-    )?;
-    v["tps"].as_f64()
+    let args = [("--tasks", n.to_string()), ("--batch", batch.to_string())];
+    river(backend, url, "insert", &args)?["tps"].as_f64()
 }
 
 /// River's one-job-at-a-time latency through its insert notifications (fetch cooldown
 /// 1 ms): `gap_ms` between jobs, 0 for each insert right after the previous start.
 fn river_latency(url: &str, n: usize, gap_ms: u64) -> Option<[f64; 4]> {
-    let (n, g) = (n.to_string(), gap_ms.to_string());
-    let v = crate::run_peer_bin(
-        RIVER,
-        &[
-            "--backend",
-            "postgres",
-            "--url",
-            url,
-            "--mode",
-            "latency",
-            "--tasks",
-            &n,
-            "--cooldown-ms",
-            "1",
-            "--gap-ms",
-            &g,
-        ],
-    )?;
+    let args = [
+        ("--tasks", n.to_string()),
+        ("--cooldown-ms", "1".to_owned()),
+        ("--gap-ms", gap_ms.to_string()),
+    ];
+    let v = river("postgres", url, "latency", &args)?;
     let f = |k: &str| v[k].as_f64().unwrap_or(0.0);
     Some([f("p50_ms"), f("p95_ms"), f("p99_ms"), f("max_ms")])
 }

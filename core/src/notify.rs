@@ -302,6 +302,16 @@ impl Throttle {
         None
     }
 
+    /// Wait out an [`Admit::Later`] delay `after`, then until
+    /// [`trailing_due`](Self::trailing_due) says the trailing announcement of
+    /// `event_type` is due (counted as made): the caller makes it next.
+    pub async fn wait_trailing(&self, event_type: &str, after: std::time::Duration) {
+        tokio::time::sleep(after).await;
+        while let Some(more) = self.trailing_due(event_type) {
+            tokio::time::sleep(more).await;
+        }
+    }
+
     /// The trailing announcement of `event_type` was made (or given up): it spends what
     /// was regained meanwhile, and the next enqueue is admitted afresh.
     pub fn trailing_sent(&self, event_type: &str) {
@@ -407,10 +417,7 @@ impl Announcer {
         let (this, event_type) = (Arc::clone(self), event_type.to_owned());
         runtime.spawn(async move {
             if let Some(after) = delay {
-                tokio::time::sleep(after).await;
-                while let Some(more) = this.throttle.trailing_due(&event_type) {
-                    tokio::time::sleep(more).await;
-                }
+                this.throttle.wait_trailing(&event_type, after).await;
             }
             if let Err(e) = this.notifier.notify(&event_type).await {
                 tracing::debug!(error = %e, %event_type, "the store's announcement failed");
