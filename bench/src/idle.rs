@@ -13,31 +13,6 @@ use backstop::{
 use crate::sys::{self, Row};
 use crate::Target;
 
-/// CPU seconds of every process whose name is `comm` (the server's processes).
-fn server_cpu(comm: &str) -> f64 {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return 0.0;
-    };
-    let mut ticks = 0.0;
-    for entry in dir.flatten() {
-        let path = entry.path();
-        let Ok(stat) = std::fs::read_to_string(path.join("stat")) else {
-            continue;
-        };
-        // "pid (comm) state …": comm between the first '(' and the last ')'
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-            continue;
-        };
-        if &stat[open + 1..close] != comm {
-            continue;
-        }
-        let f: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-        let n = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-        ticks += n(11) + n(12);
-    }
-    ticks / 100.0
-}
-
 /// The server's statement counter: committed and rolled back transactions of the
 /// bench's database on PostgreSQL (the server's other databases count their autovacuum
 /// workers' transactions), `Questions` on MariaDB; `None` on SQLite.
@@ -123,18 +98,13 @@ pub async fn idle_load(
     }
     // past the start-up (type registration, the first polls)
     tokio::time::sleep(poll * 2).await;
-    let comm = match t.backend {
-        "postgres" => "postgres",
-        "mysql" => "mariadbd",
-        _ => "",
-    };
-    let (s0, c0) = (statements(t).await, server_cpu(comm));
+    let (s0, c0) = (statements(t).await, t.server_cpu());
     let m = sys::Meter::start();
     let t0 = Instant::now();
     tokio::time::sleep(window).await;
     let secs = t0.elapsed().as_secs_f64();
     let (_, ours) = m.stop();
-    let (s1, c1) = (statements(t).await, server_cpu(comm));
+    let (s1, c1) = (statements(t).await, t.server_cpu());
     for e in engines {
         e.shutdown().await;
     }
@@ -145,7 +115,7 @@ pub async fn idle_load(
         (Some(a), Some(b)) => format!("{:.1} statements/s", (b - a - 2.0).max(0.0) / secs),
         _ => "statements not counted (no server)".into(),
     };
-    let server = if comm.is_empty() {
+    let server = if t.backend == "sqlite" {
         String::new()
     } else {
         format!(", server CPU {:.2}% of a core", 100.0 * (c1 - c0) / secs)

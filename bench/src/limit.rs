@@ -66,7 +66,8 @@ pub(crate) async fn limited_drain(t: &Target, n: usize, work: Work) -> Row {
         .set_queue(EVENT, limit, &Audit::new("bench", "limited drain"))
         .await
         .expect("limit");
-    let (limited, rss, cpu) = drain(t, &[LIMIT; 4], n, work).await;
+    let d = drain(t, &[LIMIT; 4], n, work).await;
+    let (limited, rss, cpu) = (d.elapsed, d.rss_mb, d.cpu_s);
     admin
         .set_queue(
             EVENT,
@@ -75,7 +76,7 @@ pub(crate) async fn limited_drain(t: &Target, n: usize, work: Work) -> Row {
         )
         .await
         .expect("unlimit");
-    let (split, _, _) = drain(t, &SPLIT, n, work).await;
+    let split = drain(t, &SPLIT, n, work).await.elapsed;
     let tps = |d: Duration| n as f64 / d.as_secs_f64();
     Row {
         backend: t.backend.into(),
@@ -95,10 +96,10 @@ pub(crate) async fn limited_drain(t: &Target, n: usize, work: Work) -> Row {
 
 /// `n` due tasks drained by one engine per entry of `concurrency`, each with that
 /// concurrency (and as many queued), handlers working as `work` says.
-async fn drain(t: &Target, concurrency: &[usize], n: usize, work: Work) -> (Duration, f64, f64) {
+async fn drain(t: &Target, concurrency: &[usize], n: usize, work: Work) -> crate::Drained {
     t.raw.reset().await;
     t.raw.bulk_insert(n, 0).await;
     let engines: Vec<(usize, usize)> = concurrency.iter().map(|&c| (c, c)).collect();
     let poll = backstop::EngineConfig::default().poll_interval;
-    crate::drain_due(t, &engines, n, LIMIT, work, poll).await
+    crate::drain_due(t, &engines, n, LIMIT, work, poll, false).await
 }

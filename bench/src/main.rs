@@ -12,7 +12,9 @@
 mod cross;
 mod idle;
 mod limit;
+mod meter;
 mod partitions;
+mod peer_report;
 mod peers;
 mod raw;
 mod saga;
@@ -168,6 +170,16 @@ impl Drop for TempDir {
 }
 
 impl Target {
+    /// The CPU seconds of the database server's processes so far (0 for SQLite, which runs
+    /// in this process).
+    pub(crate) fn server_cpu(&self) -> f64 {
+        match self.backend {
+            "postgres" => meter::server_cpu("postgres"),
+            "mysql" => meter::server_cpu("mariadbd"),
+            _ => 0.0,
+        }
+    }
+
     async fn store(&self, max_connections: u32) -> AnyStore {
         let config = StoreConfig::default().table(TABLE);
         match self.backend {
@@ -505,6 +517,7 @@ async fn run_ahead(t: &Target, producers: usize, total: usize, claim_in_tx: bool
         rss_mb: rss,
         cpu_s: cpu,
         note,
+        ..Row::default()
     }
 }
 
@@ -563,7 +576,12 @@ async fn enqueue_batches(t: &Target, producers: usize, total: usize, batch: usiz
 /// are spread over that many order keys (each key's tasks one at a time, in order); the
 /// baseline stays the plain raw drain.
 async fn drain(t: &Target, engines: usize, n: usize, keys: Option<usize>) -> Row {
-    let (elapsed, rss, cpu) = backstop_drain(t, engines, n, keys, 100).await;
+    let Drained {
+        elapsed,
+        rss_mb: rss,
+        cpu_s: cpu,
+        ..
+    } = backstop_drain(t, engines, n, keys, 100).await;
     t.raw.reset().await;
     t.raw.bulk_insert(n, 0).await;
     let base = t.raw.drain(engines, 100, Shape::Store).await;
@@ -596,7 +614,12 @@ async fn drain(t: &Target, engines: usize, n: usize, keys: Option<usize>) -> Row
 /// ([`Shape::Fastest`]); the raw SQL of the store's own statements runs in the same round,
 /// and the note reports it.
 async fn drain_fastest(t: &Target, engines: usize, n: usize) -> Row {
-    let (elapsed, rss, cpu) = backstop_drain(t, engines, n, None, 100).await;
+    let Drained {
+        elapsed,
+        rss_mb: rss,
+        cpu_s: cpu,
+        ..
+    } = backstop_drain(t, engines, n, None, 100).await;
     t.raw.reset().await;
     t.raw.bulk_insert(n, 0).await;
     let store_shape = t.raw.drain(engines, 100, Shape::Store).await;
@@ -621,16 +644,24 @@ async fn drain_fastest(t: &Target, engines: usize, n: usize) -> Row {
     }
 }
 
+/// What a drain took: the time until the database recorded every task succeeded, and the
+/// peak RSS, CPU seconds of this process and of the database server over it.
+pub(crate) struct Drained {
+    pub elapsed: Duration,
+    pub rss_mb: f64,
+    pub cpu_s: f64,
+    pub server_cpu_s: f64,
+}
+
 /// backstop's half of a drain: N due tasks (over `keys` order keys), E engines claiming
-/// `batch` at a time; the time until the database records them all succeeded, with the
-/// peak RSS and CPU seconds of the run.
+/// `batch` at a time.
 pub(crate) async fn backstop_drain(
     t: &Target,
     engines: usize,
     n: usize,
     keys: Option<usize>,
     batch: usize,
-) -> (Duration, f64, f64) {
+) -> Drained {
     t.raw.reset().await;
     match keys {
         Some(k) => t.raw.bulk_insert_ordered(n, k).await,
@@ -638,17 +669,32 @@ pub(crate) async fn backstop_drain(
     }
     let capacity = (192 * batch).div_ceil(100);
     let engines = vec![(64, capacity); engines];
-    drain_due(t, &engines, n, batch, limit::Work::NONE, DRAIN_POLL).await
+    drain_due(t, &engines, n, batch, limit::Work::NONE, DRAIN_POLL, false).await
+}
+
+/// As [`backstop_drain`] without order keys, warm: the engines run before the tasks are
+/// committed (see [`drain_due`]).
+pub(crate) async fn backstop_drain_warm(
+    t: &Target,
+    engines: usize,
+    n: usize,
+    batch: usize,
+) -> Drained {
+    t.raw.reset().await;
+    let capacity = (192 * batch).div_ceil(100);
+    let engines = vec![(64, capacity); engines];
+    drain_due(t, &engines, n, batch, limit::Work::NONE, DRAIN_POLL, true).await
 }
 
 /// The drains' poll interval: short, so that an engine whose executor has room never
 /// waits on a tick for work already due.
 const DRAIN_POLL: Duration = Duration::from_millis(5);
 
-/// The `n` due tasks already inserted, drained by one engine per entry of `engines`
-/// (its handler's concurrency and queue capacity), claiming `batch` at a time, each
-/// handler working as `work` says, polling every `poll`; the time until the database records them all succeeded, with
-/// the peak RSS and CPU seconds of the run.
+/// `n` due tasks drained by one engine per entry of `engines` (its handler's concurrency
+/// and queue capacity), claiming `batch` at a time, each handler working as `work` says,
+/// polling every `poll`. Cold (`warm` false): the tasks are already inserted and the
+/// clock starts with the engines. Warm: the engines start on an empty table, and the
+/// clock starts when the tasks are committed (graphile-worker's drain is measured so).
 pub(crate) async fn drain_due(
     t: &Target,
     engines: &[(usize, usize)],
@@ -656,13 +702,19 @@ pub(crate) async fn drain_due(
     batch: usize,
     work: limit::Work,
     poll: Duration,
-) -> (Duration, f64, f64) {
+    warm: bool,
+) -> Drained {
     let done = Arc::new(AtomicUsize::new(0));
-    let m = sys::Meter::start();
-    let started = Instant::now();
+    // the stores (their pools) open before the clock starts, as the peers' pools do; the
+    // engines start on it
+    let mut stores = Vec::new();
+    for _ in engines {
+        stores.push(t.store(8).await);
+    }
+    let probe = t.store(2).await;
+    let mut clock = (!warm).then(|| (t.server_cpu(), sys::Meter::start(), Instant::now()));
     let mut running = Vec::new();
-    for &(concurrency, capacity) in engines {
-        let store = t.store(8).await;
+    for (&(concurrency, capacity), store) in engines.iter().zip(stores) {
         let done = Arc::clone(&done);
         let handler = handler_fn(move |task: Task| {
             let done = Arc::clone(&done);
@@ -694,17 +746,32 @@ pub(crate) async fn drain_due(
             .expect("engine");
         running.push(engine);
     }
-    let probe = t.store(2).await;
+    let (server0, m, started) = match clock.take() {
+        Some(clock) => clock,
+        None => {
+            // warm: the engines past their start and first polls, then the tasks
+            // committed in one statement, and the clock starts at the commit
+            tokio::time::sleep(poll * 4).await;
+            t.raw.bulk_insert(n, 0).await;
+            (t.server_cpu(), sys::Meter::start(), Instant::now())
+        }
+    };
     while done.load(Ordering::Relaxed) < n {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     wait_succeeded(&probe, n as u64).await;
     let elapsed = started.elapsed();
-    let (rss, cpu) = m.stop();
+    let (rss_mb, cpu_s) = m.stop();
+    let server_cpu_s = t.server_cpu() - server0;
     for e in &running {
         e.shutdown().await;
     }
-    (elapsed, rss, cpu)
+    Drained {
+        elapsed,
+        rss_mb,
+        cpu_s,
+        server_cpu_s,
+    }
 }
 
 /// One task at a time, engine otherwise idle: commit → handler start.
@@ -1127,15 +1194,15 @@ async fn peer(t: &Target, rows: &[Row], n: usize) -> Vec<Row> {
                     note:
                         "backstop: commit in A → start in B, woken by NOTIFY; “raw” latency is apalis-postgres 1.0 with pubsub: commit → handler start"
                             .into(),
+                    peer: Some("apalis 1.0".into()),
                     ..Row::default()
                 });
             }
         }
         "sqlite" => {
             let peer_n = n.min(20_000);
-            let file =
-                std::env::temp_dir().join(format!("backstop-peer-{}.db", std::process::id()));
-            let path = file.display().to_string();
+            let file = peers::LiteFile::new("apalis");
+            let path = file.0.clone();
             let pn = peer_n.to_string();
             let v = run_peer(&[
                 "--backend",
@@ -1147,43 +1214,27 @@ async fn peer(t: &Target, rows: &[Row], n: usize) -> Vec<Row> {
                 "--tasks",
                 &pn,
             ]);
-            for suffix in ["", "-wal", "-shm"] {
-                let _ = std::fs::remove_file(format!("{path}{suffix}"));
-            }
-            // River's Rust client on SQLite, at its best of a few configurations
-            let mut river: Option<(f64, String)> = None;
-            for (workers, cooldown) in [(100, 1), (1000, 1)] {
-                let url = format!("sqlite://{path}");
-                let tps = peers::river_drain("sqlite", &url, peer_n, 1, workers, cooldown);
-                for suffix in ["", "-wal", "-shm"] {
-                    let _ = std::fs::remove_file(format!("{path}{suffix}"));
-                }
-                if let Some(tps) = tps {
-                    if river.as_ref().is_none_or(|(b, _)| tps > *b) {
-                        river = Some((tps, format!("{workers} workers, cooldown {cooldown} ms")));
-                    }
-                }
-            }
-            if let Some((tps, config)) = river {
-                out.push(Row {
-                    backend: t.backend.into(),
-                    scenario: format!("vs River (Rust) 0.5: drain ({peer_n} for River)"),
-                    tps: ours(&format!("drain {n}, 1 engine")).and_then(|r| r.tps),
-                    base_tps: Some(tps),
-                    note: format!(
-                        "“raw” column is riverqueue 0.5 on SQLite (WAL, 1 client, {config}, its best), counted completed in the database; backstop: 1 engine"
-                    ),
-                    ..Row::default()
-                });
-            }
+            drop(file);
             if let Some(v) = v {
+                let drain1 = ours(&format!("drain {n}, 1 engine"));
+                let f = |k: &str| v[k].as_f64().unwrap_or(0.0);
                 out.push(Row {
                     backend: t.backend.into(),
                     scenario: format!("vs apalis: drain ({peer_n} for apalis)"),
-                    tps: ours(&format!("drain {n}, 1 engine")).and_then(|r| r.tps),
+                    tps: drain1.as_ref().and_then(|r| r.tps),
                     base_tps: v["tps"].as_f64(),
+                    rss_mb: drain1.as_ref().map_or(0.0, |r| r.rss_mb),
+                    cpu_s: drain1.as_ref().map_or(0.0, |r| r.cpu_s),
                     note: "“raw” column is apalis-sqlite 1.0, default config; backstop: 1 engine"
                         .into(),
+                    peer: Some("apalis 1.0".into()),
+                    cost: Some(sys::Cost {
+                        tasks: n,
+                        peer_tasks: peer_n,
+                        peer_rss_mb: f("rss_mb"),
+                        peer_cpu_s: f("cpu_s"),
+                        ..sys::Cost::default()
+                    }),
                     ..Row::default()
                 });
             }
@@ -1417,7 +1468,7 @@ async fn main() {
             if a.runs("apalis") {
                 rows.extend(peer(&t, &rows, a.drain_tasks).await.into_iter().map(report));
             }
-            if t.backend == "postgres" && a.runs("peers") {
+            if matches!(t.backend, "postgres" | "sqlite") && a.runs("peers") {
                 let sizes = if a.smoke {
                     vec![200]
                 } else {
@@ -1435,7 +1486,7 @@ async fn main() {
 /// Write the results so far (after each backend, so that a failure later in the run
 /// keeps what was measured); the markdown.
 fn write_results(a: &Args, rows: &[Row], servers: &[String]) -> String {
-    let md = sys::markdown(rows, a.smoke, a.drain_tasks, servers);
+    let md = sys::markdown(rows, a.smoke, a.drain_tasks, servers) + &peer_report::markdown(rows);
     let json = sys::json(rows, a.smoke, a.drain_tasks, servers);
     std::fs::create_dir_all(&a.out).expect("out dir");
     let name = match (a.smoke, a.durable) {
@@ -1445,5 +1496,13 @@ fn write_results(a: &Args, rows: &[Row], servers: &[String]) -> String {
     };
     std::fs::write(a.out.join(format!("{name}.md")), &md).expect("write md");
     std::fs::write(a.out.join(format!("{name}.json")), json).expect("write json");
+    let title = format!(
+        "backstop beside its peers: {name} run, commit {}, {}",
+        sys::commit(),
+        sys::machine_line()
+    );
+    if let Some(svg) = peer_report::svg(rows, &title) {
+        std::fs::write(a.out.join(format!("{name}-peers.svg")), svg).expect("write svg");
+    }
     md
 }

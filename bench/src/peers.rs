@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-use crate::sys::Row;
+use crate::meter::{self, Meter};
+use crate::sys::{Cost, Row};
 use crate::Target;
 
 const GRAPHILE_DIR: &str = "bench/peer-graphile";
@@ -42,13 +43,19 @@ async fn pg(url: &str) -> tokio_postgres::Client {
 }
 
 /// graphile-worker's drain of `n` jobs by `processes` Node.js processes (each a pool of
-/// `concurrency` with a local queue of 500 and batched completion): jobs/s.
+/// `concurrency` with a local queue of 500 and batched completion).
 ///
 /// The pools start on an empty table; then the jobs are added in one transaction
 /// (`add_jobs`, which notifies the pools at its commit), and the clock starts at that
 /// commit. It stops when the jobs table is empty: graphile-worker deletes a job when it
-/// records its completion.
-async fn graphile_drain(url: &str, n: usize, processes: usize, concurrency: usize) -> Option<f64> {
+/// records its completion. The processes' peak RSS (summed) and CPU are measured from
+/// just before that commit.
+async fn graphile_drain(
+    url: &str,
+    n: usize,
+    processes: usize,
+    concurrency: usize,
+) -> Option<Drain> {
     let (node, script) = graphile()?;
     let mut c = pg(url).await;
     c.batch_execute(
@@ -115,6 +122,11 @@ async fn graphile_drain(url: &str, n: usize, processes: usize, concurrency: usiz
         .await
         .expect("add jobs");
     }
+    let meters: Vec<Meter> = children
+        .iter()
+        .filter_map(|c| c.id().map(Meter::of))
+        .collect();
+    let server0 = meter::server_cpu("postgres");
     tx.commit().await.expect("commit");
     let started = Instant::now();
     // near the end (the last < 1000 per process are not reported), poll the table
@@ -137,6 +149,11 @@ async fn graphile_drain(url: &str, n: usize, processes: usize, concurrency: usiz
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let elapsed = started.elapsed();
+    let server_cpu_s = meter::server_cpu("postgres") - server0;
+    let (rss_mb, cpu_s) = meters
+        .iter()
+        .map(Meter::stop)
+        .fold((0.0, 0.0), |(r, c), (r1, c1)| (r + r1, c + c1));
     for mut child in children {
         if let Some(pid) = child.id() {
             let _ = std::process::Command::new("kill")
@@ -145,7 +162,13 @@ async fn graphile_drain(url: &str, n: usize, processes: usize, concurrency: usiz
         }
         let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
     }
-    Some(n as f64 / elapsed.as_secs_f64())
+    Some(Drain {
+        tasks: n,
+        tps: n as f64 / elapsed.as_secs_f64(),
+        rss_mb,
+        cpu_s,
+        server_cpu_s,
+    })
 }
 
 /// graphile-worker's latency, one job at a time: the commit of `add_job` → the task
@@ -171,9 +194,9 @@ async fn graphile_latency(url: &str, n: usize) -> Option<[f64; 4]> {
 }
 
 /// apalis-postgres's drain (batch 100, concurrency 64 per worker) by `workers` workers on
-/// one pool: tasks/s.
-fn apalis_drain(url: &str, n: usize, workers: usize) -> Option<f64> {
-    let (n, w) = (n.to_string(), workers.to_string());
+/// one pool.
+fn apalis_drain(url: &str, n: usize, workers: usize) -> Option<Drain> {
+    let (tasks, w) = (n.to_string(), workers.to_string());
     let v = crate::run_peer(&[
         "--backend",
         "postgres",
@@ -182,12 +205,12 @@ fn apalis_drain(url: &str, n: usize, workers: usize) -> Option<f64> {
         "--mode",
         "drain",
         "--tasks",
-        &n,
+        &tasks,
         "--tuned",
         "--workers",
         &w,
     ])?;
-    v["tps"].as_f64()
+    Drain::of(n, &v)
 }
 
 /// River's Rust client (`bench/peer-river`, riverqueue 0.5), built by scripts/bench.
@@ -209,22 +232,23 @@ fn river(
 }
 
 /// River's drain of `n` jobs by `clients` clients of `workers` workers each, fetch
-/// cooldown `cooldown_ms`: jobs/s, counted when the database records them completed.
-pub(crate) fn river_drain(
+/// cooldown `cooldown_ms`, counted when the database records them completed; `warm`:
+/// the clients start before the jobs are inserted (in one transaction), and the clock
+/// starts at its commit.
+fn river_drain(
     backend: &str,
     url: &str,
     n: usize,
-    clients: usize,
-    workers: usize,
-    cooldown_ms: u64,
-) -> Option<f64> {
+    (clients, workers, cooldown_ms, warm): RiverConfig,
+) -> Option<Drain> {
     let args = [
         ("--tasks", n.to_string()),
         ("--clients", clients.to_string()),
         ("--workers", workers.to_string()),
         ("--cooldown-ms", cooldown_ms.to_string()),
+        ("--start", if warm { "warm" } else { "cold" }.to_owned()),
     ];
-    river(backend, url, "drain", &args)?["tps"].as_f64()
+    Drain::of(n, &river(backend, url, "drain", &args)?)
 }
 
 /// River's `insert_many` of `n` jobs in batches of `batch`: jobs/s.
@@ -248,87 +272,224 @@ fn river_latency(url: &str, n: usize, gap_ms: u64) -> Option<[f64; 4]> {
 
 /// River's configurations of a drain, as its docs and the sweep suggest:
 /// (clients, workers per client, fetch cooldown ms).
-const RIVER_CONFIGS: &[(usize, usize, u64)] =
-    &[(1, 500, 1), (1, 1000, 1), (2, 500, 1), (1, 1000, 100)];
+const RIVER_CONFIGS: &[RiverConfig] = &[
+    (1, 500, 1, false),
+    (1, 1000, 1, false),
+    (2, 500, 1, false),
+    (1, 1000, 100, false),
+    (1, 1000, 1, true),
+    (2, 500, 1, true),
+];
 
-/// The best of several configurations: its rate and name, and every one's, for the note.
+/// A River drain's configuration: clients, workers per client, fetch cooldown (ms), and
+/// whether the clients start warm (see [`river_drain`]).
+type RiverConfig = (usize, usize, u64, bool);
+
+/// One side's drain: its rate and what it cost, over `tasks` tasks.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Drain {
+    pub tasks: usize,
+    pub tps: f64,
+    /// Peak RSS of the side's process(es), MB, and their CPU seconds.
+    pub rss_mb: f64,
+    pub cpu_s: f64,
+    /// The database server's CPU seconds (0 on SQLite).
+    pub server_cpu_s: f64,
+}
+
+impl Drain {
+    /// A peer binary's JSON (`tps`, `rss_mb`, `cpu_s`, `server_cpu_s`) for `tasks` tasks.
+    fn of(tasks: usize, v: &serde_json::Value) -> Option<Drain> {
+        let f = |k: &str| v[k].as_f64().unwrap_or(0.0);
+        Some(Drain {
+            tasks,
+            tps: v["tps"].as_f64()?,
+            rss_mb: f("rss_mb"),
+            cpu_s: f("cpu_s"),
+            server_cpu_s: f("server_cpu_s"),
+        })
+    }
+}
+
+/// The best of several configurations: its drain and name, and every one's rate, for the
+/// note.
 #[derive(Default)]
 struct Best {
-    best: Option<(f64, String)>,
+    best: Option<(Drain, String)>,
     all: Vec<String>,
 }
 
 impl Best {
-    fn add(&mut self, config: String, tps: Option<f64>) {
-        match tps {
-            Some(tps) => {
-                self.all.push(format!("{config} {tps:.0}/s"));
-                if self.best.as_ref().is_none_or(|(b, _)| tps > *b) {
-                    self.best = Some((tps, config));
+    fn add(&mut self, config: String, drain: Option<Drain>) {
+        match drain {
+            Some(d) => {
+                self.all.push(format!("{config} {:.0}/s", d.tps));
+                if self.best.as_ref().is_none_or(|(b, _)| d.tps > b.tps) {
+                    self.best = Some((d, config));
                 }
             }
             None => self.all.push(format!("{config} did not run")),
         }
     }
-    fn tps(&self) -> Option<f64> {
-        self.best.as_ref().map(|b| b.0)
+    fn drain(&self) -> Option<&Drain> {
+        self.best.as_ref().map(|b| &b.0)
     }
     fn name(&self) -> String {
         self.best
             .as_ref()
             .map_or_else(|| "none".into(), |b| b.1.clone())
     }
+
+    /// The row of this peer beside `ours`, both at their best.
+    fn row(&self, t: &Target, ours: &Best, peer: &str, about: &str) -> Row {
+        let (mine, theirs) = (ours.drain(), self.drain());
+        Row {
+            backend: t.backend.into(),
+            scenario: format!("vs {peer} at its best: {}", self.name()),
+            tps: mine.map(|d| d.tps),
+            base_tps: theirs.map(|d| d.tps),
+            rss_mb: mine.map_or(0.0, |d| d.rss_mb),
+            cpu_s: mine.map_or(0.0, |d| d.cpu_s),
+            note: format!(
+                "“raw” column is {about}; best of: {}",
+                if self.all.is_empty() {
+                    "not installed".into()
+                } else {
+                    self.all.join("; ")
+                }
+            ),
+            peer: Some(peer.into()),
+            cost: match (mine, theirs) {
+                (Some(m), Some(p)) => Some(Cost {
+                    tasks: m.tasks,
+                    server_cpu_s: m.server_cpu_s,
+                    peer_tasks: p.tasks,
+                    peer_rss_mb: p.rss_mb,
+                    peer_cpu_s: p.cpu_s,
+                    peer_server_cpu_s: p.server_cpu_s,
+                }),
+                _ => None,
+            },
+            ..Row::default()
+        }
+    }
 }
 
-/// The drains at their best and the latencies, backstop beside each peer (PostgreSQL).
+/// backstop's drains: (engines, claim size, warm). Cold: the tasks are inserted first and
+/// the clock starts with the engines (as River's drain); warm: the engines run first and
+/// the clock starts at the tasks' commit (as graphile-worker's).
+const OUR_CONFIGS: [(usize, usize, bool); 8] = [
+    (1, 100, false),
+    (1, 500, false),
+    (2, 500, false),
+    (4, 500, false),
+    (8, 500, false),
+    (1, 500, true),
+    (2, 500, true),
+    (4, 500, true),
+];
+
+/// backstop's drain of `n` due tasks by `engines` engines claiming `batch` at a time.
+async fn ours(t: &Target, n: usize, engines: usize, batch: usize, warm: bool) -> Drain {
+    let d = match warm {
+        true => crate::backstop_drain_warm(t, engines, n, batch).await,
+        false => crate::backstop_drain(t, engines, n, None, batch).await,
+    };
+    Drain {
+        tasks: n,
+        tps: n as f64 / d.elapsed.as_secs_f64(),
+        rss_mb: d.rss_mb,
+        cpu_s: d.cpu_s,
+        server_cpu_s: d.server_cpu_s,
+    }
+}
+
+/// A SQLite file for a peer's run, removed with its WAL when dropped.
+pub(crate) struct LiteFile(pub String);
+
+impl LiteFile {
+    pub(crate) fn new(name: &str) -> LiteFile {
+        let file = std::env::temp_dir().join(format!("backstop-{name}-{}.db", std::process::id()));
+        LiteFile(file.display().to_string())
+    }
+}
+
+impl Drop for LiteFile {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", self.0));
+        }
+    }
+}
+
+/// The drains at their best and the latencies, backstop beside each peer: on PostgreSQL
+/// graphile-worker, apalis and River; on SQLite River (apalis-sqlite's drain is a row of
+/// the `apalis` scenario: at ~80 jobs/s a sweep would take an hour).
 pub async fn at_best(t: &Target, rows: &[Row], sizes: &[usize], rounds: usize) -> Vec<Row> {
-    let mut ours = Best::default();
-    let mut theirs = Best::default();
+    let pg = t.backend == "postgres";
+    let mut mine = Best::default();
+    let mut graphile_best = Best::default();
     let mut apalis = Best::default();
     let mut river = Best::default();
     let graphile_ready = match graphile() {
-        Some((node, script)) => Command::new(node)
+        Some((node, script)) if pg => Command::new(node)
             .arg(script)
             .args(["migrate", "--url", &t.url])
             .status()
             .await
             .is_ok_and(|s| s.success()),
-        None => false,
+        _ => false,
     };
     for &n in sizes {
-        for (engines, batch) in [(1, 100), (1, 500), (2, 500), (4, 500)] {
+        for (engines, batch, warm) in OUR_CONFIGS {
             for _ in 0..rounds {
-                let (elapsed, _, _) = crate::backstop_drain(t, engines, n, None, batch).await;
-                ours.add(
-                    format!("{n} tasks, {engines} engine(s), claims of {batch}"),
-                    Some(n as f64 / elapsed.as_secs_f64()),
+                mine.add(
+                    format!(
+                        "{n} tasks, {engines} engine(s), claims of {batch}{}",
+                        if warm { ", warm" } else { "" }
+                    ),
+                    Some(ours(t, n, engines, batch, warm).await),
                 );
             }
         }
         if graphile_ready {
             for (processes, concurrency) in [(1, 32), (2, 32)] {
                 for _ in 0..rounds {
-                    let tps = graphile_drain(&t.url, n, processes, concurrency).await;
-                    theirs.add(
+                    let d = graphile_drain(&t.url, n, processes, concurrency).await;
+                    graphile_best.add(
                         format!("{n} jobs, {processes} process(es) × concurrency {concurrency}"),
-                        tps,
+                        d,
                     );
                 }
             }
         }
-        for workers in [1, 4] {
-            apalis.add(
-                format!("{n} tasks, {workers} worker(s)"),
-                apalis_drain(&t.url, n, workers),
-            );
+        if pg {
+            for workers in [1, 4] {
+                apalis.add(
+                    format!("{n} tasks, {workers} worker(s)"),
+                    apalis_drain(&t.url, n, workers),
+                );
+            }
         }
-        for &(clients, workers, cooldown) in RIVER_CONFIGS {
+        for &config in RIVER_CONFIGS {
+            let (clients, workers, cooldown, warm) = config;
+            if !pg && clients > 1 {
+                // one SQLite file, one writer: River's SQLite example runs one client
+                continue;
+            }
             for _ in 0..rounds {
+                let lite = LiteFile::new("river");
+                let url = if pg {
+                    t.url.clone()
+                } else {
+                    format!("sqlite://{}", lite.0)
+                };
                 river.add(
                     format!(
-                        "{n} jobs, {clients} client(s) × {workers} workers, cooldown {cooldown} ms"
+                        "{n} jobs, {clients} client(s) × {workers} workers, cooldown {cooldown} ms{}",
+                        if warm { ", warm" } else { "" }
                     ),
-                    river_drain("postgres", &t.url, n, clients, workers, cooldown),
+                    river_drain(t.backend, &url, n, config),
                 );
             }
         }
@@ -336,44 +497,41 @@ pub async fn at_best(t: &Target, rows: &[Row], sizes: &[usize], rounds: usize) -
     t.raw.reset().await;
     let mut out = vec![Row {
         backend: t.backend.into(),
-        scenario: format!("drain at its best: {}", ours.name()),
-        tps: ours.tps(),
-        note: format!("best of: {}", ours.all.join("; ")),
+        scenario: format!("drain at its best: {}", mine.name()),
+        tps: mine.drain().map(|d| d.tps),
+        note: format!(
+            "cold: the tasks inserted first, the clock started with the engines; warm: the engines first, the tasks committed in one statement, the clock started at the commit; best of: {}",
+            mine.all.join("; ")
+        ),
         ..Row::default()
     }];
-    out.push(Row {
-        backend: t.backend.into(),
-        scenario: format!("vs graphile-worker 0.18 at its best: {}", theirs.name()),
-        tps: ours.tps(),
-        base_tps: theirs.tps(),
-        note: format!(
-            "“raw” column is graphile-worker 0.18.0 (Node.js 22, local queue 500, batched completion), best of: {}",
-            if graphile_ready { theirs.all.join("; ") } else { "not installed".into() }
-        ),
-        ..Row::default()
-    });
-    out.push(Row {
-        backend: t.backend.into(),
-        scenario: format!("vs apalis 1.0 at its best: {}", apalis.name()),
-        tps: ours.tps(),
-        base_tps: apalis.tps(),
-        note: format!(
-            "“raw” column is apalis-postgres 1.0 (batch 100, concurrency 64 per worker), best of: {}",
-            apalis.all.join("; ")
-        ),
-        ..Row::default()
-    });
-    out.push(Row {
-        backend: t.backend.into(),
-        scenario: format!("vs River (Rust) 0.5 at its best: {}", river.name()),
-        tps: ours.tps(),
-        base_tps: river.tps(),
-        note: format!(
-            "“raw” column is riverqueue 0.5 (sqlx), jobs inserted first, counted completed in the database, best of: {}",
-            river.all.join("; ")
-        ),
-        ..Row::default()
-    });
+    if pg {
+        out.push(graphile_best.row(
+            t,
+            &mine,
+            "graphile-worker 0.18",
+            "graphile-worker 0.18.0 (Node.js 22, local queue 500, batched completion)",
+        ));
+        out.push(apalis.row(
+            t,
+            &mine,
+            "apalis 1.0",
+            "apalis-postgres 1.0 (batch 100, concurrency 64 per worker)",
+        ));
+    }
+    out.push(river.row(
+        t,
+        &mine,
+        "River (Rust) 0.5",
+        if pg {
+            "riverqueue 0.5 (sqlx), counted completed in the database; cold: the jobs inserted first, the clock started with the clients; warm: the clients first, the jobs inserted in one transaction, the clock started at its commit"
+        } else {
+            "riverqueue 0.5 on SQLite (WAL, as its example), counted completed in the database; cold and warm as on PostgreSQL"
+        },
+    ));
+    if !pg {
+        return out;
+    }
     let count = if sizes.iter().all(|&n| n < 1000) {
         20
     } else {
@@ -391,6 +549,7 @@ pub async fn at_best(t: &Target, rows: &[Row], sizes: &[usize], rounds: usize) -
                 lat: woken.and_then(|r| r.lat),
                 base_lat: Some(base),
                 note: "backstop: commit in A → start in B, woken by NOTIFY (the wake-up row); “raw” latency is graphile-worker 0.18 (LISTEN): commit of add_job → task start".into(),
+                peer: Some("graphile-worker 0.18".into()),
                 ..Row::default()
             });
         }
@@ -417,6 +576,7 @@ fn river_rows(t: &Target, rows: &[Row], count: usize, n: usize) -> Vec<Row> {
                 lat: ours(prefix).and_then(|r| r.lat),
                 base_lat: Some(base),
                 note: "backstop: commit in A → start in B, woken by NOTIFY; “raw” latency is riverqueue 0.5 (insert notifications, fetch cooldown 1 ms): insert's commit in one client → worker start in another".into(),
+                peer: Some("River (Rust) 0.5".into()),
                 ..Row::default()
             });
         }
@@ -436,6 +596,7 @@ fn river_rows(t: &Target, rows: &[Row], count: usize, n: usize) -> Vec<Row> {
                 "backstop: {}; “raw” column is riverqueue 0.5 insert_many, one transaction a batch",
                 ours.map_or("not measured".into(), |r| r.scenario.clone())
             ),
+            peer: Some("River (Rust) 0.5".into()),
             ..Row::default()
         });
     }

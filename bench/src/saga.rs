@@ -272,5 +272,6 @@ pub(crate) async fn saga_vs_chain(t: &Target, n: usize, one_by_one: usize, round
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
+        ..Row::default()
     }
 }

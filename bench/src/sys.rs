@@ -1,6 +1,5 @@
-//! Process measurements (peak RSS, CPU seconds), machine facts, and the report.
-
-use std::time::Instant;
+//! The results: one row per measurement, machine facts, and the report (markdown, JSON,
+//! and the peers' table and chart).
 
 /// One line of the results.
 #[derive(Debug, Clone, Default)]
@@ -20,47 +19,46 @@ pub struct Row {
     /// CPU seconds of this process during the backstop run.
     pub cpu_s: f64,
     pub note: String,
+    /// A peer library in the "raw" columns (its name and version), not raw SQL.
+    pub peer: Option<String>,
+    /// What the peer's side costs, and the database server's CPU on each side, for the
+    /// peers' table: filled by the peer drains only.
+    pub cost: Option<Cost>,
 }
 
-/// Peak RSS and CPU time of this process over a stretch of the run.
-pub struct Meter {
-    cpu0: f64,
-    _t0: Instant,
+/// The cost of the two sides of a drain beside a peer (backstop's RSS and CPU are the
+/// row's own).
+#[derive(Debug, Clone, Default)]
+pub struct Cost {
+    /// The tasks of backstop's drain.
+    pub tasks: usize,
+    /// The database server's CPU seconds during backstop's drain (0 for SQLite).
+    pub server_cpu_s: f64,
+    /// The tasks of the peer's drain.
+    pub peer_tasks: usize,
+    /// The peer's process(es): peak RSS MB (summed over its processes) and CPU seconds.
+    pub peer_rss_mb: f64,
+    pub peer_cpu_s: f64,
+    /// The database server's CPU seconds during the peer's drain.
+    pub peer_server_cpu_s: f64,
 }
 
-fn cpu_seconds() -> f64 {
-    // utime + stime, fields 14 and 15 of /proc/self/stat, in clock ticks (100 Hz on Linux).
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit(')').next().unwrap_or_default();
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
-}
+pub use crate::meter::Meter;
 
-fn peak_rss_mb() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|kb| kb.parse::<f64>().ok())
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(0.0)
-}
-
-impl Meter {
-    pub fn start() -> Meter {
-        // Reset the peak RSS counter (Linux ≥ 4.0).
-        let _ = std::fs::write("/proc/self/clear_refs", "5");
-        Meter {
-            cpu0: cpu_seconds(),
-            _t0: Instant::now(),
-        }
-    }
-
-    /// (peak RSS MB, CPU seconds) since `start`.
-    pub fn stop(self) -> (f64, f64) {
-        (peak_rss_mb(), cpu_seconds() - self.cpu0)
+/// The commit measured: `git rev-parse --short HEAD`, with "+ changes" when the work tree
+/// differs from it outside the results; "unknown" outside a git checkout.
+pub fn commit() -> String {
+    let git = |args: &[&str]| std::process::Command::new("git").args(args).output().ok();
+    let Some(head) = git(&["rev-parse", "--short", "HEAD"]).filter(|o| o.status.success()) else {
+        return "unknown".into();
+    };
+    let head = String::from_utf8_lossy(&head.stdout).trim().to_owned();
+    let changed = git(&["diff", "--quiet", "HEAD", "--", ".", ":!bench/results"])
+        .is_some_and(|o| !o.status.success());
+    if changed {
+        format!("{head} + changes")
+    } else {
+        head
     }
 }
 
@@ -90,6 +88,12 @@ fn num(v: Option<f64>) -> String {
     v.map(|x| format!("{x:.0}")).unwrap_or_else(|| "–".into())
 }
 
+/// The machine in a few words: "2 cores of Intel(R) Xeon(R) …, 24 GiB".
+pub fn machine_line() -> String {
+    let (model, cores, mem) = machine();
+    format!("{cores} cores of {model}, {mem:.0} GiB")
+}
+
 pub fn markdown(rows: &[Row], smoke: bool, drain: usize, servers: &[String]) -> String {
     let (model, cores, mem) = machine();
     let mut s = String::new();
@@ -105,8 +109,9 @@ pub fn markdown(rows: &[Row], smoke: bool, drain: usize, servers: &[String]) -> 
         s.push_str(&format!("- {sv}\n"));
     }
     s.push_str(&format!(
-        "- drain size {drain}; backstop {}\n\n",
-        env!("CARGO_PKG_VERSION")
+        "- drain size {drain}; backstop {} at commit {}\n\n",
+        env!("CARGO_PKG_VERSION"),
+        commit()
     ));
     s.push_str("| backend | scenario | backstop tasks/s | raw SQL tasks/s | ratio | p50 / p99 ms | raw p50 / p99 ms | peak RSS MB | CPU s | notes |\n");
     s.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n");
@@ -155,7 +160,7 @@ pub fn json(rows: &[Row], smoke: bool, drain: usize, servers: &[String]) -> Stri
     let out = serde_json::json!({
         "machine": {"cpu": model, "cores": cores, "memory_gib": mem},
         "servers": servers,
-        "settings": {"smoke": smoke, "drain_tasks": drain, "backstop": env!("CARGO_PKG_VERSION")},
+        "settings": {"smoke": smoke, "drain_tasks": drain, "backstop": env!("CARGO_PKG_VERSION"), "commit": commit()},
         "results": rows.iter().map(|r| serde_json::json!({
             "backend": r.backend,
             "scenario": r.scenario,
@@ -167,6 +172,15 @@ pub fn json(rows: &[Row], smoke: bool, drain: usize, servers: &[String]) -> Stri
             "peak_rss_mb": r.rss_mb,
             "cpu_s": r.cpu_s,
             "note": r.note,
+            "peer": r.peer,
+            "cost": r.cost.as_ref().map(|c| serde_json::json!({
+                "tasks": c.tasks,
+                "server_cpu_s": c.server_cpu_s,
+                "peer_tasks": c.peer_tasks,
+                "peer_rss_mb": c.peer_rss_mb,
+                "peer_cpu_s": c.peer_cpu_s,
+                "peer_server_cpu_s": c.peer_server_cpu_s,
+            })),
         })).collect::<Vec<_>>(),
     });
     serde_json::to_string_pretty(&out).unwrap_or_default()

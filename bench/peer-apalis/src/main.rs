@@ -3,7 +3,12 @@
 //! `peer-apalis --backend postgres|sqlite --url URL --mode drain|latency --tasks N [--tuned]
 //! [--workers W]` prints one JSON object: tasks/s for a drain, latency percentiles (ms) for
 //! latency. A PostgreSQL drain runs W workers (default 1) on one pool and counts a task
-//! when the database records it done.
+//! when the database records it done. A drain also reports this process's peak RSS and CPU
+//! seconds over it (`rss_mb`, `cpu_s`; on PostgreSQL the server's, `server_cpu_s`), by the
+//! bench's own meter (`bench/src/meter.rs`).
+
+#[path = "../../src/meter.rs"]
+mod meter;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -100,6 +105,8 @@ async fn pg_drain(a: &Args) -> serde_json::Value {
         .execute(&pool)
         .await
         .expect("analyze");
+    let server0 = meter::server_cpu("postgres");
+    let m = meter::Meter::start();
     let started = Instant::now();
     for w in 0..a.workers {
         let worker = WorkerBuilder::new(format!("peer-{}-{w}", std::process::id()))
@@ -129,7 +136,12 @@ async fn pg_drain(a: &Args) -> serde_json::Value {
         tokio::time::sleep(Duration::from_millis(if near { 2 } else { 10 })).await;
     }
     let elapsed = started.elapsed();
-    let out = serde_json::json!({"tps": a.tasks as f64 / elapsed.as_secs_f64()});
+    let (rss_mb, cpu_s) = m.stop();
+    let out = serde_json::json!({
+        "tps": a.tasks as f64 / elapsed.as_secs_f64(),
+        "rss_mb": rss_mb, "cpu_s": cpu_s,
+        "server_cpu_s": meter::server_cpu("postgres") - server0,
+    });
     println!("{out}");
     // the workers run on: leave without waiting for them
     std::process::exit(0)
@@ -158,7 +170,10 @@ async fn pg_latency(a: &Args) -> serde_json::Value {
         let (starts, hist) = (Arc::clone(&s2), Arc::clone(&h2));
         async move {
             // handler start, matched after the run with when the push (commit) returned
-            starts.lock().expect("lock").push((id | HANDLER_BIT, Instant::now()));
+            starts
+                .lock()
+                .expect("lock")
+                .push((id | HANDLER_BIT, Instant::now()));
             let _ = &hist;
             if DONE.fetch_add(1, Ordering::SeqCst) + 1 >= n {
                 let _ = wrk.stop();
@@ -193,7 +208,10 @@ async fn pg_latency(a: &Args) -> serde_json::Value {
         let mut h = hist.lock().expect("lock");
         for &(id, committed) in all.iter().filter(|(id, _)| id & HANDLER_BIT == 0) {
             if let Some(&(_, began)) = all.iter().find(|(x, _)| *x == id | HANDLER_BIT) {
-                let us = began.saturating_duration_since(committed).as_micros().max(1) as u64;
+                let us = began
+                    .saturating_duration_since(committed)
+                    .as_micros()
+                    .max(1) as u64;
                 let _ = h.record(us);
             }
         }
@@ -205,9 +223,8 @@ async fn pg_latency(a: &Args) -> serde_json::Value {
 
 async fn sqlite_drain(a: &Args) -> serde_json::Value {
     use apalis_sqlite::SqliteStorage;
-    let opts: sqlx::sqlite::SqliteConnectOptions = format!("sqlite://{}?mode=rwc", a.url)
-        .parse()
-        .expect("url");
+    let opts: sqlx::sqlite::SqliteConnectOptions =
+        format!("sqlite://{}?mode=rwc", a.url).parse().expect("url");
     let pool = sqlx::sqlite::SqlitePoolOptions::new()
         .max_connections(4)
         .connect_with(opts.journal_mode(sqlx::sqlite::SqliteJournalMode::Wal))
@@ -221,11 +238,16 @@ async fn sqlite_drain(a: &Args) -> serde_json::Value {
     let mut items = stream::iter(0..a.tasks as u64);
     backend.push_stream(&mut items).await.expect("push");
     TARGET.store(a.tasks, Ordering::SeqCst);
+    let m = meter::Meter::start();
     let started = Instant::now();
     let worker = WorkerBuilder::new(format!("peer-{}", std::process::id()))
         .backend(backend)
         .parallelize(tokio::spawn)
         .build(count);
     worker.run().await.expect("worker");
-    serde_json::json!({"tps": a.tasks as f64 / started.elapsed().as_secs_f64()})
+    let elapsed = started.elapsed();
+    let (rss_mb, cpu_s) = m.stop();
+    serde_json::json!({
+        "tps": a.tasks as f64 / elapsed.as_secs_f64(), "rss_mb": rss_mb, "cpu_s": cpu_s,
+    })
 }

@@ -3,18 +3,25 @@
 //!
 //! `peer-river --backend postgres|sqlite --url URL --mode drain|insert|latency
 //! [--tasks N] [--clients C] [--workers W] [--cooldown-ms M] [--batch B] [--gap-ms G]
-//! [--pool P]`
+//! [--pool P] [--start cold|warm]`
 //! prints one JSON object:
 //! - `drain`: N no-op jobs inserted first (`insert_many`), then C clients of W workers
 //!   each (a pool of P connections, default 40) with a fetch cooldown of M ms start,
-//!   and the clock runs until the database
-//!   records every job `completed`: `{"tps": …}`;
+//!   and the clock runs until the database (with `--start warm` the clients start first, on an
+//!   empty table; the jobs are inserted in one transaction and the clock starts at its
+//!   commit, as the bench measures graphile-worker)
+//!   records every job `completed`: `{"tps": …, "rss_mb": …, "cpu_s": …,
+//!   "server_cpu_s": …}` (this process's peak RSS and CPU seconds over the drain, and the
+//!   PostgreSQL server's CPU seconds: the bench's own meter, `bench/src/meter.rs`);
 //! - `insert`: N jobs by `insert_many` in batches of B, one transaction each:
 //!   `{"tps": …}`;
 //! - `latency`: N jobs one at a time, inserted by one client and worked by another
 //!   (insert notifications, fetch cooldown M ms), from the insert's commit to the
 //!   worker's start; G ms between jobs, or with G = 0 each insert right after the
 //!   previous start: `{"p50_ms": …, "p95_ms": …, "p99_ms": …, "max_ms": …}`.
+
+#[path = "../../src/meter.rs"]
+mod meter;
 
 use std::str::FromStr;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -39,6 +46,9 @@ struct Args {
     gap: Duration,
     /// Connections in each working client's pool.
     pool: u32,
+    /// A warm drain: the clients start on an empty table, the jobs are inserted in one
+    /// transaction, and the clock starts at its commit.
+    warm: bool,
 }
 
 fn args() -> Args {
@@ -53,6 +63,7 @@ fn args() -> Args {
         batch: 1000,
         gap: Duration::ZERO,
         pool: 40,
+        warm: false,
     };
     let mut it = std::env::args().skip(1);
     let value = |it: &mut std::iter::Skip<std::env::Args>| it.next().expect("a value");
@@ -70,6 +81,7 @@ fn args() -> Args {
             "--batch" => a.batch = value(&mut it).parse().expect("number"),
             "--gap-ms" => a.gap = Duration::from_millis(value(&mut it).parse().expect("number")),
             "--pool" => a.pool = value(&mut it).parse().expect("number"),
+            "--start" => a.warm = value(&mut it) == "warm",
             other => panic!("unknown argument {other}"),
         }
     }
@@ -211,26 +223,63 @@ async fn insert_all(client: &Client, n: usize, batch: usize) {
     }
 }
 
+/// `n` jobs by `insert_many` in batches of `batch`, all in one transaction.
+async fn insert_in_one_tx(db: &Db, client: &Client, n: usize, batch: usize) {
+    macro_rules! in_tx {
+        ($pool:expr) => {{
+            let mut tx = $pool.begin().await.expect("begin");
+            let mut i = 0;
+            while i < n {
+                let to = (i + batch).min(n);
+                client
+                    .insert_many((i..to).map(|i| Count { i: i as u64 }))
+                    .tx(&mut tx)
+                    .await
+                    .expect("insert_many");
+                i = to;
+            }
+            tx.commit().await.expect("commit");
+        }};
+    }
+    match db {
+        Db::Pg(p) => in_tx!(p),
+        Db::Lite(p) => in_tx!(p),
+    }
+}
+
 async fn drain(a: &Args) -> serde_json::Value {
     let db = Db::open(a, 4).await;
     db.migrate_and_clear().await;
-    insert_all(
-        &db.client(None, 0, a.cooldown),
-        a.tasks,
-        10_000.min(a.batch.max(1000)),
-    )
-    .await;
+    let inserter = db.client(None, 0, a.cooldown);
+    let batch = 10_000.min(a.batch.max(1000));
+    if !a.warm {
+        insert_all(&inserter, a.tasks, batch).await;
+    }
     let mut runs = Vec::new();
     // each client a pool of its own, as separate processes would have
     let mut dbs = Vec::new();
     for _ in 0..a.clients {
         dbs.push(Db::open(a, a.pool).await);
     }
-    let started = Instant::now();
+    let server = || match a.backend.as_str() {
+        "postgres" => meter::server_cpu("postgres"),
+        _ => 0.0,
+    };
+    let mut clock = (!a.warm).then(|| (server(), meter::Meter::start(), Instant::now()));
     for d in &dbs {
         let c = d.client(Some(count_workers()), a.workers, a.cooldown);
         runs.push(c.start().expect("start"));
     }
+    let (server0, m, started) = match clock.take() {
+        Some(clock) => clock,
+        None => {
+            for r in &mut runs {
+                r.wait_ready().await.expect("ready");
+            }
+            insert_in_one_tx(&db, &inserter, a.tasks, batch).await;
+            (server(), meter::Meter::start(), Instant::now())
+        }
+    };
     loop {
         if db.completed().await >= a.tasks as i64 {
             break;
@@ -238,10 +287,15 @@ async fn drain(a: &Args) -> serde_json::Value {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let elapsed = started.elapsed();
+    let (rss_mb, cpu_s) = m.stop();
+    let server_cpu_s = server() - server0;
     for mut r in runs {
         let _ = r.stop().await;
     }
-    serde_json::json!({ "tps": a.tasks as f64 / elapsed.as_secs_f64() })
+    serde_json::json!({
+        "tps": a.tasks as f64 / elapsed.as_secs_f64(),
+        "rss_mb": rss_mb, "cpu_s": cpu_s, "server_cpu_s": server_cpu_s,
+    })
 }
 
 async fn insert(a: &Args) -> serde_json::Value {
