@@ -87,6 +87,8 @@ pub(crate) struct Sql {
     pub insert: String,
     /// The batch enqueue's multi-row inserts, by row count.
     pub insert_rows: InsertTexts,
+    /// As `insert_rows`, one per shared layout of [`LAYOUTS`].
+    pub insert_rows_shared: [InsertTexts; 2],
     /// ?1 event_type ?2 biz_key ?3 now: the task holding the key: id, status, age ms.
     pub existing: String,
     /// ?1 id: free the key a finished task holds.
@@ -212,6 +214,38 @@ pub(crate) struct Sql {
 const INSERT_TUPLE: &str =
     "(?1, ?2, ?3, ?12, 0, ?4, ?5, ?6, ?7, COALESCE(max(?9, ?20), ?20 + ?8), 0,
     ?20, ?20, ?10, ?11, ?13, ?14, ?15, ?16, ?17, ?18, ?19)";
+
+/// The batch enqueue's shared layouts, fewest values bound per row first: the positions
+/// (in core's `insert_params`) that each row binds; the batch's other values are bound
+/// once, after all the rows (see [`shared_tuple`]). A chunk whose tasks agree on every
+/// other value takes the first layout that fits: a usual batch (one event type, one
+/// retry policy) binds only each row's key and payload, or with them its due time; a
+/// mixed one binds every value of every row ([`INSERT_TUPLE`]).
+pub(crate) const LAYOUTS: [&[usize]; 2] = [&[1, 2], &[1, 2, 7, 8]];
+
+/// [`INSERT_TUPLE`] renumbered for a layout that binds `own` on each row: the row's own
+/// values ?1… in `own`'s order, then the shared ones in their order, then the clock
+/// (?20, which stays last). (`values_rows` keeps placeholders above the row's count
+/// shared by every row.)
+pub(crate) fn shared_tuple(own: &[usize]) -> String {
+    let shared: Vec<usize> = (0..INSERT_PARAMS).filter(|p| !own.contains(p)).collect();
+    let mut pieces = INSERT_TUPLE.split('?');
+    let mut out = pieces.next().unwrap_or_default().to_owned();
+    for piece in pieces {
+        let digits = piece.bytes().take_while(u8::is_ascii_digit).count();
+        let n: usize = piece[..digits].parse().unwrap_or(0);
+        let p = n.wrapping_sub(1);
+        let k = match own.iter().position(|&o| o == p) {
+            Some(i) => i + 1,
+            None => match shared.iter().position(|&s| s == p) {
+                Some(i) => own.len() + i + 1,
+                None => n, // the clock
+            },
+        };
+        out.push_str(&format!("?{k}{}", &piece[digits..]));
+    }
+    out
+}
 
 /// Most rows of one of the batch enqueue's multi-row inserts.
 const INSERT_ROWS_MAX: usize = 256;
@@ -344,6 +378,15 @@ impl Sql {
             insert_rows: InsertTexts::new(INSERT_ROWS_MAX, |n| {
                 let rows = values_rows(Dialect::Sqlite, INSERT_TUPLE, INSERT_PARAMS, n);
                 format!("{insert_into} VALUES {rows} {INSERT_TAIL}")
+            }),
+            // the same per shared layout (`LAYOUTS`): two or four values bound a row, not
+            // nineteen
+            insert_rows_shared: LAYOUTS.map(|own| {
+                let tuple = shared_tuple(own);
+                InsertTexts::new(INSERT_ROWS_MAX, |n| {
+                    let rows = values_rows(Dialect::Sqlite, &tuple, own.len(), n);
+                    format!("{insert_into} VALUES {rows} {INSERT_TAIL}")
+                })
             }),
             existing: format!(
                 "SELECT id, status, ?3 - created_at FROM {t}
@@ -691,7 +734,7 @@ const MIGRATIONS: &[MigrationFile] = schema::migration_files!("../migrations");
 
 #[cfg(test)]
 mod tests {
-    use super::Sql;
+    use super::{shared_tuple, Sql, INSERT_PARAMS, INSERT_TUPLE};
     use rusqlite::{Connection, StatementStatus};
 
     /// No statement of this module binds a bare `LIMIT ?n` (see the module docs).
@@ -737,5 +780,25 @@ mod tests {
             assert_eq!(ids.len(), taken);
         }
         assert_eq!(claim.get_status(StatementStatus::RePrepare), 0);
+    }
+
+    #[test]
+    fn a_shared_layout_numbers_the_rows_values_first_then_the_shared_then_the_clock() {
+        let every: Vec<usize> = (0..INSERT_PARAMS).collect();
+        assert_eq!(
+            shared_tuple(&every),
+            INSERT_TUPLE,
+            "every value its row's own"
+        );
+        assert_eq!(
+            shared_tuple(&[1, 2, 7, 8]),
+            "(?5, ?1, ?2, ?12, 0, ?6, ?7, ?8, ?9, COALESCE(max(?4, ?20), ?20 + ?3), 0,
+    ?20, ?20, ?10, ?11, ?13, ?14, ?15, ?16, ?17, ?18, ?19)"
+        );
+        assert_eq!(
+            shared_tuple(&[1, 2]),
+            "(?3, ?1, ?2, ?12, 0, ?4, ?5, ?6, ?7, COALESCE(max(?9, ?20), ?20 + ?8), 0,
+    ?20, ?20, ?10, ?11, ?13, ?14, ?15, ?16, ?17, ?18, ?19)"
+        );
     }
 }

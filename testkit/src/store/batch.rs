@@ -121,6 +121,71 @@ pub async fn enqueue_many_stores_each_task_as_enqueue_does<H: Harness>(ctx: &Ctx
     assert_eq!(claimed, due.into_iter().collect::<HashSet<_>>());
 }
 
+/// enqueue_many: a batch whose tasks share every value but their key, payload and due
+/// time (one type, one retry policy, priority, timeout, tags, metadata, partition key),
+/// some with a delay and some without, then one whose tasks share their due time too:
+/// each row stores the shared values and its own (a backend may bind the shared values
+/// once per insert: SQLite does).
+pub async fn enqueue_many_stores_the_values_a_uniform_batch_shares<H: Harness>(ctx: &Ctx<H>) {
+    let policy = RetryPolicy::exponential(7, Duration::from_millis(1500))
+        .with_max_interval(Duration::from_secs(90));
+    let task = |key: String, i: usize| {
+        NewTask::new("U", key)
+            .json(&serde_json::json!({ "i": i }))
+            .retry(policy)
+            .priority(Priority::HIGH)
+            .timeout(Duration::from_secs(7))
+            .tags(["u", "batch"])
+            .metadata(&serde_json::json!({ "tenant": "acme" }))
+            .partition("p1")
+    };
+    // their own due times: every other one a minute away
+    let mixed: Vec<NewTask> = (0..300)
+        .map(|i| match i % 2 {
+            0 => task(format!("m{i}"), i).delay(MINUTE),
+            _ => task(format!("m{i}"), i),
+        })
+        .collect();
+    // one due time for all
+    let same: Vec<NewTask> = (0..300).map(|i| task(format!("s{i}"), i)).collect();
+    for (batch, delayed) in [(&mixed, true), (&same, false)] {
+        let got = ctx.store.enqueue_many(batch).await.unwrap();
+        let rows = assert_created(ctx, batch, &got).await;
+        for (i, t) in rows.iter().enumerate() {
+            let due = match delayed && i % 2 == 0 {
+                true => t.created_at + chrono_dur(MINUTE),
+                false => t.created_at,
+            };
+            assert!(
+                (t.next_run_at - due).num_milliseconds().abs() <= 1,
+                "task {i}: due at {}, expected {due}",
+                t.next_run_at
+            );
+            assert_eq!(
+                (
+                    t.retry,
+                    t.priority,
+                    t.timeout,
+                    &t.tags,
+                    t.partition.as_deref()
+                ),
+                (
+                    policy,
+                    Priority::HIGH,
+                    Some(Duration::from_secs(7)),
+                    &vec!["batch".to_owned(), "u".to_owned()],
+                    Some("p1")
+                ),
+                "task {i}"
+            );
+            let meta: serde_json::Value =
+                serde_json::from_str(t.metadata.as_deref().unwrap_or("null")).unwrap();
+            assert_eq!(meta, serde_json::json!({ "tenant": "acme" }), "task {i}");
+        }
+    }
+    assert_eq!(ctx.count_all().await, 600);
+}
+
 /// enqueue_many: duplicates are answered as `enqueue` answers them, whether the key is
 /// held before the batch (pending: its id; finished: a new task; pending with
 /// `replace_pending`: its payload replaced) or by an earlier task of the same batch; an
