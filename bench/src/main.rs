@@ -667,9 +667,14 @@ pub(crate) async fn backstop_drain(
         Some(k) => t.raw.bulk_insert_ordered(n, k).await,
         None => t.raw.bulk_insert(n, 0).await,
     }
-    let capacity = (192 * batch).div_ceil(100);
-    let engines = vec![(64, capacity); engines];
+    let engines = drain_engines(engines, batch);
     drain_due(t, &engines, n, batch, limit::Work::NONE, DRAIN_POLL, false).await
+}
+
+/// `engines` engines of the drains, each with concurrency 64 and room queued for nearly
+/// two claims of `batch`.
+fn drain_engines(engines: usize, batch: usize) -> Vec<(usize, usize)> {
+    vec![(64, (192 * batch).div_ceil(100)); engines]
 }
 
 /// As [`backstop_drain`] without order keys, warm: the engines run before the tasks are
@@ -681,8 +686,7 @@ pub(crate) async fn backstop_drain_warm(
     batch: usize,
 ) -> Drained {
     t.raw.reset().await;
-    let capacity = (192 * batch).div_ceil(100);
-    let engines = vec![(64, capacity); engines];
+    let engines = drain_engines(engines, batch);
     drain_due(t, &engines, n, batch, limit::Work::NONE, DRAIN_POLL, true).await
 }
 
