@@ -12,7 +12,7 @@ fn peer_rows(rows: &[Row]) -> impl Iterator<Item = (&Row, &str)> {
 }
 
 /// What a peer row measures, without the peer's name: "drain, each at its best" or the
-/// scenario's text after "vs <peer>: ".
+/// scenario's text after `vs <peer>: `.
 fn work(r: &Row) -> String {
     if r.scenario.contains(" at its best: ") {
         return "drain, each at its best".into();
