@@ -132,6 +132,39 @@ const BAR: f64 = 16.0;
 const OURS: &str = "#1f6feb";
 const THEIRS: &str = "#8c959f";
 
+/// One side of a panel: its name, colour, bars (width, opacity) and value.
+type Side<'a> = (&'a str, &'a str, Vec<(f64, f64)>, String);
+
+/// One side's line of a panel at height `y`: its name, its bars (width, opacity: the
+/// longest first, each at least a pixel) in `colour`, and its value after the longest.
+fn bar_row(y: f64, who: &str, colour: &str, bars: &[(f64, f64)], value: &str) -> String {
+    let mut s = format!(
+        "<text x=\"{}\" y=\"{}\" class=\"l\">{}</text>",
+        LABEL - 8.0,
+        y + 12.5,
+        esc(who)
+    );
+    for &(w, opacity) in bars {
+        let opacity = if opacity < 1.0 {
+            format!(" fill-opacity=\"{opacity}\"")
+        } else {
+            String::new()
+        };
+        s.push_str(&format!(
+            "<rect x=\"{LABEL}\" y=\"{y}\" width=\"{:.1}\" height=\"{BAR}\" fill=\"{colour}\"{opacity}/>",
+            w.max(1.0)
+        ));
+    }
+    let longest = bars.iter().map(|b| b.0.max(1.0)).fold(0.0, f64::max);
+    s.push_str(&format!(
+        "<text x=\"{:.1}\" y=\"{}\" class=\"v\">{}</text>\n",
+        LABEL + longest + 6.0,
+        y + 12.5,
+        esc(value)
+    ));
+    s
+}
+
 /// The chart: one panel per comparison, backstop's bar above the peer's, each panel on
 /// its own scale (a rate: longer is better; a latency, p50 solid and p99 light: shorter
 /// is better). `None` without peer rows.
@@ -167,48 +200,32 @@ pub fn svg(rows: &[Row], title: &str) -> Option<String> {
             esc(&lead(r)),
         ));
         y += 8.0;
-        match (r.tps, r.base_tps) {
+        // each side's bars (width, opacity), longest first, and its value
+        let sides: Vec<Side> = match (r.tps, r.base_tps) {
             (Some(a), Some(b)) => {
                 let max = a.max(b).max(1e-9);
-                for (who, v, colour) in [("backstop", a, OURS), (*peer, b, THEIRS)] {
-                    let w = (v / max * span).max(1.0);
-                    body.push_str(&format!(
-                        "<text x=\"{}\" y=\"{}\" class=\"l\">{}</text>\
-                         <rect x=\"{LABEL}\" y=\"{y}\" width=\"{w:.1}\" height=\"{BAR}\" fill=\"{colour}\"/>\
-                         <text x=\"{:.1}\" y=\"{}\" class=\"v\">{}</text>\n",
-                        LABEL - 8.0,
-                        y + 12.5,
-                        esc(who),
-                        LABEL + w + 6.0,
-                        y + 12.5,
-                        rate(v),
-                    ));
-                    y += BAR + 4.0;
-                }
+                [("backstop", a, OURS), (*peer, b, THEIRS)]
+                    .into_iter()
+                    .map(|(who, v, colour)| (who, colour, vec![(v / max * span, 1.0)], rate(v)))
+                    .collect()
             }
             _ => {
                 let (Some(a), Some(b)) = (r.lat, r.base_lat) else {
                     continue;
                 };
                 let max = a[2].max(b[2]).max(1e-9);
-                for (who, l, colour) in [("backstop", a, OURS), (*peer, b, THEIRS)] {
-                    let p50 = (l[0] / max * span).max(1.0);
-                    let p99 = (l[2] / max * span).max(1.0);
-                    body.push_str(&format!(
-                        "<text x=\"{}\" y=\"{}\" class=\"l\">{}</text>\
-                         <rect x=\"{LABEL}\" y=\"{y}\" width=\"{p99:.1}\" height=\"{BAR}\" fill=\"{colour}\" fill-opacity=\"0.35\"/>\
-                         <rect x=\"{LABEL}\" y=\"{y}\" width=\"{p50:.1}\" height=\"{BAR}\" fill=\"{colour}\"/>\
-                         <text x=\"{:.1}\" y=\"{}\" class=\"v\">{} (p50 / p99)</text>\n",
-                        LABEL - 8.0,
-                        y + 12.5,
-                        esc(who),
-                        LABEL + p99 + 6.0,
-                        y + 12.5,
-                        latency(l),
-                    ));
-                    y += BAR + 4.0;
-                }
+                [("backstop", a, OURS), (*peer, b, THEIRS)]
+                    .into_iter()
+                    .map(|(who, l, colour)| {
+                        let bars = vec![(l[2] / max * span, 0.35), (l[0] / max * span, 1.0)];
+                        (who, colour, bars, format!("{} (p50 / p99)", latency(l)))
+                    })
+                    .collect()
             }
+        };
+        for (who, colour, bars, value) in sides {
+            body.push_str(&bar_row(y, who, colour, &bars, &value));
+            y += BAR + 4.0;
         }
         y += 22.0;
     }
