@@ -7,10 +7,11 @@
 //   node peer.mjs worker --url URL --concurrency C --local-queue S --complete-delay D
 //       run a worker pool for the task `count` until SIGTERM; prints `ready` once it
 //       runs, then `done <n>` for every 1000 jobs its task function finished
-//   node peer.mjs latency --url URL --tasks N
+//   node peer.mjs latency --url URL --tasks N [--gap-ms G]
 //       one job at a time, added (and committed) by `add_job` on a connection of its
-//       own while a pool with the default settings waits on LISTEN: prints the latency
-//       from the commit to the task function's start, in ms, as JSON
+//       own while a pool with the default settings waits on LISTEN, each G ms after the
+//       previous one started (0, the default: right after): prints the latency from the
+//       commit to the task function's start, in ms, as JSON
 import { run, runMigrations } from "graphile-worker";
 import pg from "pg";
 
@@ -62,6 +63,7 @@ if (mode === "migrate") {
   await runner.promise;
 } else if (mode === "latency") {
   const n = Number(opt.tasks ?? 300);
+  const gap = Number(opt["gap-ms"] ?? 0);
   let started = null;
   let wake = null;
   const runner = await run({
@@ -87,6 +89,7 @@ if (mode === "migrate") {
     const committed = process.hrtime.bigint();
     await Promise.race([ran, new Promise((r) => setTimeout(r, 5000))]);
     if (started !== null) lat.push(Number(started - committed) / 1e6);
+    if (gap > 0) await new Promise((r) => setTimeout(r, gap));
   }
   await client.end();
   await runner.stop();

@@ -16,6 +16,10 @@ use crate::raw::{histogram, record, EVENT, ORDERS, TABLE};
 use crate::sys::{self, Row};
 use crate::{enqueue_with_order, lat, wait_succeeded, Target};
 
+/// The time between one task's start and the next enqueue in the sparse latency rows,
+/// the same for backstop and its peers.
+pub const SPARSE_GAP: Duration = Duration::from_millis(20);
+
 fn idle() -> EngineConfig {
     EngineConfig::default()
         .first_poll_delay(Duration::from_secs(3600))
@@ -44,7 +48,8 @@ fn unique(what: &str) -> String {
 /// after commit); process B's idle engine (its poller an hour away) is woken and starts
 /// it. PostgreSQL: `NOTIFY` in the enqueue transaction; MySQL and SQLite: Redis pub/sub.
 /// `back_to_back`: each enqueue right after the previous task's start (a steady
-/// producer); otherwise 10 ms apart, more than the store's announcement window.
+/// producer); otherwise 20 ms apart (as River's and graphile-worker's sparse rows), more
+/// than the store's announcement window.
 pub async fn wakeup_latency(
     t: &Target,
     redis_url: Option<&str>,
@@ -117,7 +122,7 @@ pub async fn wakeup_latency(
         }
         if !back_to_back {
             // apart by more than the store's announcement window (5 ms)
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            tokio::time::sleep(SPARSE_GAP).await;
         }
     }
     let (rss, cpu) = m.stop();

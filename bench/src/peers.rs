@@ -171,13 +171,15 @@ async fn graphile_drain(
     })
 }
 
-/// graphile-worker's latency, one job at a time: the commit of `add_job` → the task
-/// function's start, in ms (p50, p95, p99, max).
-async fn graphile_latency(url: &str, n: usize) -> Option<[f64; 4]> {
+/// graphile-worker's latency, one job at a time, `gap_ms` after the previous start (0:
+/// right after): the commit of `add_job` → the task function's start, in ms (p50, p95,
+/// p99, max).
+async fn graphile_latency(url: &str, n: usize, gap_ms: u64) -> Option<[f64; 4]> {
     let (node, script) = graphile()?;
     let out = Command::new(&node)
         .arg(&script)
         .args(["latency", "--url", url, "--tasks", &n.to_string()])
+        .args(["--gap-ms", &gap_ms.to_string()])
         .output()
         .await
         .ok()?;
@@ -191,6 +193,17 @@ async fn graphile_latency(url: &str, n: usize) -> Option<[f64; 4]> {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
     let f = |k: &str| v[k].as_f64().unwrap_or(0.0);
     Some([f("p50_ms"), f("p95_ms"), f("p99_ms"), f("max_ms")])
+}
+
+/// The one-job-at-a-time comparisons, each side measured alike: the time between one
+/// job's start and the next insert (ms; 0: right after), the scenario of backstop's row
+/// it is compared with, and its name in the peer rows.
+fn latency_pairs() -> [(u64, &'static str, &'static str); 2] {
+    let sparse = crate::cross::SPARSE_GAP.as_millis() as u64;
+    [
+        (sparse, "wake-up latency (", "sparse"),
+        (0, "wake-up latency, back to back", "back to back"),
+    ]
 }
 
 /// apalis-postgres's drain (batch 100, concurrency 64 per worker) by `workers` workers on
@@ -539,43 +552,50 @@ pub async fn at_best(t: &Target, rows: &[Row], sizes: &[usize], rounds: usize) -
     };
     out.extend(river_rows(t, rows, count, sizes[sizes.len() - 1]));
     if graphile_ready {
-        if let Some(base) = graphile_latency(&t.url, count).await {
-            let woken = rows
-                .iter()
-                .find(|r| r.backend == t.backend && r.scenario.starts_with("wake-up latency ("));
-            out.push(Row {
-                backend: t.backend.into(),
-                scenario: "vs graphile-worker 0.18: one job at a time, woken".into(),
-                lat: woken.and_then(|r| r.lat),
-                base_lat: Some(base),
-                note: "backstop: commit in A → start in B, woken by NOTIFY (the wake-up row); “raw” latency is graphile-worker 0.18 (LISTEN): commit of add_job → task start".into(),
-                peer: Some("graphile-worker 0.18".into()),
-                ..Row::default()
-            });
+        for (gap, prefix, what) in latency_pairs() {
+            if let Some(base) = graphile_latency(&t.url, count, gap).await {
+                let woken = rows
+                    .iter()
+                    .find(|r| r.backend == t.backend && r.scenario.starts_with(prefix));
+                out.push(Row {
+                    backend: t.backend.into(),
+                    scenario: format!("vs graphile-worker 0.18: one job at a time, {what}"),
+                    lat: woken.and_then(|r| r.lat),
+                    base_lat: Some(base),
+                    note: format!("backstop: commit in A → start in B, woken by NOTIFY (the wake-up row); “raw” latency is graphile-worker 0.18 (LISTEN): commit of add_job → task start; {}", gap_note(gap)),
+                    peer: Some("graphile-worker 0.18".into()),
+                    ..Row::default()
+                });
+            }
         }
     }
     out
 }
 
-/// River beside backstop on the work that is not a drain: one job at a time (sparse, 20 ms
-/// apart, and back to back) and `insert_many` against `enqueue_many`.
+/// How far apart a latency row's jobs are.
+fn gap_note(gap_ms: u64) -> String {
+    match gap_ms {
+        0 => "each insert right after the previous start".into(),
+        ms => format!("each insert {ms} ms after the previous start"),
+    }
+}
+
+/// River beside backstop on the work that is not a drain: one job at a time (sparse,
+/// [`SPARSE_GAP`](crate::cross::SPARSE_GAP) apart, and back to back) and `insert_many` against `enqueue_many`.
 fn river_rows(t: &Target, rows: &[Row], count: usize, n: usize) -> Vec<Row> {
     let ours = |prefix: &str| {
         rows.iter()
             .find(|r| r.backend == t.backend && r.scenario.starts_with(prefix))
     };
     let mut out = Vec::new();
-    for (gap, prefix, what) in [
-        (20, "wake-up latency (", "20 ms apart"),
-        (0, "wake-up latency, back to back", "back to back"),
-    ] {
+    for (gap, prefix, what) in latency_pairs() {
         if let Some(base) = river_latency(&t.url, count, gap) {
             out.push(Row {
                 backend: t.backend.into(),
                 scenario: format!("vs River (Rust) 0.5: one job at a time, {what}"),
                 lat: ours(prefix).and_then(|r| r.lat),
                 base_lat: Some(base),
-                note: "backstop: commit in A → start in B, woken by NOTIFY; “raw” latency is riverqueue 0.5 (insert notifications, fetch cooldown 1 ms): insert's commit in one client → worker start in another".into(),
+                note: format!("backstop: commit in A → start in B, woken by NOTIFY; “raw” latency is riverqueue 0.5 (insert notifications, fetch cooldown 1 ms): insert's commit in one client → worker start in another; {}", gap_note(gap)),
                 peer: Some("River (Rust) 0.5".into()),
                 ..Row::default()
             });
