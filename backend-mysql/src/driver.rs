@@ -801,12 +801,12 @@ impl Driver for MySqlDriver {
             return;
         };
         let (query, id) = match written {
-            Written::Task(id) => (self.sql.status_of.clone(), id),
+            Written::Task(id) | Written::Alone(id) => (self.sql.status_of.clone(), id),
             Written::Saga(id) => (self.sql.saga_by_id.clone(), id),
             _ => return,
         };
         let pool = self.pool.clone();
-        a.when_visible(event_type, move || {
+        a.when_visible(event_type, written, move || {
             let (pool, query) = (pool.clone(), query.clone());
             async move {
                 sqlx::query(safe(&query))

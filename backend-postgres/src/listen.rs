@@ -114,6 +114,18 @@ impl Notifier for PgListener {
         pg_notify(&self.pool, &self.channel, event_type).await
     }
 
+    async fn notify_task(&self, task_id: backstop_core::TaskId, event_type: &str) -> Result<()> {
+        if self.store_notifies {
+            return Ok(()); // announced inside the enqueue transaction, by id
+        }
+        pg_notify(
+            &self.pool,
+            &self.channel,
+            &Wake::task_message(task_id, event_type),
+        )
+        .await
+    }
+
     async fn notify_revoked(&self, task_id: backstop_core::TaskId) -> Result<()> {
         // Always sent: an operators' change is rare, and a second announcement of one
         // (a store that notifies itself, given this listener as its notifier too) costs

@@ -30,7 +30,9 @@ pub struct PgOptions {
     pub acquire_timeout: Duration,
     /// Announce new tasks with `NOTIFY` inside the enqueue transaction (default `true`),
     /// so engines listening through [`PgStore::listener`](crate::PgStore::listener) start them within
-    /// milliseconds. Delivered only at commit; nothing for a duplicate. Turn it off
+    /// milliseconds: a task enqueued alone by its id, which a listening engine that has
+    /// drained the type claims by id ([`Wake::Task`](backstop_core::Wake::Task)), a
+    /// batch by type. Delivered only at commit; nothing for a duplicate. Turn it off
     /// behind PgBouncer in transaction pooling mode (`LISTEN` does not survive it), or
     /// when no engine listens.
     pub notify: bool,

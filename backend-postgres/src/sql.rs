@@ -76,7 +76,9 @@ pub(crate) struct Sql {
     /// A step's report in its common case, in one statement (core's `SagaAdvance`).
     pub saga_advance: String,
     /// `insert` that also announces the new task on `channel` (delivered at commit;
-    /// nothing on a duplicate). $20 is the channel.
+    /// nothing on a duplicate), by id and event type: the text of
+    /// `Wake::task_message`, so a listening engine that has drained the type claims it
+    /// by id. $20 is the channel.
     pub insert_notify: String,
     /// $1 the rows (core's `insert_document`): the batch enqueue's multi-row insert.
     pub insert_rows: String,
@@ -399,7 +401,8 @@ impl Sql {
             insert_rows_notify,
             insert_notify: format!(
                 "WITH ins AS ({insert})
-                 SELECT ins.id FROM ins CROSS JOIN LATERAL (SELECT pg_notify($20::text, $1::text)) AS n"
+                 SELECT ins.id FROM ins CROSS JOIN LATERAL
+                    (SELECT pg_notify($20::text, 'task ' || ins.id || ' ' || $1::text)) AS n"
             ),
             listen: format!("LISTEN \"{channel}\""),
             channel,

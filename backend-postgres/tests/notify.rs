@@ -1,13 +1,14 @@
 //! The store's announcements on PostgreSQL, heard by a plain `LISTEN` connection: only
-//! at commit, never for a rollback or a duplicate; in a burst at most `Throttle::BURST`
-//! per event type at once and a trailing one, while a steady producer is announced at
-//! every commit.
+//! at commit, never for a rollback or a duplicate, a single enqueue's by id
+//! (`Wake::task_message`); in a burst at most `Throttle::BURST` per event type at once
+//! and a trailing one (by type), while a steady producer is announced at every commit.
+//! An engine that has drained a type claims a task named by id.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test code
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use backstop_core::{NewTask, TaskStore};
+use backstop_core::{NewTask, TaskStore, Wake};
 use backstop_postgres::{PgOptions, PgStore};
 use futures_util::StreamExt;
 use tokio_postgres::{AsyncMessage, NoTls};
@@ -65,7 +66,7 @@ async fn listen(url: &str, channel: &str) -> (tokio_postgres::Client, Arc<Mutex<
 }
 
 /// announced only at commit: a rolled-back enqueue and a duplicate announce nothing, a
-/// committed one exactly once, with its event type.
+/// committed one exactly once, by id and event type.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_a_committed_new_task_is_announced() {
     let Some((store, url)) = store("only_a_committed_new_task_is_announced", Duration::ZERO).await
@@ -95,7 +96,10 @@ async fn only_a_committed_new_task_is_announced() {
     let dup = store.enqueue(NewTask::new("KEPT", "a")).await.unwrap();
     assert!(!dup.created);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(*heard.lock().unwrap(), vec!["KEPT".to_owned()]);
+    assert_eq!(
+        *heard.lock().unwrap(),
+        vec![Wake::task_message(e.id, "KEPT")]
+    );
 }
 
 /// a burst of enqueues of one event type is announced at most `Throttle::BURST` times
@@ -127,7 +131,19 @@ async fn a_burst_is_announced_a_few_times_then_once_more() {
         "the burst must end well before an announcement is regained"
     );
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let count = |what: &str| heard.lock().unwrap().iter().filter(|p| *p == what).count();
+    // the leading ones name their task, the trailing one its type only
+    let of_type = |text: &str| match Wake::from_message(text) {
+        Wake::Task { event_type, .. } | Wake::EventType(event_type) => event_type,
+        other => panic!("not an enqueue's announcement: {other:?}"),
+    };
+    let count = |what: &str| {
+        let heard = heard.lock().unwrap();
+        heard.iter().filter(|p| of_type(p) == what).count()
+    };
+    let trailing = || {
+        let heard = heard.lock().unwrap();
+        heard.iter().filter(|p| p.as_str() == "BURST").count()
+    };
     assert_eq!(
         (count("BURST"), count("OTHER")),
         (burst, 1),
@@ -136,6 +152,7 @@ async fn a_burst_is_announced_a_few_times_then_once_more() {
     // the trailing one: a window after the last enqueue it covers
     tokio::time::sleep(window + Duration::from_millis(500) - started.elapsed().min(window)).await;
     assert_eq!(count("BURST"), burst + 1, "and one trailing");
+    assert_eq!(trailing(), 1, "by type: it covers several tasks");
     assert_eq!(count("OTHER"), 1);
 
     // off: nothing
@@ -159,7 +176,7 @@ async fn a_burst_is_announced_a_few_times_then_once_more() {
 /// refused as `Config` before connecting.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_listener_by_url_connects_through_tls() {
-    use backstop_core::{ErrorKind, Notifier, Wake, Wakes};
+    use backstop_core::{ErrorKind, Notifier, Wakes};
     let case = "a_listener_by_url_connects_through_tls";
     let Some((store, _)) = store(case, Duration::from_millis(5)).await else {
         return;
@@ -196,21 +213,21 @@ async fn a_listener_by_url_connects_through_tls() {
         "connected and listening: {:?}",
         got.lock().unwrap()
     );
-    store
+    let e = store
         .enqueue(NewTask::new("TLS_HEARD", "k1"))
         .await
         .unwrap();
+    let named = Wake::Task {
+        id: e.id,
+        event_type: "TLS_HEARD".into(),
+    };
     for _ in 0..500 {
-        if heard(Wake::EventType("TLS_HEARD".into())) {
+        if heard(named.clone()) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert!(
-        heard(Wake::EventType("TLS_HEARD".into())),
-        "{:?}",
-        got.lock().unwrap()
-    );
+    assert!(heard(named), "{:?}", got.lock().unwrap());
     listening.abort();
 }
 
@@ -246,4 +263,89 @@ async fn a_steady_producer_is_announced_at_every_commit() {
         }
         tokio::time::sleep(per + Duration::from_millis(20)).await;
     }
+}
+
+/// An engine woken by a task's announcement claims it by id once its last claim of the
+/// type came back short (nothing older was due then); before that it polls the type.
+/// Its poller is an hour away, so every start here comes from a wake-up: the first by a
+/// poll, the next ones by id. Tasks committed without an announcement (a store with
+/// `notify` off) are not claimed ahead of their turn by such a wake-up: they wait for a
+/// poll, as they would without it, and every task runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_woken_engine_claims_the_named_task_by_id_once_drained() {
+    use backstop_core::{handler_fn, Engine, EngineConfig, HandlerError, HandlerOptions, Task};
+    let case = "a_woken_engine_claims_the_named_task_by_id_once_drained";
+    let Some((store, url)) = store(case, Duration::ZERO).await else {
+        return;
+    };
+    let (tx, mut started) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let engine = Engine::builder(store.clone())
+        .config(
+            EngineConfig::default()
+                .first_poll_delay(Duration::from_secs(3600))
+                .poll_interval(Duration::from_secs(3600)),
+        )
+        .handler(
+            "WOKEN",
+            handler_fn(move |task: Task| {
+                let _ = tx.send(task.biz_key.clone());
+                async { Ok::<_, HandlerError>(()) }
+            }),
+            HandlerOptions::default(),
+        )
+        .notifier(Arc::new(store.listener().unwrap()))
+        .start()
+        .unwrap();
+    async fn next(started: &mut tokio::sync::mpsc::UnboundedReceiver<String>) -> String {
+        tokio::time::timeout(Duration::from_secs(10), started.recv())
+            .await
+            .expect("a start within 10 s")
+            .unwrap()
+    }
+    // the listener's first message (Wake::All) polls every type: none is drained until
+    // a claim of it came back short
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut keys = Vec::new();
+    for key in ["a", "b", "c"] {
+        store.enqueue(NewTask::new("WOKEN", key)).await.unwrap();
+        keys.push(next(&mut started).await);
+    }
+    assert_eq!(keys, ["a", "b", "c"]);
+    let c = engine.counters();
+    assert_eq!(
+        (c.polled, c.woken_claims),
+        (1, 2),
+        "a polled, b and c by id: {c:?}"
+    );
+
+    // three due tasks committed unannounced, then one announced: it is claimed by id
+    // and starts; the others wait for a poll, and each task runs once
+    let quiet = PgStore::connect_with(
+        &url,
+        PgOptions::default()
+            .schema(store.options().schema.clone())
+            .notify(false),
+    )
+    .await
+    .unwrap();
+    for key in ["old1", "old2", "old3"] {
+        quiet.enqueue(NewTask::new("WOKEN", key)).await.unwrap();
+    }
+    store.enqueue(NewTask::new("WOKEN", "new")).await.unwrap();
+    assert_eq!(next(&mut started).await, "new");
+    assert_eq!(engine.counters().woken_claims, 3);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(started.try_recv().is_err(), "the others wait for a poll");
+    engine.poll_now();
+    let mut old: Vec<String> = Vec::new();
+    for _ in 0..3 {
+        old.push(next(&mut started).await);
+    }
+    old.sort();
+    assert_eq!(old, ["old1", "old2", "old3"]);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(started.try_recv().is_err(), "each task once");
+    let c = engine.counters();
+    assert_eq!((c.polled, c.woken_claims), (4, 3), "{c:?}");
+    engine.shutdown().await;
 }

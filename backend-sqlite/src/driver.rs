@@ -682,12 +682,12 @@ impl Driver for SqliteDriver {
             return;
         };
         let (pool, sql) = (Arc::clone(&self.pool), Arc::clone(&self.sql));
-        a.when_visible(event_type, move || {
+        a.when_visible(event_type, written, move || {
             let (pool, sql) = (Arc::clone(&pool), Arc::clone(&sql));
             async move {
                 pool.run("announce", move |conn| {
                     let (query, id) = match written {
-                        Written::Task(id) => (&sql.status_of, id),
+                        Written::Task(id) | Written::Alone(id) => (&sql.status_of, id),
                         Written::Saga(id) => (&sql.saga_by_id, id),
                         _ => return Ok(false),
                     };

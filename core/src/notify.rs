@@ -48,10 +48,27 @@ pub enum Wake {
     ///
     /// [`Context::cancelled`]: crate::Context::cancelled
     Revoked(TaskId),
+    /// This task, of this event type, was committed due (a single enqueue announced
+    /// inside its transaction, [`task_message`](Self::task_message)): an engine that
+    /// handles the type and has drained it claims the task by id
+    /// ([`TaskStore::claim_by_id`](crate::TaskStore::claim_by_id), one row by its primary
+    /// key instead of a walk of the type's due tasks), else polls the type as for
+    /// [`Wake::EventType`]; so does one whose claim by id finds nothing. (A type the
+    /// engine has not drained, whose last claim came back full, is polled: its older due
+    /// tasks go first.)
+    Task {
+        /// The committed task.
+        id: TaskId,
+        /// Its event type.
+        event_type: String,
+    },
 }
 
 /// The text of a revocation on the wire: never an event type (those have no space).
 const REVOKED: &str = "revoked ";
+
+/// The text of one committed task on the wire, before its id, a space and its event type.
+const TASK: &str = "task ";
 
 impl Wake {
     /// The message text that carries [`Wake::Revoked`] of `task_id` through a channel
@@ -70,12 +87,44 @@ impl Wake {
         format!("{REVOKED}{task_id}")
     }
 
+    /// The message text that carries [`Wake::Task`]: `task <id> <event type>`. A store
+    /// that writes it in SQL (PostgreSQL's `NOTIFY` inside the enqueue transaction)
+    /// writes this text.
+    ///
+    /// ```
+    /// use backstop_core::Wake;
+    ///
+    /// let text = Wake::task_message(42, "SEND_EMAIL");
+    /// assert_eq!(text, "task 42 SEND_EMAIL");
+    /// assert_eq!(
+    ///     Wake::from_message(&text),
+    ///     Wake::Task { id: 42, event_type: "SEND_EMAIL".into() }
+    /// );
+    /// // not an id: an event type, as any other text
+    /// assert_eq!(Wake::from_message("task x Y"), Wake::EventType("task x Y".into()));
+    /// ```
+    pub fn task_message(task_id: TaskId, event_type: &str) -> String {
+        format!("{TASK}{task_id} {event_type}")
+    }
+
     /// The wake-up a message's text carries: a revocation
-    /// ([`revoked_message`](Self::revoked_message)), else an event type.
+    /// ([`revoked_message`](Self::revoked_message)), a committed task
+    /// ([`task_message`](Self::task_message)), else an event type.
     pub fn from_message(text: &str) -> Wake {
-        match text.strip_prefix(REVOKED).map(str::parse::<i64>) {
-            Some(Ok(id)) => Wake::Revoked(id),
-            _ => Wake::EventType(text.to_owned()),
+        if let Some(Ok(id)) = text.strip_prefix(REVOKED).map(str::parse::<i64>) {
+            return Wake::Revoked(id);
+        }
+        let task = text
+            .strip_prefix(TASK)
+            .and_then(|rest| rest.split_once(' '))
+            .and_then(|(id, t)| Some((id.parse::<i64>().ok()?, t)))
+            .filter(|(_, t)| !t.is_empty() && !t.contains(' '));
+        match task {
+            Some((id, t)) => Wake::Task {
+                id,
+                event_type: t.to_owned(),
+            },
+            None => Wake::EventType(text.to_owned()),
         }
     }
 }
@@ -129,12 +178,17 @@ impl fmt::Debug for Wakes {
 /// - [`listen`](Self::listen) opens its own connection (never a pooled one: a pool may
 ///   hand it to a statement or close it), subscribes, then sends [`Wake::All`] — every
 ///   announcement made before the subscription is lost — and forwards each
-///   announcement as [`Wake::EventType`]. It returns `Err` when the connection is lost;
+///   announcement as [`Wake::from_message`] decodes it ([`Wake::EventType`], or
+///   [`Wake::Task`] for one that names its task). It returns `Err` when the connection is lost;
 ///   the engine logs it and calls `listen` again after a backoff (100 ms doubling to
 ///   5 s). The engine drops the future when it stops, which must close the connection.
-/// - Announcements of tasks carry no task id and may be merged or dropped under load (a
-///   notifier may announce one event type at most once per short window); a wake-up
-///   polls the event type, which claims everything due.
+/// - [`notify_task`](Self::notify_task) announces one task a single enqueue committed
+///   due: a notifier that can carries its id and type ([`Wake::task_message`]), so
+///   that an engine which has drained the type claims that task by id; the default
+///   announces the type ([`notify`](Self::notify)). Announcements may be merged or
+///   dropped under load (a store announces one event type at most a few times per short
+///   window, then once more by type for all it held back); a wake-up by type polls the
+///   event type, which claims everything due.
 /// - [`notify_revoked`](Self::notify_revoked) is called after an operator's change that
 ///   took a running task's lease committed (a store announces it:
 ///   [`Announcer::revoked`]); listeners hand it on as [`Wake::Revoked`]. A notifier
@@ -145,6 +199,13 @@ impl fmt::Debug for Wakes {
 pub trait Notifier: Send + Sync + 'static {
     /// Announce, after commit, that tasks of `event_type` are ready.
     async fn notify(&self, event_type: &str) -> Result<()>;
+
+    /// Announce, after commit, that task `task_id` of `event_type` is ready (see the
+    /// contract): by default as [`notify`](Self::notify) of its type.
+    async fn notify_task(&self, task_id: TaskId, event_type: &str) -> Result<()> {
+        let _ = task_id;
+        self.notify(event_type).await
+    }
 
     /// Announce, after commit, that an operator took the lease of running task
     /// `task_id` (see [`Wake::Revoked`]).
@@ -158,6 +219,10 @@ pub trait Notifier: Send + Sync + 'static {
 impl<N: Notifier + ?Sized> Notifier for Arc<N> {
     async fn notify(&self, event_type: &str) -> Result<()> {
         (**self).notify(event_type).await
+    }
+
+    async fn notify_task(&self, task_id: TaskId, event_type: &str) -> Result<()> {
+        (**self).notify_task(task_id, event_type).await
     }
 
     async fn notify_revoked(&self, task_id: TaskId) -> Result<()> {
@@ -370,6 +435,9 @@ impl Eq for Announcer {}
 pub enum Written {
     /// The task of this id.
     Task(crate::model::TaskId),
+    /// The task of this id, the only one its enqueue wrote: the announcement names it
+    /// ([`Announcer::committed_task`]).
+    Alone(crate::model::TaskId),
     /// The saga of this id.
     Saga(crate::model::SagaId),
 }
@@ -406,12 +474,23 @@ impl Announcer {
 
     /// Tasks of `event_type` committed: announce (throttled).
     pub fn committed(self: &Arc<Self>, event_type: &str) {
+        self.announce(event_type, None);
+    }
+
+    /// Task `task_id` of `event_type` committed, alone: announce it by id
+    /// ([`Notifier::notify_task`]), or by type when the throttle holds it back for its
+    /// trailing announcement (which covers every task it held).
+    pub fn committed_task(self: &Arc<Self>, task_id: TaskId, event_type: &str) {
+        self.announce(event_type, Some(task_id));
+    }
+
+    fn announce(self: &Arc<Self>, event_type: &str, task_id: Option<TaskId>) {
         let Some(runtime) = self.runtime() else {
             return;
         };
-        let delay = match self.throttle.admit(event_type) {
-            Admit::Now => None,
-            Admit::Later(after) => Some(after),
+        let (delay, task_id) = match self.throttle.admit(event_type) {
+            Admit::Now => (None, task_id),
+            Admit::Later(after) => (Some(after), None),
             Admit::Covered => return,
         };
         let (this, event_type) = (Arc::clone(self), event_type.to_owned());
@@ -419,7 +498,11 @@ impl Announcer {
             if let Some(after) = delay {
                 this.throttle.wait_trailing(&event_type, after).await;
             }
-            if let Err(e) = this.notifier.notify(&event_type).await {
+            let sent = match task_id {
+                Some(id) => this.notifier.notify_task(id, &event_type).await,
+                None => this.notifier.notify(&event_type).await,
+            };
+            if let Err(e) = sent {
                 tracing::debug!(error = %e, %event_type, "the store's announcement failed");
             }
         });
@@ -444,15 +527,20 @@ impl Announcer {
         }
     }
 
-    /// A task of `event_type` was written on the caller's transaction: announce once
-    /// `visible()` says it can be read from another connection.
-    pub fn when_visible<F, Fut>(self: &Arc<Self>, event_type: &str, visible: F)
+    /// A task of `event_type` was written on the caller's transaction (`written`):
+    /// announce once `visible()` says it can be read from another connection, by id when
+    /// it was written [alone](Written::Alone).
+    pub fn when_visible<F, Fut>(self: &Arc<Self>, event_type: &str, written: Written, visible: F)
     where
         F: Fn() -> Fut + Send + 'static,
         Fut: std::future::Future<Output = Result<bool>> + Send + 'static,
     {
         let Some(runtime) = self.runtime() else {
             return;
+        };
+        let named = match written {
+            Written::Alone(id) => Some(id),
+            _ => None,
         };
         let (this, event_type) = (Arc::clone(self), event_type.to_owned());
         runtime.spawn(async move {
@@ -461,7 +549,7 @@ impl Announcer {
                 tokio::time::sleep(std::time::Duration::from_millis(at - waited)).await;
                 waited = at;
                 match visible().await {
-                    Ok(true) => return this.committed(&event_type),
+                    Ok(true) => return this.announce(&event_type, named),
                     Ok(false) => {}
                     Err(e) => {
                         tracing::debug!(error = %e, %event_type, "looking for a task to announce failed");

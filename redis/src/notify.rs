@@ -95,6 +95,12 @@ impl Notifier for RedisNotifier {
             .map_err(|e| redis_err("notify", e))
     }
 
+    async fn notify_task(&self, task_id: backstop_core::TaskId, event_type: &str) -> Result<()> {
+        self.publish(&Wake::task_message(task_id, event_type))
+            .await
+            .map_err(|e| redis_err("notify", e))
+    }
+
     async fn notify_revoked(&self, task_id: backstop_core::TaskId) -> Result<()> {
         self.publish(&Wake::revoked_message(task_id))
             .await

@@ -449,6 +449,15 @@ pub trait Driver: Send + Sync + 'static {
         }
     }
 
+    /// As [`announce_committed`](Self::announce_committed) for task `id`, the only one
+    /// its enqueue created: announced by id ([`Announcer::committed_task`]). Nothing to
+    /// override.
+    fn announce_committed_task(&self, id: TaskId, event_type: &str) {
+        if let Some(a) = &self.config().announcer {
+            a.committed_task(id, event_type);
+        }
+    }
+
     /// Announce that an operator's change took the lease of task `id` if it was running
     /// (so the engine holding it tells its handler at once: [`Wake::Revoked`]): core
     /// calls it after a `cancel` or `manual_reset` committed, and returns once it is

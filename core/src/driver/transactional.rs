@@ -491,7 +491,11 @@ impl<B: Backend + ?Sized> Transactional for B {}
 /// transaction created ([`Driver::announce_when_visible`]).
 fn announce_visible(d: &dyn super::Driver, tasks: &[NewTask], done: &[Enqueued]) {
     for (event_type, id) in super::due_created(tasks, done) {
-        d.announce_when_visible(event_type, super::Written::Task(id));
+        let written = match tasks.len() {
+            1 => super::Written::Alone(id),
+            _ => super::Written::Task(id),
+        };
+        d.announce_when_visible(event_type, written);
     }
 }
 

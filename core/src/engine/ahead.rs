@@ -53,7 +53,7 @@ impl<S: TaskStore + Clone> Shared<S> {
         };
         if matches!(run, RunAhead::NoHandler | RunAhead::Rejected) {
             // Another process may run it now: tell it (best effort, after commit).
-            self.announce(&enqueued.event_type).await;
+            self.announce_task(enqueued.id, &enqueued.event_type).await;
         }
         run
     }
@@ -61,16 +61,69 @@ impl<S: TaskStore + Clone> Shared<S> {
     /// Announce through the notifier that tasks of `event_type` are ready; failures are
     /// logged and counted, never returned (the poller runs the task anyway).
     pub(super) async fn announce(&self, event_type: &str) {
+        self.announce_one(event_type, None).await
+    }
+
+    /// As [`announce`](Self::announce) for task `id` alone, by id
+    /// ([`Notifier::notify_task`](crate::Notifier::notify_task)).
+    pub(super) async fn announce_task(&self, id: crate::model::TaskId, event_type: &str) {
+        self.announce_one(event_type, Some(id)).await
+    }
+
+    async fn announce_one(&self, event_type: &str, id: Option<crate::model::TaskId>) {
         let shared = self;
         let Some(notifier) = &shared.notifier else {
             return;
         };
-        match notifier.notify(event_type).await {
+        let sent = match id {
+            Some(id) => notifier.notify_task(id, event_type).await,
+            None => notifier.notify(event_type).await,
+        };
+        match sent {
             Ok(()) => shared.counters.notified(event_type),
             Err(e) => {
                 shared.counters.notifier_errors(event_type);
                 tracing::warn!(owner = %shared.owner, %event_type, error = %e,
                     "notify failed: other instances will find the task at their next poll");
+            }
+        }
+    }
+
+    /// A wake-up named task `id` of `event_type`, a type this instance handles, drained
+    /// and not limited ([`Wake::Task`](crate::Wake::Task)): claim it by id into a free
+    /// place of its executor, as a run-ahead claims. Without a free place, or when the
+    /// claim finds nothing (another instance has it; it is not due; its type was paused
+    /// or limited meanwhile) or fails, poll the type as a wake-up without an id does.
+    pub(super) async fn claim_woken(self: Arc<Self>, id: crate::model::TaskId, event_type: String) {
+        let shared = &self;
+        // held until the claimed task is dispatched (or nothing was claimed)
+        let Some(_claim) = shared.begin_claim() else {
+            return;
+        };
+        let Some(exec) = shared.executors.get(&event_type) else {
+            return;
+        };
+        let Ok(slot) = Arc::clone(&exec.slots).try_acquire_owned() else {
+            shared.poll_type(event_type);
+            return;
+        };
+        match shared.store.claim_by_id(id, &shared.owner).await {
+            Ok(Some(task)) => {
+                shared.counters.woken_claims(&exec.event_type);
+                executor::dispatch(
+                    Arc::clone(shared),
+                    Arc::clone(exec),
+                    task,
+                    slot,
+                    Origin::Poll,
+                );
+            }
+            Ok(None) => shared.poll_type(event_type),
+            Err(e) => {
+                shared.counters.store_errors(&event_type);
+                tracing::debug!(owner = %shared.owner, task_id = id, %event_type, error = %e,
+                    "claim of a woken task failed: polling its type");
+                shared.poll_type(event_type);
             }
         }
     }

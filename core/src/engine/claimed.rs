@@ -208,7 +208,7 @@ impl<S: TaskStore + Clone> Engine<S> {
             ClaimState::Held { lease, exec, slot } => (lease, exec, slot),
             ClaimState::Not(why) => {
                 if matches!(why, RunAhead::NoHandler | RunAhead::Rejected) {
-                    self.inner.shared.announce(&event_type).await;
+                    self.inner.shared.announce_task(task_id, &event_type).await;
                 }
                 return why;
             }

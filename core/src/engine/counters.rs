@@ -16,6 +16,8 @@ pub struct EngineCounters {
     pub run_ahead: u64,
     /// Tasks claimed by the poller.
     pub polled: u64,
+    /// Tasks claimed by id from a wake-up that named them ([`Wake::Task`](crate::Wake::Task)).
+    pub woken_claims: u64,
     /// Attempts that succeeded (skips included).
     pub succeeded: u64,
     /// Attempts skipped because `pre_check_skip` said the business was done.
@@ -98,6 +100,7 @@ counters! {
     enqueued => "backstop_enqueued_total": "Tasks created, by any path (counted by the store; a rolled-back transaction's too).",
     run_ahead => "backstop_run_ahead_total": "Tasks claimed by a run-ahead after their commit.",
     polled => "backstop_polled_total": "Tasks claimed by the poller.",
+    woken_claims => "backstop_woken_claims_total": "Tasks claimed by id from a wake-up that named them.",
     succeeded => "backstop_succeeded_total": "Attempts that succeeded (skips included).",
     skipped => "backstop_skipped_total": "Attempts skipped because pre_check_skip found the business done.",
     retried => "backstop_retried_total": "Failed attempts scheduled for a retry.",

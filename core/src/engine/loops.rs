@@ -420,6 +420,7 @@ pub(crate) async fn poll_round<S: TaskStore + Clone>(
         match shared.store.claim_batch(&shared.owner, types, n).await {
             Ok(tasks) => {
                 let full = tasks.len() == n;
+                shared.claimed_types(types, !full);
                 if let (false, Some(window)) = (tasks.is_empty(), shared.rate_window(event_type)) {
                     // these starts leave the rate's window then, and their room comes
                     // back: poll the type again at that time, not at the next tick
@@ -532,6 +533,7 @@ async fn probe<S: TaskStore + Clone>(shared: &Arc<Shared<S>>, round: &Round) -> 
         match shared.store.claim_batch(&shared.owner, &types, n).await {
             Ok(tasks) => {
                 more |= tasks.len() == n;
+                shared.claimed_types(&types, tasks.len() < n);
                 for task in tasks {
                     let Some((exec, slots)) = permits.get_mut(task.event_type.as_str()) else {
                         // cannot happen: the claim names these types only

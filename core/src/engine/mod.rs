@@ -120,6 +120,10 @@ struct Shared<S> {
     /// queues' settings found them (see [`EngineConfig::queue_refresh`]).
     /// Each with its rate's window, if it has a rate limit.
     limited: Mutex<HashMap<String, Option<Duration>>>,
+    /// The handled event types whose last claim came back short of its limit: nothing
+    /// older was due then, so a wake-up that names a task of one claims it by id
+    /// ([`Wake::Task`]). A claim that comes back full takes its types out.
+    drained: Mutex<std::collections::HashSet<String>>,
     /// Carries wake-ups between processes (see [`EngineBuilder::notifier`]).
     notifier: Option<Arc<dyn Notifier>>,
     archive: Option<Arc<dyn Archive>>,
@@ -185,6 +189,19 @@ impl<S: TaskStore + Clone> Shared<S> {
                 }
                 self.counters.wakeups(&t);
                 self.poll_type(t);
+            }
+            Wake::Task { id, event_type: t } => {
+                if !self.executors.contains_key(&t) {
+                    return;
+                }
+                self.counters.wakeups(&t);
+                let runtime = tokio::runtime::Handle::try_current();
+                match runtime {
+                    Ok(runtime) if self.is_drained(&t) && !self.is_limited(&t) => {
+                        runtime.spawn(Arc::clone(self).claim_woken(id, t));
+                    }
+                    _ => self.poll_type(t),
+                }
             }
             Wake::Revoked(id) => {
                 let Some(lease) = self.tracker.running_lease(id) else {
@@ -264,6 +281,26 @@ impl<S> Shared<S> {
         }
         drop(hints);
         self.wake.notify_one();
+    }
+
+    /// Whether the last claim of `event_type` came back short (see `drained`).
+    fn is_drained(&self, event_type: &str) -> bool {
+        let drained = self.drained.lock().unwrap_or_else(|p| p.into_inner());
+        drained.contains(event_type)
+    }
+
+    /// A claim of `types` came back short of its limit (`drained`) or full.
+    fn claimed_types(&self, types: &[String], drained: bool) {
+        let mut set = self.drained.lock().unwrap_or_else(|p| p.into_inner());
+        for t in types {
+            if drained {
+                if !set.contains(t) {
+                    set.insert(t.clone());
+                }
+            } else {
+                set.remove(t);
+            }
+        }
     }
 
     /// Whether `event_type` has a global concurrency limit, as far as this instance
@@ -577,6 +614,7 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
             state: watch::Sender::new(State::Running),
             wake: Notify::new(),
             hints: Mutex::new(Hints::default()),
+            drained: Mutex::default(),
             due: Mutex::new(BTreeSet::new()),
             due_changed: Notify::new(),
             limited: Mutex::new(HashMap::new()),

@@ -855,8 +855,11 @@ impl TaskStore for dyn Driver {
 /// error it returns names `op`.
 /// Announce the due tasks an enqueue of the store's own created (committed).
 fn announce(d: &dyn Driver, tasks: &[NewTask], done: &[Enqueued]) {
-    for (event_type, _) in due_created(tasks, done) {
-        d.announce_committed(event_type);
+    for (event_type, id) in due_created(tasks, done) {
+        match tasks.len() {
+            1 => d.announce_committed_task(id, event_type),
+            _ => d.announce_committed(event_type),
+        }
     }
 }
 

@@ -88,7 +88,9 @@ async fn until_heard<S: TaskStore>(a: &S, calls: &Calls) {
 
 /// wake-ups: a task enqueued by process A starts in process B's engine within
 /// milliseconds though B's poller is an hour away; B claimed it with a poll of its event
-/// type (one attempt), and A announced it (A does not handle the type).
+/// type, or by id when the announcement named it (PostgreSQL's, inside the enqueue
+/// transaction) and B's last claim of the type came back short (one attempt either way),
+/// and A announced it (A does not handle the type).
 pub async fn engine_starts_a_task_committed_by_another_process_without_a_poll<H: Harness>(
     ctx: &Ctx<H>,
 ) {
@@ -123,9 +125,9 @@ pub async fn engine_starts_a_task_committed_by_another_process_without_a_poll<H:
     );
     let after = b.counters();
     assert_eq!(
-        after.polled - before.polled,
+        after.polled + after.woken_claims - before.polled - before.woken_claims,
         5,
-        "B claimed each by a woken poll"
+        "B claimed each by a woken poll or by id: {after:?}"
     );
     assert_eq!(after.run_ahead, 0);
     assert!(after.wakeups - before.wakeups >= 5, "{after:?}");
@@ -365,6 +367,79 @@ pub async fn engine_store_with_a_notifier_announces_every_enqueue_path<H: Harnes
         .unwrap()
         .is_none_or(|t| t.biz_key != "rb"));
     assert_eq!(ctx.task(later.id).await.status, Status::Pending);
+    b.shutdown().await;
+}
+
+/// A single enqueue's announcement names its task (`Wake::task_message`: PostgreSQL's
+/// `NOTIFY` in the enqueue transaction, Redis after commit), and an engine whose last
+/// claim of the type came back short claims that task by id: B's first claim (the poll
+/// of its listener's connect) drained `WOKEN`, so three tasks enqueued through A one at a
+/// time start in B by id, none by a poll; a batch is announced by type and polled.
+/// Tasks that became due without an announcement are not claimed ahead of their turn by
+/// such a wake-up: they stay pending until a poll, and every task runs once.
+pub async fn engine_claims_a_task_its_announcement_names_by_id<H: Harness>(ctx: &Ctx<H>) {
+    const CASE: &str = "engine_claims_a_task_its_announcement_names_by_id";
+    let Some((a, b, calls)) = store_and_listener(ctx, CASE).await else {
+        return;
+    };
+    let before = b.counters();
+    for key in ["x1", "x2", "x3"] {
+        let e = a.enqueue(NewTask::new("WOKEN", key)).await.unwrap();
+        eventually("B to start it", || async { calls.count(key) == 1 }).await;
+        let t = wait_status(b.store(), e.id, Status::Succeeded).await;
+        assert_eq!(t.attempts, 1);
+        // apart by more than any announcement window's share
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    let c = b.counters().since(&before);
+    assert_eq!((c.woken_claims, c.polled), (3, 0), "each by id: {c:?}");
+
+    a.enqueue_many(&[NewTask::new("WOKEN", "m1"), NewTask::new("WOKEN", "m2")])
+        .await
+        .unwrap();
+    eventually("B to start the batch", || async {
+        calls.count("m1") == 1 && calls.count("m2") == 1
+    })
+    .await;
+    let c = b.counters().since(&before);
+    assert_eq!(
+        (c.woken_claims, c.polled),
+        (3, 2),
+        "a batch is polled: {c:?}"
+    );
+
+    // due without an announcement (enqueued for later, then made due), then one
+    // announced
+    let mut old = Vec::new();
+    for key in ["old1", "old2", "old3"] {
+        let task = NewTask::new("WOKEN", key).delay(HOUR);
+        old.push(ctx.store.enqueue(task).await.unwrap().id);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for id in &old {
+        ctx.backdate(*id, TimeColumn::NextRunAt, HOUR).await;
+    }
+    a.enqueue(NewTask::new("WOKEN", "new")).await.unwrap();
+    eventually("B to start the named task", || async {
+        calls.count("new") == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for id in &old {
+        let t = ctx.task(*id).await;
+        assert_eq!((t.status, t.attempts), (Status::Pending, 0), "{t:?}");
+    }
+    b.poll_now();
+    for id in &old {
+        let t = wait_status(b.store(), *id, Status::Succeeded).await;
+        assert_eq!(t.attempts, 1);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for key in ["x1", "x2", "x3", "m1", "m2", "old1", "old2", "old3", "new"] {
+        assert_eq!(calls.count(key), 1, "{key} ran once");
+    }
+    let c = b.counters().since(&before);
+    assert_eq!((c.woken_claims, c.polled), (4, 5), "{c:?}");
     b.shutdown().await;
 }
 
