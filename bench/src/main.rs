@@ -1188,15 +1188,16 @@ async fn peer(t: &Target, rows: &[Row], n: usize) -> Vec<Row> {
                 "--tasks",
                 count,
             ]) {
-                let woken = ours("wake-up latency (");
+                // apalis pushes each job once the previous one is done: back to back
+                let woken = ours("wake-up latency, back to back");
                 let f = |k: &str| v[k].as_f64().unwrap_or(0.0);
                 out.push(Row {
                     backend: t.backend.into(),
-                    scenario: "vs apalis + NOTIFY: one task at a time, woken".into(),
+                    scenario: "vs apalis + NOTIFY: one task at a time, back to back".into(),
                     lat: woken.and_then(|r| r.lat),
                     base_lat: Some([f("p50_ms"), f("p95_ms"), f("p99_ms"), f("max_ms")]),
                     note:
-                        "backstop: commit in A → start in B, woken by NOTIFY; “raw” latency is apalis-postgres 1.0 with pubsub: commit → handler start"
+                        "backstop: commit in A → start in B, woken by NOTIFY, back to back; “raw” latency is apalis-postgres 1.0 with pubsub: commit → handler start, each push once the previous job is done"
                             .into(),
                     peer: Some("apalis 1.0".into()),
                     ..Row::default()
