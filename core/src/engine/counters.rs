@@ -48,7 +48,8 @@ pub struct EngineCounters {
     /// Store errors met by the engine (claims, marks, heartbeats…).
     pub store_errors: u64,
     /// Wake-ups received from the notifier for event types this engine handles (each
-    /// starts a poll of its type unless one is already due).
+    /// starts a poll of its type unless one is already due, or a claim by id of the task
+    /// it names: [`woken_claims`](Self::woken_claims)).
     pub wakeups: u64,
     /// Announcements this engine made through its notifier (tasks it enqueued but did
     /// not run itself).
