@@ -48,8 +48,9 @@ pub enum Wake {
     ///
     /// [`Context::cancelled`]: crate::Context::cancelled
     Revoked(TaskId),
-    /// This task, of this event type, was committed due (a single enqueue announced
-    /// inside its transaction, [`task_message`](Self::task_message)): an engine that
+    /// This task, of this event type, was committed due, alone (a single enqueue's
+    /// announcement, [`task_message`](Self::task_message): PostgreSQL's `NOTIFY` inside
+    /// its transaction, or [`Notifier::notify_task`] after its commit): an engine that
     /// handles the type and has drained it claims the task by id
     /// ([`TaskStore::claim_by_id`](crate::TaskStore::claim_by_id), one row by its primary
     /// key instead of a walk of the type's due tasks), else polls the type as for
