@@ -54,7 +54,8 @@ pub enum Wake {
     /// handles the type and has drained it claims the task by id
     /// ([`TaskStore::claim_by_id`](crate::TaskStore::claim_by_id), one row by its primary
     /// key instead of a walk of the type's due tasks), else polls the type as for
-    /// [`Wake::EventType`]; so does one whose claim by id finds nothing. (A type the
+    /// [`Wake::EventType`]; so does one whose claim by id finds nothing, or that has
+    /// one under way (one at a time: polls of a type coalesce). (A type the
     /// engine has not drained, whose last claim came back full, is polled: its older due
     /// tasks go first.)
     Task {

@@ -90,11 +90,21 @@ impl<S: TaskStore + Clone> Shared<S> {
     }
 
     /// A wake-up named task `id` of `event_type`, a type this instance handles, drained
-    /// and not limited ([`Wake::Task`](crate::Wake::Task)): claim it by id into a free
+    /// and not limited, while no other claim by id was under way
+    /// ([`Wake::Task`](crate::Wake::Task)): claim it by id into a free
     /// place of its executor, as a run-ahead claims. Without a free place, or when the
     /// claim finds nothing (another instance has it; it is not due; its type was paused
     /// or limited meanwhile) or fails, poll the type as a wake-up without an id does.
     pub(super) async fn claim_woken(self: Arc<Self>, id: crate::model::TaskId, event_type: String) {
+        /// Clears `woken_claiming` however the claim ends (the next named wake-up may
+        /// claim by id again).
+        struct Claiming<'a>(&'a std::sync::atomic::AtomicBool);
+        impl Drop for Claiming<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, std::sync::atomic::Ordering::Release);
+            }
+        }
+        let _claiming = Claiming(&self.woken_claiming);
         let shared = &self;
         // held until the claimed task is dispatched (or nothing was claimed)
         let Some(_claim) = shared.begin_claim() else {

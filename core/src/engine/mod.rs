@@ -124,6 +124,10 @@ struct Shared<S> {
     /// older was due then, so a wake-up that names a task of one claims it by id
     /// ([`Wake::Task`]). A claim that comes back full takes its types out.
     drained: Mutex<std::collections::HashSet<String>>,
+    /// A claim by id of a woken task is under way: the wake-ups that come meanwhile poll
+    /// their types instead (polls of a type coalesce), so a stream of announcements costs
+    /// at most one claim by id at a time per engine, not one per announcement.
+    woken_claiming: std::sync::atomic::AtomicBool,
     /// Carries wake-ups between processes (see [`EngineBuilder::notifier`]).
     notifier: Option<Arc<dyn Notifier>>,
     archive: Option<Arc<dyn Archive>>,
@@ -197,7 +201,13 @@ impl<S: TaskStore + Clone> Shared<S> {
                 self.counters.wakeups(&t);
                 let runtime = tokio::runtime::Handle::try_current();
                 match runtime {
-                    Ok(runtime) if self.is_drained(&t) && !self.is_limited(&t) => {
+                    Ok(runtime)
+                        if self.is_drained(&t)
+                            && !self.is_limited(&t)
+                            && !self
+                                .woken_claiming
+                                .swap(true, std::sync::atomic::Ordering::AcqRel) =>
+                    {
                         runtime.spawn(Arc::clone(self).claim_woken(id, t));
                     }
                     _ => self.poll_type(t),
@@ -615,6 +625,7 @@ impl<S: TaskStore + Clone> EngineBuilder<S> {
             wake: Notify::new(),
             hints: Mutex::new(Hints::default()),
             drained: Mutex::default(),
+            woken_claiming: std::sync::atomic::AtomicBool::new(false),
             due: Mutex::new(BTreeSet::new()),
             due_changed: Notify::new(),
             limited: Mutex::new(HashMap::new()),
