@@ -40,8 +40,8 @@ pub struct PgOptions {
     /// 5 ms: one announcement regained every 1.25 ms), plus one trailing announcement
     /// when others were held back, a window after the last of them: `NOTIFY` takes a global
     /// lock at commit, so a burst of enqueues must not notify per row, while a steady
-    /// producer (each task enqueued after the previous one started) is announced at
-    /// every commit. Zero notifies every enqueue. See
+    /// producer no faster than one task per window / 4 is announced at every commit.
+    /// Zero notifies every enqueue. See
     /// [`Throttle`](backstop_core::driver::Throttle).
     pub notify_window: Duration,
     /// The server is reached through a pooler in transaction mode (PgBouncer's
