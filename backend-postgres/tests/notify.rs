@@ -44,6 +44,18 @@ async fn store(case: &str, window: Duration) -> Option<(PgStore, String)> {
     Some((store, url))
 }
 
+/// A store on `store`'s schema that announces nothing (`notify` off).
+async fn quiet_beside(store: &PgStore, url: &str) -> PgStore {
+    PgStore::connect_with(
+        url,
+        PgOptions::default()
+            .schema(store.options().schema.clone())
+            .notify(false),
+    )
+    .await
+    .expect("connect")
+}
+
 /// Payloads heard on `channel`, collected in the background while the returned client
 /// lives.
 async fn listen(url: &str, channel: &str) -> (tokio_postgres::Client, Arc<Mutex<Vec<String>>>) {
@@ -156,14 +168,7 @@ async fn a_burst_is_announced_a_few_times_then_once_more() {
     assert_eq!(count("OTHER"), 1);
 
     // off: nothing
-    let quiet = PgStore::connect_with(
-        &url,
-        PgOptions::default()
-            .schema(store.options().schema.clone())
-            .notify(false),
-    )
-    .await
-    .unwrap();
+    let quiet = quiet_beside(&store, &url).await;
     let before = heard.lock().unwrap().len();
     quiet.enqueue(NewTask::new("QUIET", "k")).await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -320,14 +325,7 @@ async fn a_woken_engine_claims_the_named_task_by_id_once_drained() {
 
     // three due tasks committed unannounced, then one announced: it is claimed by id
     // and starts; the others wait for a poll, and each task runs once
-    let quiet = PgStore::connect_with(
-        &url,
-        PgOptions::default()
-            .schema(store.options().schema.clone())
-            .notify(false),
-    )
-    .await
-    .unwrap();
+    let quiet = quiet_beside(&store, &url).await;
     for key in ["old1", "old2", "old3"] {
         quiet.enqueue(NewTask::new("WOKEN", key)).await.unwrap();
     }
