@@ -40,15 +40,18 @@ pub(crate) struct PgDriver {
 }
 
 impl PgDriver {
-    /// Whether this enqueue announces its task (inside its transaction). When the
-    /// throttle holds it back, a trailing `NOTIFY` is sent at the end of the window on a
-    /// pooled connection, after this transaction has (most likely) committed; a
-    /// transaction still open then is found by the next poll.
+    /// Whether this enqueue announces its task (inside its transaction). Every path that
+    /// builds an announcing statement holds a [`Throttle::flight`] around it (to its
+    /// commit where the store commits), so one enqueue at a time is announced at every
+    /// commit ([`Throttle::admit_flying`]). When the throttle holds it back, a trailing
+    /// `NOTIFY` is sent at the end of the window on a pooled connection, after this
+    /// transaction has (most likely) committed; a transaction still open then is found
+    /// by the next poll.
     pub(crate) fn notify_now(&self, event_type: &str) -> bool {
         if !self.options.notify {
             return false;
         }
-        match self.throttle.admit(event_type) {
+        match self.throttle.admit_flying(event_type) {
             Admit::Now => true,
             Admit::Covered => false,
             Admit::Later(after) => {
@@ -254,6 +257,7 @@ impl Driver for PgDriver {
     async fn enqueue(&self, task: Checked<&NewTask>) -> Result<Inserted> {
         // One statement in autocommit (more on a conflict, each guarded on its own); a
         // task with an order key in a transaction, so its key's lock is held throughout.
+        let _flight = self.throttle.flight();
         let mut client = self.client().await?;
         if task.order().is_none() {
             return EnqueuePlan::new(self, task)
@@ -269,6 +273,7 @@ impl Driver for PgDriver {
     }
 
     async fn enqueue_many(&self, tasks: Checked<&[NewTask]>) -> Result<Vec<Inserted>> {
+        let _flight = self.throttle.flight();
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
         let inserted = EnqueueBatch::new(self, tasks)
@@ -555,6 +560,7 @@ impl Driver for PgDriver {
     }
 
     async fn start_saga(&self, start: Checked<&SagaStart>) -> Result<SagaStarted> {
+        let _flight = self.throttle.flight();
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
         let started = SagaStartPlan::new(self, start)
@@ -573,6 +579,7 @@ impl Driver for PgDriver {
     }
 
     async fn saga_write(&self, write: Checked<&SagaWrite>) -> Result<SagaWritten> {
+        let _flight = self.throttle.flight();
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
         let mut conn = OnClient(&tx, self.prepared());
@@ -591,6 +598,7 @@ impl Driver for PgDriver {
     ) -> Result<Vec<Option<Advanced>>> {
         let advances = advances.into_inner();
         let docs = AdvanceDocuments::new(advances, self.config())?;
+        let _flight = self.throttle.flight();
         // a task claimed here runs here: nobody else needs to hear of it
         let mut announce: Vec<&str> = Vec::new();
         for a in advances.iter().filter(|a| a.claim.is_none()) {

@@ -36,12 +36,15 @@ pub struct PgOptions {
     /// behind PgBouncer in transaction pooling mode (`LISTEN` does not survive it), or
     /// when no engine listens.
     pub notify: bool,
-    /// Each event type is announced at most 4 times per this window per store (default
-    /// 5 ms: one announcement regained every 1.25 ms), plus one trailing announcement
-    /// when others were held back, a window after the last of them: `NOTIFY` takes a global
-    /// lock at commit, so a burst of enqueues must not notify per row, while a steady
-    /// producer no faster than one task per window / 4 is announced at every commit.
-    /// Zero notifies every enqueue. See
+    /// While other enqueues of the store are under way, each event type is announced at
+    /// most 4 times per this window per store (default 5 ms: one announcement regained
+    /// every 1.25 ms), plus one trailing announcement when others were held back, a
+    /// window after the last of them: `NOTIFY` takes a global lock at commit, held through
+    /// the commit's log flush, so transactions that announce together commit one after
+    /// the other. An enqueue with none other of the store under way (and few beside the
+    /// recent ones) does not wait for that lock behind this store's, and is announced at
+    /// its commit whatever the rate: a steady producer, one enqueue at a time, never
+    /// waits for a trailing announcement. Zero notifies every enqueue. See
     /// [`Throttle`](backstop_core::driver::Throttle).
     pub notify_window: Duration,
     /// The server is reached through a pooler in transaction mode (PgBouncer's

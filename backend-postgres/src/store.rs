@@ -161,6 +161,7 @@ impl PgStore {
         C: PgExecutor + ?Sized,
     {
         let prepared = self.inner.prepared();
+        let _flight = self.inner.throttle.flight();
         self.enqueue_in(&mut OnClient(client, prepared), task).await
     }
 
@@ -186,6 +187,7 @@ impl PgStore {
         C: PgExecutor + ?Sized,
     {
         let prepared = self.inner.prepared();
+        let _flight = self.inner.throttle.flight();
         self.enqueue_many_in(&mut OnClient(client, prepared), tasks)
             .await
     }
@@ -282,6 +284,7 @@ impl PgStore {
         C: PgExecutor + ?Sized,
     {
         let prepared = self.inner.prepared();
+        let _flight = self.inner.throttle.flight();
         self.start_in(&mut OnClient(client, prepared), start).await
     }
 
@@ -299,6 +302,7 @@ impl PgStore {
         C: PgExecutor + ?Sized,
     {
         let prepared = self.inner.prepared();
+        let _flight = self.inner.throttle.flight();
         self.saga_step_in(&mut OnClient(client, prepared), def, report)
             .await
     }

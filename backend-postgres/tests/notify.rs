@@ -1,7 +1,8 @@
 //! The store's announcements on PostgreSQL, heard by a plain `LISTEN` connection: only
 //! at commit, never for a rollback or a duplicate, a single enqueue's by id
-//! (`Wake::task_message`); in a burst at most `Throttle::BURST` per event type at once
-//! and a trailing one (by type), while a steady producer is announced at every commit.
+//! (`Wake::task_message`); in a burst beside other enqueues under way at most
+//! `Throttle::BURST` per event type at once and a trailing one (by type), while a steady
+//! producer, one enqueue at a time, is announced at every commit.
 //! An engine that has drained a type claims a task named by id.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test code
 
@@ -54,6 +55,27 @@ async fn quiet_beside(store: &PgStore, url: &str) -> PgStore {
     )
     .await
     .expect("connect")
+}
+
+/// Wait (up to 10 s) until a statement on `schema`'s tables waits for a lock.
+async fn waits_for_a_lock(url: &str, schema: &str) {
+    let (client, conn) = tokio_postgres::connect(url, NoTls).await.expect("connect");
+    tokio::spawn(conn);
+    for _ in 0..1000 {
+        let row = client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%'",
+                &[&schema],
+            )
+            .await
+            .expect("pg_stat_activity");
+        if row.get::<_, i64>(0) > 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no statement on {schema} waits for a lock");
 }
 
 /// Payloads heard on `channel`, collected in the background while the returned client
@@ -114,10 +136,11 @@ async fn only_a_committed_new_task_is_announced() {
     );
 }
 
-/// a burst of enqueues of one event type is announced at most `Throttle::BURST` times
-/// at once (one at each commit while any is in hand), then once more a window after the
-/// last enqueue (so it has committed); another event type has its own; with
-/// notifications off nothing is announced.
+/// a burst of enqueues of one event type, each beside another enqueue of the store
+/// under way, is announced at most `Throttle::BURST` times at once (one at each commit
+/// while any is in hand), then once more a window after the last enqueue (so it has
+/// committed); another event type has its own; with notifications off nothing is
+/// announced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_is_announced_a_few_times_then_once_more() {
     use backstop_core::driver::Throttle;
@@ -128,6 +151,19 @@ async fn a_burst_is_announced_a_few_times_then_once_more() {
     else {
         return;
     };
+    // the enqueue under way beside the burst: a duplicate of a task another transaction
+    // wrote and has not committed waits for that transaction
+    let mut holder = store.client().await.unwrap();
+    let open = holder.transaction().await.unwrap();
+    store
+        .enqueue_tx(&open, &NewTask::new("HOLD", "k"))
+        .await
+        .unwrap();
+    let waiting = {
+        let store = store.clone();
+        tokio::spawn(async move { store.enqueue(NewTask::new("HOLD", "k")).await })
+    };
+    waits_for_a_lock(&url, &store.options().schema).await;
     let channel = store.listener().unwrap().channel().to_owned();
     let (_listening, heard) = listen(&url, &channel).await;
     let started = std::time::Instant::now();
@@ -166,6 +202,11 @@ async fn a_burst_is_announced_a_few_times_then_once_more() {
     assert_eq!(count("BURST"), burst + 1, "and one trailing");
     assert_eq!(trailing(), 1, "by type: it covers several tasks");
     assert_eq!(count("OTHER"), 1);
+    // the held task: announced at its commit; its duplicate not at all
+    open.commit().await.unwrap();
+    assert!(!waiting.await.unwrap().unwrap().created);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(count("HOLD"), 1);
 
     // off: nothing
     let quiet = quiet_beside(&store, &url).await;
@@ -236,38 +277,57 @@ async fn a_listener_by_url_connects_through_tls() {
     listening.abort();
 }
 
-/// a steady producer, each enqueue after the previous one was heard and apart by more
-/// than window / `Throttle::BURST`, is announced at every commit: none waits for a
-/// trailing announcement, though each comes within the window of the one before.
+/// a steady producer — one enqueue at a time, none other of the store under way — is
+/// announced at every commit however fast it goes: here through the store's own
+/// transaction, the caller's and a batch, each right after the previous one was heard,
+/// with a window (a minute) that regains no announcement meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_steady_producer_is_announced_at_every_commit() {
     use backstop_core::driver::Throttle;
-    let window = Duration::from_millis(800);
-    let per = window / Throttle::BURST;
+    let window = Duration::from_secs(60);
     let Some((store, url)) = store("a_steady_producer_is_announced_at_every_commit", window).await
     else {
         return;
     };
     let channel = store.listener().unwrap().channel().to_owned();
     let (_listening, heard) = listen(&url, &channel).await;
-    for i in 0..12 {
+    let rounds = 4 * Throttle::BURST as usize;
+    let mut ids = Vec::new();
+    for i in 0..rounds {
+        let task = NewTask::new("STEADY", format!("k{i}"));
         let committed = std::time::Instant::now();
-        store
-            .enqueue(NewTask::new("STEADY", format!("k{i}")))
-            .await
-            .unwrap();
-        // heard well before a trailing announcement could come (per / 2 at the soonest
-        // after this one, with half of one regained)
+        match i % 3 {
+            0 => ids.push(Some(store.enqueue(task).await.unwrap().id)),
+            1 => {
+                let mut client = store.client().await.unwrap();
+                let tx = client.transaction().await.unwrap();
+                ids.push(Some(store.enqueue_tx(&tx, &task).await.unwrap().id));
+                tx.commit().await.unwrap();
+            }
+            _ => {
+                let two = [task, NewTask::new("STEADY", format!("k{i}b"))];
+                store.enqueue_many(&two).await.unwrap();
+                ids.push(None);
+            }
+        }
         while heard.lock().unwrap().len() < i + 1 {
             assert!(
-                committed.elapsed() < per / 2,
+                committed.elapsed() < Duration::from_secs(5),
                 "enqueue {i} not announced at its commit: {:?}",
                 heard.lock().unwrap()
             );
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
-        tokio::time::sleep(per + Duration::from_millis(20)).await;
     }
+    // a single enqueue's by id, a batch's by type
+    let expected: Vec<String> = ids
+        .iter()
+        .map(|id| match id {
+            Some(id) => Wake::task_message(*id, "STEADY"),
+            None => "STEADY".to_owned(),
+        })
+        .collect();
+    assert_eq!(*heard.lock().unwrap(), expected);
 }
 
 /// An engine woken by a task's announcement claims it by id once its last claim of the

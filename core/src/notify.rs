@@ -252,12 +252,19 @@ pub enum Admit {
 /// announcement regained every window / `BURST`), plus one trailing announcement when
 /// others were held back, made once one is regained and a window has passed since the
 /// last enqueue it covers (so that enqueue has committed). So a burst of enqueues costs
-/// at most `BURST` + 1 announcements per window, and the last task of the burst still
-/// wakes listeners about a window after it; while a steady producer that enqueues no
-/// faster than one task per window / `BURST` (one at a time, each after the previous
-/// one started) is announced at every commit, never waiting for a trailing one. For
-/// notifiers whose announcement has a cost at the database (PostgreSQL's `NOTIFY` takes
-/// a global lock at commit).
+/// at most `BURST` + 1 announcements per window, and the last task of a burst still
+/// wakes listeners about a window after it. For notifiers whose announcement has a cost
+/// at the database: PostgreSQL's `NOTIFY` takes a global lock at commit, held through
+/// the commit's log flush, so transactions that announce and commit together commit one
+/// after the other.
+///
+/// That cost comes from announcing transactions that overlap. An enqueue that counts
+/// itself under way ([`flight`](Throttle::flight)) and asks with
+/// [`admit_flying`](Throttle::admit_flying) is announced at once, without spending the
+/// window's announcements, when no other enqueue of the store is under way and the
+/// recent ones mostly found none either: a steady producer that enqueues one task at a
+/// time is announced at every commit whatever its rate, while many producers at once
+/// share the bucket.
 ///
 /// ```
 /// use std::time::Duration;
@@ -270,6 +277,18 @@ pub enum Admit {
 /// assert!(matches!(t.admit("A"), Admit::Later(_)));
 /// assert_eq!(t.admit("A"), Admit::Covered);
 /// assert_eq!(t.admit("B"), Admit::Now); // per event type
+///
+/// // one enqueue at a time: announced at every commit
+/// for _ in 0..10 {
+///     let _flight = t.flight();
+///     assert_eq!(t.admit_flying("C"), Admit::Now);
+/// }
+/// // two under way at once: they share the bucket
+/// let (_one, _two) = (t.flight(), t.flight());
+/// for _ in 0..Throttle::BURST {
+///     assert_eq!(t.admit_flying("D"), Admit::Now);
+/// }
+/// assert!(matches!(t.admit_flying("D"), Admit::Later(_)));
 /// ```
 #[derive(Debug)]
 pub struct Throttle {
@@ -277,6 +296,25 @@ pub struct Throttle {
     /// Per event type: the announcements in hand (at most `BURST`), when they were
     /// counted, and whether a trailing one is scheduled.
     state: std::sync::Mutex<std::collections::HashMap<String, Bucket>>,
+    /// The store's enqueues under way ([`flight`](Self::flight)).
+    flights: std::sync::atomic::AtomicUsize,
+    /// A moving average of how many other enqueues each one that asked
+    /// [`admit_flying`](Self::admit_flying) found under way.
+    crowd: std::sync::Mutex<f64>,
+}
+
+/// One enqueue of a store under way, counted by its [`Throttle`] until dropped (see
+/// [`Throttle::flight`]).
+#[derive(Debug)]
+#[must_use = "the enqueue is counted under way only while the flight is held"]
+pub struct Flight<'a>(&'a Throttle);
+
+impl Drop for Flight<'_> {
+    fn drop(&mut self) {
+        self.0
+            .flights
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 #[derive(Debug)]
@@ -309,7 +347,43 @@ impl Throttle {
         Self {
             window,
             state: Default::default(),
+            flights: Default::default(),
+            crowd: Default::default(),
         }
+    }
+
+    /// Count one enqueue of the store under way until the guard drops: taken before its
+    /// statements are built (they ask [`admit_flying`](Self::admit_flying)), held to the
+    /// end of its transaction where the store sees that end (a transaction of its own),
+    /// else to the end of its statements (on the caller's transaction, whose commit
+    /// follows).
+    pub fn flight(&self) -> Flight<'_> {
+        self.flights
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Flight(self)
+    }
+
+    /// As [`admit`](Self::admit), for an enqueue inside a [`flight`](Self::flight):
+    /// [`Admit::Now`], without spending the window's announcements, when no other
+    /// enqueue of the store is under way and the recent ones found on average fewer than
+    /// one half under way beside them (a moving average over about 16 enqueues: where
+    /// many producers overlap, the moment one of them happens to find none is no sign
+    /// that its commit will meet none). A caller outside a flight is taken for one of
+    /// those counted.
+    pub fn admit_flying(&self, event_type: &str) -> Admit {
+        let others = self
+            .flights
+            .load(std::sync::atomic::Ordering::Acquire)
+            .saturating_sub(1);
+        let calm = {
+            let mut crowd = self.crowd.lock().unwrap_or_else(|p| p.into_inner());
+            *crowd += (others as f64 - *crowd) / 16.0;
+            *crowd < 0.5
+        };
+        if others == 0 && calm {
+            return Admit::Now;
+        }
+        self.admit(event_type)
     }
 
     fn per(&self) -> std::time::Duration {
@@ -560,5 +634,39 @@ impl Announcer {
                 }
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Admit, Throttle};
+    use std::time::Duration;
+
+    /// After a spell of enqueues that overlapped, one that happens to find none other
+    /// under way still shares the bucket, until the enqueues found alone bring the
+    /// moving average below one half; then every one alone is announced.
+    #[test]
+    fn a_lone_enqueue_after_a_crowd_shares_the_bucket_until_the_crowd_thins() {
+        let t = Throttle::new(Duration::from_secs(60));
+        {
+            let _others = (t.flight(), t.flight(), t.flight());
+            for _ in 0..32 {
+                let _flight = t.flight();
+                let _ = t.admit_flying("A");
+            }
+        }
+        // the bucket of A is spent and its trailing announcement scheduled
+        let _flight = t.flight();
+        assert_eq!(t.admit_flying("A"), Admit::Covered);
+        let mut alone = 1;
+        while t.admit_flying("A") == Admit::Covered {
+            alone += 1;
+            assert!(alone < 64, "the crowd never thinned");
+        }
+        // from 3 others towards 0 by a sixteenth a time: below one half after ~28
+        assert!((20..40).contains(&alone), "{alone}");
+        for _ in 0..100 {
+            assert_eq!(t.admit_flying("A"), Admit::Now);
+        }
     }
 }

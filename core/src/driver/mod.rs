@@ -573,7 +573,7 @@ pub mod prelude {
 /// ```
 #[doc(inline)]
 pub use crate::__setters as setters;
-pub use crate::notify::{Admit, Announcer, Throttle, Written, REVOKED_WAIT};
+pub use crate::notify::{Admit, Announcer, Flight, Throttle, Written, REVOKED_WAIT};
 
 /// The `table(name)` shortcut of a backend's options, for a `config: StoreConfig` field:
 /// `Options::default().table("jobs")` (see [`StoreConfig::table`]).
