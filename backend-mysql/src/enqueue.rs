@@ -55,12 +55,30 @@ impl EnqueueSql for MySqlDriver {
 
     /// MariaDB's multi-row `INSERT IGNORE … VALUES … RETURNING id` of `tasks` (a count
     /// [`insert_rows_take`](EnqueueSql::insert_rows_take) gave): a row whose key is held
-    /// is skipped.
+    /// is skipped. When every task is plain ([`is_plain`]), the text with their settings
+    /// as constants.
     fn insert_rows<'a>(
         &'a self,
         _: &'a str,
         tasks: &[Checked<&'a NewTask>],
     ) -> Option<Statement<'a>> {
+        let plain =
+            (self.sql.insert_rows_plain.as_ref()).filter(|_| tasks.iter().all(|&t| is_plain(t)));
+        if let Some(texts) = plain {
+            // each row's own values only (see `Sql::insert_rows_plain`)
+            let params = tasks
+                .iter()
+                .flat_map(|&t| {
+                    let values = insert_params(t, 0, self.run_at());
+                    PLAIN_OWN.map(|i| values.get(i).copied())
+                })
+                .collect::<Option<Vec<_>>>()?;
+            return Some(Statement::new(
+                texts.get(tasks.len())?,
+                params,
+                Returns::Rows,
+            ));
+        }
         let text = self.sql.insert_rows.get(tasks.len())?;
         let params = rows_params(tasks, self.run_at());
         Some(Statement::new(text, params, Returns::Rows))

@@ -5,7 +5,7 @@
 //! an assignment that reads a column comes before the one that changes it.
 
 use backstop_core::driver::schema::{self, version_table, MigrationFile, SchemaSql};
-use backstop_core::driver::InsertTexts;
+use backstop_core::driver::{plain_literal, InsertTexts};
 use backstop_core::driver::{
     AUDIT_COLUMNS, BARRIER_COLUMNS, COLUMNS, COLUMN_COUNT, QUEUE_AUDIT_COLUMNS, SAGA_COLUMNS,
     SAGA_STEP_COLUMNS,
@@ -58,6 +58,8 @@ pub(crate) struct Sql {
     pub insert: String,
     /// The batch enqueue's multi-row inserts (MariaDB), by row count.
     pub insert_rows: InsertTexts,
+    /// The same for rows of plain tasks only (`plain_tuple`).
+    pub insert_rows_plain: Option<InsertTexts>,
     /// event_type, biz_key: the task holding the key, locked: id, status, age ms.
     pub existing: String,
     /// id: free the key a finished task holds.
@@ -215,6 +217,32 @@ fn not_paused(t: &str, tq: &str) -> String {
     )
 }
 
+/// The one-row `VALUES` tuple of a plain task (core's `plain_params`) in the columns of
+/// `insert`: its settings as constants, due now, bound only its event type, key, payload
+/// and trace context (core's `PLAIN_OWN`); `None` when a setting has no literal here.
+fn plain_tuple() -> Option<String> {
+    // due at once: no delay, no time to run at
+    if (plain_literal(7)?, plain_literal(8)?) != ("0".into(), "NULL".into()) {
+        return None;
+    }
+    // event type, key, payload, attempts; max attempts, strategy, interval, cap
+    let mut columns = vec!["?".to_owned(), "?".into(), "?".into(), "0".into()];
+    for i in 3..=6 {
+        columns.push(plain_literal(i)?);
+    }
+    // next run, lease, created, updated
+    columns.extend(["NOW(3)", "0", "NOW(3)", "NOW(3)"].map(String::from));
+    // priority, jitter, status, order key, block, timeout, tags, metadata, trace, partition
+    for i in 9..=18 {
+        columns.push(if i == 17 {
+            "?".to_owned()
+        } else {
+            plain_literal(i)?
+        });
+    }
+    Some(format!("({})", columns.join(", ")))
+}
+
 /// Most rows of one of the batch enqueue's multi-row inserts.
 const INSERT_ROWS_MAX: usize = 256;
 
@@ -307,6 +335,16 @@ impl Sql {
             insert_rows: InsertTexts::new(INSERT_ROWS_MAX, |n| {
                 let rows = vec![insert_tuple; n].join(", ");
                 format!("INSERT IGNORE INTO {t} ({insert_columns}) VALUES {rows} RETURNING id")
+            }),
+            // Rows of plain tasks: their settings as constants, four values bound a row
+            // instead of nineteen and no due-time expression (MariaDB spends per row on
+            // each bound value and expression: 0.63× the raw insert with 1 producer
+            // against 0.8× with constants)
+            insert_rows_plain: plain_tuple().map(|tuple| {
+                InsertTexts::new(INSERT_ROWS_MAX, |n| {
+                    let rows = vec![tuple.as_str(); n].join(", ");
+                    format!("INSERT IGNORE INTO {t} ({insert_columns}) VALUES {rows} RETURNING id")
+                })
             }),
             // A locking read sees the latest committed row whatever the isolation level.
             existing: format!(
@@ -845,3 +883,18 @@ impl Sql {
 /// [`schema`](backstop_core::driver::schema) for their form). A new migration is a new
 /// file and a line here.
 const MIGRATIONS: &[MigrationFile] = schema::migration_files!("../migrations");
+
+#[cfg(test)]
+mod tests {
+    /// A plain task's settings all have literals: its rows bind four values each.
+    #[test]
+    fn a_plain_row_binds_its_own_four_values() {
+        let tuple = super::plain_tuple().expect("every plain setting has a literal");
+        assert_eq!(tuple.matches('?').count(), 4, "{tuple}");
+        assert_eq!(
+            tuple.matches(", ").count() + 1,
+            22,
+            "a value per column: {tuple}"
+        );
+    }
+}

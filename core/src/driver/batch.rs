@@ -197,6 +197,74 @@ pub fn rows_params<'a>(tasks: &[Checked<&'a NewTask>], run_at: RunAt) -> Vec<Val
         .collect()
 }
 
+/// The places in [`insert_params`] a plain row binds ([`is_plain`]): event type,
+/// business key, payload, trace context.
+pub const PLAIN_OWN: [usize; 4] = [0, 1, 2, 17];
+
+/// **For backend authors**: [`insert_params`] of a plain task, pending: the settings of
+/// [`NewTask::new`] (the default retry policy and priority, due at once, no order key,
+/// timeout, tags, metadata or partition). A backend whose multi-row insert costs a
+/// bound value or an expression per column writes these settings into a second text as
+/// constants, and binds only [`PLAIN_OWN`] of rows that are [`is_plain`].
+///
+/// ```
+/// use backstop_core::driver::{plain_params, Value};
+/// assert_eq!(plain_params()[7], Value::BigInt(Some(0)), "no delay");
+/// assert_eq!(plain_params()[8], Value::Timestamp(None), "no time to run at");
+/// ```
+pub fn plain_params() -> &'static [Value<'static>] {
+    // an event type no policy can be registered for: the default retry policy
+    static TASK: std::sync::LazyLock<NewTask> = std::sync::LazyLock::new(|| NewTask::new("", ""));
+    static PARAMS: std::sync::LazyLock<Vec<Value<'static>>> = std::sync::LazyLock::new(|| {
+        insert_params(
+            Checked::new(&*TASK),
+            Status::Pending.code(),
+            RunAt::Timestamp,
+        )
+    });
+    &PARAMS
+}
+
+/// **For backend authors**: [`plain_params`]`[i]` as an SQL literal every backend reads
+/// (a number, `NULL`, or a text of ASCII letters, digits and `_` in single quotes), for
+/// the text of a plain row; `None` for another value or a place past the end.
+///
+/// ```
+/// use backstop_core::driver::plain_literal;
+/// assert_eq!(plain_literal(7).as_deref(), Some("0"), "no delay");
+/// assert_eq!(plain_literal(12).as_deref(), Some("NULL"), "no order key");
+/// assert_eq!(plain_literal(99), None);
+/// ```
+pub fn plain_literal(i: usize) -> Option<String> {
+    Some(match plain_params().get(i)? {
+        Value::SmallInt(Some(n)) => n.to_string(),
+        Value::Int(Some(n)) => n.to_string(),
+        Value::BigInt(Some(n)) => n.to_string(),
+        Value::SmallInt(None)
+        | Value::Int(None)
+        | Value::BigInt(None)
+        | Value::Text(None)
+        | Value::Timestamp(None) => "NULL".to_owned(),
+        Value::Text(Some(t)) if t.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') => {
+            format!("'{t}'")
+        }
+        _ => return None,
+    })
+}
+
+/// **For backend authors**: whether `task`, pending in a multi-row insert, has a plain
+/// task's settings ([`plain_params`]) whatever its event type, key, payload and trace
+/// context ([`PLAIN_OWN`]).
+pub fn is_plain(task: Checked<&NewTask>) -> bool {
+    let own = insert_params(task, Status::Pending.code(), RunAt::Timestamp);
+    own.len() == plain_params().len()
+        && own
+            .iter()
+            .zip(plain_params())
+            .enumerate()
+            .all(|(i, (a, b))| PLAIN_OWN.contains(&i) || a == b)
+}
+
 /// What an [`EnqueueBatch`] waits for the answer of.
 enum Step<'a> {
     /// Nothing: take the next piece of work.

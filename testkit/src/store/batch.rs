@@ -186,6 +186,60 @@ pub async fn enqueue_many_stores_the_values_a_uniform_batch_shares<H: Harness>(c
     assert_eq!(ctx.count_all().await, 600);
 }
 
+/// enqueue_many: a batch of plain tasks (`NewTask::new` with a payload, some with a
+/// trace context: a backend may write their settings as constants, MariaDB does) stores
+/// each row as `enqueue` stores the same task: every setting, due at its creation, and
+/// its own trace context; the batch's tasks are claimable at once.
+pub async fn enqueue_many_stores_a_plain_batch_as_enqueue_does<H: Harness>(ctx: &Ctx<H>) {
+    let trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let task = |key: String, i: usize| {
+        let t = NewTask::new(["P", "Q"][i % 2], key).json(&serde_json::json!({ "i": i }));
+        match i % 3 {
+            0 => t.traceparent(trace),
+            _ => t,
+        }
+    };
+    let alone = ctx.store.enqueue(task("alone".into(), 0)).await.unwrap();
+    let alone = ctx.task(alone.id).await;
+    let tasks: Vec<NewTask> = (0..300).map(|i| task(format!("p{i}"), i)).collect();
+    let got = ctx.store.enqueue_many(&tasks).await.unwrap();
+    let rows = assert_created(ctx, &tasks, &got).await;
+    for (i, t) in rows.iter().enumerate() {
+        assert_eq!(t.next_run_at, t.created_at, "task {i}: due at its creation");
+        assert_eq!(
+            (
+                t.retry,
+                t.priority,
+                t.timeout,
+                &t.tags,
+                &t.metadata,
+                &t.partition,
+                &t.order_key,
+                t.when_parked
+            ),
+            (
+                alone.retry,
+                alone.priority,
+                alone.timeout,
+                &alone.tags,
+                &alone.metadata,
+                &alone.partition,
+                &alone.order_key,
+                alone.when_parked
+            ),
+            "task {i}: the settings of the same task enqueued alone"
+        );
+        let expected = (i % 3 == 0).then(|| trace.to_owned());
+        assert_eq!(t.traceparent, expected, "task {i}: its own trace context");
+    }
+    let claimed = ctx
+        .store
+        .claim_batch(&owner("w"), &["P".to_owned(), "Q".to_owned()], MAX_BATCH)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 301, "every task due at once");
+}
+
 /// enqueue_many: duplicates are answered as `enqueue` answers them, whether the key is
 /// held before the batch (pending: its id; finished: a new task; pending with
 /// `replace_pending`: its payload replaced) or by an earlier task of the same batch; an
