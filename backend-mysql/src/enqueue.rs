@@ -69,7 +69,7 @@ impl EnqueueSql for MySqlDriver {
             let params = tasks
                 .iter()
                 .flat_map(|&t| {
-                    let values = insert_params(t, 0, self.run_at());
+                    let values = insert_params(t, Status::Pending.code(), self.run_at());
                     PLAIN_OWN.map(|i| values.get(i).copied())
                 })
                 .collect::<Option<Vec<_>>>()?;
