@@ -364,6 +364,18 @@ impl<S: TaskStore> Gate<S> {
         self.faults.release();
     }
 
+    /// Shut the gate again after [`open`](Self::open): the gated calls from now on wait.
+    fn shut_again(&self) {
+        if let Some((ops, phase)) = self.gated.hold() {
+            self.faults.hold(ops, phase);
+        }
+    }
+
+    /// How many gated calls have reached the gate so far (passing it while open too).
+    fn arrived_so_far(&self) -> usize {
+        self.faults.held_so_far()
+    }
+
     /// Wait until `n` gated calls have reached the gate.
     async fn arrived(&self, n: usize) {
         tokio::time::timeout(PATIENCE, self.faults.held(n))

@@ -443,6 +443,69 @@ pub async fn engine_claims_a_task_its_announcement_names_by_id<H: Harness>(ctx: 
     b.shutdown().await;
 }
 
+/// wake-ups by id, one claim at a time: while B's claim by id of a named task is under
+/// way (held at the gate: the database slow to answer), the named announcements of two
+/// more tasks poll their type instead of claiming by id, and that poll starts all three;
+/// the held claim then finds its task taken and claims nothing. One claim by id reached
+/// the store for three named announcements (where every announcement spawned its own,
+/// the two later tasks would wait at the gate too), and each task ran once.
+pub async fn engine_claims_one_named_task_at_a_time<H: Harness>(ctx: &Ctx<H>) {
+    const CASE: &str = "engine_claims_one_named_task_at_a_time";
+    let (Some(na), Some(nb)) = (
+        ctx.notifier(&ctx.store, CASE).await,
+        ctx.notifier(&ctx.store, CASE).await,
+    ) else {
+        return;
+    };
+    let a = ctx.new_store_with(ctx.config.clone().notifier(na)).await;
+    let calls = Calls::default();
+    let gate = Gate::shut(ctx.new_store().await, Gated::ClaimById);
+    gate.open();
+    let b = Engine::builder(gate.clone())
+        .config(idle_config())
+        .handler("WOKEN", succeeding(&calls), opts())
+        .notifier(nb)
+        .start()
+        .unwrap();
+    // heard, and drained: the probes' claims came back short
+    until_heard(&a, &calls).await;
+    let before = b.counters();
+    gate.shut_again();
+    let at_gate = gate.arrived_so_far();
+
+    a.enqueue(NewTask::new("WOKEN", "n1")).await.unwrap();
+    gate.arrived(at_gate + 1).await;
+    for key in ["n2", "n3"] {
+        // apart by more than any announcement window's share
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        a.enqueue(NewTask::new("WOKEN", key)).await.unwrap();
+    }
+    eventually("B's poll to start all three", || async {
+        ["n1", "n2", "n3"].iter().all(|k| calls.count(k) == 1)
+    })
+    .await;
+    assert_eq!(
+        gate.arrived_so_far(),
+        at_gate + 1,
+        "one claim by id for three named announcements"
+    );
+    gate.open();
+    eventually("the held claim to end", || async {
+        b.counters().since(&before).polled >= 2
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for key in ["n1", "n2", "n3"] {
+        assert_eq!(calls.count(key), 1, "{key} ran once");
+    }
+    let c = b.counters().since(&before);
+    assert_eq!(
+        c.woken_claims, 0,
+        "the held claim found its task taken: {c:?}"
+    );
+    b.shutdown().await;
+}
+
 /// A store given a notifier announces a queue change that may let tasks start: with
 /// `WOKEN` paused through A, a task enqueued through A does not start in B (B's claim
 /// passes the paused type by); A's resume starts it in B at once, though B never polls
