@@ -61,7 +61,11 @@ impl Meter {
     }
 }
 
-/// CPU seconds of every process whose name is `comm` (a database server's processes).
+/// CPU seconds of every process whose name is `comm` (a database server's processes),
+/// with those of their children that have exited: PostgreSQL's backends are processes,
+/// and a connection closed during a measure takes its CPU time to the postmaster's
+/// `cutime`/`cstime` (without them a drain whose workers disconnect at its end counted
+/// only the backends still open).
 #[allow(dead_code)] // the peers' binaries measure only themselves
 pub fn server_cpu(comm: &str) -> f64 {
     let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -82,7 +86,7 @@ pub fn server_cpu(comm: &str) -> f64 {
         }
         let f: Vec<&str> = stat[close + 1..].split_whitespace().collect();
         let n = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-        ticks += n(11) + n(12);
+        ticks += n(11) + n(12) + n(13) + n(14);
     }
     ticks / 100.0
 }
