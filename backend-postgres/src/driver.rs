@@ -808,7 +808,8 @@ impl Driver for PgDriver {
 }
 
 /// Apply one round of marks (each task at most once) as one set-based statement, setting
-/// the flags of the marks that applied.
+/// the flags of the marks that applied. The rows go in id order: the statement updates
+/// them in the order of its arrays (see `Sql::mark`).
 pub(crate) async fn mark_round<C: GenericClient + Sync>(
     client: &C,
     stmt: &Stmt<'_>,
@@ -816,6 +817,9 @@ pub(crate) async fn mark_round<C: GenericClient + Sync>(
     round: &[usize],
     flags: &mut [bool],
 ) -> Result<()> {
+    let mut round = round.to_vec();
+    round.sort_unstable_by_key(|&i| marks[i].lease.task_id);
+    let round = round.as_slice();
     let mut ids = Vec::with_capacity(round.len());
     let mut tokens = Vec::with_capacity(round.len());
     let mut kinds = Vec::with_capacity(round.len());

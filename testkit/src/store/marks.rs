@@ -574,3 +574,65 @@ pub async fn heartbeats_and_marks_of_the_same_rows_never_deadlock<H: Harness>(ct
         8 * TASKS as u64
     );
 }
+
+/// Two marks of the same running rows, racing on two connections with the marks in
+/// opposite orders (as an engine's late marks of tasks another engine now holds race that
+/// engine's own), never deadlock: both return without waiting out a deadlock (PostgreSQL
+/// notices one after a second, MariaDB's InnoDB at once, answering an error), each task
+/// takes exactly one of its two marks, and its row says which.
+pub async fn marks_of_the_same_rows_in_opposite_orders_never_deadlock<H: Harness>(ctx: &Ctx<H>) {
+    const TASKS: usize = 100;
+    let other = ctx.new_store().await;
+    let types = vec!["E".to_string()];
+    for round in 0..8 {
+        for i in 0..TASKS {
+            ctx.enqueue("E", &format!("r{round}-{i}")).await;
+        }
+        let claimed = ctx
+            .store
+            .claim_batch(&ctx.owner, &types, TASKS)
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), TASKS);
+        let successes: Vec<Mark> = claimed.iter().map(|t| Mark::success(t.lease())).collect();
+        let failures: Vec<Mark> = claimed
+            .iter()
+            .rev()
+            .map(|t| Mark::fail(t.lease(), "the other mark"))
+            .collect();
+        let started = std::time::Instant::now();
+        let (succeeded, failed) = within(
+            "two marks of the same rows",
+            futures_util::future::join(ctx.store.mark(&successes), other.mark(&failures)),
+        )
+        .await;
+        let took = started.elapsed();
+        let (succeeded, mut failed) = (succeeded.unwrap(), failed.unwrap());
+        // the failures in the claim's order, beside the successes
+        failed.reverse();
+        assert!(
+            took < Duration::from_millis(800),
+            "round {round}: took {took:?}: a deadlock was waited out"
+        );
+        for (i, t) in claimed.iter().enumerate() {
+            assert!(
+                succeeded[i] != failed[i],
+                "round {round}: task {}: exactly one mark applies (success {}, fail {})",
+                t.id,
+                succeeded[i],
+                failed[i]
+            );
+            let row = ctx.task(t.id).await;
+            let (status, error) = match succeeded[i] {
+                true => (Status::Succeeded, None),
+                false => (Status::Failed, Some("the other mark")),
+            };
+            assert_eq!(
+                (row.status, row.last_error.as_deref()),
+                (status, error),
+                "round {round}: task {}",
+                t.id
+            );
+        }
+    }
+}
