@@ -256,8 +256,10 @@ pub async fn partition_key_refuses_bad_input<H: Harness>(ctx: &Ctx<H>) {
 
 /// Four stores claim a type limited to 2 running per tenant, partitioned, over 6 tasks
 /// of each of 4 tenants, each in a loop (claim up to 5, hold 30 ms, complete). The
-/// racers' own count of each tenant's running tasks never passes 2 and reaches 2 (the
-/// limit held, and let two run); every task is claimed exactly once.
+/// racers' own count of each tenant's running tasks never passes 2 (the limit held) and
+/// reaches 2 for some tenant (it let two run: not for every tenant, as racers on a
+/// Galera cluster's nodes may take their turns so that one tenant's tasks never
+/// overlap); every task is claimed exactly once.
 pub async fn partitioned_limit_holds_across_racing_stores<H: Harness>(ctx: &Ctx<H>) {
     const TENANTS: [&str; 4] = ["t0", "t1", "t2", "t3"];
     const EACH: usize = 6;
@@ -317,6 +319,11 @@ pub async fn partitioned_limit_holds_across_racing_stores<H: Harness>(ctx: &Ctx<
         "each task claimed once"
     );
     for key in TENANTS {
-        assert_eq!(most.get(key).map(|m| m.1), Some(2), "{key}: {most:?}");
+        let at_once = most.get(key).map_or(0, |m| m.1);
+        assert!((1..=2).contains(&at_once), "{key}: {most:?}");
     }
+    assert!(
+        TENANTS.iter().any(|k| most.get(*k).map(|m| m.1) == Some(2)),
+        "some tenant ran two at once: {most:?}"
+    );
 }
