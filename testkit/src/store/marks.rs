@@ -539,17 +539,8 @@ pub async fn last_error_is_bounded<H: Harness>(ctx: &Ctx<H>) {
 pub async fn heartbeats_and_marks_of_the_same_rows_never_deadlock<H: Harness>(ctx: &Ctx<H>) {
     const TASKS: usize = 100;
     let other = ctx.new_store().await;
-    let types = vec!["E".to_string()];
     for round in 0..8 {
-        for i in 0..TASKS {
-            ctx.enqueue("E", &format!("r{round}-{i}")).await;
-        }
-        let claimed = ctx
-            .store
-            .claim_batch(&ctx.owner, &types, TASKS)
-            .await
-            .unwrap();
-        assert_eq!(claimed.len(), TASKS);
+        let claimed = claim_a_round(ctx, round, TASKS).await;
         let leases: Vec<backstop_core::Lease> = claimed.iter().map(|t| t.lease()).collect();
         let marks: Vec<Mark> = leases.iter().rev().map(|l| Mark::success(*l)).collect();
         let started = std::time::Instant::now();
@@ -583,17 +574,8 @@ pub async fn heartbeats_and_marks_of_the_same_rows_never_deadlock<H: Harness>(ct
 pub async fn marks_of_the_same_rows_in_opposite_orders_never_deadlock<H: Harness>(ctx: &Ctx<H>) {
     const TASKS: usize = 100;
     let other = ctx.new_store().await;
-    let types = vec!["E".to_string()];
     for round in 0..8 {
-        for i in 0..TASKS {
-            ctx.enqueue("E", &format!("r{round}-{i}")).await;
-        }
-        let claimed = ctx
-            .store
-            .claim_batch(&ctx.owner, &types, TASKS)
-            .await
-            .unwrap();
-        assert_eq!(claimed.len(), TASKS);
+        let claimed = claim_a_round(ctx, round, TASKS).await;
         let successes: Vec<Mark> = claimed.iter().map(|t| Mark::success(t.lease())).collect();
         let failures: Vec<Mark> = claimed
             .iter()
@@ -635,4 +617,18 @@ pub async fn marks_of_the_same_rows_in_opposite_orders_never_deadlock<H: Harness
             );
         }
     }
+}
+
+/// `n` tasks of type `E` enqueued for round `round`, then claimed in one batch: all of them.
+async fn claim_a_round<H: Harness>(ctx: &Ctx<H>, round: usize, n: usize) -> Vec<Task> {
+    for i in 0..n {
+        ctx.enqueue("E", &format!("r{round}-{i}")).await;
+    }
+    let claimed = ctx
+        .store
+        .claim_batch(&ctx.owner, &["E".to_string()], n)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), n, "round {round}: every task claimed");
+    claimed
 }

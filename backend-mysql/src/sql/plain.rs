@@ -1,0 +1,105 @@
+//! The text of a plain task's row in the batch enqueue's multi-row inserts: its settings
+//! as constants, the columns whose table default is its value left out.
+
+use backstop_core::driver::{plain_literal, PLAIN_OWN};
+
+/// The columns of a plain task's row (core's `plain_params`) and its one-row `VALUES`
+/// tuple: its settings as constants, due now, bound only its event type, key, payload
+/// and trace context (core's `PLAIN_OWN`); `None` when a setting has no literal here.
+///
+/// A column whose table default (`TABLE_DEFAULTS`) is the plain value is left out, for
+/// the table to fill: MariaDB spends per column of every row (its `fill_record` and
+/// `Item::save_in_field`), and a plain row names 12 columns instead of 22.
+pub(super) fn plain_tuple() -> Option<(String, String)> {
+    // due at once: no delay, no time to run at
+    if (plain_literal(7)?, plain_literal(8)?) != ("0".into(), "NULL".into()) {
+        return None;
+    }
+    // the columns of `insert_params`, in its order, each with its place there
+    const PLACES: [(&str, usize); 17] = [
+        ("event_type", 0),
+        ("biz_key", 1),
+        ("payload", 2),
+        ("max_attempts", 3),
+        ("retry_strategy", 4),
+        ("retry_interval_ms", 5),
+        ("retry_max_interval_ms", 6),
+        ("priority", 9),
+        ("retry_jitter_pct", 10),
+        ("status", 11),
+        ("order_key", 12),
+        ("order_block", 13),
+        ("timeout_ms", 14),
+        ("tags", 15),
+        ("metadata", 16),
+        ("traceparent", 17),
+        ("partition_key", 18),
+    ];
+    // due now, written now; attempts and lease take their defaults (0)
+    let mut columns = vec!["next_run_at", "created_at", "updated_at"];
+    let mut values = vec!["NOW(3)".to_owned(); 3];
+    for (column, i) in PLACES {
+        let value = if PLAIN_OWN.contains(&i) {
+            "?".to_owned()
+        } else {
+            plain_literal(i)?
+        };
+        let default = TABLE_DEFAULTS.iter().find(|d| d.0 == column);
+        if default.is_some_and(|d| d.1 == value) {
+            continue;
+        }
+        columns.push(column);
+        values.push(value);
+    }
+    Some((columns.join(", "), format!("({})", values.join(", "))))
+}
+
+/// The task table's column defaults that a plain row may leave to it, as the
+/// migrations declare them (`DEFAULT …`, or a nullable column's implicit `NULL`). The
+/// conformance case `enqueue_many_stores_a_plain_batch_as_enqueue_does` reads the rows
+/// of a plain batch back beside a task enqueued alone: a default that drifted from the
+/// plain value fails it.
+const TABLE_DEFAULTS: [(&str, &str); 9] = [
+    ("priority", "2"),
+    ("retry_jitter_pct", "0"),
+    ("status", "0"),
+    ("order_key", "NULL"),
+    ("order_block", "1"),
+    ("timeout_ms", "NULL"),
+    ("tags", "NULL"),
+    ("metadata", "NULL"),
+    ("partition_key", "''"),
+];
+
+#[cfg(test)]
+mod tests {
+    /// A plain task's settings all have literals: its rows bind four values each, and
+    /// name only the columns whose default is not the plain value.
+    #[test]
+    fn a_plain_row_binds_its_own_four_values() {
+        let (columns, tuple) = super::plain_tuple().expect("every plain setting has a literal");
+        assert_eq!(tuple.matches('?').count(), 4, "{tuple}");
+        assert_eq!(
+            columns.split(", ").collect::<Vec<_>>(),
+            [
+                "next_run_at",
+                "created_at",
+                "updated_at",
+                "event_type",
+                "biz_key",
+                "payload",
+                "max_attempts",
+                "retry_strategy",
+                "retry_interval_ms",
+                "retry_max_interval_ms",
+                "retry_jitter_pct",
+                "traceparent"
+            ]
+        );
+        assert_eq!(
+            tuple.matches(", ").count() + 1,
+            12,
+            "a value per column: {tuple}"
+        );
+    }
+}
