@@ -294,7 +294,7 @@ impl Driver for MySqlDriver {
             ));
         };
         let begin = begin.as_str();
-        let mut claimed = self
+        let (claimed, limited) = self
             .on_conn(|mut conn| async move {
                 let mut tx = conn.begin(Some(begin)).await?;
                 let picked = match pick(sql, &mut tx, first, types, limit).await {
@@ -322,16 +322,10 @@ impl Driver for MySqlDriver {
                 Ok((rows, picked.limited))
             })
             .await?;
-        for event_type in std::mem::take(&mut claimed.1) {
-            let left = limit.saturating_sub(claimed.0.len());
-            if left == 0 {
-                break;
-            }
-            claimed
-                .0
-                .extend(self.claim_limited(owner, &event_type, left).await?);
-        }
-        Ok(claimed.0)
+        claim_limited_types(claimed, Ok(limited), limit, |event_type, left| async move {
+            self.claim_limited(owner, &event_type, left).await
+        })
+        .await
     }
 
     async fn recycle_dead(&self, batch: Checked<AgedBatch>) -> Result<Recycled> {

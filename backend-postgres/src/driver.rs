@@ -290,41 +290,46 @@ impl Driver for PgDriver {
         Ok(rows.into_iter().next())
     }
 
+    /// The claim and the read of its limited types (see `limited_with_room`) go in one
+    /// round trip, pipelined on one connection: the claim first, each its own implicit
+    /// transaction. Then the limited types, each claimed in a transaction of its own.
     async fn claim_batch(&self, claim: Checked<Claim<'_>>) -> Result<Vec<RawTask>> {
         let (owner, limit) = (claim.owner.as_str(), claim.limit as i64);
-        let rows = match claim.event_types {
-            [one] => {
-                self.query(&self.sql.claim_one_type, &[&owner, one, &limit])
-                    .await?
-            }
-            many => {
-                self.query(&self.sql.claim_many_types, &[&owner, &many, &limit])
-                    .await?
-            }
+        let many = claim.event_types;
+        let (claim_sql, limited_sql, types): (_, _, &dyn Param) = match many {
+            [one] => (&self.sql.claim_one_type, &self.sql.limited_one_type, one),
+            _ => (
+                &self.sql.claim_many_types,
+                &self.sql.limited_many_types,
+                &many,
+            ),
         };
-        // the claimed rows, then the limited types with due tasks (see `claim_marking`)
-        let mut claimed = Vec::with_capacity(rows.len());
-        let mut limited = Vec::new();
-        for row in &rows {
-            match col::<Option<String>>(row, COLUMN_COUNT)? {
-                None => claimed.push(raw_task(row)?),
-                Some(event_type) => {
-                    let partitioned = col::<Option<i16>>(row, COLUMN_COUNT + 1)? == Some(1);
-                    limited.push((event_type, partitioned));
-                }
-            }
-        }
-        for (event_type, partitioned) in limited {
-            let left = limit - claimed.len() as i64;
-            if left <= 0 {
-                break;
-            }
-            claimed.extend(
-                self.claim_limited(owner, &event_type, partitioned, left)
-                    .await?,
-            );
-        }
-        Ok(claimed)
+        let client = self.client().await?;
+        let claim_stmt = self.statement(&client, claim_sql).await?;
+        let limited_stmt = self.statement(&client, limited_sql).await?;
+        let (claim_params, limited_params): ([&dyn Param; 3], [&dyn Param; 1]) =
+            ([&owner, types, &limit], [types]);
+        let (claimed, limited) = tokio::join!(
+            claim_stmt.query(&**client, &claim_params),
+            limited_stmt.query(&**client, &limited_params),
+        );
+        drop(client);
+        let claimed = claimed?.iter().map(raw_task).collect::<Result<Vec<_>>>()?;
+        let limited = limited.and_then(|rows| {
+            rows.iter()
+                .map(|row| Ok((col::<String>(row, 0)?, col::<i16>(row, 1)? == 1)))
+                .collect::<Result<Vec<_>>>()
+        });
+        claim_limited_types(
+            claimed,
+            limited,
+            claim.limit,
+            |(event_type, partitioned), left| async move {
+                self.claim_limited(owner, &event_type, partitioned, left as i64)
+                    .await
+            },
+        )
+        .await
     }
 
     async fn recycle_dead(&self, batch: Checked<AgedBatch>) -> Result<Recycled> {

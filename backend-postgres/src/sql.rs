@@ -34,7 +34,9 @@ const LEVELS: &str = "'{0,1,2,3,4}'::smallint[]";
 
 mod claims;
 mod sagas;
-use claims::{claim_handover, claim_limited, claim_marking, claim_partitioned, one_type};
+use claims::{
+    claim, claim_handover, claim_limited, claim_partitioned, limited_with_room, one_type,
+};
 use sagas::saga_advance;
 
 /// The notification channel of `schema.table`: the qualified name, or when that is
@@ -178,10 +180,13 @@ pub(crate) struct Sql {
     /// `LISTEN` on `channel`.
     pub listen: String,
     pub claim_by_id: String,
-    /// The batch claims: the claimed rows (and a NULL), then a row per limited type
-    /// with a due task (see `claim_marking`).
+    /// The batch claims: the claimed rows of the types without limits.
     pub claim_one_type: String,
     pub claim_many_types: String,
+    /// Sent with each batch claim: its limited types with a due task and room (see
+    /// `limited_with_room`).
+    pub limited_one_type: String,
+    pub limited_many_types: String,
     pub limit_lock: String,
     pub gate_read: String,
     pub claim_handover: String,
@@ -554,10 +559,8 @@ impl Sql {
             // each stopping at the limit, merged: a claim reads at most levels × $3 rows
             // whatever the backlog of this or other types. (A level's walk locks at most
             // $3 rows, until the statement ends.)
-            claim_one_type: claim_marking(
+            claim_one_type: claim(
                 &t,
-                &tq,
-                &tr,
                 &tc,
                 &one_type(
                     &t,
@@ -567,16 +570,15 @@ impl Sql {
                     ),
                     "$3",
                 ),
-                "q.event_type = $2",
             ),
+            // $1 event type
+            limited_one_type: limited_with_room(&t, &tq, &tr, "q.event_type = $1"),
             // $1 owner $2 event types $3 limit: one ordered walk per type and level (as
             // above), the walks merged, the first $3 by (priority, next_run_at, id)
             // claimed. (`event_type = ANY($2)` cannot walk the index in order: it sorts or
             // skips through every due row of the types.)
-            claim_many_types: claim_marking(
+            claim_many_types: claim(
                 &t,
-                &tq,
-                &tr,
                 &tc,
                 &format!(
                     "SELECT w.id FROM unnest($2::text[]) AS et(event_type)
@@ -594,8 +596,9 @@ impl Sql {
                     ORDER BY p.priority, w.next_run_at, w.id
                     LIMIT $3"
                 ),
-                "q.event_type = ANY($2::text[])",
             ),
+            // $1 event types
+            limited_many_types: limited_with_room(&t, &tq, &tr, "q.event_type = ANY($1::text[])"),
             // $1 event type: a limited type's queue row, locked until the claim's
             // transaction ends (claims of the type, on every instance, take turns).
             limit_lock: format!(

@@ -221,40 +221,6 @@ mod tests {
         }
     }
 
-    /// A due task of id `id`.
-    fn task(id: i64) -> RawTask {
-        let at = chrono::DateTime::from_timestamp(id, 0).unwrap_or_default();
-        RawTask {
-            id,
-            event_type: "T".into(),
-            biz_key: id.to_string(),
-            payload: "{}".into(),
-            status: 0,
-            attempts: 0,
-            max_attempts: 3,
-            retry_strategy: "fixed".into(),
-            retry_interval_ms: 0,
-            retry_max_interval_ms: 0,
-            next_run_at: at,
-            owner: None,
-            lease: 0,
-            last_error: None,
-            created_at: at,
-            updated_at: at,
-            priority: 0,
-            retry_jitter_pct: 0,
-            order_key: None,
-            order_block: 0,
-            timeout_ms: None,
-            snoozes: 0,
-            tags: None,
-            metadata: None,
-            output: None,
-            traceparent: None,
-            partition_key: String::new(),
-        }
-    }
-
     /// Runs `walk` over `keys` (sorted; each has one due task, `''` none), returning
     /// the keys walked, in order.
     fn run(walk: &mut KeyWalk, keys: &[String]) -> Vec<String> {
@@ -263,7 +229,7 @@ mod tests {
             match walk.step() {
                 KeyStep::Walk { key, .. } => {
                     let tasks = match keys.iter().position(|k| k == key) {
-                        Some(i) => vec![task(i as i64 + 1)],
+                        Some(i) => vec![RawTask::due(i as i64 + 1)],
                         None => Vec::new(),
                     };
                     walked.push(key.to_owned());

@@ -48,6 +48,7 @@ mod gate;
 mod insert;
 mod key_walk;
 mod keys;
+mod limited;
 mod plan;
 mod progress;
 mod release;
@@ -103,6 +104,7 @@ pub use gate::{round_robin, starts_per_key, Gate, Partitions};
 pub use insert::{Existing, InsertStep, Inserted, KeyedInsert};
 pub use key_walk::{KeyCursors, KeyStep, KeyWalk, KEYS_PER_CLAIM};
 pub use keys::{release_order_keys, release_order_keys_blocking};
+pub use limited::claim_limited_types;
 pub use plan::TxPlan;
 pub(crate) use progress::needs_undo;
 pub use progress::{Decision, SagaChange, SagaProgress, StepEvent, StepState};
@@ -193,10 +195,12 @@ pub trait Driver: Send + Sync + 'static {
     /// are passed by in those walks and claimed after them, each in a transaction of its
     /// own: lock the type's queue row (`FOR UPDATE`), then count its running tasks in a
     /// later statement (a snapshot taken after the lock was granted, at READ COMMITTED),
-    /// and claim at most `concurrency - running` (and what is left of `limit`). Learn
-    /// which requested types are limited without a statement of its own where the claim
-    /// can say (PostgreSQL and MySQL answer a marker row per limited type with a due
-    /// task; SQLite reads it in its write transaction).
+    /// and claim at most `concurrency - running` (and what is left of `limit`), through
+    /// [`claim_limited_types`], which never drops the rows the batch already holds.
+    /// Learn which requested types are limited without a round trip of its own
+    /// (PostgreSQL sends that read with the claim, pipelined; MySQL's claim answers a
+    /// marker row per limited type with a due task; SQLite reads it in its write
+    /// transaction).
     async fn claim_batch(&self, claim: Checked<Claim<'_>>) -> Result<Vec<RawTask>>;
 
     /// [`recycle_dead`](crate::TaskStore::recycle_dead). Checked: see [`AgedBatch`]. The
@@ -519,8 +523,8 @@ pub trait Backend: Send + Sync + 'static {
 /// `use backstop_core::driver::prelude::*;`.
 pub mod prelude {
     pub use super::{
-        applied_ids, complete_on, complete_on_blocking, count_sql, ddl_script, enqueue_on,
-        enqueue_on_blocking, insert_params, list_sql, list_values, mark_rounds, millis,
+        applied_ids, claim_limited_types, complete_on, complete_on_blocking, count_sql, ddl_script,
+        enqueue_on, enqueue_on_blocking, insert_params, list_sql, list_values, mark_rounds, millis,
         round_robin,
         schema::{self, Migration},
         starts_per_key, AgedBatch, Backend, BarrierPlan, Buckets, Change, Checked, Claim,

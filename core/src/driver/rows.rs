@@ -312,6 +312,41 @@ pub struct RawTask {
 }
 
 impl RawTask {
+    /// A due task of id `id`, due at `id` seconds after the epoch (for tests).
+    #[cfg(test)]
+    pub(crate) fn due(id: i64) -> RawTask {
+        let at = chrono::DateTime::from_timestamp(id, 0).unwrap_or_default();
+        RawTask {
+            id,
+            event_type: "T".into(),
+            biz_key: id.to_string(),
+            payload: "{}".into(),
+            status: 0,
+            attempts: 0,
+            max_attempts: 3,
+            retry_strategy: "fixed".into(),
+            retry_interval_ms: 0,
+            retry_max_interval_ms: 0,
+            next_run_at: at,
+            owner: None,
+            lease: 0,
+            last_error: None,
+            created_at: at,
+            updated_at: at,
+            priority: 0,
+            retry_jitter_pct: 0,
+            order_key: None,
+            order_block: 0,
+            timeout_ms: None,
+            snoozes: 0,
+            tags: None,
+            metadata: None,
+            output: None,
+            traceparent: None,
+            partition_key: String::new(),
+        }
+    }
+
     /// Read a row of [`COLUMNS`].
     pub fn read<R: TaskRow + ?Sized>(r: &R) -> std::result::Result<RawTask, R::Error> {
         Ok(RawTask {
