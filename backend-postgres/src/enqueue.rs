@@ -60,21 +60,26 @@ impl EnqueueSql for PgDriver {
         doc: &'a str,
         tasks: &[Checked<&'a NewTask>],
     ) -> Option<Statement<'a>> {
-        // every type of the batch asks the throttle (each may be due an announcement)
-        let mut types: Vec<&str> = tasks.iter().map(|t| t.event_type()).collect();
-        types.sort_unstable();
-        types.dedup();
-        let notify = types
-            .into_iter()
-            .fold(false, |any, t| self.notify_now(t) | any);
-        let mut params = vec![Value::Text(Some(doc))];
-        let text = if notify {
-            params.push(Value::Text(Some(&self.sql.channel)));
-            &self.sql.insert_rows_notify
-        } else {
-            &self.sql.insert_rows
-        };
-        Some(Statement::new(text, params, Returns::Rows))
+        let sql = &self.sql;
+        Some(self.rows_statement(doc, tasks, &sql.insert_rows, &sql.insert_rows_notify))
+    }
+
+    /// Rows from core's `plain_document` (`jsonb_array_elements`), the settings constants.
+    fn insert_plain_rows<'a>(
+        &'a self,
+        doc: &'a str,
+        tasks: &[Checked<&'a NewTask>],
+    ) -> Option<Statement<'a>> {
+        let sql = &self.sql;
+        let (rows, notify) = (
+            sql.insert_plain_rows.as_ref()?,
+            sql.insert_plain_rows_notify.as_ref()?,
+        );
+        Some(self.rows_statement(doc, tasks, rows, notify))
+    }
+
+    fn inserts_plain_rows(&self) -> bool {
+        self.sql.insert_plain_rows.is_some() && self.sql.insert_plain_rows_notify.is_some()
     }
 
     /// Each step of a release of many keys is one statement over one array.
@@ -94,5 +99,33 @@ impl EnqueueSql for PgDriver {
             _ => return None,
         };
         Some(Statement::new(text, vec![list], returns))
+    }
+}
+
+impl PgDriver {
+    /// A multi-row insert of `doc`: `rows`, or `notify` (the channel its $2) when the
+    /// throttle lets one of the batch's types be announced (every type asks: each may be
+    /// due an announcement).
+    fn rows_statement<'a>(
+        &'a self,
+        doc: &'a str,
+        tasks: &[Checked<&'a NewTask>],
+        rows: &'a str,
+        notify: &'a str,
+    ) -> Statement<'a> {
+        let mut types: Vec<&str> = tasks.iter().map(|t| t.event_type()).collect();
+        types.sort_unstable();
+        types.dedup();
+        let announce = types
+            .into_iter()
+            .fold(false, |any, t| self.notify_now(t) | any);
+        let mut params = vec![Value::Text(Some(doc))];
+        let text = if announce {
+            params.push(Value::Text(Some(&self.sql.channel)));
+            notify
+        } else {
+            rows
+        };
+        Statement::new(text, params, Returns::Rows)
     }
 }

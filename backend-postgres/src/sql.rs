@@ -33,6 +33,7 @@ const RESET_STATUS: &str = "CASE WHEN order_key IS NULL THEN 0 ELSE 5 END";
 const LEVELS: &str = "'{0,1,2,3,4}'::smallint[]";
 
 mod claims;
+mod plain;
 mod sagas;
 use claims::{
     claim, claim_handover, claim_limited, claim_partitioned, limited_with_room, one_type,
@@ -86,6 +87,11 @@ pub(crate) struct Sql {
     pub insert_rows: String,
     /// As `insert_rows`, announcing each row's event type on the channel ($2).
     pub insert_rows_notify: String,
+    /// $1 the rows of plain tasks (core's `plain_document`), as `insert_rows`; `None`
+    /// when a plain setting has no literal (see `plain_select`).
+    pub insert_plain_rows: Option<String>,
+    /// As `insert_plain_rows`, announcing as `insert_rows_notify`.
+    pub insert_plain_rows_notify: Option<String>,
     /// $1 event_type $2 biz_key: the task holding the key, locked: id, status, age ms.
     pub existing: String,
     /// $1 id: free the key a finished task holds.
@@ -301,6 +307,22 @@ impl Sql {
              CROSS JOIN LATERAL (SELECT pg_notify($2::text, ins.event_type)) AS n"
         );
         let insert_rows = format!("{insert_rows} RETURNING id");
+        // As insert_rows, of plain tasks: $1 core's plain_document (see `plain_select`).
+        let insert_plain_rows = plain::plain_select().map(|select| {
+            format!(
+                "{insert_into}
+                 SELECT {select} FROM jsonb_array_elements($1::jsonb) AS r
+                 {on_conflict}"
+            )
+        });
+        let insert_plain_rows_notify = insert_plain_rows.as_ref().map(|rows| {
+            format!(
+                "WITH ins AS ({rows} RETURNING id, event_type)
+                 SELECT ins.id FROM ins
+                 CROSS JOIN LATERAL (SELECT pg_notify($2::text, ins.event_type)) AS n"
+            )
+        });
+        let insert_plain_rows = insert_plain_rows.map(|rows| format!("{rows} RETURNING id"));
         let channel = channel(schema, table);
         Sql {
             lock_key: format!("backstop:{schema}.{table}"),
@@ -404,6 +426,8 @@ impl Sql {
             saga_advance,
             insert_rows,
             insert_rows_notify,
+            insert_plain_rows,
+            insert_plain_rows_notify,
             insert_notify: format!(
                 "WITH ins AS ({insert})
                  SELECT ins.id FROM ins CROSS JOIN LATERAL

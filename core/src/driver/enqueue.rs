@@ -454,6 +454,31 @@ pub trait EnqueueSql: Send + Sync {
     fn insert_rows_take(&self, n: usize) -> usize {
         n
     }
+
+    /// As [`insert_rows`](Self::insert_rows), of a chunk whose tasks are all plain
+    /// ([`is_plain`](crate::driver::is_plain)), its rows from `doc`
+    /// ([`plain_document`](crate::driver::plain_document): each task's own four values),
+    /// its settings the backend's constants ([`plain_params`](crate::driver::plain_params)).
+    /// A backend whose server spends per value of the full document (PostgreSQL reads
+    /// 17 keys a row from it) answers it; `None` (the default) sends such a chunk
+    /// through `insert_rows` with the full document.
+    ///
+    /// Core asks only when [`inserts_plain_rows`](Self::inserts_plain_rows) says the
+    /// backend has one.
+    fn insert_plain_rows<'a>(
+        &'a self,
+        doc: &'a str,
+        tasks: &[Checked<&'a NewTask>],
+    ) -> Option<Statement<'a>> {
+        let _ = (doc, tasks);
+        None
+    }
+
+    /// Whether the backend has [`insert_plain_rows`](Self::insert_plain_rows) (default
+    /// `false`); asked once a batch.
+    fn inserts_plain_rows(&self) -> bool {
+        false
+    }
 }
 
 /// **For backend authors**: one enqueue as a sequence of [`Statement`]s, without I/O: a
