@@ -375,15 +375,18 @@ impl Sql {
             // every row's values bound (core's rows_params), the clock after them all.
             // (Not rows read from a JSON document: SQLite parses the row's text again
             // for each value taken from it, a third of the speed.)
-            insert_rows: InsertTexts::new(INSERT_ROWS_MAX, |n| {
-                let rows = values_rows(Dialect::Sqlite, INSERT_TUPLE, INSERT_PARAMS, n);
-                format!("{insert_into} VALUES {rows} {INSERT_TAIL}")
+            insert_rows: InsertTexts::new(INSERT_ROWS_MAX, {
+                let insert_into = insert_into.clone();
+                move |n| {
+                    let rows = values_rows(Dialect::Sqlite, INSERT_TUPLE, INSERT_PARAMS, n);
+                    format!("{insert_into} VALUES {rows} {INSERT_TAIL}")
+                }
             }),
             // the same per shared layout (`LAYOUTS`): two or four values bound a row, not
             // nineteen
             insert_rows_shared: LAYOUTS.map(|own| {
-                let tuple = shared_tuple(own);
-                InsertTexts::new(INSERT_ROWS_MAX, |n| {
+                let (tuple, insert_into) = (shared_tuple(own), insert_into.clone());
+                InsertTexts::new(INSERT_ROWS_MAX, move |n| {
                     let rows = values_rows(Dialect::Sqlite, &tuple, own.len(), n);
                     format!("{insert_into} VALUES {rows} {INSERT_TAIL}")
                 })

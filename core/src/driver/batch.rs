@@ -162,10 +162,11 @@ pub fn plain_document(tasks: &[Checked<&NewTask>]) -> String {
 }
 
 /// **For backend authors** whose multi-row insert binds every value (not
-/// [`insert_document`]): its SQL text for each power-of-two row count, 1, 2, 4 … `max`.
-/// A backend answers [`EnqueueSql::insert_rows_take`] with [`take`](Self::take) and
-/// picks the text with [`get`](Self::get); a connection then caches no more than these
-/// few statements, whatever the batches' sizes.
+/// [`insert_document`]): its SQL text for each of a few row counts — 1, 2, 4 … `max`
+/// ([`new`](Self::new)), or after the powers of two below a step, its multiples
+/// ([`stepped`](Self::stepped)). A backend answers [`EnqueueSql::insert_rows_take`] with
+/// [`take`](Self::take) and picks the text with [`get`](Self::get); a connection then
+/// caches no more than these few statements, whatever the batches' sizes.
 ///
 /// ```
 /// use backstop_core::driver::InsertTexts;
@@ -173,33 +174,81 @@ pub fn plain_document(tasks: &[Checked<&NewTask>]) -> String {
 /// assert_eq!((texts.take(1000), texts.take(200), texts.take(1)), (256, 128, 1));
 /// assert_eq!(texts.get(128), Some("INSERT … 128 rows"));
 /// assert_eq!(texts.get(100), None, "only the counts take gives");
+/// // 1 000 rows in three inserts: 960, 32 and 8
+/// let stepped = InsertTexts::stepped(1024, 64, |rows| format!("INSERT … {rows} rows"));
+/// assert_eq!((stepped.take(1000), stepped.take(40), stepped.take(8)), (960, 32, 8));
 /// ```
-#[derive(Debug, Clone)]
-pub struct InsertTexts(Vec<String>);
+#[derive(Clone)]
+pub struct InsertTexts {
+    /// The row counts there is a text for, ascending; each text written at its first use
+    /// (a text of 1 024 rows binding 19 values each is ~200 kB).
+    sizes: Vec<(usize, std::sync::OnceLock<String>)>,
+    text: std::sync::Arc<dyn Fn(usize) -> String + Send + Sync>,
+}
+
+impl std::fmt::Debug for InsertTexts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let sizes: Vec<usize> = self.sizes.iter().map(|(n, _)| *n).collect();
+        f.debug_struct("InsertTexts")
+            .field("sizes", &sizes)
+            .finish()
+    }
+}
 
 impl InsertTexts {
     /// The texts of 1, 2, 4 … rows, up to the largest power of two at most `max`:
     /// `text(rows)` each.
-    pub fn new(max: usize, text: impl Fn(usize) -> String) -> Self {
+    pub fn new(max: usize, text: impl Fn(usize) -> String + Send + Sync + 'static) -> Self {
         let top = usize::BITS - 1 - max.max(1).leading_zeros();
-        InsertTexts((0..=top).map(|p| text(1 << p)).collect())
+        Self::of((0..=top).map(|p| 1 << p), text)
+    }
+
+    /// The texts of 1, 2, 4 … rows below `step` (a power of two), then of each multiple
+    /// of `step` up to `max`: a batch takes at most one text of each size below the step
+    /// after its multiples (1 000 rows: 960, 32, 8), where powers of two alone take one
+    /// of each (512, 256, 128, 64, 32, 8).
+    pub fn stepped(
+        max: usize,
+        step: usize,
+        text: impl Fn(usize) -> String + Send + Sync + 'static,
+    ) -> Self {
+        let step = step.max(1).next_power_of_two();
+        let below = (0..).map(|p| 1 << p).take_while(|&n| n < step && n <= max);
+        let multiples = (1..).map(|m| m * step).take_while(|&n| n <= max);
+        Self::of(below.chain(multiples), text)
+    }
+
+    fn of(
+        sizes: impl Iterator<Item = usize>,
+        text: impl Fn(usize) -> String + Send + Sync + 'static,
+    ) -> Self {
+        let mut sizes: Vec<_> = sizes.map(|n| (n, std::sync::OnceLock::new())).collect();
+        if sizes.is_empty() {
+            sizes.push((1, std::sync::OnceLock::new()));
+        }
+        InsertTexts {
+            sizes,
+            text: std::sync::Arc::new(text),
+        }
     }
 
     /// How many of `n` ready tasks the next insert takes: the largest count with a text
-    /// that is at most `n` (at least 1).
+    /// that is at most `n` (at least the smallest, 1).
     pub fn take(&self, n: usize) -> usize {
-        let n = n.clamp(1, 1 << (self.0.len().max(1) - 1));
-        1 << (usize::BITS - 1 - n.leading_zeros())
+        let at = self.sizes.partition_point(|(size, _)| *size <= n);
+        self.sizes
+            .get(at.saturating_sub(1))
+            .map_or(1, |(size, _)| *size)
     }
 
     /// The text for `rows` rows, if there is one (a count [`take`](Self::take) gave).
     pub fn get(&self, rows: usize) -> Option<&str> {
-        if !rows.is_power_of_two() {
-            return None;
-        }
-        self.0
-            .get(rows.trailing_zeros() as usize)
-            .map(String::as_str)
+        let at = self
+            .sizes
+            .binary_search_by_key(&rows, |(size, _)| *size)
+            .ok()?;
+        let (_, text) = self.sizes.get(at)?;
+        Some(text.get_or_init(|| (self.text)(rows)).as_str())
     }
 }
 
