@@ -33,7 +33,7 @@ const RESET_STATUS: &str = "CASE WHEN order_key IS NULL THEN 0 ELSE 5 END";
 const LEVELS: &str = "'{0,1,2,3,4}'::smallint[]";
 
 mod claims;
-mod plain;
+mod rows;
 mod sagas;
 use claims::{
     claim, claim_handover, claim_limited, claim_partitioned, limited_with_room, one_type,
@@ -286,43 +286,8 @@ impl Sql {
                 0, now(), now(), $10, $11, $13, $14, $15, $16, $17, $18, $19)
              {on_conflict} RETURNING id"
         );
-        // The batch enqueue's multi-row insert: its rows from one JSON document (core's
-        // insert_document), a run-at in ms since the epoch; the notifying one takes the
-        // channel as $2.
-        let insert_rows = format!(
-            "{insert_into}
-             SELECT r.e, r.k, r.p, 0, 0, r.m, r.s, r.i, r.x,
-                CASE WHEN r.a IS NULL THEN now() + r.d {MS}
-                    ELSE GREATEST('epoch'::timestamptz + r.a {MS}, now()) END,
-                0, now(), now(), r.r, r.j, NULL, r.b, r.t, r.g, r.h, r.c, r.q
-             FROM json_to_recordset($1::json) AS r(e text, k text, p text, m bigint, s text,
-                i bigint, x bigint, d bigint, a bigint, r smallint, j smallint, b smallint,
-                t bigint, g text, h text, c text, q text)
-             {on_conflict}"
-        );
         let saga_advance = saga_advance(&t, &ts, &tss, &tq, &tc, on_conflict);
-        let insert_rows_notify = format!(
-            "WITH ins AS ({insert_rows} RETURNING id, event_type)
-             SELECT ins.id FROM ins
-             CROSS JOIN LATERAL (SELECT pg_notify($2::text, ins.event_type)) AS n"
-        );
-        let insert_rows = format!("{insert_rows} RETURNING id");
-        // As insert_rows, of plain tasks: $1 core's plain_document (see `plain_select`).
-        let insert_plain_rows = plain::plain_select().map(|select| {
-            format!(
-                "{insert_into}
-                 SELECT {select} FROM jsonb_array_elements($1::jsonb) AS r
-                 {on_conflict}"
-            )
-        });
-        let insert_plain_rows_notify = insert_plain_rows.as_ref().map(|rows| {
-            format!(
-                "WITH ins AS ({rows} RETURNING id, event_type)
-                 SELECT ins.id FROM ins
-                 CROSS JOIN LATERAL (SELECT pg_notify($2::text, ins.event_type)) AS n"
-            )
-        });
-        let insert_plain_rows = insert_plain_rows.map(|rows| format!("{rows} RETURNING id"));
+        let inserts = rows::row_inserts(&insert_into, on_conflict);
         let channel = channel(schema, table);
         Sql {
             lock_key: format!("backstop:{schema}.{table}"),
@@ -424,10 +389,10 @@ impl Sql {
             ),
             insert: insert.clone(),
             saga_advance,
-            insert_rows,
-            insert_rows_notify,
-            insert_plain_rows,
-            insert_plain_rows_notify,
+            insert_rows: inserts.rows,
+            insert_rows_notify: inserts.rows_notify,
+            insert_plain_rows: inserts.plain,
+            insert_plain_rows_notify: inserts.plain_notify,
             insert_notify: format!(
                 "WITH ins AS ({insert})
                  SELECT ins.id FROM ins CROSS JOIN LATERAL

@@ -1,7 +1,68 @@
-//! The batch enqueue's multi-row insert of plain tasks: their settings as constants,
-//! each row's own values from core's `plain_document`.
+//! The batch enqueue's multi-row inserts: rows from core's `insert_document`, or of
+//! plain tasks, their settings as constants, each row's own values from core's
+//! `plain_document`.
 
 use backstop_core::driver::{plain_literal, PLAIN_OWN};
+
+use super::MS;
+
+/// The multi-row inserts of `insert_into` (the task table and its columns), each with
+/// `on_conflict`, returning the ids; the notifying ones announce each row's event type
+/// on the channel $2.
+pub(super) struct RowInserts {
+    /// $1 core's `insert_document`: a run-at in ms since the epoch.
+    pub rows: String,
+    pub rows_notify: String,
+    /// $1 core's `plain_document`; `None` when a plain setting has no literal (see
+    /// [`plain_select`]).
+    pub plain: Option<String>,
+    pub plain_notify: Option<String>,
+}
+
+pub(super) fn row_inserts(insert_into: &str, on_conflict: &str) -> RowInserts {
+    let rows = format!(
+        "{insert_into}
+         SELECT r.e, r.k, r.p, 0, 0, r.m, r.s, r.i, r.x,
+            CASE WHEN r.a IS NULL THEN now() + r.d {MS}
+                ELSE GREATEST('epoch'::timestamptz + r.a {MS}, now()) END,
+            0, now(), now(), r.r, r.j, NULL, r.b, r.t, r.g, r.h, r.c, r.q
+         FROM json_to_recordset($1::json) AS r(e text, k text, p text, m bigint, s text,
+            i bigint, x bigint, d bigint, a bigint, r smallint, j smallint, b smallint,
+            t bigint, g text, h text, c text, q text)
+         {on_conflict}"
+    );
+    let plain = plain_select().map(|select| {
+        format!(
+            "{insert_into}
+             SELECT {select} FROM jsonb_array_elements($1::jsonb) AS r
+             {on_conflict}"
+        )
+    });
+    let (rows, rows_notify) = returning(&rows);
+    let (plain, plain_notify) = match plain.as_deref().map(returning) {
+        Some((rows, notify)) => (Some(rows), Some(notify)),
+        None => (None, None),
+    };
+    RowInserts {
+        rows,
+        rows_notify,
+        plain,
+        plain_notify,
+    }
+}
+
+/// `insert` returning its ids, and as a statement that also announces each row's event
+/// type on the channel $2.
+fn returning(insert: &str) -> (String, String) {
+    (
+        format!("{insert} RETURNING id"),
+        format!(
+            "WITH ins AS ({insert} RETURNING id, event_type)
+             SELECT ins.id FROM ins
+             CROSS JOIN LATERAL (SELECT pg_notify($2::text, ins.event_type)) AS n"
+        ),
+    )
+}
 
 /// The `SELECT` list of a plain task's row, in the order of the insert's columns (see
 /// `Sql::new`'s `insert_into`), from `r`, an element of core's `plain_document` (a
