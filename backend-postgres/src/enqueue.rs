@@ -70,16 +70,12 @@ impl EnqueueSql for PgDriver {
         doc: &'a str,
         tasks: &[Checked<&'a NewTask>],
     ) -> Option<Statement<'a>> {
-        let sql = &self.sql;
-        let (rows, notify) = (
-            sql.insert_plain_rows.as_ref()?,
-            sql.insert_plain_rows_notify.as_ref()?,
-        );
+        let (rows, notify) = self.sql.insert_plain_rows.as_ref()?;
         Some(self.rows_statement(doc, tasks, rows, notify))
     }
 
     fn inserts_plain_rows(&self) -> bool {
-        self.sql.insert_plain_rows.is_some() && self.sql.insert_plain_rows_notify.is_some()
+        self.sql.insert_plain_rows.is_some()
     }
 
     /// Each step of a release of many keys is one statement over one array.

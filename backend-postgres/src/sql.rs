@@ -87,11 +87,10 @@ pub(crate) struct Sql {
     pub insert_rows: String,
     /// As `insert_rows`, announcing each row's event type on the channel ($2).
     pub insert_rows_notify: String,
-    /// $1 the rows of plain tasks (core's `plain_document`), as `insert_rows`; `None`
-    /// when a plain setting has no literal (see `plain_select`).
-    pub insert_plain_rows: Option<String>,
-    /// As `insert_plain_rows`, announcing as `insert_rows_notify`.
-    pub insert_plain_rows_notify: Option<String>,
+    /// $1 the rows of plain tasks (core's `plain_document`), as `insert_rows`, and its
+    /// form announcing as `insert_rows_notify`; `None` when a plain setting has no
+    /// literal (see `plain_select`).
+    pub insert_plain_rows: Option<(String, String)>,
     /// $1 event_type $2 biz_key: the task holding the key, locked: id, status, age ms.
     pub existing: String,
     /// $1 id: free the key a finished task holds.
@@ -287,7 +286,7 @@ impl Sql {
              {on_conflict} RETURNING id"
         );
         let saga_advance = saga_advance(&t, &ts, &tss, &tq, &tc, on_conflict);
-        let inserts = rows::row_inserts(&insert_into, on_conflict);
+        let inserts = rows::row_inserts(&t, &insert_into, on_conflict);
         let channel = channel(schema, table);
         Sql {
             lock_key: format!("backstop:{schema}.{table}"),
@@ -392,7 +391,6 @@ impl Sql {
             insert_rows: inserts.rows,
             insert_rows_notify: inserts.rows_notify,
             insert_plain_rows: inserts.plain,
-            insert_plain_rows_notify: inserts.plain_notify,
             insert_notify: format!(
                 "WITH ins AS ({insert})
                  SELECT ins.id FROM ins CROSS JOIN LATERAL

@@ -1,48 +1,22 @@
 //! The text of a plain task's row in the batch enqueue's multi-row inserts: its settings
 //! as constants, the columns whose table default is its value left out.
 
-use backstop_core::driver::{plain_literal, PLAIN_OWN};
+use backstop_core::driver::{plain_row, PlainValue};
 
-/// The columns of a plain task's row (core's `plain_params`) and its one-row `VALUES`
+/// The columns of a plain task's row (core's `plain_row`) and its one-row `VALUES`
 /// tuple: its settings as constants, due now, bound only its event type, key, payload
-/// and trace context (core's `PLAIN_OWN`); `None` when a setting has no literal here.
+/// and trace context (core's `PLAIN_OWN`); `None` when a setting has no literal.
 ///
 /// A column whose table default (`TABLE_DEFAULTS`) is the plain value is left out, for
 /// the table to fill: MariaDB spends per column of every row (its `fill_record` and
 /// `Item::save_in_field`), and a plain row names 12 columns instead of 22.
 pub(super) fn plain_tuple() -> Option<(String, String)> {
-    // due at once: no delay, no time to run at
-    if (plain_literal(7)?, plain_literal(8)?) != ("0".into(), "NULL".into()) {
-        return None;
-    }
-    // the columns of `insert_params`, in its order, each with its place there
-    const PLACES: [(&str, usize); 17] = [
-        ("event_type", 0),
-        ("biz_key", 1),
-        ("payload", 2),
-        ("max_attempts", 3),
-        ("retry_strategy", 4),
-        ("retry_interval_ms", 5),
-        ("retry_max_interval_ms", 6),
-        ("priority", 9),
-        ("retry_jitter_pct", 10),
-        ("status", 11),
-        ("order_key", 12),
-        ("order_block", 13),
-        ("timeout_ms", 14),
-        ("tags", 15),
-        ("metadata", 16),
-        ("traceparent", 17),
-        ("partition_key", 18),
-    ];
-    // due now, written now; attempts and lease take their defaults (0)
-    let mut columns = vec!["next_run_at", "created_at", "updated_at"];
-    let mut values = vec!["NOW(3)".to_owned(); 3];
-    for (column, i) in PLACES {
-        let value = if PLAIN_OWN.contains(&i) {
-            "?".to_owned()
-        } else {
-            plain_literal(i)?
+    let (mut columns, mut values) = (Vec::new(), Vec::new());
+    for (column, value) in plain_row()? {
+        let value = match value {
+            PlainValue::Own(_) => "?".to_owned(),
+            PlainValue::Literal(literal) => literal,
+            PlainValue::Now => "NOW(3)".to_owned(),
         };
         let default = TABLE_DEFAULTS.iter().find(|d| d.0 == column);
         if default.is_some_and(|d| d.1 == value) {

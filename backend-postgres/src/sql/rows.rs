@@ -2,24 +2,23 @@
 //! plain tasks, their settings as constants, each row's own values from core's
 //! `plain_document`.
 
-use backstop_core::driver::{plain_literal, PLAIN_OWN};
+use backstop_core::driver::{plain_row, PlainValue};
 
 use super::MS;
 
-/// The multi-row inserts of `insert_into` (the task table and its columns), each with
+/// The multi-row inserts of `insert_into` (the task `table` and its columns), each with
 /// `on_conflict`, returning the ids; the notifying ones announce each row's event type
 /// on the channel $2.
 pub(super) struct RowInserts {
     /// $1 core's `insert_document`: a run-at in ms since the epoch.
     pub rows: String,
     pub rows_notify: String,
-    /// $1 core's `plain_document`; `None` when a plain setting has no literal (see
-    /// [`plain_select`]).
-    pub plain: Option<String>,
-    pub plain_notify: Option<String>,
+    /// $1 core's `plain_document`: the insert and its notifying form; `None` when a
+    /// plain setting has no literal (see [`plain_select`]).
+    pub plain: Option<(String, String)>,
 }
 
-pub(super) fn row_inserts(insert_into: &str, on_conflict: &str) -> RowInserts {
+pub(super) fn row_inserts(table: &str, insert_into: &str, on_conflict: &str) -> RowInserts {
     let rows = format!(
         "{insert_into}
          SELECT r.e, r.k, r.p, 0, 0, r.m, r.s, r.i, r.x,
@@ -31,23 +30,18 @@ pub(super) fn row_inserts(insert_into: &str, on_conflict: &str) -> RowInserts {
             t bigint, g text, h text, c text, q text)
          {on_conflict}"
     );
-    let plain = plain_select().map(|select| {
+    let plain = plain_select().map(|(columns, select)| {
         format!(
-            "{insert_into}
+            "INSERT INTO {table} ({columns})
              SELECT {select} FROM jsonb_array_elements($1::jsonb) AS r
              {on_conflict}"
         )
     });
     let (rows, rows_notify) = returning(&rows);
-    let (plain, plain_notify) = match plain.as_deref().map(returning) {
-        Some((rows, notify)) => (Some(rows), Some(notify)),
-        None => (None, None),
-    };
     RowInserts {
         rows,
         rows_notify,
-        plain,
-        plain_notify,
+        plain: plain.as_deref().map(returning),
     }
 }
 
@@ -64,60 +58,25 @@ fn returning(insert: &str) -> (String, String) {
     )
 }
 
-/// The `SELECT` list of a plain task's row, in the order of the insert's columns (see
-/// `Sql::new`'s `insert_into`), from `r`, an element of core's `plain_document` (a
-/// `jsonb` array of the row's own values, `PLAIN_OWN`); its settings as constants (core's
-/// `plain_params`), due now. `None` when a setting has no literal here.
+/// The columns of a plain task's row (core's `plain_row`) and their `SELECT` list from
+/// `r`, an element of core's `plain_document` (a `jsonb` array of the row's own values):
+/// its settings as constants, due now. `None` when a setting has no literal.
 ///
 /// A row of the full document names 17 keys the server reads and converts one by one;
 /// a plain row's four values are most of a batch's rows: a batch of 1 000 plain tasks
 /// inserted in 10.2–11.1 ms against 12.6–16.9 ms from the full document (`psql`,
 /// rolled back, 12 runs each).
-pub(super) fn plain_select() -> Option<String> {
-    // due at once: no delay, no time to run at
-    if (plain_literal(7)?, plain_literal(8)?) != ("0".into(), "NULL".into()) {
-        return None;
-    }
-    // the place in `insert_params` of each column after the first three, or the value
-    const COLUMNS: [Column; 19] = [
-        Column::Place(11),      // status
-        Column::Value("0"),     // attempts
-        Column::Place(3),       // max_attempts
-        Column::Place(4),       // retry_strategy
-        Column::Place(5),       // retry_interval_ms
-        Column::Place(6),       // retry_max_interval_ms
-        Column::Value("now()"), // next_run_at
-        Column::Value("0"),     // lease
-        Column::Value("now()"), // created_at
-        Column::Value("now()"), // updated_at
-        Column::Place(9),       // priority
-        Column::Place(10),      // retry_jitter_pct
-        Column::Place(12),      // order_key
-        Column::Place(13),      // order_block
-        Column::Place(14),      // timeout_ms
-        Column::Place(15),      // tags
-        Column::Place(16),      // metadata
-        Column::Place(17),      // traceparent
-        Column::Place(18),      // partition_key
-    ];
-    let mut values = vec!["r->>0".to_owned(), "r->>1".to_owned(), "r->>2".to_owned()];
-    for column in COLUMNS {
-        values.push(match column {
-            Column::Value(v) => v.to_owned(),
-            Column::Place(i) => match PLAIN_OWN.iter().position(|&own| own == i) {
-                Some(at) => format!("r->>{at}"),
-                None => plain_literal(i)?,
-            },
+pub(super) fn plain_select() -> Option<(String, String)> {
+    let (mut columns, mut values) = (Vec::new(), Vec::new());
+    for (column, value) in plain_row()? {
+        columns.push(column);
+        values.push(match value {
+            PlainValue::Own(i) => format!("r->>{i}"),
+            PlainValue::Literal(literal) => literal,
+            PlainValue::Now => "now()".to_owned(),
         });
     }
-    Some(values.join(", "))
-}
-
-/// A column of the plain row: a place in `insert_params`, or a value of its own.
-#[derive(Clone, Copy)]
-enum Column {
-    Place(usize),
-    Value(&'static str),
+    Some((columns.join(", "), values.join(", ")))
 }
 
 #[cfg(test)]
@@ -125,15 +84,28 @@ mod tests {
     /// Every plain setting has a literal; the row's own values are the document's four.
     #[test]
     fn a_plain_row_reads_four_values_from_its_document() {
-        let select = super::plain_select().unwrap_or_default();
-        assert!(
-            select.starts_with("r->>0, r->>1, r->>2, 0, 0, "),
-            "{select}"
+        let (columns, select) = super::plain_select().unwrap_or_default();
+        let columns: Vec<&str> = columns.split(", ").collect();
+        let values: Vec<&str> = select.split(", ").collect();
+        assert_eq!(columns.len(), values.len(), "{columns:?} {values:?}");
+        let own: Vec<(&str, &str)> = columns
+            .iter()
+            .zip(&values)
+            .filter(|(_, v)| v.starts_with("r->>"))
+            .map(|(c, v)| (*c, *v))
+            .collect();
+        assert_eq!(
+            own,
+            [
+                ("event_type", "r->>0"),
+                ("biz_key", "r->>1"),
+                ("payload", "r->>2"),
+                ("traceparent", "r->>3")
+            ]
         );
-        assert_eq!(select.matches("r->>").count(), 4, "{select}");
-        assert!(
-            select.contains(", r->>3, ''"),
-            "trace context, then no partition: {select}"
-        );
+        let at = |c: &str| columns.iter().position(|x| *x == c).map(|i| values[i]);
+        assert_eq!(at("next_run_at"), Some("now()"), "due at once");
+        assert_eq!(at("status"), Some("0"), "pending");
+        assert_eq!(at("partition_key"), Some("''"), "no partition");
     }
 }

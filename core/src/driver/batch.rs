@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use super::statement::{column, row, wrong_answer};
 use super::{
     insert_params, Answer, Checked, Dialect, EnqueuePlan, EnqueueSql, EnqueueStep, Inserted, RunAt,
-    Statement, TxPlan, Value,
+    Statement, TxPlan, Value, INSERT_PARAMS,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::{NewTask, Status, TaskId};
@@ -60,10 +60,62 @@ pub const INSERT_ROW_KEYS: [(&str, usize); 17] = [
 /// # }
 /// ```
 pub fn insert_document(tasks: &[Checked<&NewTask>]) -> String {
-    // sized once: the texts, and about 200 bytes of keys and numbers a row
+    // about 200 bytes of keys and numbers a row
+    json_array(tasks, 200, |doc, task| {
+        let params = insert_params(task, Status::Pending.code(), RunAt::Millis);
+        doc.push('{');
+        for (n, (key, at)) in INSERT_ROW_KEYS.iter().enumerate() {
+            if n > 0 {
+                doc.push(',');
+            }
+            doc.push('"');
+            doc.push_str(key);
+            doc.push_str("\":");
+            push_json_value(doc, params.get(*at));
+        }
+        doc.push('}');
+    })
+}
+
+/// **For backend authors**: the JSON document of a multi-row insert of plain tasks
+/// ([`EnqueueSql::insert_plain_rows`]): an array of one array per task, in order, of its
+/// own values, [`PLAIN_OWN`] of [`insert_params`] (event type, business key, payload
+/// and trace context or `null`): element `i` is [`PlainValue::Own`]`(i)` of
+/// [`plain_row`]. The rest of a plain task's row is [`plain_params`].
+///
+/// ```
+/// # use backstop_core::driver::Checked;
+/// # fn demo(task: Checked<&backstop_core::NewTask>) {
+/// use backstop_core::driver::plain_document;
+/// let rows: serde_json::Value = serde_json::from_str(&plain_document(&[task])).unwrap();
+/// assert_eq!(rows[0][1], task.biz_key());
+/// # }
+/// ```
+pub fn plain_document(tasks: &[Checked<&NewTask>]) -> String {
+    json_array(tasks, 16, |doc, task| {
+        let params = insert_params(task, Status::Pending.code(), RunAt::Millis);
+        doc.push('[');
+        for (n, at) in PLAIN_OWN.iter().enumerate() {
+            if n > 0 {
+                doc.push(',');
+            }
+            push_json_value(doc, params.get(*at));
+        }
+        doc.push(']');
+    })
+}
+
+/// A JSON array of one element per task, each written by `element`; sized once for the
+/// tasks' texts and `row_bytes` more a task. Written in place, no text of its own per
+/// value: the document of a batch of 1 000 is most of a batch enqueue's own time.
+fn json_array(
+    tasks: &[Checked<&NewTask>],
+    row_bytes: usize,
+    element: impl Fn(&mut String, Checked<&NewTask>),
+) -> String {
     let size: usize = tasks
         .iter()
-        .map(|t| t.payload().len() + t.biz_key().len() + t.event_type().len() + 200)
+        .map(|t| t.payload().len() + t.biz_key().len() + t.event_type().len() + row_bytes)
         .sum();
     let mut doc = String::with_capacity(size + 2);
     doc.push('[');
@@ -71,42 +123,31 @@ pub fn insert_document(tasks: &[Checked<&NewTask>]) -> String {
         if n > 0 {
             doc.push(',');
         }
-        push_row(&mut doc, task);
+        element(&mut doc, task);
     }
     doc.push(']');
     doc
 }
 
-/// One task's object of [`insert_document`], written in place (no text of its own per
-/// value: the document of a batch of 1 000 is most of a batch enqueue's own time).
-fn push_row(doc: &mut String, task: Checked<&NewTask>) {
+/// One value of [`insert_params`] as JSON: a number, a string, or `null` (none, or a
+/// place past the end).
+fn push_json_value(doc: &mut String, value: Option<&Value>) {
     use std::fmt::Write;
-    let params = insert_params(task, Status::Pending.code(), RunAt::Millis);
-    doc.push('{');
-    for (n, (key, at)) in INSERT_ROW_KEYS.iter().enumerate() {
-        if n > 0 {
-            doc.push(',');
+    // (writing to a String cannot fail)
+    let _ = match value {
+        Some(Value::Text(Some(t))) => {
+            push_json_string(doc, t);
+            Ok(())
         }
-        doc.push('"');
-        doc.push_str(key);
-        doc.push_str("\":");
-        // (writing to a String cannot fail)
-        let _ = match params.get(*at) {
-            Some(Value::Text(Some(t))) => {
-                push_json_string(doc, t);
-                Ok(())
-            }
-            Some(Value::BigInt(Some(v))) => write!(doc, "{v}"),
-            Some(Value::Int(Some(v))) => write!(doc, "{v}"),
-            Some(Value::SmallInt(Some(v))) => write!(doc, "{v}"),
-            Some(Value::Timestamp(Some(t))) => write!(doc, "{}", t.timestamp_millis()),
-            _ => {
-                doc.push_str("null");
-                Ok(())
-            }
-        };
-    }
-    doc.push('}');
+        Some(Value::BigInt(Some(v))) => write!(doc, "{v}"),
+        Some(Value::Int(Some(v))) => write!(doc, "{v}"),
+        Some(Value::SmallInt(Some(v))) => write!(doc, "{v}"),
+        Some(Value::Timestamp(Some(t))) => write!(doc, "{}", t.timestamp_millis()),
+        _ => {
+            doc.push_str("null");
+            Ok(())
+        }
+    };
 }
 
 /// `s` as a JSON string: as it is between quotes when nothing in it needs an escape (a
@@ -120,45 +161,6 @@ fn push_json_string(doc: &mut String, s: &str) {
         // a str always serializes
         doc.push_str(&serde_json::to_string(s).unwrap_or_default());
     }
-}
-
-/// **For backend authors**: the JSON document of a multi-row insert of plain tasks
-/// ([`EnqueueSql::insert_plain_rows`]): an array of one array per task, in order, of its
-/// own values ([`PLAIN_OWN`]): event type, business key, payload and trace context
-/// (`null` for none). The rest of a plain task's row is [`plain_params`].
-///
-/// ```
-/// # use backstop_core::driver::Checked;
-/// # fn demo(task: Checked<&backstop_core::NewTask>) {
-/// use backstop_core::driver::plain_document;
-/// let rows: serde_json::Value = serde_json::from_str(&plain_document(&[task])).unwrap();
-/// assert_eq!(rows[0][1], task.biz_key());
-/// # }
-/// ```
-pub fn plain_document(tasks: &[Checked<&NewTask>]) -> String {
-    let size: usize = tasks
-        .iter()
-        .map(|t| t.payload().len() + t.biz_key().len() + t.event_type().len() + 16)
-        .sum();
-    let mut doc = String::with_capacity(size + 2);
-    doc.push('[');
-    for (n, task) in tasks.iter().enumerate() {
-        if n > 0 {
-            doc.push(',');
-        }
-        doc.push('[');
-        for text in [task.event_type(), task.biz_key(), task.payload()] {
-            push_json_string(&mut doc, text);
-            doc.push(',');
-        }
-        match task.trace_context() {
-            Some(c) => push_json_string(&mut doc, c),
-            None => doc.push_str("null"),
-        }
-        doc.push(']');
-    }
-    doc.push(']');
-    doc
 }
 
 /// **For backend authors** whose multi-row insert binds every value (not
@@ -376,6 +378,74 @@ pub fn is_plain(task: Checked<&NewTask>) -> bool {
             .zip(plain_params())
             .enumerate()
             .all(|(i, (a, b))| PLAIN_OWN.contains(&i) || a == b)
+}
+
+/// The column of each place of [`insert_params`], `None` for the two that make the due
+/// time (the delay in ms and the time to run at).
+const INSERT_PARAM_COLUMNS: [Option<&str>; INSERT_PARAMS] = [
+    Some("event_type"),
+    Some("biz_key"),
+    Some("payload"),
+    Some("max_attempts"),
+    Some("retry_strategy"),
+    Some("retry_interval_ms"),
+    Some("retry_max_interval_ms"),
+    None,
+    None,
+    Some("priority"),
+    Some("retry_jitter_pct"),
+    Some("status"),
+    Some("order_key"),
+    Some("order_block"),
+    Some("timeout_ms"),
+    Some("tags"),
+    Some("metadata"),
+    Some("traceparent"),
+    Some("partition_key"),
+];
+
+/// A value of a plain task's row ([`plain_row`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlainValue {
+    /// The task's own value `PLAIN_OWN[i]` of [`insert_params`]: bound, or element `i`
+    /// of its [`plain_document`] row.
+    Own(usize),
+    /// A setting every plain task shares, as an SQL literal ([`plain_literal`]).
+    Literal(String),
+    /// The database's clock.
+    Now,
+}
+
+/// **For backend authors**: the columns of a plain task's row ([`is_plain`]) and their
+/// values, for the text of a multi-row insert of plain tasks: due, created and updated
+/// now, then each place of [`insert_params`] in its order (its own values
+/// [`PlainValue::Own`], its settings literals). `attempts` and `lease` are left to the
+/// table (0). `None` when a setting has no literal or a plain task is not due at once.
+///
+/// ```
+/// use backstop_core::driver::{plain_row, PlainValue};
+/// let row = plain_row().unwrap();
+/// assert_eq!(row[0], ("next_run_at", PlainValue::Now));
+/// assert_eq!(row[3], ("event_type", PlainValue::Own(0)));
+/// ```
+pub fn plain_row() -> Option<Vec<(&'static str, PlainValue)>> {
+    // due at once: no delay, no time to run at
+    if (plain_literal(7)?, plain_literal(8)?) != ("0".into(), "NULL".into()) {
+        return None;
+    }
+    let mut row: Vec<(&'static str, PlainValue)> = ["next_run_at", "created_at", "updated_at"]
+        .into_iter()
+        .map(|c| (c, PlainValue::Now))
+        .collect();
+    for (place, column) in INSERT_PARAM_COLUMNS.iter().enumerate() {
+        let Some(column) = column else { continue };
+        let value = match PLAIN_OWN.iter().position(|&own| own == place) {
+            Some(i) => PlainValue::Own(i),
+            None => PlainValue::Literal(plain_literal(place)?),
+        };
+        row.push((column, value));
+    }
+    Some(row)
 }
 
 /// What an [`EnqueueBatch`] waits for the answer of.
