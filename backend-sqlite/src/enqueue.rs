@@ -4,7 +4,7 @@ use backstop_core::driver::prelude::*;
 #[cfg(doc)]
 use backstop_core::TaskStore;
 
-use crate::sql::{now_ms, Sql, LAYOUTS};
+use crate::sql::{now_ms, Sql};
 
 /// The enqueue's statements in SQLite's SQL (run by core's [`EnqueuePlan`]). Times are
 /// this machine's clock in milliseconds, read when each statement is made (inside the
@@ -62,40 +62,7 @@ impl EnqueueSql for Sql {
         _: &'a str,
         tasks: &[Checked<&'a NewTask>],
     ) -> Option<Statement<'a>> {
-        let rows: Vec<Vec<Value<'a>>> = tasks
-            .iter()
-            .map(|&t| insert_params(t, Status::Pending.code(), RunAt::Millis))
-            .collect();
-        let first = rows.first()?;
-        // the first layout whose shared values every row agrees on (see `LAYOUTS`)
-        let shared = LAYOUTS
-            .iter()
-            .zip(&self.insert_rows_shared)
-            .find(|(own, _)| {
-                rows.iter()
-                    .all(|r| (0..r.len()).all(|i| own.contains(&i) || r.get(i) == first.get(i)))
-            });
-        let (text, mut params) = match shared {
-            Some((own, texts)) => {
-                // each row's own values, then the batch's shared ones once
-                let mut params: Vec<Value<'a>> = rows
-                    .iter()
-                    .flat_map(|r| own.iter().filter_map(|&i| r.get(i).copied()))
-                    .collect();
-                params.extend(
-                    (0..first.len())
-                        .filter(|i| !own.contains(i))
-                        .filter_map(|i| first.get(i).copied()),
-                );
-                (texts.get(tasks.len())?, params)
-            }
-            None => (
-                self.insert_rows.get(tasks.len())?,
-                rows.into_iter().flatten().collect(),
-            ),
-        };
-        params.push(Value::BigInt(Some(now_ms())));
-        Some(Statement::new(text, params, Returns::Rows))
+        self.insert_rows.statement(tasks)
     }
 
     /// Every value bound: no document.

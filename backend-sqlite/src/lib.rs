@@ -38,6 +38,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod batch_rows;
 mod claim;
 mod conn;
 mod driver;

@@ -12,12 +12,13 @@
 //! `bound_limits_do_not_recompile` holds every statement of this module to it.
 
 use backstop_core::driver::schema::{self, version_table, MigrationFile, SchemaSql};
-use backstop_core::driver::{values_rows, Dialect, InsertTexts, INSERT_PARAMS};
 use backstop_core::driver::{
     AUDIT_COLUMNS, BARRIER_COLUMNS, COLUMNS, QUEUE_AUDIT_COLUMNS, QUEUE_COLUMNS, SAGA_COLUMNS,
     SAGA_STEP_COLUMNS,
 };
 use backstop_core::limits::MAX_BATCH;
+
+use crate::batch_rows::RowInserts;
 
 /// This machine's clock in Unix milliseconds: SQLite's "database time", as the
 /// statements store times.
@@ -85,10 +86,8 @@ pub(crate) struct Sql {
     /// ?1 event type: its log, oldest first.
     pub queue_log: String,
     pub insert: String,
-    /// The batch enqueue's multi-row inserts, by row count.
-    pub insert_rows: InsertTexts,
-    /// As `insert_rows`, one per shared layout of [`LAYOUTS`].
-    pub insert_rows_shared: [InsertTexts; 2],
+    /// The batch enqueue's multi-row inserts.
+    pub insert_rows: RowInserts,
     /// ?1 event_type ?2 biz_key ?3 now: the task holding the key: id, status, age ms.
     pub existing: String,
     /// ?1 id: free the key a finished task holds.
@@ -211,47 +210,13 @@ pub(crate) struct Sql {
 
 /// Core's insert_params (?1–?19: ?8 delay ms, ?9 run_at ms: NULL uses the delay, a time
 /// already past is now, a NULL makes max() NULL), then ?20 now.
-const INSERT_TUPLE: &str =
+pub(crate) const INSERT_TUPLE: &str =
     "(?1, ?2, ?3, ?12, 0, ?4, ?5, ?6, ?7, COALESCE(max(?9, ?20), ?20 + ?8), 0,
     ?20, ?20, ?10, ?11, ?13, ?14, ?15, ?16, ?17, ?18, ?19)";
 
-/// The batch enqueue's shared layouts, fewest values bound per row first: the positions
-/// (in core's `insert_params`) that each row binds; the batch's other values are bound
-/// once, after all the rows (see [`shared_tuple`]). A chunk whose tasks agree on every
-/// other value takes the first layout that fits: a usual batch (one event type, one
-/// retry policy) binds only each row's key and payload, or with them its due time; a
-/// mixed one binds every value of every row ([`INSERT_TUPLE`]).
-pub(crate) const LAYOUTS: [&[usize]; 2] = [&[1, 2], &[1, 2, 7, 8]];
-
-/// [`INSERT_TUPLE`] renumbered for a layout that binds `own` on each row: the row's own
-/// values ?1… in `own`'s order, then the shared ones in their order, then the clock
-/// (?20, which stays last). (`values_rows` keeps placeholders above the row's count
-/// shared by every row.)
-pub(crate) fn shared_tuple(own: &[usize]) -> String {
-    let shared: Vec<usize> = (0..INSERT_PARAMS).filter(|p| !own.contains(p)).collect();
-    let mut pieces = INSERT_TUPLE.split('?');
-    let mut out = pieces.next().unwrap_or_default().to_owned();
-    for piece in pieces {
-        let digits = piece.bytes().take_while(u8::is_ascii_digit).count();
-        let n: usize = piece[..digits].parse().unwrap_or(0);
-        let p = n.wrapping_sub(1);
-        let k = match own.iter().position(|&o| o == p) {
-            Some(i) => i + 1,
-            None => match shared.iter().position(|&s| s == p) {
-                Some(i) => own.len() + i + 1,
-                None => n, // the clock
-            },
-        };
-        out.push_str(&format!("?{k}{}", &piece[digits..]));
-    }
-    out
-}
-
-/// Most rows of one of the batch enqueue's multi-row inserts.
-const INSERT_ROWS_MAX: usize = 256;
-
 /// The end of every insert of a task: a held key is skipped, a made row answers its id.
-const INSERT_TAIL: &str = "ON CONFLICT (biz_key, event_type, dedup_slot) DO NOTHING RETURNING id";
+pub(crate) const INSERT_TAIL: &str =
+    "ON CONFLICT (biz_key, event_type, dedup_slot) DO NOTHING RETURNING id";
 
 impl Sql {
     /// `table` must have passed `limits::check_identifier`.
@@ -371,26 +336,7 @@ impl Sql {
                     ORDER BY processed_at LIMIT CAST(?2 AS INTEGER))"
             ),
             insert: format!("{insert_into} VALUES {INSERT_TUPLE} {INSERT_TAIL}"),
-            // The batch enqueue's multi-row inserts, one per row count (1, 2, 4 … 256),
-            // every row's values bound (core's rows_params), the clock after them all.
-            // (Not rows read from a JSON document: SQLite parses the row's text again
-            // for each value taken from it, a third of the speed.)
-            insert_rows: InsertTexts::new(INSERT_ROWS_MAX, {
-                let insert_into = insert_into.clone();
-                move |n| {
-                    let rows = values_rows(Dialect::Sqlite, INSERT_TUPLE, INSERT_PARAMS, n);
-                    format!("{insert_into} VALUES {rows} {INSERT_TAIL}")
-                }
-            }),
-            // the same per shared layout (`LAYOUTS`): two or four values bound a row, not
-            // nineteen
-            insert_rows_shared: LAYOUTS.map(|own| {
-                let (tuple, insert_into) = (shared_tuple(own), insert_into.clone());
-                InsertTexts::new(INSERT_ROWS_MAX, move |n| {
-                    let rows = values_rows(Dialect::Sqlite, &tuple, own.len(), n);
-                    format!("{insert_into} VALUES {rows} {INSERT_TAIL}")
-                })
-            }),
+            insert_rows: RowInserts::new(&t),
             existing: format!(
                 "SELECT id, status, ?3 - created_at FROM {t}
                  WHERE event_type = ?1 AND biz_key = ?2 AND dedup_slot = 0"
@@ -737,7 +683,7 @@ const MIGRATIONS: &[MigrationFile] = schema::migration_files!("../migrations");
 
 #[cfg(test)]
 mod tests {
-    use super::{shared_tuple, Sql, INSERT_PARAMS, INSERT_TUPLE};
+    use super::Sql;
     use rusqlite::{Connection, StatementStatus};
 
     /// No statement of this module binds a bare `LIMIT ?n` (see the module docs).
@@ -783,25 +729,5 @@ mod tests {
             assert_eq!(ids.len(), taken);
         }
         assert_eq!(claim.get_status(StatementStatus::RePrepare), 0);
-    }
-
-    #[test]
-    fn a_shared_layout_numbers_the_rows_values_first_then_the_shared_then_the_clock() {
-        let every: Vec<usize> = (0..INSERT_PARAMS).collect();
-        assert_eq!(
-            shared_tuple(&every),
-            INSERT_TUPLE,
-            "every value its row's own"
-        );
-        assert_eq!(
-            shared_tuple(&[1, 2, 7, 8]),
-            "(?5, ?1, ?2, ?12, 0, ?6, ?7, ?8, ?9, COALESCE(max(?4, ?20), ?20 + ?3), 0,
-    ?20, ?20, ?10, ?11, ?13, ?14, ?15, ?16, ?17, ?18, ?19)"
-        );
-        assert_eq!(
-            shared_tuple(&[1, 2]),
-            "(?3, ?1, ?2, ?12, 0, ?4, ?5, ?6, ?7, COALESCE(max(?9, ?20), ?20 + ?8), 0,
-    ?20, ?20, ?10, ?11, ?13, ?14, ?15, ?16, ?17, ?18, ?19)"
-        );
     }
 }

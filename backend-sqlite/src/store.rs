@@ -363,8 +363,12 @@ mod tests {
             "every value bound, no document"
         );
         assert_eq!(
-            (sql.insert_rows_take(1000), sql.insert_rows_take(3)),
-            (256, 2)
+            (
+                sql.insert_rows_take(1000),
+                sql.insert_rows_take(40),
+                sql.insert_rows_take(3)
+            ),
+            (960, 32, 2)
         );
     }
 }

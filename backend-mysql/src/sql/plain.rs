@@ -1,49 +1,30 @@
 //! The text of a plain task's row in the batch enqueue's multi-row inserts: its settings
 //! as constants, the columns whose table default is its value left out.
 
-use backstop_core::driver::{plain_row, PlainValue};
+use backstop_core::driver::{plain_row_written, PlainValue};
 
-/// The columns of a plain task's row (core's `plain_row`) and its one-row `VALUES`
-/// tuple: its settings as constants, due now, bound only its event type, key, payload
-/// and trace context (core's `PLAIN_OWN`); `None` when a setting has no literal.
+/// The columns of a plain task's row (core's `plain_row_written`) and its one-row
+/// `VALUES` tuple: its settings as constants, due now, bound only its event type, key,
+/// payload and trace context (core's `PLAIN_OWN`); `None` when a setting has no literal.
 ///
-/// A column whose table default (`TABLE_DEFAULTS`) is the plain value is left out, for
-/// the table to fill: MariaDB spends per column of every row (its `fill_record` and
-/// `Item::save_in_field`), and a plain row names 12 columns instead of 22.
+/// A column whose table default (core's `TABLE_DEFAULTS`) is the plain value is left
+/// out, for the table to fill: MariaDB spends per column of every row (its
+/// `fill_record` and `Item::save_in_field`), and a plain row names 12 columns instead
+/// of 22.
 pub(super) fn plain_tuple() -> Option<(String, String)> {
-    let (mut columns, mut values) = (Vec::new(), Vec::new());
-    for (column, value) in plain_row()? {
-        let value = match value {
-            PlainValue::Own(_) => "?".to_owned(),
-            PlainValue::Literal(literal) => literal,
-            PlainValue::Now => "NOW(3)".to_owned(),
-        };
-        let default = TABLE_DEFAULTS.iter().find(|d| d.0 == column);
-        if default.is_some_and(|d| d.1 == value) {
-            continue;
-        }
-        columns.push(column);
-        values.push(value);
-    }
+    let (columns, values): (Vec<&str>, Vec<String>) = plain_row_written()?
+        .into_iter()
+        .map(|(column, value)| {
+            let value = match value {
+                PlainValue::Own(_) => "?".to_owned(),
+                PlainValue::Literal(literal) => literal,
+                PlainValue::Now => "NOW(3)".to_owned(),
+            };
+            (column, value)
+        })
+        .unzip();
     Some((columns.join(", "), format!("({})", values.join(", "))))
 }
-
-/// The task table's column defaults that a plain row may leave to it, as the
-/// migrations declare them (`DEFAULT …`, or a nullable column's implicit `NULL`). The
-/// conformance case `enqueue_many_stores_a_plain_batch_as_enqueue_does` reads the rows
-/// of a plain batch back beside a task enqueued alone: a default that drifted from the
-/// plain value fails it.
-const TABLE_DEFAULTS: [(&str, &str); 9] = [
-    ("priority", "2"),
-    ("retry_jitter_pct", "0"),
-    ("status", "0"),
-    ("order_key", "NULL"),
-    ("order_block", "1"),
-    ("timeout_ms", "NULL"),
-    ("tags", "NULL"),
-    ("metadata", "NULL"),
-    ("partition_key", "''"),
-];
 
 #[cfg(test)]
 mod tests {

@@ -90,9 +90,9 @@ pub use self::sqlx::sqlx_error;
 pub use args::{AgedBatch, Buckets, Change, Checked, Claim};
 pub use barrier::BarrierPlan;
 pub use batch::{
-    insert_document, is_plain, plain_document, plain_literal, plain_params, plain_row, rows_params,
-    values_rows, EnqueueBatch, InsertTexts, PlainValue, INSERT_ROW_KEYS, MAX_INSERT_BYTES,
-    MAX_INSERT_ROWS, PLAIN_OWN,
+    insert_document, is_plain, is_plain_params, plain_document, plain_literal, plain_params,
+    plain_row, plain_row_written, rows_params, values_rows, EnqueueBatch, InsertTexts, PlainValue,
+    INSERT_ROW_KEYS, MAX_INSERT_BYTES, MAX_INSERT_ROWS, PLAIN_OWN, TABLE_DEFAULTS,
 };
 pub(crate) use checks::{
     check_ids, check_leases, check_marks, check_start, check_task, check_tasks, due_created,
@@ -536,10 +536,10 @@ pub mod prelude {
         COLUMN_COUNT, SAGA_COLUMNS, SAGA_STEP_COLUMNS,
     };
     pub use super::{
-        insert_document, is_plain, plain_document, plain_literal, plain_params, plain_row,
-        rows_params, values_rows, Answer, BlockingTxConnection, Dialect, InsertTexts, PlainValue,
-        Returns, Statement, Transactional, TxConnection, Value, INSERT_PARAMS, INSERT_ROW_KEYS,
-        PLAIN_OWN,
+        insert_document, is_plain, is_plain_params, plain_document, plain_literal, plain_params,
+        plain_row, plain_row_written, rows_params, values_rows, Answer, BlockingTxConnection,
+        Dialect, InsertTexts, PlainValue, Returns, Statement, Transactional, TxConnection, Value,
+        INSERT_PARAMS, INSERT_ROW_KEYS, PLAIN_OWN,
     };
     pub use super::{read_queue, read_queue_entry, Written, QUEUE_AUDIT_COLUMNS, QUEUE_COLUMNS};
     pub use super::{

@@ -186,11 +186,12 @@ pub async fn enqueue_many_stores_the_values_a_uniform_batch_shares<H: Harness>(c
     assert_eq!(ctx.count_all().await, 600);
 }
 
-/// enqueue_many: a batch of 1 100 plain tasks (`NewTask::new` with a payload, some with
-/// a trace context: a backend may write their settings as constants, MariaDB and
-/// PostgreSQL do) stores
-/// each row as `enqueue` stores the same task: every setting, due at its creation, and
-/// its own trace context; the batch's tasks are claimable at once.
+/// enqueue_many: a batch of 1 100 plain tasks (`NewTask::new` with a payload, of two
+/// event types, some with a trace context: a backend may write their settings as
+/// constants, every backend does) stores each row as `enqueue` stores the same task:
+/// every setting, due at its creation, and its own trace context; the batch's tasks are
+/// claimable at once. So does a batch of one event type and one trace context (SQLite
+/// binds those once for the whole insert).
 pub async fn enqueue_many_stores_a_plain_batch_as_enqueue_does<H: Harness>(ctx: &Ctx<H>) {
     let trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let task = |key: String, i: usize| {
@@ -203,10 +204,22 @@ pub async fn enqueue_many_stores_a_plain_batch_as_enqueue_does<H: Harness>(ctx: 
     let alone = ctx.store.enqueue(task("alone".into(), 0)).await.unwrap();
     let alone = ctx.task(alone.id).await;
     // past the largest multi-row insert of every backend (PostgreSQL's 1 000, MariaDB's
-    // 1 024 rows)
+    // and SQLite's 1 024 rows)
     let tasks: Vec<NewTask> = (0..1100).map(|i| task(format!("p{i}"), i)).collect();
-    let got = ctx.store.enqueue_many(&tasks).await.unwrap();
-    let rows = assert_created(ctx, &tasks, &got).await;
+    // one event type, one trace context
+    let uniform: Vec<NewTask> = (0..300)
+        .map(|i| {
+            NewTask::new("U", format!("u{i}"))
+                .json(&serde_json::json!({ "i": i }))
+                .traceparent(trace)
+        })
+        .collect();
+    let mut rows = Vec::new();
+    for batch in [&tasks, &uniform] {
+        let got = ctx.store.enqueue_many(batch).await.unwrap();
+        rows.extend(assert_created(ctx, batch, &got).await);
+    }
+    assert_eq!(rows.len(), 1400);
     for (i, t) in rows.iter().enumerate() {
         assert_eq!(t.next_run_at, t.created_at, "task {i}: due at its creation");
         assert_eq!(
@@ -232,9 +245,11 @@ pub async fn enqueue_many_stores_a_plain_batch_as_enqueue_does<H: Harness>(ctx: 
             ),
             "task {i}: the settings of the same task enqueued alone"
         );
-        let expected = (i % 3 == 0).then(|| trace.to_owned());
+        let expected = (i % 3 == 0 || i >= 1100).then(|| trace.to_owned());
         assert_eq!(t.traceparent, expected, "task {i}: its own trace context");
     }
+    let uniform_types: Vec<&str> = rows[1100..].iter().map(|t| t.event_type.as_str()).collect();
+    assert_eq!(uniform_types, vec!["U"; 300]);
     let claimed = ctx
         .store
         .claim_batch(&owner("w"), &["P".to_owned(), "Q".to_owned()], MAX_BATCH)
@@ -247,6 +262,12 @@ pub async fn enqueue_many_stores_a_plain_batch_as_enqueue_does<H: Harness>(ctx: 
         .await
         .unwrap();
     assert_eq!(rest.len(), 101, "every task due at once");
+    let uniform_claimed = ctx
+        .store
+        .claim_batch(&owner("w"), &["U".to_owned()], MAX_BATCH)
+        .await
+        .unwrap();
+    assert_eq!(uniform_claimed.len(), 300, "every task due at once");
 }
 
 /// enqueue_many: duplicates are answered as `enqueue` answers them, whether the key is
