@@ -24,7 +24,7 @@ use backstop_core::driver::prelude::*;
 use backstop_core::driver::{is_plain_params, plain_row_written};
 use backstop_core::Status;
 
-use crate::sql::{now_ms, INSERT_TAIL, INSERT_TUPLE};
+use crate::sql::{now_ms, INSERT_COLUMNS, INSERT_TAIL, INSERT_TUPLE};
 
 /// Most rows of one multi-row insert.
 const ROWS_MAX: usize = 1024;
@@ -130,12 +130,6 @@ pub(crate) fn layout_tuple(layout: Layout) -> Option<(String, String)> {
     Some((INSERT_COLUMNS.to_owned(), out))
 }
 
-/// The columns of [`INSERT_TUPLE`].
-pub(crate) const INSERT_COLUMNS: &str = "event_type, biz_key, payload, status, attempts, \
-    max_attempts, retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at, lease, \
-    created_at, updated_at, priority, retry_jitter_pct, order_key, order_block, timeout_ms, tags, \
-    metadata, traceparent, partition_key";
-
 /// The batch enqueue's multi-row inserts of one table: a text per layout and row count.
 pub(crate) struct RowInserts {
     /// Each layout that has a text, with the places its rows share.
@@ -216,8 +210,8 @@ impl RowInserts {
 
 #[cfg(test)]
 mod tests {
-    use super::{layout_tuple, Layout, INSERT_COLUMNS, LAYOUTS};
-    use crate::sql::INSERT_TUPLE;
+    use super::{layout_tuple, Layout, LAYOUTS};
+    use crate::sql::{INSERT_COLUMNS, INSERT_TUPLE};
 
     #[test]
     fn a_shared_layout_numbers_the_rows_values_first_then_the_shared_then_the_clock() {

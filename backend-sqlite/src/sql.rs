@@ -208,6 +208,12 @@ pub(crate) struct Sql {
     pub delete_finished: String,
 }
 
+/// The columns of [`INSERT_TUPLE`].
+pub(crate) const INSERT_COLUMNS: &str = "event_type, biz_key, payload, status, attempts, \
+    max_attempts, retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at, lease, \
+    created_at, updated_at, priority, retry_jitter_pct, order_key, order_block, timeout_ms, tags, \
+    metadata, traceparent, partition_key";
+
 /// Core's insert_params (?1–?19: ?8 delay ms, ?9 run_at ms: NULL uses the delay, a time
 /// already past is now, a NULL makes max() NULL), then ?20 now.
 pub(crate) const INSERT_TUPLE: &str =
@@ -241,12 +247,6 @@ impl Sql {
         );
         // Every change to a running task is fenced by id, status and lease.
         let fenced = "WHERE id = ?2 AND status = 3 AND lease = ?3";
-        let insert_into = format!(
-            "INSERT INTO {t} (event_type, biz_key, payload, status, attempts, max_attempts,
-                retry_strategy, retry_interval_ms, retry_max_interval_ms, next_run_at,
-                lease, created_at, updated_at, priority, retry_jitter_pct, order_key,
-                order_block, timeout_ms, tags, metadata, traceparent, partition_key)"
-        );
         Sql {
             table: t.clone(),
             due_levels: Self::due_levels(&t, &tq, &tr),
@@ -335,7 +335,7 @@ impl Sql {
                     SELECT consumer, message_id FROM {ti} WHERE processed_at < ?1
                     ORDER BY processed_at LIMIT CAST(?2 AS INTEGER))"
             ),
-            insert: format!("{insert_into} VALUES {INSERT_TUPLE} {INSERT_TAIL}"),
+            insert: format!("INSERT INTO {t} ({INSERT_COLUMNS}) VALUES {INSERT_TUPLE} {INSERT_TAIL}"),
             insert_rows: RowInserts::new(&t),
             existing: format!(
                 "SELECT id, status, ?3 - created_at FROM {t}
