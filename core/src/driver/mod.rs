@@ -49,6 +49,7 @@ mod insert;
 mod key_walk;
 mod keys;
 mod limited;
+mod plain;
 mod plan;
 mod progress;
 mod release;
@@ -90,9 +91,8 @@ pub use self::sqlx::sqlx_error;
 pub use args::{AgedBatch, Buckets, Change, Checked, Claim};
 pub use barrier::BarrierPlan;
 pub use batch::{
-    insert_document, is_plain, is_plain_params, plain_document, plain_literal, plain_params,
-    plain_row, plain_row_written, rows_params, values_rows, EnqueueBatch, InsertTexts, PlainValue,
-    INSERT_ROW_KEYS, MAX_INSERT_BYTES, MAX_INSERT_ROWS, PLAIN_OWN, TABLE_DEFAULTS,
+    insert_document, plain_document, rows_params, values_rows, EnqueueBatch, InsertTexts,
+    INSERT_ROW_KEYS, MAX_INSERT_BYTES, MAX_INSERT_ROWS,
 };
 pub(crate) use checks::{
     check_ids, check_leases, check_marks, check_start, check_task, check_tasks, due_created,
@@ -106,6 +106,10 @@ pub use insert::{Existing, InsertStep, Inserted, KeyedInsert};
 pub use key_walk::{KeyCursors, KeyStep, KeyWalk, KEYS_PER_CLAIM};
 pub use keys::{release_order_keys, release_order_keys_blocking};
 pub use limited::claim_limited_types;
+pub use plain::{
+    is_plain, is_plain_params, plain_literal, plain_params, plain_row, plain_row_written,
+    PlainValue, PLAIN_OWN, TABLE_DEFAULTS,
+};
 pub use plan::TxPlan;
 pub(crate) use progress::needs_undo;
 pub use progress::{Decision, SagaChange, SagaProgress, StepEvent, StepState};
